@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Everything measured on the GPU machine, in one go (see ../shared/BENCH.md).
+# Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/.
+# Correctness first (probe, conformance, run), then timings; every output
+# lands in $OUT (or ./bench-out).
+set -uo pipefail
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export XDG_RUNTIME_DIR=/tmp DYNVRAM_CACHE=/tmp/dynvram-cache RUST_LOG=warn
+out=${OUT:-bench-out}; mkdir -p "$out"
+d=.dev/dynvram
+b="--backend vulkan"
+step() { echo; echo "=== $* ==="; }
+step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
+step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
+step run;          $d run $b 2>&1 | tee "$out/run.txt"
+step "bench linear M=1"
+$d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
+step "bench linear M=16,256,4096"
+$d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
+step "bench upload 4 GiB"
+$d bench upload $b --file /tmp/upload.bin --size 4GiB --threads 16 --reps 3 2>&1 | tee "$out/upload.txt"
+step "pytorch baselines"
+python3 -c "import torch,safetensors.torch as s; s.save_file({'w': torch.randn(2**31 // 4096, 4096, dtype=torch.bfloat16)}, '/tmp/w4g.safetensors')" 2>&1 | tail -2
+timeout 300 python3 bench/torch_baseline.py /tmp/w4g.safetensors 2>&1 | tee "$out/torch.json"
+[ "${LLAMA:-0}" = 1 ] && { step "llama-7b generate vs transformers (bench/llama.sh, ~6 min)"; OUT="$out" bash bench/llama.sh 2>&1 | tee "$out/llama.txt"; }

@@ -1,0 +1,466 @@
+//! `dynvram bench …`: throughput measured by the program itself, printed
+//! beside the limits it can measure on the same machine in the same run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dynvram_loader::bench::{UploadBenchOptions, run_upload};
+use dynvram_loader::hostmem::mapped_staging_memory;
+use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, HostMemoryChoice, RingConfig};
+use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
+use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::linear::{
+    GemvShape, LinearScratch, LinearWeights, RecordOptions, Region, WeightPart, record_linear_with,
+    row_bytes,
+};
+use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::cmd::adapter_args::AdapterArgs;
+use crate::output::{print_json, size};
+
+/// What to measure.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// File → VRAM upload throughput (warm and cold page cache; ring in mapped
+    /// buffers and in imported host RAM; pins; the file's own map imported),
+    /// beside memcpy and raw-read baselines.
+    Upload(UploadArgs),
+    /// Linear-kernel throughput per weight format, in weight bytes/s and FLOP/s.
+    Linear(LinearArgs),
+}
+
+/// Arguments of `dynvram bench upload`.
+#[derive(Debug, clap::Args)]
+pub struct UploadArgs {
+    /// File to stream (created with `--size` bytes if absent).
+    #[arg(long, default_value = "dynvram-bench-upload.bin")]
+    file: PathBuf,
+    /// Size of the test file to create, e.g. 1GiB.
+    #[arg(long, default_value = "256MiB")]
+    size: bytesize::ByteSize,
+    /// Reader threads.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Staging ring slots.
+    #[arg(long, default_value_t = DEFAULT_SLOTS)]
+    slots: usize,
+    /// Bytes per ring slot, e.g. 64MiB.
+    #[arg(long, default_value_t = bytesize::ByteSize::b(DEFAULT_SLOT_SIZE))]
+    slot_size: bytesize::ByteSize,
+    /// Ring slot memories to measure, comma separated: `mapped` (ordinary
+    /// `MAP_WRITE` buffers: BAR on resizable-BAR GPUs) and/or `host`
+    /// (imported host RAM, VK_EXT_external_memory_host).
+    #[arg(long, default_value = "mapped,host", value_delimiter = ',')]
+    ring_memory: Vec<RingMemoryArg>,
+    /// Skip the zero-copy import of the file's own map.
+    #[arg(long)]
+    no_file_import: bool,
+    /// Repetitions per figure (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    #[command(flatten)]
+    adapter: AdapterArgs,
+}
+
+/// Where ring slots live.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum RingMemoryArg {
+    /// Ordinary mapped wgpu buffers.
+    Mapped,
+    /// Imported host RAM (falls back to mapped where the device cannot import).
+    Host,
+}
+
+impl From<RingMemoryArg> for HostMemoryChoice {
+    fn from(a: RingMemoryArg) -> Self {
+        match a {
+            RingMemoryArg::Mapped => Self::Mapped,
+            RingMemoryArg::Host => Self::Host,
+        }
+    }
+}
+
+/// Arguments of `dynvram bench linear`.
+#[derive(Debug, clap::Args)]
+pub struct LinearArgs {
+    /// Shapes as `MxNxK` (rows × out_features × in_features), comma separated.
+    #[arg(long, default_value = "1x4096x4096,16x4096x4096,256x4096x4096")]
+    shapes: String,
+    /// Formats: w4a4, w4a8, w8a8, fp8, f16, f32 (comma separated).
+    #[arg(long, default_value = "w4a4,w4a8,w8a8,fp8,f16")]
+    formats: String,
+    /// Timed repetitions per case (after a warm-up).
+    #[arg(long, default_value_t = 20)]
+    reps: usize,
+    /// Output rows per workgroup of the small-M GEMV (default: per adapter
+    /// and M, see `GemvShape::default_for`); for tuning.
+    #[arg(long)]
+    gemv_rows: Option<u32>,
+    /// Invocations per workgroup of the small-M GEMV (with --gemv-rows).
+    #[arg(long, default_value_t = 256)]
+    gemv_wgs: u32,
+    /// Bytes of the device-to-device copy baseline (0: skip it).
+    #[arg(long, default_value = "512MiB")]
+    copy_size: bytesize::ByteSize,
+    #[command(flatten)]
+    adapter: AdapterArgs,
+}
+
+/// Runs the chosen benchmark.
+pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Upload(a) => upload(a, json),
+        BenchCommand::Linear(a) => linear(a, json),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct UploadJson {
+    figures: Vec<UploadFigure>,
+    staging_memory: Option<dynvram_loader::hostmem::StagingPlacement>,
+    host_import: bool,
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct UploadFigure {
+    name: String,
+    bytes: u64,
+    seconds: f64,
+    gb_per_s: f64,
+}
+
+fn upload(a: UploadArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let gpu = Gpu::open(&a.adapter.choice())?;
+    let report = run_upload(
+        &gpu.device,
+        &gpu.queue,
+        &UploadBenchOptions {
+            file: a.file.clone(),
+            create_size: Some(a.size.as_u64()),
+            threads: a.threads,
+            ring: RingConfig {
+                slots: a.slots,
+                slot_size: a.slot_size.as_u64(),
+                ..RingConfig::default()
+            },
+            ring_memories: a.ring_memory.iter().map(|&m| m.into()).collect(),
+            file_import: !a.no_file_import,
+            reps: a.reps,
+        },
+    )?;
+    let staging = mapped_staging_memory(&gpu.adapter);
+    let figures: Vec<UploadFigure> = report
+        .figures
+        .iter()
+        .map(|f| UploadFigure {
+            name: f.name.clone(),
+            bytes: f.bytes,
+            seconds: f.seconds,
+            gb_per_s: f.gb_per_s(),
+        })
+        .collect();
+    if json {
+        print_json(&UploadJson {
+            figures,
+            staging_memory: staging,
+            host_import: gpu.host_import,
+            notes: report.notes.clone(),
+        })?;
+    } else {
+        println!(
+            "adapter {} [{}], file {}",
+            gpu.info.name,
+            gpu.caps.backend,
+            a.file.display()
+        );
+        match &staging {
+            Some(m) => println!("staging memory (mapped buffers): {m}"),
+            None => println!("staging memory (mapped buffers): placement unknown on this backend"),
+        }
+        println!(
+            "host-memory import (VK_EXT_external_memory_host): {}",
+            if gpu.host_import {
+                "enabled"
+            } else {
+                "unavailable"
+            }
+        );
+        for f in &report.figures {
+            println!("{f}");
+        }
+        for (name, c) in &report.warm_counters {
+            println!(
+                "ring counters ({name}): {} staged, {} slots used, {} stalls, {} flushes",
+                size(c.bytes_staged),
+                c.slots_used,
+                c.stalls,
+                c.flushes
+            );
+        }
+        for n in &report.notes {
+            println!("note: {n}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Serialize)]
+struct LinearFigure {
+    format: String,
+    m: u64,
+    n: u64,
+    k: u64,
+    kernel: String,
+    /// Compute dispatches one linear records.
+    dispatches: u32,
+    ms: f64,
+    weight_gb_per_s: f64,
+    /// `weight_gb_per_s` over the copy baseline of the same run.
+    of_copy: Option<f64>,
+    tflops: f64,
+}
+
+/// Device-to-device copy bandwidth (read + write bytes per second, the
+/// convention of PyTorch's figure in BENCH.md): the limit a weight stream
+/// is measured against.
+fn copy_baseline(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<f64> {
+    let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let bytes = bytes.min(gpu.caps.max_buffer_size) / 4 * 4;
+    let src = gpu.create_buffer("bench.copy_src", bytes, usage)?;
+    let dst = gpu.create_buffer("bench.copy_dst", bytes, usage)?;
+    let run = |times: usize| -> anyhow::Result<f64> {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        for _ in 0..times {
+            enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+        }
+        let t = Instant::now();
+        gpu.queue.submit([enc.finish()]);
+        gpu.wait_idle()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    run(2)?;
+    let mut samples: Vec<f64> = (0..5).map(|_| run(reps.max(1))).collect::<Result<_, _>>()?;
+    samples.sort_by(f64::total_cmp);
+    Ok(2.0 * bytes as f64 * reps.max(1) as f64 / samples[samples.len() / 2] / 1e9)
+}
+
+fn parse_format(name: &str) -> anyhow::Result<(Format, LinearDtypeOverride)> {
+    let w4 = |ld| Format::ConvrotW4a4 {
+        group: 256,
+        linear_dtype: ld,
+    };
+    Ok(match name {
+        "w4a4" => (w4(LinearDtype::Int4), LinearDtypeOverride::Int4),
+        "w4a8" => (w4(LinearDtype::Int8), LinearDtypeOverride::Int8),
+        "w8a8" => (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            LinearDtypeOverride::Auto,
+        ),
+        "fp8" => (Format::Float8E4m3fn, LinearDtypeOverride::Auto),
+        "f16" => (Format::F16, LinearDtypeOverride::Auto),
+        "f32" => (Format::F32, LinearDtypeOverride::Auto),
+        other => anyhow::bail!("unknown format `{other}` (w4a4, w4a8, w8a8, fp8, f16, f32)"),
+    })
+}
+
+fn parse_shape(s: &str) -> anyhow::Result<(u64, u64, u64)> {
+    let v: Vec<u64> = s
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("bad shape `{s}` (want MxNxK): {e}"))?;
+    match v[..] {
+        [m, n, k] if m > 0 && n > 0 && k > 0 && k % 256 == 0 => Ok((m, n, k)),
+        _ => anyhow::bail!("bad shape `{s}`: want MxNxK, all > 0, K a multiple of 256"),
+    }
+}
+
+/// Random weight bytes of `format` (valid codes: finite fp8, small scales).
+fn random_weights(
+    gpu: &Gpu,
+    format: Format,
+    n: u64,
+    k: u64,
+    seed: u64,
+) -> anyhow::Result<LinearWeights> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let bytes = n * row_bytes(format, k);
+    let mut w = vec![0u8; bytes as usize];
+    match format {
+        Format::F32 => w
+            .chunks_exact_mut(4)
+            .for_each(|c| c.copy_from_slice(&(rng.random::<f32>() - 0.5).to_le_bytes())),
+        Format::F16 => w.chunks_exact_mut(2).for_each(|c| {
+            c.copy_from_slice(&half::f16::from_f32(rng.random::<f32>() - 0.5).to_le_bytes())
+        }),
+        // fp8 e4m3fn: keep exponents small so every code is finite.
+        Format::Float8E4m3fn => w.iter_mut().for_each(|b| *b = rng.random::<u8>() & 0xB7),
+        _ => rng.fill(&mut w[..]),
+    }
+    let buffer = |label: &str, data: &[u8]| -> anyhow::Result<Region> {
+        let b = gpu.create_buffer(
+            label,
+            data.len().max(4).next_multiple_of(4) as u64,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        )?;
+        gpu.queue.write_buffer(&b, 0, data);
+        Ok(Region::whole(Arc::new(b)))
+    };
+    let scale_count = match format {
+        Format::ConvrotW4a4 { .. } => n as usize,
+        Format::F32 | Format::F16 | Format::Bf16 => 0,
+        _ => 1,
+    };
+    let scales: Vec<f32> = (0..scale_count)
+        .map(|_| 1e-3 * (1.0 + rng.random::<f32>()))
+        .collect();
+    Ok(LinearWeights {
+        format,
+        n,
+        k,
+        parts: vec![WeightPart {
+            region: buffer("bench.weight", &w)?,
+            rows: n,
+        }],
+        scale: (scale_count > 0)
+            .then(|| buffer("bench.scale", bytemuck::cast_slice(&scales)))
+            .transpose()?,
+        bias: None,
+    })
+}
+
+fn activation(gpu: &Gpu, label: &str, rows: u64, cols: u64) -> anyhow::Result<GpuTensor> {
+    let b = gpu.create_buffer(
+        label,
+        rows * cols * 4,
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+    )?;
+    let data: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    gpu.queue.write_buffer(&b, 0, bytemuck::cast_slice(&data));
+    Ok(GpuTensor {
+        buffer: Arc::new(b),
+        offset: 0,
+        shape: vec![rows, cols],
+        dtype: ActDtype::F32,
+    })
+}
+
+fn time_case(
+    gpu: &Gpu,
+    caps: &AdapterCaps,
+    name: &str,
+    shape: (u64, u64, u64),
+    reps: usize,
+    opts: &RecordOptions,
+) -> anyhow::Result<LinearFigure> {
+    let (m, n, k) = shape;
+    let (format, over) = parse_format(name)?;
+    let plan = choose(format, caps, over);
+    let weights = random_weights(gpu, format, n, k, 1)?;
+    let x = activation(gpu, "bench.x", m, k)?;
+    let out = activation(gpu, "bench.out", m, n)?;
+    let cache = PipelineCache::default();
+    let mut scratch = LinearScratch::new();
+    let mut run = |times: usize| -> anyhow::Result<f64> {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        for _ in 0..times {
+            record_linear_with(
+                gpu,
+                &cache,
+                &mut enc,
+                &weights,
+                plan.kernel,
+                &x,
+                &out,
+                &mut scratch,
+                opts,
+            )?;
+        }
+        let t = Instant::now();
+        gpu.queue.submit([enc.finish()]);
+        gpu.wait_idle()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    run(2)?; // compile pipelines, warm caches
+    let mut samples: Vec<f64> = (0..5).map(|_| run(reps.max(1))).collect::<Result<_, _>>()?;
+    samples.sort_by(f64::total_cmp);
+    let per = samples[samples.len() / 2] / reps.max(1) as f64;
+    let wbytes = n * row_bytes(format, k);
+    Ok(LinearFigure {
+        format: name.to_owned(),
+        m,
+        n,
+        k,
+        kernel: format!("{:?}", plan.kernel),
+        dispatches: scratch.last_dispatches(),
+        ms: per * 1e3,
+        weight_gb_per_s: wbytes as f64 / per / 1e9,
+        of_copy: None,
+        tflops: 2.0 * (m * n * k) as f64 / per / 1e12,
+    })
+}
+
+fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let gpu = Gpu::open(&a.adapter.choice())?;
+    let shapes: Vec<_> = a
+        .shapes
+        .split(',')
+        .map(parse_shape)
+        .collect::<Result<_, _>>()?;
+    let opts = RecordOptions {
+        gemv: a.gemv_rows.map(|rows| GemvShape {
+            rows,
+            wgs: a.gemv_wgs,
+        }),
+        ..Default::default()
+    };
+    let copy = (a.copy_size.as_u64() > 0)
+        .then(|| copy_baseline(&gpu, a.copy_size.as_u64(), a.reps))
+        .transpose()?;
+    let mut figures = Vec::new();
+    if !json {
+        println!("adapter {} [{}]", gpu.info.name, gpu.caps.backend);
+        if let Some(c) = copy {
+            println!("device copy (read + write): {c:.1} GB/s");
+        }
+        println!(
+            "{:<6} {:>6} {:>6} {:>6}  {:>10} {:>11} {:>7} {:>8} {:>4}  kernel",
+            "format", "M", "N", "K", "ms", "weight GB/s", "of copy", "TFLOP/s", "disp"
+        );
+    }
+    for &shape in &shapes {
+        for f in a.formats.split(',') {
+            let mut fig = time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts)?;
+            fig.of_copy = copy.map(|c| fig.weight_gb_per_s / c);
+            if !json {
+                println!(
+                    "{:<6} {:>6} {:>6} {:>6}  {:>10.4} {:>11.1} {:>7} {:>8.2} {:>4}  {}",
+                    fig.format,
+                    fig.m,
+                    fig.n,
+                    fig.k,
+                    fig.ms,
+                    fig.weight_gb_per_s,
+                    fig.of_copy.map_or("-".into(), |r| format!("{r:.3}")),
+                    fig.tflops,
+                    fig.dispatches,
+                    fig.kernel
+                );
+            }
+            figures.push(fig);
+        }
+    }
+    if json {
+        print_json(&figures)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

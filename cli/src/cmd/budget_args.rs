@@ -1,0 +1,84 @@
+//! `--vram-budget`, `--reserve-vram`, `--vram-headroom`: GiB floats, as in
+//! ComfyUI; and the host-memory flags beside them (`--fast-disk`, pins,
+//! staging memory).
+
+use dynvram_loader::{HostMemoryChoice, RingConfig};
+use dynvram_memory::BudgetConfig;
+use dynvram_runtime::{PinSettings, RuntimeConfig};
+
+/// The VRAM budget flags (SPEC §1).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BudgetArgs {
+    /// Explicit VRAM capacity in GiB, overriding the driver's figure.
+    #[arg(long, value_name = "GIB")]
+    pub vram_budget: Option<f64>,
+    /// VRAM kept free of our own allocations, in GiB (default 0.25).
+    #[arg(long, value_name = "GIB")]
+    pub reserve_vram: Option<f64>,
+    /// Extra headroom on top of both budget methods, in GiB (default 0): for
+    /// drivers that spill into shared system memory.
+    #[arg(long, value_name = "GIB")]
+    pub vram_headroom: Option<f64>,
+    /// Fast NVMe: keep no RAM copy of streamed weights beyond the registrable
+    /// amount; everything else is read from disk every pass.
+    #[arg(long)]
+    pub fast_disk: bool,
+    /// Keep no RAM copies (pins) of streamed weights at all.
+    #[arg(long)]
+    pub no_pins: bool,
+    /// Registration ceiling for pins in GiB (default 90 % of RAM on Linux,
+    /// 40 % on Windows).
+    #[arg(long, value_name = "GIB")]
+    pub max_pinned: Option<f64>,
+    /// Staging ring slots: `mapped` wgpu buffers (BAR on resizable-BAR GPUs)
+    /// or `host` RAM imported with VK_EXT_external_memory_host.
+    #[arg(long, value_enum, default_value = "mapped")]
+    pub staging_memory: StagingMemoryArg,
+}
+
+/// Where staging ring slots live.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StagingMemoryArg {
+    /// Ordinary mapped wgpu buffers.
+    Mapped,
+    /// Imported host RAM (mapped where the device cannot import).
+    Host,
+}
+
+impl BudgetArgs {
+    /// As the runtime's budget settings.
+    pub fn config(&self) -> anyhow::Result<BudgetConfig> {
+        Ok(BudgetConfig::from_gib(
+            self.vram_budget,
+            self.reserve_vram,
+            self.vram_headroom,
+        )?)
+    }
+
+    /// Default runtime settings with the host-memory flags applied (callers
+    /// fill in the adapter, budget and the rest).
+    pub fn host_config(&self) -> anyhow::Result<RuntimeConfig> {
+        let max_pinned = match self.max_pinned {
+            Some(g) if g.is_finite() && g >= 0.0 => Some((g * (1u64 << 30) as f64) as u64),
+            Some(g) => anyhow::bail!("--max-pinned {g}: not a size in GiB"),
+            None => None,
+        };
+        let memory = match self.staging_memory {
+            StagingMemoryArg::Mapped => HostMemoryChoice::Mapped,
+            StagingMemoryArg::Host => HostMemoryChoice::Host,
+        };
+        Ok(RuntimeConfig {
+            fast_disk: self.fast_disk,
+            pins: PinSettings {
+                enabled: !self.no_pins,
+                max_pinned,
+                ..PinSettings::default()
+            },
+            ring: RingConfig {
+                memory,
+                ..RingConfig::default()
+            },
+            ..RuntimeConfig::default()
+        })
+    }
+}

@@ -1,0 +1,12 @@
+//! One module per subcommand.
+
+pub mod adapter_args;
+pub mod bench;
+pub mod budget_args;
+pub mod conformance;
+pub mod generate;
+pub mod plan;
+pub mod probe;
+pub mod quantize;
+pub mod run;
+pub mod synth;

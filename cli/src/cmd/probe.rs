@@ -1,0 +1,144 @@
+//! `dynvram probe`: every adapter, what it offers, and which kernel path each
+//! weight format gets there.
+
+use std::process::ExitCode;
+
+use dynvram_quant::{Format, LinearDtype, LinearDtypeOverride, LinearPlan, plan};
+use dynvram_runtime::gpu::{AdapterSummary, enumerate_adapters};
+use serde::Serialize;
+
+use crate::output::{print_json, size};
+
+/// Arguments of `dynvram probe`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only adapters of these backends (vulkan, gl, metal, dx12). Default: `WGPU_BACKEND` or all.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Force the activation arithmetic of int4 layers, as `run --linear-dtype` would.
+    #[arg(long, value_enum, default_value = "auto")]
+    linear_dtype: crate::cmd::run::LinearDtypeArg,
+}
+
+#[derive(Debug, Serialize)]
+struct Probed {
+    #[serde(flatten)]
+    adapter: AdapterSummary,
+    kernel_paths: Vec<(String, LinearPlan)>,
+}
+
+/// The formats a probe reports, with their display names.
+fn formats() -> Vec<(&'static str, Format)> {
+    vec![
+        (
+            "convrot_w4a4",
+            Format::ConvrotW4a4 {
+                group: 256,
+                linear_dtype: LinearDtype::Int4,
+            },
+        ),
+        (
+            "convrot_w4a4 (linear_dtype int8)",
+            Format::ConvrotW4a4 {
+                group: 256,
+                linear_dtype: LinearDtype::Int8,
+            },
+        ),
+        (
+            "int8_tensorwise",
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+        ),
+        ("float8_e4m3fn", Format::Float8E4m3fn),
+        ("float8_e5m2", Format::Float8E5m2),
+        ("f16", Format::F16),
+        ("bf16", Format::Bf16),
+        ("f32", Format::F32),
+    ]
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let over: LinearDtypeOverride = args.linear_dtype.into();
+    let adapters = enumerate_adapters(args.backend.as_deref())?;
+    let probed: Vec<Probed> = adapters
+        .into_iter()
+        .map(|adapter| {
+            let kernel_paths = formats()
+                .into_iter()
+                .map(|(name, f)| (name.to_owned(), plan::choose(f, &adapter.caps, over)))
+                .collect();
+            Probed {
+                adapter,
+                kernel_paths,
+            }
+        })
+        .collect();
+    if json {
+        print_json(&probed)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if probed.is_empty() {
+        println!(
+            "no GPU adapters found (for a software Vulkan adapter: apt-get install mesa-vulkan-drivers)"
+        );
+        return Ok(ExitCode::from(1));
+    }
+    for p in &probed {
+        let a = &p.adapter;
+        let c = &a.caps;
+        let yn = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "{} [{}] — {}, driver {}",
+            a.name, a.backend, a.device_type, a.driver
+        );
+        println!(
+            "  f16 {}  subgroups {} ({}..{})  timestamps {}  cooperative matrix {}",
+            yn(c.shader_f16),
+            yn(c.subgroups),
+            c.subgroup_min_size,
+            c.subgroup_max_size,
+            yn(c.timestamps),
+            yn(c.cooperative_matrix)
+        );
+        println!(
+            "  max buffer {}  max storage binding {}  workgroup memory {}",
+            size(c.max_buffer_size),
+            size(c.max_storage_binding),
+            size(u64::from(c.max_workgroup_storage))
+        );
+        match &a.vram {
+            Some(v) => println!(
+                "  VRAM {} (source: {}){}",
+                size(v.capacity),
+                v.source,
+                v.usage
+                    .map(|u| format!(", in use {}", size(u)))
+                    .unwrap_or_default()
+            ),
+            None => println!(
+                "  VRAM unknown on this backend: set --vram-budget (the ledger is the only guard)"
+            ),
+        }
+        match &a.staging_memory {
+            Some(m) => println!("  staging memory: {m}"),
+            None => println!(
+                "  staging memory: mapped wgpu buffers (placement unknown on this backend)"
+            ),
+        }
+        println!(
+            "  host-memory import (VK_EXT_external_memory_host): {}",
+            if a.host_import {
+                "yes: pins and --staging-memory host use host RAM"
+            } else {
+                "no: pins and staging use mapped buffers"
+            }
+        );
+        println!("  kernel paths:");
+        for (name, plan) in &p.kernel_paths {
+            println!("    {name:<34} {:?}: {}", plan.kernel, plan.reason);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

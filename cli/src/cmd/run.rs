@@ -1,0 +1,193 @@
+//! `dynvram run [FILE]`: run an MLP-stack model under a VRAM budget, streaming
+//! what does not fit, and verify the output against a CPU reference.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use dynvram_models::mlp_stack::{self, builtin};
+use dynvram_runtime::{Model, Runtime, RuntimeConfig, trace::Trace};
+use serde::Serialize;
+
+use crate::cmd::adapter_args::AdapterArgs;
+use crate::cmd::budget_args::BudgetArgs;
+use crate::output::{print_json, size};
+
+/// Arguments of `dynvram run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A safetensors file of MLP blocks (`blocks.{i}.mlp.fc1/fc2`). Default:
+    /// the built-in model, generated once into the cache directory.
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    adapter: AdapterArgs,
+    #[command(flatten)]
+    budget: BudgetArgs,
+    /// Activation arithmetic of int4 layers.
+    #[arg(long, value_enum, default_value = "auto")]
+    linear_dtype: LinearDtypeArg,
+    /// Input rows (ignored when the file has an `input` tensor).
+    #[arg(long, default_value_t = 4)]
+    rows: usize,
+    /// Passes to run (the first includes pipeline compilation).
+    #[arg(long, default_value_t = 2)]
+    passes: usize,
+    /// Write a Chrome/Perfetto trace of the last pass.
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
+    /// Draw the last pass as an SVG timeline (lanes: reads/uploads, kernels, submits, waits).
+    #[arg(long, value_name = "FILE.svg")]
+    timeline: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    adapter: String,
+    backend: String,
+    file: PathBuf,
+    model: dynvram_runtime::ModelReport,
+    budget: dynvram_runtime::BudgetReport,
+    pass: dynvram_runtime::PassStats,
+    check: mlp_stack::Verification,
+    block_tolerance: f32,
+    end_to_end_tolerance: f32,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let file = match &args.file {
+        Some(f) => f.clone(),
+        None => builtin::ensure_cached()?,
+    };
+    let probe = mlp_stack::Probe::open(&file)?;
+    let mut budget = args.budget.config()?;
+    if budget.vram_budget.is_none() && args.file.is_none() {
+        // The built-in model demonstrates streaming: our own usage is held
+        // to half of the model (plus the reserve and headroom) by default.
+        budget.vram_budget = Some(probe.weight_bytes() / 2 + budget.reserve + budget.headroom);
+    }
+    let config = RuntimeConfig {
+        adapter: args.adapter.choice(),
+        budget,
+        linear_dtype: args.linear_dtype.into(),
+        ..args.budget.host_config()?
+    };
+    let rt = Runtime::new(config)?;
+    let rows = probe.rows(args.rows);
+    let model = Model::open(&rt, &probe.spec(rows))
+        .with_context(|| format!("opening {}", file.display()))?;
+    let x = probe.input(rows);
+    let mut trace = Trace::new();
+    let mut result = None;
+    for _ in 0..args.passes.max(1) {
+        trace = Trace::new();
+        result = Some(mlp_stack::forward_gpu(
+            &rt,
+            &model,
+            &x,
+            rows,
+            Some(&mut trace),
+        )?);
+    }
+    let gpu = result.context("no pass ran")?;
+    if let Some(path) = &args.timeline {
+        std::fs::write(path, trace.to_svg())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.trace {
+        std::fs::write(path, serde_json::to_vec_pretty(&trace.to_chrome_json())?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let check = probe.verify(&model, &x, &gpu)?;
+    let ok = check.pass;
+    let report = Report {
+        adapter: rt.gpu().info.name.clone(),
+        backend: rt.gpu().caps.backend.clone(),
+        file,
+        model: model.report(),
+        budget: rt.budget_report(),
+        pass: gpu.stats,
+        check,
+        block_tolerance: mlp_stack::BLOCK_TOLERANCE,
+        end_to_end_tolerance: mlp_stack::TOLERANCE,
+    };
+    if json {
+        print_json(&report)?;
+    } else {
+        let m = &report.model;
+        let b = &report.budget;
+        println!("adapter    {} [{}]", report.adapter, report.backend);
+        println!(
+            "model      {} ({} blocks, {})",
+            report.file.display(),
+            m.blocks,
+            size(m.model_bytes)
+        );
+        println!(
+            "budget     {} usable of {} ({}), reserve {}, headroom {}",
+            size(b.usable),
+            size(b.capacity),
+            b.source,
+            size(b.reserve),
+            size(b.headroom)
+        );
+        println!(
+            "resident   {} in {} tensors (loaded_vram {})",
+            size(m.resident_bytes),
+            m.resident_tensors,
+            size(b.loaded_vram)
+        );
+        println!(
+            "streamed   {} in {} tensors per pass, 2 arenas of {}, peak VRAM {}",
+            size(m.streamed_bytes),
+            m.streamed_tensors,
+            size(m.arena_bytes),
+            size(b.peak)
+        );
+        println!(
+            "pass       {:.1} ms, {} uploaded, {} submits, {} ring stalls",
+            report.pass.seconds * 1e3,
+            size(report.pass.streamed_bytes),
+            report.pass.submits,
+            report.pass.ring_stalls
+        );
+        let c = &report.check;
+        println!(
+            "check      worst block {} at {:.2e} of its max (limit {:.0e}); end to end {:.3e} = {:.2e} of max |reference| {:.3e} (limit {:.0e})",
+            c.worst_block,
+            c.worst_block_rel,
+            report.block_tolerance,
+            c.max_error,
+            c.end_to_end_rel,
+            c.max_reference,
+            report.end_to_end_tolerance
+        );
+        println!("{}", if ok { "PASS" } else { "FAIL" });
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `--linear-dtype`: the activation arithmetic of int4 layers.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LinearDtypeArg {
+    /// Follow each file's `linear_dtype` and the adapter.
+    Auto,
+    /// int4 activations everywhere.
+    Int4,
+    /// int8 activations everywhere.
+    Int8,
+}
+
+impl From<LinearDtypeArg> for dynvram_quant::LinearDtypeOverride {
+    fn from(a: LinearDtypeArg) -> Self {
+        match a {
+            LinearDtypeArg::Auto => Self::Auto,
+            LinearDtypeArg::Int4 => Self::Int4,
+            LinearDtypeArg::Int8 => Self::Int8,
+        }
+    }
+}

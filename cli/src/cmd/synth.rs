@@ -1,0 +1,95 @@
+//! `dynvram synth MODEL_DIR --like llama-7b`: a randomly initialised
+//! checkpoint of a real model's shapes in Hugging Face layout, for benchmarks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
+
+use crate::output::{bar, print_json, size};
+
+/// Arguments of `dynvram synth`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Folder to write config.json and the safetensors into (created).
+    model_dir: PathBuf,
+    /// Shapes to copy: tiny, llama-7b, llama-13b, qwen2-7b, qwen2-0.5b.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(synth::PRESETS))]
+    like: String,
+    /// Stored dtype of the weights.
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DtypeArg,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Override the number of decoder layers.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Largest shard in GiB; bigger checkpoints get an index.
+    #[arg(long, default_value_t = 4.0)]
+    shard_gib: f64,
+    /// Also write a synthetic byte-level BPE tokenizer.json filling the
+    /// vocabulary, so `dynvram generate --prompt TEXT` works on the checkpoint.
+    #[arg(long)]
+    tokenizer: bool,
+}
+
+/// `--dtype`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DtypeArg {
+    /// bfloat16.
+    Bf16,
+    /// IEEE half.
+    F16,
+    /// 32-bit float.
+    F32,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let config =
+        synth::preset(&args.like).with_context(|| format!("unknown --like {}", args.like))?;
+    if !(args.shard_gib.is_finite() && args.shard_gib > 0.0) {
+        anyhow::bail!("--shard-gib {} must be a positive number", args.shard_gib);
+    }
+    let opts = SynthOptions {
+        dtype: match args.dtype {
+            DtypeArg::Bf16 => SynthDtype::Bf16,
+            DtypeArg::F16 => SynthDtype::F16,
+            DtypeArg::F32 => SynthDtype::F32,
+        },
+        seed: args.seed,
+        layers: args.layers,
+        shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,
+    };
+    let pb = bar(0, "synth");
+    let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    })
+    .with_context(|| format!("writing {}", args.model_dir.display()))?;
+    pb.finish_and_clear();
+    if args.tokenizer {
+        let vocab = config["vocab_size"]
+            .as_u64()
+            .with_context(|| format!("preset {} has no vocab_size", args.like))?;
+        let path = synth::write_tokenizer(&args.model_dir, vocab as usize)?;
+        report.files.push(path);
+    }
+    if json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "wrote {} tensors ({}) like {} into {}",
+            report.tensors,
+            size(report.bytes),
+            args.like,
+            args.model_dir.display()
+        );
+        for f in &report.files {
+            println!("  {}", f.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,60 @@
+//! `dynvram`: run models larger than VRAM on any wgpu adapter.
+
+mod cmd;
+mod output;
+
+use clap::{Parser, Subcommand};
+
+/// Run models larger than the GPU's memory on Vulkan, Metal, DX12 and GL.
+#[derive(Debug, Parser)]
+#[command(name = "dynvram", version, about, long_about = None)]
+struct Cli {
+    /// Print reports as JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List GPU adapters, their features and limits, and the kernel path each format gets.
+    Probe(cmd::probe::Args),
+    /// Run a block model (built-in by default) under a VRAM budget and verify it.
+    Run(cmd::run::Args),
+    /// Show which weights stay resident and which stream, without GPU work.
+    Plan(cmd::plan::Args),
+    /// Quantize the linear weights of a safetensors file into ComfyUI's format.
+    Quantize(cmd::quantize::Args),
+    /// Check the linear kernels against a folder of golden cases.
+    Conformance(cmd::conformance::Args),
+    /// Greedy text generation with a Llama-family checkpoint under a VRAM budget.
+    Generate(cmd::generate::Args),
+    /// Write a randomly initialised checkpoint of a real model's shapes.
+    Synth(cmd::synth::Args),
+    /// Measure throughput (uploads, kernels).
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    output::init_logging();
+    let result = match cli.command {
+        Command::Probe(a) => cmd::probe::run(a, cli.json),
+        Command::Run(a) => cmd::run::run(a, cli.json),
+        Command::Plan(a) => cmd::plan::run(a, cli.json),
+        Command::Quantize(a) => cmd::quantize::run(a, cli.json),
+        Command::Conformance(a) => cmd::conformance::run(a, cli.json),
+        Command::Generate(a) => cmd::generate::run(a, cli.json),
+        Command::Synth(a) => cmd::synth::run(a, cli.json),
+        Command::Bench(c) => cmd::bench::run(c, cli.json),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

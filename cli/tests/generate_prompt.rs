@@ -1,0 +1,130 @@
+//! `dynvram generate --prompt TEXT` end to end: a tiny synthetic checkpoint
+//! with a synthetic tokenizer.json written by `dynvram synth --tokenizer`,
+//! text in, text out, the same tokens as the equivalent `--prompt-ids`.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use dynvram_models::llama::TextTokenizer;
+
+fn dynvram() -> Command {
+    let mut c = Command::cargo_bin("dynvram").expect("binary");
+    c.env(
+        "DYNVRAM_CACHE",
+        std::env::temp_dir().join("dynvram-test-cache"),
+    );
+    c
+}
+
+/// A 2-layer `tiny` checkpoint (vocab 1024) with its tokenizer.json.
+fn synth_tiny(dir: &Path) {
+    let out = dynvram()
+        .args(["synth", "--like", "tiny", "--layers", "2", "--tokenizer"])
+        .arg(dir)
+        .output()
+        .expect("synth");
+    assert!(
+        out.status.success(),
+        "synth failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.join("tokenizer.json").is_file());
+}
+
+/// Runs `generate` with `args`; None (and a `skipped:` line) without a GPU adapter.
+fn generate(test: &str, dir: &Path, args: &[&str]) -> Option<std::process::Output> {
+    let out = dynvram()
+        .arg("generate")
+        .arg(dir)
+        .args(["--max-new-tokens", "5"])
+        .args(args)
+        .output()
+        .expect("generate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && stderr.contains("no GPU adapter")
+        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
+    {
+        eprintln!("{test}: skipped: no GPU adapter");
+        return None;
+    }
+    assert!(out.status.success(), "{test}: generate failed: {stderr}");
+    Some(out)
+}
+
+#[test]
+fn prompt_text_round_trips_and_generates() {
+    let test = "prompt_text_round_trips_and_generates";
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    synth_tiny(dir);
+    let tok = TextTokenizer::open(dir).expect("tokenizer");
+    assert_eq!(tok.vocab_size(), 1024, "the tokenizer fills the tiny vocab");
+    let text = "the quick brown fox jumps — déjà vu";
+    let ids = tok.encode(text).expect("encode");
+    assert_eq!(tok.decode(&ids).expect("decode"), text);
+
+    let Some(out) = generate(test, dir, &["--json", "--prompt", text]) else {
+        return;
+    };
+    let by_text: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    let prompt: Vec<u32> = serde_json::from_value(by_text["prompt"].clone()).expect("prompt ids");
+    assert_eq!(prompt, ids, "the prompt is the tokenizer's encoding");
+    assert_eq!(by_text["prompt_text"], text);
+    let tokens: Vec<u32> = serde_json::from_value(by_text["tokens"].clone()).expect("tokens");
+    assert_eq!(tokens.len(), 5);
+    assert_eq!(
+        by_text["text"],
+        tok.decode(&tokens).expect("decode generated")
+    );
+    assert!(by_text["decode_tokens_per_second"].as_f64().unwrap_or(0.0) > 0.0);
+
+    // The same ids given as numbers generate the same tokens.
+    let id_list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let out = generate(test, dir, &["--json", "--prompt-ids", &id_list]).expect("ran above");
+    let by_ids: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert_eq!(by_ids["tokens"], by_text["tokens"]);
+    assert!(by_ids.get("text").is_none(), "no text for raw ids");
+
+    // Text mode prints the decoded text as it comes, then the speeds.
+    let out = generate(test, dir, &["--prompt", text]).expect("ran above");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let generated = tok.decode(&tokens).expect("decode generated");
+    assert!(
+        stdout.starts_with(&generated),
+        "stdout {stdout:?} starts with the generated text {generated:?}"
+    );
+    assert!(stdout.contains("tokens/s"), "{stdout}");
+}
+
+#[test]
+fn prompt_without_tokenizer_or_with_ids_is_an_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    synth_tiny(dir);
+    let out = dynvram()
+        .arg("generate")
+        .arg(dir)
+        .args(["--prompt", "hi", "--prompt-ids", "1,2"])
+        .output()
+        .expect("generate");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+
+    std::fs::remove_file(dir.join("tokenizer.json")).expect("remove tokenizer");
+    let out = dynvram()
+        .arg("generate")
+        .arg(dir)
+        .args(["--prompt", "hi"])
+        .output()
+        .expect("generate");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = dir.join("tokenizer.json");
+    assert!(
+        stderr.contains(&file.display().to_string()),
+        "the error names {}: {stderr}",
+        file.display()
+    );
+}

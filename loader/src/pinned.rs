@@ -1,0 +1,174 @@
+//! Registered pins: a weight's bytes held in a persistent `COPY_SRC` buffer,
+//! filled once from the file (by the reader pool, straight into the buffer's
+//! memory) and from then on streamed to the GPU by `copy_buffer_to_buffer`
+//! alone: no CPU copy, DMA at PCIe speed.
+//!
+//! The memory is imported host RAM where the device can import it
+//! ([`crate::hostmem`]); elsewhere an ordinary mapped buffer, which on a
+//! resizable-BAR GPU is device-local (then the "pin" costs VRAM: the
+//! [`PinnedBuffer::memory`] flag says which). Which weights get one is
+//! policy (the memory crate); this is the mechanism.
+
+use crate::error::{LoadError, Result};
+use crate::gpu::{self, align4};
+use crate::hostmem::{self, HostMemory, ImportError, ImportedBuffer};
+use crate::reader::ReaderPool;
+use crate::source::ByteSource;
+
+#[derive(Debug)]
+enum Backing {
+    Imported(ImportedBuffer),
+    Mapped(wgpu::Buffer),
+}
+
+/// A weight's bytes in a persistent `COPY_SRC` buffer.
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    backing: Backing,
+    len: u64,
+}
+
+impl PinnedBuffer {
+    /// Allocates a buffer for `source` (padded with zeros), fills it through
+    /// `pool`: imported host RAM when the device can import it, else a mapped
+    /// buffer (filled while mapped, then unmapped).
+    pub fn create(
+        device: &wgpu::Device,
+        label: &str,
+        pool: &ReaderPool,
+        source: &dyn ByteSource,
+    ) -> Result<Self> {
+        match hostmem::import_anonymous(device, label, align4(source.len()).max(4)) {
+            Ok(buffer) => Self::fill_imported(buffer, pool, source),
+            Err(ImportError::Unsupported(_)) => Self::create_mapped(device, label, pool, source),
+            Err(e) => {
+                tracing::warn!(%e, "host-memory import failed: pin falls back to a mapped buffer");
+                Self::create_mapped(device, label, pool, source)
+            }
+        }
+    }
+
+    /// [`Self::create`] in an ordinary mapped buffer, never imported.
+    pub fn create_mapped(
+        device: &wgpu::Device,
+        label: &str,
+        pool: &ReaderPool,
+        source: &dyn ByteSource,
+    ) -> Result<Self> {
+        let len = source.len();
+        let _span = tracing::debug_span!("pin_register", label, bytes = len).entered();
+        let padded = align4(len).max(4);
+        let buffer = gpu::create_mapped_staging(device, label, padded)?;
+        let filled = {
+            let mut view = buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| LoadError::Gpu {
+                    what: format!("map pinned buffer `{label}` ({padded} bytes)"),
+                    message: e.to_string(),
+                })?;
+            let result = pool.read(source, 0, view.slice(..len as usize));
+            view.slice(len as usize..).fill(0);
+            result
+        };
+        buffer.unmap();
+        filled?;
+        Ok(Self {
+            backing: Backing::Mapped(buffer),
+            len,
+        })
+    }
+
+    fn fill_imported(
+        mut buffer: ImportedBuffer,
+        pool: &ReaderPool,
+        source: &dyn ByteSource,
+    ) -> Result<Self> {
+        let len = source.len();
+        let _span = tracing::debug_span!("pin_register", bytes = len, imported = true).entered();
+        let Some(mut view) = buffer.write_view() else {
+            return Err(LoadError::Gpu {
+                what: "fill pinned buffer".into(),
+                message: "imported memory is read-only".into(),
+            });
+        };
+        pool.read(source, 0, view.slice(..len as usize))?;
+        view.slice(len as usize..).fill(0);
+        Ok(Self {
+            backing: Backing::Imported(buffer),
+            len,
+        })
+    }
+
+    /// Records a copy of the whole weight into `dst` at `dst_offset`.
+    pub fn copy_to(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+    ) -> Result<()> {
+        self.copy_range_to(encoder, 0, self.len, dst, dst_offset)
+    }
+
+    /// Records a copy of bytes `[offset, offset + len)` (a multiple-of-4
+    /// `offset`) into `dst` at `dst_offset`, e.g. one tile of a split weight.
+    pub fn copy_range_to(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        offset: u64,
+        len: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+    ) -> Result<()> {
+        let padded = gpu::check_copy(dst, dst_offset, len)?;
+        let buffer = self.buffer();
+        if !offset.is_multiple_of(4) || offset.checked_add(padded).is_none_or(|e| e > buffer.size())
+        {
+            return Err(LoadError::Gpu {
+                what: format!("copy from pinned buffer of {} bytes", self.len),
+                message: format!("range [{offset}, +{len}) is unaligned or outside it"),
+            });
+        }
+        encoder.copy_buffer_to_buffer(buffer, offset, dst, dst_offset, padded);
+        Ok(())
+    }
+
+    /// The weight's length in bytes (without padding).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the weight is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held (with padding), for the RAM ledger.
+    pub fn size(&self) -> u64 {
+        self.buffer().size()
+    }
+
+    /// Which memory the bytes are in.
+    pub fn memory(&self) -> HostMemory {
+        match self.backing {
+            Backing::Imported(_) => HostMemory::Imported,
+            Backing::Mapped(_) => HostMemory::Mapped,
+        }
+    }
+
+    /// The weight's bytes from host memory, where readable (imported pins;
+    /// mapped ones are write-only).
+    pub fn host_bytes(&self) -> Option<&[u8]> {
+        match &self.backing {
+            Backing::Imported(b) => Some(&b.host_bytes()[..self.len as usize]),
+            Backing::Mapped(_) => None,
+        }
+    }
+
+    /// The underlying buffer (a `COPY_SRC` source).
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        match &self.backing {
+            Backing::Imported(b) => b.buffer(),
+            Backing::Mapped(b) => b,
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! How a model's weights are laid out over pages (SPEC §2).
+//!
+//! Tiny tensors first (all of them are needed by every block and cost little),
+//! then the rest, each group in load order. A tensor no larger than a page
+//! never straddles a page boundary, so a page can be one wgpu buffer; a larger
+//! tensor starts a fresh run of pages and owns them alone, so it can be one
+//! multi-page buffer. Page sizes are the bytes actually used (≤ `page_size`).
+
+use crate::budget::MIB;
+
+/// Default page size *(aimdo: 32 MiB)*.
+pub const DEFAULT_PAGE_SIZE: u64 = 32 * MIB;
+/// Default offset alignment inside a page: wgpu's
+/// `min_storage_buffer_offset_alignment` is at most 256.
+pub const DEFAULT_ALIGN: u64 = 256;
+/// Default "tiny" threshold: tensors up to this size (norms, biases, scales)
+/// go first. Our choice; aimdo groups small tensors the same way.
+pub const DEFAULT_TINY: u64 = 64 * 1024;
+
+/// Layout parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LayoutConfig {
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Alignment of each tensor's offset inside a page (a power of two).
+    pub align: u64,
+    /// Tensors of at most this many bytes are laid out first.
+    pub tiny_threshold: u64,
+}
+
+impl Default for LayoutConfig {
+    fn default() -> Self {
+        Self {
+            page_size: DEFAULT_PAGE_SIZE,
+            align: DEFAULT_ALIGN,
+            tiny_threshold: DEFAULT_TINY,
+        }
+    }
+}
+
+/// Layout errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// Page size zero, or alignment not a power of two or larger than a page.
+    #[error(
+        "invalid layout: page size {page_size} B, alignment {align} B (need page > 0, align a power of two <= page)"
+    )]
+    InvalidConfig {
+        /// Page size given.
+        page_size: u64,
+        /// Alignment given.
+        align: u64,
+    },
+}
+
+impl LayoutConfig {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        if self.page_size == 0 || !self.align.is_power_of_two() || self.align > self.page_size {
+            return Err(LayoutError::InvalidConfig {
+                page_size: self.page_size,
+                align: self.align,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where one tensor lives in the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TensorSlot {
+    /// Bytes.
+    pub size: u64,
+    /// First page it occupies.
+    pub first_page: u32,
+    /// Last page it occupies (equal to `first_page` unless larger than a page).
+    pub last_page: u32,
+    /// Byte offset inside `first_page`.
+    pub offset: u64,
+}
+
+/// A model's pages and tensor slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Slot per tensor, indexed by load order.
+    pub tensors: Vec<TensorSlot>,
+    /// Used bytes of each page.
+    pub pages: Vec<u64>,
+    /// `prefix[w]` = bytes of pages `0..w` (length `pages + 1`).
+    pub prefix: Vec<u64>,
+    /// `cut[w]`: a watermark of `w` pages splits no multi-page tensor (length `pages + 1`).
+    pub cut: Vec<bool>,
+    /// Tensor indices (load order) in layout order.
+    pub order: Vec<usize>,
+}
+
+fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a).saturating_mul(a)
+}
+
+impl Layout {
+    /// Lays out `sizes` (load order) over pages.
+    pub fn new(sizes: &[u64], cfg: &LayoutConfig) -> Result<Self, LayoutError> {
+        cfg.validate()?;
+        let mut order: Vec<usize> = (0..sizes.len())
+            .filter(|&i| sizes[i] <= cfg.tiny_threshold)
+            .collect();
+        order.extend((0..sizes.len()).filter(|&i| sizes[i] > cfg.tiny_threshold));
+        let mut tensors = vec![
+            TensorSlot {
+                size: 0,
+                first_page: 0,
+                last_page: 0,
+                offset: 0
+            };
+            sizes.len()
+        ];
+        let mut pages: Vec<u64> = Vec::new();
+        let mut cut_inside: Vec<bool> = Vec::new(); // per page: false if it continues a multi-page tensor
+        // `open` = the page small tensors may still be added to.
+        let mut open: Option<usize> = None;
+        for &i in &order {
+            let size = sizes[i];
+            if size <= cfg.page_size {
+                let page = match open {
+                    Some(p)
+                        if align_up(pages[p], cfg.align).saturating_add(size) <= cfg.page_size =>
+                    {
+                        p
+                    }
+                    _ => {
+                        pages.push(0);
+                        cut_inside.push(true);
+                        pages.len() - 1
+                    }
+                };
+                let offset = align_up(pages[page], cfg.align);
+                pages[page] = offset + size;
+                open = Some(page);
+                let p = page as u32;
+                tensors[i] = TensorSlot {
+                    size,
+                    first_page: p,
+                    last_page: p,
+                    offset,
+                };
+            } else {
+                let n = size.div_ceil(cfg.page_size);
+                let first = pages.len();
+                for k in 0..n {
+                    pages.push(if k + 1 == n {
+                        size - (n - 1) * cfg.page_size
+                    } else {
+                        cfg.page_size
+                    });
+                    cut_inside.push(k == 0);
+                }
+                open = None;
+                tensors[i] = TensorSlot {
+                    size,
+                    first_page: first as u32,
+                    last_page: (pages.len() - 1) as u32,
+                    offset: 0,
+                };
+            }
+        }
+        let mut prefix = Vec::with_capacity(pages.len() + 1);
+        prefix.push(0u64);
+        for &p in &pages {
+            prefix.push(prefix[prefix.len() - 1].saturating_add(p));
+        }
+        // cut[w] for w < pages: page w starts something; cut[pages] always.
+        let mut cut = cut_inside;
+        cut.push(true);
+        Ok(Self {
+            tensors,
+            pages,
+            prefix,
+            cut,
+            order,
+        })
+    }
+
+    /// Number of pages.
+    pub fn page_count(&self) -> u32 {
+        self.pages.len() as u32
+    }
+
+    /// Total bytes of all pages.
+    pub fn total_bytes(&self) -> u64 {
+        self.prefix[self.pages.len()]
+    }
+
+    /// The highest valid watermark whose pages take at most `bytes`.
+    pub fn max_watermark_within(&self, bytes: u64) -> u32 {
+        (0..=self.pages.len())
+            .rev()
+            .find(|&w| self.cut[w] && self.prefix[w] <= bytes)
+            .unwrap_or(0) as u32
+    }
+
+    /// The highest valid watermark at or below `w`.
+    pub fn snap_down(&self, w: u32) -> u32 {
+        (0..=w as usize).rev().find(|&x| self.cut[x]).unwrap_or(0) as u32
+    }
+
+    /// Is tensor `i` resident under watermark `w`?
+    pub fn is_resident(&self, i: usize, w: u32) -> bool {
+        self.tensors[i].last_page < w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiny_first_no_straddle_and_spanning() {
+        let cfg = LayoutConfig {
+            page_size: 1000,
+            align: 8,
+            tiny_threshold: 10,
+        };
+        // load order: big 600, tiny 5, huge 2500, mid 500, tiny 3
+        let l = Layout::new(&[600, 5, 2500, 500, 3], &cfg).unwrap();
+        assert_eq!(l.order, vec![1, 4, 0, 2, 3]);
+        assert_eq!(
+            l.tensors[1],
+            TensorSlot {
+                size: 5,
+                first_page: 0,
+                last_page: 0,
+                offset: 0
+            }
+        );
+        assert_eq!(l.tensors[4].offset, 8);
+        assert_eq!(
+            l.tensors[0],
+            TensorSlot {
+                size: 600,
+                first_page: 0,
+                last_page: 0,
+                offset: 16
+            }
+        );
+        assert_eq!(
+            l.tensors[2],
+            TensorSlot {
+                size: 2500,
+                first_page: 1,
+                last_page: 3,
+                offset: 0
+            }
+        );
+        assert_eq!(
+            l.tensors[3],
+            TensorSlot {
+                size: 500,
+                first_page: 4,
+                last_page: 4,
+                offset: 0
+            }
+        );
+        assert_eq!(l.pages, vec![616, 1000, 1000, 500, 500]);
+        assert_eq!(l.cut, vec![true, true, false, false, true, true]);
+        assert_eq!(
+            l.max_watermark_within(2615),
+            1,
+            "cannot stop inside the 2500 B tensor"
+        );
+        assert_eq!(l.max_watermark_within(3116), 4);
+        assert_eq!(l.snap_down(3), 1);
+        assert!(Layout::new(&[1], &LayoutConfig { align: 3, ..cfg }).is_err());
+    }
+}

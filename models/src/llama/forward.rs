@@ -1,0 +1,470 @@
+//! One forward pass of a Llama-family decoder on the runtime: the token
+//! gather, one block per decoder layer with its KV cache, and the head.
+
+use dynvram_runtime::loader::{Dtype, ModelFiles};
+use dynvram_runtime::ops::attention::Heads;
+use dynvram_runtime::ops::rope::RopeTable;
+use dynvram_runtime::trace::Trace;
+use dynvram_runtime::{
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
+};
+
+use super::checkpoint::{Checkpoint, Limits, names};
+use super::{LlamaConfig, LlamaError};
+
+/// Which rows' logits a pass computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitRows {
+    /// Every input row (`[seq, vocab]`).
+    All,
+    /// The last row only (`[1, vocab]`): decoding needs no more.
+    Last,
+}
+
+/// Options of [`Llama::forward_with`].
+#[derive(Debug, Default)]
+pub struct ForwardOptions<'t> {
+    /// Which logits to compute (default: all rows).
+    pub logits: Option<LogitRows>,
+    /// Also read back the residual stream after every layer and the final
+    /// norm's output (for checks against a reference; costs copies).
+    pub capture: bool,
+    /// Record a timeline of the pass.
+    pub trace: Option<&'t mut Trace>,
+}
+
+/// What a pass returns.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    /// Logits, row-major `[rows, vocab]`.
+    pub logits: Vec<f32>,
+    /// Rows of `logits`.
+    pub rows: usize,
+    /// The pass's figures (streamed bytes, time).
+    pub stats: PassStats,
+    /// With `capture`: the residual stream after each layer, `[seq, hidden]` each.
+    pub hidden: Vec<Vec<f32>>,
+    /// With `capture`: the final norm's output `[seq, hidden]`.
+    pub final_norm: Vec<f32>,
+}
+
+/// The activations of a pass over `rows` rows.
+#[derive(Debug)]
+struct Acts {
+    rows: usize,
+    /// Token ids (u32 bits) for the GPU gather.
+    ids: Activation,
+    x: Activation,
+    h: Activation,
+    q: Activation,
+    k: Activation,
+    v: Activation,
+    attn: Activation,
+    o: Activation,
+    gate: Activation,
+    up: Activation,
+    act: Activation,
+    /// `[rows, vocab]`.
+    logits: Activation,
+}
+
+impl Acts {
+    fn new(
+        rt: &Runtime,
+        c: &LlamaConfig,
+        rows: usize,
+        dtype: ActDtype,
+    ) -> Result<Self, RuntimeError> {
+        let a = |label: &str, cols: usize| rt.activation_of(label, &[rows, cols], dtype);
+        Ok(Self {
+            rows,
+            ids: rt.activation("ids", &[rows])?,
+            x: a("x", c.hidden_size)?,
+            h: a("h", c.hidden_size)?,
+            q: a("q", c.q_width())?,
+            k: a("k", c.kv_width())?,
+            v: a("v", c.kv_width())?,
+            attn: a("attn", c.q_width())?,
+            o: a("o", c.hidden_size)?,
+            gate: a("gate", c.intermediate_size)?,
+            up: a("up", c.intermediate_size)?,
+            act: a("act", c.intermediate_size)?,
+            logits: a("logits", c.vocab_size)?,
+        })
+    }
+}
+
+/// Rows of the embedding table read on the host (tied embeddings: the table
+/// is the head's weight, so the `embed` block gathers from the file).
+#[derive(Debug)]
+struct HostEmbed {
+    files: ModelFiles,
+    dtype: Dtype,
+    hidden: usize,
+}
+
+impl HostEmbed {
+    fn gather(&self, ids: &[u32]) -> Result<Vec<f32>, LlamaError> {
+        let row_bytes = (self.hidden * self.dtype.bitsize() / 8) as u64;
+        let (file, _) = self.files.get(names::EMBED).ok_or_else(|| {
+            LlamaError::Runtime(RuntimeError::MissingTensor {
+                model: Default::default(),
+                tensor: names::EMBED.into(),
+            })
+        })?;
+        let mut raw = vec![0u8; row_bytes as usize];
+        let mut out = Vec::with_capacity(ids.len() * self.hidden);
+        for &id in ids {
+            let start = u64::from(id) * row_bytes;
+            file.read_into(names::EMBED, start..start + row_bytes, &mut raw)
+                .map_err(RuntimeError::from)?;
+            match self.dtype {
+                Dtype::F32 => out.extend(
+                    raw.chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                ),
+                Dtype::F16 => out.extend(
+                    raw.chunks_exact(2)
+                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
+                ),
+                _ => out.extend(
+                    raw.chunks_exact(2)
+                        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+                ),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A Llama-family model ready to run on an opened [`Model`]: its KV cache,
+/// RoPE table and activations.
+///
+/// Activations and the KV cache are f32 by default; [`Llama::with_dtype`]
+/// makes them f16 (kernels still accumulate in f32, weights, norms and the
+/// RoPE table are unchanged; logits come back widened to f32).
+#[derive(Debug)]
+pub struct Llama {
+    config: LlamaConfig,
+    limits: Limits,
+    dtype: ActDtype,
+    lm_head: &'static str,
+    rope: RopeTable,
+    kv: Vec<(Activation, Activation)>,
+    sets: Vec<Acts>,
+    host_embed: Option<HostEmbed>,
+}
+
+impl Llama {
+    /// Allocates the KV cache (`limits.max_seq` positions per layer) and
+    /// uploads the RoPE table. Open the [`Model`] first with
+    /// `ckpt.spec(limits)`, which reserves this memory in the plan.
+    pub fn new(rt: &Runtime, ckpt: &Checkpoint, limits: Limits) -> Result<Self, LlamaError> {
+        Self::with_dtype(rt, ckpt, limits, ActDtype::F32)
+    }
+
+    /// [`Self::new`] with activations and KV cache in `dtype`. F16 needs
+    /// `SHADER_F16`; without it this fails with the runtime's
+    /// `GpuError::NoShaderF16` (no silent fallback to f32).
+    pub fn with_dtype(
+        rt: &Runtime,
+        ckpt: &Checkpoint,
+        limits: Limits,
+        dtype: ActDtype,
+    ) -> Result<Self, LlamaError> {
+        let c = ckpt.config.clone();
+        let _span = tracing::info_span!(
+            "llama_new",
+            layers = c.num_hidden_layers,
+            max_seq = limits.max_seq,
+            ?dtype
+        )
+        .entered();
+        if limits.max_seq == 0 || limits.max_rows == 0 || limits.max_rows > limits.max_seq {
+            return Err(LlamaError::Input(format!(
+                "limits max_rows {} and max_seq {} must satisfy 0 < max_rows <= max_seq",
+                limits.max_rows, limits.max_seq
+            )));
+        }
+        let rope = RopeTable::from_inv_freq(rt.gpu(), &c.inv_freq(), limits.max_seq as u64, 1.0)
+            .map_err(RuntimeError::from)?;
+        let kv = (0..c.num_hidden_layers)
+            .map(|l| {
+                let shape = [limits.max_seq, c.kv_width()];
+                Ok((
+                    rt.activation_of(&format!("k_cache.{l}"), &shape, dtype)?,
+                    rt.activation_of(&format!("v_cache.{l}"), &shape, dtype)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let host_embed = if c.tie_word_embeddings {
+            let files = match ckpt.weights.as_slice() {
+                [one] => ModelFiles::open(one),
+                many => ModelFiles::from_files(many),
+            }
+            .map_err(RuntimeError::from)?;
+            let dtype = files.get(names::EMBED).map_or(Dtype::F32, |(_, t)| t.dtype);
+            Some(HostEmbed {
+                files,
+                dtype,
+                hidden: c.hidden_size,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            lm_head: ckpt.lm_head(),
+            config: c,
+            limits,
+            dtype,
+            rope,
+            kv,
+            sets: Vec::new(),
+            host_embed,
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The limits it was built for.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The activation dtype.
+    pub fn dtype(&self) -> ActDtype {
+        self.dtype
+    }
+
+    /// Prefill-style pass: logits of every row of `ids` at positions
+    /// `pos0..`, after writing their keys and values into the cache (rows
+    /// `0..pos0` must hold the earlier positions).
+    pub fn forward(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        ids: &[u32],
+        pos0: usize,
+    ) -> Result<Forward, LlamaError> {
+        self.forward_with(rt, model, ids, pos0, ForwardOptions::default())
+    }
+
+    /// [`Self::forward`] with options.
+    pub fn forward_with(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        ids: &[u32],
+        pos0: usize,
+        opts: ForwardOptions<'_>,
+    ) -> Result<Forward, LlamaError> {
+        let seq = ids.len();
+        let kv_len = pos0 + seq;
+        let _span = tracing::debug_span!("llama_forward", seq, pos0).entered();
+        self.check_input(ids, pos0)?;
+        let want = opts.logits.unwrap_or(LogitRows::All);
+        let set = self.acts(rt, seq)?;
+        // Decode sets are one row; a prefill asked for its last row only
+        // finishes in the one-row set.
+        let last = if want == LogitRows::Last && seq > 1 {
+            Some(self.acts(rt, 1)?)
+        } else {
+            None
+        };
+        let c = &self.config;
+        let set = &self.sets[set];
+        let last = last.map(|i| &self.sets[i]);
+        let x = view_rows(&set.x, seq);
+        if let Some(host) = &self.host_embed {
+            rt.write_f32(&x, &host.gather(ids)?)?;
+        } else {
+            rt.gpu()
+                .queue
+                .write_buffer(&set.ids.buffer, 0, bytemuck::cast_slice(ids));
+        }
+        let capture = if opts.capture {
+            (0..=c.num_hidden_layers)
+                .map(|l| {
+                    rt.activation_of(&format!("capture.{l}"), &[seq, c.hidden_size], self.dtype)
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
+        let heads = Heads {
+            n_heads: c.num_attention_heads as u64,
+            n_kv_heads: c.num_key_value_heads as u64,
+            head_dim: c.head_dim as u64,
+        };
+        let layers = c.num_hidden_layers;
+        let step = Step {
+            config: c,
+            set,
+            seq,
+            pos0: pos0 as u64,
+            kv_len: kv_len as u64,
+            heads,
+            rope: &self.rope,
+            kv: &self.kv,
+        };
+        let stats = model.run_pass(rt, opts.trace, |ctx| {
+            let b = ctx.index();
+            if b == 0 {
+                if self.host_embed.is_none() {
+                    ctx.embed(names::EMBED, &view_rows(&set.ids, seq), &x)?;
+                }
+                Ok(())
+            } else if b <= layers {
+                step.layer(ctx, b - 1)?;
+                if let Some(cap) = capture.get(b - 1) {
+                    ctx.copy_rows(&x, 0, cap, 0, seq as u64)?;
+                }
+                Ok(())
+            } else {
+                let (src, out) = match last {
+                    Some(l) => {
+                        ctx.copy_rows(&x, seq as u64 - 1, &l.x, 0, 1)?;
+                        (l, 1)
+                    }
+                    None => (set, seq),
+                };
+                let (hx, hh) = (view_rows(&src.x, out), view_rows(&src.h, out));
+                let w = ctx.weight_tensor(names::FINAL_NORM)?;
+                ctx.rms_norm(&hx, &w, &hh, step.config.rms_norm_eps)?;
+                if let Some(cap) = capture.get(layers) {
+                    ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
+                }
+                ctx.linear(self.lm_head, &hh, &view_rows(&src.logits, out))
+            }
+        })?;
+        let rows = match last {
+            Some(_) => 1,
+            None => seq,
+        };
+        let logits_t = view_rows(&last.unwrap_or(set).logits, rows);
+        let logits = rt.read_f32(&logits_t)?;
+        let mut hidden = capture
+            .iter()
+            .map(|t| rt.read_f32(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let final_norm = hidden.pop().unwrap_or_default();
+        Ok(Forward {
+            logits,
+            rows,
+            stats,
+            hidden,
+            final_norm,
+        })
+    }
+
+    fn check_input(&self, ids: &[u32], pos0: usize) -> Result<(), LlamaError> {
+        let c = &self.config;
+        let (seq, kv_len) = (ids.len(), pos0 + ids.len());
+        if seq == 0 || seq > self.limits.max_rows || kv_len > self.limits.max_seq {
+            return Err(LlamaError::Input(format!(
+                "{seq} tokens at position {pos0}: a pass takes 1..={} tokens and the cache holds {} positions",
+                self.limits.max_rows, self.limits.max_seq
+            )));
+        }
+        if let Some(w) = c.sliding_window.filter(|&w| kv_len > w) {
+            return Err(LlamaError::Input(format!(
+                "{kv_len} positions exceed the sliding window of {w}, which is not implemented"
+            )));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
+            return Err(LlamaError::Input(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                c.vocab_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Index of the activation set for `rows` rows: the one-row decode set,
+    /// or the prefill set of `max_rows` rows (used through views).
+    fn acts(&mut self, rt: &Runtime, rows: usize) -> Result<usize, LlamaError> {
+        let rows_needed = if rows == 1 { 1 } else { self.limits.max_rows };
+        if let Some(i) = self.sets.iter().position(|s| s.rows == rows_needed) {
+            return Ok(i);
+        }
+        let set = Acts::new(rt, &self.config, rows_needed, self.dtype)?;
+        self.sets.push(set);
+        Ok(self.sets.len() - 1)
+    }
+}
+
+/// `t`'s first `rows` rows (a view of the same buffer).
+fn view_rows(t: &GpuTensor, rows: usize) -> GpuTensor {
+    let mut v = t.clone();
+    if let Some(first) = v.shape.first_mut() {
+        *first = rows as u64;
+    }
+    v
+}
+
+/// What a decoder layer's block needs.
+struct Step<'a> {
+    config: &'a LlamaConfig,
+    set: &'a Acts,
+    seq: usize,
+    pos0: u64,
+    kv_len: u64,
+    heads: Heads,
+    rope: &'a RopeTable,
+    kv: &'a [(Activation, Activation)],
+}
+
+impl Step<'_> {
+    /// Records decoder layer `l`:
+    /// `x += o(attn(rope(q(n1 x)), rope(k(n1 x)), v(n1 x)))`, then
+    /// `x += down(silu(gate(n2 x)) · up(n2 x))`.
+    fn layer(&self, ctx: &mut BlockCtx<'_>, l: usize) -> Result<(), RuntimeError> {
+        let r = |t: &Activation| view_rows(t, self.seq);
+        let s = self.set;
+        let (x, h, q, k, v, attn, o) = (
+            r(&s.x),
+            r(&s.h),
+            r(&s.q),
+            r(&s.k),
+            r(&s.v),
+            r(&s.attn),
+            r(&s.o),
+        );
+        let (gate, up, act) = (r(&s.gate), r(&s.up), r(&s.act));
+        let p = |name: &str| names::proj(l, name);
+        let eps = self.config.rms_norm_eps;
+        let (k_cache, v_cache) = &self.kv[l];
+
+        let n1 = ctx.weight_tensor(&names::input_norm(l))?;
+        ctx.rms_norm(&x, &n1, &h, eps)?;
+        ctx.linear(&p("q_proj"), &h, &q)?;
+        ctx.linear(&p("k_proj"), &h, &k)?;
+        ctx.linear(&p("v_proj"), &h, &v)?;
+        ctx.rope(self.rope, &q, self.heads.n_heads, self.pos0)?;
+        ctx.rope(self.rope, &k, self.heads.n_kv_heads, self.pos0)?;
+        ctx.kv_write(&k, k_cache, self.pos0)?;
+        ctx.kv_write(&v, v_cache, self.pos0)?;
+        ctx.attention(
+            &q,
+            k_cache,
+            v_cache,
+            &attn,
+            self.heads,
+            self.kv_len,
+            self.pos0,
+        )?;
+        ctx.linear(&p("o_proj"), &attn, &o)?;
+        ctx.add_assign(&x, &o)?;
+
+        let n2 = ctx.weight_tensor(&names::post_norm(l))?;
+        ctx.rms_norm(&x, &n2, &h, eps)?;
+        ctx.linear(&p("gate_proj"), &h, &gate)?;
+        ctx.linear(&p("up_proj"), &h, &up)?;
+        ctx.swiglu(&gate, &up, &act)?;
+        ctx.linear(&p("down_proj"), &act, &o)?;
+        ctx.add_assign(&x, &o)
+    }
+}

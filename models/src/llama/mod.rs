@@ -1,0 +1,69 @@
+//! Llama-family decoders (Llama, Mistral, Qwen2) from Hugging Face
+//! checkpoints: `config.json` plus single or sharded safetensors, float or
+//! ComfyUI-quantized linears.
+//!
+//! Blocks, in pass order: `embed` (the token gather), one block per decoder
+//! layer (so the runtime prefetches layer i+1 while layer i computes), and
+//! `head` (final RMSNorm + `lm_head`). The KV cache is one pair of GPU
+//! activations `[max_seq, kv_heads·head_dim]` per layer. Arithmetic follows
+//! transformers' f32 eager path: RMSNorm in f32, `rotate_half` RoPE, GQA
+//! with `head_dim^-0.5` scaling, softmax in f32.
+
+mod checkpoint;
+mod config;
+mod forward;
+mod generate;
+pub mod synth;
+pub mod tokenizer;
+
+use std::path::PathBuf;
+
+pub use checkpoint::{Checkpoint, Limits, names};
+pub use config::{Family, LlamaConfig, RopeScaling};
+pub use forward::{Forward, ForwardOptions, Llama, LogitRows};
+pub use generate::{Generation, PhaseStats, argmax};
+pub use tokenizer::TextTokenizer;
+
+/// Errors of the Llama family.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlamaError {
+    /// The runtime failed (GPU, budget, files).
+    #[error(transparent)]
+    Runtime(#[from] dynvram_runtime::RuntimeError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `config.json` is missing a key or asks for something not implemented.
+    #[error("{path}: {why}")]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The weights do not match the config.
+    #[error("{path}: {why}")]
+    Weights {
+        /// The checkpoint folder or file.
+        path: PathBuf,
+        /// Which tensor and how.
+        why: String,
+    },
+    /// Bad input: token ids out of range, sequence longer than the cache.
+    #[error("{0}")]
+    Input(String),
+    /// `tokenizer.json` is missing or unreadable, or text failed to encode.
+    #[error("{path}: {why}")]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}

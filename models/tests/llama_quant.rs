@@ -1,0 +1,93 @@
+//! The tiny-llama checkpoint with its `*_proj` layers quantized by the quant
+//! crate (int8_tensorwise, convrot_w4a4): it runs, and its logits stay close
+//! to the f32 reference. Prints cosine similarity and top-1 agreement.
+
+mod llama_common;
+
+use dynvram_models::llama::{Checkpoint, Limits, argmax};
+use dynvram_runtime::quant::LinearDtype;
+use dynvram_runtime::quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
+use llama_common::{cosine, get, ids, open, read_safetensors, runtime, tiny_dir};
+
+/// (cosine, top-1 agreement) of the prompts' logits against `logits_f32_*`.
+fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {
+    let dir = tiny_dir(test)?;
+    if !llama_common::have_gpu(test) {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("model.safetensors");
+    let opts = QuantizeOptions::new(target, Some(r"_proj$"), None).expect("options");
+    let report = quantize_file(
+        &dir.join("model.safetensors"),
+        &out,
+        &opts,
+        &mut |_, _, _| {},
+    )
+    .expect("quantize");
+    assert_eq!(
+        report.quantized.len(),
+        4 * 7,
+        "every projection quantized; skipped: {:?}",
+        report.skipped
+    );
+    std::fs::copy(dir.join("config.json"), tmp.path().join("config.json")).expect("config copy");
+
+    let reference = read_safetensors(&dir.join("reference.safetensors"));
+    let prompts = [
+        ids(get(&reference, "input_ids_p0")),
+        ids(get(&reference, "input_ids_p1")),
+    ];
+    let ckpt = Checkpoint::open(tmp.path()).expect("quantized checkpoint opens");
+    let limits = Limits {
+        max_seq: 32,
+        max_rows: 19,
+    };
+    let rt = runtime(None);
+    let (model, mut llama) = open(&rt, &ckpt, limits);
+    let vocab = ckpt.config.vocab_size;
+    let (mut got_all, mut want_all, mut agree, mut rows) = (vec![], vec![], 0, 0);
+    for (p, prompt) in prompts.iter().enumerate() {
+        let f = llama.forward(&rt, &model, prompt, 0).expect("forward");
+        let want = &get(&reference, &format!("logits_f32_p{p}")).values;
+        for (g, w) in f.logits.chunks(vocab).zip(want.chunks(vocab)) {
+            agree += usize::from(argmax(g) == argmax(w));
+            rows += 1;
+        }
+        got_all.extend_from_slice(&f.logits);
+        want_all.extend_from_slice(want);
+    }
+    let cos = cosine(&got_all, &want_all);
+    let top1 = agree as f64 / rows as f64;
+    eprintln!(
+        "{test}: {target:?}: logits cosine {cos:.5}, top-1 agreement {agree}/{rows} = {top1:.3}"
+    );
+    Some((cos, top1))
+}
+
+#[test]
+fn tiny_llama_int8_tensorwise_stays_close() {
+    if let Some((cos, top1)) = quantized_agreement(
+        "tiny_llama_int8_tensorwise_stays_close",
+        TargetFormat::Int8Tensorwise,
+    ) {
+        assert!(
+            cos > 0.99 && top1 >= 0.8,
+            "int8: cosine {cos}, top-1 {top1}"
+        );
+    }
+}
+
+#[test]
+fn tiny_llama_convrot_w4a4_stays_close() {
+    let target = TargetFormat::ConvrotW4a4 {
+        group: 64,
+        linear_dtype: LinearDtype::Int4,
+    };
+    if let Some((cos, top1)) = quantized_agreement("tiny_llama_convrot_w4a4_stays_close", target) {
+        assert!(
+            cos > 0.8 && top1 >= 0.1,
+            "convrot_w4a4: cosine {cos}, top-1 {top1}"
+        );
+    }
+}

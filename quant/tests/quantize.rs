@@ -1,0 +1,241 @@
+//! The quantizer: bit-exact against kitchen's quantized weights in the conformance
+//! files, and files it writes load back and validate.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use dynvram_quant::quantize::{
+    quantize_convrot_w4a4_weight, quantize_float8_e4m3fn_weight, quantize_int8_tensorwise_weight,
+};
+use dynvram_quant::tensors::{Dtype, f32_bytes, f32s};
+use dynvram_quant::{
+    Format, LayerBytes, LinearDtype, QuantizeOptions, SafeFile, TargetFormat, TensorList,
+    discover_layers, quantize_file, reference_linear,
+};
+
+fn conformance_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/conformance"
+    ));
+    if dir.join("manifest.json").is_file() {
+        Some(dir)
+    } else {
+        println!("skipped: no conformance folder at {}", dir.display());
+        None
+    }
+}
+
+#[test]
+fn quantizer_reproduces_kitchen_weights_bit_exactly() {
+    let Some(dir) = conformance_dir() else { return };
+    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest");
+    let man: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let mut checked = 0;
+    for case in man["cases"].as_array().expect("cases") {
+        if case["has_original_weight"] != true {
+            continue;
+        }
+        let name = case["file"].as_str().expect("file");
+        let buf = std::fs::read(dir.join(name)).expect("read");
+        let file = SafeFile::parse(&buf).expect("parse");
+        let l = &discover_layers(&file).expect("layers")[0];
+        let w = f32s(file.data("original_weight").expect("original_weight"));
+        let weight = file.data("layer.weight").expect("weight");
+        let scale = f32s(file.data("layer.weight_scale").expect("scale"));
+        let (qw, qs): (Vec<u8>, Vec<f32>) = match l.format {
+            Format::ConvrotW4a4 { group, .. } => {
+                quantize_convrot_w4a4_weight(&w, l.k, group).expect("fits")
+            }
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            } => {
+                let (q, s) = quantize_int8_tensorwise_weight(&w);
+                (q.iter().map(|&v| v as u8).collect(), vec![s])
+            }
+            Format::Float8E4m3fn => {
+                let (q, s) = quantize_float8_e4m3fn_weight(&w);
+                (q, vec![s])
+            }
+            other => panic!("{name}: unexpected format {other:?}"),
+        };
+        let diff = qw.iter().zip(weight).filter(|(a, b)| a != b).count();
+        assert_eq!(diff, 0, "{name}: {diff} weight bytes differ");
+        assert_eq!(qs, scale, "{name}: scales differ");
+        println!("{name}: weight and scale bit-exact");
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} cases had original_weight");
+}
+
+/// A small f32 model: three linears (one whose K does not fit convrot), a norm, a bias.
+fn write_model(path: &std::path::Path) -> HashMap<String, Vec<f32>> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect() };
+    let specs: [(&str, Vec<usize>); 6] = [
+        ("a.weight", vec![32, 256]),
+        ("a.bias", vec![32]),
+        ("b.weight", vec![16, 512]),
+        ("odd.weight", vec![8, 96]),
+        ("norm.weight", vec![256]),
+        ("skipme.weight", vec![8, 256]),
+    ];
+    let data: HashMap<String, Vec<f32>> = specs
+        .iter()
+        .map(|(n, s)| (n.to_string(), v(s.iter().product())))
+        .collect();
+    let bytes: HashMap<String, Vec<u8>> = data
+        .iter()
+        .map(|(k, x)| (k.clone(), f32_bytes(x)))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = specs
+        .iter()
+        .map(|(n, s)| {
+            let t = safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), &bytes[*n])
+                .expect("view");
+            (n.to_string(), t)
+        })
+        .collect();
+    let meta = HashMap::from([("hello".to_owned(), "world".to_owned())]);
+    safetensors::serialize_to_file(views, Some(meta), path).expect("write model");
+    data
+}
+
+#[test]
+fn quantized_files_load_back_and_validate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("model.safetensors");
+    let data = write_model(&input);
+    let targets = [
+        (
+            TargetFormat::ConvrotW4a4 {
+                group: 256,
+                linear_dtype: LinearDtype::Int4,
+            },
+            r#"{"format": "convrot_w4a4", "convrot_groupsize": 256}"#,
+        ),
+        (
+            TargetFormat::ConvrotW4a4 {
+                group: 64,
+                linear_dtype: LinearDtype::Int8,
+            },
+            r#"{"format": "convrot_w4a4", "convrot_groupsize": 64, "linear_dtype": "int8"}"#,
+        ),
+        (
+            TargetFormat::Int8Tensorwise,
+            r#"{"format": "int8_tensorwise"}"#,
+        ),
+        (TargetFormat::Float8E4m3fn, r#"{"format": "float8_e4m3fn"}"#),
+    ];
+    let skip = regex::Regex::new("^skip").expect("regex");
+    for (target, json) in targets {
+        let output = dir.path().join("out.safetensors");
+        let opts = QuantizeOptions {
+            target,
+            only: None,
+            skip: Some(skip.clone()),
+        };
+        let mut calls = Vec::new();
+        let report = quantize_file(&input, &output, &opts, &mut |d, t, l| {
+            calls.push((d, t, l.to_owned()))
+        })
+        .expect("quantize");
+        assert_eq!(calls.last().map(|c| (c.0, c.1)), Some((4, 4)), "{calls:?}");
+        let convrot = matches!(target, TargetFormat::ConvrotW4a4 { .. });
+        let mut want: Vec<&str> = if convrot {
+            vec!["a", "b"]
+        } else {
+            vec!["a", "b", "odd"]
+        };
+        want.sort();
+        assert_eq!(report.quantized, want, "{target:?}");
+        assert!(report.skipped.iter().any(|s| s.layer == "skipme"));
+        if convrot {
+            let odd = report
+                .skipped
+                .iter()
+                .find(|s| s.layer == "odd")
+                .expect("odd skipped");
+            assert!(odd.reason.contains("96"), "{}", odd.reason);
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+
+        let buf = std::fs::read(&output).expect("read back");
+        let file = SafeFile::parse(&buf).expect("parses");
+        assert_eq!(
+            file.header_metadata()
+                .and_then(|m| m.get("hello"))
+                .map(String::as_str),
+            Some("world")
+        );
+        assert_eq!(file.data("a.comfy_quant").expect("json"), json.as_bytes());
+        assert_eq!(
+            file.data("norm.weight").expect("norm"),
+            f32_bytes(&data["norm.weight"]).as_slice()
+        );
+        let layers = discover_layers(&file).expect("written file validates");
+        for l in &layers {
+            // Quantized output close to the float product (quantization error only).
+            let x: Vec<f32> = (0..l.k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0)
+                .collect();
+            let bytes = LayerBytes {
+                weight: file.data(&l.weight).expect("w"),
+                scale: l.scale.as_deref().and_then(|s| file.data(s)),
+                bias: l.bias.as_deref().and_then(|s| file.data(s)),
+            };
+            let y = reference_linear(l, bytes, &x, None).expect("runs").out;
+            let w = &data[&format!("{}.weight", l.name)];
+            let b = data.get(&format!("{}.bias", l.name));
+            let exact = dynvram_quant::reference::gemm_f32(&x, w, l.k, b.map(Vec::as_slice));
+            let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let err = y
+                .iter()
+                .zip(&exact)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                err <= 0.35 * scale,
+                "{target:?} {}: error {err} vs max {scale}",
+                l.name
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_group_size_and_missing_input_are_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("model.safetensors");
+    write_model(&input);
+    let out = dir.path().join("o.safetensors");
+    let opts = |g| QuantizeOptions {
+        target: TargetFormat::ConvrotW4a4 {
+            group: g,
+            linear_dtype: LinearDtype::Int4,
+        },
+        only: None,
+        skip: None,
+    };
+    let e = quantize_file(&input, &out, &opts(128), &mut |_, _, _| {})
+        .expect_err("128 is not a power of 4");
+    assert!(e.to_string().contains("128"), "{e}");
+    let e = quantize_file(
+        &dir.path().join("nope"),
+        &out,
+        &opts(256),
+        &mut |_, _, _| {},
+    )
+    .expect_err("missing");
+    assert!(e.to_string().contains("nope"), "{e}");
+    std::fs::write(&input, b"garbage").expect("write");
+    let e =
+        quantize_file(&input, &out, &opts(256), &mut |_, _, _| {}).expect_err("not safetensors");
+    assert!(e.to_string().contains("model.safetensors"), "{e}");
+    assert!(!out.exists());
+}

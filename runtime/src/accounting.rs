@@ -1,0 +1,73 @@
+//! GPU buffers recorded in the budget's ledger with their owner class. The
+//! ledger entry is freed when the buffer is dropped, so tracked usage always
+//! equals what the workspace holds.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dynvram_memory::{AllocId, Budget, OwnerClass};
+
+use crate::error::{Result, RuntimeError};
+use crate::gpu::Gpu;
+
+/// The shared budget (one per runtime, over every model).
+pub type SharedBudget = Arc<Mutex<Budget>>;
+
+/// A GPU buffer counted in the ledger.
+#[derive(Debug)]
+pub struct TrackedBuffer {
+    /// The buffer.
+    pub buffer: Arc<wgpu::Buffer>,
+    /// Its size in bytes.
+    pub size: u64,
+    /// What it holds.
+    pub class: OwnerClass,
+    id: AllocId,
+    budget: SharedBudget,
+}
+
+impl TrackedBuffer {
+    /// Allocates `size` bytes of `class` after checking the budget's deficit
+    /// rule, then creates the buffer inside an out-of-memory scope.
+    pub fn new(
+        gpu: &Gpu,
+        budget: &SharedBudget,
+        class: OwnerClass,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<Self> {
+        let size = size.max(4).next_multiple_of(4);
+        let id = lock(budget)
+            .allocate(class, size, Instant::now())
+            .map_err(|source| RuntimeError::BudgetRefused {
+                label: label.to_owned(),
+                source,
+            })?;
+        match gpu.create_buffer(label, size, usage) {
+            Ok(buffer) => Ok(Self {
+                buffer: Arc::new(buffer),
+                size,
+                class,
+                id,
+                budget: budget.clone(),
+            }),
+            Err(e) => {
+                let _ = lock(budget).free(id);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl Drop for TrackedBuffer {
+    fn drop(&mut self) {
+        let _ = lock(&self.budget).free(self.id);
+    }
+}
+
+/// Locks the budget, recovering from a poisoned lock (the ledger stays
+/// consistent: every mutation is a single call).
+pub fn lock(budget: &SharedBudget) -> std::sync::MutexGuard<'_, Budget> {
+    budget.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,369 @@
+//! Ops as a block's code calls them: thin wrappers that pass the runtime's
+//! GPU, pipeline cache and the block's encoder to [`crate::ops`].
+
+use crate::error::Result;
+use crate::ops::elementwise::{self, Unary};
+use crate::ops::linear::{LinearWeights, Region, WeightPart, record_linear};
+use crate::pass::BlockCtx;
+use crate::tensor::GpuTensor;
+
+impl BlockCtx<'_> {
+    /// A weight of this block as an `f32` tensor view (norm weights, biases:
+    /// tensors the model declared in [`crate::BlockSpec::tensors`]).
+    pub fn weight_tensor(&self, name: &str) -> Result<GpuTensor> {
+        let w = self.weight(name)?;
+        if !(w.as_f32 || w.dtype == dynvram_loader::Dtype::F32) {
+            return Err(crate::RuntimeError::Dtype {
+                model: self.model().path().to_owned(),
+                tensor: name.to_owned(),
+                dtype: w.dtype,
+                why: "was uploaded raw; declare it in BlockSpec::tensors to get f32".into(),
+            });
+        }
+        Ok(GpuTensor {
+            buffer: std::sync::Arc::new(w.buffer.clone()),
+            offset: w.offset,
+            shape: w.shape.iter().map(|&d| d as u64).collect(),
+            dtype: crate::ActDtype::F32,
+        })
+    }
+
+    /// `out = x · Wᵀ + b` for linear layer `layer` of this block, with the
+    /// kernel path the model's plan chose for it (`x` `[M, K]`, `out` `[M, N]`,
+    /// both f32 or both f16).
+    pub fn linear(&mut self, layer: &str, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        let model = self.model();
+        let (info, plan) =
+            model
+                .layers
+                .get(layer)
+                .ok_or_else(|| crate::RuntimeError::MissingLayer {
+                    model: model.path().to_owned(),
+                    layer: layer.to_owned(),
+                })?;
+        let region = |name: &str| -> Result<Region> {
+            let w = self.weight(name)?;
+            Ok(Region {
+                buffer: std::sync::Arc::new(w.buffer.clone()),
+                offset: w.offset,
+                size: w.size,
+            })
+        };
+        let weights = LinearWeights {
+            format: info.format,
+            n: info.n as u64,
+            k: info.k as u64,
+            parts: vec![WeightPart {
+                region: region(&info.weight)?,
+                rows: info.n as u64,
+            }],
+            scale: info.scale.as_deref().map(region).transpose()?,
+            bias: info.bias.as_deref().map(region).transpose()?,
+        };
+        let rt = self.runtime();
+        let patch = model.patches.get(layer).cloned();
+        let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let linear_err = |source| crate::RuntimeError::Linear {
+            layer: layer.to_owned(),
+            source,
+        };
+        let (gpu, cache) = (rt.gpu(), rt.pipelines());
+        record_linear(
+            gpu,
+            cache,
+            self.encoder(),
+            &weights,
+            plan.kernel,
+            x,
+            out,
+            &mut scratch,
+        )
+        .map_err(linear_err)?;
+        let Some(patch) = patch else {
+            return Ok(());
+        };
+        // y += scale · (x Aᵀ) Bᵀ: two small f32-weight linears, a scale, an
+        // add, with intermediates in the activations' dtype.
+        let m = (x.numel() / info.k as u64) as usize;
+        let t = rt.activation_of(
+            &format!("{layer}.lora_t"),
+            &[m, patch.rank() as usize],
+            x.dtype,
+        )?;
+        let u = rt.activation_of(&format!("{layer}.lora_u"), &[m, info.n], x.dtype)?;
+        let kernel = crate::lora::LoraPatch::kernel();
+        record_linear(
+            gpu,
+            cache,
+            self.encoder(),
+            &patch.down(),
+            kernel,
+            x,
+            &t,
+            &mut scratch,
+        )
+        .map_err(linear_err)?;
+        record_linear(
+            gpu,
+            cache,
+            self.encoder(),
+            &patch.up(),
+            kernel,
+            &t,
+            &u,
+            &mut scratch,
+        )
+        .map_err(linear_err)?;
+        drop(scratch);
+        elementwise::record_unary_inplace(
+            gpu,
+            cache,
+            self.encoder(),
+            Unary::Scale(patch.scale),
+            &u,
+        )?;
+        // `out` may be a view with more dimensions; the add sees it as [M, N].
+        let out_2d = GpuTensor {
+            shape: u.shape.clone(),
+            ..out.clone()
+        };
+        elementwise::record_add_inplace(gpu, cache, self.encoder(), &out_2d, &u)?;
+        self.keep_alive(t);
+        self.keep_alive(u);
+        Ok(())
+    }
+
+    /// `x = gelu_tanh(x)` in place.
+    pub fn gelu_tanh(&mut self, x: &GpuTensor) -> Result<()> {
+        let rt = self.runtime();
+        Ok(elementwise::record_unary_inplace(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            Unary::GeluTanh,
+            x,
+        )?)
+    }
+
+    /// `x += y` (residual add).
+    pub fn add_assign(&mut self, x: &GpuTensor, y: &GpuTensor) -> Result<()> {
+        let rt = self.runtime();
+        Ok(elementwise::record_add_inplace(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            x,
+            y,
+        )?)
+    }
+}
+
+/// Decoder-transformer ops (Llama family): RMSNorm, RoPE, the KV cache,
+/// attention, SwiGLU, the embedding gather and row copies, as thin wrappers
+/// over [`crate::ops`] like the ones above.
+impl BlockCtx<'_> {
+    /// `out = weight · x / √(mean(x²) + eps)` per row (RMSNorm in f32);
+    /// `weight` is f32 `[hidden]`, `x` and `out` `[rows, hidden]` of one
+    /// dtype (f32 or f16).
+    pub fn rms_norm(
+        &mut self,
+        x: &GpuTensor,
+        weight: &GpuTensor,
+        out: &GpuTensor,
+        eps: f32,
+    ) -> Result<()> {
+        let rt = self.runtime();
+        Ok(crate::ops::norm::record_rms_norm(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            x,
+            weight,
+            out,
+            eps,
+        )?)
+    }
+
+    /// RoPE (`rotate_half` form) in place on `x` `[seq, n_heads·head_dim]`,
+    /// row s at position `pos0 + s`.
+    pub fn rope(
+        &mut self,
+        table: &crate::ops::rope::RopeTable,
+        x: &GpuTensor,
+        n_heads: u64,
+        pos0: u64,
+    ) -> Result<()> {
+        let rt = self.runtime();
+        Ok(crate::ops::rope::record_rope(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            table,
+            x,
+            n_heads,
+            pos0,
+        )?)
+    }
+
+    /// Copies `rows` `[s, width]` into rows `pos0..pos0+s` of a KV cache `[max_seq, width]`.
+    pub fn kv_write(&mut self, rows: &GpuTensor, cache: &GpuTensor, pos0: u64) -> Result<()> {
+        Ok(crate::ops::attention::record_kv_write(
+            self.encoder(),
+            rows,
+            cache,
+            pos0,
+        )?)
+    }
+
+    /// Causal GQA attention of the query rows at `pos0..` over cache rows `0..kv_len`.
+    #[allow(clippy::too_many_arguments)] // the op's operands
+    pub fn attention(
+        &mut self,
+        q: &GpuTensor,
+        k_cache: &GpuTensor,
+        v_cache: &GpuTensor,
+        out: &GpuTensor,
+        heads: crate::ops::attention::Heads,
+        kv_len: u64,
+        pos0: u64,
+    ) -> Result<()> {
+        let rt = self.runtime();
+        Ok(crate::ops::attention::record_attention(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            q,
+            k_cache,
+            v_cache,
+            out,
+            heads,
+            kv_len,
+            pos0,
+        )?)
+    }
+
+    /// `out = silu(gate) · up`.
+    pub fn swiglu(&mut self, gate: &GpuTensor, up: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        let rt = self.runtime();
+        Ok(elementwise::record_swiglu(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            gate,
+            up,
+            out,
+        )?)
+    }
+
+    /// `out[t] = table[ids[t]]` in `out`'s dtype (f32 or f16), where `table` is a `[vocab, hidden]`
+    /// weight of this block declared in [`crate::BlockSpec::raw_tensors`]
+    /// (f32, f16 or bf16 as stored) and `ids` holds `u32` token ids (their
+    /// bits, in a tensor of shape `[tokens]`).
+    pub fn embed(&mut self, table: &str, ids: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        use crate::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+        let w = self.weight(table)?;
+        let dtype_err = |why: &str| crate::RuntimeError::Dtype {
+            model: self.model().path().to_owned(),
+            tensor: table.to_owned(),
+            dtype: w.dtype,
+            why: why.into(),
+        };
+        if w.as_f32 {
+            return Err(dtype_err(
+                "was converted to f32; declare it in BlockSpec::raw_tensors",
+            ));
+        }
+        let dtype = match w.dtype {
+            dynvram_loader::Dtype::F32 => TableDtype::F32,
+            dynvram_loader::Dtype::F16 => TableDtype::F16,
+            dynvram_loader::Dtype::BF16 => TableDtype::Bf16,
+            _ => {
+                return Err(dtype_err(
+                    "is not an embedding table type (f32, f16 or bf16)",
+                ));
+            }
+        };
+        let &[vocab, hidden] = w.shape else {
+            return Err(crate::RuntimeError::Shape {
+                op: "embed".into(),
+                detail: format!(
+                    "table `{table}` has shape {:?}, expected [vocab, hidden]",
+                    w.shape
+                ),
+            });
+        };
+        let table = EmbedTable {
+            buffer: w.buffer,
+            offset: w.offset,
+            vocab: vocab as u64,
+            hidden: hidden as u64,
+            dtype,
+        };
+        let ids = TokenIds {
+            buffer: &ids.buffer,
+            offset: ids.offset,
+            count: ids.numel(),
+        };
+        let rt = self.runtime();
+        Ok(record_embed(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            &table,
+            &ids,
+            out,
+        )?)
+    }
+
+    /// Copies `rows` rows starting at `src_row` of `src` `[.., width]` to
+    /// `dst` `[.., width]` starting at `dst_row` (capturing a hidden state,
+    /// taking the last row of a sequence).
+    pub fn copy_rows(
+        &mut self,
+        src: &GpuTensor,
+        src_row: u64,
+        dst: &GpuTensor,
+        dst_row: u64,
+        rows: u64,
+    ) -> Result<()> {
+        let width = |t: &GpuTensor| t.shape.last().copied().unwrap_or(0);
+        let height = |t: &GpuTensor| t.numel() / width(t).max(1);
+        if src.dtype != dst.dtype
+            || width(src) != width(dst)
+            || src_row + rows > height(src)
+            || dst_row + rows > height(dst)
+            || *src.buffer == *dst.buffer
+        {
+            return Err(crate::RuntimeError::Shape {
+                op: "copy_rows".into(),
+                detail: format!(
+                    "rows {src_row}..{} of {:?} {:?} into rows {dst_row}..{} of {:?} {:?} (distinct buffers, same width and dtype)",
+                    src_row + rows,
+                    src.shape,
+                    src.dtype,
+                    dst_row + rows,
+                    dst.shape,
+                    dst.dtype
+                ),
+            });
+        }
+        let row_bytes = width(src) * src.dtype.size();
+        let (from, to, bytes) = (
+            src.offset + src_row * row_bytes,
+            dst.offset + dst_row * row_bytes,
+            rows * row_bytes,
+        );
+        if !from.is_multiple_of(4) || !to.is_multiple_of(4) || !bytes.is_multiple_of(4) {
+            return Err(crate::RuntimeError::Shape {
+                op: "copy_rows".into(),
+                detail: format!(
+                    "copies must be whole 4-byte words: {bytes} bytes from byte {from} to byte {to} ({:?})",
+                    src.dtype
+                ),
+            });
+        }
+        self.encoder()
+            .copy_buffer_to_buffer(&src.buffer, from, &dst.buffer, to, bytes);
+        Ok(())
+    }
+}

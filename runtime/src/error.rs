@@ -1,0 +1,111 @@
+//! The runtime's error type: every failure names the model file, tensor and sizes.
+
+use std::path::PathBuf;
+
+use crate::gpu::GpuError;
+
+/// Anything that can go wrong while opening or running a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// A GPU call failed (allocation, pipeline, device loss).
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// Reading a file failed.
+    #[error(transparent)]
+    Load(#[from] dynvram_loader::LoadError),
+    /// A layer's tensors do not match its format.
+    #[error("{model}: {source}")]
+    Layout {
+        /// The model's file.
+        model: PathBuf,
+        /// Which layer and tensor, and why.
+        source: dynvram_quant::LayoutError,
+    },
+    /// The budget flags or an allocation against the budget failed.
+    #[error(transparent)]
+    Budget(#[from] dynvram_memory::BudgetError),
+    /// The budget refused a buffer (the deficit rule); names the buffer.
+    #[error("buffer `{label}`: {source}")]
+    BudgetRefused {
+        /// Buffer label.
+        label: String,
+        /// Why the budget refused.
+        source: dynvram_memory::BudgetError,
+    },
+    /// Even streaming everything does not fit the budget.
+    #[error("{model}: {source}")]
+    Plan {
+        /// The model's file.
+        model: PathBuf,
+        /// Why.
+        source: dynvram_memory::PlanError,
+    },
+    /// The residency policy refused (an unknown model or bad page layout).
+    #[error("{model}: {source}")]
+    Residency {
+        /// The model's file.
+        model: PathBuf,
+        /// Why.
+        source: dynvram_memory::ResidencyError,
+    },
+    /// The model has no tensor of that name.
+    #[error("{model}: no tensor `{tensor}`")]
+    MissingTensor {
+        /// The model's file.
+        model: PathBuf,
+        /// The name asked for.
+        tensor: String,
+    },
+    /// The model has no linear layer of that name.
+    #[error("{model}: no linear layer `{layer}` (a `{layer}.weight` of 2 dimensions)")]
+    MissingLayer {
+        /// The model's file.
+        model: PathBuf,
+        /// The name asked for.
+        layer: String,
+    },
+    /// An op got tensors of the wrong shape.
+    #[error("{op}: {detail}")]
+    Shape {
+        /// The op.
+        op: String,
+        /// Shapes involved.
+        detail: String,
+    },
+    /// A tensor was used outside the block that declares it.
+    #[error(
+        "tensor `{tensor}` is not a weight of block {block} (`{block_name}`); declare it in that block"
+    )]
+    NotInBlock {
+        /// Tensor name.
+        tensor: String,
+        /// Block index.
+        block: usize,
+        /// Block name.
+        block_name: String,
+    },
+    /// A linear layer could not be recorded.
+    #[error("linear layer `{layer}`: {source}")]
+    Linear {
+        /// Layer name.
+        layer: String,
+        /// Why.
+        source: crate::ops::linear::LinearError,
+    },
+    /// A tensor's bytes could not be converted for upload.
+    #[error("{model}: tensor `{tensor}` has dtype {dtype:?}, which {why}")]
+    Dtype {
+        /// The model's file.
+        model: PathBuf,
+        /// Tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: dynvram_loader::Dtype,
+        /// What was expected.
+        why: String,
+    },
+}
+
+/// Shorthand.
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

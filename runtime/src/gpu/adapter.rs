@@ -1,0 +1,171 @@
+//! Adapter selection following wgpu's conventions: `WGPU_BACKEND`,
+//! `WGPU_ADAPTER_NAME`, `WGPU_POWER_PREF`, overridden by explicit flags.
+
+use serde::Serialize;
+
+use super::GpuError;
+use super::caps::adapter_caps;
+use dynvram_quant::AdapterCaps;
+
+/// Which adapter to use. Empty fields fall back to the `WGPU_*` variables,
+/// then to wgpu's default (high performance, any backend).
+#[derive(Debug, Clone, Default)]
+pub struct AdapterChoice {
+    /// Backend list such as `vulkan`, `gl`, `vulkan,gl` (wgpu's syntax).
+    pub backend: Option<String>,
+    /// Case-insensitive substring of the adapter name.
+    pub adapter: Option<String>,
+    /// `high`/`low`/`none` power preference.
+    pub power: Option<String>,
+}
+
+/// One adapter as `dynvram probe` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdapterSummary {
+    /// Name.
+    pub name: String,
+    /// Backend.
+    pub backend: String,
+    /// Integrated, discrete, CPU…
+    pub device_type: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Features and limits.
+    pub caps: AdapterCaps,
+    /// The driver's VRAM figures and their source, when the backend offers them.
+    pub vram: Option<super::VramReading>,
+    /// Where ordinary mapped staging buffers land (Vulkan): host RAM, or BAR
+    /// (device-local memory that counts against VRAM).
+    pub staging_memory: Option<dynvram_loader::hostmem::StagingPlacement>,
+    /// `VK_EXT_external_memory_host` is offered: pins and staging slots can
+    /// be imported host RAM.
+    pub host_import: bool,
+}
+
+impl AdapterChoice {
+    fn backends(&self) -> Result<wgpu::Backends, GpuError> {
+        match self.backend.as_deref() {
+            Some(name) => {
+                let b = wgpu::Backends::from_comma_list(name);
+                if b.is_empty() {
+                    Err(GpuError::UnknownBackend(name.to_owned()))
+                } else {
+                    Ok(b)
+                }
+            }
+            None => Ok(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all())),
+        }
+    }
+
+    fn name_filter(&self) -> Option<String> {
+        self.adapter
+            .clone()
+            .or_else(|| std::env::var("WGPU_ADAPTER_NAME").ok())
+            .map(|s| s.to_lowercase())
+    }
+
+    fn power(&self) -> wgpu::PowerPreference {
+        let text = self
+            .power
+            .clone()
+            .or_else(|| std::env::var("WGPU_POWER_PREF").ok());
+        match text.as_deref().map(str::to_lowercase).as_deref() {
+            Some("low") => wgpu::PowerPreference::LowPower,
+            Some("none") => wgpu::PowerPreference::None,
+            _ => wgpu::PowerPreference::HighPerformance,
+        }
+    }
+
+    /// Picks the adapter: the first whose name contains the filter, else the
+    /// best by power preference (discrete > integrated > virtual > CPU for
+    /// high performance).
+    pub fn select(&self) -> Result<wgpu::Adapter, GpuError> {
+        let backends = self.backends()?;
+        let adapters = enumerate(backends);
+        let filter = self.name_filter();
+        let listing = || {
+            adapters
+                .iter()
+                .map(|a| {
+                    let i = a.get_info();
+                    format!("{} ({})", i.name, i.backend.to_str())
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut candidates: Vec<&wgpu::Adapter> = adapters
+            .iter()
+            .filter(|a| {
+                filter
+                    .as_ref()
+                    .is_none_or(|f| a.get_info().name.to_lowercase().contains(f))
+            })
+            .collect();
+        let rank = |t: wgpu::DeviceType| match t {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Other => 3,
+            wgpu::DeviceType::Cpu => 4,
+        };
+        match self.power() {
+            wgpu::PowerPreference::LowPower => candidates.sort_by_key(|a| {
+                let r = rank(a.get_info().device_type);
+                if r == 1 { 0 } else { r + 1 }
+            }),
+            wgpu::PowerPreference::HighPerformance => {
+                candidates.sort_by_key(|a| rank(a.get_info().device_type))
+            }
+            wgpu::PowerPreference::None => {}
+        }
+        candidates
+            .first()
+            .map(|a| (*a).clone())
+            .ok_or_else(|| GpuError::NoAdapter {
+                wanted: format!(
+                    "backends {backends:?}{}",
+                    filter
+                        .map(|f| format!(" and name containing `{f}`"))
+                        .unwrap_or_default()
+                ),
+                available: if adapters.is_empty() {
+                    "none (is a Vulkan driver such as mesa-vulkan-drivers installed?)".into()
+                } else {
+                    listing()
+                },
+            })
+    }
+}
+
+fn enumerate(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.enumerate_adapters(backends))
+}
+
+/// Lists every adapter on the given backends (`None`: `WGPU_BACKEND` or all).
+pub fn enumerate_adapters(backend: Option<&str>) -> Result<Vec<AdapterSummary>, GpuError> {
+    let choice = AdapterChoice {
+        backend: backend.map(str::to_owned),
+        ..Default::default()
+    };
+    Ok(enumerate(choice.backends()?)
+        .iter()
+        .map(|a| {
+            let info = a.get_info();
+            AdapterSummary {
+                name: info.name.clone(),
+                backend: info.backend.to_str().to_owned(),
+                device_type: format!("{:?}", info.device_type),
+                driver: format!("{} {}", info.driver, info.driver_info)
+                    .trim()
+                    .to_owned(),
+                caps: adapter_caps(a),
+                vram: super::read_vram(a),
+                staging_memory: dynvram_loader::hostmem::mapped_staging_memory(a),
+                host_import: dynvram_loader::hostmem::adapter_supports_import(a),
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,99 @@
+//! Errors from the wgpu side.
+
+/// A failure talking to the GPU. Each variant names what was being created
+/// and the sizes involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// No adapter matched the requested backend/name.
+    #[error("no GPU adapter matches {wanted}; available: {available}")]
+    NoAdapter {
+        /// What was asked for.
+        wanted: String,
+        /// What exists, one per adapter.
+        available: String,
+    },
+    /// `--backend` named something wgpu does not know.
+    #[error("unknown backend `{0}` (expected vulkan, gl, metal, dx12 or a comma list)")]
+    UnknownBackend(String),
+    /// The device could not be opened.
+    #[error("could not open a device on adapter `{adapter}`: {message}")]
+    RequestDevice {
+        /// Adapter name.
+        adapter: String,
+        /// wgpu's message.
+        message: String,
+    },
+    /// The driver refused an allocation; freeing something may help.
+    #[error("GPU out of memory allocating `{label}` ({size} bytes): {message}")]
+    OutOfMemory {
+        /// Buffer label.
+        label: String,
+        /// Requested bytes.
+        size: u64,
+        /// wgpu's message.
+        message: String,
+    },
+    /// A buffer larger than the adapter's `max_buffer_size`; it can never fit.
+    #[error(
+        "buffer `{label}` of {requested} bytes exceeds the adapter's max_buffer_size {maximum}"
+    )]
+    BufferTooLarge {
+        /// Buffer label.
+        label: String,
+        /// Requested bytes.
+        requested: u64,
+        /// The limit.
+        maximum: u64,
+    },
+    /// wgpu rejected a call (a bug in our code or an adapter limit).
+    #[error("wgpu validation failed for {what}: {message}")]
+    Validation {
+        /// What was being created.
+        what: String,
+        /// wgpu's message.
+        message: String,
+    },
+    /// The device was lost; every later call fails with this.
+    #[error("GPU device lost: {reason}")]
+    DeviceLost {
+        /// The driver's reason.
+        reason: String,
+    },
+    /// An error escaped every error scope.
+    #[error("uncaptured GPU error: {message}")]
+    Uncaptured {
+        /// wgpu's message.
+        message: String,
+    },
+    /// Waiting for the GPU failed.
+    #[error("waiting for the GPU failed: {message}")]
+    Poll {
+        /// wgpu's message.
+        message: String,
+    },
+    /// An op was given operands whose shapes, dtypes or sizes do not fit
+    /// together (a caller bug, never retried).
+    #[error("{op}: bad operands: {detail}")]
+    BadOperands {
+        /// The op (e.g. `rms_norm`).
+        op: &'static str,
+        /// The shapes and numbers that disagree.
+        detail: String,
+    },
+    /// f16 activations were asked for on an adapter without `SHADER_F16`
+    /// (use f32 activations there).
+    #[error("{op}: f16 activations need SHADER_F16, which adapter `{adapter}` lacks; use f32")]
+    NoShaderF16 {
+        /// The op or allocation that asked.
+        op: String,
+        /// The adapter's name.
+        adapter: String,
+    },
+    /// Mapping a buffer failed.
+    #[error("mapping a GPU buffer failed: {message}")]
+    Map {
+        /// wgpu's message.
+        message: String,
+    },
+}

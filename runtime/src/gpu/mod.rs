@@ -1,0 +1,268 @@
+//! The wgpu side of the runtime: adapter choice, device, error capture.
+//!
+//! Every buffer and pipeline the workspace creates goes through [`Gpu`], so
+//! out-of-memory and validation errors come back as [`GpuError`] values instead
+//! of panics, and a lost device is remembered and reported on the next call.
+
+mod adapter;
+mod caps;
+mod error;
+pub mod testing;
+mod vram;
+
+pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
+pub use caps::caps_of;
+pub use error::GpuError;
+pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
+
+use std::sync::{Arc, Mutex};
+
+use dynvram_quant::AdapterCaps;
+
+/// An open device and queue on the chosen adapter.
+#[derive(Debug)]
+pub struct Gpu {
+    /// The wgpu device.
+    pub device: wgpu::Device,
+    /// Its single queue.
+    pub queue: wgpu::Queue,
+    /// The adapter it was opened on.
+    pub adapter: wgpu::Adapter,
+    /// Adapter info (name, backend, driver).
+    pub info: wgpu::AdapterInfo,
+    /// Features and limits that matter for kernel choice.
+    pub caps: AdapterCaps,
+    /// `VK_EXT_external_memory_host` is enabled: host-memory buffers are
+    /// imported host RAM, not mapped wgpu buffers.
+    pub host_import: bool,
+    lost: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+impl Gpu {
+    /// Opens a device on the adapter `choice` selects, with every optional
+    /// feature our kernels can use that the adapter offers, and the adapter's
+    /// full buffer limits.
+    pub fn open(choice: &AdapterChoice) -> Result<Self, GpuError> {
+        let adapter = choice.select()?;
+        Self::open_adapter(adapter)
+    }
+
+    /// Opens a device on a given adapter.
+    pub fn open_adapter(adapter: wgpu::Adapter) -> Result<Self, GpuError> {
+        let info = adapter.get_info();
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+        let features = adapter.features() & wanted;
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("dynvram"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        // Through wgpu-hal on Vulkan, to enable VK_EXT_external_memory_host
+        // (pins and staging slots in imported host RAM); wgpu's own
+        // `request_device` elsewhere.
+        let (device, queue, host_import) = dynvram_loader::hostmem::request_device(&adapter, &desc)
+            .map_err(|e| GpuError::RequestDevice {
+                adapter: info.name.clone(),
+                message: e.to_string(),
+            })?;
+        let lost = Arc::new(Mutex::new(None));
+        let lost_cb = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            tracing::error!(?reason, %message, "GPU device lost");
+            if let Ok(mut slot) = lost_cb.lock() {
+                *slot = Some(format!("{reason:?}: {message}"));
+            }
+        });
+        let uncaptured = Arc::new(Mutex::new(None));
+        let uncaptured_cb = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |err: wgpu::Error| {
+            tracing::error!(%err, "uncaptured wgpu error");
+            if let Ok(mut slot) = uncaptured_cb.lock() {
+                slot.get_or_insert_with(|| err.to_string());
+            }
+        }));
+        let caps = caps_of(&adapter, &device);
+        tracing::info!(adapter = %info.name, backend = ?info.backend, host_import, "device opened");
+        Ok(Self {
+            device,
+            queue,
+            adapter,
+            info,
+            caps,
+            host_import,
+            lost,
+            uncaptured,
+        })
+    }
+
+    /// Fails with [`GpuError::DeviceLost`] or [`GpuError::Uncaptured`] if the
+    /// device was lost or an error escaped every scope since the last check.
+    pub fn check_health(&self) -> Result<(), GpuError> {
+        if let Some(reason) = self.lost.lock().ok().and_then(|s| s.clone()) {
+            return Err(GpuError::DeviceLost { reason });
+        }
+        if let Some(message) = self.uncaptured.lock().ok().and_then(|mut s| s.take()) {
+            return Err(GpuError::Uncaptured { message });
+        }
+        Ok(())
+    }
+
+    /// Marks the device as lost (used by fault-injection tests and by callers
+    /// that detect loss through other means).
+    pub fn mark_lost(&self, reason: &str) {
+        if let Ok(mut slot) = self.lost.lock() {
+            *slot = Some(reason.to_owned());
+        }
+    }
+
+    /// Creates a buffer inside an out-of-memory and a validation error scope.
+    pub fn create_buffer(
+        &self,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        self.check_health()?;
+        if size > self.caps.max_buffer_size {
+            return Err(GpuError::BufferTooLarge {
+                label: label.to_owned(),
+                requested: size,
+                maximum: self.caps.max_buffer_size,
+            });
+        }
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        let validation_err = pollster::block_on(validation.pop());
+        let oom_err = pollster::block_on(oom.pop());
+        if let Some(e) = oom_err {
+            return Err(GpuError::OutOfMemory {
+                label: label.to_owned(),
+                size,
+                message: e.to_string(),
+            });
+        }
+        if let Some(e) = validation_err {
+            return Err(GpuError::Validation {
+                what: format!("buffer `{label}` ({size} bytes)"),
+                message: e.to_string(),
+            });
+        }
+        Ok(buffer)
+    }
+
+    /// Compiles a WGSL compute pipeline inside a validation scope.
+    pub fn create_compute_pipeline(
+        &self,
+        label: &str,
+        source: &str,
+        entry: &str,
+        constants: &[(&str, f64)],
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
+        self.check_health()?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Validation {
+                what: format!("compute pipeline `{label}` (entry `{entry}`)"),
+                message: e.to_string(),
+            });
+        }
+        Ok(pipeline)
+    }
+
+    /// Waits for all submitted work.
+    pub fn wait_idle(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Poll {
+                message: e.to_string(),
+            })?;
+        self.check_health()
+    }
+
+    /// Copies `size` bytes at `offset` of a GPU buffer back to the host
+    /// (through a temporary `MAP_READ` buffer). The source needs `COPY_SRC`.
+    pub fn read_back(
+        &self,
+        src: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>, GpuError> {
+        let staging = self.create_buffer(
+            "readback",
+            size,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("readback"),
+            });
+        enc.copy_buffer_to_buffer(src, offset, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait_idle()?;
+        rx.recv()
+            .map_err(|_| GpuError::Map {
+                message: "map callback never ran".into(),
+            })?
+            .map_err(|e| GpuError::Map {
+                message: e.to_string(),
+            })?;
+        let bytes = slice
+            .get_mapped_range()
+            .map_err(|e| GpuError::Map {
+                message: e.to_string(),
+            })?
+            .to_vec();
+        staging.unmap();
+        Ok(bytes)
+    }
+
+    /// Reads back an `f32` buffer region (`count` values from element `first`).
+    pub fn read_f32(
+        &self,
+        src: &wgpu::Buffer,
+        first: u64,
+        count: u64,
+    ) -> Result<Vec<f32>, GpuError> {
+        let bytes = self.read_back(src, first * 4, count * 4)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+}

@@ -1,0 +1,48 @@
+#![doc = include_str!("../README.md")]
+//!
+//! The embeddable dynvram runtime: opens a GPU, loads models under a VRAM
+//! budget, and runs their blocks with streamed weights prefetched between
+//! submits.
+//!
+//! Owns: the wgpu device and error capture ([`gpu`]), GPU ops ([`ops`]),
+//! models and their residency ([`Model`]), passes with prefetch ([`Pass`]),
+//! accounting. Knows nothing of model architectures.
+
+mod accounting;
+mod activation;
+mod block_ops;
+mod config;
+mod error;
+pub mod gpu;
+mod lora;
+mod model;
+pub mod ops;
+mod pass;
+mod pins;
+pub mod planning;
+mod residency;
+mod runtime;
+pub mod tensor;
+mod tensors;
+pub mod trace;
+mod upload;
+
+pub use accounting::TrackedBuffer;
+pub use activation::Activation;
+pub use config::{PinSettings, RamFigures, RamReader, RuntimeConfig};
+pub use error::{Result, RuntimeError};
+pub use gpu::{AdapterChoice, Gpu, GpuError};
+pub use model::{BlockSpec, Model, ModelReport, ModelSpec, plan_spec};
+pub use pass::{BlockCtx, PassStats, WeightView};
+pub use pins::{PinReport, StreamSources};
+pub use residency::ModelResidency;
+pub use runtime::{BudgetReport, Runtime};
+pub use tensor::{ActDtype, GpuTensor};
+pub use tensors::FilesList;
+
+/// Re-exported so applications and the models crate need only the runtime.
+pub use dynvram_loader as loader;
+/// Re-exported so applications and the models crate need only the runtime.
+pub use dynvram_memory as memory;
+/// Re-exported so applications and the models crate need only the runtime.
+pub use dynvram_quant as quant;

@@ -1,0 +1,138 @@
+//! Live LoRA patches (SPEC §4): low-rank `A [r, K]`, `B [N, r]` and `alpha`
+//! per linear layer, applied on the fly after the layer's own kernel:
+//! `y += (alpha / r) · (x Aᵀ) Bᵀ`. Patches are uploaded once when attached,
+//! counted as `patches` in the ledger, and never in `loaded_vram`.
+
+use std::sync::Arc;
+
+use dynvram_memory::OwnerClass;
+use dynvram_quant::{Format, KernelChoice};
+
+use crate::accounting::TrackedBuffer;
+use crate::error::{Result, RuntimeError};
+use crate::model::Model;
+use crate::ops::linear::{LinearWeights, Region, WeightPart};
+use crate::runtime::Runtime;
+
+/// One attached patch.
+#[derive(Debug)]
+pub(crate) struct LoraPatch {
+    a: TrackedBuffer,
+    b: TrackedBuffer,
+    rank: u64,
+    n: u64,
+    k: u64,
+    /// `alpha / rank` (the PEFT convention).
+    pub scale: f32,
+}
+
+impl LoraPatch {
+    fn f32_linear(buf: &TrackedBuffer, n: u64, k: u64) -> LinearWeights {
+        LinearWeights {
+            format: Format::F32,
+            n,
+            k,
+            parts: vec![WeightPart {
+                region: Region {
+                    buffer: buf.buffer.clone(),
+                    offset: 0,
+                    size: n * k * 4,
+                },
+                rows: n,
+            }],
+            scale: None,
+            bias: None,
+        }
+    }
+
+    /// `A` as a linear `K → r`.
+    pub fn down(&self) -> LinearWeights {
+        Self::f32_linear(&self.a, self.rank, self.k)
+    }
+
+    /// `B` as a linear `r → N`.
+    pub fn up(&self) -> LinearWeights {
+        Self::f32_linear(&self.b, self.n, self.rank)
+    }
+
+    /// Rank.
+    pub fn rank(&self) -> u64 {
+        self.rank
+    }
+
+    /// The kernel of both low-rank products.
+    pub fn kernel() -> KernelChoice {
+        KernelChoice::Float
+    }
+}
+
+impl Model {
+    /// Attaches (or replaces) a LoRA patch on linear layer `layer`:
+    /// `a` is `[rank, K]`, `b` is `[N, rank]`, row-major `f32`.
+    pub fn attach_lora(
+        &mut self,
+        rt: &Runtime,
+        layer: &str,
+        a: &[f32],
+        b: &[f32],
+        rank: usize,
+        alpha: f32,
+    ) -> Result<()> {
+        let (info, _) = self
+            .layers
+            .get(layer)
+            .ok_or_else(|| RuntimeError::MissingLayer {
+                model: self.path.clone(),
+                layer: layer.to_owned(),
+            })?;
+        let (n, k) = (info.n, info.k);
+        if rank == 0 || a.len() != rank * k || b.len() != n * rank {
+            return Err(RuntimeError::Shape {
+                op: format!("attach_lora({layer})"),
+                detail: format!(
+                    "rank {rank}, A has {} values (want rank·K = {}), B has {} (want N·rank = {})",
+                    a.len(),
+                    rank * k,
+                    b.len(),
+                    n * rank
+                ),
+            });
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let upload = |name: &str, data: &[f32]| -> Result<TrackedBuffer> {
+            let buf = TrackedBuffer::new(
+                &rt.gpu,
+                &rt.budget,
+                OwnerClass::Patches,
+                name,
+                data.len() as u64 * 4,
+                usage,
+            )?;
+            rt.gpu
+                .queue
+                .write_buffer(&buf.buffer, 0, bytemuck::cast_slice(data));
+            Ok(buf)
+        };
+        let patch = LoraPatch {
+            a: upload(&format!("{layer}.lora_A"), a)?,
+            b: upload(&format!("{layer}.lora_B"), b)?,
+            rank: rank as u64,
+            n: n as u64,
+            k: k as u64,
+            scale: alpha / rank as f32,
+        };
+        self.patches.insert(layer.to_owned(), Arc::new(patch));
+        Ok(())
+    }
+
+    /// Detaches the patch of `layer`; returns whether there was one. Its
+    /// buffers (and ledger entries) go when the last pass using them ends.
+    pub fn detach_lora(&mut self, layer: &str) -> bool {
+        self.patches.remove(layer).is_some()
+    }
+
+    /// Layers with a patch attached.
+    pub fn lora_layers(&self) -> Vec<&str> {
+        self.patches.keys().map(String::as_str).collect()
+    }
+}

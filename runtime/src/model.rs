@@ -1,0 +1,345 @@
+//! A model: its files, the weights each block uses, where each weight lives
+//! (resident buffer or transient arena), and the kernel plan of each linear.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use dynvram_loader::{ModelFiles, TensorInfo};
+use dynvram_memory::{ModelId, Placement};
+use dynvram_quant::{LinearPlan, QuantLayer};
+
+use crate::error::{Result, RuntimeError};
+use crate::planning::{ModelPlan, PlanWeight, arena_offsets, arena_size, plan_model};
+use crate::residency::{ModelResidency, SharedRegistry};
+use crate::runtime::Runtime;
+use crate::upload::{Upload, upload_kind};
+
+/// One block of a model: a name and the weights its ops use.
+#[derive(Debug, Clone, Default)]
+pub struct BlockSpec {
+    /// For logs and traces (e.g. `blocks.3`).
+    pub name: String,
+    /// Linear layers (prefixes of `L.weight`); their weight, scale, bias and
+    /// input-scale tensors all belong to the block.
+    pub linears: Vec<String>,
+    /// Other tensors (norm weights…), uploaded as `f32`.
+    pub tensors: Vec<String>,
+    /// Tensors uploaded with their bytes as stored (e.g. an embedding table
+    /// that a kernel decodes itself).
+    pub raw_tensors: Vec<String>,
+}
+
+/// What to open: files and blocks.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    /// One or more safetensors files, or a `model.safetensors.index.json`.
+    pub files: Vec<PathBuf>,
+    /// Blocks in execution order.
+    pub blocks: Vec<BlockSpec>,
+    /// Bytes of activations a pass needs at most (reserved in the budget).
+    pub scratch_bytes: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Weight {
+    pub name: String,
+    pub info: TensorInfo,
+    pub block: usize,
+    pub upload: Upload,
+}
+
+#[derive(Debug)]
+pub(crate) struct Block {
+    pub name: String,
+    pub weights: Vec<usize>,
+}
+
+/// An opened model under a runtime's budget. Its resident weights live in
+/// the runtime's residency registry, so another model's pass can make it
+/// yield them; dropping the model frees them.
+#[derive(Debug)]
+pub struct Model {
+    pub(crate) path: PathBuf,
+    pub(crate) files: ModelFiles,
+    pub(crate) weights: Vec<Weight>,
+    pub(crate) by_name: HashMap<String, usize>,
+    pub(crate) layers: HashMap<String, (QuantLayer, LinearPlan)>,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) plan: ModelPlan,
+    /// Sizes on the GPU, load order (what the policy and the plan see).
+    pub(crate) plan_weights: Vec<PlanWeight>,
+    /// Activation bytes a pass needs (`ModelSpec::scratch_bytes`).
+    pub(crate) scratch_bytes: u64,
+    pub(crate) id: ModelId,
+    pub(crate) registry: SharedRegistry,
+    pub(crate) patches: HashMap<String, std::sync::Arc<crate::lora::LoraPatch>>,
+}
+
+/// Sizes of a model for reports: its residency now (after another model's
+/// pass it may have yielded weights, which then stream).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelReport {
+    /// Weight bytes on the GPU in all.
+    pub model_bytes: u64,
+    /// Resident weight bytes (uploaded once).
+    pub resident_bytes: u64,
+    /// Streamed weight bytes (uploaded every pass).
+    pub streamed_bytes: u64,
+    /// Resident / streamed tensor counts.
+    pub resident_tensors: usize,
+    /// Streamed tensor count.
+    pub streamed_tensors: usize,
+    /// Bytes of each transient arena its pass needs.
+    pub arena_bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+    /// Bytes of its resident weight buffers in the ledger.
+    pub loaded_vram: u64,
+    /// Pages resident (the watermark).
+    pub pages_resident: u32,
+    /// Pages in all.
+    pub pages_total: u32,
+}
+
+impl Model {
+    /// Opens the files, checks every declared layer and tensor, plans
+    /// residency under the runtime's budget, registers the model with the
+    /// runtime's residency policy (on top), and uploads what it can keep
+    /// resident, making lower-priority models yield if needed.
+    pub fn open(rt: &Runtime, spec: &ModelSpec) -> Result<Self> {
+        let path = spec.files.first().cloned().unwrap_or_default();
+        let _span = tracing::info_span!("model_open", path = %path.display()).entered();
+        let files = open_files(&spec.files)?;
+        let c = collect(&path, &files, spec)?;
+        let layers = c
+            .layers
+            .into_iter()
+            .map(|(name, layer)| {
+                let plan =
+                    dynvram_quant::choose(layer.format, &rt.gpu.caps, rt.config.linear_dtype);
+                (name, (layer, plan))
+            })
+            .collect();
+        let plan_weights = plan_weights(&c.weights);
+        let usable = crate::accounting::lock(&rt.budget).usable();
+        let plan = plan_model(&plan_weights, usable, spec.scratch_bytes).map_err(|source| {
+            RuntimeError::Plan {
+                model: path.clone(),
+                source,
+            }
+        })?;
+        let id = crate::residency::lock(&rt.residency).register(&path, &plan_weights)?;
+        // From here on, dropping `model` unregisters it.
+        let model = Self {
+            path,
+            files,
+            weights: c.weights,
+            by_name: c.by_name,
+            layers,
+            blocks: c.blocks,
+            plan,
+            plan_weights,
+            scratch_bytes: spec.scratch_bytes,
+            id,
+            registry: rt.residency.clone(),
+            patches: HashMap::new(),
+        };
+        model.load_resident(rt)?;
+        Ok(model)
+    }
+
+    /// Acquires residency now, as a pass would, and waits for the uploads.
+    fn load_resident(&self, rt: &Runtime) -> Result<()> {
+        let gpu = &rt.gpu;
+        let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let placed = crate::residency::acquire(rt, self, &mut ring, &mut enc)?;
+        let _span = tracing::info_span!("upload_resident", bytes = placed.loaded_bytes).entered();
+        ring.submit(&gpu.queue, enc);
+        gpu.wait_idle()?;
+        Ok(())
+    }
+
+    /// The file the model was opened from (the first one).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The residency plan made at open, as if the model were alone
+    /// (`dynvram plan`); [`report`](Self::report) says what is resident now.
+    pub fn plan(&self) -> &ModelPlan {
+        &self.plan
+    }
+
+    /// Number of blocks.
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The kernel plan of a linear layer.
+    pub fn linear_plan(&self, layer: &str) -> Option<&LinearPlan> {
+        self.layers.get(layer).map(|(_, p)| p)
+    }
+
+    /// The layer description (format, N, K) of a linear layer.
+    pub fn linear_layer(&self, layer: &str) -> Option<&QuantLayer> {
+        self.layers.get(layer).map(|(l, _)| l)
+    }
+
+    /// Its id under the runtime's residency policy.
+    pub fn id(&self) -> ModelId {
+        self.id
+    }
+
+    /// Its residency now, as the runtime's policy and ledger see it.
+    pub fn residency(&self) -> Option<ModelResidency> {
+        crate::residency::lock(&self.registry).report(self.id)
+    }
+
+    /// Sizes for reports, as resident now.
+    pub fn report(&self) -> ModelReport {
+        let (placement, residency) = {
+            let reg = crate::residency::lock(&self.registry);
+            (
+                reg.placement(self.id).unwrap_or_default(),
+                reg.report(self.id),
+            )
+        };
+        let streamed = |i: usize| placement.get(i).is_none_or(|p| *p == Placement::Stream);
+        let sum = |want: bool| {
+            self.plan_weights
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| streamed(i) == want)
+                .map(|(_, w)| w.size)
+                .sum::<u64>()
+        };
+        let streamed_tensors = (0..self.plan_weights.len())
+            .filter(|&i| streamed(i))
+            .count();
+        ModelReport {
+            model_bytes: sum(false) + sum(true),
+            resident_bytes: sum(false),
+            streamed_bytes: sum(true),
+            resident_tensors: self.plan_weights.len() - streamed_tensors,
+            streamed_tensors,
+            arena_bytes: arena_size(arena_offsets(&self.plan_weights, streamed).1),
+            blocks: self.blocks.len(),
+            loaded_vram: residency.as_ref().map_or(0, |r| r.loaded_vram),
+            pages_resident: residency.as_ref().map_or(0, |r| r.pages_resident),
+            pages_total: residency.as_ref().map_or(0, |r| r.pages_total),
+        }
+    }
+}
+
+impl Drop for Model {
+    /// Frees its resident weights (and the shared arenas) and leaves the
+    /// priority list.
+    fn drop(&mut self) {
+        crate::residency::lock(&self.registry).unregister(self.id);
+    }
+}
+
+/// Plans a model from its files and blocks alone, without a GPU: exactly the
+/// plan [`Model::open`] makes under the same usable bytes.
+pub fn plan_spec(spec: &ModelSpec, usable: u64) -> Result<(ModelPlan, Vec<PlanWeight>)> {
+    let path = spec.files.first().cloned().unwrap_or_default();
+    let files = open_files(&spec.files)?;
+    let c = collect(&path, &files, spec)?;
+    let weights = plan_weights(&c.weights);
+    let plan =
+        plan_model(&weights, usable, spec.scratch_bytes).map_err(|source| RuntimeError::Plan {
+            model: path,
+            source,
+        })?;
+    Ok((plan, weights))
+}
+
+fn plan_weights(weights: &[Weight]) -> Vec<PlanWeight> {
+    weights
+        .iter()
+        .map(|w| PlanWeight {
+            name: w.name.clone(),
+            // As the ledger records it (`TrackedBuffer` rounds to 4 bytes),
+            // so resident pages and ledger figures agree exactly.
+            size: w.upload.gpu_size(&w.info).max(4).next_multiple_of(4),
+            block: w.block,
+        })
+        .collect()
+}
+
+struct Collected {
+    weights: Vec<Weight>,
+    by_name: HashMap<String, usize>,
+    layers: HashMap<String, QuantLayer>,
+    blocks: Vec<Block>,
+}
+
+/// Every weight the blocks declare, in execution order, each layer validated.
+fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collected> {
+    let list = crate::tensors::FilesList::new(files);
+    let mut weights = Vec::new();
+    let mut by_name = HashMap::new();
+    let mut layers = HashMap::new();
+    let mut blocks = Vec::new();
+    for (b, block) in spec.blocks.iter().enumerate() {
+        let mut ids = Vec::new();
+        let mut add = |name: &str, raw: bool| -> Result<()> {
+            if by_name.contains_key(name) {
+                return Ok(());
+            }
+            let (_, info) = files.get(name).ok_or_else(|| RuntimeError::MissingTensor {
+                model: path.to_owned(),
+                tensor: name.to_owned(),
+            })?;
+            let upload = upload_kind(path, info, raw)?;
+            by_name.insert(name.to_owned(), weights.len());
+            ids.push(weights.len());
+            weights.push(Weight {
+                name: name.to_owned(),
+                info: info.clone(),
+                block: b,
+                upload,
+            });
+            Ok(())
+        };
+        for l in &block.linears {
+            let layer =
+                dynvram_quant::validate_layer(&list, l).map_err(|source| RuntimeError::Layout {
+                    model: path.to_owned(),
+                    source,
+                })?;
+            add(&layer.weight, true)?;
+            for t in [&layer.scale, &layer.input_scale].into_iter().flatten() {
+                add(t, true)?;
+            }
+            if let Some(bias) = &layer.bias {
+                add(bias, false)?;
+            }
+            layers.insert(l.clone(), layer);
+        }
+        for t in &block.tensors {
+            add(t, false)?;
+        }
+        for t in &block.raw_tensors {
+            add(t, true)?;
+        }
+        blocks.push(Block {
+            name: block.name.clone(),
+            weights: ids,
+        });
+    }
+    Ok(Collected {
+        weights,
+        by_name,
+        layers,
+        blocks,
+    })
+}
+
+fn open_files(files: &[PathBuf]) -> Result<ModelFiles> {
+    match files {
+        [one] if one.extension().is_some_and(|e| e == "json") => Ok(ModelFiles::open_index(one)?),
+        _ => Ok(ModelFiles::from_files(files)?),
+    }
+}

@@ -1,0 +1,157 @@
+//! Embedding lookup: gathers rows of a `[vocab, hidden]` table (stored as
+//! f32, f16 or bf16, as checkpoints ship it) into f32 or f16 activations.
+
+use std::num::NonZeroU64;
+
+use dynvram_shaders::transformer::EMBED;
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::ops::kernel::{self, Dispatch, bad, expect_shape, to_u32};
+use crate::tensor::GpuTensor;
+
+const WG: u64 = 256;
+
+/// Storage type of an embedding table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TableDtype {
+    /// 32-bit float.
+    F32,
+    /// IEEE half (decoded in the shader; no f16 feature needed).
+    F16,
+    /// bfloat16 (the upper half of an f32).
+    Bf16,
+}
+
+impl TableDtype {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::Bf16 => 2,
+        }
+    }
+
+    fn code(self) -> f64 {
+        match self {
+            Self::F32 => 0.0,
+            Self::F16 => 1.0,
+            Self::Bf16 => 2.0,
+        }
+    }
+}
+
+/// A `[vocab, hidden]` table in a GPU buffer (`STORAGE` usage), little-endian.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbedTable<'a> {
+    /// The buffer holding it.
+    pub buffer: &'a wgpu::Buffer,
+    /// Byte offset of row 0 (a multiple of the storage offset alignment).
+    pub offset: u64,
+    /// Rows.
+    pub vocab: u64,
+    /// Columns.
+    pub hidden: u64,
+    /// Element type.
+    pub dtype: TableDtype,
+}
+
+/// Token ids, `count` little-endian `u32` values in a `STORAGE` buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenIds<'a> {
+    /// The buffer holding them.
+    pub buffer: &'a wgpu::Buffer,
+    /// Byte offset of the first id (a multiple of the storage offset alignment).
+    pub offset: u64,
+    /// Number of ids.
+    pub count: u64,
+}
+
+/// A buffer region binding of `bytes` bytes rounded up to whole 4-byte
+/// words, checked to lie inside the buffer.
+fn region<'a>(
+    op: &'static str,
+    name: &str,
+    buffer: &'a wgpu::Buffer,
+    offset: u64,
+    bytes: u64,
+) -> Result<wgpu::BindingResource<'a>, GpuError> {
+    let size = bytes.div_ceil(4) * 4;
+    if offset + size > buffer.size() {
+        return Err(bad(
+            op,
+            format!(
+                "`{name}` needs bytes {offset}..{} but its buffer has {}",
+                offset + size,
+                buffer.size()
+            ),
+        ));
+    }
+    let size = NonZeroU64::new(size).ok_or_else(|| bad(op, format!("`{name}` is empty")))?;
+    Ok(wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer,
+        offset,
+        size: Some(size),
+    }))
+}
+
+/// Records `out[t] = table[ids[t]]` (converted to `out`'s dtype, f32 or f16)
+/// for `out` `[ids.count, hidden]`.
+/// An id ≥ vocab yields a zero row (the GPU cannot report it).
+pub fn record_embed(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    table: &EmbedTable<'_>,
+    ids: &TokenIds<'_>,
+    out: &GpuTensor,
+) -> Result<(), GpuError> {
+    const OP: &str = "embed";
+    expect_shape(OP, "out", out, &[ids.count, table.hidden], out.dtype)?;
+    kernel::rows_cols(OP, "out", out)?;
+    if *out.buffer == *table.buffer || *out.buffer == *ids.buffer {
+        return Err(bad(
+            OP,
+            "`out` shares a buffer with the table or the ids".into(),
+        ));
+    }
+    to_u32(OP, "vocab * hidden", table.vocab * table.hidden)?;
+    let items = ids.count * table.hidden;
+    let table_binding = region(
+        OP,
+        "table",
+        table.buffer,
+        table.offset,
+        table.vocab * table.hidden * table.dtype.size(),
+    )?;
+    let ids_binding = region(OP, "ids", ids.buffer, ids.offset, ids.count * 4)?;
+    let _span =
+        tracing::trace_span!("record", op = OP, tokens = ids.count, dtype = ?table.dtype).entered();
+    let mut params = [0u8; 16];
+    for (i, v) in [
+        to_u32(OP, "tokens", ids.count)?,
+        to_u32(OP, "hidden", table.hidden)?,
+        to_u32(OP, "vocab", table.vocab)?,
+        to_u32(OP, "tokens * hidden", items)?,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    kernel::record(
+        gpu,
+        cache,
+        enc,
+        Dispatch {
+            shader: "embed.wgsl",
+            source: EMBED,
+            entry: "gather",
+            constants: &[("DTYPE", table.dtype.code())],
+            params: &params,
+            bindings: vec![(1, table_binding), (2, ids_binding), (3, out.binding())],
+            groups: kernel::grid(gpu, OP, items, WG)?,
+            act: out.dtype,
+        },
+    )
+}

@@ -1,0 +1,201 @@
+//! Shared plumbing of the transformer op recorders: operand checks, the
+//! params uniform, the bind group and a 2-D dispatch grid. Kept in one place
+//! so every op fails the same way on bad operands.
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::tensor::{ActDtype, GpuTensor};
+
+/// A [`GpuError::BadOperands`] for `op`.
+pub(crate) fn bad(op: &'static str, detail: String) -> GpuError {
+    GpuError::BadOperands { op, detail }
+}
+
+/// Fails unless `t` holds `dtype` values.
+pub(crate) fn expect_dtype(
+    op: &'static str,
+    name: &str,
+    t: &GpuTensor,
+    dtype: ActDtype,
+) -> Result<(), GpuError> {
+    if t.dtype != dtype {
+        return Err(bad(
+            op,
+            format!(
+                "`{name}` {:?} is {:?}, expected {dtype:?}",
+                t.shape, t.dtype
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails unless `t` is `dtype` with exactly shape `want`.
+pub(crate) fn expect_shape(
+    op: &'static str,
+    name: &str,
+    t: &GpuTensor,
+    want: &[u64],
+    dtype: ActDtype,
+) -> Result<(), GpuError> {
+    expect_dtype(op, name, t, dtype)?;
+    if t.shape != want {
+        return Err(bad(
+            op,
+            format!("`{name}` has shape {:?}, expected {want:?}", t.shape),
+        ));
+    }
+    Ok(())
+}
+
+/// `t` as `[rows, cols]`: a 1-D tensor is one row, higher ranks fold their
+/// outer dimensions into rows. Also checks that its binding (whole 4-byte
+/// words) lies inside its buffer.
+pub(crate) fn rows_cols(
+    op: &'static str,
+    name: &str,
+    t: &GpuTensor,
+) -> Result<(u64, u64), GpuError> {
+    if t.offset + t.binding_bytes() > t.buffer.size() {
+        return Err(bad(
+            op,
+            format!(
+                "`{name}` {:?} {:?} needs bytes {}..{} but its buffer has {}",
+                t.shape,
+                t.dtype,
+                t.offset,
+                t.offset + t.binding_bytes(),
+                t.buffer.size()
+            ),
+        ));
+    }
+    match t.shape.split_last() {
+        Some((&cols, outer)) if cols > 0 => Ok((outer.iter().product(), cols)),
+        _ => Err(bad(
+            op,
+            format!(
+                "`{name}` has shape {:?}, expected at least one non-zero dimension",
+                t.shape
+            ),
+        )),
+    }
+}
+
+/// A count as the `u32` a kernel indexes with.
+pub(crate) fn to_u32(op: &'static str, what: &str, v: u64) -> Result<u32, GpuError> {
+    u32::try_from(v).map_err(|_| {
+        bad(
+            op,
+            format!("{what} = {v} exceeds the u32 range kernels index with"),
+        )
+    })
+}
+
+/// Fails when two tensors share a buffer: a dispatch may not bind one buffer
+/// both writable and readable (use the in-place entry instead).
+pub(crate) fn expect_distinct(
+    op: &'static str,
+    out: &GpuTensor,
+    inputs: &[(&str, &GpuTensor)],
+) -> Result<(), GpuError> {
+    for (name, t) in inputs {
+        if *t.buffer == *out.buffer {
+            return Err(bad(
+                op,
+                format!(
+                    "output shares a buffer with `{name}` {:?}; use the in-place variant",
+                    t.shape
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One compute dispatch: which kernel, its params and its bindings.
+pub(crate) struct Dispatch<'a> {
+    /// Shader file name (part of the pipeline key).
+    pub shader: &'static str,
+    /// WGSL source.
+    pub source: &'static str,
+    /// Entry point.
+    pub entry: &'static str,
+    /// Override constants.
+    pub constants: &'a [(&'a str, f64)],
+    /// Bytes of the params uniform (binding 0), a multiple of 16.
+    pub params: &'a [u8],
+    /// Storage bindings (binding index, resource), binding 0 excluded.
+    pub bindings: Vec<(u32, wgpu::BindingResource<'a>)>,
+    /// Workgroups (x, y).
+    pub groups: (u32, u32),
+    /// Activation type of the module's `act` buffers (picks the variant).
+    pub act: ActDtype,
+}
+
+/// Workgroups for `items` items at `per_group` items each, laid out as a 2-D
+/// grid within the adapter's per-dimension limit (kernels index
+/// `(wid.y * nwg.x + wid.x)`).
+pub(crate) fn grid(
+    gpu: &Gpu,
+    op: &'static str,
+    items: u64,
+    per_group: u64,
+) -> Result<(u32, u32), GpuError> {
+    let groups = items.div_ceil(per_group).max(1);
+    let max = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
+    let x = groups.min(max);
+    let y = groups.div_ceil(x);
+    if y > max {
+        return Err(bad(
+            op,
+            format!("{items} items need {groups} workgroups, over {max} x {max}"),
+        ));
+    }
+    Ok((
+        to_u32(op, "workgroups x", x)?,
+        to_u32(op, "workgroups y", y)?,
+    ))
+}
+
+/// Records `d` as one compute pass into `enc`. The params uniform is the
+/// cache's immutable buffer for these bytes ([`PipelineCache::uniform`]): no
+/// buffer is created per dispatch once the params were seen.
+pub(crate) fn record(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    d: Dispatch<'_>,
+) -> Result<(), GpuError> {
+    let key = format!("{}:{}:{:?}", d.shader, d.entry, d.constants);
+    let pipeline = cache.get_act(gpu, &key, d.source, d.entry, d.constants, d.act)?;
+    let params = cache.uniform(gpu, d.params)?;
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: params.as_entire_binding(),
+    }];
+    entries.extend(
+        d.bindings
+            .into_iter()
+            .map(|(binding, resource)| wgpu::BindGroupEntry { binding, resource }),
+    );
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(d.entry),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(GpuError::Validation {
+            what: format!("bind group of `{key}`"),
+            message: e.to_string(),
+        });
+    }
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(d.entry),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(&pipeline);
+    pass.set_bind_group(0, &bind_group, &[]);
+    pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Quantized and float linear layers on the GPU: `out = x · Wᵀ + b` for every
+//! weight format of SPEC §5, recorded into the caller's command encoder.
+//!
+//! Integer formats (convrot_w4a4, int8_tensorwise) run up to three kernels:
+//! the group rotation (radix-4 Hadamard, `linear_rotate.wgsl`) for rotated
+//! layers, the per-row activation quantization (`linear_act_quant.wgsl`,
+//! codes packed four per u32), then an integer GEMV (M ≤ 8) or tiled GEMM
+//! with `dot4I8Packed` and the exact epilogue of conformance README §4.
+//! Float formats (f32, f16, bf16, fp8) decode the weight in the shader.
+//!
+//! Activations (`x`, `out`) are f32, or f16 where the adapter has
+//! `SHADER_F16` (same kernels, built from the `alias act` source with
+//! `dynvram_shaders::with_f16_activations`). With f16 the kernels still
+//! accumulate in f32 (float) or exact i32 (integer); the rotation writes f32
+//! scratch, so codes and scales equal the CPU reference's on the f16 input,
+//! and only the output is rounded to f16. Weights, scales and biases are
+//! unchanged.
+//!
+//! Small M (≤ 8) is a weight stream and gets its own kernels: rotation and
+//! quantization fused into one dispatch of one wide workgroup per row
+//! (`linear_rotate_quant.wgsl`; unrotated layers use it with G = 1; G must
+//! fit the adapter's workgroup memory: up to 1024 at 16 KiB, 4096 at 36 KiB),
+//! and the multi-row GEMVs (`linear_*_gemv_rows.wgsl`, [`GemvShape`] rows per
+//! workgroup, 16-byte weight loads) wherever weight rows start on 16 bytes;
+//! so an M = 1 linear is two dispatches (integer) or one (float). Every
+//! dispatch takes its params uniform from the pipeline cache.
+//!
+//! Placement rules for the caller (wgpu's): weight, scale and bias regions
+//! need `STORAGE` usage (plus `COPY_DST` to upload them); every region's byte
+//! offset must be a multiple of the adapter's
+//! `min_storage_buffer_offset_alignment` (256 on the adapters we know).
+//! Weights larger than one storage binding are split by rows (N) here, into
+//! chunks whose offsets keep that alignment.
+
+pub mod conformance;
+mod error;
+mod record;
+mod scratch;
+mod weights;
+
+pub use error::LinearError;
+pub use record::{GEMV_MAX_M, GemvShape, RecordOptions, record_linear, record_linear_with};
+pub use scratch::LinearScratch;
+pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

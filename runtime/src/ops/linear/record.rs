@@ -1,0 +1,751 @@
+//! Recording a linear layer: checks, the kernel sequence of its format and
+//! kernel choice, and the split of large weights into per-binding chunks.
+
+use std::cell::Cell;
+use std::num::NonZeroU64;
+
+use dynvram_quant::{ActArith, Format, KernelChoice};
+use dynvram_shaders::linear as shaders;
+
+use super::weights::{LinearWeights, Region};
+use super::{LinearError, LinearScratch};
+use crate::gpu::Gpu;
+use crate::ops::cache::PipelineCache;
+use crate::tensor::{ActDtype, GpuTensor};
+
+mod gemv;
+pub use gemv::GemvShape;
+
+/// Rows of activations up to which the GEMV kernels run; above, the tiled GEMMs.
+pub const GEMV_MAX_M: u64 = 8;
+
+/// Output tile edge of the GEMM kernels.
+const GEMM_TILE: u64 = 32;
+
+/// Largest group the rotation kernel holds in workgroup memory.
+const MAX_GROUP: u32 = 4096;
+
+/// Most workgroups per dispatch dimension (WebGPU's default limit); kernels
+/// index rows as `wid.x + 65535 · wid.y`.
+const MAX_GROUPS_PER_DIM: u64 = 65535;
+
+/// Knobs for tests and tools; [`record_linear`] uses the defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordOptions {
+    /// Integer kernels write the raw `i32` accumulator's bits into `out`
+    /// instead of the epilogue (to check the integer GEMM exactly).
+    pub raw_accumulator: bool,
+    /// Split weights at this many bytes per binding instead of the adapter's
+    /// `max_storage_buffer_binding_size` (smaller only).
+    pub max_binding: Option<u64>,
+    /// The multi-row GEMV's shape instead of [`GemvShape::default_for`] (for
+    /// tuning on a real GPU; checked against the kernels' limits).
+    pub gemv: Option<GemvShape>,
+}
+
+/// Records `out = x · Wᵀ + b` into `encoder` with the kernels of `choice`.
+///
+/// `x` is `[M, K]`, `out` is `[M, N]` in a different buffer (rank > 2
+/// folds the outer dimensions into M), both f32 or both f16 (f16 needs
+/// `SHADER_F16`; kernels accumulate in f32 or exact i32 either way). The caller submits the encoder; weight
+/// uploads written through the queue before that submit are visible.
+#[allow(clippy::too_many_arguments)]
+pub fn record_linear(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    encoder: &mut wgpu::CommandEncoder,
+    weights: &LinearWeights,
+    choice: KernelChoice,
+    x: &GpuTensor,
+    out: &GpuTensor,
+    scratch: &mut LinearScratch,
+) -> Result<(), LinearError> {
+    record_linear_with(
+        gpu,
+        cache,
+        encoder,
+        weights,
+        choice,
+        x,
+        out,
+        scratch,
+        &RecordOptions::default(),
+    )
+}
+
+/// [`record_linear`] with [`RecordOptions`].
+#[allow(clippy::too_many_arguments)]
+pub fn record_linear_with(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    encoder: &mut wgpu::CommandEncoder,
+    weights: &LinearWeights,
+    choice: KernelChoice,
+    x: &GpuTensor,
+    out: &GpuTensor,
+    scratch: &mut LinearScratch,
+    opts: &RecordOptions,
+) -> Result<(), LinearError> {
+    let (n, k) = (weights.n, weights.k);
+    let _span =
+        tracing::debug_span!("record_linear", n, k, format = ?weights.format, ?choice).entered();
+    let limit = gpu.caps.max_storage_binding;
+    let align = u64::from(gpu.device.limits().min_storage_buffer_offset_alignment);
+    let m = check_operands(weights, x, out, limit, align)?;
+    if opts.raw_accumulator && out.dtype != ActDtype::F32 {
+        return Err(LinearError::ActDtype {
+            tensor: "out",
+            dtype: format!("{:?} (the raw i32 accumulator needs F32)", out.dtype),
+        });
+    }
+    crate::ops::cache::check_act_dtype(gpu, "linear", x.dtype)?;
+    let weight_limit = opts.max_binding.map_or(limit, |b| b.min(limit));
+    let max_invocations = gpu.device.limits().max_compute_invocations_per_workgroup;
+    let gemv = opts
+        .gemv
+        .unwrap_or_else(|| GemvShape::default_for(m, max_invocations));
+    if m <= GEMV_MAX_M {
+        gemv.check(m, max_invocations)
+            .map_err(|what| LinearError::Unsupported { what, n, k })?;
+    }
+    let dispatches = Cell::new(0);
+    let rec = Recorder {
+        gpu,
+        cache,
+        weights,
+        limit: weight_limit,
+        align,
+        m,
+        act: x.dtype,
+        gemv: (m <= GEMV_MAX_M && gemv::rows_aligned(weights.row_bytes())).then_some(gemv),
+        dispatches: &dispatches,
+    };
+    let unsupported = |what: String| LinearError::Unsupported { what, n, k };
+    let choice_err = |why| LinearError::Choice {
+        choice,
+        format: weights.format,
+        why,
+    };
+    match choice {
+        KernelChoice::Integer { act, fast } => {
+            if fast && !gpu.caps.subgroups {
+                return Err(choice_err(
+                    "the fast kernel needs subgroups, which this adapter lacks",
+                ));
+            }
+            let int = match (weights.format, act) {
+                (Format::ConvrotW4a4 { group, .. }, act) => IntPath {
+                    mode: if act == ActArith::Int4 { 0 } else { 1 },
+                    group: Some(group),
+                    w4: true,
+                    epi: 0,
+                    per_row_scale: true,
+                },
+                (Format::Int8Tensorwise { .. }, ActArith::Int4) => {
+                    return Err(choice_err("int8_tensorwise has int8 activations only"));
+                }
+                (Format::Int8Tensorwise { convrot_group }, ActArith::Int8) => IntPath {
+                    mode: 2,
+                    group: convrot_group,
+                    w4: false,
+                    epi: 1,
+                    per_row_scale: convrot_group.is_some(),
+                },
+                _ => return Err(choice_err("a float format has no integer kernel")),
+            };
+            if int.w4 && k % 8 != 0 {
+                return Err(unsupported(format!(
+                    "int4 weights need K % 8 == 0, K = {k}"
+                )));
+            }
+            let r = rec.integer(encoder, &int, fast, x, out, scratch, opts.raw_accumulator);
+            scratch.set_dispatches(dispatches.get());
+            r
+        }
+        KernelChoice::Float => {
+            let wfmt = match weights.format {
+                Format::F32 => 0,
+                Format::F16 => 1,
+                Format::Bf16 => 2,
+                Format::Float8E4m3fn => 3,
+                Format::Float8E5m2 => 4,
+                _ => return Err(choice_err("an integer format needs an integer kernel")),
+            };
+            let r = rec.float(encoder, wfmt, x, out, scratch);
+            scratch.set_dispatches(dispatches.get());
+            r
+        }
+    }
+}
+
+/// Checks shapes, dtypes, regions and binding sizes; returns M.
+fn check_operands(
+    w: &LinearWeights,
+    x: &GpuTensor,
+    out: &GpuTensor,
+    limit: u64,
+    align: u64,
+) -> Result<u64, LinearError> {
+    let (n, k) = (w.n, w.k);
+    let shape_err = |tensor, t: &GpuTensor, expected: String| LinearError::Shape {
+        tensor,
+        shape: t.shape.clone(),
+        expected,
+        n,
+        k,
+    };
+    if out.dtype != x.dtype {
+        return Err(LinearError::ActDtype {
+            tensor: "out",
+            dtype: format!("{:?} while `x` is {:?}", out.dtype, x.dtype),
+        });
+    }
+    let m = match x.shape.split_last() {
+        Some((&kk, outer)) if kk == k => outer.iter().product::<u64>(),
+        _ => return Err(shape_err("x", x, format!("[.., {k}]"))),
+    };
+    if out.shape.last() != Some(&n) || out.numel() != m * n {
+        return Err(shape_err("out", out, format!("[{m}, {n}]")));
+    }
+    if m == 0 || n == 0 {
+        return Err(shape_err("x", x, "non-empty operands".into()));
+    }
+    if k % 4 != 0 || k == 0 {
+        return Err(LinearError::Unsupported {
+            what: format!("K must be a non-zero multiple of 4, K = {k}"),
+            n,
+            k,
+        });
+    }
+    if m.max(n).max(k).saturating_mul(k.max(n)) > u64::from(u32::MAX) {
+        return Err(LinearError::Unsupported {
+            what: format!("M·K or N·K beyond the u32 element indices of the kernels (M = {m})"),
+            n,
+            k,
+        });
+    }
+    for (tensor, t) in [("x", x), ("out", out)] {
+        if t.offset + t.binding_bytes() > t.buffer.size() {
+            return Err(shape_err(
+                tensor,
+                t,
+                format!(
+                    "{} bytes at offset {} inside a buffer of {}",
+                    t.binding_bytes(),
+                    t.offset,
+                    t.buffer.size()
+                ),
+            ));
+        }
+        if t.bytes() > limit {
+            return Err(LinearError::BindingTooLarge {
+                tensor,
+                bytes: t.bytes(),
+                limit,
+            });
+        }
+    }
+    let rows: u64 = w.parts.iter().map(|p| p.rows).sum();
+    if rows != n {
+        return Err(LinearError::Unsupported {
+            what: format!("weight parts hold {rows} rows, expected N"),
+            n,
+            k,
+        });
+    }
+    let rb = w.row_bytes();
+    let mut regions: Vec<(&'static str, &Region, u64)> = w
+        .parts
+        .iter()
+        .map(|p| ("weight", &p.region, p.rows * rb))
+        .collect();
+    if let Some(s) = &w.scale {
+        regions.push(("weight_scale", s, 4));
+    }
+    if let Some(b) = &w.bias {
+        regions.push(("bias", b, 4 * n));
+    }
+    for (region, r, need) in regions {
+        let err = |why: String| LinearError::Region {
+            region,
+            offset: r.offset,
+            size: r.size,
+            why,
+        };
+        if r.offset % align != 0 {
+            return Err(err(format!(
+                "offset is not a multiple of min_storage_buffer_offset_alignment {align}"
+            )));
+        }
+        if r.size < need || r.offset + r.size > r.buffer.size() {
+            return Err(err(format!(
+                "needs {need} bytes inside a buffer of {}",
+                r.buffer.size()
+            )));
+        }
+        if region != "weight" && r.size > limit {
+            return Err(LinearError::BindingTooLarge {
+                tensor: region,
+                bytes: r.size,
+                limit,
+            });
+        }
+    }
+    Ok(m)
+}
+
+/// The integer kernels' specialisation for a format and arithmetic.
+struct IntPath {
+    /// Act quant `MODE`.
+    mode: u32,
+    /// Rotation group, for rotated layers.
+    group: Option<u32>,
+    /// int4 nibble weights.
+    w4: bool,
+    /// Epilogue `EPI`.
+    epi: u32,
+    /// `SW_PER_ROW`.
+    per_row_scale: bool,
+}
+
+/// One weight chunk: a binding of whole rows.
+struct Chunk<'a> {
+    buffer: &'a wgpu::Buffer,
+    offset: u64,
+    size: u64,
+    rows: u64,
+    first_row: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Recorder<'a> {
+    gpu: &'a Gpu,
+    cache: &'a PipelineCache,
+    weights: &'a LinearWeights,
+    limit: u64,
+    align: u64,
+    m: u64,
+    /// The `act` variant of the kernels: the dtype of `x` and `out`.
+    act: ActDtype,
+    /// The multi-row GEMV's shape, when M is small and weight rows start on
+    /// 16 bytes (else the one-row GEMV or the GEMM).
+    gemv: Option<GemvShape>,
+    /// Dispatches recorded so far.
+    dispatches: &'a Cell<u32>,
+}
+
+/// The `Params` uniform of the GEMV/GEMM kernels (and the 4-word uniforms of
+/// the others, as a prefix).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    a: u32,
+    b: u32,
+    c: u32,
+    d: u32,
+    e: u32,
+    pad: [u32; 3],
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `(x, y)` workgroups covering `count` with at most 65535 per dimension.
+fn grid(count: u64) -> (u32, u32) {
+    let x = count.min(MAX_GROUPS_PER_DIM);
+    let y = count.div_ceil(MAX_GROUPS_PER_DIM);
+    (x as u32, y as u32)
+}
+
+fn buf(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer,
+        offset,
+        size: NonZeroU64::new(size),
+    })
+}
+
+fn region(r: &Region) -> wgpu::BindingResource<'_> {
+    buf(&r.buffer, r.offset, r.size.div_ceil(4) * 4)
+}
+
+impl Recorder<'_> {
+    fn unsupported(&self, what: String) -> LinearError {
+        LinearError::Unsupported {
+            what,
+            n: self.weights.n,
+            k: self.weights.k,
+        }
+    }
+
+    /// The weight split into bindings of whole rows, each at most `limit`
+    /// bytes and starting at an aligned offset.
+    fn chunks(&self) -> Result<Vec<Chunk<'_>>, LinearError> {
+        let rb = self.weights.row_bytes();
+        let step = self.align / gcd(rb, self.align);
+        let max_rows = (self.limit / rb) / step * step;
+        if max_rows == 0 {
+            return Err(self.unsupported(format!(
+                "one weight row ({rb} bytes, in aligned groups of {step}) exceeds the binding limit {}",
+                self.limit
+            )));
+        }
+        let mut chunks = Vec::new();
+        let mut first_row = 0;
+        for part in &self.weights.parts {
+            let mut done = 0;
+            while done < part.rows {
+                let rows = max_rows.min(part.rows - done);
+                chunks.push(Chunk {
+                    buffer: &part.region.buffer,
+                    offset: part.region.offset + done * rb,
+                    size: (rows * rb).div_ceil(4) * 4,
+                    rows,
+                    first_row: first_row + done,
+                });
+                done += rows;
+            }
+            first_row += part.rows;
+        }
+        Ok(chunks)
+    }
+
+    /// Records one dispatch of `source` with explicitly numbered bindings and
+    /// the params uniform at binding `params_at` (a shared, immutable buffer
+    /// from the pipeline cache: no buffer is created per dispatch).
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch_at(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        key: String,
+        source: &str,
+        constants: &[(&str, f64)],
+        bindings: Vec<(u32, wgpu::BindingResource<'_>)>,
+        params_at: u32,
+        params: Params,
+        groups: (u32, u32),
+    ) -> Result<(), LinearError> {
+        let pipeline = self
+            .cache
+            .get_act(self.gpu, &key, source, "main", constants, self.act)?;
+        let uniform = self.cache.uniform(self.gpu, bytemuck::bytes_of(&params))?;
+        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
+            .into_iter()
+            .map(|(binding, resource)| wgpu::BindGroupEntry { binding, resource })
+            .collect();
+        entries.push(wgpu::BindGroupEntry {
+            binding: params_at,
+            resource: uniform.as_entire_binding(),
+        });
+        let bind_group = self
+            .gpu
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&key),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(&key),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, 1);
+        self.dispatches.set(self.dispatches.get() + 1);
+        Ok(())
+    }
+
+    /// [`Self::dispatch_at`] with the bindings numbered from 0 and the params
+    /// uniform after them.
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        key: String,
+        source: &str,
+        constants: &[(&str, f64)],
+        bindings: Vec<wgpu::BindingResource<'_>>,
+        params: Params,
+        groups: (u32, u32),
+    ) -> Result<(), LinearError> {
+        let params_at = bindings.len() as u32;
+        let numbered = (0..).zip(bindings).collect();
+        self.dispatch_at(
+            encoder, key, source, constants, numbered, params_at, params, groups,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn integer(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        int: &IntPath,
+        fast: bool,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+        raw: bool,
+    ) -> Result<(), LinearError> {
+        let (gpu, m, n, k) = (self.gpu, self.m, self.weights.n, self.weights.k);
+        let rot_bytes = m * k * 4;
+        // The rotation writes f32, so the quantization after it reads f32.
+        let mut quant_rec = *self;
+        // Small M: rotation and quantization as one dispatch; without a
+        // rotation the same kernel with G = 1 (the identity) quantizes each
+        // row with a whole, wide workgroup.
+        let fused = Some(int.group.unwrap_or(1)).filter(|&g| self.fuses_rotate_quant(g));
+        let rotated;
+        let (q_src, q_off) = match int.group {
+            Some(g) => {
+                if !dynvram_quant::reference::is_power_of_four(g)
+                    || g > MAX_GROUP
+                    || k % u64::from(g) != 0
+                {
+                    return Err(self.unsupported(format!(
+                        "rotation group {g} must be a power of 4 in 4..={MAX_GROUP} dividing K"
+                    )));
+                }
+                if m > MAX_GROUPS_PER_DIM {
+                    return Err(self.unsupported(format!(
+                        "rotation handles at most {MAX_GROUPS_PER_DIM} rows, M = {m}"
+                    )));
+                }
+                rotated = scratch.x_rot(gpu, rot_bytes)?;
+                quant_rec.act = ActDtype::F32;
+                if fused.is_none() {
+                    self.dispatch(
+                        encoder,
+                        format!("linear_rotate|G={g}"),
+                        shaders::ROTATE,
+                        &[("G", f64::from(g))],
+                        vec![x.binding(), buf(&rotated, 0, rot_bytes)],
+                        Params {
+                            a: m as u32,
+                            b: k as u32,
+                            c: 0,
+                            d: 0,
+                            e: 0,
+                            pad: [0; 3],
+                        },
+                        ((k / u64::from(g)) as u32, m as u32),
+                    )?;
+                }
+                (&*rotated, 0)
+            }
+            None if fused.is_some() => {
+                rotated = scratch.x_rot(gpu, rot_bytes)?;
+                (&*rotated, 0)
+            }
+            None => (&*x.buffer, x.offset),
+        };
+        let kw = k / 4;
+        let codes = scratch.codes(gpu, m * kw * 4)?;
+        let scales = scratch.scales(gpu, m * 4)?;
+        let (quant_src, aq_key) = if fast {
+            (shaders::ACT_QUANT_SUBGROUP, "sg")
+        } else {
+            (shaders::ACT_QUANT, "wg")
+        };
+        let quant_constants = [
+            ("MODE", f64::from(int.mode)),
+            ("INV127", f64::from(1.0f32 / 127.0)),
+            ("PERM8", f64::from(u8::from(int.w4))),
+        ];
+        let quant_params = Params {
+            a: m as u32,
+            b: k as u32,
+            c: kw as u32,
+            d: 0,
+            e: 0,
+            pad: [0; 3],
+        };
+        if let Some(g) = fused {
+            self.rotate_quant(
+                encoder,
+                g,
+                &quant_constants,
+                quant_params,
+                [
+                    x.binding(),
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                    buf(q_src, 0, rot_bytes),
+                ],
+            )?;
+        } else {
+            quant_rec.dispatch(
+                encoder,
+                format!(
+                    "linear_act_quant|{aq_key}|MODE={}|PERM8={}",
+                    int.mode, int.w4
+                ),
+                quant_src,
+                &quant_constants,
+                vec![
+                    buf(q_src, q_off, quant_rec.act.size() * m * k),
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                ],
+                quant_params,
+                grid(m),
+            )?;
+        }
+        let dummy = scratch.dummy(gpu)?;
+        let epi = if raw { 2 } else { int.epi };
+        let has_bias = self.weights.bias.is_some();
+        let constants = [
+            ("W4", f64::from(u8::from(int.w4))),
+            ("EPI", f64::from(epi)),
+            ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
+            ("HAS_BIAS", f64::from(u8::from(has_bias))),
+        ];
+        let gemv = m <= GEMV_MAX_M;
+        let (source, kind) = match (gemv, fast) {
+            (true, true) => (shaders::INT_GEMV_SUBGROUP, "gemv|sg"),
+            (true, false) => (shaders::INT_GEMV, "gemv|wg"),
+            (false, _) => (shaders::INT_GEMM, "gemm"),
+        };
+        let key = format!(
+            "linear_int_{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}",
+            int.w4, int.per_row_scale
+        );
+        let scale = self
+            .weights
+            .scale
+            .as_ref()
+            .ok_or_else(|| self.unsupported("integer formats need a weight_scale".into()))?;
+        for c in self.chunks()? {
+            let bias = self
+                .weights
+                .bias
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
+            if let Some(shape) = self.gemv {
+                let ops = gemv::GemvOperands {
+                    scale: region(scale),
+                    bias,
+                    out: out.binding(),
+                    x: buf(&scales, 0, m * 4),
+                    codes: Some(buf(&codes, 0, m * kw * 4)),
+                };
+                self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
+                continue;
+            }
+            let groups = if gemv {
+                grid(c.rows)
+            } else {
+                (
+                    c.rows.div_ceil(GEMM_TILE) as u32,
+                    m.div_ceil(GEMM_TILE) as u32,
+                )
+            };
+            self.dispatch(
+                encoder,
+                key.clone(),
+                source,
+                &constants,
+                vec![
+                    buf(c.buffer, c.offset, c.size),
+                    region(scale),
+                    bias,
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                    out.binding(),
+                ],
+                Params {
+                    a: m as u32,
+                    b: c.rows as u32,
+                    c: k as u32,
+                    d: c.first_row as u32,
+                    e: n as u32,
+                    pad: [0; 3],
+                },
+                groups,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn float(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        wfmt: u32,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+    ) -> Result<(), LinearError> {
+        let (m, n, k) = (self.m, self.weights.n, self.weights.k);
+        let dummy = scratch.dummy(self.gpu)?;
+        let has_bias = self.weights.bias.is_some();
+        if wfmt >= 3 && self.weights.scale.is_none() {
+            return Err(self.unsupported("fp8 weights need a weight_scale".into()));
+        }
+        let gemv = m <= GEMV_MAX_M;
+        let (source, kind) = if gemv {
+            (shaders::FLOAT_GEMV, "gemv")
+        } else {
+            (shaders::FLOAT_GEMM, "gemm")
+        };
+        let key = format!("linear_float_{kind}|WFMT={wfmt}|B={has_bias}");
+        let constants = [
+            ("WFMT", f64::from(wfmt)),
+            ("HAS_BIAS", f64::from(u8::from(has_bias))),
+        ];
+        for c in self.chunks()? {
+            let scale = self
+                .weights
+                .scale
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
+            let bias = self
+                .weights
+                .bias
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
+            if let Some(shape) = self.gemv {
+                let ops = gemv::GemvOperands {
+                    scale,
+                    bias,
+                    out: out.binding(),
+                    x: x.binding(),
+                    codes: None,
+                };
+                self.float_gemv_rows(encoder, &c, shape, wfmt, ops)?;
+                continue;
+            }
+            let groups = if gemv {
+                grid(c.rows)
+            } else {
+                (
+                    c.rows.div_ceil(GEMM_TILE) as u32,
+                    m.div_ceil(GEMM_TILE) as u32,
+                )
+            };
+            self.dispatch(
+                encoder,
+                key.clone(),
+                source,
+                &constants,
+                vec![
+                    buf(c.buffer, c.offset, c.size),
+                    scale,
+                    bias,
+                    x.binding(),
+                    out.binding(),
+                ],
+                Params {
+                    a: m as u32,
+                    b: c.rows as u32,
+                    c: k as u32,
+                    d: c.first_row as u32,
+                    e: n as u32,
+                    pad: [0; 3],
+                },
+                groups,
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! The multi-row GEMV kernels for small M (`linear_int_gemv_rows.wgsl`,
+//! `linear_float_gemv_rows.wgsl`): [`GemvShape`] rows per workgroup, 16-byte
+//! weight loads, activations loaded once per workgroup and reused across its
+//! rows, one reduction per workgroup at the end.
+//!
+//! Why these shapes: an M = 1 linear is a pure weight stream, so what counts
+//! is bytes in flight and how often each activation byte is re-read. With
+//! `rows` rows per workgroup every invocation keeps `rows` independent 16-byte
+//! loads in flight per step and the activation vector is read `N / rows`
+//! times instead of `N` times (at rows = 8 and int4 weights, 1/4 of the
+//! weight bytes, from L2, instead of 2×).
+
+use dynvram_shaders::linear as shaders;
+
+use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid};
+
+/// Workgroup shape of the multi-row GEMV kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemvShape {
+    /// Output rows per workgroup (`ROWS`), at most 16, `rows · M <= 64`.
+    pub rows: u32,
+    /// Invocations per workgroup (`WGS`), a power of two in 64..=1024.
+    pub wgs: u32,
+}
+
+/// Most accumulators one invocation holds (`ROWS · MR`, the kernels' arrays).
+const MAX_ACCUMULATORS: u64 = 64;
+
+/// Most rows per workgroup (the kernels' array of in-flight weight quads).
+const MAX_ROWS: u32 = 16;
+
+impl GemvShape {
+    /// The default for `m` activation rows on an adapter allowing
+    /// `max_invocations` invocations per workgroup: 256 invocations (8 warps
+    /// of 32, 4 waves of 64: a multiple of every subgroup size, and enough
+    /// workgroups per SM to hide latency), 8 rows up to M = 2 and 4 rows
+    /// above (`rows · M` accumulators plus `rows` 16-byte loads per
+    /// invocation must stay in registers).
+    pub fn default_for(m: u64, max_invocations: u32) -> Self {
+        let wgs = if max_invocations >= 256 { 256 } else { 64 };
+        let rows = if m <= 2 { 8 } else { 4 };
+        Self { rows, wgs }
+    }
+
+    /// Checks a shape against the kernels' and the adapter's limits.
+    pub(super) fn check(self, m: u64, max_invocations: u32) -> Result<(), String> {
+        let Self { rows, wgs } = self;
+        if rows == 0 || rows > MAX_ROWS || u64::from(rows) * m > MAX_ACCUMULATORS {
+            return Err(format!(
+                "GEMV rows per workgroup {rows} must be in 1..={MAX_ROWS} with rows · M <= {MAX_ACCUMULATORS} (M = {m})"
+            ));
+        }
+        if !wgs.is_power_of_two() || !(64..=1024).contains(&wgs) || wgs > max_invocations {
+            return Err(format!(
+                "GEMV workgroup size {wgs} must be a power of two in 64..=min(1024, {max_invocations})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Workgroup memory of `linear_rotate_quant.wgsl` besides its chunk: the
+/// 1024-word reduction staging and 64 result words.
+const FUSED_FIXED_BYTES: u32 = 4 * (1024 + 64);
+
+/// Largest chunk of `linear_rotate_quant.wgsl` (32 KiB; 2 passes at K = 16384).
+const FUSED_MAX_CHUNK: u32 = 8192;
+
+/// Shape of `linear_rotate_quant.wgsl` on an adapter, `(invocations,
+/// chunk)`: the largest power-of-two workgroup up to 1024 invocations and
+/// the largest power-of-two chunk its workgroup memory holds. It runs only
+/// M <= 8 workgroups, so it is latency-bound: everything in flight at once.
+fn fused_shape(limits: &wgpu::Limits) -> (u32, u32) {
+    let floor_pow2 = |v: u32| if v == 0 { 0 } else { 1 << v.ilog2() };
+    let wgs = floor_pow2(limits.max_compute_invocations_per_workgroup.min(1024));
+    let words = limits
+        .max_compute_workgroup_storage_size
+        .saturating_sub(FUSED_FIXED_BYTES)
+        / 4;
+    (wgs, floor_pow2(words).min(FUSED_MAX_CHUNK))
+}
+
+/// Whether rows of `row_bytes` bytes can be read as 16-byte quads.
+pub(super) fn rows_aligned(row_bytes: u64) -> bool {
+    row_bytes.is_multiple_of(16)
+}
+
+/// The scale, bias and output bindings shared by both kernels, plus the
+/// integer path's code and code-scale buffers.
+pub(super) struct GemvOperands<'a> {
+    pub scale: wgpu::BindingResource<'a>,
+    pub bias: wgpu::BindingResource<'a>,
+    pub out: wgpu::BindingResource<'a>,
+    /// `x` (float path) or the code scales (integer path).
+    pub x: wgpu::BindingResource<'a>,
+    /// The packed activation codes (integer path).
+    pub codes: Option<wgpu::BindingResource<'a>>,
+}
+
+impl Recorder<'_> {
+    /// Whether rotation (group `g`) and quantization run as one dispatch:
+    /// M small enough that one workgroup per row keeps the GPU busy enough
+    /// (the dispatch saved is worth more), the group fits the kernel's chunk
+    /// and the adapter gives it its workgroup memory.
+    pub(super) fn fuses_rotate_quant(&self, g: u32) -> bool {
+        let (wgs, chunk) = fused_shape(&self.gpu.device.limits());
+        self.m <= GEMV_MAX_M && wgs >= 64 && chunk >= g.max(1024)
+    }
+
+    /// The fused rotation + quantization (`linear_rotate_quant.wgsl`), one
+    /// workgroup per row: bindings 0 x, 1 codes, 2 code scales, 3 params,
+    /// 4 the rotated input (f32, written for the codes and for inspection).
+    pub(super) fn rotate_quant(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        g: u32,
+        quant_constants: &[(&str, f64)],
+        params: Params,
+        [x, codes, scales, rotated]: [wgpu::BindingResource<'_>; 4],
+    ) -> Result<(), LinearError> {
+        let (wgs, chunk) = fused_shape(&self.gpu.device.limits());
+        let mut constants = quant_constants.to_vec();
+        constants.extend([
+            ("G", f64::from(g)),
+            ("WGS", f64::from(wgs)),
+            ("FHT_CHUNK", f64::from(chunk)),
+        ]);
+        let key = format!("linear_rotate_quant|G={g}|WGS={wgs}|C={chunk}|{quant_constants:?}");
+        self.dispatch_at(
+            encoder,
+            key,
+            shaders::ROTATE_QUANT,
+            &constants,
+            vec![(0, x), (1, codes), (2, scales), (4, rotated)],
+            3,
+            params,
+            grid(self.m),
+        )
+    }
+
+    fn gemv_params(&self, c: &Chunk<'_>) -> Params {
+        Params {
+            a: self.m as u32,
+            b: c.rows as u32,
+            c: self.weights.k as u32,
+            d: c.first_row as u32,
+            e: self.weights.n as u32,
+            pad: [0; 3],
+        }
+    }
+
+    fn gemv_constants(&self, shape: GemvShape) -> [(&'static str, f64); 3] {
+        [
+            ("ROWS", f64::from(shape.rows)),
+            ("MR", self.m as f64),
+            ("WGS", f64::from(shape.wgs)),
+        ]
+    }
+
+    /// One chunk of an integer layer through the multi-row GEMV: bindings
+    /// 1 scale, 2 bias, 4 code scales, 5 out, 6 params, 7 weight quads,
+    /// 8 code quads (the common fragment's u32 views 0 and 3 are unused).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn int_gemv_rows(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        c: &Chunk<'_>,
+        shape: GemvShape,
+        int: &IntPath,
+        fast: bool,
+        epi: u32,
+        ops: GemvOperands<'_>,
+    ) -> Result<(), LinearError> {
+        let has_bias = self.weights.bias.is_some();
+        let (source, kind) = if fast {
+            (shaders::INT_GEMV_ROWS_SUBGROUP, "sg")
+        } else {
+            (shaders::INT_GEMV_ROWS, "tree")
+        };
+        let key = format!(
+            "linear_int_gemv_rows|{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}|R={}|M={}|WGS={}",
+            int.w4, int.per_row_scale, shape.rows, self.m, shape.wgs
+        );
+        let mut constants = vec![
+            ("W4", f64::from(u8::from(int.w4))),
+            ("EPI", f64::from(epi)),
+            ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
+            ("HAS_BIAS", f64::from(u8::from(has_bias))),
+        ];
+        constants.extend(self.gemv_constants(shape));
+        let codes = ops
+            .codes
+            .ok_or_else(|| self.unsupported("the integer GEMV needs activation codes".into()))?;
+        self.dispatch_at(
+            encoder,
+            key,
+            source,
+            &constants,
+            vec![
+                (1, ops.scale),
+                (2, ops.bias),
+                (4, ops.x),
+                (5, ops.out),
+                (7, buf(c.buffer, c.offset, c.size)),
+                (8, codes),
+            ],
+            6,
+            self.gemv_params(c),
+            grid(c.rows.div_ceil(u64::from(shape.rows))),
+        )
+    }
+
+    /// One chunk of a float layer through the multi-row GEMV: bindings
+    /// 1 scale, 2 bias, 3 x, 4 out, 5 params, 6 weight quads (the common
+    /// fragment's u32 view 0 is unused).
+    pub(super) fn float_gemv_rows(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        c: &Chunk<'_>,
+        shape: GemvShape,
+        wfmt: u32,
+        ops: GemvOperands<'_>,
+    ) -> Result<(), LinearError> {
+        let has_bias = self.weights.bias.is_some();
+        let key = format!(
+            "linear_float_gemv_rows|WFMT={wfmt}|B={has_bias}|R={}|M={}|WGS={}",
+            shape.rows, self.m, shape.wgs
+        );
+        let mut constants = vec![
+            ("WFMT", f64::from(wfmt)),
+            ("HAS_BIAS", f64::from(u8::from(has_bias))),
+        ];
+        constants.extend(self.gemv_constants(shape));
+        self.dispatch_at(
+            encoder,
+            key,
+            shaders::FLOAT_GEMV_ROWS,
+            &constants,
+            vec![
+                (1, ops.scale),
+                (2, ops.bias),
+                (3, ops.x),
+                (4, ops.out),
+                (6, buf(c.buffer, c.offset, c.size)),
+            ],
+            5,
+            self.gemv_params(c),
+            grid(c.rows.div_ceil(u64::from(shape.rows))),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GemvShape;
+
+    #[test]
+    fn default_shapes_pass_their_own_check() {
+        for m in 1..=8 {
+            for max in [64, 128, 256, 1024] {
+                let s = GemvShape::default_for(m, max);
+                assert_eq!(s.check(m, max), Ok(()), "M={m} max={max}: {s:?}");
+                assert!(s.wgs <= max);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let bad = [
+            (GemvShape { rows: 0, wgs: 256 }, 1),
+            (GemvShape { rows: 17, wgs: 256 }, 1),
+            (GemvShape { rows: 16, wgs: 256 }, 8),
+            (GemvShape { rows: 4, wgs: 96 }, 1),
+            (GemvShape { rows: 4, wgs: 32 }, 1),
+            (GemvShape { rows: 4, wgs: 2048 }, 1),
+        ];
+        for (s, m) in bad {
+            assert!(s.check(m, 1024).is_err(), "{s:?} M={m}");
+        }
+        assert!(GemvShape { rows: 4, wgs: 512 }.check(1, 256).is_err());
+    }
+}

@@ -1,0 +1,12 @@
+//! GPU ops: each records compute passes into a caller's encoder, so a block's
+//! kernels and the next block's uploads can share one submit.
+
+pub mod attention;
+pub mod cache;
+pub mod elementwise;
+pub mod embed;
+pub mod host;
+mod kernel;
+pub mod linear;
+pub mod norm;
+pub mod rope;

@@ -1,0 +1,108 @@
+//! Row norms of f32 or f16 activations `[rows, hidden]` (statistics in f32,
+//! weights and biases f32): RMSNorm (Llama) and LayerNorm (optional bias),
+//! one workgroup per row.
+
+use dynvram_shaders::transformer::NORM;
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::ops::kernel::{
+    self, Dispatch, bad, expect_distinct, expect_dtype, expect_shape, rows_cols, to_u32,
+};
+use crate::tensor::{ActDtype, GpuTensor};
+
+fn params(rows: u32, cols: u32, eps: f32, has_bias: bool) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[0..4].copy_from_slice(&rows.to_le_bytes());
+    p[4..8].copy_from_slice(&cols.to_le_bytes());
+    p[8..12].copy_from_slice(&eps.to_le_bytes());
+    p[12..16].copy_from_slice(&u32::from(has_bias).to_le_bytes());
+    p
+}
+
+#[allow(clippy::too_many_arguments)] // the shared body of both norms
+fn record_norm(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    op: &'static str,
+    x: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    out: &GpuTensor,
+    eps: f32,
+) -> Result<(), GpuError> {
+    let (rows, cols) = rows_cols(op, "x", x)?;
+    expect_dtype(op, "x", x, x.dtype)?;
+    expect_shape(op, "weight", weight, &[cols], ActDtype::F32)?;
+    if let Some(b) = bias {
+        expect_shape(op, "bias", b, &[cols], ActDtype::F32)?;
+    }
+    expect_shape(op, "out", out, &x.shape, x.dtype)?;
+    rows_cols(op, "out", out)?;
+    expect_distinct(op, out, &[("x", x), ("weight", weight)])?;
+    if let Some(b) = bias {
+        expect_distinct(op, out, &[("bias", b)])?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(bad(op, format!("eps = {eps} must be finite and >= 0")));
+    }
+    let _span = tracing::trace_span!("record", op, rows, cols).entered();
+    let mut bindings = vec![(1, x.binding()), (2, weight.binding()), (4, out.binding())];
+    if op == "layer_norm" {
+        // `rms_norm` never reads binding 3, so its derived layout has no slot for it.
+        // Without a bias the weight fills the bias slot; `has_bias = 0` keeps it unread.
+        bindings.push((3, bias.unwrap_or(weight).binding()));
+    }
+    kernel::record(
+        gpu,
+        cache,
+        enc,
+        Dispatch {
+            shader: "norm.wgsl",
+            source: NORM,
+            entry: op,
+            constants: &[],
+            params: &params(
+                to_u32(op, "rows", rows)?,
+                to_u32(op, "hidden", cols)?,
+                eps,
+                bias.is_some(),
+            ),
+            bindings,
+            groups: kernel::grid(gpu, op, rows, 1)?,
+            act: x.dtype,
+        },
+    )
+}
+
+/// Records `out = weight · (x · 1/√(mean(x²) + eps))` per row (HF Llama
+/// RMSNorm in f32). `x` and `out` are `[.., hidden]` of one dtype (f32 or
+/// f16), `weight` is f32 `[hidden]`.
+pub fn record_rms_norm(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    x: &GpuTensor,
+    weight: &GpuTensor,
+    out: &GpuTensor,
+    eps: f32,
+) -> Result<(), GpuError> {
+    record_norm(gpu, cache, enc, "rms_norm", x, weight, None, out, eps)
+}
+
+/// Records `out = (x − mean) · 1/√(var + eps) · weight (+ bias)` per row
+/// (biased variance, as `torch.nn.LayerNorm`).
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_layer_norm(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    x: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    out: &GpuTensor,
+    eps: f32,
+) -> Result<(), GpuError> {
+    record_norm(gpu, cache, enc, "layer_norm", x, weight, bias, out, eps)
+}

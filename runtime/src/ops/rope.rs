@@ -1,0 +1,181 @@
+//! Rotary position embedding, Hugging Face `rotate_half` form (NeoX,
+//! non-interleaved: dimension i pairs with i + head_dim/2), applied in place
+//! to q `[seq, n_heads·head_dim]` and k `[seq, n_kv·head_dim]` at positions
+//! `pos0..pos0+seq`.
+//!
+//! cos/sin come from a host table computed in f32 exactly as torch does
+//! (`inv_freq` in f32, angle = `pos · inv_freq` in f32, then cos/sin), so
+//! the result does not depend on a GPU's sin/cos accuracy, which is loose
+//! for large angles.
+
+use std::sync::Arc;
+
+use dynvram_shaders::transformer::ROPE;
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::ops::kernel::{self, Dispatch, bad, rows_cols, to_u32};
+use crate::tensor::{ActDtype, GpuTensor};
+
+const WG: u64 = 256;
+
+/// Default RoPE inverse frequencies as torch computes them in f32:
+/// `1 / theta^((2i) / head_dim)` for `i < head_dim / 2`. Scaled variants
+/// (linear, llama3, …) are applied to this vector by the caller.
+pub fn inv_freq(theta: f32, head_dim: usize) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| 1.0f32 / theta.powf((2 * i) as f32 / head_dim as f32))
+        .collect()
+}
+
+/// The (cos, sin) table `[positions, inv_freq.len(), 2]`, row-major, with
+/// angle `pos · inv_freq[i]` in f32 and both values times `attention_scaling`
+/// (1.0 for the default RoPE).
+pub fn cos_sin_table(inv_freq: &[f32], positions: u64, attention_scaling: f32) -> Vec<f32> {
+    let mut table = Vec::with_capacity(positions as usize * inv_freq.len() * 2);
+    for pos in 0..positions {
+        for &f in inv_freq {
+            let angle = pos as f32 * f;
+            table.push(angle.cos() * attention_scaling);
+            table.push(angle.sin() * attention_scaling);
+        }
+    }
+    table
+}
+
+/// A cos/sin table on the GPU for positions `0..positions`.
+#[derive(Debug, Clone)]
+pub struct RopeTable {
+    /// `[positions, head_dim / 2, 2]` f32 (cos, sin) pairs.
+    pub table: GpuTensor,
+    /// The head dimension it rotates.
+    pub head_dim: u64,
+    /// How many positions it covers.
+    pub positions: u64,
+}
+
+impl RopeTable {
+    /// Uploads the default-RoPE table for `theta` and `head_dim`.
+    pub fn new(gpu: &Gpu, theta: f32, head_dim: u64, positions: u64) -> Result<Self, GpuError> {
+        Self::from_inv_freq(gpu, &inv_freq(theta, head_dim as usize), positions, 1.0)
+    }
+
+    /// Uploads the table for given inverse frequencies (`head_dim / 2` of them).
+    pub fn from_inv_freq(
+        gpu: &Gpu,
+        inv_freq: &[f32],
+        positions: u64,
+        attention_scaling: f32,
+    ) -> Result<Self, GpuError> {
+        let half = inv_freq.len() as u64;
+        if half == 0 || positions == 0 {
+            return Err(bad(
+                "rope_table",
+                format!("{half} frequencies over {positions} positions: both must be > 0"),
+            ));
+        }
+        let _span = tracing::debug_span!("upload", what = "rope_table", positions, half).entered();
+        let data = cos_sin_table(inv_freq, positions, attention_scaling);
+        let bytes: &[u8] = bytemuck::cast_slice(&data);
+        let buffer = gpu.create_buffer(
+            "rope_table",
+            bytes.len() as u64,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+        )?;
+        gpu.queue.write_buffer(&buffer, 0, bytes);
+        Ok(Self {
+            table: GpuTensor {
+                buffer: Arc::new(buffer),
+                offset: 0,
+                shape: vec![positions, half, 2],
+                dtype: ActDtype::F32,
+            },
+            head_dim: 2 * half,
+            positions,
+        })
+    }
+}
+
+/// Records RoPE in place on `x` `[seq, n_heads·head_dim]` (f32 or f16, head
+/// h in columns `h·head_dim..(h+1)·head_dim`), row s at position `pos0 + s`.
+pub fn record_rope(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    table: &RopeTable,
+    x: &GpuTensor,
+    n_heads: u64,
+    pos0: u64,
+) -> Result<(), GpuError> {
+    const OP: &str = "rope";
+    let (rows, cols) = rows_cols(OP, "x", x)?;
+    let hd = table.head_dim;
+    if n_heads == 0 || cols != n_heads * hd {
+        return Err(bad(
+            OP,
+            format!(
+                "`x` {:?} is not [seq, n_heads * head_dim] = [seq, {n_heads} * {hd}]",
+                x.shape
+            ),
+        ));
+    }
+    if pos0 + rows > table.positions {
+        return Err(bad(
+            OP,
+            format!(
+                "positions {pos0}..{} exceed the table's {} positions",
+                pos0 + rows,
+                table.positions
+            ),
+        ));
+    }
+    let items = rows * n_heads * (hd / 2);
+    to_u32(OP, "rows * n_heads * head_dim / 2", items)?;
+    let _span = tracing::trace_span!("record", op = OP, rows, n_heads, pos0).entered();
+    let mut params = [0u8; 16];
+    for (i, v) in [
+        to_u32(OP, "rows", rows)?,
+        to_u32(OP, "n_heads", n_heads)?,
+        to_u32(OP, "head_dim / 2", hd / 2)?,
+        to_u32(OP, "pos0", pos0)?,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    kernel::record(
+        gpu,
+        cache,
+        enc,
+        Dispatch {
+            shader: "rope.wgsl",
+            source: ROPE,
+            entry: "rope_inplace",
+            constants: &[],
+            params: &params,
+            bindings: vec![(1, table.table.binding()), (2, x.binding())],
+            groups: kernel::grid(gpu, OP, items, WG)?,
+            act: x.dtype,
+        },
+    )
+}
+
+/// RoPE on q and k of one attention layer (same positions, same table).
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_rope_qk(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    table: &RopeTable,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    n_heads: u64,
+    n_kv_heads: u64,
+    pos0: u64,
+) -> Result<(), GpuError> {
+    record_rope(gpu, cache, enc, table, q, n_heads, pos0)?;
+    record_rope(gpu, cache, enc, table, k, n_kv_heads, pos0)
+}

@@ -1,0 +1,293 @@
+//! One pass over a model's blocks with block-level prefetch (SPEC §4).
+//!
+//! Before block *i*'s kernels are recorded, block *i+1*'s streamed weights
+//! are read from their files into the staging ring and their copies into
+//! the other transient arena are recorded into the same encoder; then the
+//! encoder is submitted. The GPU copies block *i+1*'s weights while it
+//! computes block *i*, and the host reads block *i+2*'s bytes while the GPU
+//! works on that submit. All ring recycling happens at the submit boundary,
+//! never while a block is being recorded.
+
+use std::time::Instant;
+
+use dynvram_loader::StagingRing;
+use serde::Serialize;
+
+use crate::error::{Result, RuntimeError};
+use crate::gpu::Gpu;
+use crate::model::Model;
+use crate::pins::{Pins, StreamSources};
+use crate::residency::{Home, Placed};
+use crate::runtime::Runtime;
+use crate::trace::{Lane, Trace};
+
+/// Figures of one pass.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PassStats {
+    /// Weight bytes uploaded during the pass (streamed weights).
+    pub streamed_bytes: u64,
+    /// Weight bytes made resident at the start of the pass (a model taking
+    /// back residency after it yielded to another model).
+    pub loaded_bytes: u64,
+    /// Wall time of the pass, including the final wait for the GPU.
+    pub seconds: f64,
+    /// Submits made (one per block, plus ring flushes).
+    pub submits: u64,
+    /// Times the ring had to wait for a slot's earlier copy.
+    pub ring_stalls: u64,
+    /// Where the streamed bytes came from: registered pins, RAM pins, files.
+    pub sources: StreamSources,
+}
+
+/// A weight's bytes on the GPU.
+#[derive(Debug, Clone)]
+pub struct WeightView<'a> {
+    /// The buffer holding it.
+    pub buffer: &'a wgpu::Buffer,
+    /// Byte offset (a multiple of 256).
+    pub offset: u64,
+    /// Bytes on the GPU (converted tensors are `f32`).
+    pub size: u64,
+    /// Shape as stored.
+    pub shape: &'a [usize],
+    /// Whether the bytes were converted to `f32` on upload.
+    pub as_f32: bool,
+    /// Dtype as stored in the file.
+    pub dtype: dynvram_loader::Dtype,
+}
+
+/// What a block's code sees: its weights, the encoder, the GPU.
+#[derive(Debug)]
+pub struct BlockCtx<'a> {
+    rt: &'a Runtime,
+    model: &'a Model,
+    enc: &'a mut wgpu::CommandEncoder,
+    block: usize,
+    keep: &'a mut Vec<crate::Activation>,
+    placed: &'a Placed,
+}
+
+impl<'a> BlockCtx<'a> {
+    /// Index of the block being recorded.
+    pub fn index(&self) -> usize {
+        self.block
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &'a Runtime {
+        self.rt
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'a Model {
+        self.model
+    }
+
+    /// The encoder this block records into (submitted at the block's end).
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.enc
+    }
+
+    /// Keeps a temporary activation (and its ledger entry) until the block's
+    /// encoder has been submitted.
+    pub fn keep_alive(&mut self, a: crate::Activation) {
+        self.keep.push(a);
+    }
+
+    /// A weight of this block, resident or in this block's arena.
+    pub fn weight(&self, name: &str) -> Result<WeightView<'a>> {
+        self.model.weight_view(self.placed, name, self.block)
+    }
+}
+
+impl Model {
+    /// Where a weight of `block` is on the GPU during that block.
+    pub(crate) fn weight_view<'a>(
+        &'a self,
+        placed: &'a Placed,
+        name: &str,
+        block: usize,
+    ) -> Result<WeightView<'a>> {
+        let &i = self
+            .by_name
+            .get(name)
+            .ok_or_else(|| RuntimeError::MissingTensor {
+                model: self.path.clone(),
+                tensor: name.to_owned(),
+            })?;
+        let w = &self.weights[i];
+        let (buffer, offset) = match placed.homes[i] {
+            Home::Resident(ref r) => (&*r.buffer, 0),
+            Home::Arena(off) => {
+                if w.block != block {
+                    return Err(RuntimeError::NotInBlock {
+                        tensor: name.to_owned(),
+                        block,
+                        block_name: self
+                            .blocks
+                            .get(block)
+                            .map(|b| b.name.clone())
+                            .unwrap_or_default(),
+                    });
+                }
+                (&*placed.arenas[block % placed.arenas.len()].buffer, off)
+            }
+        };
+        Ok(WeightView {
+            buffer,
+            offset,
+            size: w.upload.gpu_size(&w.info),
+            shape: &w.info.shape,
+            as_f32: w.upload == crate::upload::Upload::ToF32,
+            dtype: w.info.dtype,
+        })
+    }
+
+    /// Records the uploads of block `b`'s streamed weights into its arena.
+    fn stage_block(
+        &self,
+        placed: &Placed,
+        ring: &mut StagingRing,
+        pins: &mut Pins,
+        gpu: &Gpu,
+        enc: &mut wgpu::CommandEncoder,
+        b: usize,
+    ) -> Result<StreamSources> {
+        let _span = tracing::debug_span!("stage_block", block = b).entered();
+        let arena = &placed.arenas.get(b % crate::planning::ARENAS as usize);
+        let mut sources = StreamSources::default();
+        for &i in &self.blocks[b].weights {
+            if let (Home::Arena(off), Some(arena)) = (&placed.homes[i], arena) {
+                sources.add(pins.stage(self, ring, gpu, enc, i, &arena.buffer, *off)?);
+            }
+        }
+        Ok(sources)
+    }
+
+    /// Runs one pass: `body` is called once per block, in order, to record
+    /// that block's kernels. Streamed weights are prefetched one block ahead.
+    /// On error the work recorded so far is still submitted, so the ring and
+    /// the device stay usable.
+    pub fn run_pass(
+        &self,
+        rt: &Runtime,
+        trace: Option<&mut Trace>,
+        mut body: impl FnMut(&mut BlockCtx<'_>) -> Result<()>,
+    ) -> Result<PassStats> {
+        let _span = tracing::info_span!("pass", blocks = self.blocks.len()).entered();
+        let gpu = &*rt.gpu;
+        gpu.check_health()?;
+        let mut local = Trace::disabled();
+        let trace = trace.unwrap_or(&mut local);
+        let start = Instant::now();
+        let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pins = rt.pins.lock().unwrap_or_else(|e| e.into_inner());
+        pins.begin_pass(self.id);
+        let before = ring.counters();
+        let mut stats = PassStats::default();
+        let new_encoder = || {
+            gpu.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("block"),
+                })
+        };
+        let mut enc = new_encoder();
+        // Residency first: this model goes on top; others yield if it needs room.
+        let placed = crate::residency::acquire(rt, self, &mut ring, &mut enc)?;
+        stats.loaded_bytes = placed.loaded_bytes;
+        let n = self.blocks.len();
+        let mut result = Ok(());
+        let mut keep = Vec::new();
+        for i in 0..n {
+            // Block 0 has nothing to overlap with; every later block was staged
+            // during the previous one.
+            let stage = if i == 0 {
+                0..=usize::from(n > 1)
+            } else {
+                i + 1..=i + 1
+            };
+            for b in stage.filter(|&b| b < n) {
+                let t = trace.begin();
+                match self.stage_block(&placed, &mut ring, &mut pins, gpu, &mut enc, b) {
+                    Ok(sources) => {
+                        let bytes = sources.total();
+                        stats.streamed_bytes += bytes;
+                        stats.sources.add(sources);
+                        trace.end(
+                            t,
+                            Lane::Upload,
+                            &format!("stage {}", self.blocks[b].name),
+                            bytes,
+                        );
+                        // Where the staged bytes came from, as markers (their
+                        // bytes are already counted by the stage event).
+                        for (from, n) in [
+                            ("registered pins", sources.registered_pin_bytes),
+                            ("RAM pins", sources.ram_pin_bytes),
+                            ("files", sources.file_bytes),
+                        ] {
+                            if n > 0 {
+                                let name = &self.blocks[b].name;
+                                trace.end(
+                                    t,
+                                    Lane::Upload,
+                                    &format!("{name}: {n} B from {from}"),
+                                    0,
+                                );
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            if result.is_err() {
+                break;
+            }
+            let t = trace.begin();
+            let mut ctx = BlockCtx {
+                rt,
+                model: self,
+                enc: &mut enc,
+                block: i,
+                keep: &mut keep,
+                placed: &placed,
+            };
+            result = body(&mut ctx);
+            trace.end(
+                t,
+                Lane::Compute,
+                &format!("record {}", self.blocks[i].name),
+                0,
+            );
+            let t = trace.begin();
+            ring.submit(&gpu.queue, std::mem::replace(&mut enc, new_encoder()));
+            stats.submits += 1;
+            keep.clear();
+            trace.end(
+                t,
+                Lane::Submit,
+                &format!("submit {}", self.blocks[i].name),
+                0,
+            );
+            if result.is_err() {
+                break;
+            }
+            ring.recycle(&gpu.device)?;
+        }
+        if n == 0 || result.is_err() {
+            ring.submit(&gpu.queue, enc);
+        }
+        let t = trace.begin();
+        gpu.wait_idle()?;
+        trace.end(t, Lane::Wait, "wait for GPU", 0);
+        ring.recycle(&gpu.device)?;
+        result?;
+        let after = ring.counters();
+        stats.ring_stalls = after.stalls - before.stalls;
+        stats.seconds = start.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+}

@@ -1,0 +1,400 @@
+//! Host RAM copies of streamed weights (SPEC §3), carried out on the GPU.
+//!
+//! Which weight keeps a copy, in which tier, and which copies are dropped or
+//! (un)registered is [`dynvram_memory::PinPolicy`]'s decision alone; this
+//! module performs its actions: a *registered* pin is a
+//! [`dynvram_loader::PinnedBuffer`] (imported host RAM where the device can
+//! import it) streamed into the arena by `copy_buffer_to_buffer` with no CPU
+//! copy; an *unregistered* one is plain RAM copied through the staging ring.
+//! A weight without a copy is read from its file into the ring as before.
+//! All of it happens while a block is staged, at the submit boundary before
+//! the block that needs it (never while a block is being recorded).
+
+use std::collections::HashMap;
+
+use dynvram_loader::{HostBytes, PinnedBuffer, StagingRing};
+use dynvram_memory::{
+    CopySource, ModelId, PinAction, PinConfig, PinPolicy, PinTier, ProcMeminfo, RamReading,
+    RamSource, WeightKey,
+};
+use serde::Serialize;
+
+use crate::config::{PinSettings, RamFigures};
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::model::{Model, Weight};
+use crate::upload::{self, Upload};
+
+/// Where the bytes of one pass's streamed weights came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StreamSources {
+    /// Copied from registered pins (no CPU copy, no file read).
+    pub registered_pin_bytes: u64,
+    /// Copied from plain-RAM pins through the staging ring (no file read).
+    pub ram_pin_bytes: u64,
+    /// Read from the model's files.
+    pub file_bytes: u64,
+}
+
+impl StreamSources {
+    /// All bytes.
+    pub fn total(&self) -> u64 {
+        self.registered_pin_bytes + self.ram_pin_bytes + self.file_bytes
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: Self) {
+        self.registered_pin_bytes += other.registered_pin_bytes;
+        self.ram_pin_bytes += other.ram_pin_bytes;
+        self.file_bytes += other.file_bytes;
+    }
+}
+
+/// What the runtime's pins hold now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PinReport {
+    /// Whether pinning is on.
+    pub enabled: bool,
+    /// `--fast-disk`.
+    pub fast_disk: bool,
+    /// Registration ceiling.
+    pub max_pinned: u64,
+    /// Bytes of registered pins (policy figure, never above the ceiling).
+    pub registered_bytes: u64,
+    /// Bytes of all RAM copies (policy figure).
+    pub pinned_bytes: u64,
+    /// Registered pins held in imported host RAM.
+    pub imported_pins: usize,
+    /// Registered pins held in ordinary mapped buffers (BAR on resizable-BAR GPUs).
+    pub mapped_pins: usize,
+    /// Plain-RAM copies held.
+    pub ram_copies: usize,
+}
+
+#[derive(Debug)]
+enum HostCopy {
+    Registered(PinnedBuffer),
+    Ram(Vec<u8>),
+}
+
+/// The runtime's pins: the policy, the RAM reader and the copies.
+pub(crate) struct Pins {
+    policy: Option<PinPolicy>,
+    ram: RamFigures,
+    copies: HashMap<WeightKey, HostCopy>,
+}
+
+impl std::fmt::Debug for Pins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pins")
+            .field("report", &self.report())
+            .field("ram", &self.ram)
+            .finish()
+    }
+}
+
+impl Pins {
+    /// The policy sized for this machine's RAM (or the simulated one); off
+    /// when disabled or when RAM cannot be read.
+    pub fn new(settings: &PinSettings, fast_disk: bool) -> Self {
+        let mut pins = Self {
+            policy: None,
+            ram: settings.ram.clone(),
+            copies: HashMap::new(),
+        };
+        if !settings.enabled {
+            return pins;
+        }
+        match pins.read_ram(0) {
+            Ok(r) => {
+                let mut cfg = PinConfig::for_ram(r.total, fast_disk);
+                if let Some(max) = settings.max_pinned {
+                    cfg.max_pinned = max;
+                }
+                tracing::info!(
+                    total = r.total,
+                    max_pinned = cfg.max_pinned,
+                    fast_disk,
+                    "pins enabled"
+                );
+                pins.policy = Some(PinPolicy::new(cfg));
+            }
+            Err(e) => tracing::warn!(%e, "cannot read RAM figures: pins disabled"),
+        }
+        pins
+    }
+
+    fn read_ram(&self, pinned: u64) -> std::result::Result<RamReading, String> {
+        match &self.ram {
+            RamFigures::System => ProcMeminfo::default().read().map_err(|e| e.to_string()),
+            RamFigures::Simulated { total, others } => Ok(RamReading {
+                total: *total,
+                available: total.saturating_sub(*others).saturating_sub(pinned),
+            }),
+            RamFigures::Custom(read) => read().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// At the pass's first sync point: marks `model` as the one running (its
+    /// pins are freed last) and, when other programs have pushed free RAM
+    /// below the floor, frees copies (inactive models first) until it holds.
+    pub fn begin_pass(&mut self, model: ModelId) {
+        let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
+            return;
+        };
+        let ram = self.read_ram(pinned);
+        let Some(p) = &mut self.policy else {
+            return;
+        };
+        p.set_active(Some(model));
+        match ram {
+            Ok(ram) => {
+                for a in p.relieve(ram) {
+                    if let PinAction::Unpin { weight, .. } = a {
+                        self.copies.remove(&weight);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(%e, "cannot read RAM figures"),
+        }
+    }
+
+    /// Drops every copy of `model`.
+    pub fn unload(&mut self, model: ModelId) {
+        if let Some(p) = &mut self.policy {
+            for a in p.unload(model) {
+                if let PinAction::Unpin { weight, .. } = a {
+                    self.copies.remove(&weight);
+                }
+            }
+        }
+    }
+
+    /// Figures for reports.
+    pub fn report(&self) -> PinReport {
+        let (mut imported, mut mapped, mut ram) = (0, 0, 0);
+        for c in self.copies.values() {
+            match c {
+                HostCopy::Registered(p) if p.memory() == dynvram_loader::HostMemory::Imported => {
+                    imported += 1
+                }
+                HostCopy::Registered(_) => mapped += 1,
+                HostCopy::Ram(_) => ram += 1,
+            }
+        }
+        let cfg = self.policy.as_ref().map(|p| *p.config());
+        PinReport {
+            enabled: self.policy.is_some(),
+            fast_disk: cfg.is_some_and(|c| c.fast_disk),
+            max_pinned: cfg.map_or(0, |c| c.max_pinned),
+            registered_bytes: self.policy.as_ref().map_or(0, |p| p.registered_bytes()),
+            pinned_bytes: self.policy.as_ref().map_or(0, |p| p.pinned_bytes()),
+            imported_pins: imported,
+            mapped_pins: mapped,
+            ram_copies: ram,
+        }
+    }
+
+    /// Records the upload of streamed weight `index` of `model` into `dst`
+    /// at `offset`, from its pin when it has one, and carries out the pin
+    /// policy's actions for it first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn stage(
+        &mut self,
+        model: &Model,
+        ring: &mut StagingRing,
+        gpu: &Gpu,
+        enc: &mut wgpu::CommandEncoder,
+        index: usize,
+        dst: &wgpu::Buffer,
+        offset: u64,
+    ) -> Result<StreamSources> {
+        let w = &model.weights[index];
+        // RAM a copy takes (converted tensors are `f32`); stats count the
+        // bytes as stored, like the pass's `streamed_bytes`.
+        let size = w.upload.gpu_size(&w.info);
+        let counted_len = w.info.len();
+        let from_file = StreamSources {
+            file_bytes: counted_len,
+            ..StreamSources::default()
+        };
+        let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
+            upload::stage(model, ring, gpu, enc, w, dst, offset)?;
+            return Ok(from_file);
+        };
+        let key = WeightKey {
+            model: model.id,
+            tensor: index as u32,
+        };
+        let ram = match self.read_ram(pinned) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(%e, "cannot read RAM figures: streaming from the file");
+                upload::stage(model, ring, gpu, enc, w, dst, offset)?;
+                return Ok(from_file);
+            }
+        };
+        let Some(policy) = &mut self.policy else {
+            upload::stage(model, ring, gpu, enc, w, dst, offset)?;
+            return Ok(from_file);
+        };
+        let decision = policy.need(key, size, ram);
+        let _span =
+            tracing::debug_span!("pin_stage", tensor = %w.name, size, source = ?decision.source)
+                .entered();
+        for action in &decision.actions {
+            self.apply(model, ring, gpu, key, *action)?;
+        }
+        let copy = match decision.source {
+            CopySource::RegisteredPin => Some(PinTier::Registered),
+            CopySource::RamPin => Some(PinTier::Unregistered),
+            CopySource::Disk => None,
+        };
+        // A copy the policy counts on but we lost (a failed allocation, a
+        // mapped pin unregistered): make it again from the file now.
+        if let Some(tier) = copy
+            && !self.copies.contains_key(&key)
+        {
+            self.make_copy(model, ring, gpu, key, tier)?;
+        }
+        let Some(host) = self.copies.get(&key) else {
+            upload::stage(model, ring, gpu, enc, w, dst, offset)?;
+            return Ok(from_file);
+        };
+        let mut sources = StreamSources::default();
+        let counted = match decision.source {
+            CopySource::RegisteredPin => &mut sources.registered_pin_bytes,
+            CopySource::RamPin => &mut sources.ram_pin_bytes,
+            // Pinned on the way: the bytes came from the file this pass.
+            CopySource::Disk => &mut sources.file_bytes,
+        };
+        *counted = counted_len;
+        match host {
+            HostCopy::Registered(pin) => pin.copy_to(enc, dst, offset)?,
+            HostCopy::Ram(bytes) => {
+                ring.upload(&gpu.device, &gpu.queue, enc, &HostBytes(bytes), dst, offset)?
+            }
+        }
+        Ok(sources)
+    }
+
+    /// Carries out one policy action. `key` is the weight being staged
+    /// (the only one the policy pins); actions on other weights free or
+    /// move their copies.
+    fn apply(
+        &mut self,
+        model: &Model,
+        ring: &StagingRing,
+        gpu: &Gpu,
+        key: WeightKey,
+        action: PinAction,
+    ) -> Result<()> {
+        match action {
+            PinAction::Pin { weight, tier, .. } if weight == key => {
+                self.make_copy(model, ring, gpu, key, tier)?
+            }
+            PinAction::Pin { .. } | PinAction::Stream { .. } => {}
+            PinAction::Unpin { weight, .. } => {
+                self.copies.remove(&weight);
+            }
+            PinAction::Register { weight } => {
+                if let Some(HostCopy::Ram(bytes)) = self.copies.get(&weight) {
+                    let label = format!("pin {}:{}", weight.model, weight.tensor);
+                    match PinnedBuffer::create(&gpu.device, &label, ring.pool(), &HostBytes(bytes))
+                    {
+                        Ok(pin) => {
+                            self.copies.insert(weight, HostCopy::Registered(pin));
+                        }
+                        Err(e) => tracing::warn!(%e, "registering a RAM copy failed: kept in RAM"),
+                    }
+                }
+            }
+            PinAction::Unregister { weight } => {
+                if let Some(HostCopy::Registered(pin)) = self.copies.get(&weight) {
+                    match pin.host_bytes().map(<[u8]>::to_vec) {
+                        Some(bytes) => {
+                            self.copies.insert(weight, HostCopy::Ram(bytes));
+                        }
+                        // A mapped pin cannot be read back: drop it; it is
+                        // read from the file again when next needed.
+                        None => {
+                            self.copies.remove(&weight);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads weight `key` of `model` (its GPU bytes: converted where the
+    /// upload converts) into a new copy of `tier`. A registered pin that
+    /// cannot be allocated leaves the weight streaming from the file.
+    fn make_copy(
+        &mut self,
+        model: &Model,
+        ring: &StagingRing,
+        gpu: &Gpu,
+        key: WeightKey,
+        tier: PinTier,
+    ) -> Result<()> {
+        let w = &model.weights[key.tensor as usize];
+        let _span = tracing::debug_span!("pin", tensor = %w.name, ?tier).entered();
+        let copy = match (tier, w.upload) {
+            (PinTier::Registered, Upload::Raw) => {
+                let (file, _) = upload::file_of(model, w)?;
+                let source = file.source(&w.name)?;
+                PinnedBuffer::create(&gpu.device, &w.name, ring.pool(), &source)
+                    .map(HostCopy::Registered)
+            }
+            (PinTier::Registered, Upload::ToF32) => {
+                let bytes = upload::gpu_bytes(model, w)?;
+                PinnedBuffer::create(&gpu.device, &w.name, ring.pool(), &HostBytes(&bytes))
+                    .map(HostCopy::Registered)
+            }
+            (PinTier::Unregistered, _) => Ok(HostCopy::Ram(weight_bytes(model, w, ring)?)),
+        };
+        match copy {
+            Ok(c) => {
+                self.copies.insert(key, c);
+            }
+            // Out of host-visible memory: stream this weight instead.
+            Err(e @ dynvram_loader::LoadError::Gpu { .. }) => {
+                tracing::warn!(%e, "pin allocation failed: the weight streams from its file");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+}
+
+/// A weight's GPU bytes in plain RAM, read by the ring's reader pool.
+fn weight_bytes(model: &Model, w: &Weight, ring: &StagingRing) -> Result<Vec<u8>> {
+    match w.upload {
+        Upload::Raw => {
+            let (file, _) = upload::file_of(model, w)?;
+            let source = file.source(&w.name)?;
+            let mut bytes = vec![0u8; w.info.len() as usize];
+            ring.pool().read_into(&source, 0, &mut bytes)?;
+            Ok(bytes)
+        }
+        Upload::ToF32 => upload::gpu_bytes(model, w),
+    }
+}
+
+impl crate::Runtime {
+    /// What the pins hold now.
+    pub fn pin_report(&self) -> PinReport {
+        self.pins.lock().unwrap_or_else(|e| e.into_inner()).report()
+    }
+
+    /// Drops every RAM copy of `model` (e.g. before closing it; otherwise
+    /// they stay until RAM pressure or the ceiling frees them, inactive
+    /// models first).
+    pub fn release_pins(&self, model: &Model) {
+        self.pins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unload(model.id);
+    }
+}

@@ -1,0 +1,243 @@
+//! Which weights of a model stay resident and which stream, computed from
+//! sizes alone (no GPU), so `dynvram plan` and a run agree by construction.
+//!
+//! The memory crate's single-model plan places pages under a watermark; on
+//! top of it this module reserves the two transient arenas that block-level
+//! prefetch needs: each arena holds one block's streamed weights, grown in
+//! [`ARENA_STEP`] steps. The arena size depends on what streams, so the plan
+//! takes the highest watermark whose pages, arenas and scratch fit together
+//! (a model that fits whole needs no arena at all). That watermark is a
+//! fixed point: the highest watermark within `usable − scratch − 2 × arena`
+//! is the same one, which is what the runtime's residency policy computes.
+
+use dynvram_memory::{Layout, LayoutConfig, Placement, Plan, PlanError, PlanRoom, plan};
+use serde::Serialize;
+
+/// Arenas grow in 16 MiB steps *(aimdo)*, but never beyond what is needed
+/// rounded to [`ARENA_ALIGN`] when the whole need is below one step (a small
+/// model would otherwise spend its budget on empty arena).
+pub const ARENA_STEP: u64 = 16 << 20;
+/// Alignment of each weight inside an arena (storage-binding offsets).
+pub const ARENA_ALIGN: u64 = 256;
+/// Number of transient arenas (block *i* computes from one while block
+/// *i+1*'s weights land in the other).
+pub const ARENAS: u64 = 2;
+
+/// One weight as the planner sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanWeight {
+    /// Tensor name.
+    pub name: String,
+    /// Bytes it takes on the GPU.
+    pub size: u64,
+    /// The block that uses it.
+    pub block: usize,
+}
+
+/// The plan of a model under a budget.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelPlan {
+    /// The page-level plan (resident / streamed per tensor, in the order given).
+    pub plan: Plan,
+    /// Bytes of each transient arena.
+    pub arena_bytes: u64,
+    /// Scratch bytes reserved for activations.
+    pub scratch: u64,
+    /// Usable bytes (`capacity − reserve − headroom`).
+    pub usable: u64,
+}
+
+impl ModelPlan {
+    /// Whether tensor `i` is streamed.
+    pub fn streamed(&self, i: usize) -> bool {
+        self.plan.tensors[i].placement == Placement::Stream
+    }
+}
+
+/// Offsets of each block's streamed weights inside an arena, and the largest
+/// block's total.
+pub fn arena_offsets(
+    weights: &[PlanWeight],
+    streamed: impl Fn(usize) -> bool,
+) -> (Vec<Option<u64>>, u64) {
+    let blocks = weights.iter().map(|w| w.block + 1).max().unwrap_or(0);
+    let mut fill = vec![0u64; blocks];
+    let offsets = weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            streamed(i).then(|| {
+                let at = fill[w.block];
+                fill[w.block] = (at + w.size).next_multiple_of(ARENA_ALIGN);
+                at
+            })
+        })
+        .collect();
+    (offsets, fill.into_iter().max().unwrap_or(0))
+}
+
+/// Bytes of one arena that must hold `need` bytes of one block's streamed weights.
+pub fn arena_size(need: u64) -> u64 {
+    if need >= ARENA_STEP {
+        need.next_multiple_of(ARENA_STEP)
+    } else {
+        need.next_multiple_of(ARENA_ALIGN)
+    }
+}
+
+/// Page size for a model of `total` bytes: 32 MiB *(aimdo)* once a model has
+/// at least 64 such pages; smaller models get proportionally smaller pages
+/// (a power of two, at least 256 KiB) so the watermark is not stuck at zero
+/// by one page larger than the whole budget.
+pub fn page_size_for(total: u64) -> u64 {
+    let default = LayoutConfig::default().page_size;
+    (total / 64).next_power_of_two().clamp(256 << 10, default)
+}
+
+/// The page layout of a model: [`page_size_for`] its total bytes. The plan
+/// and the runtime's residency registry use the same one, so a model alone
+/// gets exactly the watermark its plan says.
+pub fn layout_for(weights: &[PlanWeight]) -> LayoutConfig {
+    let total = weights
+        .iter()
+        .map(|w| w.size)
+        .fold(0u64, u64::saturating_add);
+    LayoutConfig {
+        page_size: page_size_for(total),
+        ..LayoutConfig::default()
+    }
+}
+
+/// Plans a model: resident weights plus two arenas plus scratch fit `usable`.
+/// At each pass the runtime asks the same question with the activations and
+/// patches alive then in place of `scratch` (see `residency`).
+pub fn plan_model(
+    weights: &[PlanWeight],
+    usable: u64,
+    scratch: u64,
+) -> Result<ModelPlan, PlanError> {
+    let config = layout_for(weights);
+    let sizes: Vec<(&str, u64)> = weights.iter().map(|w| (w.name.as_str(), w.size)).collect();
+    let only: Vec<u64> = weights.iter().map(|w| w.size).collect();
+    let layout = Layout::new(&only, &config)?;
+    let arena_at = |w: u32| arena_size(arena_offsets(weights, |i| !layout.is_resident(i, w)).1);
+    // Checked, not saturating: a sum past u64::MAX never fits, even an
+    // unlimited (u64::MAX) budget.
+    let reserved = |arena: u64| {
+        ARENAS
+            .checked_mul(arena)
+            .and_then(|a| a.checked_add(scratch))
+    };
+    let fits = |w: u32, arena: u64| {
+        reserved(arena)
+            .and_then(|r| r.checked_add(layout.prefix[w as usize]))
+            .is_some_and(|n| n <= usable)
+    };
+    let found = (0..=layout.page_count())
+        .rev()
+        .filter(|&w| layout.cut[w as usize])
+        .map(|w| (w, arena_at(w)))
+        .find(|&(w, arena)| fits(w, arena));
+    // The page-level plan with the arenas held back; with nothing that
+    // fits, the same call names the largest tensor in its error.
+    let arena = found.map_or_else(|| arena_at(0), |(_, a)| a);
+    let room = PlanRoom {
+        usable: if reserved(arena).is_some() { usable } else { 0 },
+        scratch: reserved(arena).unwrap_or(u64::MAX),
+        arenas: 0,
+    };
+    let p = plan(&sizes, room, &config)?;
+    match found {
+        // `p` keeps exactly the pages found (the fixed point above); its
+        // arenas are sized for what it streams.
+        Some(_) => Ok(ModelPlan {
+            arena_bytes: arena_at(p.pages_resident),
+            plan: p,
+            scratch,
+            usable,
+        }),
+        None => Err(PlanError::BudgetTooSmall {
+            tensor: String::new(),
+            size: 0,
+            arenas: ARENAS as u32,
+            scratch,
+            needed: scratch,
+            usable,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn weights(sizes: &[(u64, usize)]) -> Vec<PlanWeight> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(size, block))| PlanWeight {
+                name: format!("w{i}"),
+                size,
+                block,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_model_that_fits_whole_needs_no_arena() {
+        // 8 MiB in 4 blocks; room for all of it plus scratch, not for two
+        // 2 MiB arenas besides: everything stays resident.
+        let w = weights(&[(1 << 20, 0), (1 << 20, 0), (1 << 20, 1), (1 << 20, 1)]);
+        let w: Vec<PlanWeight> = w
+            .iter()
+            .chain(&weights(&[
+                (1 << 20, 2),
+                (1 << 20, 2),
+                (1 << 20, 3),
+                (1 << 20, 3),
+            ]))
+            .cloned()
+            .collect();
+        let p = plan_model(&w, (8 << 20) + 4096, 4096).unwrap();
+        assert_eq!((p.plan.streamed, p.arena_bytes), (0, 0));
+        // A byte less and a block streams, with its arenas.
+        let p = plan_model(&w, (8 << 20) + 4095, 4096).unwrap();
+        assert!(p.plan.streamed > 0 && p.arena_bytes > 0, "{p:?}");
+    }
+
+    proptest! {
+        /// The plan fits, no higher watermark fits, and the residency
+        /// policy's question (highest watermark within usable − scratch −
+        /// arenas) gives the same watermark back.
+        #[test]
+        fn the_plan_is_the_highest_fitting_fixed_point(
+            sizes in prop::collection::vec((1u64..3_000_000, 0usize..6), 1..24),
+            usable in 0u64..40_000_000,
+            scratch in 0u64..2_000_000,
+        ) {
+            let mut w = weights(&sizes);
+            w.sort_by_key(|w| w.block);
+            let Ok(p) = plan_model(&w, usable, scratch) else {
+                return Ok(());
+            };
+            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
+            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
+            let arena = |wm: u32| arena_size(arena_offsets(&w, |i| !layout.is_resident(i, wm)).1);
+            let wm = p.plan.pages_resident;
+            prop_assert_eq!(p.arena_bytes, arena(wm));
+            prop_assert!(layout.prefix[wm as usize] + ARENAS * p.arena_bytes + scratch <= usable);
+            for higher in wm + 1..=layout.page_count() {
+                prop_assert!(
+                    !layout.cut[higher as usize]
+                        || layout.prefix[higher as usize] + ARENAS * arena(higher) + scratch > usable
+                );
+            }
+            prop_assert_eq!(
+                layout.max_watermark_within(usable - scratch - ARENAS * p.arena_bytes),
+                wm
+            );
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Residency across every model of one runtime (SPEC §2): which weights of
+//! which model stay in VRAM. The decision belongs to
+//! [`dynvram_memory::Residency`] alone (priority list, watermarks, eviction
+//! order, exhaustion prediction); this module carries it out on the GPU.
+//!
+//! A model *acquires* residency when it is opened and at the start of each
+//! pass: it goes on top of the priority list, the room its pass needs besides
+//! weight pages (two transient arenas and its activations) is set aside, and
+//! the policy raises its watermark as far as the rest allows, taking pages
+//! from other models first (lowest priority first, top page first) and from
+//! this model last. Evicted weights' buffers are dropped at once, so the
+//! ledger's `loaded_vram` falls with them; a model that yielded streams those
+//! weights, and its next pass loads back what it can keep. A model that fits
+//! beside the others is never touched.
+//!
+//! The two arenas are the runtime's, not a model's: passes are serialized by
+//! the staging ring's lock, so one pair serves every model, sized for the
+//! pass that runs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dynvram_loader::StagingRing;
+use dynvram_memory::{LayoutConfig, ModelId, OwnerClass, Placement, Residency};
+use serde::Serialize;
+
+use crate::accounting::TrackedBuffer;
+use crate::error::{Result, RuntimeError};
+use crate::model::Model;
+use crate::planning::{ARENAS, PlanWeight, arena_offsets, arena_size, layout_for, plan_model};
+use crate::runtime::Runtime;
+
+/// The registry, shared by the runtime and its models (a model unregisters
+/// itself when dropped).
+pub(crate) type SharedRegistry = Arc<Mutex<Registry>>;
+
+/// Locks the registry, recovering from a poisoned lock (each mutation keeps
+/// policy and buffers consistent before it can fail).
+pub(crate) fn lock(registry: &SharedRegistry) -> MutexGuard<'_, Registry> {
+    registry.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Usage of weight buffers and arenas: kernels read them, uploads copy into them.
+fn buffer_usage() -> wgpu::BufferUsages {
+    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC
+}
+
+/// The policy plus the GPU buffers that carry out its decisions.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    policy: Residency,
+    models: HashMap<ModelId, Entry>,
+    /// The transient arenas of the pass that ran last.
+    arenas: Vec<Arc<TrackedBuffer>>,
+    arena_bytes: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    path: PathBuf,
+    /// Resident buffer of each weight (load order), `None` while it streams.
+    buffers: Vec<Option<Arc<TrackedBuffer>>>,
+}
+
+impl Entry {
+    fn loaded_vram(&self) -> u64 {
+        self.buffers.iter().flatten().map(|b| b.size).sum()
+    }
+}
+
+/// Where a weight's bytes are during one pass.
+#[derive(Debug, Clone)]
+pub(crate) enum Home {
+    /// In its own resident buffer.
+    Resident(Arc<TrackedBuffer>),
+    /// At this offset of the block's transient arena.
+    Arena(u64),
+}
+
+/// The active model's weights for one pass; holds their buffers until the
+/// pass ends (no other pass can evict them meanwhile: passes hold the ring).
+#[derive(Debug)]
+pub(crate) struct Placed {
+    /// Per weight, load order.
+    pub homes: Vec<Home>,
+    /// The two arenas (empty when nothing streams).
+    pub arenas: Vec<Arc<TrackedBuffer>>,
+    /// File bytes made resident by this acquisition.
+    pub loaded_bytes: u64,
+}
+
+/// Residency of one open model, for reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelResidency {
+    /// The model's id under the runtime's policy.
+    pub id: ModelId,
+    /// Its (first) file.
+    pub path: PathBuf,
+    /// Bytes of its resident weight buffers in the ledger (its `loaded_vram`).
+    pub loaded_vram: u64,
+    /// Weights resident now.
+    pub resident_tensors: usize,
+    /// Weights that stream on its next pass (unless it re-acquires them).
+    pub streamed_tensors: usize,
+    /// Pages resident (the watermark).
+    pub pages_resident: u32,
+    /// Pages in all.
+    pub pages_total: u32,
+    /// Whether its pass (or open) was the last: evicted from last.
+    pub active: bool,
+}
+
+impl Registry {
+    /// An empty registry whose policy starts with `usable` bytes (each
+    /// acquisition sets the limit that holds for its pass).
+    pub fn new(usable: u64) -> Result<Self> {
+        let policy = Residency::new(LayoutConfig::default(), usable).map_err(|source| {
+            RuntimeError::Residency {
+                model: PathBuf::new(),
+                source,
+            }
+        })?;
+        Ok(Self {
+            policy,
+            models: HashMap::new(),
+            arenas: Vec::new(),
+            arena_bytes: 0,
+        })
+    }
+
+    /// Registers a model's weights (load order) with nothing resident; it
+    /// goes on top of the priority list.
+    pub fn register(&mut self, path: &std::path::Path, weights: &[PlanWeight]) -> Result<ModelId> {
+        let sizes: Vec<u64> = weights.iter().map(|w| w.size).collect();
+        let id = self
+            .policy
+            .register_with(&sizes, &layout_for(weights))
+            .map_err(|source| RuntimeError::Residency {
+                model: path.to_owned(),
+                source,
+            })?;
+        self.models.insert(
+            id,
+            Entry {
+                path: path.to_owned(),
+                buffers: vec![None; weights.len()],
+            },
+        );
+        Ok(id)
+    }
+
+    /// Forgets a model and frees its buffers; the arenas go too (the next
+    /// pass sizes them for itself), so a runtime with no model tracks nothing.
+    pub fn unregister(&mut self, id: ModelId) {
+        let _span = tracing::debug_span!("unregister", %id).entered();
+        let _ = self.policy.unload(id);
+        self.models.remove(&id);
+        self.arenas.clear();
+        self.arena_bytes = 0;
+    }
+
+    /// Acquires residency for one pass (or the open) of `model`: applies the
+    /// policy's plan, frees what it evicted, sizes the arenas, and records
+    /// the uploads of newly resident weights into `enc`. On error the
+    /// model's residency is released (its next pass starts from nothing).
+    fn acquire(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        ring: &mut StagingRing,
+        enc: &mut wgpu::CommandEncoder,
+    ) -> Result<Placed> {
+        let id = model.id;
+        let _span =
+            tracing::info_span!("acquire_residency", model = %model.path.display()).entered();
+        let (usable, live) = {
+            let b = crate::accounting::lock(&rt.budget);
+            let l = b.ledger();
+            let arenas = self.arenas.iter().map(|a| a.size).sum::<u64>();
+            // Everything alive that is neither a weight nor our arenas:
+            // activations and patches of every model.
+            let live = l
+                .total()
+                .saturating_sub(l.bytes(OwnerClass::Weights))
+                .saturating_sub(arenas);
+            (b.usable(), live)
+        };
+        let residency_error = |source| RuntimeError::Residency {
+            model: model.path.clone(),
+            source,
+        };
+        // Room besides weight pages: the pass's activations (declared, or
+        // what is alive now if more) and the arenas of what must stream.
+        let reserve = model.scratch_bytes.max(live);
+        let room = plan_model(&model.plan_weights, usable, reserve).map_err(|source| {
+            RuntimeError::Plan {
+                model: model.path.clone(),
+                source,
+            }
+        })?;
+        let limit = usable
+            .saturating_sub(reserve)
+            .saturating_sub(ARENAS.saturating_mul(room.arena_bytes));
+        let plan = self
+            .policy
+            .begin_pass_within(id, limit)
+            .map_err(residency_error)?;
+        let mut yielded: Vec<ModelId> = plan.evict.iter().map(|p| p.model).collect();
+        yielded.dedup();
+        for m in yielded.into_iter().filter(|&m| m != id) {
+            self.drop_evicted(m);
+        }
+        let streamed = |i: usize| plan.tensors[i] == Placement::Stream;
+        let (offsets, fill) = arena_offsets(&model.plan_weights, streamed);
+        let placed = self
+            .resize_arenas(rt, arena_size(fill))
+            .and_then(|()| self.load(rt, model, &offsets, ring, enc));
+        match placed {
+            Ok(placed) => {
+                tracing::info!(
+                    watermark = plan.resident_pages.end,
+                    loaded = placed.loaded_bytes,
+                    streamed = plan.bytes_streamed,
+                    evicted_pages = plan.evict.len(),
+                    limit,
+                    "residency acquired"
+                );
+                Ok(placed)
+            }
+            Err(e) => {
+                let _ = self.policy.release(id);
+                if let Some(entry) = self.models.get_mut(&id) {
+                    entry.buffers.fill(None);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the buffers of `m`'s weights that its watermark no longer covers.
+    fn drop_evicted(&mut self, m: ModelId) {
+        let (Ok(placement), Some(entry)) = (self.policy.placement(m), self.models.get_mut(&m))
+        else {
+            return;
+        };
+        let mut freed = 0;
+        for (p, buf) in placement.iter().zip(&mut entry.buffers) {
+            if *p == Placement::Stream {
+                freed += buf.take().map_or(0, |b| b.size);
+            }
+        }
+        tracing::info!(
+            model = %entry.path.display(),
+            freed,
+            resident = entry.loaded_vram(),
+            "model yields VRAM"
+        );
+    }
+
+    /// Makes the two arenas `bytes` each (none when 0); the old ones are
+    /// freed before the new ones are allocated.
+    fn resize_arenas(&mut self, rt: &Runtime, bytes: u64) -> Result<()> {
+        if self.arena_bytes == bytes {
+            return Ok(());
+        }
+        self.arenas.clear();
+        self.arena_bytes = 0;
+        if bytes == 0 {
+            return Ok(());
+        }
+        for a in 0..ARENAS {
+            self.arenas.push(Arc::new(TrackedBuffer::new(
+                &rt.gpu,
+                &rt.budget,
+                OwnerClass::Transient,
+                &format!("arena {a}"),
+                bytes,
+                buffer_usage(),
+            )?));
+        }
+        self.arena_bytes = bytes;
+        Ok(())
+    }
+
+    /// Homes of `model`'s weights: arena offsets for streamed ones; resident
+    /// ones keep their buffer, or get one now with its upload recorded.
+    fn load(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        offsets: &[Option<u64>],
+        ring: &mut StagingRing,
+        enc: &mut wgpu::CommandEncoder,
+    ) -> Result<Placed> {
+        let entry = self
+            .models
+            .get_mut(&model.id)
+            .ok_or_else(|| RuntimeError::Residency {
+                model: model.path.clone(),
+                source: dynvram_memory::ResidencyError::UnknownModel { model: model.id },
+            })?;
+        let mut loaded_bytes = 0;
+        let mut homes = Vec::with_capacity(model.weights.len());
+        for ((w, pw), (offset, slot)) in model
+            .weights
+            .iter()
+            .zip(&model.plan_weights)
+            .zip(offsets.iter().zip(&mut entry.buffers))
+        {
+            let home = match (offset, slot.as_ref()) {
+                (Some(off), _) => {
+                    *slot = None;
+                    Home::Arena(*off)
+                }
+                (None, Some(buf)) => Home::Resident(buf.clone()),
+                (None, None) => {
+                    let buf = Arc::new(TrackedBuffer::new(
+                        &rt.gpu,
+                        &rt.budget,
+                        OwnerClass::Weights,
+                        &w.name,
+                        pw.size,
+                        buffer_usage(),
+                    )?);
+                    crate::upload::stage(model, ring, &rt.gpu, enc, w, &buf.buffer, 0)?;
+                    loaded_bytes += w.info.len();
+                    *slot = Some(buf.clone());
+                    Home::Resident(buf)
+                }
+            };
+            homes.push(home);
+        }
+        Ok(Placed {
+            homes,
+            arenas: self.arenas.clone(),
+            loaded_bytes,
+        })
+    }
+
+    /// Placement of each of `id`'s weights now (Resident or Stream).
+    pub fn placement(&self, id: ModelId) -> Option<Vec<Placement>> {
+        self.policy.placement(id).ok()
+    }
+
+    /// Residency of one model.
+    pub fn report(&self, id: ModelId) -> Option<ModelResidency> {
+        let entry = self.models.get(&id)?;
+        let placement = self.policy.placement(id).ok()?;
+        let resident = placement
+            .iter()
+            .filter(|p| **p != Placement::Stream)
+            .count();
+        Some(ModelResidency {
+            id,
+            path: entry.path.clone(),
+            loaded_vram: entry.loaded_vram(),
+            resident_tensors: resident,
+            streamed_tensors: placement.len() - resident,
+            pages_resident: self.policy.watermark(id).unwrap_or(0),
+            pages_total: self.policy.layout(id).map_or(0, |l| l.page_count()),
+            active: self.policy.active() == Some(id),
+        })
+    }
+
+    /// Every model, highest priority first.
+    pub fn reports(&self) -> Vec<ModelResidency> {
+        self.policy
+            .priority()
+            .iter()
+            .rev()
+            .filter_map(|&id| self.report(id))
+            .collect()
+    }
+}
+
+/// Acquires residency for `model` (see [`Registry::acquire`]), recording
+/// uploads into `enc`. On error what was recorded is submitted and waited
+/// for, so the ring and the device stay usable.
+pub(crate) fn acquire(
+    rt: &Runtime,
+    model: &Model,
+    ring: &mut StagingRing,
+    enc: &mut wgpu::CommandEncoder,
+) -> Result<Placed> {
+    let result = lock(&rt.residency).acquire(rt, model, ring, enc);
+    if result.is_err() {
+        let recorded = std::mem::replace(
+            enc,
+            rt.gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("block"),
+                }),
+        );
+        ring.submit(&rt.gpu.queue, recorded);
+        rt.gpu.wait_idle()?;
+        ring.recycle(&rt.gpu.device)?;
+    }
+    result
+}

@@ -1,0 +1,115 @@
+//! Moving one weight from its file to a GPU buffer through the staging ring.
+//! Raw weights go file → `pread` into a mapped slot → GPU copy, with no
+//! intermediate copy; float tensors that kernels read as `f32` (biases, norm
+//! weights) are converted on the host first (they are small).
+
+use std::path::Path;
+
+use dynvram_loader::{Dtype, HostBytes, SafetensorsFile, StagingRing, TensorInfo};
+
+use crate::error::{Result, RuntimeError};
+use crate::gpu::Gpu;
+use crate::model::{Model, Weight};
+
+/// How a tensor's bytes are uploaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upload {
+    /// Bytes as stored.
+    Raw,
+    /// Converted to `f32` from the stored float dtype.
+    ToF32,
+}
+
+impl Upload {
+    /// Bytes it takes on the GPU.
+    pub fn gpu_size(self, info: &TensorInfo) -> u64 {
+        match self {
+            Self::Raw => info.len(),
+            Self::ToF32 => info.shape.iter().product::<usize>() as u64 * 4,
+        }
+    }
+}
+
+/// How a tensor is uploaded: raw when asked or already `f32`, converted when
+/// it is another float type, an error otherwise.
+pub(crate) fn upload_kind(model: &Path, info: &TensorInfo, raw: bool) -> Result<Upload> {
+    match (raw, info.dtype) {
+        (true, _) | (false, Dtype::F32) => Ok(Upload::Raw),
+        (false, Dtype::F16 | Dtype::BF16) => Ok(Upload::ToF32),
+        (false, dtype) => Err(RuntimeError::Dtype {
+            model: model.to_owned(),
+            tensor: info.name.clone(),
+            dtype,
+            why: "is not a float type (f32, f16 or bf16 expected)".into(),
+        }),
+    }
+}
+
+/// Records the upload of weight `w` into `dst` at `offset` from its file,
+/// through the staging ring.
+pub(crate) fn stage(
+    model: &Model,
+    ring: &mut StagingRing,
+    gpu: &Gpu,
+    enc: &mut wgpu::CommandEncoder,
+    w: &Weight,
+    dst: &wgpu::Buffer,
+    offset: u64,
+) -> Result<()> {
+    match w.upload {
+        Upload::Raw => {
+            let (file, _) = file_of(model, w)?;
+            let source = file.source(&w.name)?;
+            ring.upload(&gpu.device, &gpu.queue, enc, &source, dst, offset)?;
+        }
+        Upload::ToF32 => {
+            let bytes = gpu_bytes(model, w)?;
+            ring.upload(
+                &gpu.device,
+                &gpu.queue,
+                enc,
+                &HostBytes(&bytes),
+                dst,
+                offset,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The file holding weight `w`.
+pub(crate) fn file_of<'m>(
+    model: &'m Model,
+    w: &Weight,
+) -> Result<(&'m SafetensorsFile, &'m TensorInfo)> {
+    model
+        .files
+        .get(&w.name)
+        .ok_or_else(|| RuntimeError::MissingTensor {
+            model: model.path.clone(),
+            tensor: w.name.clone(),
+        })
+}
+
+/// Weight `w`'s bytes as they go to the GPU (converted to `f32` where its
+/// upload converts), read from its file into RAM.
+pub(crate) fn gpu_bytes(model: &Model, w: &Weight) -> Result<Vec<u8>> {
+    let (file, _) = file_of(model, w)?;
+    let mut raw = vec![0u8; w.info.len() as usize];
+    file.read_into(&w.name, 0..w.info.len(), &mut raw)?;
+    Ok(match w.upload {
+        Upload::Raw => raw,
+        Upload::ToF32 => bytemuck::cast_slice(&to_f32(&raw, w.info.dtype)).to_vec(),
+    })
+}
+
+fn to_f32(raw: &[u8], dtype: Dtype) -> Vec<f32> {
+    let halves = raw
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]));
+    match dtype {
+        Dtype::F16 => halves.map(|h| half::f16::from_bits(h).to_f32()).collect(),
+        Dtype::BF16 => halves.map(|h| half::bf16::from_bits(h).to_f32()).collect(),
+        _ => bytemuck::pod_collect_to_vec(raw),
+    }
+}

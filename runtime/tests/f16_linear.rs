@@ -1,0 +1,276 @@
+//! The GPU linears with f16 activations (f16 `x` in, f16 `out` out) against
+//! the quant crate's CPU references on the same input rounded to f16 first:
+//! rotation + per-row activation quantization (codes and scales exactly),
+//! integer GEMV/GEMM (int4 and int8 activations, portable and fast), float
+//! GEMV/GEMM (f32, f16, bf16, fp8 weights), with and without bias, random
+//! shapes on both sides of the GEMV/GEMM switch.
+//!
+//! Tolerance rule: the kernels compute in f32 (or exact i32) and round the
+//! output to f16 once, so with `δ = rel·max|e|` the f32 tests' own bound
+//! (1e-6 integer, 1e-5 float), `|y − e| ≤ 2⁻¹¹·(|e| + δ) + 2⁻²⁵ + δ`: half an
+//! f16 ulp of the f32 result (relative for normal values, the subnormal
+//! spacing's half below), plus the f32 deviation.
+
+mod linear_common;
+use linear_common::HostLayer;
+
+use dynvram_quant::reference::{
+    Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
+    quantize_act_for, rotate, unpack_int4,
+};
+use dynvram_quant::tensors::i8s;
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_runtime::gpu::testing::test_gpu;
+use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::host::{self, round_to};
+use dynvram_runtime::ops::linear::{
+    GEMV_MAX_M, LinearError, LinearScratch, LinearWeights, RecordOptions, record_linear_with,
+};
+use dynvram_runtime::{ActDtype, Gpu};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+struct Env {
+    gpu: Gpu,
+    cache: PipelineCache,
+    scratch: LinearScratch,
+}
+
+fn env(test: &str) -> Option<Env> {
+    test_gpu(test, |c| {
+        if c.shader_f16 {
+            Ok(())
+        } else {
+            Err("adapter lacks SHADER_F16".into())
+        }
+    })
+    .map(|gpu| Env {
+        gpu,
+        cache: PipelineCache::default(),
+        scratch: LinearScratch::new(),
+    })
+}
+
+/// Output, activation codes (column order) and scales of one f16 run.
+struct Run {
+    out: Vec<f32>,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl Env {
+    fn run(&mut self, h: &HostLayer, choice: KernelChoice, x: &[f32]) -> Run {
+        let w = LinearWeights::upload(&self.gpu, &h.meta, h.bytes()).expect("upload");
+        let (n, k) = (w.n, w.k);
+        let m = x.len() as u64 / k;
+        let xt = host::upload(&self.gpu, "x", x, vec![m, k], ActDtype::F16).expect("x");
+        let out = host::zeros(&self.gpu, "out", vec![m, n], ActDtype::F16).expect("out");
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        record_linear_with(
+            &self.gpu,
+            &self.cache,
+            &mut enc,
+            &w,
+            choice,
+            &xt,
+            &out,
+            &mut self.scratch,
+            &RecordOptions::default(),
+        )
+        .expect("record");
+        self.gpu.queue.submit([enc.finish()]);
+        let y = host::read(&self.gpu, &out).expect("read out");
+        let (mut codes, mut scales) = (Vec::new(), Vec::new());
+        if let KernelChoice::Integer { .. } = choice {
+            let words = self
+                .gpu
+                .read_back(self.scratch.act_codes().expect("codes"), 0, m * k)
+                .expect("codes");
+            let w4 = matches!(h.meta.format, Format::ConvrotW4a4 { .. });
+            codes = vec![0i8; (m * k) as usize];
+            for (i, &b) in words.iter().enumerate() {
+                let (row, within) = (i / k as usize, i % k as usize);
+                let (word, byte) = (within / 4, within % 4);
+                let col = if w4 {
+                    (word / 2) * 8 + word % 2 + 2 * byte
+                } else {
+                    within
+                };
+                codes[row * k as usize + col] = b as i8;
+            }
+            scales = self
+                .gpu
+                .read_f32(self.scratch.act_scales().expect("scales"), 0, m)
+                .expect("scales");
+        }
+        Run {
+            out: y,
+            codes,
+            scales,
+        }
+    }
+}
+
+/// The module's tolerance rule.
+fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
+    assert_eq!(y.len(), e.len(), "{what}: lengths");
+    let delta = rel * e.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let mut worst = 0.0f32;
+    for (i, (&a, &b)) in y.iter().zip(e).enumerate() {
+        let tol = 2f32.powi(-11) * (b.abs() + delta) + 2f32.powi(-25) + delta;
+        let d = (a - b).abs();
+        assert!(
+            d <= tol,
+            "{what}: element {i}: {a} vs reference {b} (|diff| {d:e} > {tol:e})"
+        );
+        worst = worst.max(d / tol);
+    }
+    eprintln!("{what}: worst |diff| / tolerance = {worst:.3}");
+}
+
+fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2.0..2.0)).collect();
+    x[k / 3] = 40.0;
+    // Rounded to f16 first: the reference sees exactly what the GPU holds.
+    x.iter().map(|&v| round_to(v, ActDtype::F16)).collect()
+}
+
+fn fast_variants(env: &Env) -> Vec<bool> {
+    if env.gpu.caps.subgroups {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+#[test]
+fn integer_paths_with_f16_activations_match_the_reference() {
+    let Some(mut env) = env("integer_paths_with_f16_activations_match_the_reference") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let convrot = |group| Format::ConvrotW4a4 {
+        group,
+        linear_dtype: LinearDtype::Int4,
+    };
+    // (format, K, activation arithmetics)
+    let cases = [
+        (convrot(16), 192, vec![ActArith::Int4, ActArith::Int8]),
+        (convrot(64), 320, vec![ActArith::Int4]),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            196,
+            vec![ActArith::Int8],
+        ),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: Some(64),
+            },
+            256,
+            vec![ActArith::Int8],
+        ),
+    ];
+    for (i, (format, k, acts)) in cases.into_iter().enumerate() {
+        // Both sides of the GEMV/GEMM switch, random N.
+        for m in [rng.random_range(1..=GEMV_MAX_M as usize), 9 + i * 13] {
+            let n = rng.random_range(17..90);
+            let h = HostLayer::random(&mut rng, format, n, k, m % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let group = match format {
+                Format::ConvrotW4a4 { group, .. } => Some(group),
+                Format::Int8Tensorwise { convrot_group } => convrot_group,
+                _ => None,
+            };
+            let x_in = group.map_or_else(
+                || x.clone(),
+                |g| rotate(&x, k, g, Rotation::Fht).expect("rotate"),
+            );
+            let wq = match format {
+                Format::ConvrotW4a4 { .. } => unpack_int4(&h.weight),
+                _ => i8s(&h.weight),
+            };
+            let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
+            for &act in &acts {
+                let q = quantize_act_for(format, act, &x_in, k).expect("integer format");
+                let acc = int_gemm(&q.codes, &wq, k);
+                let e = match format {
+                    Format::ConvrotW4a4 { .. } => {
+                        epilogue_convrot(&acc, &q.scales, &s_w, h.bias_f32().as_deref())
+                    }
+                    _ => epilogue_tensorwise(&acc, &q.scales, &s_w, n, h.bias_f32().as_deref()),
+                };
+                for fast in fast_variants(&env) {
+                    let what = format!("{format:?} {act:?} fast={fast} M={m} N={n} K={k}");
+                    let r = env.run(&h, KernelChoice::Integer { act, fast }, &x);
+                    assert_eq!(r.codes, q.codes, "{what}: activation codes");
+                    assert_eq!(r.scales, q.scales, "{what}: activation scales");
+                    assert_f16_close(&what, &r.out, &e, 1e-6);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn float_paths_with_f16_activations_match_the_reference() {
+    let Some(mut env) = env("float_paths_with_f16_activations_match_the_reference") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(18);
+    let formats = [
+        Format::F32,
+        Format::F16,
+        Format::Bf16,
+        Format::Float8E4m3fn,
+        Format::Float8E5m2,
+    ];
+    for (i, format) in formats.into_iter().enumerate() {
+        for m in [rng.random_range(1..=GEMV_MAX_M as usize), 33 + i] {
+            let (n, k) = (rng.random_range(17..90), 4 * rng.random_range(16..70));
+            let h = HostLayer::random(&mut rng, format, n, k, (m + i) % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            let y = env.run(&h, KernelChoice::Float, &x).out;
+            assert_f16_close(&format!("{format:?} M={m} N={n} K={k}"), &y, &e, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn f16_operands_that_do_not_fit_are_errors() {
+    let Some(env) = env("f16_operands_that_do_not_fit_are_errors") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    let h = HostLayer::random(&mut rng, Format::F16, 8, 16, false);
+    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+    let x16 = host::zeros(&env.gpu, "x", vec![2, 16], ActDtype::F16).expect("x");
+    let out32 = host::zeros(&env.gpu, "out", vec![2, 8], ActDtype::F32).expect("out");
+    let out16 = host::zeros(&env.gpu, "out", vec![2, 8], ActDtype::F16).expect("out");
+    let mut scratch = LinearScratch::new();
+    let mut enc = env.gpu.device.create_command_encoder(&Default::default());
+    let mut rec = |out, opts: RecordOptions, choice| {
+        record_linear_with(
+            &env.gpu,
+            &env.cache,
+            &mut enc,
+            &w,
+            choice,
+            &x16,
+            out,
+            &mut scratch,
+            &opts,
+        )
+    };
+    let e = rec(&out32, RecordOptions::default(), KernelChoice::Float).expect_err("mixed");
+    assert!(matches!(e, LinearError::ActDtype { .. }), "{e}");
+    let raw = RecordOptions {
+        raw_accumulator: true,
+        ..RecordOptions::default()
+    };
+    let e = rec(&out16, raw, KernelChoice::Float).expect_err("raw f16");
+    assert!(matches!(e, LinearError::ActDtype { .. }), "{e}");
+}

@@ -1,0 +1,91 @@
+//! The random layer shared by the linear GPU tests (`linear_random`,
+//! `f16_linear`): one generator, so both draw the same layers.
+#![allow(dead_code)] // each test file uses a different subset
+
+use dynvram_quant::reference::LayerBytes;
+use dynvram_quant::tensors::Dtype;
+use dynvram_quant::{Format, QuantLayer};
+use rand::{Rng, RngCore};
+use rand_chacha::ChaCha8Rng;
+
+/// A random layer: weight bytes, f32 scale bytes, optional f32 bias bytes.
+pub struct HostLayer {
+    pub meta: QuantLayer,
+    pub weight: Vec<u8>,
+    pub scale: Vec<u8>,
+    pub bias: Option<Vec<u8>>,
+}
+
+impl HostLayer {
+    pub fn random(rng: &mut ChaCha8Rng, format: Format, n: usize, k: usize, bias: bool) -> Self {
+        let mut weight = vec![0u8; n * k];
+        rng.fill_bytes(&mut weight);
+        let mut scales = |count: usize, lo: f32, hi: f32| -> Vec<f32> {
+            (0..count).map(|_| rng.random_range(lo..hi)).collect()
+        };
+        let (weight, scale): (Vec<u8>, Vec<f32>) = match format {
+            Format::ConvrotW4a4 { .. } => {
+                weight.truncate(n * k / 2);
+                (weight, scales(n, 0.001, 0.05))
+            }
+            Format::Int8Tensorwise { convrot_group } => {
+                let count = if convrot_group.is_some() { n } else { 1 };
+                (weight, scales(count, 0.001, 0.05))
+            }
+            Format::Float8E4m3fn | Format::Float8E5m2 => (
+                weight.iter().map(|b| b & 0b1011_1111).collect(),
+                scales(1, 0.01, 0.1),
+            ),
+            Format::F32 => {
+                let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+                (bytemuck::cast_slice(&w).to_vec(), vec![])
+            }
+            Format::F16 => {
+                let w: Vec<half::f16> = (0..n * k)
+                    .map(|_| half::f16::from_f32(rng.random_range(-1.0..1.0)))
+                    .collect();
+                (bytemuck::cast_slice(&w).to_vec(), vec![])
+            }
+            _ => {
+                let w: Vec<half::bf16> = (0..n * k)
+                    .map(|_| half::bf16::from_f32(rng.random_range(-1.0..1.0)))
+                    .collect();
+                (bytemuck::cast_slice(&w).to_vec(), vec![])
+            }
+        };
+        let bias: Option<Vec<f32>> =
+            bias.then(|| (0..n).map(|_| rng.random_range(-0.5..0.5)).collect());
+        let meta = QuantLayer {
+            name: format!("random.{format:?}"),
+            format,
+            n,
+            k,
+            weight: "w".into(),
+            scale: (!scale.is_empty()).then(|| "s".into()),
+            bias: bias.as_ref().map(|_| "b".into()),
+            bias_dtype: bias.as_ref().map(|_| Dtype::F32),
+            input_scale: None,
+            has_bias: bias.is_some(),
+            full_precision_matrix_mult: false,
+            source: None,
+        };
+        Self {
+            meta,
+            weight,
+            scale: bytemuck::cast_slice(&scale).to_vec(),
+            bias: bias.map(|b| bytemuck::cast_slice(&b).to_vec()),
+        }
+    }
+
+    pub fn bytes(&self) -> LayerBytes<'_> {
+        LayerBytes {
+            weight: &self.weight,
+            scale: (!self.scale.is_empty()).then_some(&self.scale[..]),
+            bias: self.bias.as_deref(),
+        }
+    }
+
+    pub fn bias_f32(&self) -> Option<Vec<f32>> {
+        self.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b))
+    }
+}

@@ -1,0 +1,427 @@
+//! The GPU linears against the CPU reference on random inputs: activation
+//! codes, scales and integer accumulators exactly, outputs to float rounding,
+//! over M = 1, 2, 7, 64, 257, K a multiple of the group size but not of the
+//! kernels' tiles, every format and kernel variant, and weights split across
+//! bindings (a forced small binding, and one weight above 128 MiB).
+
+mod linear_common;
+use linear_common::HostLayer;
+
+use std::sync::Arc;
+
+use dynvram_quant::reference::{
+    Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
+    quantize_act_for, rotate, unpack_int4,
+};
+use dynvram_quant::tensors::i8s;
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
+use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::linear::conformance::upload_f32;
+use dynvram_runtime::ops::linear::{
+    GemvShape, LinearScratch, LinearWeights, RecordOptions, record_linear_with,
+};
+use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const MS: [usize; 5] = [1, 2, 7, 64, 257];
+
+struct Run {
+    out: Vec<f32>,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+struct Env {
+    gpu: Gpu,
+    cache: PipelineCache,
+    scratch: LinearScratch,
+}
+
+impl Env {
+    fn run(
+        &mut self,
+        w: &LinearWeights,
+        choice: KernelChoice,
+        x: &[f32],
+        opts: RecordOptions,
+    ) -> Run {
+        let (n, k) = (w.n, w.k);
+        let m = x.len() as u64 / k;
+        let xt = upload_f32(&self.gpu, "x", x, vec![m, k]).expect("x");
+        let out = GpuTensor {
+            buffer: Arc::new(
+                self.gpu
+                    .create_buffer(
+                        "out",
+                        m * n * 4,
+                        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                    )
+                    .expect("out"),
+            ),
+            offset: 0,
+            shape: vec![m, n],
+            dtype: ActDtype::F32,
+        };
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        record_linear_with(
+            &self.gpu,
+            &self.cache,
+            &mut enc,
+            w,
+            choice,
+            &xt,
+            &out,
+            &mut self.scratch,
+            &opts,
+        )
+        .expect("record");
+        self.gpu.queue.submit([enc.finish()]);
+        let out = self.gpu.read_f32(&out.buffer, 0, m * n).expect("read out");
+        let (mut codes, mut scales) = (Vec::new(), Vec::new());
+        if let KernelChoice::Integer { .. } = choice {
+            let words = self
+                .gpu
+                .read_back(self.scratch.act_codes().expect("codes"), 0, m * k)
+                .expect("codes");
+            let w4 = matches!(w.format, Format::ConvrotW4a4 { .. });
+            codes = vec![0i8; (m * k) as usize];
+            for (i, &b) in words.iter().enumerate() {
+                let (row, within) = (i / k as usize, i % k as usize);
+                let (word, byte) = (within / 4, within % 4);
+                let col = if w4 {
+                    (word / 2) * 8 + word % 2 + 2 * byte
+                } else {
+                    within
+                };
+                codes[row * k as usize + col] = b as i8;
+            }
+            scales = self
+                .gpu
+                .read_f32(self.scratch.act_scales().expect("scales"), 0, m)
+                .expect("scales");
+        }
+        Run { out, codes, scales }
+    }
+}
+
+fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2.0..2.0)).collect();
+    // An outlier channel, as real activations have.
+    x[k / 3] = 40.0;
+    x
+}
+
+fn assert_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
+    let scale = e.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = y
+        .iter()
+        .zip(e)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert_eq!(y.len(), e.len(), "{what}: lengths");
+    assert!(
+        worst <= rel * scale,
+        "{what}: max |y - e| = {worst:e} > {rel:e} · {scale:e}"
+    );
+}
+
+/// Checks one integer layer on one input: codes, scales, accumulator, output.
+fn check_integer(
+    env: &mut Env,
+    h: &HostLayer,
+    act: ActArith,
+    fast: bool,
+    x: &[f32],
+    opts: RecordOptions,
+) {
+    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+    let (n, k) = (h.meta.n, h.meta.k);
+    let choice = KernelChoice::Integer { act, fast };
+    let what = format!(
+        "{:?} {act:?} fast={fast} M={} N={n} K={k}",
+        h.meta.format,
+        x.len() / k
+    );
+    let group = match h.meta.format {
+        Format::ConvrotW4a4 { group, .. } => Some(group),
+        Format::Int8Tensorwise { convrot_group } => convrot_group,
+        _ => None,
+    };
+    let x_in = group.map_or_else(
+        || x.to_vec(),
+        |g| rotate(x, k, g, Rotation::Fht).expect("rotate"),
+    );
+    let q = quantize_act_for(h.meta.format, act, &x_in, k).expect("integer format");
+    let wq = match h.meta.format {
+        Format::ConvrotW4a4 { .. } => unpack_int4(&h.weight),
+        _ => i8s(&h.weight),
+    };
+    let acc = int_gemm(&q.codes, &wq, k);
+    let raw = env.run(
+        &w,
+        choice,
+        x,
+        RecordOptions {
+            raw_accumulator: true,
+            ..opts
+        },
+    );
+    assert_eq!(raw.codes, q.codes, "{what}: activation codes");
+    assert_eq!(raw.scales, q.scales, "{what}: activation scales");
+    let gpu_acc: Vec<i32> = raw.out.iter().map(|v| v.to_bits() as i32).collect();
+    assert_eq!(gpu_acc, acc, "{what}: accumulators");
+    let y = env.run(&w, choice, x, opts).out;
+    let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
+    let bias: Option<Vec<f32>> = h.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b));
+    let e = match h.meta.format {
+        Format::ConvrotW4a4 { .. } => epilogue_convrot(&acc, &q.scales, &s_w, bias.as_deref()),
+        _ => epilogue_tensorwise(&acc, &q.scales, &s_w, n, bias.as_deref()),
+    };
+    assert_close(&what, &y, &e, 1e-6);
+}
+
+fn check_float(env: &mut Env, h: &HostLayer, x: &[f32], opts: RecordOptions) {
+    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+    let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+    let bias: Option<Vec<f32>> = h.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b));
+    let e = gemm_f32(x, &wf, h.meta.k, bias.as_deref());
+    let y = env.run(&w, KernelChoice::Float, x, opts).out;
+    let what = format!(
+        "{:?} M={} N={} K={}",
+        h.meta.format,
+        x.len() / h.meta.k,
+        h.meta.n,
+        h.meta.k
+    );
+    assert_close(&what, &y, &e, 1e-5);
+}
+
+fn env(test: &str) -> Option<Env> {
+    test_gpu(test, any_adapter).map(|gpu| Env {
+        gpu,
+        cache: PipelineCache::default(),
+        scratch: LinearScratch::new(),
+    })
+}
+
+fn fast_variants(env: &Env) -> Vec<bool> {
+    if env.gpu.caps.subgroups {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+#[test]
+fn integer_paths_match_the_reference() {
+    let Some(mut env) = env("integer_paths_match_the_reference") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let convrot = |group, linear_dtype| Format::ConvrotW4a4 {
+        group,
+        linear_dtype,
+    };
+    // (format, K, activation arithmetics)
+    let cases = [
+        (
+            convrot(16, LinearDtype::Int4),
+            192,
+            vec![ActArith::Int4, ActArith::Int8],
+        ),
+        (
+            convrot(64, LinearDtype::Int4),
+            320,
+            vec![ActArith::Int4, ActArith::Int8],
+        ),
+        (
+            convrot(256, LinearDtype::Int8),
+            768,
+            vec![ActArith::Int4, ActArith::Int8],
+        ),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            196,
+            vec![ActArith::Int8],
+        ),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: Some(64),
+            },
+            320,
+            vec![ActArith::Int8],
+        ),
+    ];
+    let ns = [33, 100, 65];
+    for (i, (format, k, acts)) in cases.into_iter().enumerate() {
+        for (j, m) in MS.into_iter().enumerate() {
+            let h = HostLayer::random(&mut rng, format, ns[(i + j) % 3], k, j % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            for &act in &acts {
+                for fast in fast_variants(&env) {
+                    check_integer(&mut env, &h, act, fast, &x, RecordOptions::default());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn float_paths_match_the_reference() {
+    let Some(mut env) = env("float_paths_match_the_reference") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    let formats = [
+        Format::F32,
+        Format::F16,
+        Format::Bf16,
+        Format::Float8E4m3fn,
+        Format::Float8E5m2,
+    ];
+    for (i, format) in formats.into_iter().enumerate() {
+        for (j, m) in MS.into_iter().enumerate() {
+            let k = 196;
+            let h = HostLayer::random(&mut rng, format, [33, 100, 65][(i + j) % 3], k, j % 2 == 1);
+            let x = random_x(&mut rng, m, k);
+            check_float(&mut env, &h, &x, RecordOptions::default());
+        }
+    }
+}
+
+#[test]
+fn small_bindings_split_the_weight_rows() {
+    let Some(mut env) = env("small_bindings_split_the_weight_rows") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    // 2 KiB per binding: 10+ chunks, each at an aligned offset.
+    let opts = RecordOptions {
+        max_binding: Some(2048),
+        ..Default::default()
+    };
+    for m in [2, 64] {
+        let format = Format::ConvrotW4a4 {
+            group: 64,
+            linear_dtype: LinearDtype::Int4,
+        };
+        let h = HostLayer::random(&mut rng, format, 97, 128, true);
+        let x = random_x(&mut rng, m, 128);
+        check_integer(&mut env, &h, ActArith::Int4, false, &x, opts);
+        let h = HostLayer::random(
+            &mut rng,
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            97,
+            68,
+            true,
+        );
+        let x = random_x(&mut rng, m, 68);
+        check_integer(&mut env, &h, ActArith::Int8, false, &x, opts);
+        let h = HostLayer::random(&mut rng, Format::F16, 97, 64, true);
+        let x = random_x(&mut rng, m, 64);
+        check_float(&mut env, &h, &x, opts);
+    }
+}
+
+#[test]
+fn weight_larger_than_one_binding() {
+    let Some(mut env) = env("weight_larger_than_one_binding") else {
+        return;
+    };
+    let limit = env.gpu.caps.max_storage_binding;
+    if limit > 256 << 20 {
+        eprintln!(
+            "weight_larger_than_one_binding: skipped: binding limit {limit} is too large for a quick test"
+        );
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(10);
+    let k = 8192;
+    let n = (limit as usize / (k / 2)) + 100;
+    let format = Format::ConvrotW4a4 {
+        group: 256,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let h = HostLayer::random(&mut rng, format, n, k, true);
+    assert!(h.weight.len() as u64 > limit);
+    let x = random_x(&mut rng, 1, k);
+    check_integer(
+        &mut env,
+        &h,
+        ActArith::Int8,
+        false,
+        &x,
+        RecordOptions::default(),
+    );
+}
+
+/// The multi-row GEMV (rows start on 16 bytes, M <= 8) for every format, on
+/// awkward shapes: N not a multiple of the rows per workgroup, K not a
+/// multiple of the workgroup's 16-byte tile (and longer than one tile, so
+/// the quad loop wraps), and forced shapes besides the adapter's default.
+#[test]
+fn gemv_rows_match_the_reference() {
+    let Some(mut env) = env("gemv_rows_match_the_reference") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let shapes = [
+        None,
+        Some(GemvShape { rows: 3, wgs: 64 }),
+        Some(GemvShape { rows: 1, wgs: 128 }),
+    ];
+    let w4 = Format::ConvrotW4a4 {
+        group: 16,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let w8 = Format::Int8Tensorwise {
+        convrot_group: None,
+    };
+    // (format, K): int4 K % 32 == 0, int8 K % 16 == 0, fp8 K % 16 == 0,
+    // f16/bf16 K % 8 == 0; 2080 int4 columns = 65 quads > one 64-wide tile.
+    let int_cases = [(w4, 2080), (w4, 96), (w8, 1040), (w8, 48)];
+    let float_cases = [
+        (Format::F32, 1028),
+        (Format::F16, 72),
+        (Format::Bf16, 520),
+        (Format::Float8E4m3fn, 1040),
+        (Format::Float8E5m2, 48),
+    ];
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let opts = RecordOptions {
+            gemv: shape,
+            ..Default::default()
+        };
+        for (j, m) in [1usize, 3, 8].into_iter().enumerate() {
+            let n = [13, 1, 67][(i + j) % 3];
+            for (format, k) in int_cases {
+                let h = HostLayer::random(&mut rng, format, n, k, j != 1);
+                let x = random_x(&mut rng, m, k);
+                let acts = if format == w4 {
+                    vec![ActArith::Int4, ActArith::Int8]
+                } else {
+                    vec![ActArith::Int8]
+                };
+                for act in acts {
+                    for fast in fast_variants(&env) {
+                        check_integer(&mut env, &h, act, fast, &x, opts);
+                        // (Rotation +) quantization, GEMV.
+                        assert_eq!(env.scratch.last_dispatches(), 2, "{format:?} M={m}");
+                    }
+                }
+            }
+            for (format, k) in float_cases {
+                let h = HostLayer::random(&mut rng, format, n, k, j == 1);
+                let x = random_x(&mut rng, m, k);
+                check_float(&mut env, &h, &x, opts);
+                assert_eq!(env.scratch.last_dispatches(), 1, "{format:?} M={m}");
+            }
+        }
+    }
+}

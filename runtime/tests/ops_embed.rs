@@ -1,0 +1,146 @@
+//! Embedding gather from f32, f16 and bf16 tables (odd sizes, so 16-bit
+//! rows straddle 32-bit words), with an out-of-range id giving a zero row.
+
+mod ops_common;
+
+use dynvram_runtime::GpuError;
+use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use half::{bf16, f16};
+use ops_common::{ctx, nan_tensor, random, read, run, upload_bytes};
+
+#[test]
+fn embed_gathers_every_dtype() {
+    let Some(c) = ctx("embed_gathers_every_dtype") else {
+        return;
+    };
+    let g = &c.gpu;
+    let (vocab, hidden) = (37usize, 45usize);
+    let values = random(5, vocab * hidden, 4.0);
+    let ids: Vec<u32> = vec![
+        3, 0, 36, 3, 17, 1, 40, 22, 9, 11, 2, 35, 7, 8, 30, 31, 5, 6, 19,
+    ];
+    let ids_buf = upload_bytes(g, "ids", bytemuck::cast_slice(&ids));
+    for dtype in [TableDtype::F32, TableDtype::F16, TableDtype::Bf16] {
+        // the f32 values each table really stores, and its bytes
+        let (stored, bytes): (Vec<f32>, Vec<u8>) = match dtype {
+            TableDtype::F32 => (values.clone(), bytemuck::cast_slice(&values).to_vec()),
+            TableDtype::F16 => {
+                let h: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
+                (
+                    h.iter().map(|v| v.to_f32()).collect(),
+                    h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                )
+            }
+            TableDtype::Bf16 => {
+                let h: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+                (
+                    h.iter().map(|v| v.to_f32()).collect(),
+                    h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                )
+            }
+        };
+        let table_buf = upload_bytes(g, "table", &bytes);
+        let table = EmbedTable {
+            buffer: &table_buf,
+            offset: 0,
+            vocab: vocab as u64,
+            hidden: hidden as u64,
+            dtype,
+        };
+        let tokens = TokenIds {
+            buffer: &ids_buf,
+            offset: 0,
+            count: ids.len() as u64,
+        };
+        let out = nan_tensor(g, &[ids.len() as u64, hidden as u64]);
+        run(&c, |enc| {
+            record_embed(g, &c.cache, enc, &table, &tokens, &out)
+        });
+        let got = read(g, &out);
+        for (t, &id) in ids.iter().enumerate() {
+            let row = &got[t * hidden..][..hidden];
+            if (id as usize) < vocab {
+                assert_eq!(
+                    row,
+                    &stored[id as usize * hidden..][..hidden],
+                    "{dtype:?} token {t} id {id}"
+                );
+            } else {
+                assert!(
+                    row.iter().all(|&v| v == 0.0),
+                    "{dtype:?}: id {id} >= vocab should give zeros"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn f16_subnormals_and_specials_decode_exactly() {
+    let Some(c) = ctx("f16_subnormals_and_specials_decode_exactly") else {
+        return;
+    };
+    let g = &c.gpu;
+    let bits: Vec<u16> = vec![
+        0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x3c00, 0xc000, 0x7bff, 0xfc00, 0x7c00, 0x3555,
+    ];
+    let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let table_buf = upload_bytes(g, "table", &bytes);
+    let ids_buf = upload_bytes(g, "ids", bytemuck::cast_slice(&[0u32]));
+    let table = EmbedTable {
+        buffer: &table_buf,
+        offset: 0,
+        vocab: 1,
+        hidden: bits.len() as u64,
+        dtype: TableDtype::F16,
+    };
+    let tokens = TokenIds {
+        buffer: &ids_buf,
+        offset: 0,
+        count: 1,
+    };
+    let out = nan_tensor(g, &[1, bits.len() as u64]);
+    run(&c, |enc| {
+        record_embed(g, &c.cache, enc, &table, &tokens, &out)
+    });
+    let want: Vec<f32> = bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
+    let got = read(g, &out);
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "got {got:?} want {want:?}"
+    );
+}
+
+#[test]
+fn embed_rejects_a_table_past_its_buffer() {
+    let Some(c) = ctx("embed_rejects_a_table_past_its_buffer") else {
+        return;
+    };
+    let g = &c.gpu;
+    let table_buf = upload_bytes(g, "table", &[0u8; 64]);
+    let ids_buf = upload_bytes(g, "ids", &[0u8; 4]);
+    let table = EmbedTable {
+        buffer: &table_buf,
+        offset: 0,
+        vocab: 10,
+        hidden: 4,
+        dtype: TableDtype::Bf16,
+    };
+    let tokens = TokenIds {
+        buffer: &ids_buf,
+        offset: 0,
+        count: 1,
+    };
+    let out = nan_tensor(g, &[1, 4]);
+    let mut enc = g
+        .device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    let err = record_embed(g, &c.cache, &mut enc, &table, &tokens, &out)
+        .expect_err("80 bytes in a 64-byte buffer");
+    assert!(
+        matches!(err, GpuError::BadOperands { op: "embed", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("64"), "{err}");
+}

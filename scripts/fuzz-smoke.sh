@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Bounded fuzz smoke: runs every cargo-fuzz target for FUZZ_SECONDS (default
+# 20) from the in-repo seeds, and exits non-zero if any target crashes,
+# panics, leaks or times out. New inputs go to a scratch copy, so the seeds
+# under fuzz/corpus/ stay as committed. A crash input is kept under
+# fuzz/artifacts/<target>/ (replay: `cargo fuzz run <target> <file>`).
+#
+# Needs cargo-fuzz (`cargo install cargo-fuzz`) and libFuzzer's nightly
+# flags; on the stable toolchain RUSTC_BOOTSTRAP=1 unlocks them.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+seconds="${FUZZ_SECONDS:-20}"
+export RUSTC_BOOTSTRAP=1
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2
+    exit 2
+fi
+targets=$(cargo fuzz list)
+cargo fuzz build -O
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+failed=()
+for t in $targets; do
+    mkdir -p "$scratch/$t" "corpus/$t"
+    echo "=== fuzz $t (${seconds} s) ==="
+    # -rss_limit_mb: a header must not make the parser allocate gigabytes.
+    status=0
+    cargo fuzz run -O "$t" "$scratch/$t" "corpus/$t" -- \
+        -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+        >"$scratch/$t.log" 2>&1 || status=$?
+    grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^#[0-9]+ +DONE|ERROR|panicked|SUMMARY|Test unit written" \
+        "$scratch/$t.log" || true
+    if [ "$status" -ne 0 ]; then
+        tail -n 40 "$scratch/$t.log" >&2
+        failed+=("$t")
+    fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "fuzz smoke FAILED: ${failed[*]}" >&2
+    exit 1
+fi
+echo "fuzz smoke passed: $(echo $targets | wc -w) targets × ${seconds} s"

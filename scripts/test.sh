@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The test suite: every crate's tests once on the software Vulkan adapter
+# (lavapipe), then the GPU tests again on GL (llvmpipe), which has no f16 and
+# no subgroups and so exercises the fallback kernels. A missing adapter fails
+# the run instead of skipping (DYNVRAM_REQUIRE_GPU=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/ensure-adapter.sh
+export DYNVRAM_REQUIRE_GPU=1 RUST_BACKTRACE=1
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+gpu_crates=(-p dynvram-runtime -p dynvram-loader -p dynvram-models -p dynvram-tests -p dynvram-cli)
+
+echo "=== all tests, GPU tests on Vulkan (lavapipe) ==="
+WGPU_BACKEND=vulkan cargo test --workspace -- --nocapture
+
+echo "=== GPU tests on GL (llvmpipe) ==="
+WGPU_BACKEND=gl cargo test "${gpu_crates[@]}" -- --nocapture
+
+if [ -d ../shared/conformance ]; then
+  echo "=== dynvram conformance on both adapters, each arithmetic ==="
+  for b in vulkan gl; do
+    for ld in auto int4 int8; do
+      cargo run --quiet --bin dynvram -- conformance ../shared/conformance --backend "$b" --linear-dtype "$ld"
+    done
+  done
+else
+  echo "skipped: dynvram conformance (../shared/conformance is absent)"
+fi
+
+echo "=== dynvram run smoke test on both adapters ==="
+for b in vulkan gl; do
+  cargo run --quiet --bin dynvram -- run --backend "$b"
+done
+echo "all tests passed"

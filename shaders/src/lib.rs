@@ -1,0 +1,44 @@
+//! WGSL kernels of dynvram, one `.wgsl` file per kernel family under `wgsl/`,
+//! exposed as string constants. Specialisation is by WGSL `override`
+//! constants set at pipeline creation, with one exception: the activation
+//! element type.
+//!
+//! **Activation type.** Every module starts with [`ACT_ALIAS_F32`]
+//! (`alias act = f32;`) and declares activation buffers as `array<act>`
+//! (loads convert to f32, stores convert back, sums stay f32). The f16
+//! variant of a module is [`with_f16_activations`]: the alias becomes
+//! `f16` and `enable f16;` goes first. `override` constants cannot change a
+//! type, so this one substitution replaces a copy of every file.
+//!
+//! Owns: the shader sources and their validation (see `tests/validate.rs`,
+//! which parses and validates every file with naga, in both activation
+//! types). Knows nothing else.
+
+/// A complete module: the activation alias, then the listed files of `wgsl/`
+/// concatenated (fragments first).
+macro_rules! wgsl {
+    ($($file:literal),+) => {
+        concat!("alias act = f32;\n", $(include_str!(concat!("../wgsl/", $file))),+)
+    };
+}
+
+pub mod linear;
+pub mod transformer;
+
+/// The first line of every module: activations are f32 by default.
+pub const ACT_ALIAS_F32: &str = "alias act = f32;\n";
+
+/// `source` with f16 activations: `enable f16;` first and `act` = `f16`
+/// (the device needs `SHADER_F16`). A source without [`ACT_ALIAS_F32`] gets
+/// the directive and the alias prepended all the same.
+pub fn with_f16_activations(source: &str) -> String {
+    let body = source.strip_prefix(ACT_ALIAS_F32).unwrap_or(source);
+    format!("enable f16;\nalias act = f16;\n{body}")
+}
+
+/// Every shader file, as (file name, source), for validation and tooling.
+pub fn all() -> Vec<(&'static str, &'static str)> {
+    let mut v = linear::ALL.to_vec();
+    v.extend_from_slice(transformer::ALL);
+    v
+}

@@ -1,0 +1,85 @@
+//! Every WGSL file parses and validates with naga, with the capabilities the
+//! runtime really asks for (f16 and subgroups where the adapter has them), and
+//! every file in `wgsl/` is registered in the crate.
+
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+fn validate(name: &str, source: &str) -> Result<(), String> {
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| format!("{name}: parse error\n{}", e.emit_to_string(source)))?;
+    let caps = Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP;
+    Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| format!("{name}: validation error\n{}", e.emit_to_string(source)))?;
+    Ok(())
+}
+
+#[test]
+fn every_shader_validates() {
+    let failures: Vec<String> = dynvram_shaders::all()
+        .iter()
+        .filter_map(|(name, src)| validate(name, src).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn every_shader_validates_with_f16_activations() {
+    let failures: Vec<String> = dynvram_shaders::all()
+        .iter()
+        .filter_map(|(name, src)| {
+            assert!(
+                src.starts_with(dynvram_shaders::ACT_ALIAS_F32),
+                "{name} does not start with the activation alias"
+            );
+            let f16 = dynvram_shaders::with_f16_activations(src);
+            assert!(f16.starts_with("enable f16;"), "{name}: {f16:.40}");
+            validate(&format!("{name} [f16]"), &f16).err()
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The f16 variant really stores f16: a module whose activations stayed f32
+/// would validate too, so every module that declares `act` buffers must have
+/// an array of f16 (scalars or vectors) in its f16 variant.
+#[test]
+fn f16_variant_declares_f16_activation_buffers() {
+    let half = |s: &naga::Scalar| s.kind == naga::ScalarKind::Float && s.width == 2;
+    for (name, src) in dynvram_shaders::all() {
+        if !src.contains("<act>") {
+            continue;
+        }
+        let f16 = dynvram_shaders::with_f16_activations(src);
+        let module = naga::front::wgsl::parse_str(&f16).expect("parses");
+        let has_f16_array = module.types.iter().any(|(_, t)| match t.inner {
+            naga::TypeInner::Array { base, .. } => match &module.types[base].inner {
+                naga::TypeInner::Scalar(s) | naga::TypeInner::Vector { scalar: s, .. } => half(s),
+                _ => false,
+            },
+            _ => false,
+        });
+        assert!(has_f16_array, "{name}: no f16 activation array");
+    }
+}
+
+#[test]
+fn every_file_in_the_folder_is_registered() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl");
+    let registered: Vec<&str> = dynvram_shaders::all().iter().map(|(n, _)| *n).collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("wgsl folder") {
+        let name = entry
+            .expect("dir entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if name.ends_with(".wgsl") && !registered.contains(&name.as_str()) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not registered in shaders/src: {missing:?}"
+    );
+}

@@ -1,0 +1,99 @@
+// Elementwise kernels over `act` activations (f32 or f16), computed in f32. One thread per element; the
+// grid is 2-D (x * y workgroups) so tensors past 65535 * 256 elements fit.
+// The op is an override constant, so each (entry, OP) pair is its own
+// pipeline with no branch at run time.
+//
+// Unary OP:  0 = GELU (tanh approximation), 1 = SiLU, 2 = scale by `params.scale`.
+// Binary OP: 0 = a + b, 1 = silu(a) * b (SwiGLU), 2 = a * b.
+
+struct Params {
+    n: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+const WG: u32 = 256u;
+
+override OP: u32 = 0u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> a: array<act>;
+@group(0) @binding(2) var<storage, read> b: array<act>;
+@group(0) @binding(3) var<storage, read_write> out: array<act>;
+
+fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+// tanh from one exp of a non-positive argument: never overflows, unlike
+// the (e^2x - 1) / (e^2x + 1) form some drivers use for tanh().
+fn tanh_stable(x: f32) -> f32 {
+    let t = exp(-2.0 * abs(x));
+    let r = (1.0 - t) / (1.0 + t);
+    return select(r, -r, x < 0.0);
+}
+
+fn silu(x: f32) -> f32 {
+    return x / (1.0 + exp(-x));
+}
+
+fn gelu_tanh(h: f32) -> f32 {
+    // sqrt(2 / pi)
+    let k = 0.7978845608028654;
+    return 0.5 * h * (1.0 + tanh_stable(k * (h + 0.044715 * h * h * h)));
+}
+
+fn unary(x: f32) -> f32 {
+    if OP == 0u {
+        return gelu_tanh(x);
+    } else if OP == 1u {
+        return silu(x);
+    }
+    return x * params.scale;
+}
+
+fn binary(x: f32, y: f32) -> f32 {
+    if OP == 0u {
+        return x + y;
+    } else if OP == 1u {
+        return silu(x) * y;
+    }
+    return x * y;
+}
+
+@compute @workgroup_size(256)
+fn unary_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = element(wid, nwg, lid);
+    if i < params.n {
+        out[i] = act(unary(f32(a[i])));
+    }
+}
+
+@compute @workgroup_size(256)
+fn unary_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = element(wid, nwg, lid);
+    if i < params.n {
+        out[i] = act(unary(f32(out[i])));
+    }
+}
+
+@compute @workgroup_size(256)
+fn binary_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = element(wid, nwg, lid);
+    if i < params.n {
+        out[i] = act(binary(f32(a[i]), f32(b[i])));
+    }
+}
+
+@compute @workgroup_size(256)
+fn binary_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let i = element(wid, nwg, lid);
+    if i < params.n {
+        out[i] = act(binary(f32(out[i]), f32(b[i])));
+    }
+}

@@ -1,0 +1,70 @@
+// Embedding lookup: out[t, c] = table[ids[t], c], decoded to f32 and stored
+// as `act` (f32 or f16).
+// The table is read as raw 32-bit words so one kernel serves f32, f16 and
+// bf16 storage without the f16 shader feature; f16 is decoded by hand
+// (unpack2x16float needs a downlevel capability some GL drivers lack).
+// DTYPE: 0 = f32, 1 = f16, 2 = bf16 (16-bit values little-endian, element
+// e in the low half of word e/2 when e is even). Ids >= vocab give a zero row.
+
+struct Params {
+    n_tokens: u32,
+    cols: u32,
+    vocab: u32,
+    _pad: u32,
+}
+
+const WG: u32 = 256u;
+
+override DTYPE: u32 = 0u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> table: array<u32>;
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<act>;
+
+// IEEE binary16 bits (low 16 bits of `h`) to f32, exact for every value.
+fn f16_bits_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let exponent = (h >> 10u) & 0x1fu;
+    let mantissa = h & 0x3ffu;
+    if exponent == 0u {
+        // zero or subnormal: mantissa * 2^-24
+        let magnitude = f32(mantissa) * 5.9604644775390625e-8;
+        return select(magnitude, -magnitude, sign != 0u);
+    }
+    if exponent == 31u {
+        return bitcast<f32>(sign | 0x7f800000u | (mantissa << 13u));
+    }
+    return bitcast<f32>(sign | ((exponent + 112u) << 23u) | (mantissa << 13u));
+}
+
+fn load(e: u32) -> f32 {
+    if DTYPE == 0u {
+        return bitcast<f32>(table[e]);
+    }
+    let word = table[e / 2u];
+    let odd = (e & 1u) == 1u;
+    if DTYPE == 1u {
+        return f16_bits_to_f32(select(word & 0xffffu, word >> 16u, odd));
+    }
+    let bits = select(word << 16u, word & 0xffff0000u, odd);
+    return bitcast<f32>(bits);
+}
+
+@compute @workgroup_size(256)
+fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let idx = (wid.y * nwg.x + wid.x) * WG + lid;
+    let cols = params.cols;
+    if idx >= params.n_tokens * cols {
+        return;
+    }
+    let t = idx / cols;
+    let c = idx % cols;
+    let id = ids[t];
+    var value = 0.0;
+    if id < params.vocab {
+        value = load(id * cols + c);
+    }
+    out[idx] = act(value);
+}

@@ -1,0 +1,114 @@
+// Shared by the float linear kernels (linear_float_gemv.wgsl,
+// linear_float_gemm.wgsl): bindings, weight decoding and the epilogue.
+// The weight is read as u32 words and decoded to f32 in the shader, so no
+// SHADER_F16 is needed; fp8 weights are multiplied by their scalar scale
+// before the f32 product (ComfyUI dequantizes, then runs an f32 GEMM).
+// K must be a multiple of 4 (four columns per decoded vec4). x and out are
+// `act` (f32 or f16); products and sums are f32.
+
+// 0: f32, 1: f16, 2: bf16, 3: float8_e4m3fn, 4: float8_e5m2.
+override WFMT: u32 = 0u;
+override HAS_BIAS: bool = false;
+
+struct Params {
+    m: u32,
+    // Weight rows in this dispatch (one binding's chunk of N).
+    n: u32,
+    k: u32,
+    // Output column (and bias index) of the chunk's first row.
+    n_base: u32,
+    // Row stride of the output: the layer's full N.
+    out_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> w_scale: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read> x: array<vec4<act>>;
+@group(0) @binding(4) var<storage, read_write> out: array<act>;
+@group(0) @binding(5) var<uniform> p: Params;
+
+fn bf16_pair(v: u32) -> vec2<f32> {
+    return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xFFFF0000u));
+}
+
+// float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN.
+fn e4m3fn(b: u32) -> f32 {
+    let sign = (b & 0x80u) << 24u;
+    let e = (b >> 3u) & 0xFu;
+    let man = b & 7u;
+    if e == 0u {
+        // Subnormal: man · 2^-9 (exact in f32).
+        return bitcast<f32>(sign | bitcast<u32>(f32(man) * 0x1p-9f));
+    }
+    if e == 15u && man == 7u {
+        return bitcast<f32>(0x7FC00000u | sign);
+    }
+    return bitcast<f32>(sign | ((e + 120u) << 23u) | (man << 20u));
+}
+
+// IEEE f16 bits (low 16 bits of h) to f32, by hand: `unpack2x16float` needs
+// naga's SHADER_FLOAT16_IN_FLOAT32, which not every adapter grants.
+fn f16_bits(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1Fu;
+    let man = h & 0x3FFu;
+    if e == 0u {
+        // Subnormal: man · 2^-24 (exact in f32).
+        return bitcast<f32>(sign | bitcast<u32>(f32(man) * 0x1p-24f));
+    }
+    if e == 31u {
+        return bitcast<f32>(sign | 0x7F800000u | (man << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (man << 13u));
+}
+
+fn f16_pair(v: u32) -> vec2<f32> {
+    return vec2<f32>(f16_bits(v & 0xFFFFu), f16_bits(v >> 16u));
+}
+
+// float8_e5m2 is the high byte of an IEEE f16.
+fn e5m2(b: u32) -> f32 {
+    return f16_bits(b << 8u);
+}
+
+fn fp8_quad(v: u32) -> vec4<f32> {
+    if WFMT == 3u {
+        return vec4<f32>(e4m3fn(v & 0xFFu), e4m3fn((v >> 8u) & 0xFFu), e4m3fn((v >> 16u) & 0xFFu), e4m3fn(v >> 24u));
+    }
+    return vec4<f32>(e5m2(v & 0xFFu), e5m2((v >> 8u) & 0xFFu), e5m2((v >> 16u) & 0xFFu), e5m2(v >> 24u));
+}
+
+// Columns 4q..4q+3 of weight row n, as f32 (fp8: times the scale).
+fn weight_quad(n: u32, q: u32) -> vec4<f32> {
+    switch WFMT {
+        case 0u: {
+            let b = n * p.k + 4u * q;
+            return vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + 1u]), bitcast<f32>(w[b + 2u]), bitcast<f32>(w[b + 3u]));
+        }
+        case 1u: {
+            let b = n * (p.k / 2u) + 2u * q;
+            return vec4<f32>(f16_pair(w[b]), f16_pair(w[b + 1u]));
+        }
+        case 2u: {
+            let b = n * (p.k / 2u) + 2u * q;
+            return vec4<f32>(bf16_pair(w[b]), bf16_pair(w[b + 1u]));
+        }
+        default: {
+            return fp8_quad(w[n * (p.k / 4u) + q]) * w_scale[0];
+        }
+    }
+}
+
+// Writes output [m, n_base + n].
+fn store(m: u32, n: u32, acc: f32) {
+    let col = p.n_base + n;
+    var r = acc;
+    if HAS_BIAS {
+        r = r + bias[col];
+    }
+    out[m * p.out_stride + col] = act(r);
+}

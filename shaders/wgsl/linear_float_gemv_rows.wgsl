@@ -1,0 +1,92 @@
+// Float-weight GEMV for small M, after linear_gemv_tree.wgsl and
+// linear_float_common.wgsl. Same shape as linear_int_gemv_rows.wgsl: a
+// WGS-wide workgroup computes ROWS consecutive output rows for all MR
+// activation rows; invocation t streams the 16-byte weight quads t, t + WGS,
+// … of each of its rows (4 f32, 8 f16/bf16 or 16 fp8 columns per quad),
+// issues all ROWS loads before decoding, and reads each activation vec4 once
+// per activation row for all ROWS rows. f32 partial sums are added across the
+// workgroup in a fixed tree order at the end.
+//
+// The weight is bound again as vec4<u32> (binding 6; the common fragment's
+// u32 view, binding 0, stays unused): rows must start on 16 bytes, i.e.
+// K % 4 (f32), K % 8 (f16, bf16) or K % 16 (fp8) == 0 (the host uses
+// linear_float_gemv.wgsl otherwise). Rows run over
+// (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16, ROWS * MR <= 64.
+
+override ROWS: u32 = 8u;
+override MR: u32 = 1u;
+override WGS: u32 = 256u;
+
+@group(0) @binding(6) var<storage, read> wv: array<vec4<u32>>;
+
+// Activation vec4s per 16-byte weight quad.
+fn quad_vecs() -> u32 {
+    switch WFMT {
+        case 0u: {
+            return 1u;
+        }
+        case 1u, 2u: {
+            return 2u;
+        }
+        default: {
+            return 4u;
+        }
+    }
+}
+
+// Column group j (4 columns) of a 16-byte weight quad, as f32.
+fn decode(raw: vec4<u32>, j: u32) -> vec4<f32> {
+    switch WFMT {
+        case 0u: {
+            return bitcast<vec4<f32>>(raw);
+        }
+        case 1u: {
+            return vec4<f32>(f16_pair(raw[2u * j]), f16_pair(raw[2u * j + 1u]));
+        }
+        case 2u: {
+            return vec4<f32>(bf16_pair(raw[2u * j]), bf16_pair(raw[2u * j + 1u]));
+        }
+        default: {
+            return fp8_quad(raw[j]) * w_scale[0];
+        }
+    }
+}
+
+@compute @workgroup_size(WGS)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let n0 = (wid.x + wid.y * 65535u) * ROWS;
+    let nv = quad_vecs();
+    // vec4s per activation row; 16-byte quads per weight row.
+    let kq = p.k / 4u;
+    let wq_row = kq / nv;
+    var acc: array<f32, 64>;
+    for (var i = 0u; i < ROWS * MR; i++) {
+        acc[i] = 0.0;
+    }
+    for (var q = lid; q < wq_row; q += WGS) {
+        var raw: array<vec4<u32>, 16>;
+        for (var r = 0u; r < ROWS; r++) {
+            let row = min(n0 + r, p.n - 1u);
+            raw[r] = wv[row * wq_row + q];
+        }
+        for (var m = 0u; m < MR; m++) {
+            for (var j = 0u; j < nv; j++) {
+                let a = vec4<f32>(x[m * kq + nv * q + j]);
+                for (var r = 0u; r < ROWS; r++) {
+                    acc[r * MR + m] += dot(a, decode(raw[r], j));
+                }
+            }
+        }
+    }
+    var bits: array<u32, 64>;
+    for (var i = 0u; i < ROWS * MR; i++) {
+        bits[i] = bitcast<u32>(acc[i]);
+    }
+    gv_tree(&bits, ROWS * MR, lid, GV_FADD);
+    if lid < ROWS * MR {
+        let r = lid / MR;
+        if n0 + r < p.n {
+            store(lid % MR, n0 + r, bitcast<f32>(gv_out[lid]));
+        }
+    }
+}

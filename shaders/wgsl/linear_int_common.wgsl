@@ -1,0 +1,88 @@
+// Shared by the integer linear kernels (linear_int_gemv.wgsl,
+// linear_int_gemm.wgsl): bindings, the weight word decoding and the epilogue.
+//
+// Activations arrive as int8 codes packed four per u32 ([M, K/4] words) with
+// one f32 scale per row; the output is `act` (f32 or f16, the epilogue in
+// f32). Weights:
+// * int8 (W4 = false): I8 [N, K] row-major, four columns per u32 word.
+// * int4 (W4 = true): I8 [N, K/2], two two's-complement nibbles per byte, low
+//   nibble = even column, so raw word j of a row holds columns 8j..8j+7 as
+//   nibbles 0..7. `(raw << 4) & 0xF0F0F0F0` puts the even columns in the high
+//   nibble of each byte (the i8 value 16·w) and `raw & 0xF0F0F0F0` the odd
+//   ones; the activation words of those 8 columns come in the matching
+//   even/odd order (act quant PERM8), and the sum is shifted right by 4 at the
+//   end (exact: every product is a multiple of 16; |acc| < 2^31 for K <= 131072).
+
+// int4 nibble weights (true) or int8 weights.
+override W4: bool = true;
+// 0: ((acc·s_x)·s_w[n]) + b (convrot_w4a4); 1: acc·(s_x·s_w) + b
+// (int8_tensorwise); 2: the raw i32 accumulator's bits (tests).
+override EPI: u32 = 0u;
+// Weight scale per output row (true) or one scalar (false).
+override SW_PER_ROW: bool = true;
+override HAS_BIAS: bool = false;
+
+struct Params {
+    // Rows of the activations.
+    m: u32,
+    // Weight rows in this dispatch (one binding's chunk of N).
+    n: u32,
+    k: u32,
+    // Output column (and scale/bias index) of the chunk's first row.
+    n_base: u32,
+    // Row stride of the output: the layer's full N.
+    out_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> w_scale: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read> xq: array<u32>;
+@group(0) @binding(4) var<storage, read> x_scale: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<act>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+// Even-column word of a raw int4 word (values ·16).
+fn w4_even(raw: u32) -> u32 {
+    return (raw << 4u) & 0xF0F0F0F0u;
+}
+
+// Odd-column word of a raw int4 word (values ·16).
+fn w4_odd(raw: u32) -> u32 {
+    return raw & 0xF0F0F0F0u;
+}
+
+// Undo the ·16 of int4 weights (exact: a sum of multiples of 16).
+fn unscale_acc(acc: i32) -> i32 {
+    if W4 {
+        return acc >> 4u;
+    }
+    return acc;
+}
+
+// Writes output [m, n_base + n] from the exact accumulator.
+fn store(m: u32, n: u32, acc: i32) {
+    let col = p.n_base + n;
+    var r: f32;
+    if EPI == 2u {
+        r = bitcast<f32>(acc);
+    } else {
+        var sw = w_scale[0];
+        if SW_PER_ROW {
+            sw = w_scale[col];
+        }
+        let sx = x_scale[m];
+        if EPI == 0u {
+            r = (f32(acc) * sx) * sw;
+        } else {
+            r = f32(acc) * (sx * sw);
+        }
+        if HAS_BIAS {
+            r = r + bias[col];
+        }
+    }
+    out[m * p.out_stride + col] = act(r);
+}

@@ -1,0 +1,89 @@
+// Integer GEMV for small M, after a GEMV sum fragment (linear_gemv_sum_*.wgsl,
+// with linear_gemv_tree.wgsl for the portable one) and linear_int_common.wgsl.
+//
+// A WGS-wide workgroup computes ROWS consecutive output rows for all MR
+// activation rows. Invocation t takes the 16-byte weight quads t, t + WGS, …
+// of every one of its ROWS rows (consecutive invocations read consecutive
+// 16 bytes: each row streams coalesced, ROWS loads in flight per invocation),
+// loads the activation codes of that quad once per activation row and reuses
+// them for all ROWS weight rows. The ROWS · MR exact i32 partials are summed
+// across the workgroup once at the end.
+//
+// The weight and codes are bound again as vec4<u32> (bindings 7 and 8; the
+// common fragment's u32 views, bindings 0 and 3, stay unused): every weight
+// row must start on 16 bytes, i.e. K % 32 == 0 for int4 and K % 16 == 0 for
+// int8 (the host uses linear_int_gemv.wgsl otherwise).
+// Rows run over (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16 and ROWS * MR <= 64
+// (fixed-size arrays the compiler keeps in registers once the loops over
+// the override constants unroll).
+
+// Output rows per workgroup.
+override ROWS: u32 = 8u;
+// Activation rows (the layer's M, 1..=8): a constant so the loops unroll and
+// the accumulators stay in registers.
+override MR: u32 = 1u;
+// Invocations per workgroup (a power of two, 64..=1024).
+override WGS: u32 = 256u;
+
+@group(0) @binding(7) var<storage, read> wv: array<vec4<u32>>;
+@group(0) @binding(8) var<storage, read> xv: array<vec4<u32>>;
+
+fn dot_w4(a: vec4<u32>, b: vec4<u32>, raw: vec4<u32>) -> i32 {
+    return dot4I8Packed(a.x, w4_even(raw.x)) + dot4I8Packed(a.y, w4_odd(raw.x))
+        + dot4I8Packed(a.z, w4_even(raw.y)) + dot4I8Packed(a.w, w4_odd(raw.y))
+        + dot4I8Packed(b.x, w4_even(raw.z)) + dot4I8Packed(b.y, w4_odd(raw.z))
+        + dot4I8Packed(b.z, w4_even(raw.w)) + dot4I8Packed(b.w, w4_odd(raw.w));
+}
+
+fn dot_w8(a: vec4<u32>, raw: vec4<u32>) -> i32 {
+    return dot4I8Packed(a.x, raw.x) + dot4I8Packed(a.y, raw.y)
+        + dot4I8Packed(a.z, raw.z) + dot4I8Packed(a.w, raw.w);
+}
+
+@compute @workgroup_size(WGS)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let n0 = (wid.x + wid.y * 65535u) * ROWS;
+    // 16-byte quads per activation-code row and per weight row.
+    let xq_row = p.k / 16u;
+    var wq_row = xq_row;
+    if W4 {
+        wq_row = p.k / 32u;
+    }
+    var acc: array<i32, 64>;
+    for (var i = 0u; i < ROWS * MR; i++) {
+        acc[i] = 0;
+    }
+    for (var q = lid; q < wq_row; q += WGS) {
+        // Issue every row's load first: ROWS independent 16-byte loads.
+        var raw: array<vec4<u32>, 16>;
+        for (var r = 0u; r < ROWS; r++) {
+            let row = min(n0 + r, p.n - 1u);
+            raw[r] = wv[row * wq_row + q];
+        }
+        for (var m = 0u; m < MR; m++) {
+            if W4 {
+                // Weight quad q holds columns 32q..32q+31: code quads 2q, 2q+1.
+                let a = xv[m * xq_row + 2u * q];
+                let b = xv[m * xq_row + 2u * q + 1u];
+                for (var r = 0u; r < ROWS; r++) {
+                    acc[r * MR + m] += dot_w4(a, b, raw[r]);
+                }
+            } else {
+                let a = xv[m * xq_row + q];
+                for (var r = 0u; r < ROWS; r++) {
+                    acc[r * MR + m] += dot_w8(a, raw[r]);
+                }
+            }
+        }
+    }
+    for (var i = 0u; i < ROWS * MR; i++) {
+        acc[i] = unscale_acc(acc[i]);
+    }
+    gemv_sum_i32(&acc, ROWS * MR, lid);
+    if lid < ROWS * MR {
+        let r = lid / MR;
+        if n0 + r < p.n {
+            store(lid % MR, n0 + r, gv_result(lid));
+        }
+    }
+}

@@ -1,0 +1,39 @@
+// Group rotation (ConvRot), after linear_fht.wgsl: every group of G
+// consecutive values of a row is multiplied by the G x G Hadamard matrix /
+// sqrt(G) (the radix-4 transform of the fragment). One workgroup per
+// (group, row); the group lives in workgroup memory.
+// Dispatch: (K / G, rows, 1). Reads `act` (f32 or f16), writes f32, so the
+// activation quantization after it sees the exact f32 sums.
+
+// The group size: a power of 4, 4 <= G <= 4096.
+override G: u32 = 256u;
+
+struct Params {
+    rows: u32,
+    k: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<act>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+var<workgroup> fht_v: array<f32, 4096>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let row = wid.y;
+    if row >= p.rows {
+        return;
+    }
+    let base = row * p.k + wid.x * G;
+    for (var i = lid; i < G; i += 256u) {
+        fht_v[i] = f32(x[base + i]);
+    }
+    workgroupBarrier();
+    fht(lid, 256u, G);
+    for (var i = lid; i < G; i += 256u) {
+        y[base + i] = fht_v[i];
+    }
+}

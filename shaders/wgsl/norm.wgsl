@@ -1,0 +1,93 @@
+// Row norms over `act` activations [rows, cols] (f32 or f16; sums, the
+// scale and the f32 weights in f32): one workgroup per row, the
+// row's sums reduced in workgroup memory (portable: no subgroups). Rows are
+// laid over a 2-D grid of workgroups.
+//
+// rms_norm:   out = w * (x * 1/sqrt(mean(x^2) + eps))   (HF Llama order)
+// layer_norm: out = (x - mean) * 1/sqrt(var + eps) * w + b   (b when has_bias != 0)
+//
+// 1/sqrt instead of inverseSqrt: sqrt and division are correctly rounded on
+// common drivers, inverseSqrt only to a few ulp.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    has_bias: u32,
+}
+
+const WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<act>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<act>;
+
+var<workgroup> red: array<f32, WG>;
+
+// Sum of `v` over the workgroup; every invocation gets the total.
+fn workgroup_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if lid < s {
+            red[lid] = red[lid] + red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(256)
+fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if row >= params.rows {
+        return;
+    }
+    let cols = params.cols;
+    let base = row * cols;
+    var ss = 0.0;
+    for (var i = lid; i < cols; i = i + WG) {
+        let v = f32(x[base + i]);
+        ss = ss + v * v;
+    }
+    let total = workgroup_sum(lid, ss);
+    let r = 1.0 / sqrt(total / f32(cols) + params.eps);
+    for (var i = lid; i < cols; i = i + WG) {
+        out[base + i] = act(w[i] * (f32(x[base + i]) * r));
+    }
+}
+
+@compute @workgroup_size(256)
+fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if row >= params.rows {
+        return;
+    }
+    let cols = params.cols;
+    let base = row * cols;
+    var s = 0.0;
+    for (var i = lid; i < cols; i = i + WG) {
+        s = s + f32(x[base + i]);
+    }
+    let mean = workgroup_sum(lid, s) / f32(cols);
+    var sq = 0.0;
+    for (var i = lid; i < cols; i = i + WG) {
+        let d = f32(x[base + i]) - mean;
+        sq = sq + d * d;
+    }
+    let var_ = workgroup_sum(lid, sq) / f32(cols);
+    let r = 1.0 / sqrt(var_ + params.eps);
+    for (var i = lid; i < cols; i = i + WG) {
+        var y = (f32(x[base + i]) - mean) * r * w[i];
+        if params.has_bias != 0u {
+            y = y + bias[i];
+        }
+        out[base + i] = act(y);
+    }
+}
