@@ -8,19 +8,22 @@ cd "$(dirname "$0")/.."
 scripts/ensure-adapter.sh
 export DYNVRAM_REQUIRE_GPU=1 RUST_BACKTRACE=1
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-gpu_crates=(-p dynvram-runtime -p dynvram-loader -p dynvram-models -p dynvram-tests -p dynvram-cli)
+# Every stage selects the whole workspace and runs the binary cargo test built:
+# selecting a subset (-p, cargo run --bin) unifies features differently and
+# rebuilds wgpu and every crate above it.
+dynvram="${CARGO_TARGET_DIR:-target}/debug/dynvram"
 
 echo "=== all tests, GPU tests on Vulkan (lavapipe) ==="
 WGPU_BACKEND=vulkan cargo test --workspace -- --nocapture
 
 echo "=== GPU tests on GL (llvmpipe) ==="
-WGPU_BACKEND=gl cargo test "${gpu_crates[@]}" -- --nocapture
+WGPU_BACKEND=gl cargo test --workspace -- --nocapture
 
 if [ -d ../shared/conformance ]; then
   echo "=== dynvram conformance on both adapters, each arithmetic ==="
   for b in vulkan gl; do
     for ld in auto int4 int8; do
-      cargo run --quiet --bin dynvram -- conformance ../shared/conformance --backend "$b" --linear-dtype "$ld"
+      "$dynvram" conformance ../shared/conformance --backend "$b" --linear-dtype "$ld"
     done
   done
 else
@@ -29,6 +32,6 @@ fi
 
 echo "=== dynvram run smoke test on both adapters ==="
 for b in vulkan gl; do
-  cargo run --quiet --bin dynvram -- run --backend "$b"
+  "$dynvram" run --backend "$b"
 done
 echo "all tests passed"
