@@ -70,7 +70,7 @@ impl Default for RingConfig {
         Self {
             slots: DEFAULT_SLOTS,
             slot_size: DEFAULT_SLOT_SIZE,
-            memory: HostMemoryChoice::Mapped,
+            memory: HostMemoryChoice::default(),
         }
     }
 }
@@ -145,7 +145,7 @@ impl StagingRing {
             HostMemoryChoice::Host => (0..config.slots)
                 .map(|i| hostmem::import_anonymous(device, &label(i), config.slot_size))
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .inspect_err(|e| tracing::warn!(%e, "staging ring falls back to mapped buffers"))
+                .inspect_err(|e| tracing::info!(%e, "staging ring uses mapped buffers"))
                 .ok(),
             HostMemoryChoice::Mapped => None,
         };

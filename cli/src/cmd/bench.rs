@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use dynvram_loader::bench::{UploadBenchOptions, run_upload};
 use dynvram_loader::hostmem::mapped_staging_memory;
-use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, HostMemoryChoice, RingConfig};
+use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, RingConfig};
 use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
+use crate::cmd::budget_args::StagingMemoryArg;
 use crate::output::{print_json, size};
 
 /// What to measure.
@@ -31,6 +32,9 @@ pub enum BenchCommand {
     Upload(UploadArgs),
     /// Linear-kernel throughput per weight format, in weight bytes/s and FLOP/s.
     Linear(LinearArgs),
+    /// Target S1: a streamed pass over a model 4× the budget against its
+    /// upload-only and compute-only times.
+    Pass(crate::cmd::bench_pass::PassArgs),
 }
 
 /// Arguments of `dynvram bench upload`.
@@ -55,7 +59,7 @@ pub struct UploadArgs {
     /// `MAP_WRITE` buffers: BAR on resizable-BAR GPUs) and/or `host`
     /// (imported host RAM, VK_EXT_external_memory_host).
     #[arg(long, default_value = "mapped,host", value_delimiter = ',')]
-    ring_memory: Vec<RingMemoryArg>,
+    ring_memory: Vec<StagingMemoryArg>,
     /// Skip the zero-copy import of the file's own map.
     #[arg(long)]
     no_file_import: bool,
@@ -64,24 +68,6 @@ pub struct UploadArgs {
     reps: usize,
     #[command(flatten)]
     adapter: AdapterArgs,
-}
-
-/// Where ring slots live.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum RingMemoryArg {
-    /// Ordinary mapped wgpu buffers.
-    Mapped,
-    /// Imported host RAM (falls back to mapped where the device cannot import).
-    Host,
-}
-
-impl From<RingMemoryArg> for HostMemoryChoice {
-    fn from(a: RingMemoryArg) -> Self {
-        match a {
-            RingMemoryArg::Mapped => Self::Mapped,
-            RingMemoryArg::Host => Self::Host,
-        }
-    }
 }
 
 /// Arguments of `dynvram bench linear`.
@@ -115,6 +101,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Upload(a) => upload(a, json),
         BenchCommand::Linear(a) => linear(a, json),
+        BenchCommand::Pass(a) => crate::cmd::bench_pass::run(a, json),
     }
 }
 
@@ -233,20 +220,75 @@ fn copy_baseline(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<f64> {
     let bytes = bytes.min(gpu.caps.max_buffer_size) / 4 * 4;
     let src = gpu.create_buffer("bench.copy_src", bytes, usage)?;
     let dst = gpu.create_buffer("bench.copy_dst", bytes, usage)?;
-    let run = |times: usize| -> anyhow::Result<f64> {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        for _ in 0..times {
-            enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
-        }
-        let t = Instant::now();
-        gpu.queue.submit([enc.finish()]);
-        gpu.wait_idle()?;
-        Ok(t.elapsed().as_secs_f64())
+    let run = |times: usize| {
+        submit_timed(gpu, |enc| {
+            for _ in 0..times {
+                enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+            }
+            Ok(())
+        })
     };
     run(2)?;
-    let mut samples: Vec<f64> = (0..5).map(|_| run(reps.max(1))).collect::<Result<_, _>>()?;
+    let per = median_seconds(reps, run)?;
+    Ok(2.0 * bytes as f64 / per / 1e9)
+}
+
+/// Seconds per repetition: the median of 5 submits of `reps` repetitions
+/// each (GPU timestamps where the adapter has them, else wall time).
+fn median_seconds(
+    reps: usize,
+    mut run: impl FnMut(usize) -> anyhow::Result<f64>,
+) -> anyhow::Result<f64> {
+    let reps = reps.max(1);
+    let mut samples: Vec<f64> = (0..5).map(|_| run(reps)).collect::<Result<_, _>>()?;
     samples.sort_by(f64::total_cmp);
-    Ok(2.0 * bytes as f64 * reps.max(1) as f64 / samples[samples.len() / 2] / 1e9)
+    Ok(samples[samples.len() / 2] / reps as f64)
+}
+
+/// Records `record`'s commands into one submit and waits for it. Returns
+/// the GPU time between timestamps written before and after the commands
+/// where the device can write timestamps inside encoders, else the wall
+/// time from submit to idle (which adds the submission's fixed cost).
+fn submit_timed(
+    gpu: &Gpu,
+    record: impl FnOnce(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let stamps = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+    let query = if gpu.device.features().contains(stamps) {
+        let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("bench.timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolve = gpu.create_buffer(
+            "bench.timestamps",
+            16,
+            wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        )?;
+        Some((set, resolve))
+    } else {
+        None
+    };
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    if let Some((set, _)) = &query {
+        enc.write_timestamp(set, 0);
+    }
+    record(&mut enc)?;
+    if let Some((set, resolve)) = &query {
+        enc.write_timestamp(set, 1);
+        enc.resolve_query_set(set, 0..2, resolve, 0);
+    }
+    let t = Instant::now();
+    gpu.queue.submit([enc.finish()]);
+    gpu.wait_idle()?;
+    let wall = t.elapsed().as_secs_f64();
+    let Some((_, resolve)) = query else {
+        return Ok(wall);
+    };
+    let raw = gpu.read_back(&resolve, 0, 16)?;
+    let ticks: &[u64] = bytemuck::cast_slice(&raw);
+    let period_ns = f64::from(gpu.queue.get_timestamp_period());
+    Ok(ticks[1].saturating_sub(ticks[0]) as f64 * period_ns * 1e-9)
 }
 
 fn parse_format(name: &str) -> anyhow::Result<(Format, LinearDtypeOverride)> {
@@ -370,30 +412,26 @@ fn time_case(
     let out = activation(gpu, "bench.out", m, n)?;
     let cache = PipelineCache::default();
     let mut scratch = LinearScratch::new();
-    let mut run = |times: usize| -> anyhow::Result<f64> {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        for _ in 0..times {
-            record_linear_with(
-                gpu,
-                &cache,
-                &mut enc,
-                &weights,
-                plan.kernel,
-                &x,
-                &out,
-                &mut scratch,
-                opts,
-            )?;
-        }
-        let t = Instant::now();
-        gpu.queue.submit([enc.finish()]);
-        gpu.wait_idle()?;
-        Ok(t.elapsed().as_secs_f64())
+    let mut run = |times: usize| {
+        submit_timed(gpu, |enc| {
+            for _ in 0..times {
+                record_linear_with(
+                    gpu,
+                    &cache,
+                    enc,
+                    &weights,
+                    plan.kernel,
+                    &x,
+                    &out,
+                    &mut scratch,
+                    opts,
+                )?;
+            }
+            Ok(())
+        })
     };
     run(2)?; // compile pipelines, warm caches
-    let mut samples: Vec<f64> = (0..5).map(|_| run(reps.max(1))).collect::<Result<_, _>>()?;
-    samples.sort_by(f64::total_cmp);
-    let per = samples[samples.len() / 2] / reps.max(1) as f64;
+    let per = median_seconds(reps, &mut run)?;
     let wbytes = n * row_bytes(format, k);
     Ok(LinearFigure {
         format: name.to_owned(),
@@ -429,6 +467,18 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut figures = Vec::new();
     if !json {
         println!("adapter {} [{}]", gpu.info.name, gpu.caps.backend);
+        let stamps = gpu
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        println!(
+            "timing: {}",
+            if stamps {
+                "GPU timestamps around each submit's repetitions"
+            } else {
+                "wall time from submit to idle (no timestamps inside encoders)"
+            }
+        );
         if let Some(c) = copy {
             println!("device copy (read + write): {c:.1} GB/s");
         }

@@ -30,9 +30,10 @@ pub struct BudgetArgs {
     /// 40 % on Windows).
     #[arg(long, value_name = "GIB")]
     pub max_pinned: Option<f64>,
-    /// Staging ring slots: `mapped` wgpu buffers (BAR on resizable-BAR GPUs)
-    /// or `host` RAM imported with VK_EXT_external_memory_host.
-    #[arg(long, value_enum, default_value = "mapped")]
+    /// Staging ring slots: `host` RAM imported with VK_EXT_external_memory_host
+    /// (mapped buffers where the device cannot import), or `mapped` wgpu
+    /// buffers (BAR on resizable-BAR GPUs).
+    #[arg(long, value_enum, default_value = "host")]
     pub staging_memory: StagingMemoryArg,
 }
 
@@ -43,6 +44,15 @@ pub enum StagingMemoryArg {
     Mapped,
     /// Imported host RAM (mapped where the device cannot import).
     Host,
+}
+
+impl From<StagingMemoryArg> for HostMemoryChoice {
+    fn from(a: StagingMemoryArg) -> Self {
+        match a {
+            StagingMemoryArg::Mapped => Self::Mapped,
+            StagingMemoryArg::Host => Self::Host,
+        }
+    }
 }
 
 impl BudgetArgs {
@@ -63,10 +73,7 @@ impl BudgetArgs {
             Some(g) => anyhow::bail!("--max-pinned {g}: not a size in GiB"),
             None => None,
         };
-        let memory = match self.staging_memory {
-            StagingMemoryArg::Mapped => HostMemoryChoice::Mapped,
-            StagingMemoryArg::Host => HostMemoryChoice::Host,
-        };
+        let memory = self.staging_memory.into();
         Ok(RuntimeConfig {
             fast_disk: self.fast_disk,
             pins: PinSettings {

@@ -46,6 +46,16 @@ pub enum DtypeArg {
     F32,
 }
 
+impl From<DtypeArg> for SynthDtype {
+    fn from(a: DtypeArg) -> Self {
+        match a {
+            DtypeArg::Bf16 => Self::Bf16,
+            DtypeArg::F16 => Self::F16,
+            DtypeArg::F32 => Self::F32,
+        }
+    }
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let config =
@@ -54,11 +64,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--shard-gib {} must be a positive number", args.shard_gib);
     }
     let opts = SynthOptions {
-        dtype: match args.dtype {
-            DtypeArg::Bf16 => SynthDtype::Bf16,
-            DtypeArg::F16 => SynthDtype::F16,
-            DtypeArg::F32 => SynthDtype::F32,
-        },
+        dtype: args.dtype.into(),
         seed: args.seed,
         layers: args.layers,
         shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,

@@ -318,6 +318,27 @@ pub fn write_checkpoint(
     })
 }
 
+/// Writes `tensors`, drawn as `opts` says (dtype, seed), as one safetensors
+/// file at `path`, atomically; returns the bytes of tensor data. The
+/// benchmark files of other architectures (the MLP stack of `bench pass`)
+/// are written with it too.
+pub fn write_file(
+    path: &Path,
+    tensors: &[SynthTensor],
+    opts: SynthOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<u64, LlamaError> {
+    let total: u64 = tensors
+        .iter()
+        .map(|t| (t.numel() * opts.dtype.size()) as u64)
+        .sum();
+    let mut done = 0;
+    atomic_write(path, |w| {
+        write_shard(w, tensors, opts, &mut done, total, progress)
+    })?;
+    Ok(total)
+}
+
 /// Writes a synthetic `tokenizer.json` ([`super::tokenizer::synthetic`])
 /// of `vocab_size` tokens into `dir`, so text prompts work on a synthetic
 /// checkpoint. Returns the file written.

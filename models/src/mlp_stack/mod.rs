@@ -2,6 +2,7 @@
 //! linears named `blocks.{i}.mlp.fc1` / `blocks.{i}.mlp.fc2`.
 
 pub mod builtin;
+pub mod synth;
 
 use std::path::{Path, PathBuf};
 

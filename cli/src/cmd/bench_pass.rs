@@ -1,0 +1,276 @@
+//! `dynvram bench pass`: target S1. One pass over a model `--ratio` times
+//! the VRAM budget, against the same pass with its kernels left out
+//! (upload-only) and the same pass with every weight resident
+//! (compute-only). Prefetch works when the streamed pass costs little more
+//! than the slower of the two.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use dynvram_models::llama::synth::SynthDtype;
+use dynvram_models::mlp_stack::{self, Probe, Shape};
+use dynvram_runtime::{Model, Runtime, RuntimeConfig};
+use serde::Serialize;
+
+use crate::cmd::adapter_args::AdapterArgs;
+use crate::cmd::budget_args::BudgetArgs;
+use crate::cmd::synth::DtypeArg;
+use crate::output::{bar, print_json, size};
+
+/// S1: the streamed pass may take this much longer than the slower of
+/// upload-only and compute-only (`../shared/BENCH.md`).
+pub const S1_LIMIT: f64 = 1.15;
+
+/// Arguments of `dynvram bench pass`.
+#[derive(Debug, clap::Args)]
+pub struct PassArgs {
+    /// MLP-stack file to stream; written with random weights of the shape
+    /// below when absent.
+    #[arg(long, default_value = "dynvram-bench-pass.safetensors")]
+    file: PathBuf,
+    /// Blocks of a generated stack.
+    #[arg(long, default_value_t = 32)]
+    blocks: usize,
+    /// Residual width of a generated stack.
+    #[arg(long, default_value_t = 4096)]
+    hidden: usize,
+    /// Inner width of a generated stack.
+    #[arg(long, default_value_t = 14336)]
+    ffn: usize,
+    /// Stored dtype of a generated stack.
+    #[arg(long, value_enum, default_value = "f16")]
+    dtype: DtypeArg,
+    /// Input rows, comma separated: one measurement each (few rows: the pass
+    /// is upload-bound; many: compute-bound).
+    #[arg(long, default_value = "1,16,64", value_delimiter = ',')]
+    rows: Vec<usize>,
+    /// The model's weights are this many times the usable budget (less the
+    /// activations).
+    #[arg(long, default_value_t = 4.0)]
+    ratio: f64,
+    /// Timed passes per figure (the median is reported), after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    passes: usize,
+    #[command(flatten)]
+    adapter: AdapterArgs,
+    #[command(flatten)]
+    budget: BudgetArgs,
+}
+
+/// One row count's figures.
+#[derive(Debug, Serialize)]
+struct PassFigure {
+    rows: usize,
+    streamed_bytes: u64,
+    streamed_seconds: f64,
+    upload_only_seconds: f64,
+    compute_only_seconds: f64,
+    /// streamed / max(upload-only, compute-only).
+    ratio: f64,
+    s1_met: bool,
+    ring_stalls: u64,
+    /// The streamed pass's output equals the resident pass's, bit for bit.
+    identical: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct PassReport {
+    adapter: String,
+    file: PathBuf,
+    model_bytes: u64,
+    usable_budget: u64,
+    s1_limit: f64,
+    figures: Vec<PassFigure>,
+}
+
+/// Runs `bench pass`.
+pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode> {
+    if args.budget.vram_budget.is_some() {
+        anyhow::bail!("bench pass sets the budget itself (model / --ratio); drop --vram-budget");
+    }
+    if !(args.ratio.is_finite() && args.ratio >= 1.0) {
+        anyhow::bail!("--ratio {} must be at least 1", args.ratio);
+    }
+    ensure_file(&args)?;
+    let probe = Probe::open(&args.file)?;
+    let model_bytes = probe.weight_bytes();
+    let mut figures = Vec::new();
+    let mut usable = 0;
+    let mut adapter = String::new();
+    for &rows in &args.rows {
+        let rows = rows.max(1);
+        let x = probe.input(rows);
+        // Streamed and upload-only: usable budget = model / ratio.
+        let mut budget = args.budget.config()?;
+        // Activations are not the model: they come on top.
+        let scratch = mlp_stack::scratch_bytes(probe.shape(), rows);
+        budget.vram_budget = Some(
+            (model_bytes as f64 / args.ratio) as u64 + scratch + budget.reserve + budget.headroom,
+        );
+        let rt = runtime(&args, budget)?;
+        usable = rt.budget_report().usable;
+        adapter = format!("{} [{}]", rt.gpu().info.name, rt.gpu().caps.backend);
+        let model = open(&rt, &probe, &args.file, rows)?;
+        let mut last = None;
+        let streamed = timed(args.passes, || {
+            let f = mlp_stack::forward_gpu(&rt, &model, &x, rows, None)?;
+            let s = f.stats.clone();
+            last = Some(f);
+            Ok(s)
+        })?;
+        let upload = timed(args.passes, || Ok(model.run_pass(&rt, None, |_| Ok(()))?))?;
+        let streamed_out = last.take().context("no streamed pass ran")?;
+        drop(model);
+        drop(rt);
+        // Compute-only: the driver's whole budget, every weight resident.
+        let rt = runtime(&args, args.budget.config()?)?;
+        let model = open(&rt, &probe, &args.file, rows)?;
+        if model.report().streamed_bytes > 0 {
+            anyhow::bail!(
+                "compute-only needs the whole model ({}) resident, but {} usable streams {}",
+                size(model_bytes),
+                size(rt.budget_report().usable),
+                size(model.report().streamed_bytes)
+            );
+        }
+        let compute = timed(args.passes, || {
+            let f = mlp_stack::forward_gpu(&rt, &model, &x, rows, None)?;
+            let s = f.stats.clone();
+            last = Some(f);
+            Ok(s)
+        })?;
+        let resident_out = last.take().context("no resident pass ran")?;
+        let identical = streamed_out.out.len() == resident_out.out.len()
+            && streamed_out
+                .out
+                .iter()
+                .zip(&resident_out.out)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        let ratio = streamed.seconds / upload.seconds.max(compute.seconds);
+        figures.push(PassFigure {
+            rows,
+            streamed_bytes: streamed.stats.streamed_bytes,
+            streamed_seconds: streamed.seconds,
+            upload_only_seconds: upload.seconds,
+            compute_only_seconds: compute.seconds,
+            ratio,
+            s1_met: ratio <= S1_LIMIT,
+            ring_stalls: streamed.stats.ring_stalls,
+            identical,
+        });
+        drop(model);
+        drop(rt);
+    }
+    let report = PassReport {
+        adapter,
+        file: args.file.clone(),
+        model_bytes,
+        usable_budget: usable,
+        s1_limit: S1_LIMIT,
+        figures,
+    };
+    let all_identical = report.figures.iter().all(|f| f.identical);
+    if json {
+        print_json(&report)?;
+    } else {
+        print_table(&report);
+    }
+    if !all_identical {
+        eprintln!("FAIL: a streamed pass differs from the resident pass");
+        return Ok(std::process::ExitCode::from(1));
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Median seconds of `passes` runs (after one warm-up) and that run's stats.
+struct Timed {
+    seconds: f64,
+    stats: dynvram_runtime::PassStats,
+}
+
+fn timed(
+    passes: usize,
+    mut pass: impl FnMut() -> anyhow::Result<dynvram_runtime::PassStats>,
+) -> anyhow::Result<Timed> {
+    pass()?;
+    let mut runs = (0..passes.max(1))
+        .map(|_| pass())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let stats = runs.swap_remove(runs.len() / 2);
+    Ok(Timed {
+        seconds: stats.seconds,
+        stats,
+    })
+}
+
+fn runtime(args: &PassArgs, budget: dynvram_memory::BudgetConfig) -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(RuntimeConfig {
+        adapter: args.adapter.choice(),
+        budget,
+        ..args.budget.host_config()?
+    })?)
+}
+
+fn open(rt: &Runtime, probe: &Probe, file: &Path, rows: usize) -> anyhow::Result<Model> {
+    Model::open(rt, &probe.spec(rows)).with_context(|| format!("opening {}", file.display()))
+}
+
+/// Writes the generated stack unless the file exists.
+fn ensure_file(args: &PassArgs) -> anyhow::Result<()> {
+    if args.file.exists() {
+        return Ok(());
+    }
+    let shape = Shape {
+        blocks: args.blocks,
+        hidden: args.hidden,
+        ffn: args.ffn,
+    };
+    let dtype = SynthDtype::from(args.dtype);
+    let pb = bar(0, "writing the bench model");
+    mlp_stack::synth::write(&args.file, shape, dtype, 0, &mut |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    })
+    .with_context(|| format!("writing {}", args.file.display()))?;
+    pb.finish_and_clear();
+    Ok(())
+}
+
+fn print_table(r: &PassReport) {
+    println!("adapter  {}", r.adapter);
+    println!(
+        "model    {} ({}), usable budget {} (1/{:.1} of it)",
+        r.file.display(),
+        size(r.model_bytes),
+        size(r.usable_budget),
+        r.model_bytes as f64 / r.usable_budget.max(1) as f64
+    );
+    println!(
+        "{:>5} {:>10} {:>11} {:>12} {:>13} {:>6} {:>7} {:>6} {:>9}",
+        "rows",
+        "streamed",
+        "pass ms",
+        "upload-only",
+        "compute-only",
+        "ratio",
+        "S1",
+        "stalls",
+        "identical"
+    );
+    for f in &r.figures {
+        println!(
+            "{:>5} {:>10} {:>11.2} {:>12.2} {:>13.2} {:>6.3} {:>7} {:>6} {:>9}",
+            f.rows,
+            size(f.streamed_bytes),
+            f.streamed_seconds * 1e3,
+            f.upload_only_seconds * 1e3,
+            f.compute_only_seconds * 1e3,
+            f.ratio,
+            if f.s1_met { "met" } else { "not met" },
+            f.ring_stalls,
+            if f.identical { "yes" } else { "NO" }
+        );
+    }
+    println!("S1: streamed pass ≤ {S1_LIMIT} × max(upload-only, compute-only)");
+}
