@@ -72,6 +72,8 @@ pub struct Model {
     pub(crate) scratch_bytes: u64,
     pub(crate) id: ModelId,
     pub(crate) registry: SharedRegistry,
+    /// The runtime's pins, so the model's RAM copies go with it.
+    pins: std::sync::Arc<std::sync::Mutex<crate::pins::Pins>>,
     pub(crate) patches: HashMap<String, std::sync::Arc<crate::lora::LoraPatch>>,
 }
 
@@ -142,6 +144,7 @@ impl Model {
             scratch_bytes: spec.scratch_bytes,
             id,
             registry: rt.residency.clone(),
+            pins: rt.pins.clone(),
             patches: HashMap::new(),
         };
         model.load_resident(rt)?;
@@ -233,10 +236,14 @@ impl Model {
 }
 
 impl Drop for Model {
-    /// Frees its resident weights (and the shared arenas) and leaves the
-    /// priority list.
+    /// Frees its resident weights (and the shared arenas), its RAM copies
+    /// (pins), and leaves the priority list.
     fn drop(&mut self) {
         crate::residency::lock(&self.registry).unregister(self.id);
+        self.pins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unload(self.id);
     }
 }
 

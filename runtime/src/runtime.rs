@@ -24,7 +24,7 @@ pub struct Runtime {
     /// Which weights of which model are resident (SPEC §2), shared with the models.
     pub(crate) residency: crate::residency::SharedRegistry,
     /// Host RAM copies of streamed weights (SPEC §3), see `pins.rs`.
-    pub(crate) pins: Mutex<crate::pins::Pins>,
+    pub(crate) pins: std::sync::Arc<Mutex<crate::pins::Pins>>,
 }
 
 /// Budget figures for reports.
@@ -79,7 +79,10 @@ impl Runtime {
         let residency = Arc::new(Mutex::new(crate::residency::Registry::new(
             budget.usable(),
         )?));
-        let pins = Mutex::new(crate::pins::Pins::new(&config.pins, config.fast_disk));
+        let pins = std::sync::Arc::new(Mutex::new(crate::pins::Pins::new(
+            &config.pins,
+            config.fast_disk,
+        )));
         Ok(Self {
             gpu,
             cache: PipelineCache::default(),

@@ -141,6 +141,19 @@ fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
         "released: re-read"
     );
     assert_eq!(bits(&third.out), bits(&want.out));
+
+    // Closing the model frees the pins it took again in pass 3.
+    assert!(rt.pin_report().pinned_bytes > 0, "pass 3 pinned again");
+    drop(model);
+    let report = rt.pin_report();
+    assert_eq!(
+        (
+            report.pinned_bytes,
+            report.imported_pins + report.mapped_pins
+        ),
+        (0, 0),
+        "a dropped model leaves no pins behind"
+    );
 }
 
 #[test]
