@@ -1,12 +1,20 @@
 //! One pass over a model's blocks with block-level prefetch (SPEC §4).
 //!
-//! Before block *i*'s kernels are recorded, block *i+1*'s streamed weights
-//! are read from their files into the staging ring and their copies into
-//! the other transient arena are recorded into the same encoder; then the
-//! encoder is submitted. The GPU copies block *i+1*'s weights while it
+//! Block *i*'s kernels are recorded, then block *i+1*'s streamed weights are
+//! read from their files (or pins) into the staging ring and their copies
+//! into the other transient arena are recorded into the same encoder; then
+//! the encoder is submitted. The GPU copies block *i+1*'s weights while it
 //! computes block *i*, and the host reads block *i+2*'s bytes while the GPU
 //! works on that submit. All ring recycling happens at the submit boundary,
 //! never while a block is being recorded.
+//!
+//! The order matters on one queue: wgpu orders work by barriers where a
+//! buffer's usage changes, and a barrier waits for every earlier command of
+//! its kind. Copies recorded before block *i*'s kernels would be waited for
+//! by the first kernel reading block *i*'s arena (measured on the H200:
+//! pass = upload + compute, no overlap). So the next arena is switched to
+//! its copy usage before the kernels (a 4-byte clear that its copies then
+//! overwrite) and its copies come after them: neither waits for the other.
 
 use std::time::Instant;
 
@@ -201,50 +209,16 @@ impl Model {
         for i in 0..n {
             // Block 0 has nothing to overlap with; every later block was staged
             // during the previous one.
-            let stage = if i == 0 {
-                0..=usize::from(n > 1)
-            } else {
-                i + 1..=i + 1
-            };
-            for b in stage.filter(|&b| b < n) {
-                let t = trace.begin();
-                match self.stage_block(&placed, &mut ring, &mut pins, gpu, &mut enc, b) {
-                    Ok(sources) => {
-                        let bytes = sources.total();
-                        stats.streamed_bytes += bytes;
-                        stats.sources.add(sources);
-                        trace.end(
-                            t,
-                            Lane::Upload,
-                            &format!("stage {}", self.blocks[b].name),
-                            bytes,
-                        );
-                        // Where the staged bytes came from, as markers (their
-                        // bytes are already counted by the stage event).
-                        for (from, n) in [
-                            ("registered pins", sources.registered_pin_bytes),
-                            ("RAM pins", sources.ram_pin_bytes),
-                            ("files", sources.file_bytes),
-                        ] {
-                            if n > 0 {
-                                let name = &self.blocks[b].name;
-                                trace.end(
-                                    t,
-                                    Lane::Upload,
-                                    &format!("{name}: {n} B from {from}"),
-                                    0,
-                                );
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
-            if result.is_err() {
+            if i == 0
+                && let Err(e) = self.stage_traced(
+                    &placed, &mut ring, &mut pins, gpu, &mut enc, 0, trace, &mut stats,
+                )
+            {
+                result = Err(e);
                 break;
+            }
+            if i + 1 < n {
+                self.open_arena_for_copies(&placed, &mut enc, i + 1);
             }
             let t = trace.begin();
             let mut ctx = BlockCtx {
@@ -262,6 +236,18 @@ impl Model {
                 &format!("record {}", self.blocks[i].name),
                 0,
             );
+            if result.is_ok() && i + 1 < n {
+                result = self.stage_traced(
+                    &placed,
+                    &mut ring,
+                    &mut pins,
+                    gpu,
+                    &mut enc,
+                    i + 1,
+                    trace,
+                    &mut stats,
+                );
+            }
             let t = trace.begin();
             ring.submit(&gpu.queue, std::mem::replace(&mut enc, new_encoder()));
             stats.submits += 1;
@@ -289,5 +275,58 @@ impl Model {
         stats.ring_stalls = after.stalls - before.stalls;
         stats.seconds = start.elapsed().as_secs_f64();
         Ok(stats)
+    }
+
+    /// Switches block `b`'s arena to copy usage before the current block's
+    /// kernels are recorded (see the module docs): a 4-byte clear at its
+    /// first streamed weight, which that weight's upload overwrites.
+    fn open_arena_for_copies(&self, placed: &Placed, enc: &mut wgpu::CommandEncoder, b: usize) {
+        let Some(arena) = placed.arenas.get(b % crate::planning::ARENAS as usize) else {
+            return;
+        };
+        let first = self.blocks[b]
+            .weights
+            .iter()
+            .find_map(|&i| match placed.homes[i] {
+                Home::Arena(off) => Some(off),
+                Home::Resident(_) => None,
+            });
+        if let Some(off) = first {
+            enc.clear_buffer(&arena.buffer, off, Some(4));
+        }
+    }
+
+    /// Stages block `b` and records it in the trace and the pass figures.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_traced(
+        &self,
+        placed: &Placed,
+        ring: &mut StagingRing,
+        pins: &mut Pins,
+        gpu: &Gpu,
+        enc: &mut wgpu::CommandEncoder,
+        b: usize,
+        trace: &mut Trace,
+        stats: &mut PassStats,
+    ) -> Result<()> {
+        let t = trace.begin();
+        let sources = self.stage_block(placed, ring, pins, gpu, enc, b)?;
+        let bytes = sources.total();
+        stats.streamed_bytes += bytes;
+        stats.sources.add(sources);
+        let name = &self.blocks[b].name;
+        trace.end(t, Lane::Upload, &format!("stage {name}"), bytes);
+        // Where the staged bytes came from, as markers (their bytes are
+        // already counted by the stage event).
+        for (from, n) in [
+            ("registered pins", sources.registered_pin_bytes),
+            ("RAM pins", sources.ram_pin_bytes),
+            ("files", sources.file_bytes),
+        ] {
+            if n > 0 {
+                trace.end(t, Lane::Upload, &format!("{name}: {n} B from {from}"), 0);
+            }
+        }
+        Ok(())
     }
 }
