@@ -33,6 +33,20 @@ pub fn bar(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// A progress bar over `total` bytes, shown as sizes with a rate.
+pub fn bytes_bar(total: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{msg:>12} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_owned());
+    pb
+}
+
 /// Bytes as `1.5 GiB`.
 pub fn size(bytes: u64) -> String {
     bytesize::ByteSize::b(bytes).display().iec().to_string()

@@ -93,3 +93,46 @@ fn missing_file_is_a_clear_error() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn bench_pass_writes_its_model_and_streams_bit_identically() {
+    let name = "bench_pass_writes_its_model_and_streams_bit_identically";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("pass.safetensors");
+    let out = dynvram()
+        .args(["--json", "bench", "pass", "--file"])
+        .arg(&file)
+        .args(["--blocks", "16", "--hidden", "128", "--ffn", "256"])
+        .args(["--rows", "2", "--passes", "1"])
+        .output()
+        .expect("bench pass");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && stderr.contains("no GPU adapter")
+        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
+    {
+        eprintln!("{name}: skipped: no GPU adapter");
+        return;
+    }
+    assert!(out.status.success(), "bench pass failed: {stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    eprintln!("{name}: running on {}", r["adapter"]);
+    let model = r["model_bytes"].as_u64().expect("model bytes");
+    // 16 blocks of two f16 linears 128×256 and their f16 biases.
+    assert_eq!(model, 16 * (2 * 128 * 256 + 128 + 256) * 2);
+    let usable = r["usable_budget"].as_u64().expect("usable");
+    assert!(
+        usable < model / 2,
+        "the model is ~4× the budget: {usable} of {model}"
+    );
+    let f = &r["figures"][0];
+    assert_eq!(f["identical"], true, "{f}");
+    assert!(f["streamed_bytes"].as_u64().unwrap_or(0) > 0, "{f}");
+    for k in [
+        "streamed_seconds",
+        "upload_only_seconds",
+        "compute_only_seconds",
+    ] {
+        assert!(f[k].as_f64().unwrap_or(0.0) > 0.0, "{k}: {f}");
+    }
+}

@@ -151,27 +151,6 @@ impl Model {
         })
     }
 
-    /// Records the uploads of block `b`'s streamed weights into its arena.
-    fn stage_block(
-        &self,
-        placed: &Placed,
-        ring: &mut StagingRing,
-        pins: &mut Pins,
-        gpu: &Gpu,
-        enc: &mut wgpu::CommandEncoder,
-        b: usize,
-    ) -> Result<StreamSources> {
-        let _span = tracing::debug_span!("stage_block", block = b).entered();
-        let arena = &placed.arenas.get(b % crate::planning::ARENAS as usize);
-        let mut sources = StreamSources::default();
-        for &i in &self.blocks[b].weights {
-            if let (Home::Arena(off), Some(arena)) = (&placed.homes[i], arena) {
-                sources.add(pins.stage(self, ring, gpu, enc, i, &arena.buffer, *off)?);
-            }
-        }
-        Ok(sources)
-    }
-
     /// Runs one pass: `body` is called once per block, in order, to record
     /// that block's kernels. Streamed weights are prefetched one block ahead.
     /// On error the work recorded so far is still submitted, so the ring and
@@ -210,7 +189,7 @@ impl Model {
             // Block 0 has nothing to overlap with; every later block was staged
             // during the previous one.
             if i == 0
-                && let Err(e) = self.stage_traced(
+                && let Err(e) = self.stage_block(
                     &placed, &mut ring, &mut pins, gpu, &mut enc, 0, trace, &mut stats,
                 )
             {
@@ -237,7 +216,7 @@ impl Model {
                 0,
             );
             if result.is_ok() && i + 1 < n {
-                result = self.stage_traced(
+                result = self.stage_block(
                     &placed,
                     &mut ring,
                     &mut pins,
@@ -296,9 +275,10 @@ impl Model {
         }
     }
 
-    /// Stages block `b` and records it in the trace and the pass figures.
+    /// Records the uploads of block `b`'s streamed weights into its arena
+    /// (from pins or through the ring), in the trace and the pass figures.
     #[allow(clippy::too_many_arguments)]
-    fn stage_traced(
+    fn stage_block(
         &self,
         placed: &Placed,
         ring: &mut StagingRing,
@@ -309,8 +289,15 @@ impl Model {
         trace: &mut Trace,
         stats: &mut PassStats,
     ) -> Result<()> {
+        let _span = tracing::debug_span!("stage_block", block = b).entered();
         let t = trace.begin();
-        let sources = self.stage_block(placed, ring, pins, gpu, enc, b)?;
+        let arena = &placed.arenas.get(b % crate::planning::ARENAS as usize);
+        let mut sources = StreamSources::default();
+        for &i in &self.blocks[b].weights {
+            if let (Home::Arena(off), Some(arena)) = (&placed.homes[i], arena) {
+                sources.add(pins.stage(self, ring, gpu, enc, i, &arena.buffer, *off)?);
+            }
+        }
         let bytes = sources.total();
         stats.streamed_bytes += bytes;
         stats.sources.add(sources);

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::synth::DtypeArg;
-use crate::output::{bar, print_json, size};
+use crate::output::{bytes_bar, print_json, size};
 
 /// S1: the streamed pass may take this much longer than the slower of
 /// upload-only and compute-only (`../shared/BENCH.md`).
@@ -111,15 +111,8 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
         usable = rt.budget_report().usable;
         adapter = format!("{} [{}]", rt.gpu().info.name, rt.gpu().caps.backend);
         let model = open(&rt, &probe, &args.file, rows)?;
-        let mut last = None;
-        let streamed = timed(args.passes, || {
-            let f = mlp_stack::forward_gpu(&rt, &model, &x, rows, None)?;
-            let s = f.stats.clone();
-            last = Some(f);
-            Ok(s)
-        })?;
+        let (streamed, streamed_out) = timed_forward(args.passes, &rt, &model, &x, rows)?;
         let upload = timed(args.passes, || Ok(model.run_pass(&rt, None, |_| Ok(()))?))?;
-        let streamed_out = last.take().context("no streamed pass ran")?;
         drop(model);
         drop(rt);
         // Compute-only: the driver's whole budget, every weight resident.
@@ -133,13 +126,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
                 size(model.report().streamed_bytes)
             );
         }
-        let compute = timed(args.passes, || {
-            let f = mlp_stack::forward_gpu(&rt, &model, &x, rows, None)?;
-            let s = f.stats.clone();
-            last = Some(f);
-            Ok(s)
-        })?;
-        let resident_out = last.take().context("no resident pass ran")?;
+        let (compute, resident_out) = timed_forward(args.passes, &rt, &model, &x, rows)?;
         let identical = streamed_out.out.len() == resident_out.out.len()
             && streamed_out
                 .out
@@ -204,6 +191,24 @@ fn timed(
     })
 }
 
+/// [`timed`] over forward passes; also returns the last pass's output.
+fn timed_forward(
+    passes: usize,
+    rt: &Runtime,
+    model: &Model,
+    x: &[f32],
+    rows: usize,
+) -> anyhow::Result<(Timed, mlp_stack::GpuForward)> {
+    let mut last = None;
+    let t = timed(passes, || {
+        let f = mlp_stack::forward_gpu(rt, model, x, rows, None)?;
+        let s = f.stats.clone();
+        last = Some(f);
+        Ok(s)
+    })?;
+    Ok((t, last.context("no pass ran")?))
+}
+
 fn runtime(args: &PassArgs, budget: dynvram_memory::BudgetConfig) -> anyhow::Result<Runtime> {
     Ok(Runtime::new(RuntimeConfig {
         adapter: args.adapter.choice(),
@@ -227,7 +232,7 @@ fn ensure_file(args: &PassArgs) -> anyhow::Result<()> {
         ffn: args.ffn,
     };
     let dtype = SynthDtype::from(args.dtype);
-    let pb = bar(0, "writing the bench model");
+    let pb = bytes_bar(0, "writing");
     mlp_stack::synth::write(&args.file, shape, dtype, 0, &mut |done, total| {
         pb.set_length(total);
         pb.set_position(done);

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
 
-use crate::output::{bar, print_json, size};
+use crate::output::{bytes_bar, print_json, size};
 
 /// Arguments of `dynvram synth`.
 #[derive(Debug, clap::Args)]
@@ -69,7 +69,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         layers: args.layers,
         shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,
     };
-    let pb = bar(0, "synth");
+    let pb = bytes_bar(0, "synth");
     let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
         pb.set_length(total);
         pb.set_position(done);
