@@ -447,6 +447,14 @@ fn write_atomic(
         let f = std::fs::File::open(&tmp).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
         let len = f.metadata().map_err(io(&tmp))?.len();
+        // safetensors creates the file owner-only (0600); a model file is
+        // ordinarily readable by everyone, as `cp` would leave it.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+                .map_err(io(&tmp))?;
+        }
         std::fs::rename(&tmp, output).map_err(io(output))?;
         // Make the rename itself durable; not every platform can open a folder.
         if let Ok(d) = std::fs::File::open(dir) {

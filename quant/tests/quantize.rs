@@ -142,6 +142,15 @@ fn quantized_files_load_back_and_validate() {
         })
         .expect("quantize");
         assert_eq!(calls.last().map(|c| (c.0, c.1)), Some((4, 4)), "{calls:?}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&output)
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o644, "the written file is readable by all");
+        }
         let convrot = matches!(target, TargetFormat::ConvrotW4a4 { .. });
         let mut want: Vec<&str> = if convrot {
             vec!["a", "b"]

@@ -144,3 +144,78 @@ fn embed_rejects_a_table_past_its_buffer() {
     );
     assert!(err.to_string().contains("64"), "{err}");
 }
+
+#[test]
+fn embed_gathers_from_a_table_larger_than_one_binding() {
+    let name = "embed_gathers_from_a_table_larger_than_one_binding";
+    let Some(c) = ctx(name) else {
+        return;
+    };
+    let g = &c.gpu;
+    let limit = g.device.limits().max_storage_buffer_binding_size;
+    if limit > 512 << 20 {
+        eprintln!("{name}: skipped: one binding holds {limit} bytes, too many to exceed cheaply");
+        return;
+    }
+    // bf16 rows of 2000 bytes: not a multiple of the offset alignment, so
+    // chunks must start at whole multiples of it.
+    let hidden = 1000usize;
+    let vocab = (limit / 2000) as usize + 777;
+    let value = |row: usize, col: usize| -> f32 {
+        match col {
+            0 => (row % 256) as f32,
+            1 => (row / 256 % 256) as f32,
+            _ => ((row * 7 + col) % 251) as f32 - 125.0,
+        }
+    };
+    let mut bytes = Vec::with_capacity(vocab * hidden * 2);
+    for row in 0..vocab {
+        for col in 0..hidden {
+            bytes.extend_from_slice(&bf16::from_f32(value(row, col)).to_le_bytes());
+        }
+    }
+    let table_buf = upload_bytes(g, "big table", &bytes);
+    drop(bytes);
+    let half = vocab / 2;
+    let ids: Vec<u32> = [
+        0,
+        1,
+        half,
+        half + 1,
+        vocab - 778,
+        vocab - 777,
+        vocab - 1,
+        vocab,
+        vocab + 5,
+    ]
+    .iter()
+    .map(|&i| i as u32)
+    .chain([u32::MAX])
+    .collect();
+    let ids_buf = upload_bytes(g, "ids", bytemuck::cast_slice(&ids));
+    let table = EmbedTable {
+        buffer: &table_buf,
+        offset: 0,
+        vocab: vocab as u64,
+        hidden: hidden as u64,
+        dtype: TableDtype::Bf16,
+    };
+    let tokens = TokenIds {
+        buffer: &ids_buf,
+        offset: 0,
+        count: ids.len() as u64,
+    };
+    let out = nan_tensor(g, &[ids.len() as u64, hidden as u64]);
+    run(&c, |enc| {
+        record_embed(g, &c.cache, enc, &table, &tokens, &out)
+    });
+    let got = read(g, &out);
+    for (t, &id) in ids.iter().enumerate() {
+        let row = &got[t * hidden..][..hidden];
+        let id = id as usize;
+        let want: Vec<f32> = (0..hidden)
+            .map(|col| if id < vocab { value(id, col) } else { 0.0 })
+            .collect();
+        assert_eq!(row, &want[..], "token {t} id {id} of {vocab} rows");
+    }
+}

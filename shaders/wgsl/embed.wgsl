@@ -5,12 +5,19 @@
 // (unpack2x16float needs a downlevel capability some GL drivers lack).
 // DTYPE: 0 = f32, 1 = f16, 2 = bf16 (16-bit values little-endian, element
 // e in the low half of word e/2 when e is even). Ids >= vocab give a zero row.
+// A table larger than one storage binding is gathered in row chunks, one
+// dispatch each: `table` is rows first_row..end_row, and a dispatch writes
+// only the tokens whose ids fall there (the last chunk also the zero rows).
 
 struct Params {
     n_tokens: u32,
     cols: u32,
+    first_row: u32,
+    end_row: u32,
     vocab: u32,
-    _pad: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 const WG: u32 = 256u;
@@ -62,9 +69,14 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let t = idx / cols;
     let c = idx % cols;
     let id = ids[t];
-    var value = 0.0;
-    if id < params.vocab {
-        value = load(id * cols + c);
+    if id < params.first_row {
+        return;
     }
-    out[idx] = act(value);
+    if id >= params.end_row {
+        if params.end_row == params.vocab {
+            out[idx] = act(0.0);
+        }
+        return;
+    }
+    out[idx] = act(load((id - params.first_row) * cols + c));
 }

@@ -115,43 +115,79 @@ pub fn record_embed(
             "`out` shares a buffer with the table or the ids".into(),
         ));
     }
-    to_u32(OP, "vocab * hidden", table.vocab * table.hidden)?;
+    to_u32(OP, "vocab", table.vocab)?;
     let items = ids.count * table.hidden;
-    let table_binding = region(
-        OP,
-        "table",
-        table.buffer,
-        table.offset,
-        table.vocab * table.hidden * table.dtype.size(),
-    )?;
     let ids_binding = region(OP, "ids", ids.buffer, ids.offset, ids.count * 4)?;
     let _span =
         tracing::trace_span!("record", op = OP, tokens = ids.count, dtype = ?table.dtype).entered();
-    let mut params = [0u8; 16];
-    for (i, v) in [
-        to_u32(OP, "tokens", ids.count)?,
-        to_u32(OP, "hidden", table.hidden)?,
-        to_u32(OP, "vocab", table.vocab)?,
-        to_u32(OP, "tokens * hidden", items)?,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    let row_bytes = table.hidden * table.dtype.size();
+    let chunk = chunk_rows(gpu, row_bytes).ok_or_else(|| {
+        bad(
+            OP,
+            format!("a table row of {row_bytes} bytes exceeds one binding"),
+        )
+    })?;
+    let mut first = 0;
+    // One dispatch per chunk of rows that fits a binding (one in most cases).
+    loop {
+        let end = (first + chunk).min(table.vocab);
+        let table_binding = region(
+            OP,
+            "table",
+            table.buffer,
+            table.offset + first * row_bytes,
+            (end - first).max(1) * row_bytes,
+        )?;
+        let mut params = [0u8; 32];
+        for (i, v) in [
+            to_u32(OP, "tokens", ids.count)?,
+            to_u32(OP, "hidden", table.hidden)?,
+            to_u32(OP, "first row", first)?,
+            to_u32(OP, "end row", end)?,
+            to_u32(OP, "vocab", table.vocab)?,
+            to_u32(OP, "chunk * hidden", (end - first) * table.hidden)?,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        kernel::record(
+            gpu,
+            cache,
+            enc,
+            Dispatch {
+                shader: "embed.wgsl",
+                source: EMBED,
+                entry: "gather",
+                constants: &[("DTYPE", table.dtype.code())],
+                params: &params,
+                bindings: vec![
+                    (1, table_binding),
+                    (2, ids_binding.clone()),
+                    (3, out.binding()),
+                ],
+                groups: kernel::grid(gpu, OP, items, WG)?,
+                act: out.dtype,
+            },
+        )?;
+        if end >= table.vocab {
+            return Ok(());
+        }
+        first = end;
     }
-    kernel::record(
-        gpu,
-        cache,
-        enc,
-        Dispatch {
-            shader: "embed.wgsl",
-            source: EMBED,
-            entry: "gather",
-            constants: &[("DTYPE", table.dtype.code())],
-            params: &params,
-            bindings: vec![(1, table_binding), (2, ids_binding), (3, out.binding())],
-            groups: kernel::grid(gpu, OP, items, WG)?,
-            act: out.dtype,
-        },
-    )
+}
+
+/// Rows per gather dispatch: as many as one storage binding holds, in steps
+/// that keep every chunk's offset a multiple of the offset alignment.
+fn chunk_rows(gpu: &Gpu, row_bytes: u64) -> Option<u64> {
+    let limits = gpu.device.limits();
+    let align = u64::from(limits.min_storage_buffer_offset_alignment).max(1);
+    let step = align / gcd(row_bytes.max(1), align);
+    let rows = limits.max_storage_buffer_binding_size / row_bytes.max(1) / step * step;
+    (rows > 0).then_some(rows)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
