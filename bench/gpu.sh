@@ -18,8 +18,19 @@ step "bench linear M=1"
 $d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
 step "bench linear M=16,256,4096"
 $d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
-step "bench pass: S1, a 7.5 GB f16 MLP stack 4x the budget"
+step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget, then 2x"
 $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 2>&1 | tee "$out/pass.txt"
+$d bench pass $b --file /tmp/pass.safetensors --rows 1,64 --passes 3 --ratio 2 2>&1 | tee "$out/pass_half.txt"
+step "S2: the same streamed pass in PyTorch (pinned memory, two streams)"
+timeout 300 python3 bench/torch_offload.py --rows 1,16,64 2>&1 | tee "$out/torch_offload.json"
+step "R1: peak host RSS while streaming with --fast-disk (ring 3 x 64 MiB)"
+for flags in "--fast-disk" "--fast-disk --no-pins"; do
+  # shellcheck disable=SC2086 # $b and $flags are flags
+  python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=False)
+print(f"peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20:.2f} GiB")' \
+    $d bench pass $b --file /tmp/pass.safetensors --rows 1 --passes 2 $flags 2>&1 | sed "s/^/$flags: /" | tee -a "$out/rss.txt"
+done
 step "bench upload 4 GiB"
 $d bench upload $b --file /tmp/upload.bin --size 4GiB --threads 16 --reps 3 2>&1 | tee "$out/upload.txt"
 step "pytorch baselines"
