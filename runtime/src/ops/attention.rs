@@ -129,8 +129,7 @@ pub fn record_attention(
     }
     let _span = tracing::trace_span!("record", op = OP, sq, kv_len, pos0).entered();
     let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
-    let mut params = [0u8; 32];
-    let fields = [
+    let params = kernel::params(&[
         to_u32(OP, "sq", sq)?,
         to_u32(OP, "n_heads", n_heads)?,
         to_u32(OP, "n_kv_heads", n_kv_heads)?,
@@ -139,10 +138,7 @@ pub fn record_attention(
         to_u32(OP, "pos0", pos0)?,
         scale.to_bits(),
         0,
-    ];
-    for (i, v) in fields.into_iter().enumerate() {
-        params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
-    }
+    ]);
     kernel::record(
         gpu,
         cache,

@@ -138,20 +138,14 @@ pub fn record_embed(
             table.offset + first * row_bytes,
             (end - first).max(1) * row_bytes,
         )?;
-        let mut params = [0u8; 32];
-        for (i, v) in [
+        let params = kernel::params(&[
             to_u32(OP, "tokens", ids.count)?,
             to_u32(OP, "hidden", table.hidden)?,
             to_u32(OP, "first row", first)?,
             to_u32(OP, "end row", end)?,
             to_u32(OP, "vocab", table.vocab)?,
             to_u32(OP, "chunk * hidden", (end - first) * table.hidden)?,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
-        }
+        ]);
         kernel::record(
             gpu,
             cache,

@@ -112,6 +112,14 @@ pub(crate) fn expect_distinct(
     Ok(())
 }
 
+/// A params uniform from `u32` words, little-endian, zero-padded to a
+/// multiple of 16 bytes (the uniform's size rule).
+pub(crate) fn params(words: &[u32]) -> Vec<u8> {
+    let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    bytes.resize(bytes.len().next_multiple_of(16), 0);
+    bytes
+}
+
 /// One compute dispatch: which kernel, its params and its bindings.
 pub(crate) struct Dispatch<'a> {
     /// Shader file name (part of the pipeline key).

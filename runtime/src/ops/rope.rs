@@ -134,18 +134,12 @@ pub fn record_rope(
     let items = rows * n_heads * (hd / 2);
     to_u32(OP, "rows * n_heads * head_dim / 2", items)?;
     let _span = tracing::trace_span!("record", op = OP, rows, n_heads, pos0).entered();
-    let mut params = [0u8; 16];
-    for (i, v) in [
+    let params = kernel::params(&[
         to_u32(OP, "rows", rows)?,
         to_u32(OP, "n_heads", n_heads)?,
         to_u32(OP, "head_dim / 2", hd / 2)?,
         to_u32(OP, "pos0", pos0)?,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        params[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
-    }
+    ]);
     kernel::record(
         gpu,
         cache,
