@@ -1,39 +1,65 @@
 #!/usr/bin/env bash
 # Everything measured on the GPU machine, in one go (see ../shared/BENCH.md).
-# Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/.
+# Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/
+# (and, for the real-VRAM fault row, the `faults` test binary in .dev/faults).
 # Correctness first (probe, conformance, run), then timings; every output
-# lands in $OUT (or ./bench-out).
+# lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
+#   PARTS="check linear pass s2 rss upload torch faults llama" bash bench/gpu.sh
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export XDG_RUNTIME_DIR=/tmp DYNVRAM_CACHE=/tmp/dynvram-cache RUST_LOG=warn
 out=${OUT:-bench-out}; mkdir -p "$out"
+parts=" ${PARTS:-check linear pass s2 rss upload torch faults} "
 d=.dev/dynvram
 b="--backend vulkan"
 step() { echo; echo "=== $* ==="; }
-step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
-step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
-step run;          $d run $b 2>&1 | tee "$out/run.txt"
-step "bench linear M=1"
-$d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
-step "bench linear M=16,256,4096"
-$d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
-step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget, then 2x"
-$d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 2>&1 | tee "$out/pass.txt"
-$d bench pass $b --file /tmp/pass.safetensors --rows 1,64 --passes 3 --ratio 2 2>&1 | tee "$out/pass_half.txt"
-step "S2: the same streamed pass in PyTorch (pinned memory, two streams)"
-timeout 300 python3 bench/torch_offload.py --rows 1,16,64 2>&1 | tee "$out/torch_offload.json"
-step "R1: peak host RSS while streaming with --fast-disk (ring 3 x 64 MiB)"
-for flags in "--fast-disk" "--fast-disk --no-pins"; do
-  # shellcheck disable=SC2086 # $b and $flags are flags
-  python3 -c 'import resource, subprocess, sys
+want() { [[ $parts == *" $1 "* ]]; }
+if want check; then
+  step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
+  step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
+  step run;          $d run $b 2>&1 | tee "$out/run.txt"
+fi
+if want linear; then
+  step "bench linear M=1"
+  $d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
+  step "bench linear M=16,256,4096"
+  $d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
+fi
+if want pass; then
+  step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget (copy queue, then without), then 2x"
+  $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 2>&1 | tee "$out/pass.txt"
+  $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 --no-copy-queue 2>&1 | tee -a "$out/pass.txt"
+  $d bench pass $b --file /tmp/pass.safetensors --rows 1,64 --passes 3 --ratio 2 2>&1 | tee -a "$out/pass.txt"
+fi
+if want s2; then
+  step "S2: the same streamed pass in PyTorch (pinned memory, two streams)"
+  timeout 300 python3 bench/torch_offload.py --rows 1,16,64 2>&1 | tee "$out/torch_offload.json"
+fi
+if want rss; then
+  step "R1: peak host RSS while streaming with --fast-disk (ring 3 x 64 MiB)"
+  for flags in "--fast-disk" "--fast-disk --no-pins"; do
+    # shellcheck disable=SC2086 # $b and $flags are flags
+    python3 -c 'import resource, subprocess, sys
 subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=False)
 print(f"peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20:.2f} GiB")' \
-    $d bench pass $b --file /tmp/pass.safetensors --rows 1 --passes 2 $flags 2>&1 | sed "s/^/$flags: /" | tee -a "$out/rss.txt"
-done
-step "bench upload 4 GiB"
-$d bench upload $b --file /tmp/upload.bin --size 4GiB --threads 16 --reps 3 2>&1 | tee "$out/upload.txt"
-step "pytorch baselines"
-python3 -c "import torch,safetensors.torch as s; s.save_file({'w': torch.randn(2**31 // 4096, 4096, dtype=torch.bfloat16)}, '/tmp/w4g.safetensors')" 2>&1 | tail -2
-timeout 300 python3 bench/torch_baseline.py /tmp/w4g.safetensors 2>&1 | tee "$out/torch.json"
-[ "${LLAMA:-0}" = 1 ] && { step "llama-7b generate vs transformers (bench/llama.sh, ~6 min)"; OUT="$out" bash bench/llama.sh 2>&1 | tee "$out/llama.txt"; }
+      $d bench pass $b --file /tmp/pass.safetensors --rows 1 --passes 2 $flags 2>&1 | sed "s/^/$flags: /" | tee -a "$out/rss.txt"
+  done
+fi
+if want upload; then
+  step "bench upload 4 GiB"
+  $d bench upload $b --file /tmp/upload.bin --size 4GiB --threads 16 --reps 3 2>&1 | tee "$out/upload.txt"
+fi
+if want torch; then
+  step "pytorch baselines"
+  python3 -c "import torch,safetensors.torch as s; s.save_file({'w': torch.randn(2**31 // 4096, 4096, dtype=torch.bfloat16)}, '/tmp/w4g.safetensors')" 2>&1 | tail -2
+  timeout 300 python3 bench/torch_baseline.py /tmp/w4g.safetensors 2>&1 | tee "$out/torch.json"
+fi
+if want faults && [ -x .dev/faults ]; then
+  step "real VRAM exhaustion (issue 8): the ignored faults test"
+  DYNVRAM_REAL_OOM=1 DYNVRAM_REQUIRE_GPU=1 timeout 180 .dev/faults --ignored real_vram --nocapture 2>&1 | tail -20 | tee "$out/faults.txt"
+fi
+if want llama; then
+  step "llama-7b generate vs transformers (bench/llama.sh)"
+  OUT="$out" bash bench/llama.sh 2>&1 | tee "$out/llama.txt"
+fi

@@ -249,18 +249,30 @@ pub fn mapped_staging_memory(adapter: &wgpu::Adapter) -> Option<StagingPlacement
     imp::staging_placement(adapter)
 }
 
-/// Opens a device like `adapter.request_device(desc)`, with
-/// `VK_EXT_external_memory_host` enabled where the Vulkan adapter offers it
-/// (wgpu does not enable it itself). Returns whether it was enabled.
+/// What [`request_device`] enabled beyond what wgpu's own `request_device`
+/// would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceExtras {
+    /// `VK_EXT_external_memory_host` is enabled: host memory can be imported.
+    pub host_import: bool,
+    /// A second queue of wgpu's queue family (family, index), created for
+    /// copies that run beside wgpu's queue; timeline semaphores are enabled.
+    pub second_queue: Option<(u32, u32)>,
+}
+
+/// Opens a device like `adapter.request_device(desc)`; on Vulkan through
+/// wgpu-hal, with `VK_EXT_external_memory_host` enabled where the adapter
+/// offers it and a second queue in wgpu's queue family where there is one
+/// (wgpu enables neither itself).
 pub fn request_device(
     adapter: &wgpu::Adapter,
     desc: &wgpu::DeviceDescriptor<'_>,
-) -> Result<(wgpu::Device, wgpu::Queue, bool), wgpu::RequestDeviceError> {
-    if let Some(pair) = imp::open_with_host_import(adapter, desc) {
-        return Ok((pair.0, pair.1, true));
+) -> Result<(wgpu::Device, wgpu::Queue, DeviceExtras), wgpu::RequestDeviceError> {
+    if let Some(opened) = imp::open_vulkan(adapter, desc) {
+        return Ok(opened);
     }
     let (device, queue) = pollster::block_on(adapter.request_device(desc))?;
-    Ok((device, queue, false))
+    Ok((device, queue, DeviceExtras::default()))
 }
 
 /// Whether `adapter` offers `VK_EXT_external_memory_host` (a device opened
@@ -281,7 +293,7 @@ mod imp {
     use ash::vk;
     use wgpu::hal::api::Vulkan;
 
-    use super::{ImportError, ImportedBuffer, Keepalive, StagingPlacement};
+    use super::{DeviceExtras, ImportError, ImportedBuffer, Keepalive, StagingPlacement};
 
     /// Flags wgpu-hal accepts in a memory type (others are never used).
     const KNOWN: vk::MemoryPropertyFlags = vk::MemoryPropertyFlags::from_raw(
@@ -330,30 +342,54 @@ mod imp {
                 .supports_extension(ash::ext::external_memory_host::NAME)
     }
 
-    /// Opens the device through wgpu-hal with the extension added, or `None`
-    /// (not Vulkan, extension absent, or the hal open failed: logged).
-    pub(super) fn open_with_host_import(
+    /// Priorities of wgpu's queue and the second one (same family).
+    static TWO_QUEUES: [f32; 2] = [1.0, 1.0];
+
+    /// Opens the device through wgpu-hal with what [`DeviceExtras`] lists
+    /// added where the adapter offers it, or `None` (not Vulkan, nothing to
+    /// add, or the hal open failed: logged).
+    pub(super) fn open_vulkan(
         adapter: &wgpu::Adapter,
         desc: &wgpu::DeviceDescriptor<'_>,
-    ) -> Option<(wgpu::Device, wgpu::Queue)> {
+    ) -> Option<(wgpu::Device, wgpu::Queue, DeviceExtras)> {
         let name = ash::ext::external_memory_host::NAME;
-        let open = {
+        let (open, extras) = {
             // SAFETY: the hal adapter opens a device for `adapter` (which stays
             // alive); the guard is dropped before wgpu takes the device.
             let hal = unsafe { adapter.as_hal::<Vulkan>() }?;
-            if hal.shared_instance().instance_api_version() < vk::API_VERSION_1_1
-                || !hal.physical_device_capabilities().supports_extension(name)
-            {
+            let shared = hal.shared_instance();
+            let v11 = shared.instance_api_version() >= vk::API_VERSION_1_1;
+            let caps = hal.physical_device_capabilities();
+            let host_import = v11 && caps.supports_extension(name);
+            // wgpu-hal opens queue 0 of family 0 and enables timeline
+            // semaphores where Vulkan 1.2 or the extension has them.
+            // SAFETY: a read-only query on this instance's physical device.
+            let families = unsafe {
+                shared
+                    .raw_instance()
+                    .get_physical_device_queue_family_properties(hal.raw_physical_device())
+            };
+            // Core 1.2 (timeline semaphores, and the entry points the copy
+            // queue calls) on both the instance and the device.
+            let timeline = shared.instance_api_version() >= vk::API_VERSION_1_2
+                && caps.properties().api_version >= vk::API_VERSION_1_2;
+            let second = timeline && families.first().is_some_and(|f| f.queue_count >= 2);
+            if !host_import && !second {
                 return None;
             }
             let add = Box::new(move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
-                if !args.extensions.contains(&name) {
+                if host_import && !args.extensions.contains(&name) {
                     args.extensions.push(name);
+                }
+                if second && let Some(q) = args.queue_create_infos.first_mut() {
+                    *q = vk::DeviceQueueCreateInfo::default()
+                        .queue_family_index(q.queue_family_index)
+                        .queue_priorities(&TWO_QUEUES);
                 }
             });
             // SAFETY: the callback only adds an extension the physical device
-            // supports; features and limits are the caller's, as wgpu's own
-            // `request_device` would pass them.
+            // supports and a queue its family has; features and limits are
+            // the caller's, as wgpu's own `request_device` would pass them.
             let opened = unsafe {
                 hal.open_with_callback(
                     desc.required_features,
@@ -363,9 +399,18 @@ mod imp {
                 )
             };
             match opened {
-                Ok(open) => open,
+                Ok(open) => {
+                    let second_queue = second.then_some((open.device.queue_family_index(), 1));
+                    (
+                        open,
+                        DeviceExtras {
+                            host_import,
+                            second_queue,
+                        },
+                    )
+                }
                 Err(e) => {
-                    tracing::warn!(%e, "opening with VK_EXT_external_memory_host failed");
+                    tracing::warn!(%e, host_import, second, "opening the Vulkan device through wgpu-hal failed");
                     return None;
                 }
             }
@@ -373,7 +418,7 @@ mod imp {
         // SAFETY: `open` was created from this adapter's hal adapter with the
         // descriptor's features and limits.
         match unsafe { adapter.create_device_from_hal(open, desc) } {
-            Ok(pair) => Some(pair),
+            Ok((device, queue)) => Some((device, queue, extras)),
             Err(e) => {
                 tracing::warn!(%e, "wrapping the hal device failed");
                 None
@@ -563,10 +608,10 @@ mod imp {
         false
     }
 
-    pub(super) fn open_with_host_import(
+    pub(super) fn open_vulkan(
         _: &wgpu::Adapter,
         _: &wgpu::DeviceDescriptor<'_>,
-    ) -> Option<(wgpu::Device, wgpu::Queue)> {
+    ) -> Option<(wgpu::Device, wgpu::Queue, super::DeviceExtras)> {
         None
     }
 

@@ -119,17 +119,34 @@ impl PinnedBuffer {
         dst: &wgpu::Buffer,
         dst_offset: u64,
     ) -> Result<()> {
+        let padded = self.check_range(offset, len, dst, dst_offset)?;
+        encoder.copy_buffer_to_buffer(self.buffer(), offset, dst, dst_offset, padded);
+        Ok(())
+    }
+
+    /// Checks a copy of bytes `[offset, offset + len)` into `dst` at
+    /// `dst_offset` (as [`Self::copy_range_to`] records it) and returns the
+    /// bytes it copies (`len` padded to 4), for callers recording the copy
+    /// themselves, e.g. on another queue.
+    pub fn check_range(
+        &self,
+        offset: u64,
+        len: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+    ) -> Result<u64> {
         let padded = gpu::check_copy(dst, dst_offset, len)?;
-        let buffer = self.buffer();
-        if !offset.is_multiple_of(4) || offset.checked_add(padded).is_none_or(|e| e > buffer.size())
+        if !offset.is_multiple_of(4)
+            || offset
+                .checked_add(padded)
+                .is_none_or(|e| e > self.buffer().size())
         {
             return Err(LoadError::Gpu {
                 what: format!("copy from pinned buffer of {} bytes", self.len),
                 message: format!("range [{offset}, +{len}) is unaligned or outside it"),
             });
         }
-        encoder.copy_buffer_to_buffer(buffer, offset, dst, dst_offset, padded);
-        Ok(())
+        Ok(padded)
     }
 
     /// The weight's length in bytes (without padding).

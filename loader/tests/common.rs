@@ -90,13 +90,13 @@ pub fn device_on(
         ..Default::default()
     };
     match dynvram_loader::hostmem::request_device(&adapter, &desc) {
-        Ok(triple) => {
+        Ok((device, queue, extras)) => {
             eprintln!(
                 "{test}: running on {} (host import {})",
                 adapter.get_info().name,
-                triple.2
+                extras.host_import
             );
-            Some(triple)
+            Some((device, queue, extras.host_import))
         }
         Err(e) => {
             assert!(!required, "{test}: request_device failed: {e}");

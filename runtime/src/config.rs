@@ -30,6 +30,10 @@ pub struct RuntimeConfig {
     /// `--fast-disk`: keep no RAM copy beyond the registrable amount; every
     /// other streamed weight is read from disk each pass.
     pub fast_disk: bool,
+    /// `--no-copy-queue` clears it: copy streamed weights from registered
+    /// pins on a second queue of the device (where it has one) so they
+    /// overlap the kernels.
+    pub copy_queue: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -43,6 +47,7 @@ impl Default for RuntimeConfig {
             drop_behind: false,
             pins: PinSettings::default(),
             fast_disk: false,
+            copy_queue: true,
         }
     }
 }

@@ -16,13 +16,14 @@
 //! its copy usage before the kernels (a 4-byte clear that its copies then
 //! overwrite) and its copies come after them: neither waits for the other.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use dynvram_loader::StagingRing;
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
-use crate::gpu::Gpu;
+use crate::gpu::{CopyCmd, Gpu, TransferQueue};
 use crate::model::Model;
 use crate::pins::{Pins, StreamSources};
 use crate::residency::{Home, Placed};
@@ -185,19 +186,36 @@ impl Model {
         let n = self.blocks.len();
         let mut result = Ok(());
         let mut keep = Vec::new();
+        let copy_queue = gpu.transfer_queue().filter(|_| rt.config.copy_queue);
+        let mut copies = CopyQueueState::default();
+        let cleared = &placed.arenas_cleared;
+        if let Some(q) = copy_queue.filter(|_| !cleared.swap(true, Ordering::Relaxed)) {
+            // wgpu zero-fills a buffer's unwritten ranges before their first
+            // use; copies wgpu does not see must not be overwritten by that.
+            // So new arenas are cleared first, and copies wait for it.
+            for a in &placed.arenas {
+                enc.clear_buffer(&a.buffer, 0, None);
+            }
+            copies.readers = [q.signal_kernels(&gpu.queue); crate::planning::ARENAS as usize];
+            ring.submit(&gpu.queue, std::mem::replace(&mut enc, new_encoder()));
+            stats.submits += 1;
+        }
         for i in 0..n {
             // Block 0 has nothing to overlap with; every later block was staged
             // during the previous one.
             if i == 0
                 && let Err(e) = self.stage_block(
-                    &placed, &mut ring, &mut pins, gpu, &mut enc, 0, trace, &mut stats,
+                    &placed, &mut ring, &mut pins, gpu, &mut enc, 0, None, trace, &mut stats,
                 )
             {
                 result = Err(e);
                 break;
             }
-            if i + 1 < n {
-                self.open_arena_for_copies(&placed, &mut enc, i + 1);
+            match (copy_queue, copies.pending.take()) {
+                // Before recording: a ring flush may submit this block's kernels.
+                (Some(q), Some(value)) => q.kernels_wait_for(&gpu.queue, value),
+                (None, _) if i + 1 < n => self.open_arena_for_copies(&placed, &mut enc, i + 1),
+                _ => {}
             }
             let t = trace.begin();
             let mut ctx = BlockCtx {
@@ -216,18 +234,26 @@ impl Model {
                 0,
             );
             if result.is_ok() && i + 1 < n {
-                result = self.stage_block(
-                    &placed,
-                    &mut ring,
-                    &mut pins,
-                    gpu,
-                    &mut enc,
-                    i + 1,
-                    trace,
-                    &mut stats,
-                );
+                let mut batch = Vec::new();
+                result = self
+                    .stage_block(
+                        &placed,
+                        &mut ring,
+                        &mut pins,
+                        gpu,
+                        &mut enc,
+                        i + 1,
+                        copy_queue.map(|_| &mut batch),
+                        trace,
+                        &mut stats,
+                    )
+                    .and_then(|()| copies.submit(copy_queue, batch, i + 1, trace));
             }
             let t = trace.begin();
+            if let Some(q) = copy_queue {
+                let value = q.signal_kernels(&gpu.queue);
+                copies.read(i, value);
+            }
             ring.submit(&gpu.queue, std::mem::replace(&mut enc, new_encoder()));
             stats.submits += 1;
             keep.clear();
@@ -247,6 +273,9 @@ impl Model {
         }
         let t = trace.begin();
         gpu.wait_idle()?;
+        if let Some(q) = copy_queue {
+            q.wait_all()?;
+        }
         trace.end(t, Lane::Wait, "wait for GPU", 0);
         ring.recycle(&gpu.device)?;
         result?;
@@ -286,6 +315,7 @@ impl Model {
         gpu: &Gpu,
         enc: &mut wgpu::CommandEncoder,
         b: usize,
+        mut copies: Option<&mut Vec<CopyCmd>>,
         trace: &mut Trace,
         stats: &mut PassStats,
     ) -> Result<()> {
@@ -295,7 +325,8 @@ impl Model {
         let mut sources = StreamSources::default();
         for &i in &self.blocks[b].weights {
             if let (Home::Arena(off), Some(arena)) = (&placed.homes[i], arena) {
-                sources.add(pins.stage(self, ring, gpu, enc, i, &arena.buffer, *off)?);
+                let to_queue = copies.as_deref_mut();
+                sources.add(pins.stage(self, ring, gpu, enc, i, &arena.buffer, *off, to_queue)?);
             }
         }
         let bytes = sources.total();
@@ -315,5 +346,41 @@ impl Model {
             }
         }
         Ok(())
+    }
+}
+
+/// The copy queue's side of one pass: which `kernels` value last read each
+/// arena, and the copy batch the next block's kernels wait for.
+#[derive(Debug, Default)]
+struct CopyQueueState {
+    readers: [u64; crate::planning::ARENAS as usize],
+    pending: Option<u64>,
+}
+
+impl CopyQueueState {
+    /// Submits block `b`'s copies (if any) once the submit that last read
+    /// its arena has run; its kernels will wait for them.
+    fn submit(
+        &mut self,
+        queue: Option<&TransferQueue>,
+        batch: Vec<CopyCmd>,
+        b: usize,
+        trace: &mut Trace,
+    ) -> Result<()> {
+        let Some(q) = queue.filter(|_| !batch.is_empty()) else {
+            return Ok(());
+        };
+        let t = trace.begin();
+        let bytes = batch.iter().map(|c| c.size).sum();
+        let after = self.readers[b % self.readers.len()];
+        self.pending = Some(q.submit(batch, after)?);
+        trace.end(t, Lane::Upload, &format!("copy queue: block {b}"), bytes);
+        Ok(())
+    }
+
+    /// Block `b`'s submit, which reads `b`'s arena, signals `value`.
+    fn read(&mut self, b: usize, value: u64) {
+        let n = self.readers.len();
+        self.readers[b % n] = value;
     }
 }

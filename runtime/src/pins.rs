@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::config::{PinSettings, RamFigures};
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::{CopyCmd, Gpu};
 use crate::model::{Model, Weight};
 use crate::upload::{self, Upload};
 
@@ -197,7 +197,8 @@ impl Pins {
 
     /// Records the upload of streamed weight `index` of `model` into `dst`
     /// at `offset`, from its pin when it has one, and carries out the pin
-    /// policy's actions for it first.
+    /// policy's actions for it first. A copy from a registered pin goes to
+    /// `copies` (for the copy queue) when given, else into `enc`.
     #[allow(clippy::too_many_arguments)]
     pub fn stage(
         &mut self,
@@ -208,6 +209,7 @@ impl Pins {
         index: usize,
         dst: &wgpu::Buffer,
         offset: u64,
+        copies: Option<&mut Vec<CopyCmd>>,
     ) -> Result<StreamSources> {
         let w = &model.weights[index];
         // RAM a copy takes (converted tensors are `f32`); stats count the
@@ -238,6 +240,10 @@ impl Pins {
             upload::stage(model, ring, gpu, enc, w, dst, offset)?;
             return Ok(from_file);
         };
+        // A copy made during this call may still have its bytes in wgpu's
+        // pending writes (mapped pins are filled through them): only wgpu's
+        // queue orders a copy after those.
+        let existed = self.copies.contains_key(&key);
         let decision = policy.need(key, size, ram);
         let _span =
             tracing::debug_span!("pin_stage", tensor = %w.name, size, source = ?decision.source)
@@ -269,9 +275,16 @@ impl Pins {
             CopySource::Disk => &mut sources.file_bytes,
         };
         *counted = counted_len;
-        match host {
-            HostCopy::Registered(pin) => pin.copy_to(enc, dst, offset)?,
-            HostCopy::Ram(bytes) => {
+        match (host, copies.filter(|_| existed)) {
+            (HostCopy::Registered(pin), Some(copies)) => copies.push(CopyCmd {
+                src: pin.buffer().clone(),
+                src_offset: 0,
+                dst: dst.clone(),
+                dst_offset: offset,
+                size: pin.check_range(0, pin.len(), dst, offset)?,
+            }),
+            (HostCopy::Registered(pin), None) => pin.copy_to(enc, dst, offset)?,
+            (HostCopy::Ram(bytes), _) => {
                 ring.upload(&gpu.device, &gpu.queue, enc, &HostBytes(bytes), dst, offset)?
             }
         }

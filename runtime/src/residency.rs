@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dynvram_loader::StagingRing;
@@ -53,6 +54,8 @@ pub(crate) struct Registry {
     models: HashMap<ModelId, Entry>,
     /// The transient arenas of the pass that ran last.
     arenas: Vec<Arc<TrackedBuffer>>,
+    /// Whether the arenas were cleared through wgpu (see `Placed`).
+    arenas_cleared: Arc<AtomicBool>,
     arena_bytes: u64,
 }
 
@@ -88,6 +91,11 @@ pub(crate) struct Placed {
     pub arenas: Vec<Arc<TrackedBuffer>>,
     /// File bytes made resident by this acquisition.
     pub loaded_bytes: u64,
+    /// Set once the arenas have been cleared through wgpu: wgpu zero-fills
+    /// ranges it has not seen written before their first use, which would
+    /// overwrite copies made on the copy queue. Shared by every pass over
+    /// the same arenas.
+    pub arenas_cleared: Arc<AtomicBool>,
 }
 
 /// Residency of one open model, for reports.
@@ -125,6 +133,7 @@ impl Registry {
             policy,
             models: HashMap::new(),
             arenas: Vec::new(),
+            arenas_cleared: Arc::default(),
             arena_bytes: 0,
         })
     }
@@ -266,6 +275,7 @@ impl Registry {
         }
         self.arenas.clear();
         self.arena_bytes = 0;
+        self.arenas_cleared = Arc::default();
         if bytes == 0 {
             return Ok(());
         }
@@ -335,6 +345,7 @@ impl Registry {
             homes,
             arenas: self.arenas.clone(),
             loaded_bytes,
+            arenas_cleared: self.arenas_cleared.clone(),
         })
     }
 

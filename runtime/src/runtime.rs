@@ -128,6 +128,17 @@ impl Runtime {
         }
     }
 
+    /// Where passes copy streamed weights from registered pins.
+    pub fn copies_on(&self) -> &'static str {
+        match self.gpu.transfer_queue() {
+            Some(q) if self.config.copy_queue && q.shared_with_wgpu() => {
+                "the copy-queue path on wgpu's queue (DYNVRAM_COPY_QUEUE=shared)"
+            }
+            Some(_) if self.config.copy_queue => "a second queue",
+            _ => "wgpu's queue",
+        }
+    }
+
     /// Counters of the staging ring.
     pub fn ring_counters(&self) -> dynvram_loader::RingCounters {
         self.ring

@@ -76,6 +76,8 @@ struct PassFigure {
 #[derive(Debug, Serialize)]
 struct PassReport {
     adapter: String,
+    /// Where the streamed copies ran (`Runtime::copies_on`).
+    copies_on: String,
     file: PathBuf,
     model_bytes: u64,
     usable_budget: u64,
@@ -97,6 +99,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
     let mut figures = Vec::new();
     let mut usable = 0;
     let mut adapter = String::new();
+    let mut copies_on = "";
     for &rows in &args.rows {
         let rows = rows.max(1);
         let x = probe.input(rows);
@@ -110,6 +113,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
         let rt = runtime(&args, budget)?;
         usable = rt.budget_report().usable;
         adapter = format!("{} [{}]", rt.gpu().info.name, rt.gpu().caps.backend);
+        copies_on = rt.copies_on();
         let model = open(&rt, &probe, &args.file, rows)?;
         let (streamed, streamed_out) = timed_forward(args.passes, &rt, &model, &x, rows)?;
         let upload = timed(args.passes, || Ok(model.run_pass(&rt, None, |_| Ok(()))?))?;
@@ -150,6 +154,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
     }
     let report = PassReport {
         adapter,
+        copies_on: copies_on.into(),
         file: args.file.clone(),
         model_bytes,
         usable_budget: usable,
@@ -244,6 +249,7 @@ fn ensure_file(args: &PassArgs) -> anyhow::Result<()> {
 
 fn print_table(r: &PassReport) {
     println!("adapter  {}", r.adapter);
+    println!("copies   on {}", r.copies_on);
     println!(
         "model    {} ({}), usable budget {} (1/{:.1} of it)",
         r.file.display(),

@@ -35,6 +35,10 @@ pub struct BudgetArgs {
     /// buffers (BAR on resizable-BAR GPUs).
     #[arg(long, value_enum, default_value = "host")]
     pub staging_memory: StagingMemoryArg,
+    /// Copy streamed weights on wgpu's queue even where the device has a
+    /// second queue for them (the copies then wait for the kernels).
+    #[arg(long)]
+    pub no_copy_queue: bool,
 }
 
 /// Where staging ring slots live.
@@ -76,6 +80,7 @@ impl BudgetArgs {
         let memory = self.staging_memory.into();
         Ok(RuntimeConfig {
             fast_disk: self.fast_disk,
+            copy_queue: !self.no_copy_queue,
             pins: PinSettings {
                 enabled: !self.no_pins,
                 max_pinned,

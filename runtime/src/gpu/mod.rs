@@ -8,11 +8,18 @@ mod adapter;
 mod caps;
 mod error;
 pub mod testing;
+#[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+mod transfer;
+#[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
+#[path = "transfer_none.rs"]
+mod transfer;
+mod transfer_cmd;
 mod vram;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::caps_of;
 pub use error::GpuError;
+pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 
 use std::sync::{Arc, Mutex};
@@ -22,6 +29,9 @@ use dynvram_quant::AdapterCaps;
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
 pub struct Gpu {
+    /// The copy queue beside wgpu's (declared first: dropped before the
+    /// device it was made on).
+    transfer: Option<TransferQueue>,
     /// The wgpu device.
     pub device: wgpu::Device,
     /// Its single queue.
@@ -68,11 +78,13 @@ impl Gpu {
         // Through wgpu-hal on Vulkan, to enable VK_EXT_external_memory_host
         // (pins and staging slots in imported host RAM); wgpu's own
         // `request_device` elsewhere.
-        let (device, queue, host_import) = dynvram_loader::hostmem::request_device(&adapter, &desc)
+        let (device, queue, extras) = dynvram_loader::hostmem::request_device(&adapter, &desc)
             .map_err(|e| GpuError::RequestDevice {
                 adapter: info.name.clone(),
                 message: e.to_string(),
             })?;
+        let host_import = extras.host_import;
+        let transfer = open_transfer_queue(&device, &queue, extras.second_queue);
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
         device.set_device_lost_callback(move |reason, message| {
@@ -90,8 +102,15 @@ impl Gpu {
             }
         }));
         let caps = caps_of(&adapter, &device);
-        tracing::info!(adapter = %info.name, backend = ?info.backend, host_import, "device opened");
+        tracing::info!(
+            adapter = %info.name,
+            backend = ?info.backend,
+            host_import,
+            copy_queue = ?transfer,
+            "device opened"
+        );
         Ok(Self {
+            transfer,
             device,
             queue,
             adapter,
@@ -101,6 +120,12 @@ impl Gpu {
             lost,
             uncaptured,
         })
+    }
+
+    /// The queue that copies streamed weights beside wgpu's queue, where
+    /// the device has a second one.
+    pub fn transfer_queue(&self) -> Option<&TransferQueue> {
+        self.transfer.as_ref()
     }
 
     /// Fails with [`GpuError::DeviceLost`] or [`GpuError::Uncaptured`] if the
@@ -264,5 +289,33 @@ impl Gpu {
     ) -> Result<Vec<f32>, GpuError> {
         let bytes = self.read_back(src, first * 4, count * 4)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+}
+
+/// The copy queue on `second` (family, index), or — with
+/// `DYNVRAM_COPY_QUEUE=shared`, for testing the copy-queue path on adapters
+/// with one queue — on wgpu's own queue. `DYNVRAM_COPY_QUEUE=off` disables
+/// it. A failure is logged and the passes copy on wgpu's queue.
+fn open_transfer_queue(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    second: Option<(u32, u32)>,
+) -> Option<TransferQueue> {
+    #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+    {
+        let mode = std::env::var("DYNVRAM_COPY_QUEUE").unwrap_or_default();
+        let made = match (mode.as_str(), second) {
+            ("off", _) => return None,
+            ("shared", _) => TransferQueue::new(device, queue, 0, 0, true),
+            (_, Some((family, index))) => TransferQueue::new(device, queue, family, index, false),
+            (_, None) => return None,
+        };
+        made.map_err(|e| tracing::warn!(%e, "no copy queue: copies stay on wgpu's queue"))
+            .ok()
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
+    {
+        let _ = (device, queue, second);
+        None
     }
 }

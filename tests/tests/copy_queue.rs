@@ -1,0 +1,115 @@
+//! Streamed weights copied from registered pins on the copy queue: the
+//! output is bit-identical to a resident pass, block *i+1*'s copy batch is
+//! submitted before block *i*'s kernels, and `copy_queue: false` keeps every
+//! copy on wgpu's queue.
+//!
+//! Adapters with one queue (the software ones in CI) get the same path on
+//! wgpu's own queue (`DYNVRAM_COPY_QUEUE=shared`, set here): the same
+//! recording, timeline semaphores and ordering, without the concurrency.
+
+use dynvram_memory::BudgetConfig;
+use dynvram_models::mlp_stack::{self, Probe, builtin};
+use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
+use dynvram_runtime::trace::Trace;
+use dynvram_runtime::{Model, Runtime, RuntimeConfig};
+
+fn runtime(vram_budget: u64, copy_queue: bool) -> Runtime {
+    Runtime::new(RuntimeConfig {
+        budget: BudgetConfig {
+            vram_budget: Some(vram_budget),
+            reserve: 0,
+            headroom: 0,
+        },
+        copy_queue,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime")
+}
+
+#[test]
+fn copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead() {
+    let name = "copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead";
+    if std::env::var_os("DYNVRAM_COPY_QUEUE").is_none() {
+        // SAFETY: the only test of this binary, before it starts any thread
+        // that reads the environment.
+        unsafe { std::env::set_var("DYNVRAM_COPY_QUEUE", "shared") };
+    }
+    let Some(gpu) = test_gpu(name, any_adapter) else {
+        return;
+    };
+    if gpu.transfer_queue().is_none() {
+        eprintln!(
+            "{name}: skipped on {} [{}]: no copy queue (needs Vulkan 1.2)",
+            gpu.caps.name, gpu.caps.backend
+        );
+        return;
+    }
+    drop(gpu);
+    let file = builtin::ensure_cached_in(&std::env::temp_dir().join("dynvram-test-cache"))
+        .expect("write the built-in model");
+    let probe = Probe::open(&file).expect("probe");
+    let rows = 3;
+    let x = probe.input(rows);
+    let total = probe.weight_bytes();
+    let spec = probe.spec(rows);
+
+    let resident_rt = runtime(4 * total, true);
+    let resident = Model::open(&resident_rt, &spec).expect("open resident");
+    let want = mlp_stack::forward_gpu(&resident_rt, &resident, &x, rows, None).expect("resident");
+
+    let rt = runtime(total / 4, true);
+    let model = Model::open(&rt, &spec).expect("open streamed");
+    let blocks = model.block_count();
+    // Pass 1 reads the files and pins; pass 2 copies from the pins.
+    for pass in 1..=2 {
+        let mut trace = Trace::new();
+        let got = mlp_stack::forward_gpu(&rt, &model, &x, rows, Some(&mut trace)).expect("pass");
+        let same = want
+            .out
+            .iter()
+            .zip(&got.out)
+            .all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(same, "pass {pass}: streamed output differs from resident");
+        if pass == 1 {
+            continue;
+        }
+        let pinned = got.stats.sources.registered_pin_bytes;
+        assert!(pinned > 0, "pass 2 streamed nothing from registered pins");
+        let position = |name: &str| trace.events.iter().position(|e| e.name == name);
+        let mut queued = 0;
+        for i in 0..blocks - 1 {
+            let Some(copied) = position(&format!("copy queue: block {}", i + 1)) else {
+                continue;
+            };
+            queued += trace.events[copied].bytes;
+            let submitted = position(&format!("submit blocks.{i}")).expect("submit event");
+            assert!(
+                copied < submitted,
+                "block {} copied after block {i} was submitted",
+                i + 1
+            );
+        }
+        // Block 0 is staged before any kernel, on wgpu's queue.
+        assert!(
+            queued > 0 && queued <= pinned,
+            "copy queue carried {queued} of {pinned} pinned bytes"
+        );
+        eprintln!("{name}: {queued} of {pinned} bytes from pins went through the copy queue");
+    }
+
+    // Off: the same passes, no copy-queue batches.
+    let off = runtime(total / 4, false);
+    let model = Model::open(&off, &spec).expect("open");
+    for _ in 0..2 {
+        let mut trace = Trace::new();
+        let got = mlp_stack::forward_gpu(&off, &model, &x, rows, Some(&mut trace)).expect("pass");
+        assert_eq!(want.out, got.out);
+        assert!(
+            !trace
+                .events
+                .iter()
+                .any(|e| e.name.starts_with("copy queue")),
+            "copy_queue: false still used the copy queue"
+        );
+    }
+}
