@@ -255,9 +255,18 @@ pub fn mapped_staging_memory(adapter: &wgpu::Adapter) -> Option<StagingPlacement
 pub struct DeviceExtras {
     /// `VK_EXT_external_memory_host` is enabled: host memory can be imported.
     pub host_import: bool,
-    /// A second queue of wgpu's queue family (family, index), created for
-    /// copies that run beside wgpu's queue; timeline semaphores are enabled.
-    pub second_queue: Option<(u32, u32)>,
+    /// A queue for copies that run beside wgpu's queue (family, index):
+    /// queue 0 of a transfer-only family (the copy engines) where the
+    /// adapter has one, else queue 1 of wgpu's family. Timeline semaphores
+    /// are enabled. `DYNVRAM_COPY_QUEUE=family0` picks wgpu's family.
+    pub copy_queue: Option<(u32, u32)>,
+}
+
+/// Queue families that buffers must be shared between on `device` (wgpu's
+/// and the copy queue's, when they differ): buffers the copy queue touches
+/// are created `VK_SHARING_MODE_CONCURRENT` over them.
+pub fn shared_families(device: &wgpu::Device) -> Option<[u32; 2]> {
+    imp::shared_families(device)
 }
 
 /// Opens a device like `adapter.request_device(desc)`; on Vulkan through
@@ -342,8 +351,45 @@ mod imp {
                 .supports_extension(ash::ext::external_memory_host::NAME)
     }
 
-    /// Priorities of wgpu's queue and the second one (same family).
+    /// Priorities of wgpu's queue and a second one in its family.
     static TWO_QUEUES: [f32; 2] = [1.0, 1.0];
+    /// Priority of a copy queue of its own family.
+    static ONE_QUEUE: [f32; 1] = [1.0];
+
+    /// Devices whose copy queue is of another family than wgpu's: the
+    /// `VkDevice` and the two families.
+    static SHARED: std::sync::Mutex<Vec<(vk::Device, [u32; 2])>> =
+        std::sync::Mutex::new(Vec::new());
+
+    fn raw_device(device: &wgpu::Device) -> Option<vk::Device> {
+        // SAFETY: only the handle is read.
+        unsafe { device.as_hal::<Vulkan>() }.map(|h| h.raw_device().handle())
+    }
+
+    pub(super) fn shared_families(device: &wgpu::Device) -> Option<[u32; 2]> {
+        let raw = raw_device(device)?;
+        let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared.iter().find(|(d, _)| *d == raw).map(|(_, f)| *f)
+    }
+
+    /// The copy queue's (family, index) from `families`: a transfer-only
+    /// family, else queue 1 of family 0 (wgpu's).
+    fn pick_copy_queue(families: &[vk::QueueFamilyProperties]) -> Option<(u32, u32)> {
+        let family0 = std::env::var("DYNVRAM_COPY_QUEUE").is_ok_and(|v| v == "family0");
+        let no_work = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE;
+        let transfer_only = families.iter().position(|f| {
+            f.queue_flags.contains(vk::QueueFlags::TRANSFER)
+                && !f.queue_flags.intersects(no_work)
+                && f.queue_count >= 1
+        });
+        match transfer_only {
+            Some(t) if !family0 && t != 0 => Some((t as u32, 0)),
+            _ => families
+                .first()
+                .filter(|f| f.queue_count >= 2)
+                .map(|_| (0, 1)),
+        }
+    }
 
     /// Opens the device through wgpu-hal with what [`DeviceExtras`] lists
     /// added where the adapter offers it, or `None` (not Vulkan, nothing to
@@ -373,18 +419,28 @@ mod imp {
             // queue calls) on both the instance and the device.
             let timeline = shared.instance_api_version() >= vk::API_VERSION_1_2
                 && caps.properties().api_version >= vk::API_VERSION_1_2;
-            let second = timeline && families.first().is_some_and(|f| f.queue_count >= 2);
-            if !host_import && !second {
+            let copy_queue = pick_copy_queue(&families).filter(|_| timeline);
+            if !host_import && copy_queue.is_none() {
                 return None;
             }
             let add = Box::new(move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
                 if host_import && !args.extensions.contains(&name) {
                     args.extensions.push(name);
                 }
-                if second && let Some(q) = args.queue_create_infos.first_mut() {
-                    *q = vk::DeviceQueueCreateInfo::default()
-                        .queue_family_index(q.queue_family_index)
-                        .queue_priorities(&TWO_QUEUES);
+                match copy_queue {
+                    Some((0, _)) => {
+                        if let Some(q) = args.queue_create_infos.first_mut() {
+                            *q = vk::DeviceQueueCreateInfo::default()
+                                .queue_family_index(q.queue_family_index)
+                                .queue_priorities(&TWO_QUEUES);
+                        }
+                    }
+                    Some((family, _)) => args.queue_create_infos.push(
+                        vk::DeviceQueueCreateInfo::default()
+                            .queue_family_index(family)
+                            .queue_priorities(&ONE_QUEUE),
+                    ),
+                    None => {}
                 }
             });
             // SAFETY: the callback only adds an extension the physical device
@@ -400,17 +456,25 @@ mod imp {
             };
             match opened {
                 Ok(open) => {
-                    let second_queue = second.then_some((open.device.queue_family_index(), 1));
+                    let wgpu_family = open.device.queue_family_index();
+                    let raw = open.device.raw_device().handle();
+                    // A handle of a device dropped earlier can come back.
+                    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+                    shared.retain(|(d, _)| *d != raw);
+                    if let Some((family, _)) = copy_queue.filter(|(f, _)| *f != wgpu_family) {
+                        shared.push((raw, [wgpu_family, family]));
+                    }
+                    drop(shared);
                     (
                         open,
                         DeviceExtras {
                             host_import,
-                            second_queue,
+                            copy_queue,
                         },
                     )
                 }
                 Err(e) => {
-                    tracing::warn!(%e, host_import, second, "opening the Vulkan device through wgpu-hal failed");
+                    tracing::warn!(%e, host_import, ?copy_queue, "opening the Vulkan device through wgpu-hal failed");
                     return None;
                 }
             }
@@ -494,11 +558,18 @@ mod imp {
             .map_err(|r| failed("vkGetMemoryHostPointerPropertiesEXT", r))?;
             let mut external =
                 vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle_type);
+            let families = shared_families(device);
             let info = vk::BufferCreateInfo::default()
                 .size(len)
                 .usage(vk::BufferUsageFlags::TRANSFER_SRC)
-                .sharing_mode(vk::SharingMode::EXCLUSIVE)
                 .push_next(&mut external);
+            // Readable by the copy queue's family too.
+            let info = match &families {
+                Some(f) => info
+                    .sharing_mode(vk::SharingMode::CONCURRENT)
+                    .queue_family_indices(f),
+                None => info.sharing_mode(vk::SharingMode::EXCLUSIVE),
+            };
             // SAFETY: a valid create info on a live device.
             let buffer = unsafe { raw.create_buffer(&info, None) }
                 .map_err(|r| failed("vkCreateBuffer", r))?;
@@ -612,6 +683,10 @@ mod imp {
         _: &wgpu::Adapter,
         _: &wgpu::DeviceDescriptor<'_>,
     ) -> Option<(wgpu::Device, wgpu::Queue, super::DeviceExtras)> {
+        None
+    }
+
+    pub(super) fn shared_families(_: &wgpu::Device) -> Option<[u32; 2]> {
         None
     }
 

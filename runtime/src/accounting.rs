@@ -37,6 +37,19 @@ impl TrackedBuffer {
         size: u64,
         usage: wgpu::BufferUsages,
     ) -> Result<Self> {
+        Self::new_with(budget, class, label, size, |size| {
+            gpu.create_buffer(label, size, usage)
+        })
+    }
+
+    /// [`Self::new`] with the buffer made by `make` (given the rounded size).
+    pub(crate) fn new_with(
+        budget: &SharedBudget,
+        class: OwnerClass,
+        label: &str,
+        size: u64,
+        make: impl FnOnce(u64) -> std::result::Result<wgpu::Buffer, crate::GpuError>,
+    ) -> Result<Self> {
         let size = size.max(4).next_multiple_of(4);
         let id = lock(budget)
             .allocate(class, size, Instant::now())
@@ -44,7 +57,7 @@ impl TrackedBuffer {
                 label: label.to_owned(),
                 source,
             })?;
-        match gpu.create_buffer(label, size, usage) {
+        match make(size) {
             Ok(buffer) => Ok(Self {
                 buffer: Arc::new(buffer),
                 size,

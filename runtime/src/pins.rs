@@ -275,15 +275,22 @@ impl Pins {
             CopySource::Disk => &mut sources.file_bytes,
         };
         *counted = counted_len;
-        match (host, copies.filter(|_| existed)) {
-            (HostCopy::Registered(pin), Some(copies)) => copies.push(CopyCmd {
+        // On another queue family only imported pins (made concurrent over
+        // both families) may be read by the copy queue.
+        let readable = |pin: &PinnedBuffer| {
+            pin.memory() == dynvram_loader::HostMemory::Imported
+                || gpu.transfer_queue().is_some_and(|q| !q.cross_family())
+        };
+        let copies = copies.filter(|_| existed);
+        match (host, copies) {
+            (HostCopy::Registered(pin), Some(copies)) if readable(pin) => copies.push(CopyCmd {
                 src: pin.buffer().clone(),
                 src_offset: 0,
                 dst: dst.clone(),
                 dst_offset: offset,
                 size: pin.check_range(0, pin.len(), dst, offset)?,
             }),
-            (HostCopy::Registered(pin), None) => pin.copy_to(enc, dst, offset)?,
+            (HostCopy::Registered(pin), _) => pin.copy_to(enc, dst, offset)?,
             (HostCopy::Ram(bytes), _) => {
                 ring.upload(&gpu.device, &gpu.queue, enc, &HostBytes(bytes), dst, offset)?
             }

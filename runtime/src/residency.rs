@@ -279,14 +279,19 @@ impl Registry {
         if bytes == 0 {
             return Ok(());
         }
+        // Where passes copy on the copy queue, it writes the arenas.
+        let on_copy_queue = rt.config.copy_queue && rt.gpu.transfer_queue().is_some();
         for a in 0..ARENAS {
-            self.arenas.push(Arc::new(TrackedBuffer::new(
-                &rt.gpu,
+            let label = format!("arena {a}");
+            self.arenas.push(Arc::new(TrackedBuffer::new_with(
                 &rt.budget,
                 OwnerClass::Transient,
-                &format!("arena {a}"),
+                &label,
                 bytes,
-                buffer_usage(),
+                |size| match on_copy_queue {
+                    true => rt.gpu.create_copy_target(&label, size, buffer_usage()),
+                    false => rt.gpu.create_buffer(&label, size, buffer_usage()),
+                },
             )?));
         }
         self.arena_bytes = bytes;

@@ -134,7 +134,10 @@ impl Runtime {
             Some(q) if self.config.copy_queue && q.shared_with_wgpu() => {
                 "the copy-queue path on wgpu's queue (DYNVRAM_COPY_QUEUE=shared)"
             }
-            Some(_) if self.config.copy_queue => "a second queue",
+            Some(q) if self.config.copy_queue && q.cross_family() => {
+                "a queue of a transfer-only family (the copy engines)"
+            }
+            Some(_) if self.config.copy_queue => "a second queue of wgpu's family",
             _ => "wgpu's queue",
         }
     }

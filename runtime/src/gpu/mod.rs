@@ -84,7 +84,7 @@ impl Gpu {
                 message: e.to_string(),
             })?;
         let host_import = extras.host_import;
-        let transfer = open_transfer_queue(&device, &queue, extras.second_queue);
+        let transfer = open_transfer_queue(&device, &queue, extras.copy_queue);
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
         device.set_device_lost_callback(move |reason, message| {
@@ -148,6 +148,33 @@ impl Gpu {
         }
     }
 
+    /// A buffer the copy queue writes and kernels read (through the copy
+    /// queue where there is one; else [`Self::create_buffer`]).
+    pub fn create_copy_target(
+        &self,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        let Some(q) = &self.transfer else {
+            return self.create_buffer(label, size, usage);
+        };
+        self.check_health()?;
+        self.check_size(label, size)?;
+        q.create_buffer(&self.device, label, size, usage)
+    }
+
+    fn check_size(&self, label: &str, size: u64) -> Result<(), GpuError> {
+        if size > self.caps.max_buffer_size {
+            return Err(GpuError::BufferTooLarge {
+                label: label.to_owned(),
+                requested: size,
+                maximum: self.caps.max_buffer_size,
+            });
+        }
+        Ok(())
+    }
+
     /// Creates a buffer inside an out-of-memory and a validation error scope.
     pub fn create_buffer(
         &self,
@@ -156,13 +183,7 @@ impl Gpu {
         usage: wgpu::BufferUsages,
     ) -> Result<wgpu::Buffer, GpuError> {
         self.check_health()?;
-        if size > self.caps.max_buffer_size {
-            return Err(GpuError::BufferTooLarge {
-                label: label.to_owned(),
-                requested: size,
-                maximum: self.caps.max_buffer_size,
-            });
-        }
+        self.check_size(label, size)?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {

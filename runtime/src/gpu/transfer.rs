@@ -43,6 +43,10 @@ pub struct TransferQueue {
     kernels: vk::Semaphore,
     /// Whether this is wgpu's own queue (testing on one-queue adapters).
     shared_with_wgpu: bool,
+    /// wgpu's family and ours when they differ: buffers both queues touch
+    /// are created concurrent over them.
+    families: Option<[u32; 2]>,
+    memory: vk::PhysicalDeviceMemoryProperties,
     state: Mutex<State>,
 }
 
@@ -100,6 +104,12 @@ impl TransferQueue {
             message: "not a Vulkan device".into(),
         })?;
         let raw = hal.raw_device().clone();
+        // SAFETY: a read-only query on the device's physical device.
+        let memory = unsafe {
+            hal.shared_instance()
+                .raw_instance()
+                .get_physical_device_memory_properties(hal.raw_physical_device())
+        };
         let vk_queue = if shared_with_wgpu {
             // SAFETY: as above, a handle read.
             let q = unsafe { queue.as_hal::<Vulkan>() }.ok_or_else(|| GpuError::Validation {
@@ -131,6 +141,8 @@ impl TransferQueue {
             let kernels = raw.create_semaphore(&info, None);
             match (copies, kernels) {
                 (Ok(copies), Ok(kernels)) => Ok(Self {
+                    families: dynvram_loader::hostmem::shared_families(device),
+                    memory,
                     device: raw,
                     queue: Mutex::new(vk_queue),
                     pool,
@@ -155,6 +167,130 @@ impl TransferQueue {
     /// Whether the copies share wgpu's queue (a test set-up).
     pub fn shared_with_wgpu(&self) -> bool {
         self.shared_with_wgpu
+    }
+
+    /// Whether the copy queue is of another family than wgpu's (then only
+    /// buffers made concurrent over both can be copied on it).
+    pub fn cross_family(&self) -> bool {
+        self.families.is_some()
+    }
+
+    /// A device-local buffer the copy queue may write and wgpu's kernels
+    /// read: made here with Vulkan, concurrent over both queue families
+    /// when they differ, and handed to wgpu.
+    pub fn create_buffer(
+        &self,
+        device: &wgpu::Device,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        let oom = |r: vk::Result| match r {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                GpuError::OutOfMemory {
+                    label: label.to_owned(),
+                    size,
+                    message: r.to_string(),
+                }
+            }
+            r => vk_err("creating a copy-queue buffer")(r),
+        };
+        let mut vk_usage = vk::BufferUsageFlags::empty();
+        for (w, v) in [
+            (
+                wgpu::BufferUsages::STORAGE,
+                vk::BufferUsageFlags::STORAGE_BUFFER,
+            ),
+            (
+                wgpu::BufferUsages::COPY_DST,
+                vk::BufferUsageFlags::TRANSFER_DST,
+            ),
+            (
+                wgpu::BufferUsages::COPY_SRC,
+                vk::BufferUsageFlags::TRANSFER_SRC,
+            ),
+            (
+                wgpu::BufferUsages::UNIFORM,
+                vk::BufferUsageFlags::UNIFORM_BUFFER,
+            ),
+        ] {
+            if usage.contains(w) {
+                vk_usage |= v;
+            }
+        }
+        let info = vk::BufferCreateInfo::default().size(size).usage(vk_usage);
+        let info = match &self.families {
+            Some(f) => info
+                .sharing_mode(vk::SharingMode::CONCURRENT)
+                .queue_family_indices(f),
+            None => info.sharing_mode(vk::SharingMode::EXCLUSIVE),
+        };
+        let d = self.device.clone();
+        // SAFETY: valid create infos on a live device; the buffer and its
+        // memory are destroyed by the drop callback once wgpu is done with
+        // them, or here on failure.
+        let hal_buffer = unsafe {
+            let buffer = d.create_buffer(&info, None).map_err(oom)?;
+            let req = d.get_buffer_memory_requirements(buffer);
+            let Some(type_index) = self.device_local_type(req.memory_type_bits) else {
+                d.destroy_buffer(buffer, None);
+                return Err(GpuError::Validation {
+                    what: format!("buffer `{label}` ({size} bytes)"),
+                    message: "no device-local memory type for it".into(),
+                });
+            };
+            let alloc = vk::MemoryAllocateInfo::default()
+                .allocation_size(req.size)
+                .memory_type_index(type_index);
+            let memory = match d.allocate_memory(&alloc, None) {
+                Ok(m) => m,
+                Err(r) => {
+                    d.destroy_buffer(buffer, None);
+                    return Err(oom(r));
+                }
+            };
+            if let Err(r) = d.bind_buffer_memory(buffer, memory, 0) {
+                d.free_memory(memory, None);
+                d.destroy_buffer(buffer, None);
+                return Err(oom(r));
+            }
+            let cleanup = move || {
+                d.destroy_buffer(buffer, None);
+                d.free_memory(memory, None);
+            };
+            wgpu::hal::vulkan::Buffer::from_raw_externally_owned(buffer, Box::new(cleanup))
+        };
+        // SAFETY: made above on this device with the usages `usage` names,
+        // `size` bytes, bound to memory that lives until wgpu drops it.
+        Ok(unsafe {
+            device.create_buffer_from_hal::<Vulkan>(
+                hal_buffer,
+                &wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                },
+            )
+        })
+    }
+
+    /// A device-local memory type in `bits`, preferring one the host cannot
+    /// see (not the BAR window).
+    fn device_local_type(&self, bits: u32) -> Option<u32> {
+        let props = self.memory;
+        let types = &props.memory_types[..props.memory_type_count as usize];
+        let dl = vk::MemoryPropertyFlags::DEVICE_LOCAL;
+        let ok = |i: usize| bits & (1 << i) != 0 && types[i].property_flags.contains(dl);
+        (0..types.len())
+            .find(|&i| {
+                ok(i)
+                    && !types[i]
+                        .property_flags
+                        .contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+            })
+            .or_else(|| (0..types.len()).find(|&i| ok(i)))
+            .map(|i| i as u32)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

@@ -16,6 +16,22 @@ impl TransferQueue {
     }
 
     /// See the Vulkan version.
+    pub fn cross_family(&self) -> bool {
+        match *self {}
+    }
+
+    /// See the Vulkan version.
+    pub fn create_buffer(
+        &self,
+        _: &wgpu::Device,
+        _: &str,
+        _: u64,
+        _: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        match *self {}
+    }
+
+    /// See the Vulkan version.
     pub fn submit(&self, _: Vec<CopyCmd>, _: u64) -> Result<u64, GpuError> {
         match *self {}
     }
