@@ -257,8 +257,8 @@ pub struct DeviceExtras {
     pub host_import: bool,
     /// A queue for copies that run beside wgpu's queue (family, index):
     /// queue 0 of a transfer-only family (the copy engines) where the
-    /// adapter has one, else queue 1 of wgpu's family. Timeline semaphores
-    /// are enabled. `DYNVRAM_COPY_QUEUE=family0` picks wgpu's family.
+    /// adapter has one. Timeline semaphores are enabled.
+    /// `DYNVRAM_COPY_QUEUE=family0` takes queue 1 of wgpu's family instead.
     pub copy_queue: Option<(u32, u32)>,
 }
 
@@ -372,23 +372,27 @@ mod imp {
         shared.iter().find(|(d, _)| *d == raw).map(|(_, f)| *f)
     }
 
-    /// The copy queue's (family, index) from `families`: a transfer-only
-    /// family, else queue 1 of family 0 (wgpu's).
+    /// The copy queue's (family, index) from `families`: queue 0 of a
+    /// transfer-only family. A second queue of family 0 (wgpu's) only with
+    /// `DYNVRAM_COPY_QUEUE=family0`: on the H200 its copies did not overlap
+    /// the kernels and were slower than wgpu's queue (BENCHMARKS.md).
     fn pick_copy_queue(families: &[vk::QueueFamilyProperties]) -> Option<(u32, u32)> {
-        let family0 = std::env::var("DYNVRAM_COPY_QUEUE").is_ok_and(|v| v == "family0");
-        let no_work = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE;
-        let transfer_only = families.iter().position(|f| {
-            f.queue_flags.contains(vk::QueueFlags::TRANSFER)
-                && !f.queue_flags.intersects(no_work)
-                && f.queue_count >= 1
-        });
-        match transfer_only {
-            Some(t) if !family0 && t != 0 => Some((t as u32, 0)),
-            _ => families
+        if std::env::var("DYNVRAM_COPY_QUEUE").is_ok_and(|v| v == "family0") {
+            return families
                 .first()
                 .filter(|f| f.queue_count >= 2)
-                .map(|_| (0, 1)),
+                .map(|_| (0, 1));
         }
+        let no_work = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE;
+        families
+            .iter()
+            .position(|f| {
+                f.queue_flags.contains(vk::QueueFlags::TRANSFER)
+                    && !f.queue_flags.intersects(no_work)
+                    && f.queue_count >= 1
+            })
+            .filter(|&t| t != 0)
+            .map(|t| (t as u32, 0))
     }
 
     /// Opens the device through wgpu-hal with what [`DeviceExtras`] lists

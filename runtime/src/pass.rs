@@ -1,20 +1,26 @@
 //! One pass over a model's blocks with block-level prefetch (SPEC §4).
 //!
 //! Block *i*'s kernels are recorded, then block *i+1*'s streamed weights are
-//! read from their files (or pins) into the staging ring and their copies
-//! into the other transient arena are recorded into the same encoder; then
-//! the encoder is submitted. The GPU copies block *i+1*'s weights while it
-//! computes block *i*, and the host reads block *i+2*'s bytes while the GPU
-//! works on that submit. All ring recycling happens at the submit boundary,
-//! never while a block is being recorded.
+//! staged into the other transient arena, then block *i*'s encoder is
+//! submitted; the host reads block *i+2*'s bytes while the GPU works on that
+//! submit. All ring recycling happens at the submit boundary, never while a
+//! block is being recorded.
+//!
+//! Where the device has a copy queue (`gpu::TransferQueue`: a transfer-only
+//! Vulkan family, the copy engines) block *i+1*'s copies from registered pins
+//! go there as one batch, submitted before block *i*'s kernels, waiting only
+//! for the submit that last read that arena and waited for by block *i+1*'s
+//! submit (timeline semaphores). On the H200 this made a pass cost
+//! max(upload, compute) instead of their sum. Copies from files and RAM pins,
+//! and every copy where there is no copy queue, are recorded into block
+//! *i*'s encoder on wgpu's queue.
 //!
 //! The order matters on one queue: wgpu orders work by barriers where a
 //! buffer's usage changes, and a barrier waits for every earlier command of
 //! its kind. Copies recorded before block *i*'s kernels would be waited for
-//! by the first kernel reading block *i*'s arena (measured on the H200:
-//! pass = upload + compute, no overlap). So the next arena is switched to
-//! its copy usage before the kernels (a 4-byte clear that its copies then
-//! overwrite) and its copies come after them: neither waits for the other.
+//! by the first kernel reading block *i*'s arena. So on wgpu's queue the
+//! next arena is switched to its copy usage before the kernels (a 4-byte
+//! clear that its copies then overwrite) and its copies come after them.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;

@@ -39,6 +39,8 @@ mod scratch;
 mod weights;
 
 pub use error::LinearError;
-pub use record::{GEMV_MAX_M, GemvShape, RecordOptions, record_linear, record_linear_with};
+pub use record::{
+    GEMV_MAX_M, GemvShape, ROWS_GEMV_MAX_M, RecordOptions, record_linear, record_linear_with,
+};
 pub use scratch::LinearScratch;
 pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

@@ -14,9 +14,11 @@ use crate::ops::cache::PipelineCache;
 use crate::tensor::{ActDtype, GpuTensor};
 
 mod gemv;
-pub use gemv::GemvShape;
+pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
 
-/// Rows of activations up to which the GEMV kernels run; above, the tiled GEMMs.
+/// Rows of activations up to which every GEMV kernel runs (and activation
+/// rotation and quantization fuse); above, the multi-row GEMV up to
+/// [`ROWS_GEMV_MAX_M`] where rows are 16-byte aligned, else the tiled GEMMs.
 pub const GEMV_MAX_M: u64 = 8;
 
 /// Output tile edge of the GEMM kernels.
@@ -104,7 +106,8 @@ pub fn record_linear_with(
     let gemv = opts
         .gemv
         .unwrap_or_else(|| GemvShape::default_for(m, max_invocations));
-    if m <= GEMV_MAX_M {
+    let rows_gemv = m <= ROWS_GEMV_MAX_M && gemv::rows_aligned(weights.row_bytes());
+    if rows_gemv {
         gemv.check(m, max_invocations)
             .map_err(|what| LinearError::Unsupported { what, n, k })?;
     }
@@ -117,7 +120,7 @@ pub fn record_linear_with(
         align,
         m,
         act: x.dtype,
-        gemv: (m <= GEMV_MAX_M && gemv::rows_aligned(weights.row_bytes())).then_some(gemv),
+        gemv: rows_gemv.then_some(gemv),
         dispatches: &dispatches,
     };
     let unsupported = |what: String| LinearError::Unsupported { what, n, k };

@@ -14,6 +14,12 @@ use dynvram_shaders::linear as shaders;
 
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid};
 
+/// Rows of activations up to which the multi-row GEMV kernels run (each
+/// weight byte read once, the activations re-read from cache per workgroup);
+/// the tiled GEMM has too few workgroups to stream weights at small M (the
+/// H200 took 50× longer at M = 16 than at M = 1 on it).
+pub const ROWS_GEMV_MAX_M: u64 = 32;
+
 /// Workgroup shape of the multi-row GEMV kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemvShape {
@@ -35,10 +41,14 @@ impl GemvShape {
     /// of 32, 4 waves of 64: a multiple of every subgroup size, and enough
     /// workgroups per SM to hide latency), 8 rows up to M = 2 and 4 rows
     /// above (`rows · M` accumulators plus `rows` 16-byte loads per
-    /// invocation must stay in registers).
+    /// invocation must stay in registers; above M = 16, 64 / M rows).
     pub fn default_for(m: u64, max_invocations: u32) -> Self {
         let wgs = if max_invocations >= 256 { 256 } else { 64 };
-        let rows = if m <= 2 { 8 } else { 4 };
+        let rows = match m {
+            0..=2 => 8,
+            3..=16 => 4,
+            _ => (MAX_ACCUMULATORS / m).max(1) as u32,
+        };
         Self { rows, wgs }
     }
 
