@@ -38,6 +38,12 @@ impl Default for LayoutConfig {
     }
 }
 
+/// Most pages a layout has: page indices are `u32`, and the planner's work
+/// grows with the page count. 2^20 pages of the default 32 MiB are 32 TiB,
+/// far above any real model; a header declaring more (a corrupt or hostile
+/// file) is refused before anything is allocated.
+pub const MAX_PAGES: u64 = 1 << 20;
+
 /// Layout errors.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -51,6 +57,18 @@ pub enum LayoutError {
         page_size: u64,
         /// Alignment given.
         align: u64,
+    },
+    /// The sizes need more than [`MAX_PAGES`] pages.
+    #[error(
+        "{bytes} B of weights would need {pages} pages of {page_size} B; at most {MAX_PAGES} pages are supported (is a tensor size in the header wrong?)"
+    )]
+    TooManyPages {
+        /// Sum of the sizes (saturating).
+        bytes: u64,
+        /// Pages they would need (at least; saturating).
+        pages: u64,
+        /// Page size.
+        page_size: u64,
     },
 }
 
@@ -103,6 +121,20 @@ impl Layout {
     /// Lays out `sizes` (load order) over pages.
     pub fn new(sizes: &[u64], cfg: &LayoutConfig) -> Result<Self, LayoutError> {
         cfg.validate()?;
+        // Every tensor takes at most ceil(size / page) pages, at least one
+        // page's worth counts only once per page: check before allocating.
+        let bytes = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
+        let big_pages = sizes
+            .iter()
+            .filter(|&&s| s > cfg.page_size)
+            .fold(0u64, |a, &s| a.saturating_add(s.div_ceil(cfg.page_size)));
+        if big_pages > MAX_PAGES || bytes / cfg.page_size > MAX_PAGES {
+            return Err(LayoutError::TooManyPages {
+                bytes,
+                pages: big_pages.max(bytes / cfg.page_size),
+                page_size: cfg.page_size,
+            });
+        }
         let mut order: Vec<usize> = (0..sizes.len())
             .filter(|&i| sizes[i] <= cfg.tiny_threshold)
             .collect();
@@ -214,6 +246,28 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_needing_more_than_max_pages_are_refused_before_allocating() {
+        let cfg = LayoutConfig::default();
+        // A header's worth of petabyte tensors: refused at once, sizes named.
+        let err = Layout::new(&[1 << 60, 1 << 60, 7], &cfg).unwrap_err();
+        let LayoutError::TooManyPages { bytes, pages, .. } = err.clone() else {
+            panic!("{err:?}");
+        };
+        assert_eq!(bytes, (1 << 61) + 7);
+        assert!(pages > MAX_PAGES);
+        assert!(err.to_string().contains("pages"), "{err}");
+        // Many small tensors summing past the limit too.
+        let many = vec![cfg.page_size; (MAX_PAGES + 1) as usize];
+        assert!(matches!(
+            Layout::new(&many, &cfg),
+            Err(LayoutError::TooManyPages { .. })
+        ));
+        // Exactly at the limit is fine.
+        let at = Layout::new(&[MAX_PAGES * cfg.page_size], &cfg).unwrap();
+        assert_eq!(u64::from(at.page_count()), MAX_PAGES);
+    }
 
     #[test]
     fn tiny_first_no_straddle_and_spanning() {

@@ -13,7 +13,7 @@ pub use budget::{
     Budget, BudgetConfig, BudgetError, CapacitySource, Deficit, DeficitInputs, DriverMemory,
     DriverReading, GIB, MIB, compute_deficit, gib, resolve_capacity,
 };
-pub use layout::{Layout, LayoutConfig, LayoutError, TensorSlot};
+pub use layout::{Layout, LayoutConfig, LayoutError, MAX_PAGES, TensorSlot};
 pub use ledger::{AllocId, Ledger, LedgerError, OwnerClass};
 pub use pins::{
     CopySource, FakeRam, PinAction, PinConfig, PinDecision, PinError, PinPolicy, PinTier,
