@@ -220,12 +220,32 @@ impl Gpu {
     ) -> Result<wgpu::ComputePipeline, GpuError> {
         self.check_health()?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        };
+        let module = match shader_checks() {
+            ShaderChecks::All => self.device.create_shader_module(desc),
+            // SAFETY: every loop of our kernels is bounded by its uniform
+            // params or a constant (tests run each kernel on every path).
+            ShaderChecks::NoLoopBound => unsafe {
+                self.device.create_shader_module_trusted(
+                    desc,
+                    wgpu::ShaderRuntimeChecks {
+                        force_loop_bounding: false,
+                        ..wgpu::ShaderRuntimeChecks::checked()
+                    },
+                )
+            },
+            // SAFETY: as above, and indices stay inside their arrays and
+            // bindings (tests check every kernel against CPU references on
+            // awkward shapes; Vulkan's robust buffer access still bounds
+            // buffer reads where the driver has it).
+            ShaderChecks::None => unsafe {
+                self.device
+                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            },
+        };
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -338,5 +358,26 @@ fn open_transfer_queue(
     {
         let _ = (device, queue, second);
         None
+    }
+}
+
+/// Which of naga's runtime checks our kernels are compiled with
+/// (`DYNVRAM_SHADER_CHECKS`: `all` (the default, wgpu's), `no-loop-bound`,
+/// `none`). naga bounds every loop with an extra 64-bit counter (against
+/// compilers that assume loops terminate); our loops all terminate, and the
+/// counter can keep drivers from unrolling the small fixed loops that hold
+/// accumulators in registers. Kept for measuring that (BENCHMARKS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShaderChecks {
+    All,
+    NoLoopBound,
+    None,
+}
+
+fn shader_checks() -> ShaderChecks {
+    match std::env::var("DYNVRAM_SHADER_CHECKS").as_deref() {
+        Ok("no-loop-bound") => ShaderChecks::NoLoopBound,
+        Ok("none") => ShaderChecks::None,
+        _ => ShaderChecks::All,
     }
 }
