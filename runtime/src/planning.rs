@@ -186,6 +186,20 @@ mod tests {
     }
 
     #[test]
+    fn a_petabyte_header_is_refused_by_the_layout_at_once() {
+        // Offsets inside a sparse file make such a header look valid.
+        let w = weights(&[(1 << 50, 0), (1 << 50, 1)]);
+        let err = plan_model(&w, u64::MAX, 0).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PlanError::Layout(dynvram_memory::LayoutError::TooManyPages { .. })
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_model_that_fits_whole_needs_no_arena() {
         // 8 MiB in 4 blocks; room for all of it plus scratch, not for two
         // 2 MiB arenas besides: everything stays resident.
