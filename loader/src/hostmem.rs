@@ -262,6 +262,12 @@ pub struct DeviceExtras {
     pub copy_queue: Option<(u32, u32)>,
 }
 
+/// The copy queue (family, index) a device opened with [`request_device`]
+/// on `adapter` gets, if any (see [`DeviceExtras::copy_queue`]).
+pub fn adapter_copy_queue(adapter: &wgpu::Adapter) -> Option<(u32, u32)> {
+    imp::adapter_copy_queue(adapter)
+}
+
 /// Queue families that buffers must be shared between on `device` (wgpu's
 /// and the copy queue's, when they differ): buffers the copy queue touches
 /// are created `VK_SHARING_MODE_CONCURRENT` over them.
@@ -372,12 +378,39 @@ mod imp {
         shared.iter().find(|(d, _)| *d == raw).map(|(_, f)| *f)
     }
 
+    /// The copy queue a device opened on `hal` gets: `pick_copy_queue` over
+    /// its queue families, where Vulkan 1.2 is core on both the instance and
+    /// the device (timeline semaphores, and the entry points the copy queue
+    /// calls; wgpu-hal enables the feature there).
+    fn copy_queue_of(hal: &wgpu::hal::vulkan::Adapter) -> Option<(u32, u32)> {
+        let shared = hal.shared_instance();
+        let timeline = shared.instance_api_version() >= vk::API_VERSION_1_2
+            && hal.physical_device_capabilities().properties().api_version >= vk::API_VERSION_1_2;
+        // SAFETY: a read-only query on this instance's physical device.
+        let families = unsafe {
+            shared
+                .raw_instance()
+                .get_physical_device_queue_family_properties(hal.raw_physical_device())
+        };
+        pick_copy_queue(&families).filter(|_| timeline)
+    }
+
+    pub(super) fn adapter_copy_queue(adapter: &wgpu::Adapter) -> Option<(u32, u32)> {
+        // SAFETY: read-only queries while `adapter` is alive.
+        let hal = unsafe { adapter.as_hal::<Vulkan>() }?;
+        copy_queue_of(&hal)
+    }
+
     /// The copy queue's (family, index) from `families`: queue 0 of a
     /// transfer-only family. A second queue of family 0 (wgpu's) only with
     /// `DYNVRAM_COPY_QUEUE=family0`: on the H200 its copies did not overlap
     /// the kernels and were slower than wgpu's queue (BENCHMARKS.md).
     fn pick_copy_queue(families: &[vk::QueueFamilyProperties]) -> Option<(u32, u32)> {
-        if std::env::var("DYNVRAM_COPY_QUEUE").is_ok_and(|v| v == "family0") {
+        let mode = std::env::var("DYNVRAM_COPY_QUEUE").unwrap_or_default();
+        if mode == "off" {
+            return None;
+        }
+        if mode == "family0" {
             return families
                 .first()
                 .filter(|f| f.queue_count >= 2)
@@ -411,19 +444,7 @@ mod imp {
             let v11 = shared.instance_api_version() >= vk::API_VERSION_1_1;
             let caps = hal.physical_device_capabilities();
             let host_import = v11 && caps.supports_extension(name);
-            // wgpu-hal opens queue 0 of family 0 and enables timeline
-            // semaphores where Vulkan 1.2 or the extension has them.
-            // SAFETY: a read-only query on this instance's physical device.
-            let families = unsafe {
-                shared
-                    .raw_instance()
-                    .get_physical_device_queue_family_properties(hal.raw_physical_device())
-            };
-            // Core 1.2 (timeline semaphores, and the entry points the copy
-            // queue calls) on both the instance and the device.
-            let timeline = shared.instance_api_version() >= vk::API_VERSION_1_2
-                && caps.properties().api_version >= vk::API_VERSION_1_2;
-            let copy_queue = pick_copy_queue(&families).filter(|_| timeline);
+            let copy_queue = copy_queue_of(&hal);
             if !host_import && copy_queue.is_none() {
                 return None;
             }
@@ -691,6 +712,10 @@ mod imp {
     }
 
     pub(super) fn shared_families(_: &wgpu::Device) -> Option<[u32; 2]> {
+        None
+    }
+
+    pub(super) fn adapter_copy_queue(_: &wgpu::Adapter) -> Option<(u32, u32)> {
         None
     }
 

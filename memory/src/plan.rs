@@ -22,7 +22,7 @@ pub enum PlanError {
     /// Even streaming everything does not fit: the largest tensor (times the
     /// arena count) plus scratch exceeds the budget.
     #[error(
-        "budget too small: tensor {tensor} ({size} B) × {arenas} arena(s) + scratch {scratch} B needs {needed} B, usable VRAM is {usable} B"
+        "budget too small: {arenas} arena(s) holding the largest tensor {tensor} ({size} B) or its block's streamed weights, + scratch {scratch} B, need {needed} B; usable VRAM is {usable} B"
     )]
     BudgetTooSmall {
         /// Name of the largest tensor.

@@ -146,7 +146,18 @@ pub fn plan_model(
         scratch: reserved(arena).unwrap_or(u64::MAX),
         arenas: 0,
     };
-    let p = plan(&sizes, room, &config)?;
+    // Its error has the arenas folded into scratch: name them apart.
+    let p = plan(&sizes, room, &config).map_err(|e| match e {
+        PlanError::BudgetTooSmall { tensor, size, .. } => PlanError::BudgetTooSmall {
+            tensor,
+            size,
+            arenas: ARENAS as u32,
+            scratch,
+            needed: reserved(arena).unwrap_or(u64::MAX),
+            usable,
+        },
+        e => e,
+    })?;
     match found {
         // `p` keeps exactly the pages found (the fixed point above); its
         // arenas are sized for what it streams.

@@ -135,6 +135,17 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 "no: pins and staging use mapped buffers"
             }
         );
+        match a.copy_queue_family {
+            Some(0) => println!(
+                "  copy queue: a second queue of wgpu's family (DYNVRAM_COPY_QUEUE=family0)"
+            ),
+            Some(f) => println!(
+                "  copy queue: transfer-only family {f} (copy engines): streamed copies overlap kernels"
+            ),
+            None => {
+                println!("  copy queue: none: streamed copies share wgpu's queue with the kernels")
+            }
+        }
         println!("  kernel paths:");
         for (name, plan) in &p.kernel_paths {
             println!("    {name:<34} {:?}: {}", plan.kernel, plan.reason);

@@ -44,6 +44,8 @@ pub struct Args {
 struct Report {
     adapter: String,
     backend: String,
+    /// Where streamed copies ran (`Runtime::copies_on`).
+    copies_on: String,
     file: PathBuf,
     model: dynvram_runtime::ModelReport,
     budget: dynvram_runtime::BudgetReport,
@@ -103,6 +105,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),
+        copies_on: rt.copies_on().into(),
         file,
         model: model.report(),
         budget: rt.budget_report(),
@@ -151,6 +154,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             report.pass.submits,
             report.pass.ring_stalls
         );
+        println!("copies     on {}", report.copies_on);
         let c = &report.check;
         println!(
             "check      worst block {} at {:.2e} of its max (limit {:.0e}); end to end {:.3e} = {:.2e} of max |reference| {:.3e} (limit {:.0e})",

@@ -40,6 +40,9 @@ pub struct AdapterSummary {
     /// `VK_EXT_external_memory_host` is offered: pins and staging slots can
     /// be imported host RAM.
     pub host_import: bool,
+    /// The queue family streamed copies run on beside wgpu's queue (a
+    /// transfer-only family: the copy engines), if any.
+    pub copy_queue_family: Option<u32>,
 }
 
 impl AdapterChoice {
@@ -165,6 +168,7 @@ pub fn enumerate_adapters(backend: Option<&str>) -> Result<Vec<AdapterSummary>, 
                 vram: super::read_vram(a),
                 staging_memory: dynvram_loader::hostmem::mapped_staging_memory(a),
                 host_import: dynvram_loader::hostmem::adapter_supports_import(a),
+                copy_queue_family: dynvram_loader::hostmem::adapter_copy_queue(a).map(|q| q.0),
             }
         })
         .collect())
