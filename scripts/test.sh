@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite: every crate's tests once on the software Vulkan adapter
 # (lavapipe), then the GPU tests again on GL (llvmpipe), which has no f16 and
-# no subgroups and so exercises the fallback kernels. A missing adapter fails
-# the run instead of skipping (DYNVRAM_REQUIRE_GPU=1).
+# no subgroups and so exercises the fallback kernels, then the
+# cooperative-matrix kernels on a newer lavapipe that has them. A missing
+# adapter fails the run instead of skipping (DYNVRAM_REQUIRE_GPU=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-adapter.sh
@@ -28,6 +29,33 @@ if [ -d ../shared/conformance ]; then
   done
 else
   echo "skipped: dynvram conformance (../shared/conformance is absent)"
+fi
+
+echo "=== cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports) ==="
+# Bookworm's lavapipe has no cooperative matrices; Mesa 26's has, unpacked
+# beside the system (scripts/with-coop-lavapipe.sh). The linear tests there
+# must take the cooperative GEMM (DYNVRAM_REQUIRE_COOP=1), then conformance.
+coop=scripts/with-coop-lavapipe.sh
+if "$coop" /bin/true; then
+  bins=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and m["target"]["name"] in ("linear_random", "linear_conformance"):
+        print(m["executable"])')
+  for bin in $bins; do
+    DYNVRAM_REQUIRE_COOP=1 "$coop" "$bin"
+  done
+  if [ -d ../shared/conformance ]; then
+    "$coop" "$dynvram" conformance ../shared/conformance --backend vulkan
+  fi
+  "$coop" "$dynvram" run --backend vulkan
+elif [ -n "${DYNVRAM_REQUIRE_COOP:-}" ]; then
+  echo "Mesa 26 lavapipe could not be fetched and DYNVRAM_REQUIRE_COOP is set" >&2
+  exit 1
+else
+  echo "skipped: cooperative-matrix kernels (Mesa 26 lavapipe could not be fetched)"
 fi
 
 echo "=== dynvram run smoke test on both adapters ==="

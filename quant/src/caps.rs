@@ -22,8 +22,10 @@ pub struct AdapterCaps {
     pub subgroup_max_size: u32,
     /// `TIMESTAMP_QUERY` is available.
     pub timestamps: bool,
-    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` is available.
-    pub cooperative_matrix: bool,
+    /// Edge of the square cooperative-matrix configuration the kernels use
+    /// (`EXPERIMENTAL_COOPERATIVE_MATRIX`, f16 inputs, f32 accumulators):
+    /// 16 or 8, 0 without one.
+    pub coop_matrix_edge: u32,
     /// `max_buffer_size` in bytes.
     pub max_buffer_size: u64,
     /// `max_storage_buffer_binding_size` in bytes.
@@ -45,7 +47,7 @@ impl AdapterCaps {
             subgroup_min_size: 0,
             subgroup_max_size: 0,
             timestamps: false,
-            cooperative_matrix: false,
+            coop_matrix_edge: 0,
             max_buffer_size: 256 << 20,
             max_storage_binding: 128 << 20,
             max_workgroup_storage: 16 << 10,

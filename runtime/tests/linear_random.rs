@@ -2,7 +2,9 @@
 //! codes, scales and integer accumulators exactly, outputs to float rounding,
 //! over M = 1, 2, 7, 64, 257, K a multiple of the group size but not of the
 //! kernels' tiles, every format and kernel variant, and weights split across
-//! bindings (a forced small binding, and one weight above 128 MiB).
+//! bindings (a forced small binding, and one weight above 128 MiB). The
+//! cooperative-matrix GEMM, where the adapter has it, equals the dot4 GEMM
+//! bit for bit.
 
 mod linear_common;
 use linear_common::HostLayer;
@@ -19,7 +21,8 @@ use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::linear::{
-    GEMV_MAX_M, GemvShape, LinearScratch, LinearWeights, RecordOptions, record_linear_with,
+    GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
+    coop_gemm_unusable, record_linear_with,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -85,12 +88,13 @@ impl Env {
                 .gpu
                 .read_back(self.scratch.act_codes().expect("codes"), 0, m * k)
                 .expect("codes");
-            let w4 = matches!(w.format, Format::ConvrotW4a4 { .. });
+            let paired =
+                matches!(w.format, Format::ConvrotW4a4 { .. }) && !self.scratch.last_used_coop();
             codes = vec![0i8; (m * k) as usize];
             for (i, &b) in words.iter().enumerate() {
                 let (row, within) = (i / k as usize, i % k as usize);
                 let (word, byte) = (within / 4, within % 4);
-                let col = if w4 {
+                let col = if paired {
                     (word / 2) * 8 + word % 2 + 2 * byte
                 } else {
                     within
@@ -431,4 +435,131 @@ fn gemv_rows_match_the_reference() {
             }
         }
     }
+}
+
+/// The cooperative-matrix GEMM against the reference (codes, scales and
+/// accumulators exactly) and against the dot4 GEMM (outputs bit for bit),
+/// on shapes that leave partial 64-row, 64-column and 32-deep tiles and
+/// rows not on 16 bytes (so small M reaches the GEMM too).
+/// `DYNVRAM_REQUIRE_COOP=1` turns the skip into a failure (CI's run on a
+/// lavapipe with cooperative matrices).
+#[test]
+fn coop_gemm_matches_dot4_exactly() {
+    let Some(mut env) = env("coop_gemm_matches_dot4_exactly") else {
+        return;
+    };
+    if let Some(why) = coop_gemm_unusable(&env.gpu.caps, 64, false, false) {
+        let msg = format!("coop_gemm_matches_dot4_exactly: skipped: {why}");
+        assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
+        eprintln!("{msg}");
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let w4 = |group| Format::ConvrotW4a4 {
+        group,
+        linear_dtype: LinearDtype::Int4,
+    };
+    // (format, K, activation arithmetic): K % 32 != 0, rows off 16 bytes.
+    let cases = [
+        (w4(16), 208, ActArith::Int4),
+        (w4(16), 208, ActArith::Int8),
+        (w4(16), 1040, ActArith::Int4),
+        (w4(16), 1008, ActArith::Int8),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            196,
+            ActArith::Int8,
+        ),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: Some(4),
+            },
+            1000,
+            ActArith::Int8,
+        ),
+    ];
+    let ms = [9usize, 33, 64, 100, 257];
+    let ns = [17usize, 100, 130, 64, 1];
+    for (i, (format, k, act)) in cases.into_iter().enumerate() {
+        for (j, m) in ms.into_iter().enumerate() {
+            let n = ns[(i + j) % ns.len()];
+            let h = HostLayer::random(&mut rng, format, n, k, j % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let what = format!("{format:?} {act:?} M={m} N={n} K={k}");
+            let coop = RecordOptions {
+                gemm: GemmKernel::Coop,
+                ..Default::default()
+            };
+            check_integer(&mut env, &h, act, false, &x, coop);
+            assert!(env.scratch.last_used_coop(), "{what}: ran on dot4");
+            let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+            let choice = KernelChoice::Integer { act, fast: false };
+            let y_coop = env.run(&w, choice, &x, coop).out;
+            let dot4 = RecordOptions {
+                gemm: GemmKernel::Dot4,
+                ..Default::default()
+            };
+            let y_dot4 = env.run(&w, choice, &x, dot4).out;
+            assert!(!env.scratch.last_used_coop(), "{what}: dot4 ran on coop");
+            let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y_coop), bits(&y_dot4), "{what}: coop vs dot4");
+        }
+    }
+}
+
+/// Past 2^24 the f32 sums could round: the cooperative GEMM is refused when
+/// forced and not chosen automatically.
+#[test]
+fn coop_gemm_refuses_inexact_depths() {
+    let Some(mut env) = env("coop_gemm_refuses_inexact_depths") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    // 128 · 128 · 1028 > 2^24.
+    let format = Format::Int8Tensorwise {
+        convrot_group: None,
+    };
+    let h = HostLayer::random(&mut rng, format, 20, 1028, false);
+    let x = random_x(&mut rng, 40, 1028);
+    check_integer(
+        &mut env,
+        &h,
+        ActArith::Int8,
+        false,
+        &x,
+        RecordOptions::default(),
+    );
+    assert!(
+        !env.scratch.last_used_coop(),
+        "auto chose an inexact coop GEMM"
+    );
+    let why = coop_gemm_unusable(&env.gpu.caps, 1028, false, false).expect("refused");
+    if env.gpu.caps.coop_matrix_edge != 0 {
+        assert!(why.contains("K = 1028"), "{why}");
+    }
+    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+    let xt = upload_f32(&env.gpu, "x", &x, vec![40, 1028]).expect("x");
+    let out = upload_f32(&env.gpu, "out", &vec![0.0; 40 * 20], vec![40, 20]).expect("out");
+    let mut enc = env.gpu.device.create_command_encoder(&Default::default());
+    let forced = record_linear_with(
+        &env.gpu,
+        &env.cache,
+        &mut enc,
+        &w,
+        KernelChoice::Integer {
+            act: ActArith::Int8,
+            fast: false,
+        },
+        &xt,
+        &out,
+        &mut env.scratch,
+        &RecordOptions {
+            gemm: GemmKernel::Coop,
+            ..Default::default()
+        },
+    );
+    let err = forced.expect_err("forced coop GEMM past 2^24").to_string();
+    assert!(err.contains("cooperative-matrix GEMM"), "{err}");
 }

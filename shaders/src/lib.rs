@@ -7,16 +7,25 @@
 //! (`alias act = f32;`) and declares activation buffers as `array<act>`
 //! (loads convert to f32, stores convert back, sums stay f32). The f16
 //! variant of a module is [`with_f16_activations`]: the alias becomes
-//! `f16` and `enable f16;` goes first. `override` constants cannot change a
+//! `f16` and `enable f16;` goes first. A module that needs a WGSL extension
+//! starts with its `enable` directives, then the alias. `override` constants cannot change a
 //! type, so this one substitution replaces a copy of every file.
 //!
 //! Owns: the shader sources and their validation (see `tests/validate.rs`,
 //! which parses and validates every file with naga, in both activation
 //! types). Knows nothing else.
 
-/// A complete module: the activation alias, then the listed files of `wgsl/`
-/// concatenated (fragments first).
+/// A complete module: `enable` directives if any (`wgsl!(enable "f16"; ..)`),
+/// the activation alias, then the listed files of `wgsl/` concatenated
+/// (fragments first).
 macro_rules! wgsl {
+    (enable $($ext:literal),+; $($file:literal),+) => {
+        concat!(
+            $("enable ", $ext, ";\n",)+
+            "alias act = f32;\n",
+            $(include_str!(concat!("../wgsl/", $file))),+
+        )
+    };
     ($($file:literal),+) => {
         concat!("alias act = f32;\n", $(include_str!(concat!("../wgsl/", $file))),+)
     };
@@ -29,11 +38,30 @@ pub mod transformer;
 pub const ACT_ALIAS_F32: &str = "alias act = f32;\n";
 
 /// `source` with f16 activations: `enable f16;` first and `act` = `f16`
-/// (the device needs `SHADER_F16`). A source without [`ACT_ALIAS_F32`] gets
-/// the directive and the alias prepended all the same.
+/// (the device needs `SHADER_F16`); the module's other directives follow.
+/// A source without [`ACT_ALIAS_F32`] gets the directive and the alias
+/// prepended all the same.
 pub fn with_f16_activations(source: &str) -> String {
-    let body = source.strip_prefix(ACT_ALIAS_F32).unwrap_or(source);
-    format!("enable f16;\nalias act = f16;\n{body}")
+    let (directives, rest) = split_directives(source);
+    let body = rest.strip_prefix(ACT_ALIAS_F32).unwrap_or(rest);
+    let others: String = directives
+        .lines()
+        .filter(|l| l.trim() != "enable f16;")
+        .map(|l| format!("{l}\n"))
+        .collect();
+    format!("enable f16;\n{others}alias act = f16;\n{body}")
+}
+
+/// The leading `enable ...;` lines of a module, and the rest.
+pub fn split_directives(source: &str) -> (&str, &str) {
+    let mut end = 0;
+    for line in source.split_inclusive('\n') {
+        if !line.starts_with("enable ") {
+            break;
+        }
+        end += line.len();
+    }
+    source.split_at(end)
 }
 
 /// Every shader file, as (file name, source), for validation and tooling.

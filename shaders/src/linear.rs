@@ -45,6 +45,22 @@ pub const INT_GEMV_SUBGROUP: &str = wgsl!(
 );
 /// Integer tiled GEMM (workgroup memory).
 pub const INT_GEMM: &str = wgsl!("linear_int_common.wgsl", "linear_int_gemm.wgsl");
+/// Integer GEMM on 16×16×16 f16 cooperative matrices with f32 sums (needs
+/// `SHADER_F16`, `SUBGROUP` and that `EXPERIMENTAL_COOPERATIVE_MATRIX`
+/// configuration).
+pub const INT_GEMM_COOP16: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_int_common.wgsl",
+    "linear_coop16.wgsl",
+    "linear_int_gemm_coop.wgsl"
+);
+/// [`INT_GEMM_COOP16`] on 8×8×8 matrices.
+pub const INT_GEMM_COOP8: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_int_common.wgsl",
+    "linear_coop8.wgsl",
+    "linear_int_gemm_coop.wgsl"
+);
 
 /// Float-weight GEMV (M <= 8).
 pub const FLOAT_GEMV: &str = wgsl!(
@@ -99,6 +115,10 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_int_gemv.wgsl", INT_GEMV),
     ("linear_int_gemv.wgsl [subgroup]", INT_GEMV_SUBGROUP),
     ("linear_int_gemm.wgsl", INT_GEMM),
+    ("linear_int_gemm_coop.wgsl", INT_GEMM_COOP16),
+    // The shape fragments need the body: listed as their composition.
+    ("linear_coop16.wgsl", INT_GEMM_COOP16),
+    ("linear_coop8.wgsl", INT_GEMM_COOP8),
     ("linear_float_gemv.wgsl", FLOAT_GEMV),
     ("linear_float_gemm.wgsl", FLOAT_GEMM),
     // The tree fragments need a body's WGS: listed as their composition.

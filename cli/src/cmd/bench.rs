@@ -12,8 +12,8 @@ use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, RingConfig};
 use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
-    GemvShape, LinearScratch, LinearWeights, RecordOptions, Region, WeightPart, record_linear_with,
-    row_bytes,
+    GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region, WeightPart,
+    record_linear_with, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -89,11 +89,40 @@ pub struct LinearArgs {
     /// Invocations per workgroup of the small-M GEMV (with --gemv-rows).
     #[arg(long, default_value_t = 256)]
     gemv_wgs: u32,
+    /// Integer GEMM kernel past the GEMVs: `both` times dot4 and, where the
+    /// adapter has them, cooperative matrices side by side.
+    #[arg(long, value_enum, default_value = "both")]
+    gemm: GemmArg,
     /// Bytes of the device-to-device copy baseline (0: skip it).
     #[arg(long, default_value = "512MiB")]
     copy_size: bytesize::ByteSize,
     #[command(flatten)]
     adapter: AdapterArgs,
+}
+
+/// `--gemm` of `bench linear`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GemmArg {
+    /// The runtime's choice.
+    Auto,
+    /// The dot4 GEMM.
+    Dot4,
+    /// Cooperative matrices (an error where they cannot run).
+    Coop,
+    /// dot4, then cooperative matrices where the runtime would use them.
+    Both,
+}
+
+impl GemmArg {
+    /// The kernels to time, in order.
+    fn kernels(self) -> &'static [GemmKernel] {
+        match self {
+            Self::Auto => &[GemmKernel::Auto],
+            Self::Dot4 => &[GemmKernel::Dot4],
+            Self::Coop => &[GemmKernel::Coop],
+            Self::Both => &[GemmKernel::Dot4, GemmKernel::Auto],
+        }
+    }
 }
 
 /// Runs the chosen benchmark.
@@ -203,6 +232,8 @@ struct LinearFigure {
     n: u64,
     k: u64,
     kernel: String,
+    /// The GEMM ran on cooperative matrices.
+    coop: bool,
     /// Compute dispatches one linear records.
     dispatches: u32,
     ms: f64,
@@ -438,7 +469,16 @@ fn time_case(
         m,
         n,
         k,
-        kernel: format!("{:?}", plan.kernel),
+        kernel: format!(
+            "{:?}{}",
+            plan.kernel,
+            if scratch.last_used_coop() {
+                " coop-matrix"
+            } else {
+                ""
+            }
+        ),
+        coop: scratch.last_used_coop(),
         dispatches: scratch.last_dispatches(),
         ms: per * 1e3,
         weight_gb_per_s: wbytes as f64 / per / 1e9,
@@ -488,8 +528,18 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     for &shape in &shapes {
-        for f in a.formats.split(',') {
+        for (f, &gemm) in a
+            .formats
+            .split(',')
+            .flat_map(|f| a.gemm.kernels().iter().map(move |g| (f, g)))
+        {
+            let opts = RecordOptions { gemm, ..opts };
             let mut fig = time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts)?;
+            // `both`: the second run is only news where it took the
+            // cooperative matrices.
+            if a.gemm == GemmArg::Both && gemm == GemmKernel::Auto && !fig.coop {
+                continue;
+            }
             fig.of_copy = copy.map(|c| fig.weight_gb_per_s / c);
             if !json {
                 println!(

@@ -100,7 +100,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             c.subgroup_min_size,
             c.subgroup_max_size,
             yn(c.timestamps),
-            yn(c.cooperative_matrix)
+            match c.coop_matrix_edge {
+                0 => "no".to_owned(),
+                e => format!("{e}x{e}x{e} f16"),
+            }
         );
         println!(
             "  max buffer {}  max storage binding {}  workgroup memory {}",

@@ -4,15 +4,40 @@ use dynvram_quant::AdapterCaps;
 
 /// The caps of an opened device (features as enabled, limits as granted).
 pub fn caps_of(adapter: &wgpu::Adapter, device: &wgpu::Device) -> AdapterCaps {
-    caps_from(&adapter.get_info(), device.features(), &device.limits())
+    caps_from(adapter, device.features(), &device.limits())
 }
 
 /// The caps an adapter would offer (before opening a device).
 pub fn adapter_caps(adapter: &wgpu::Adapter) -> AdapterCaps {
-    caps_from(&adapter.get_info(), adapter.features(), &adapter.limits())
+    caps_from(adapter, adapter.features(), &adapter.limits())
 }
 
-fn caps_from(info: &wgpu::AdapterInfo, f: wgpu::Features, l: &wgpu::Limits) -> AdapterCaps {
+/// Edge of the square cooperative-matrix configuration the kernels can use
+/// on this adapter: f16 A and B, f32 accumulators, 16×16×16 (NVIDIA) or
+/// else 8×8×8 (lavapipe, Apple); 0 without one. wgpu lists only
+/// subgroup-scoped configurations and does not check shaders against them.
+pub fn coop_f16_edge(adapter: &wgpu::Adapter) -> u32 {
+    if !adapter
+        .features()
+        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    {
+        return 0;
+    }
+    let configs = adapter.cooperative_matrix_properties();
+    [16, 8]
+        .into_iter()
+        .find(|&e| {
+            configs.iter().any(|c| {
+                (c.m_size, c.n_size, c.k_size) == (e, e, e)
+                    && c.ab_type == wgpu::CooperativeScalarType::F16
+                    && c.cr_type == wgpu::CooperativeScalarType::F32
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn caps_from(adapter: &wgpu::Adapter, f: wgpu::Features, l: &wgpu::Limits) -> AdapterCaps {
+    let info = adapter.get_info();
     AdapterCaps {
         name: info.name.clone(),
         backend: info.backend.to_str().to_owned(),
@@ -21,7 +46,11 @@ fn caps_from(info: &wgpu::AdapterInfo, f: wgpu::Features, l: &wgpu::Limits) -> A
         subgroup_min_size: info.subgroup_min_size,
         subgroup_max_size: info.subgroup_max_size,
         timestamps: f.contains(wgpu::Features::TIMESTAMP_QUERY),
-        cooperative_matrix: f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+        coop_matrix_edge: if f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            coop_f16_edge(adapter)
+        } else {
+            0
+        },
         max_buffer_size: l.max_buffer_size,
         max_storage_binding: l.max_storage_buffer_binding_size,
         max_workgroup_storage: l.max_compute_workgroup_storage_size,

@@ -61,17 +61,30 @@ impl Gpu {
     /// Opens a device on a given adapter.
     pub fn open_adapter(adapter: wgpu::Adapter) -> Result<Self, GpuError> {
         let info = adapter.get_info();
-        let wanted = wgpu::Features::SHADER_F16
+        let mut wanted = wgpu::Features::SHADER_F16
             | wgpu::Features::SUBGROUP
             | wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+        let coop = coop_matrix_wanted() && caps::coop_f16_edge(&adapter) != 0;
+        if coop {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
+        let experimental_features = if coop {
+            // SAFETY: cooperative matrices are used by one kernel
+            // (linear_int_gemm_coop.wgsl), only in the configuration the
+            // adapter lists, and checked against the dot4 GEMM bit for bit
+            // by the tests; `DYNVRAM_COOP_MATRIX=off` leaves them disabled.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let desc = wgpu::DeviceDescriptor {
             label: Some("dynvram"),
             required_features: features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
@@ -372,6 +385,12 @@ enum ShaderChecks {
     All,
     NoLoopBound,
     None,
+}
+
+/// Cooperative matrices are requested where offered unless
+/// `DYNVRAM_COOP_MATRIX=off` (wgpu marks them experimental).
+fn coop_matrix_wanted() -> bool {
+    std::env::var("DYNVRAM_COOP_MATRIX").as_deref() != Ok("off")
 }
 
 fn shader_checks() -> ShaderChecks {

@@ -15,6 +15,8 @@ pub struct LinearScratch {
     dummy: Option<Arc<wgpu::Buffer>>,
     /// Dispatches the last recorded linear took.
     dispatches: u32,
+    /// The last recorded linear ran the cooperative-matrix GEMM.
+    coop: bool,
 }
 
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
@@ -63,8 +65,9 @@ impl LinearScratch {
     }
 
     /// The last activation codes (`[M, ceil(K/4)]` u32 words, four i8 codes
-    /// each, byte 0 first; for int4 weights each 8-column block holds its even
-    /// columns in the first word and its odd columns in the second).
+    /// each, byte 0 first; for int4 weights on the dot4 kernels each 8-column
+    /// block holds its even columns in the first word and its odd columns in
+    /// the second, see [`Self::last_used_coop`]).
     pub fn act_codes(&self) -> Option<&Arc<wgpu::Buffer>> {
         self.codes.as_ref()
     }
@@ -82,6 +85,16 @@ impl LinearScratch {
 
     pub(super) fn set_dispatches(&mut self, count: u32) {
         self.dispatches = count;
+    }
+
+    /// The last recorded linear multiplied on cooperative matrices (its
+    /// activation codes are in column order).
+    pub fn last_used_coop(&self) -> bool {
+        self.coop
+    }
+
+    pub(super) fn set_coop(&mut self, coop: bool) {
+        self.coop = coop;
     }
 
     /// The last rotated input (`[M, K]` f32), for rotated layers.

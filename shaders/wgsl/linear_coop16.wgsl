@@ -1,0 +1,6 @@
+// The cooperative-matrix shape of linear_int_gemm_coop.wgsl: 16 x 16 x 16,
+// f16 inputs, f32 accumulators (NVIDIA tensor cores).
+const CM: u32 = 16u;
+alias cm_a = coop_mat16x16<f16, A>;
+alias cm_b = coop_mat16x16<f16, B>;
+alias cm_c = coop_mat16x16<f32, C>;
