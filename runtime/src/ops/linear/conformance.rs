@@ -329,6 +329,10 @@ impl<'d> Ctx<'_, 'd> {
         let x = f32s(self.tensor("input")?);
         let expected = f32s(self.tensor(target)?);
         let (y, scales) = self.run(&layer, plan.kernel, &x)?;
+        let mut path = path_name(plan.kernel);
+        if self.scratch.last_used_coop() {
+            path.push_str(" coop-matrix");
+        }
         let w_scales = layer.bytes.scale.map(f32s).unwrap_or_default();
         let cmp = compare(
             &y,
@@ -338,7 +342,7 @@ impl<'d> Ctx<'_, 'd> {
         );
         Ok(CaseReport {
             case,
-            path: path_name(plan.kernel),
+            path,
             target: target.into(),
             skipped: None,
             comparison: Some(cmp),
