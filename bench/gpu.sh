@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything measured on the GPU machine, in one go (see ../shared/BENCH.md).
 # Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/
-# (and, for the real-VRAM fault row, the `faults` test binary in .dev/faults).
+# (and, for the real-VRAM fault row, the `faults` test binary in .dev/faults;
+# for the kernel checks, the `linear_random` test binary in .dev/linear_random).
 # Correctness first (probe, conformance, run), then timings; every output
 # lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
 #   PARTS="check linear pass s2 rss upload torch faults llama" bash bench/gpu.sh
@@ -19,12 +20,21 @@ if want check; then
   step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
   step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
   step run;          $d run $b 2>&1 | tee "$out/run.txt"
+  if [ -x .dev/linear_random ]; then
+    # The linear kernels against the CPU reference on this GPU, the
+    # cooperative-matrix GEMM required (16x16 tensor cores on NVIDIA).
+    step "linear property tests (cooperative matrices required)"
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 timeout 300 .dev/linear_random 2>&1 | tail -12 | tee "$out/linear_random.txt"
+  fi
 fi
 if want linear; then
   step "bench linear M=1"
   $d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
   step "bench linear M=16,256,4096"
   $d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
+  step "bench linear: cooperative-matrix GEMM shapes (K3 tuning)"
+  $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288,256x4096x4096 --formats w4a4,w4a8 --gemm coop \
+    --coop-shapes 2x2x32,2x4x32,4x2x32,4x4x32,2x2x64,2x4x64,4x2x64,4x4x16 --reps 3 --copy-size 0 2>&1 | tee "$out/linear_coop.txt"
 fi
 if want pass; then
   step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget (copy queue, then without), then 2x"

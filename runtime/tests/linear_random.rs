@@ -21,7 +21,7 @@ use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::linear::{
-    GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
+    CoopShape, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
     coop_gemm_unusable, record_linear_with,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
@@ -448,7 +448,7 @@ fn coop_gemm_matches_dot4_exactly() {
     let Some(mut env) = env("coop_gemm_matches_dot4_exactly") else {
         return;
     };
-    if let Some(why) = coop_gemm_unusable(&env.gpu.caps, 64, false, false) {
+    if let Some(why) = coop_gemm_unusable(&env.gpu.caps, 64, false, false, CoopShape::default()) {
         let msg = format!("coop_gemm_matches_dot4_exactly: skipped: {why}");
         assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
         eprintln!("{msg}");
@@ -482,7 +482,7 @@ fn coop_gemm_matches_dot4_exactly() {
     ];
     let ms = [9usize, 33, 64, 100, 257];
     let ns = [17usize, 100, 130, 64, 1];
-    for (i, (format, k, act)) in cases.into_iter().enumerate() {
+    for (i, &(format, k, act)) in cases.iter().enumerate() {
         for (j, m) in ms.into_iter().enumerate() {
             let n = ns[(i + j) % ns.len()];
             let h = HostLayer::random(&mut rng, format, n, k, j % 2 == 0);
@@ -503,10 +503,55 @@ fn coop_gemm_matches_dot4_exactly() {
             };
             let y_dot4 = env.run(&w, choice, &x, dot4).out;
             assert!(!env.scratch.last_used_coop(), "{what}: dot4 ran on coop");
-            let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&y_coop), bits(&y_dot4), "{what}: coop vs dot4");
         }
     }
+    // Other workgroup shapes (for tuning) give the same bits.
+    let shapes = [
+        CoopShape {
+            sg_m: 1,
+            sg_n: 2,
+            bk: 64,
+        },
+        CoopShape {
+            sg_m: 4,
+            sg_n: 1,
+            bk: 16,
+        },
+        CoopShape {
+            sg_m: 3,
+            sg_n: 2,
+            bk: 32,
+        },
+    ];
+    let (format, k, act) = cases[1];
+    let h = HostLayer::random(&mut rng, format, 130, k, true);
+    let x = random_x(&mut rng, 100, k);
+    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+    let choice = KernelChoice::Integer { act, fast: false };
+    let dot4 = RecordOptions {
+        gemm: GemmKernel::Dot4,
+        ..Default::default()
+    };
+    let y_dot4 = env.run(&w, choice, &x, dot4).out;
+    for shape in shapes {
+        if let Some(why) = coop_gemm_unusable(&env.gpu.caps, k as u64, false, true, shape) {
+            eprintln!("coop shape {shape:?}: skipped: {why}");
+            continue;
+        }
+        let opts = RecordOptions {
+            gemm: GemmKernel::Coop,
+            coop: Some(shape),
+            ..Default::default()
+        };
+        let y = env.run(&w, choice, &x, opts).out;
+        assert!(env.scratch.last_used_coop());
+        assert_eq!(bits(&y), bits(&y_dot4), "{shape:?}: coop vs dot4");
+    }
+}
+
+fn bits(y: &[f32]) -> Vec<u32> {
+    y.iter().map(|v| v.to_bits()).collect()
 }
 
 /// Past 2^24 the f32 sums could round: the cooperative GEMM is refused when
@@ -535,7 +580,8 @@ fn coop_gemm_refuses_inexact_depths() {
         !env.scratch.last_used_coop(),
         "auto chose an inexact coop GEMM"
     );
-    let why = coop_gemm_unusable(&env.gpu.caps, 1028, false, false).expect("refused");
+    let why = coop_gemm_unusable(&env.gpu.caps, 1028, false, false, CoopShape::default())
+        .expect("refused");
     if env.gpu.caps.coop_matrix_edge != 0 {
         assert!(why.contains("K = 1028"), "{why}");
     }

@@ -7,23 +7,28 @@
 // equals the dot4 GEMM's bit for bit.
 //
 // Activation codes come in natural column order (act quant PERM8 = false).
-// A workgroup is NSG = 4 subgroups of exactly SG invocations (the host picks
-// this kernel only where the subgroup size is fixed) and computes a
-// TILE x TILE output tile, each subgroup a quarter as 2 x 2 accumulators of
-// CM x CM. Each K step stages TILE x 32 activations and weights as f16.
-// Dispatch: (ceil(N / TILE), ceil(M / TILE), 1).
+// A workgroup is SG_M x SG_N subgroups of exactly SG invocations (the host
+// picks this kernel only where the subgroup size is fixed) and computes a
+// TILE_M x TILE_N output tile, each subgroup 2 x 2 accumulators of CM x CM.
+// Each K step stages BK columns of the tile's activations and weights as f16.
+// Dispatch: (ceil(N / TILE_N), ceil(M / TILE_M), 1).
 
 override SG: u32 = 32u;
+// Subgroups along M and N; each computes 2 x 2 matrices of CM x CM.
+override SG_M: u32 = 2u;
+override SG_N: u32 = 2u;
+// K columns staged per step (a multiple of 32).
+override BK: u32 = 32u;
 
-const NSG: u32 = 4u;
-const TILE: u32 = 4u * CM;
-const BK: u32 = 32u;
+override NSG: u32 = SG_M * SG_N;
+override TILE_M: u32 = 2u * CM * SG_M;
+override TILE_N: u32 = 2u * CM * SG_N;
 // Row pitch of the staged tiles in f16: 16-byte aligned rows, skewed by 16
 // bytes to spread rows over memory banks.
-const PITCH: u32 = BK + 8u;
+override PITCH: u32 = BK + 8u;
 
-var<workgroup> a_sh: array<f16, TILE * PITCH>;
-var<workgroup> b_sh: array<f16, TILE * PITCH>;
+var<workgroup> a_sh: array<f16, TILE_M * PITCH>;
+var<workgroup> b_sh: array<f16, TILE_N * PITCH>;
 // One accumulator per subgroup on its way to the epilogue.
 var<workgroup> c_sh: array<f32, NSG * CM * CM>;
 
@@ -39,7 +44,7 @@ fn i4_at(word: u32, i: u32) -> f16 {
 // rows as f16 (zeros past M, N and K).
 fn stage(lid: u32, m0: u32, n0: u32, kt: u32) {
     let kw = p.k / 4u;
-    for (var idx = lid; idx < TILE * BK / 4u; idx += SG * NSG) {
+    for (var idx = lid; idx < TILE_M * BK / 4u; idx += SG * NSG) {
         let r = idx / (BK / 4u);
         let c = idx % (BK / 4u);
         var word = 0u;
@@ -52,7 +57,7 @@ fn stage(lid: u32, m0: u32, n0: u32, kt: u32) {
     }
     if W4 {
         let wpr = p.k / 8u;
-        for (var idx = lid; idx < TILE * BK / 8u; idx += SG * NSG) {
+        for (var idx = lid; idx < TILE_N * BK / 8u; idx += SG * NSG) {
             let r = idx / (BK / 8u);
             let c = idx % (BK / 8u);
             var word = 0u;
@@ -64,7 +69,7 @@ fn stage(lid: u32, m0: u32, n0: u32, kt: u32) {
             }
         }
     } else {
-        for (var idx = lid; idx < TILE * BK / 4u; idx += SG * NSG) {
+        for (var idx = lid; idx < TILE_N * BK / 4u; idx += SG * NSG) {
             let r = idx / (BK / 4u);
             let c = idx % (BK / 4u);
             var word = 0u;
@@ -105,15 +110,15 @@ fn main(
     @builtin(num_subgroups) nsg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let n0 = wid.x * TILE;
-    let m0 = wid.y * TILE;
+    let n0 = wid.x * TILE_N;
+    let m0 = wid.y * TILE_M;
     // Subgroups of another size than the host assumed would compute a
     // wrong tile: every store becomes NaN instead (control flow stays
     // uniform, as the cooperative operations require).
     let ok = nsg == NSG;
     let sq = min(sg, NSG - 1u);
-    let sm = 2u * CM * (sq / 2u);
-    let sn = 2u * CM * (sq % 2u);
+    let sm = 2u * CM * (sq / SG_N);
+    let sn = 2u * CM * (sq % SG_N);
     var acc00 = cm_c();
     var acc01 = cm_c();
     var acc10 = cm_c();

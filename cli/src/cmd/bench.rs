@@ -12,8 +12,8 @@ use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, RingConfig};
 use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
-    GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region, WeightPart,
-    record_linear_with, row_bytes,
+    CoopShape, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
+    WeightPart, record_linear_with, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -93,6 +93,10 @@ pub struct LinearArgs {
     /// adapter has them, cooperative matrices side by side.
     #[arg(long, value_enum, default_value = "both")]
     gemm: GemmArg,
+    /// Cooperative-matrix GEMM shapes to time, `SG_MxSG_NxBK` (subgroups
+    /// along M and N, staged K columns), comma separated; for tuning.
+    #[arg(long, value_delimiter = ',', value_parser = parse_coop_shape)]
+    coop_shapes: Vec<CoopShape>,
     /// Bytes of the device-to-device copy baseline (0: skip it).
     #[arg(long, default_value = "512MiB")]
     copy_size: bytesize::ByteSize,
@@ -343,6 +347,18 @@ fn parse_format(name: &str) -> anyhow::Result<(Format, LinearDtypeOverride)> {
     })
 }
 
+fn parse_coop_shape(s: &str) -> Result<CoopShape, String> {
+    let v: Vec<u32> = s
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK): {e}"))?;
+    match v[..] {
+        [sg_m, sg_n, bk] => Ok(CoopShape { sg_m, sg_n, bk }),
+        _ => Err(format!("bad shape `{s}`: want SG_MxSG_NxBK, e.g. 2x2x32")),
+    }
+}
+
 fn parse_shape(s: &str) -> anyhow::Result<(u64, u64, u64)> {
     let v: Vec<u64> = s
         .split('x')
@@ -469,15 +485,12 @@ fn time_case(
         m,
         n,
         k,
-        kernel: format!(
-            "{:?}{}",
-            plan.kernel,
-            if scratch.last_used_coop() {
-                " coop-matrix"
-            } else {
-                ""
-            }
-        ),
+        kernel: if scratch.last_used_coop() {
+            let CoopShape { sg_m, sg_n, bk } = opts.coop.unwrap_or_default();
+            format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
+        } else {
+            format!("{:?}", plan.kernel)
+        },
         coop: scratch.last_used_coop(),
         dispatches: scratch.last_dispatches(),
         ms: per * 1e3,
@@ -528,13 +541,36 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     for &shape in &shapes {
-        for (f, &gemm) in a
-            .formats
-            .split(',')
-            .flat_map(|f| a.gemm.kernels().iter().map(move |g| (f, g)))
-        {
-            let opts = RecordOptions { gemm, ..opts };
-            let mut fig = time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts)?;
+        let coop_shapes: Vec<Option<CoopShape>> = if a.coop_shapes.is_empty() {
+            vec![None]
+        } else {
+            a.coop_shapes.iter().copied().map(Some).collect()
+        };
+        let runs = a.formats.split(',').flat_map(|f| {
+            a.gemm.kernels().iter().flat_map({
+                let coop_shapes = &coop_shapes;
+                move |&g| {
+                    // dot4 once; the other kernels once per coop shape.
+                    let shapes = if g == GemmKernel::Dot4 {
+                        &coop_shapes[..1]
+                    } else {
+                        &coop_shapes[..]
+                    };
+                    shapes.iter().map(move |&c| (f, g, c))
+                }
+            })
+        });
+        for (f, gemm, coop) in runs {
+            let opts = RecordOptions { gemm, coop, ..opts };
+            let mut fig = match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts) {
+                Ok(fig) => fig,
+                // A shape sweep goes on past shapes this adapter cannot run.
+                Err(e) if coop.is_some() && gemm == GemmKernel::Coop => {
+                    eprintln!("{f} {shape:?} {coop:?}: skipped: {e:#}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             // `both`: the second run is only news where it took the
             // cooperative matrices.
             if a.gemm == GemmArg::Both && gemm == GemmKernel::Auto && !fig.coop {

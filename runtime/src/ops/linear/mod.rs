@@ -40,8 +40,8 @@ mod weights;
 
 pub use error::LinearError;
 pub use record::{
-    GEMV_MAX_M, GemmKernel, GemvShape, ROWS_GEMV_MAX_M, RecordOptions, coop_gemm_unusable,
-    record_linear, record_linear_with,
+    CoopShape, GEMV_MAX_M, GemmKernel, GemvShape, ROWS_GEMV_MAX_M, RecordOptions,
+    coop_gemm_unusable, record_linear, record_linear_with,
 };
 pub use scratch::LinearScratch;
 pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

@@ -13,7 +13,9 @@ use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::tensor::{ActDtype, GpuTensor};
 
+mod coop;
 mod gemv;
+pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
 
 /// Rows of activations up to which every GEMV kernel runs (and activation
@@ -23,70 +25,6 @@ pub const GEMV_MAX_M: u64 = 8;
 
 /// Output tile edge of the GEMM kernels.
 const GEMM_TILE: u64 = 32;
-
-/// Subgroups per workgroup of the cooperative-matrix GEMM (`NSG`); each
-/// computes 2 × 2 matrices, so the output tile edge is 4 × the matrix edge.
-const COOP_SUBGROUPS: u32 = 4;
-
-/// Workgroup memory of the cooperative-matrix GEMM for matrix edge `e`:
-/// two (4e × 40) f16 tiles and four e × e f32 accumulators.
-const fn coop_workgroup_bytes(e: u32) -> u32 {
-    2 * (4 * e) * 40 * 2 + COOP_SUBGROUPS * e * e * 4
-}
-
-/// Which kernel multiplies when M is past the GEMVs (integer formats).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GemmKernel {
-    /// Cooperative matrices where [`coop_gemm_unusable`] finds nothing
-    /// against them, else dot4.
-    #[default]
-    Auto,
-    /// The tiled `dot4I8Packed` GEMM.
-    Dot4,
-    /// The f16 cooperative-matrix GEMM; an error where it cannot run.
-    Coop,
-}
-
-/// Why the cooperative-matrix GEMM cannot run a layer on this adapter, or
-/// `None` when it can. Its f32 sums are exact (equal to dot4's i32) only
-/// while `max|code| · max|weight| · K <= 2^24`.
-pub fn coop_gemm_unusable(
-    caps: &dynvram_quant::AdapterCaps,
-    k: u64,
-    int4_act: bool,
-    int4_weights: bool,
-) -> Option<String> {
-    let edge = caps.coop_matrix_edge;
-    if edge == 0 || !caps.shader_f16 || !caps.subgroups {
-        return Some(
-            "the adapter lacks f16 cooperative matrices (16x16 or 8x8 with f32 sums), SHADER_F16 or subgroups"
-                .into(),
-        );
-    }
-    let sg = caps.subgroup_min_size;
-    if sg == 0 || sg != caps.subgroup_max_size {
-        return Some(format!(
-            "the subgroup size is not fixed ({}..{})",
-            caps.subgroup_min_size, caps.subgroup_max_size
-        ));
-    }
-    let bytes = coop_workgroup_bytes(edge);
-    if sg * COOP_SUBGROUPS > caps.max_invocations_per_workgroup
-        || bytes > caps.max_workgroup_storage
-    {
-        return Some(format!(
-            "{COOP_SUBGROUPS} subgroups of {sg} or {bytes} bytes of workgroup memory exceed the adapter's limits"
-        ));
-    }
-    let a_max: u64 = if int4_act { 8 } else { 128 };
-    let w_max: u64 = if int4_weights { 8 } else { 128 };
-    if a_max * w_max * k > 1 << 24 {
-        return Some(format!(
-            "K = {k} with codes up to {a_max} and weights up to {w_max} can leave f32's exact integers"
-        ));
-    }
-    None
-}
 
 /// Largest group the rotation kernel holds in workgroup memory.
 const MAX_GROUP: u32 = 4096;
@@ -109,6 +47,9 @@ pub struct RecordOptions {
     pub gemv: Option<GemvShape>,
     /// The integer GEMM kernel.
     pub gemm: GemmKernel,
+    /// The cooperative-matrix GEMM's shape instead of the default (for
+    /// tuning on a real GPU; checked against the adapter's limits).
+    pub coop: Option<CoopShape>,
 }
 
 /// Records `out = x · Wᵀ + b` into `encoder` with the kernels of `choice`.
@@ -188,6 +129,7 @@ pub fn record_linear_with(
         act: x.dtype,
         gemv: rows_gemv.then_some(gemv),
         gemm: opts.gemm,
+        coop: opts.coop.unwrap_or_default(),
         dispatches: &dispatches,
     };
     let unsupported = |what: String| LinearError::Unsupported { what, n, k };
@@ -403,6 +345,8 @@ struct Recorder<'a> {
     gemv: Option<GemvShape>,
     /// The integer GEMM kernel asked for.
     gemm: GemmKernel,
+    /// The cooperative-matrix GEMM's shape.
+    coop: CoopShape,
     /// Dispatches recorded so far.
     dispatches: &'a Cell<u32>,
 }
@@ -556,7 +500,8 @@ impl Recorder<'_> {
             return Ok(false);
         }
         let int4_act = int.mode == 0;
-        match coop_gemm_unusable(&self.gpu.caps, self.weights.k, int4_act, int.w4) {
+        let caps = &self.gpu.caps;
+        match coop_gemm_unusable(caps, self.weights.k, int4_act, int.w4, self.coop) {
             None => Ok(true),
             Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
             Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
@@ -693,28 +638,31 @@ impl Recorder<'_> {
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
         let gemv = m <= GEMV_MAX_M;
-        let sg = self.gpu.caps.subgroup_min_size;
-        let (source, kind, tile) = match (gemv, fast, coop) {
-            (true, true, _) => (shaders::INT_GEMV_SUBGROUP, "gemv|sg".into(), 0),
-            (true, false, _) => (shaders::INT_GEMV, "gemv|wg".into(), 0),
-            (false, _, false) => (shaders::INT_GEMM, "gemm".into(), GEMM_TILE),
+        let (source, kind, tile, constants) = match (gemv, fast, coop) {
+            (true, true, _) => (
+                shaders::INT_GEMV_SUBGROUP,
+                "gemv|sg".into(),
+                (0, 0),
+                constants.to_vec(),
+            ),
+            (true, false, _) => (
+                shaders::INT_GEMV,
+                "gemv|wg".into(),
+                (0, 0),
+                constants.to_vec(),
+            ),
+            (false, _, false) => (
+                shaders::INT_GEMM,
+                "gemm".into(),
+                (GEMM_TILE, GEMM_TILE),
+                constants.to_vec(),
+            ),
             (false, _, true) => {
-                let edge = self.gpu.caps.coop_matrix_edge;
-                let source = if edge == 16 {
-                    shaders::INT_GEMM_COOP16
-                } else {
-                    shaders::INT_GEMM_COOP8
-                };
-                let tile = u64::from(edge * COOP_SUBGROUPS);
-                (source, format!("gemm_coop{edge}|SG={sg}"), tile)
+                let caps = &self.gpu.caps;
+                let (source, kind, extra, tile) =
+                    coop::specialise(caps.coop_matrix_edge, caps.subgroup_min_size, self.coop);
+                (source, kind, tile, [&constants[..], &extra[..]].concat())
             }
-        };
-        let constants = if coop {
-            let mut c = constants.to_vec();
-            c.push(("SG", f64::from(sg)));
-            c
-        } else {
-            constants.to_vec()
         };
         let key = format!(
             "linear_int_{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}",
@@ -745,7 +693,7 @@ impl Recorder<'_> {
             let groups = if gemv {
                 grid(c.rows)
             } else {
-                (c.rows.div_ceil(tile) as u32, m.div_ceil(tile) as u32)
+                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
             self.dispatch(
                 encoder,

@@ -1,0 +1,214 @@
+//! The integer GEMM on f16 cooperative matrices (`linear_int_gemm_coop.wgsl`):
+//! when it may run, its workgroup shape, and its specialisation.
+//!
+//! Why it is exact: activation codes and weights are integers of at most
+//! 8 (int4) or 128 (int8) in magnitude, exact in f16, so every product is
+//! exact, and an f32 sum of integers is exact while it stays within 2^24.
+//! Where `max|code| · max|weight| · K <= 2^24` the result equals the dot4
+//! GEMM's i32 accumulator, and the shared epilogue makes the outputs equal
+//! bit for bit.
+
+use dynvram_quant::AdapterCaps;
+use dynvram_shaders::linear as shaders;
+
+/// Which kernel multiplies when M is past the GEMVs (integer formats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GemmKernel {
+    /// Cooperative matrices where [`coop_gemm_unusable`] finds nothing
+    /// against them, else dot4.
+    #[default]
+    Auto,
+    /// The tiled `dot4I8Packed` GEMM.
+    Dot4,
+    /// The f16 cooperative-matrix GEMM; an error where it cannot run.
+    Coop,
+}
+
+/// Workgroup shape of the cooperative-matrix GEMM: `sg_m × sg_n` subgroups,
+/// each computing 2 × 2 matrices of the adapter's edge `e` (an output tile
+/// of `2e·sg_m × 2e·sg_n`), staging `bk` columns of K per step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoopShape {
+    /// Subgroups along M (`SG_M`).
+    pub sg_m: u32,
+    /// Subgroups along N (`SG_N`).
+    pub sg_n: u32,
+    /// K columns staged per step (`BK`).
+    pub bk: u32,
+}
+
+impl Default for CoopShape {
+    /// 2 × 2 subgroups, 32 columns: 64 × 64 tiles on 16 × 16 matrices.
+    fn default() -> Self {
+        Self {
+            sg_m: 2,
+            sg_n: 2,
+            bk: 32,
+        }
+    }
+}
+
+impl CoopShape {
+    /// Output tile `(rows of M, rows of N)` for matrix edge `edge`.
+    pub fn tile(self, edge: u32) -> (u32, u32) {
+        (2 * edge * self.sg_m, 2 * edge * self.sg_n)
+    }
+
+    /// Workgroup memory for matrix edge `edge`: the two staged f16 tiles
+    /// (rows padded by 8 columns) and one f32 matrix per subgroup.
+    pub fn workgroup_bytes(self, edge: u32) -> u32 {
+        let (tm, tn) = self.tile(edge);
+        (tm + tn) * (self.bk + 8) * 2 + self.sg_m * self.sg_n * edge * edge * 4
+    }
+
+    /// Checks the shape against the kernel's and the adapter's limits.
+    fn check(self, edge: u32, sg: u32, caps: &AdapterCaps) -> Result<(), String> {
+        let Self { sg_m, sg_n, bk } = self;
+        if !(1..=8).contains(&sg_m) || !(1..=8).contains(&sg_n) {
+            return Err(format!("{sg_m} x {sg_n} subgroups: each must be 1..=8"));
+        }
+        if bk == 0 || bk % 8 != 0 || bk % edge != 0 || bk > 256 {
+            return Err(format!(
+                "{bk} staged K columns: a multiple of 8 and of the matrix edge {edge}, at most 256"
+            ));
+        }
+        let (invocations, bytes) = (sg * sg_m * sg_n, self.workgroup_bytes(edge));
+        if invocations > caps.max_invocations_per_workgroup || bytes > caps.max_workgroup_storage {
+            return Err(format!(
+                "{sg_m} x {sg_n} subgroups of {sg} ({invocations} invocations) and {bytes} bytes of workgroup memory exceed the adapter's {} and {}",
+                caps.max_invocations_per_workgroup, caps.max_workgroup_storage
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why the cooperative-matrix GEMM cannot run a layer of depth `k` on this
+/// adapter with `shape`, or `None` when it can (see the module docs for the
+/// 2^24 bound).
+pub fn coop_gemm_unusable(
+    caps: &AdapterCaps,
+    k: u64,
+    int4_act: bool,
+    int4_weights: bool,
+    shape: CoopShape,
+) -> Option<String> {
+    let edge = caps.coop_matrix_edge;
+    if edge == 0 || !caps.shader_f16 || !caps.subgroups {
+        return Some(
+            "the adapter lacks f16 cooperative matrices (16x16 or 8x8 with f32 sums), SHADER_F16 or subgroups"
+                .into(),
+        );
+    }
+    let sg = caps.subgroup_min_size;
+    if sg == 0 || sg != caps.subgroup_max_size {
+        return Some(format!(
+            "the subgroup size is not fixed ({}..{})",
+            caps.subgroup_min_size, caps.subgroup_max_size
+        ));
+    }
+    if let Err(why) = shape.check(edge, sg, caps) {
+        return Some(why);
+    }
+    let a_max: u64 = if int4_act { 8 } else { 128 };
+    let w_max: u64 = if int4_weights { 8 } else { 128 };
+    if a_max * w_max * k > 1 << 24 {
+        return Some(format!(
+            "K = {k} with codes up to {a_max} and weights up to {w_max} can leave f32's exact integers"
+        ));
+    }
+    None
+}
+
+/// The kernel's source, pipeline-key suffix, extra constants and output
+/// tile `(M, N)` on an adapter whose matrix edge and subgroup size are
+/// `edge` and `sg` (checked by [`coop_gemm_unusable`]).
+pub(super) fn specialise(
+    edge: u32,
+    sg: u32,
+    shape: CoopShape,
+) -> (&'static str, String, [(&'static str, f64); 4], (u64, u64)) {
+    let source = if edge == 16 {
+        shaders::INT_GEMM_COOP16
+    } else {
+        shaders::INT_GEMM_COOP8
+    };
+    let CoopShape { sg_m, sg_n, bk } = shape;
+    let key = format!("gemm_coop{edge}|SG={sg}|{sg_m}x{sg_n}x{bk}");
+    let constants = [
+        ("SG", f64::from(sg)),
+        ("SG_M", f64::from(sg_m)),
+        ("SG_N", f64::from(sg_n)),
+        ("BK", f64::from(bk)),
+    ];
+    let (tm, tn) = shape.tile(edge);
+    (source, key, constants, (u64::from(tm), u64::from(tn)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coop_caps(edge: u32, sg: u32) -> AdapterCaps {
+        AdapterCaps {
+            shader_f16: true,
+            subgroups: true,
+            subgroup_min_size: sg,
+            subgroup_max_size: sg,
+            coop_matrix_edge: edge,
+            max_workgroup_storage: 48 << 10,
+            max_invocations_per_workgroup: 1024,
+            ..AdapterCaps::baseline("test", "vulkan")
+        }
+    }
+
+    #[test]
+    fn exactness_bound_decides_by_depth_and_arithmetic() {
+        let caps = coop_caps(16, 32);
+        let d = CoopShape::default();
+        assert_eq!(coop_gemm_unusable(&caps, 262_144, true, true, d), None);
+        assert!(coop_gemm_unusable(&caps, 262_152, true, true, d).is_some());
+        assert_eq!(coop_gemm_unusable(&caps, 16_384, false, true, d), None);
+        assert!(coop_gemm_unusable(&caps, 16_392, false, true, d).is_some());
+        assert_eq!(coop_gemm_unusable(&caps, 1024, false, false, d), None);
+        let why = coop_gemm_unusable(&caps, 1028, false, false, d).expect("past 2^24");
+        assert!(why.contains("K = 1028"), "{why}");
+    }
+
+    #[test]
+    fn adapters_without_the_pieces_are_refused() {
+        let d = CoopShape::default();
+        let none = coop_gemm_unusable(&coop_caps(0, 32), 64, true, true, d);
+        assert!(none.is_some_and(|w| w.contains("cooperative matrices")));
+        let mut varying = coop_caps(16, 32);
+        varying.subgroup_min_size = 16;
+        let why = coop_gemm_unusable(&varying, 64, true, true, d).expect("varying subgroups");
+        assert!(why.contains("16..32"), "{why}");
+    }
+
+    #[test]
+    fn shapes_are_checked_against_the_limits() {
+        let caps = coop_caps(16, 32);
+        // 64 x 64 tiles: 128 · 40 · 2 + 4 · 256 · 4 bytes.
+        assert_eq!(CoopShape::default().workgroup_bytes(16), 14_336);
+        assert_eq!(CoopShape::default().tile(8), (32, 32));
+        let big = CoopShape {
+            sg_m: 4,
+            sg_n: 4,
+            bk: 64,
+        };
+        let why = coop_gemm_unusable(&caps, 64, true, true, big).expect("too much memory");
+        assert!(why.contains("workgroup memory"), "{why}");
+        let odd = CoopShape {
+            bk: 24,
+            ..CoopShape::default()
+        };
+        assert!(coop_gemm_unusable(&caps, 64, true, true, odd).is_some());
+        let fits = CoopShape {
+            sg_m: 4,
+            sg_n: 2,
+            bk: 32,
+        };
+        assert_eq!(coop_gemm_unusable(&caps, 64, true, true, fits), None);
+    }
+}
