@@ -659,9 +659,13 @@ impl Recorder<'_> {
             ),
             (false, _, true) => {
                 let caps = &self.gpu.caps;
-                let (source, kind, extra, tile) =
-                    coop::specialise(caps.coop_matrix_edge, caps.subgroup_min_size, self.coop);
-                (source, kind, tile, [&constants[..], &extra[..]].concat())
+                let k = coop::specialise(caps.coop_matrix_edge, caps.subgroup_min_size, self.coop);
+                (
+                    k.source,
+                    k.key,
+                    k.tile,
+                    [&constants[..], &k.constants[..]].concat(),
+                )
             }
         };
         let key = format!(

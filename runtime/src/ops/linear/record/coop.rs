@@ -120,29 +120,38 @@ pub fn coop_gemm_unusable(
     None
 }
 
-/// The kernel's source, pipeline-key suffix, extra constants and output
-/// tile `(M, N)` on an adapter whose matrix edge and subgroup size are
-/// `edge` and `sg` (checked by [`coop_gemm_unusable`]).
-pub(super) fn specialise(
-    edge: u32,
-    sg: u32,
-    shape: CoopShape,
-) -> (&'static str, String, [(&'static str, f64); 4], (u64, u64)) {
+/// The kernel specialised for one adapter and shape.
+pub(super) struct CoopKernel {
+    pub source: &'static str,
+    /// Pipeline-key part.
+    pub key: String,
+    /// Override constants besides the integer kernels' own.
+    pub constants: [(&'static str, f64); 4],
+    /// Output tile `(M, N)` of a workgroup.
+    pub tile: (u64, u64),
+}
+
+/// The kernel on an adapter whose matrix edge and subgroup size are `edge`
+/// and `sg` (checked by [`coop_gemm_unusable`]).
+pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape) -> CoopKernel {
     let source = if edge == 16 {
         shaders::INT_GEMM_COOP16
     } else {
         shaders::INT_GEMM_COOP8
     };
     let CoopShape { sg_m, sg_n, bk } = shape;
-    let key = format!("gemm_coop{edge}|SG={sg}|{sg_m}x{sg_n}x{bk}");
-    let constants = [
-        ("SG", f64::from(sg)),
-        ("SG_M", f64::from(sg_m)),
-        ("SG_N", f64::from(sg_n)),
-        ("BK", f64::from(bk)),
-    ];
     let (tm, tn) = shape.tile(edge);
-    (source, key, constants, (u64::from(tm), u64::from(tn)))
+    CoopKernel {
+        source,
+        key: format!("gemm_coop{edge}|SG={sg}|{sg_m}x{sg_n}x{bk}"),
+        constants: [
+            ("SG", f64::from(sg)),
+            ("SG_M", f64::from(sg_m)),
+            ("SG_N", f64::from(sg_n)),
+            ("BK", f64::from(bk)),
+        ],
+        tile: (u64::from(tm), u64::from(tn)),
+    }
 }
 
 #[cfg(test)]
