@@ -83,13 +83,14 @@ impl Runtime {
             &config.pins,
             config.fast_disk,
         )));
+        let budget = Arc::new(Mutex::new(budget));
         Ok(Self {
             gpu,
             cache: PipelineCache::default(),
-            budget: Arc::new(Mutex::new(budget)),
+            linear_scratch: Mutex::new(crate::ops::linear::LinearScratch::tracked(budget.clone())),
+            budget,
             ring: Mutex::new(ring),
             config,
-            linear_scratch: Mutex::default(),
             residency,
             pins,
         })

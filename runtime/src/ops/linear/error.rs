@@ -77,6 +77,16 @@ pub enum LinearError {
         /// `max_storage_buffer_binding_size`.
         limit: u64,
     },
+    /// The VRAM budget refused a scratch buffer.
+    #[error("linear scratch `{label}` ({bytes} bytes): {why}")]
+    Scratch {
+        /// Which buffer.
+        label: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// The budget's answer.
+        why: String,
+    },
     /// Host-side tensor bytes of a layer were missing or malformed.
     #[error("layer {layer}: {what}")]
     LayerData {

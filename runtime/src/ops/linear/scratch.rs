@@ -1,18 +1,35 @@
 //! Intermediate buffers of the integer path: rotated input, packed
 //! activation codes, per-row scales. Grown on demand, reused across layers
-//! (the dispatches of one encoder run in order).
+//! (the dispatches of one encoder run in order). A runtime's scratch is
+//! counted in its ledger as `scratch` (at M = 4096, K = 12288 the rotated
+//! input alone is 192 MiB).
 
 use std::sync::Arc;
 
-use crate::gpu::{Gpu, GpuError};
+use dynvram_memory::OwnerClass;
+
+use super::LinearError;
+use crate::RuntimeError;
+use crate::accounting::{SharedBudget, TrackedBuffer};
+use crate::gpu::Gpu;
+
+/// One scratch buffer, with its ledger entry where there is a budget.
+#[derive(Debug)]
+struct Slot {
+    buffer: Arc<wgpu::Buffer>,
+    _ledger: Option<TrackedBuffer>,
+}
 
 /// Scratch space for [`super::record_linear`].
 #[derive(Debug, Default)]
 pub struct LinearScratch {
-    x_rot: Option<Arc<wgpu::Buffer>>,
-    codes: Option<Arc<wgpu::Buffer>>,
-    scales: Option<Arc<wgpu::Buffer>>,
-    dummy: Option<Arc<wgpu::Buffer>>,
+    /// The budget whose ledger counts the buffers (none: untracked, for
+    /// tools and tests outside a runtime).
+    budget: Option<SharedBudget>,
+    x_rot: Option<Slot>,
+    codes: Option<Slot>,
+    scales: Option<Slot>,
+    dummy: Option<Slot>,
     /// Dispatches the last recorded linear took.
     dispatches: u32,
     /// The last recorded linear ran the cooperative-matrix GEMM.
@@ -24,44 +41,114 @@ const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST);
 
 fn ensure(
-    slot: &mut Option<Arc<wgpu::Buffer>>,
+    slot: &mut Option<Slot>,
+    budget: Option<&SharedBudget>,
     gpu: &Gpu,
     label: &str,
     bytes: u64,
-) -> Result<Arc<wgpu::Buffer>, GpuError> {
+) -> Result<Arc<wgpu::Buffer>, LinearError> {
     let bytes = bytes.max(16).div_ceil(256) * 256;
-    if let Some(b) = slot.as_ref().filter(|b| b.size() >= bytes) {
-        return Ok(b.clone());
+    if let Some(s) = slot.as_ref().filter(|s| s.buffer.size() >= bytes) {
+        return Ok(s.buffer.clone());
     }
-    let b = Arc::new(gpu.create_buffer(label, bytes, USAGE)?);
-    *slot = Some(b.clone());
-    Ok(b)
+    // Free the smaller one first: the ledger never holds both (recorded
+    // dispatches keep the old buffer alive on their own).
+    *slot = None;
+    let new = match budget {
+        Some(budget) => {
+            let tracked = TrackedBuffer::new(gpu, budget, OwnerClass::Scratch, label, bytes, USAGE)
+                .map_err(|e| match e {
+                    RuntimeError::Gpu(g) => LinearError::Gpu(g),
+                    other => LinearError::Scratch {
+                        label: label.to_owned(),
+                        bytes,
+                        why: other.to_string(),
+                    },
+                })?;
+            Slot {
+                buffer: tracked.buffer.clone(),
+                _ledger: Some(tracked),
+            }
+        }
+        None => Slot {
+            buffer: Arc::new(gpu.create_buffer(label, bytes, USAGE)?),
+            _ledger: None,
+        },
+    };
+    let buffer = new.buffer.clone();
+    *slot = Some(new);
+    Ok(buffer)
 }
 
 impl LinearScratch {
-    /// Empty scratch; buffers appear on first use.
+    /// Empty scratch; buffers appear on first use, outside any ledger.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Empty scratch whose buffers are counted in `budget`'s ledger as
+    /// `scratch` (and refused where the budget has no room).
+    pub(crate) fn tracked(budget: SharedBudget) -> Self {
+        Self {
+            budget: Some(budget),
+            ..Self::default()
+        }
+    }
+
     /// The rotated-input buffer, at least `bytes` long.
-    pub(super) fn x_rot(&mut self, gpu: &Gpu, bytes: u64) -> Result<Arc<wgpu::Buffer>, GpuError> {
-        ensure(&mut self.x_rot, gpu, "linear.x_rot", bytes)
+    pub(super) fn x_rot(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.x_rot,
+            self.budget.as_ref(),
+            gpu,
+            "linear.x_rot",
+            bytes,
+        )
     }
 
     /// The packed-codes buffer, at least `bytes` long.
-    pub(super) fn codes(&mut self, gpu: &Gpu, bytes: u64) -> Result<Arc<wgpu::Buffer>, GpuError> {
-        ensure(&mut self.codes, gpu, "linear.act_codes", bytes)
+    pub(super) fn codes(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.codes,
+            self.budget.as_ref(),
+            gpu,
+            "linear.act_codes",
+            bytes,
+        )
     }
 
     /// The per-row scale buffer, at least `bytes` long.
-    pub(super) fn scales(&mut self, gpu: &Gpu, bytes: u64) -> Result<Arc<wgpu::Buffer>, GpuError> {
-        ensure(&mut self.scales, gpu, "linear.act_scales", bytes)
+    pub(super) fn scales(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.scales,
+            self.budget.as_ref(),
+            gpu,
+            "linear.act_scales",
+            bytes,
+        )
     }
 
     /// A small buffer bound where a layer has no scale or bias.
-    pub(super) fn dummy(&mut self, gpu: &Gpu) -> Result<Arc<wgpu::Buffer>, GpuError> {
-        ensure(&mut self.dummy, gpu, "linear.unused", 16)
+    pub(super) fn dummy(&mut self, gpu: &Gpu) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.dummy,
+            self.budget.as_ref(),
+            gpu,
+            "linear.unused",
+            16,
+        )
     }
 
     /// The last activation codes (`[M, ceil(K/4)]` u32 words, four i8 codes
@@ -69,12 +156,12 @@ impl LinearScratch {
     /// block holds its even columns in the first word and its odd columns in
     /// the second, see [`Self::last_used_coop`]).
     pub fn act_codes(&self) -> Option<&Arc<wgpu::Buffer>> {
-        self.codes.as_ref()
+        self.codes.as_ref().map(|s| &s.buffer)
     }
 
     /// The last per-row activation scales (`[M]` f32).
     pub fn act_scales(&self) -> Option<&Arc<wgpu::Buffer>> {
-        self.scales.as_ref()
+        self.scales.as_ref().map(|s| &s.buffer)
     }
 
     /// Compute dispatches the last recorded linear took (a figure for
@@ -99,6 +186,6 @@ impl LinearScratch {
 
     /// The last rotated input (`[M, K]` f32), for rotated layers.
     pub fn rotated(&self) -> Option<&Arc<wgpu::Buffer>> {
-        self.x_rot.as_ref()
+        self.x_rot.as_ref().map(|s| &s.buffer)
     }
 }
