@@ -58,7 +58,7 @@ fn linear_scratch_is_in_the_ledger() {
         }],
         scratch_bytes: 4 << 20,
     };
-    let mut model = Model::open(&rt, &spec).expect("open");
+    let model = Model::open(&rt, &spec).expect("open");
     let xs = rt.activation("x", &[m, k]).expect("x");
     rt.write_f32(&xs, &vec![0.25; m * k]).expect("write x");
     let out = rt.activation("out", &[m, n]).expect("out");
