@@ -35,6 +35,8 @@ if want linear; then
   step "bench linear: cooperative-matrix GEMM shapes (K3 tuning)"
   $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288,256x4096x4096 --formats w4a4,w4a8 --gemm coop \
     --coop-shapes 2x2x32,2x4x32,4x2x32,4x4x32,2x2x64,2x4x64,4x2x64,4x4x16 --reps 3 --copy-size 0 2>&1 | tee "$out/linear_coop.txt"
+  $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288 --formats f16,fp8 --f16 --gemm both \
+    --coop-shapes 2x2x32,4x2x32,4x4x32,2x4x64 --reps 3 --copy-size 0 2>&1 | tee -a "$out/linear_coop.txt"
 fi
 if want pass; then
   step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget (copy queue, then without), then 2x"

@@ -46,7 +46,7 @@ import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m["target"]["name"] in ("linear_random", "linear_conformance"):
+            and m["target"]["name"] in ("linear_random", "f16_linear", "linear_conformance"):
         print(m["executable"])')
   for bin in $bins; do
     DYNVRAM_REQUIRE_COOP=1 "$coop" "$bin"

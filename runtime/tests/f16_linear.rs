@@ -3,7 +3,8 @@
 //! rotation + per-row activation quantization (codes and scales exactly),
 //! integer GEMV/GEMM (int4 and int8 activations, portable and fast), float
 //! GEMV/GEMM (f32, f16, bf16, fp8 weights), with and without bias, random
-//! shapes on both sides of the GEMV/GEMM switch.
+//! shapes on both sides of the GEMV/GEMM switch, and the float GEMM on
+//! cooperative matrices where the adapter has them.
 //!
 //! Tolerance rule: the kernels compute in f32 (or exact i32) and round the
 //! output to f16 once, so with `δ = rel·max|e|` the f32 tests' own bound
@@ -24,7 +25,8 @@ use dynvram_runtime::gpu::testing::test_gpu;
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::host::{self, round_to};
 use dynvram_runtime::ops::linear::{
-    GEMV_MAX_M, LinearError, LinearScratch, LinearWeights, RecordOptions, record_linear_with,
+    CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights, RecordOptions,
+    coop_unusable, record_linear_with,
 };
 use dynvram_runtime::{ActDtype, Gpu};
 use rand::{Rng, SeedableRng};
@@ -60,6 +62,16 @@ struct Run {
 
 impl Env {
     fn run(&mut self, h: &HostLayer, choice: KernelChoice, x: &[f32]) -> Run {
+        self.run_with(h, choice, x, &RecordOptions::default())
+    }
+
+    fn run_with(
+        &mut self,
+        h: &HostLayer,
+        choice: KernelChoice,
+        x: &[f32],
+        opts: &RecordOptions,
+    ) -> Run {
         let w = LinearWeights::upload(&self.gpu, &h.meta, h.bytes()).expect("upload");
         let (n, k) = (w.n, w.k);
         let m = x.len() as u64 / k;
@@ -75,7 +87,7 @@ impl Env {
             &xt,
             &out,
             &mut self.scratch,
-            &RecordOptions::default(),
+            opts,
         )
         .expect("record");
         self.gpu.queue.submit([enc.finish()]);
@@ -86,12 +98,13 @@ impl Env {
                 .gpu
                 .read_back(self.scratch.act_codes().expect("codes"), 0, m * k)
                 .expect("codes");
-            let w4 = matches!(h.meta.format, Format::ConvrotW4a4 { .. });
+            let paired = matches!(h.meta.format, Format::ConvrotW4a4 { .. })
+                && !self.scratch.last_used_coop();
             codes = vec![0i8; (m * k) as usize];
             for (i, &b) in words.iter().enumerate() {
                 let (row, within) = (i / k as usize, i % k as usize);
                 let (word, byte) = (within / 4, within % 4);
-                let col = if w4 {
+                let col = if paired {
                     (word / 2) * 8 + word % 2 + 2 * byte
                 } else {
                     within
@@ -237,6 +250,71 @@ fn float_paths_with_f16_activations_match_the_reference() {
             assert_f16_close(&format!("{format:?} M={m} N={n} K={k}"), &y, &e, 1e-5);
         }
     }
+}
+
+/// The float GEMM on cooperative matrices (f16 activations; f16, bf16 and
+/// fp8 weights, which stage exactly) against the reference under the
+/// module's tolerance, on tiles left partial in M, N and K; f32 weights are
+/// refused when forced. `DYNVRAM_REQUIRE_COOP=1` turns the skip into a
+/// failure.
+#[test]
+fn float_coop_gemm_matches_the_reference() {
+    let Some(mut env) = env("float_coop_gemm_matches_the_reference") else {
+        return;
+    };
+    if let Some(why) = coop_unusable(&env.gpu.caps, CoopShape::default()) {
+        let msg = format!("float_coop_gemm_matches_the_reference: skipped: {why}");
+        assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
+        eprintln!("{msg}");
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    let coop = RecordOptions {
+        gemm: GemmKernel::Coop,
+        ..Default::default()
+    };
+    let formats = [
+        Format::F16,
+        Format::Bf16,
+        Format::Float8E4m3fn,
+        Format::Float8E5m2,
+    ];
+    for (i, format) in formats.into_iter().enumerate() {
+        for (m, n, k) in [(9, 17, 36), (70, 130, 300), (33 + i, 64, 1028)] {
+            let h = HostLayer::random(&mut rng, format, n, k, (m + i) % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            let y = env.run_with(&h, KernelChoice::Float, &x, &coop).out;
+            assert!(env.scratch.last_used_coop(), "{format:?}: ran tiled");
+            assert_f16_close(&format!("coop {format:?} M={m} N={n} K={k}"), &y, &e, 1e-5);
+        }
+    }
+    // f32 weights would round: refused when forced, tiled when automatic.
+    let h = HostLayer::random(&mut rng, Format::F32, 20, 64, false);
+    let x = random_x(&mut rng, 40, 64);
+    env.run(&h, KernelChoice::Float, &x);
+    assert!(
+        !env.scratch.last_used_coop(),
+        "f32 weights took the coop GEMM"
+    );
+    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+    let xt = host::upload(&env.gpu, "x", &x, vec![40, 64], ActDtype::F16).expect("x");
+    let out = host::zeros(&env.gpu, "out", vec![40, 20], ActDtype::F16).expect("out");
+    let mut enc = env.gpu.device.create_command_encoder(&Default::default());
+    let err = record_linear_with(
+        &env.gpu,
+        &env.cache,
+        &mut enc,
+        &w,
+        KernelChoice::Float,
+        &xt,
+        &out,
+        &mut env.scratch,
+        &coop,
+    )
+    .expect_err("forced coop on f32 weights");
+    assert!(err.to_string().contains("F32 weights"), "{err}");
 }
 
 #[test]

@@ -498,7 +498,7 @@ fn coop_gemm_matches_dot4_exactly() {
             let choice = KernelChoice::Integer { act, fast: false };
             let y_coop = env.run(&w, choice, &x, coop).out;
             let dot4 = RecordOptions {
-                gemm: GemmKernel::Dot4,
+                gemm: GemmKernel::Tiled,
                 ..Default::default()
             };
             let y_dot4 = env.run(&w, choice, &x, dot4).out;
@@ -530,7 +530,7 @@ fn coop_gemm_matches_dot4_exactly() {
     let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
     let choice = KernelChoice::Integer { act, fast: false };
     let dot4 = RecordOptions {
-        gemm: GemmKernel::Dot4,
+        gemm: GemmKernel::Tiled,
         ..Default::default()
     };
     let y_dot4 = env.run(&w, choice, &x, dot4).out;

@@ -51,16 +51,51 @@ pub const INT_GEMM: &str = wgsl!("linear_int_common.wgsl", "linear_int_gemm.wgsl
 pub const INT_GEMM_COOP16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_int_common.wgsl",
+    "linear_coop_int.wgsl",
     "linear_coop16.wgsl",
-    "linear_int_gemm_coop.wgsl"
+    "linear_gemm_coop.wgsl"
 );
 /// [`INT_GEMM_COOP16`] on 8×8×8 matrices.
 pub const INT_GEMM_COOP8: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_int_common.wgsl",
+    "linear_coop_int.wgsl",
     "linear_coop8.wgsl",
-    "linear_int_gemm_coop.wgsl"
+    "linear_gemm_coop.wgsl"
 );
+/// Float-weight GEMM on 16×16×16 f16 cooperative matrices (f16 activations).
+pub const FLOAT_GEMM_COOP16: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_float_common.wgsl",
+    "linear_coop_float.wgsl",
+    "linear_coop16.wgsl",
+    "linear_gemm_coop.wgsl"
+);
+/// [`FLOAT_GEMM_COOP16`] on 8×8×8 matrices.
+pub const FLOAT_GEMM_COOP8: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_float_common.wgsl",
+    "linear_coop_float.wgsl",
+    "linear_coop8.wgsl",
+    "linear_gemm_coop.wgsl"
+);
+
+/// A cooperative-matrix GEMM module (`*_GEMM_COOP*`) with its workgroup
+/// shape written in: `sg_m × sg_n` subgroups, `bk` staged K columns. (Array
+/// sizes cannot be `override` expressions through naga 30's constant
+/// processing, so the shape is text, like the activation type.)
+pub fn with_coop_shape(source: &str, sg_m: u32, sg_n: u32, bk: u32) -> String {
+    let mut out = source.to_owned();
+    for (name, default, value) in [("SG_M", 2, sg_m), ("SG_N", 2, sg_n), ("BK", 32, bk)] {
+        let line = format!("const {name}: u32 = {default}u;");
+        assert!(
+            out.contains(&line),
+            "not a cooperative-matrix GEMM module: no `{line}`"
+        );
+        out = out.replacen(&line, &format!("const {name}: u32 = {value}u;"), 1);
+    }
+    out
+}
 
 /// Float-weight GEMV (M <= 8).
 pub const FLOAT_GEMV: &str = wgsl!(
@@ -115,10 +150,13 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_int_gemv.wgsl", INT_GEMV),
     ("linear_int_gemv.wgsl [subgroup]", INT_GEMV_SUBGROUP),
     ("linear_int_gemm.wgsl", INT_GEMM),
-    ("linear_int_gemm_coop.wgsl", INT_GEMM_COOP16),
-    // The shape fragments need the body: listed as their composition.
-    ("linear_coop16.wgsl", INT_GEMM_COOP16),
-    ("linear_coop8.wgsl", INT_GEMM_COOP8),
+    // The cooperative-matrix fragments need each other: listed as their
+    // compositions.
+    ("linear_gemm_coop.wgsl", INT_GEMM_COOP16),
+    ("linear_coop_int.wgsl", INT_GEMM_COOP8),
+    ("linear_coop_float.wgsl", FLOAT_GEMM_COOP16),
+    ("linear_coop16.wgsl", FLOAT_GEMM_COOP16),
+    ("linear_coop8.wgsl", FLOAT_GEMM_COOP8),
     ("linear_float_gemv.wgsl", FLOAT_GEMV),
     ("linear_float_gemm.wgsl", FLOAT_GEMM),
     // The tree fragments need a body's WGS: listed as their composition.

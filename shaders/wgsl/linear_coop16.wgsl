@@ -1,4 +1,4 @@
-// The cooperative-matrix shape of linear_int_gemm_coop.wgsl: 16 x 16 x 16,
+// The cooperative-matrix shape of linear_gemm_coop.wgsl: 16 x 16 x 16,
 // f16 inputs, f32 accumulators (NVIDIA tensor cores).
 const CM: u32 = 16u;
 alias cm_a = coop_mat16x16<f16, A>;

@@ -82,8 +82,21 @@ fn fp8_quad(v: u32) -> vec4<f32> {
     return vec4<f32>(e5m2(v & 0xFFu), e5m2((v >> 8u) & 0xFFu), e5m2((v >> 16u) & 0xFFu), e5m2(v >> 24u));
 }
 
+// The scalar weight scale (fp8), else 1.
+fn weight_scale() -> f32 {
+    if WFMT >= 3u {
+        return w_scale[0];
+    }
+    return 1.0;
+}
+
 // Columns 4q..4q+3 of weight row n, as f32 (fp8: times the scale).
 fn weight_quad(n: u32, q: u32) -> vec4<f32> {
+    return weight_quad_unscaled(n, q) * weight_scale();
+}
+
+// Columns 4q..4q+3 of weight row n, as f32, fp8 without its scale.
+fn weight_quad_unscaled(n: u32, q: u32) -> vec4<f32> {
     switch WFMT {
         case 0u: {
             let b = n * p.k + 4u * q;
@@ -98,7 +111,7 @@ fn weight_quad(n: u32, q: u32) -> vec4<f32> {
             return vec4<f32>(bf16_pair(w[b]), bf16_pair(w[b + 1u]));
         }
         default: {
-            return fp8_quad(w[n * (p.k / 4u) + q]) * w_scale[0];
+            return fp8_quad(w[n * (p.k / 4u) + q]);
         }
     }
 }

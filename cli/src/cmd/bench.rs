@@ -89,7 +89,7 @@ pub struct LinearArgs {
     /// Invocations per workgroup of the small-M GEMV (with --gemv-rows).
     #[arg(long, default_value_t = 256)]
     gemv_wgs: u32,
-    /// Integer GEMM kernel past the GEMVs: `both` times dot4 and, where the
+    /// GEMM kernel past the GEMVs: `both` times the tiled GEMM and, where the
     /// adapter has them, cooperative matrices side by side.
     #[arg(long, value_enum, default_value = "both")]
     gemm: GemmArg,
@@ -97,6 +97,10 @@ pub struct LinearArgs {
     /// along M and N, staged K columns), comma separated; for tuning.
     #[arg(long, value_delimiter = ',', value_parser = parse_coop_shape)]
     coop_shapes: Vec<CoopShape>,
+    /// f16 activations (needs SHADER_F16; the float formats' cooperative
+    /// GEMM takes only these).
+    #[arg(long)]
+    f16: bool,
     /// Bytes of the device-to-device copy baseline (0: skip it).
     #[arg(long, default_value = "512MiB")]
     copy_size: bytesize::ByteSize,
@@ -109,11 +113,12 @@ pub struct LinearArgs {
 pub enum GemmArg {
     /// The runtime's choice.
     Auto,
-    /// The dot4 GEMM.
-    Dot4,
+    /// The tiled GEMM (dot4 for integer formats).
+    Tiled,
     /// Cooperative matrices (an error where they cannot run).
     Coop,
-    /// dot4, then cooperative matrices where the runtime would use them.
+    /// The tiled GEMM, then cooperative matrices where the runtime would use
+    /// them.
     Both,
 }
 
@@ -122,9 +127,9 @@ impl GemmArg {
     fn kernels(self) -> &'static [GemmKernel] {
         match self {
             Self::Auto => &[GemmKernel::Auto],
-            Self::Dot4 => &[GemmKernel::Dot4],
+            Self::Tiled => &[GemmKernel::Tiled],
             Self::Coop => &[GemmKernel::Coop],
-            Self::Both => &[GemmKernel::Dot4, GemmKernel::Auto],
+            Self::Both => &[GemmKernel::Tiled, GemmKernel::Auto],
         }
     }
 }
@@ -425,22 +430,23 @@ fn random_weights(
     })
 }
 
-fn activation(gpu: &Gpu, label: &str, rows: u64, cols: u64) -> anyhow::Result<GpuTensor> {
-    let b = gpu.create_buffer(
-        label,
-        rows * cols * 4,
-        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-    )?;
+fn activation(
+    gpu: &Gpu,
+    label: &str,
+    rows: u64,
+    cols: u64,
+    dtype: ActDtype,
+) -> anyhow::Result<GpuTensor> {
     let data: Vec<f32> = (0..rows * cols)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
-    gpu.queue.write_buffer(&b, 0, bytemuck::cast_slice(&data));
-    Ok(GpuTensor {
-        buffer: Arc::new(b),
-        offset: 0,
-        shape: vec![rows, cols],
-        dtype: ActDtype::F32,
-    })
+    Ok(dynvram_runtime::ops::host::upload(
+        gpu,
+        label,
+        &data,
+        vec![rows, cols],
+        dtype,
+    )?)
 }
 
 fn time_case(
@@ -450,13 +456,14 @@ fn time_case(
     shape: (u64, u64, u64),
     reps: usize,
     opts: &RecordOptions,
+    act: ActDtype,
 ) -> anyhow::Result<LinearFigure> {
     let (m, n, k) = shape;
     let (format, over) = parse_format(name)?;
     let plan = choose(format, caps, over);
     let weights = random_weights(gpu, format, n, k, 1)?;
-    let x = activation(gpu, "bench.x", m, k)?;
-    let out = activation(gpu, "bench.out", m, n)?;
+    let x = activation(gpu, "bench.x", m, k, act)?;
+    let out = activation(gpu, "bench.out", m, n, act)?;
     let cache = PipelineCache::default();
     let mut scratch = LinearScratch::new();
     let mut run = |times: usize| {
@@ -550,8 +557,8 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
             a.gemm.kernels().iter().flat_map({
                 let coop_shapes = &coop_shapes;
                 move |&g| {
-                    // dot4 once; the other kernels once per coop shape.
-                    let shapes = if g == GemmKernel::Dot4 {
+                    // The tiled GEMM once; the others once per coop shape.
+                    let shapes = if g == GemmKernel::Tiled {
                         &coop_shapes[..1]
                     } else {
                         &coop_shapes[..]
@@ -562,7 +569,8 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         });
         for (f, gemm, coop) in runs {
             let opts = RecordOptions { gemm, coop, ..opts };
-            let mut fig = match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts) {
+            let act = if a.f16 { ActDtype::F16 } else { ActDtype::F32 };
+            let mut fig = match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts, act) {
                 Ok(fig) => fig,
                 // A shape sweep goes on past shapes this adapter cannot run.
                 Err(e) if coop.is_some() && gemm == GemmKernel::Coop => {

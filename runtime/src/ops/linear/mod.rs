@@ -41,7 +41,7 @@ mod weights;
 pub use error::LinearError;
 pub use record::{
     CoopShape, GEMV_MAX_M, GemmKernel, GemvShape, ROWS_GEMV_MAX_M, RecordOptions,
-    coop_gemm_unusable, record_linear, record_linear_with,
+    coop_gemm_unusable, coop_unusable, float_coop_unusable, record_linear, record_linear_with,
 };
 pub use scratch::LinearScratch;
 pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

@@ -1,6 +1,7 @@
 //! Recording a linear layer: checks, the kernel sequence of its format and
 //! kernel choice, and the split of large weights into per-binding chunks.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::num::NonZeroU64;
 
@@ -15,7 +16,7 @@ use crate::tensor::{ActDtype, GpuTensor};
 
 mod coop;
 mod gemv;
-pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable};
+pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
 
 /// Rows of activations up to which every GEMV kernel runs (and activation
@@ -183,7 +184,6 @@ pub fn record_linear_with(
                 Format::Float8E5m2 => 4,
                 _ => return Err(choice_err("an integer format needs an integer kernel")),
             };
-            scratch.set_coop(false);
             let r = rec.float(encoder, wfmt, x, out, scratch);
             scratch.set_dispatches(dispatches.get());
             r
@@ -496,12 +496,25 @@ impl Recorder<'_> {
 
     /// Whether this integer layer's GEMM runs on cooperative matrices.
     fn coop_gemm(&self, int: &IntPath) -> Result<bool, LinearError> {
-        if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Dot4 {
+        if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
             return Ok(false);
         }
         let int4_act = int.mode == 0;
         let caps = &self.gpu.caps;
         match coop_gemm_unusable(caps, self.weights.k, int4_act, int.w4, self.coop) {
+            None => Ok(true),
+            Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
+            Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
+        }
+    }
+
+    /// Whether this float layer's GEMM runs on cooperative matrices.
+    fn float_coop(&self) -> Result<bool, LinearError> {
+        if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
+            return Ok(false);
+        }
+        let caps = &self.gpu.caps;
+        match float_coop_unusable(caps, self.weights.format, self.act, self.coop) {
             None => Ok(true),
             Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
             Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
@@ -640,28 +653,33 @@ impl Recorder<'_> {
         let gemv = m <= GEMV_MAX_M;
         let (source, kind, tile, constants) = match (gemv, fast, coop) {
             (true, true, _) => (
-                shaders::INT_GEMV_SUBGROUP,
+                Cow::from(shaders::INT_GEMV_SUBGROUP),
                 "gemv|sg".into(),
                 (0, 0),
                 constants.to_vec(),
             ),
             (true, false, _) => (
-                shaders::INT_GEMV,
+                Cow::from(shaders::INT_GEMV),
                 "gemv|wg".into(),
                 (0, 0),
                 constants.to_vec(),
             ),
             (false, _, false) => (
-                shaders::INT_GEMM,
+                Cow::from(shaders::INT_GEMM),
                 "gemm".into(),
                 (GEMM_TILE, GEMM_TILE),
                 constants.to_vec(),
             ),
             (false, _, true) => {
                 let caps = &self.gpu.caps;
-                let k = coop::specialise(caps.coop_matrix_edge, caps.subgroup_min_size, self.coop);
+                let k = coop::specialise(
+                    caps.coop_matrix_edge,
+                    caps.subgroup_min_size,
+                    self.coop,
+                    false,
+                );
                 (
-                    k.source,
+                    Cow::from(k.source),
                     k.key,
                     k.tile,
                     [&constants[..], &k.constants[..]].concat(),
@@ -702,7 +720,7 @@ impl Recorder<'_> {
             self.dispatch(
                 encoder,
                 key.clone(),
-                source,
+                &source,
                 &constants,
                 vec![
                     buf(c.buffer, c.offset, c.size),
@@ -741,16 +759,42 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
-        let (source, kind) = if gemv {
-            (shaders::FLOAT_GEMV, "gemv")
-        } else {
-            (shaders::FLOAT_GEMM, "gemm")
-        };
-        let key = format!("linear_float_{kind}|WFMT={wfmt}|B={has_bias}");
+        let coop = self.float_coop()?;
+        scratch.set_coop(coop);
         let constants = [
             ("WFMT", f64::from(wfmt)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
+        let (source, kind, tile, constants) = match (gemv, coop) {
+            (true, _) => (
+                Cow::from(shaders::FLOAT_GEMV),
+                "gemv".into(),
+                (0, 0),
+                constants.to_vec(),
+            ),
+            (false, false) => (
+                Cow::from(shaders::FLOAT_GEMM),
+                "gemm".into(),
+                (GEMM_TILE, GEMM_TILE),
+                constants.to_vec(),
+            ),
+            (false, true) => {
+                let caps = &self.gpu.caps;
+                let k = coop::specialise(
+                    caps.coop_matrix_edge,
+                    caps.subgroup_min_size,
+                    self.coop,
+                    true,
+                );
+                (
+                    Cow::from(k.source),
+                    k.key,
+                    k.tile,
+                    [&constants[..], &k.constants[..]].concat(),
+                )
+            }
+        };
+        let key = format!("linear_float_{kind}|WFMT={wfmt}|B={has_bias}");
         for c in self.chunks()? {
             let scale = self
                 .weights
@@ -776,15 +820,12 @@ impl Recorder<'_> {
             let groups = if gemv {
                 grid(c.rows)
             } else {
-                (
-                    c.rows.div_ceil(GEMM_TILE) as u32,
-                    m.div_ceil(GEMM_TILE) as u32,
-                )
+                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
             self.dispatch(
                 encoder,
                 key.clone(),
-                source,
+                &source,
                 &constants,
                 vec![
                     buf(c.buffer, c.offset, c.size),

@@ -140,15 +140,11 @@ impl LinearScratch {
         )
     }
 
-    /// A small buffer bound where a layer has no scale or bias.
+    /// A small buffer bound where a layer has no scale or bias (256 bytes
+    /// for the scratch's life: a placeholder, not a workload, so it stays
+    /// out of the ledger and dropping every model leaves the ledger empty).
     pub(super) fn dummy(&mut self, gpu: &Gpu) -> Result<Arc<wgpu::Buffer>, LinearError> {
-        ensure(
-            &mut self.dummy,
-            self.budget.as_ref(),
-            gpu,
-            "linear.unused",
-            16,
-        )
+        ensure(&mut self.dummy, None, gpu, "linear.unused", 16)
     }
 
     /// The last activation codes (`[M, ceil(K/4)]` u32 words, four i8 codes

@@ -1,15 +1,22 @@
-//! The integer GEMM on f16 cooperative matrices (`linear_int_gemm_coop.wgsl`):
-//! when it may run, its workgroup shape, and its specialisation.
+//! The GEMMs on f16 cooperative matrices (`linear_gemm_coop.wgsl`): when
+//! they may run, their workgroup shape, and their specialisation.
 //!
-//! Why it is exact: activation codes and weights are integers of at most
-//! 8 (int4) or 128 (int8) in magnitude, exact in f16, so every product is
+//! Integer layers: activation codes and weights are integers of at most 8
+//! (int4) or 128 (int8) in magnitude, exact in f16, so every product is
 //! exact, and an f32 sum of integers is exact while it stays within 2^24.
 //! Where `max|code| · max|weight| · K <= 2^24` the result equals the dot4
 //! GEMM's i32 accumulator, and the shared epilogue makes the outputs equal
 //! bit for bit.
+//!
+//! Float layers: only with f16 activations (staged exactly) and f16, bf16
+//! or fp8 weights (exact in f16, bf16 within f16's range, fp8 without its
+//! scale, which multiplies the sum); products are exact in f32, sums f32 in
+//! another order than the tiled GEMM's, so outputs agree to rounding.
 
-use dynvram_quant::AdapterCaps;
+use dynvram_quant::{AdapterCaps, Format};
 use dynvram_shaders::linear as shaders;
+
+use crate::tensor::ActDtype;
 
 /// Which kernel multiplies when M is past the GEMVs (integer formats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,8 +25,9 @@ pub enum GemmKernel {
     /// against them, else dot4.
     #[default]
     Auto,
-    /// The tiled `dot4I8Packed` GEMM.
-    Dot4,
+    /// The tiled GEMM (`dot4I8Packed` for integer formats, f32 products for
+    /// float ones).
+    Tiled,
     /// The f16 cooperative-matrix GEMM; an error where it cannot run.
     Coop,
 }
@@ -83,16 +91,9 @@ impl CoopShape {
     }
 }
 
-/// Why the cooperative-matrix GEMM cannot run a layer of depth `k` on this
-/// adapter with `shape`, or `None` when it can (see the module docs for the
-/// 2^24 bound).
-pub fn coop_gemm_unusable(
-    caps: &AdapterCaps,
-    k: u64,
-    int4_act: bool,
-    int4_weights: bool,
-    shape: CoopShape,
-) -> Option<String> {
+/// Why no cooperative-matrix GEMM can run on this adapter with `shape`, or
+/// `None` when one can.
+pub fn coop_unusable(caps: &AdapterCaps, shape: CoopShape) -> Option<String> {
     let edge = caps.coop_matrix_edge;
     if edge == 0 || !caps.shader_f16 || !caps.subgroups {
         return Some(
@@ -107,7 +108,20 @@ pub fn coop_gemm_unusable(
             caps.subgroup_min_size, caps.subgroup_max_size
         ));
     }
-    if let Err(why) = shape.check(edge, sg, caps) {
+    shape.check(edge, sg, caps).err()
+}
+
+/// Why the cooperative-matrix GEMM cannot run an integer layer of depth `k`
+/// on this adapter with `shape`, or `None` when it can (see the module docs
+/// for the 2^24 bound).
+pub fn coop_gemm_unusable(
+    caps: &AdapterCaps,
+    k: u64,
+    int4_act: bool,
+    int4_weights: bool,
+    shape: CoopShape,
+) -> Option<String> {
+    if let Some(why) = coop_unusable(caps, shape) {
         return Some(why);
     }
     let a_max: u64 = if int4_act { 8 } else { 128 };
@@ -120,36 +134,56 @@ pub fn coop_gemm_unusable(
     None
 }
 
+/// Why the cooperative-matrix GEMM cannot run a float layer of weight
+/// format `format` on activations of `act`, or `None` when it can.
+pub fn float_coop_unusable(
+    caps: &AdapterCaps,
+    format: Format,
+    act: ActDtype,
+    shape: CoopShape,
+) -> Option<String> {
+    if let Some(why) = coop_unusable(caps, shape) {
+        return Some(why);
+    }
+    if act != ActDtype::F16 {
+        return Some(format!(
+            "{act:?} activations would round to f16 (the path takes f16 activations)"
+        ));
+    }
+    match format {
+        Format::F16 | Format::Bf16 | Format::Float8E4m3fn | Format::Float8E5m2 => None,
+        other => Some(format!("{other:?} weights would round to f16")),
+    }
+}
+
 /// The kernel specialised for one adapter and shape.
 pub(super) struct CoopKernel {
-    pub source: &'static str,
+    /// The module, its shape written in.
+    pub source: String,
     /// Pipeline-key part.
     pub key: String,
-    /// Override constants besides the integer kernels' own.
-    pub constants: [(&'static str, f64); 4],
+    /// The subgroup size (`SG`), the one override constant besides the
+    /// integer or float kernels' own.
+    pub constants: [(&'static str, f64); 1],
     /// Output tile `(M, N)` of a workgroup.
     pub tile: (u64, u64),
 }
 
-/// The kernel on an adapter whose matrix edge and subgroup size are `edge`
-/// and `sg` (checked by [`coop_gemm_unusable`]).
-pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape) -> CoopKernel {
-    let source = if edge == 16 {
-        shaders::INT_GEMM_COOP16
-    } else {
-        shaders::INT_GEMM_COOP8
+/// The integer (`float` false) or float kernel on an adapter whose matrix
+/// edge and subgroup size are `edge` and `sg` (checked by [`coop_unusable`]).
+pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape, float: bool) -> CoopKernel {
+    let source = match (float, edge) {
+        (false, 16) => shaders::INT_GEMM_COOP16,
+        (false, _) => shaders::INT_GEMM_COOP8,
+        (true, 16) => shaders::FLOAT_GEMM_COOP16,
+        (true, _) => shaders::FLOAT_GEMM_COOP8,
     };
     let CoopShape { sg_m, sg_n, bk } = shape;
     let (tm, tn) = shape.tile(edge);
     CoopKernel {
-        source,
+        source: shaders::with_coop_shape(source, sg_m, sg_n, bk),
         key: format!("gemm_coop{edge}|SG={sg}|{sg_m}x{sg_n}x{bk}"),
-        constants: [
-            ("SG", f64::from(sg)),
-            ("SG_M", f64::from(sg_m)),
-            ("SG_N", f64::from(sg_n)),
-            ("BK", f64::from(bk)),
-        ],
+        constants: [("SG", f64::from(sg))],
         tile: (u64::from(tm), u64::from(tn)),
     }
 }

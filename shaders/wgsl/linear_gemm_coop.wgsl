@@ -1,12 +1,9 @@
-// Integer linear through f16 cooperative matrices (tensor cores), after
-// linear_int_common.wgsl and a shape fragment (linear_coop8.wgsl or
-// linear_coop16.wgsl: CM and the cm_a/cm_b/cm_c types). Codes and weights
-// are small integers, exact in f16; their products are exact and so is an
-// f32 sum while it stays within 2^24, which the host checks
-// (max|a| · max|w| · K <= 2^24) before choosing this kernel: the result
-// equals the dot4 GEMM's bit for bit.
+// Linear through f16 cooperative matrices (tensor cores) with f32 sums,
+// after a common fragment (linear_int_common.wgsl or
+// linear_float_common.wgsl), its staging fragment (linear_coop_int.wgsl or
+// linear_coop_float.wgsl: `stage` and `emit`) and a shape fragment
+// (linear_coop8.wgsl or linear_coop16.wgsl: CM and the cm_a/cm_b/cm_c types).
 //
-// Activation codes come in natural column order (act quant PERM8 = false).
 // A workgroup is SG_M x SG_N subgroups of exactly SG invocations (the host
 // picks this kernel only where the subgroup size is fixed) and computes a
 // TILE_M x TILE_N output tile, each subgroup 2 x 2 accumulators of CM x CM.
@@ -14,74 +11,26 @@
 // Dispatch: (ceil(N / TILE_N), ceil(M / TILE_M), 1).
 
 override SG: u32 = 32u;
-// Subgroups along M and N; each computes 2 x 2 matrices of CM x CM.
-override SG_M: u32 = 2u;
-override SG_N: u32 = 2u;
-// K columns staged per step (a multiple of 32).
-override BK: u32 = 32u;
+// The workgroup shape: subgroups along M and N (each computes 2 x 2
+// matrices of CM x CM) and K columns staged per step (a multiple of 8 and
+// of CM). Constants, not overrides, because they size workgroup arrays:
+// the host writes its shape into these three lines
+// (`dynvram_shaders::linear::with_coop_shape`).
+const SG_M: u32 = 2u;
+const SG_N: u32 = 2u;
+const BK: u32 = 32u;
 
-override NSG: u32 = SG_M * SG_N;
-override TILE_M: u32 = 2u * CM * SG_M;
-override TILE_N: u32 = 2u * CM * SG_N;
+const NSG: u32 = SG_M * SG_N;
+const TILE_M: u32 = 2u * CM * SG_M;
+const TILE_N: u32 = 2u * CM * SG_N;
 // Row pitch of the staged tiles in f16: 16-byte aligned rows, skewed by 16
 // bytes to spread rows over memory banks.
-override PITCH: u32 = BK + 8u;
+const PITCH: u32 = BK + 8u;
 
 var<workgroup> a_sh: array<f16, TILE_M * PITCH>;
 var<workgroup> b_sh: array<f16, TILE_N * PITCH>;
 // One accumulator per subgroup on its way to the epilogue.
 var<workgroup> c_sh: array<f32, NSG * CM * CM>;
-
-fn i8_at(word: u32, i: u32) -> f16 {
-    return f16(bitcast<i32>(word << (24u - 8u * i)) >> 24u);
-}
-
-fn i4_at(word: u32, i: u32) -> f16 {
-    return f16(bitcast<i32>(word << (28u - 4u * i)) >> 28u);
-}
-
-// Stages the K slice [kt, kt + BK) of the tile's activation rows and weight
-// rows as f16 (zeros past M, N and K).
-fn stage(lid: u32, m0: u32, n0: u32, kt: u32) {
-    let kw = p.k / 4u;
-    for (var idx = lid; idx < TILE_M * BK / 4u; idx += SG * NSG) {
-        let r = idx / (BK / 4u);
-        let c = idx % (BK / 4u);
-        var word = 0u;
-        if m0 + r < p.m && kt / 4u + c < kw {
-            word = xq[(m0 + r) * kw + kt / 4u + c];
-        }
-        for (var i = 0u; i < 4u; i++) {
-            a_sh[r * PITCH + 4u * c + i] = i8_at(word, i);
-        }
-    }
-    if W4 {
-        let wpr = p.k / 8u;
-        for (var idx = lid; idx < TILE_N * BK / 8u; idx += SG * NSG) {
-            let r = idx / (BK / 8u);
-            let c = idx % (BK / 8u);
-            var word = 0u;
-            if n0 + r < p.n && kt / 8u + c < wpr {
-                word = w[(n0 + r) * wpr + kt / 8u + c];
-            }
-            for (var i = 0u; i < 8u; i++) {
-                b_sh[r * PITCH + 8u * c + i] = i4_at(word, i);
-            }
-        }
-    } else {
-        for (var idx = lid; idx < TILE_N * BK / 4u; idx += SG * NSG) {
-            let r = idx / (BK / 4u);
-            let c = idx % (BK / 4u);
-            var word = 0u;
-            if n0 + r < p.n && kt / 4u + c < kw {
-                word = w[(n0 + r) * kw + kt / 4u + c];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                b_sh[r * PITCH + 4u * c + i] = i8_at(word, i);
-            }
-        }
-    }
-}
 
 // Writes one accumulator whose first element is output (m, n), or NaN
 // where `ok` is false. Called by the whole workgroup (it holds barriers).
@@ -93,7 +42,7 @@ fn drain(acc: cm_c, sq: u32, lane: u32, ok: bool, m: u32, n: u32) {
         let nn = n + e % CM;
         if mm < p.m && nn < p.n {
             if ok {
-                store(mm, nn, i32(c_sh[sq * CM * CM + e]));
+                emit(mm, nn, c_sh[sq * CM * CM + e]);
             } else {
                 out[mm * p.out_stride + p.n_base + nn] = act(bitcast<f32>(0x7FC00000u));
             }
