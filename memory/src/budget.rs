@@ -129,6 +129,16 @@ impl Default for BudgetConfig {
 }
 
 impl BudgetConfig {
+    /// A capacity of exactly `bytes`, all of it usable: no reserve, no
+    /// headroom (tests, and applications handed a fixed share of a GPU).
+    pub fn exactly(bytes: u64) -> Self {
+        Self {
+            vram_budget: Some(bytes),
+            reserve: 0,
+            headroom: 0,
+        }
+    }
+
     /// Builds a config from the GiB flag values, validating each.
     pub fn from_gib(
         vram_budget: Option<f64>,

@@ -52,6 +52,17 @@ impl Default for RuntimeConfig {
     }
 }
 
+impl RuntimeConfig {
+    /// The defaults with a VRAM capacity of exactly `bytes`, all usable
+    /// ([`BudgetConfig::exactly`]).
+    pub fn with_vram(bytes: u64) -> Self {
+        Self {
+            budget: BudgetConfig::exactly(bytes),
+            ..Self::default()
+        }
+    }
+}
+
 /// How streamed weights are pinned in host RAM.
 #[derive(Debug, Clone)]
 pub struct PinSettings {

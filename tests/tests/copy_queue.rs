@@ -7,7 +7,6 @@
 //! wgpu's own queue (`DYNVRAM_COPY_QUEUE=shared`, set here): the same
 //! recording, timeline semaphores and ordering, without the concurrency.
 
-use dynvram_memory::BudgetConfig;
 use dynvram_models::mlp_stack::{self, Probe, builtin};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::trace::Trace;
@@ -15,13 +14,8 @@ use dynvram_runtime::{Model, Runtime, RuntimeConfig};
 
 fn runtime(vram_budget: u64, copy_queue: bool) -> Runtime {
     Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(vram_budget),
-            reserve: 0,
-            headroom: 0,
-        },
         copy_queue,
-        ..RuntimeConfig::default()
+        ..RuntimeConfig::with_vram(vram_budget)
     })
     .expect("runtime")
 }

@@ -11,7 +11,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use dynvram_loader::{FileRange, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
-use dynvram_memory::BudgetConfig;
 use dynvram_models::mlp_stack::{self, MlpError, Probe, builtin};
 use dynvram_quant::meta::HEADER_KEY;
 use dynvram_quant::quantize::{QuantizeError, QuantizeOptions, TargetFormat, quantize_file};
@@ -64,15 +63,7 @@ fn builtin_model() -> PathBuf {
 }
 
 fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(vram_budget),
-            reserve: 0,
-            headroom: 0,
-        },
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime")
+    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
 }
 
 /// Opens the cached built-in model in a fresh runtime with room for all of
@@ -793,11 +784,6 @@ fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_anoth
     // Registered pins for about a third of the streamed bytes, no RAM copies
     // beyond them (`--fast-disk`): the rest is read from the file each pass.
     let rt = Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(probe.weight_bytes() / 4),
-            reserve: 0,
-            headroom: 0,
-        },
         pins: dynvram_runtime::PinSettings {
             enabled: true,
             max_pinned: Some(probe.weight_bytes() / 4),
@@ -807,7 +793,7 @@ fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_anoth
             },
         },
         fast_disk: true,
-        ..RuntimeConfig::default()
+        ..RuntimeConfig::with_vram(probe.weight_bytes() / 4)
     })
     .expect("runtime");
     let model = Model::open(&rt, &probe.spec(rows)).expect("open streamed");

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use dynvram_memory::BudgetConfig;
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{BlockSpec, Model, ModelSpec, Runtime, RuntimeConfig};
 use safetensors::{Dtype, tensor::TensorView};
@@ -44,15 +43,7 @@ fn lora_patch_matches_cpu_reference_and_is_not_loaded_vram() {
     ];
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &file).expect("write");
 
-    let rt = Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(64 << 20),
-            reserve: 0,
-            headroom: 0,
-        },
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime");
+    let rt = Runtime::new(RuntimeConfig::with_vram(64 << 20)).expect("runtime");
     let spec = ModelSpec {
         files: vec![file.clone()],
         blocks: vec![BlockSpec {

@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use dynvram_memory::BudgetConfig;
 use dynvram_models::mlp_stack::{self, Probe, builtin};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{Model, PassStats, Runtime, RuntimeConfig};
@@ -18,15 +17,7 @@ const HIDDEN: usize = 256;
 const FFN: usize = 1024;
 
 fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(vram_budget),
-            reserve: 0,
-            headroom: 0,
-        },
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime")
+    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
 }
 
 /// Writes an MLP stack of `blocks` blocks with seeded weights, stored as

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dynvram_memory::{BudgetConfig, GIB, MIB, RamReading};
+use dynvram_memory::{GIB, MIB, RamReading};
 use dynvram_models::mlp_stack::{self, Probe, builtin};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{Model, PinSettings, RamFigures, RamReader, Runtime, RuntimeConfig};
@@ -19,14 +19,9 @@ fn builtin_model() -> PathBuf {
 
 fn runtime(vram_budget: u64, pins: PinSettings, fast_disk: bool) -> Runtime {
     Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(vram_budget),
-            reserve: 0,
-            headroom: 0,
-        },
         pins,
         fast_disk,
-        ..RuntimeConfig::default()
+        ..RuntimeConfig::with_vram(vram_budget)
     })
     .expect("runtime")
 }

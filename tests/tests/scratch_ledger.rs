@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use dynvram_memory::BudgetConfig;
 use dynvram_quant::LinearDtype;
 use dynvram_quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
@@ -40,15 +39,7 @@ fn linear_scratch_is_in_the_ledger() {
     let opts = QuantizeOptions::new(target, None, None).expect("options");
     quantize_file(&float, &quant, &opts, &mut |_, _, _| {}).expect("quantize");
 
-    let rt = Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(64 << 20),
-            reserve: 0,
-            headroom: 0,
-        },
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime");
+    let rt = Runtime::new(RuntimeConfig::with_vram(64 << 20)).expect("runtime");
     let spec = ModelSpec {
         files: vec![quant],
         blocks: vec![BlockSpec {

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use dynvram_memory::BudgetConfig;
 use dynvram_models::mlp_stack::{self, Probe, builtin};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{Model, Runtime, RuntimeConfig, RuntimeError, plan_spec};
@@ -16,15 +15,7 @@ fn builtin_model() -> PathBuf {
 }
 
 fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget: Some(vram_budget),
-            reserve: 0,
-            headroom: 0,
-        },
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime")
+    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
 }
 
 #[test]

@@ -14,12 +14,17 @@ pub fn adapter_caps(adapter: &wgpu::Adapter) -> AdapterCaps {
 
 /// Edge of the square cooperative-matrix configuration the kernels can use
 /// on this adapter: f16 A and B, f32 accumulators, 16×16×16 (NVIDIA) or
-/// else 8×8×8 (lavapipe, Apple); 0 without one. wgpu lists only
+/// else 8×8×8 (lavapipe); 0 without one. wgpu lists only
 /// subgroup-scoped configurations and does not check shaders against them.
+///
+/// Vulkan only: the kernels run in CI on lavapipe's Vulkan and are meant for
+/// tensor cores through Vulkan; wgpu's Metal path (simdgroup matrices) has
+/// not run them, so it is not offered them.
 pub fn coop_f16_edge(adapter: &wgpu::Adapter) -> u32 {
-    if !adapter
-        .features()
-        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    if adapter.get_info().backend != wgpu::Backend::Vulkan
+        || !adapter
+            .features()
+            .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
     {
         return 0;
     }
