@@ -321,6 +321,15 @@ struct IntPath {
     per_row_scale: bool,
 }
 
+/// A GEMV or GEMM as recorded: source, pipeline-key part, output tile
+/// `(M, N)` (GEMMs), override constants.
+type KernelSpec = (
+    Cow<'static, str>,
+    String,
+    (u64, u64),
+    Vec<(&'static str, f64)>,
+);
+
 /// One weight chunk: a binding of whole rows.
 struct Chunk<'a> {
     buffer: &'a wgpu::Buffer,
@@ -508,6 +517,24 @@ impl Recorder<'_> {
         }
     }
 
+    /// The cooperative-matrix GEMM on this adapter, integer or `float`,
+    /// its constants after the kernel's own `constants`.
+    fn coop_kernel(&self, float: bool, constants: &[(&'static str, f64)]) -> KernelSpec {
+        let caps = &self.gpu.caps;
+        let k = coop::specialise(
+            caps.coop_matrix_edge,
+            caps.subgroup_min_size,
+            self.coop,
+            float,
+        );
+        (
+            Cow::from(k.source),
+            k.key,
+            k.tile,
+            [constants, &k.constants[..]].concat(),
+        )
+    }
+
     /// Whether this float layer's GEMM runs on cooperative matrices.
     fn float_coop(&self) -> Result<bool, LinearError> {
         if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
@@ -670,21 +697,7 @@ impl Recorder<'_> {
                 (GEMM_TILE, GEMM_TILE),
                 constants.to_vec(),
             ),
-            (false, _, true) => {
-                let caps = &self.gpu.caps;
-                let k = coop::specialise(
-                    caps.coop_matrix_edge,
-                    caps.subgroup_min_size,
-                    self.coop,
-                    false,
-                );
-                (
-                    Cow::from(k.source),
-                    k.key,
-                    k.tile,
-                    [&constants[..], &k.constants[..]].concat(),
-                )
-            }
+            (false, _, true) => self.coop_kernel(false, &constants),
         };
         let key = format!(
             "linear_int_{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}",
@@ -778,21 +791,7 @@ impl Recorder<'_> {
                 (GEMM_TILE, GEMM_TILE),
                 constants.to_vec(),
             ),
-            (false, true) => {
-                let caps = &self.gpu.caps;
-                let k = coop::specialise(
-                    caps.coop_matrix_edge,
-                    caps.subgroup_min_size,
-                    self.coop,
-                    true,
-                );
-                (
-                    Cow::from(k.source),
-                    k.key,
-                    k.tile,
-                    [&constants[..], &k.constants[..]].concat(),
-                )
-            }
+            (false, true) => self.coop_kernel(true, &constants),
         };
         let key = format!("linear_float_{kind}|WFMT={wfmt}|B={has_bias}");
         for c in self.chunks()? {
