@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use dynvram_quant::{Format, LinearDtype, LinearDtypeOverride, LinearPlan, plan};
 use dynvram_runtime::gpu::{AdapterSummary, enumerate_adapters};
+use dynvram_runtime::ops::linear::{CoopShape, coop_unusable};
 use serde::Serialize;
 
 use crate::output::{print_json, size};
@@ -103,6 +104,16 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             match c.coop_matrix_edge {
                 0 => "no".to_owned(),
                 e => format!("{e}x{e}x{e} f16"),
+            }
+        );
+        println!(
+            "  GEMM past the GEMVs: {}",
+            match coop_unusable(c, CoopShape::default()) {
+                None => format!(
+                    "cooperative matrices {e}x{e}x{e} (integer layers within 2^24, exact; float layers with f16 activations)",
+                    e = c.coop_matrix_edge
+                ),
+                Some(why) => format!("tiled (dot4 for integer layers): {why}"),
             }
         );
         println!(
