@@ -547,12 +547,13 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
             "format", "M", "N", "K", "ms", "weight GB/s", "of copy", "TFLOP/s", "disp"
         );
     }
+    let coop_shapes: Vec<Option<CoopShape>> = if a.coop_shapes.is_empty() {
+        vec![None]
+    } else {
+        a.coop_shapes.iter().copied().map(Some).collect()
+    };
+    let act = if a.f16 { ActDtype::F16 } else { ActDtype::F32 };
     for &shape in &shapes {
-        let coop_shapes: Vec<Option<CoopShape>> = if a.coop_shapes.is_empty() {
-            vec![None]
-        } else {
-            a.coop_shapes.iter().copied().map(Some).collect()
-        };
         let runs = a.formats.split(',').flat_map(|f| {
             a.gemm.kernels().iter().flat_map({
                 let coop_shapes = &coop_shapes;
@@ -569,7 +570,6 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         });
         for (f, gemm, coop) in runs {
             let opts = RecordOptions { gemm, coop, ..opts };
-            let act = if a.f16 { ActDtype::F16 } else { ActDtype::F32 };
             let mut fig = match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts, act) {
                 Ok(fig) => fig,
                 // A shape sweep goes on past shapes this adapter cannot run.

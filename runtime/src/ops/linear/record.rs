@@ -503,14 +503,17 @@ impl Recorder<'_> {
         )
     }
 
-    /// Whether this integer layer's GEMM runs on cooperative matrices.
-    fn coop_gemm(&self, int: &IntPath) -> Result<bool, LinearError> {
+    /// Whether this layer's GEMM runs on cooperative matrices: never at GEMV
+    /// sizes or when the tiled GEMM is asked for; else where `why_not` finds
+    /// nothing against them (an error when they were asked for).
+    fn coop_chosen(
+        &self,
+        why_not: impl FnOnce(&dynvram_quant::AdapterCaps) -> Option<String>,
+    ) -> Result<bool, LinearError> {
         if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
             return Ok(false);
         }
-        let int4_act = int.mode == 0;
-        let caps = &self.gpu.caps;
-        match coop_gemm_unusable(caps, self.weights.k, int4_act, int.w4, self.coop) {
+        match why_not(&self.gpu.caps) {
             None => Ok(true),
             Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
             Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
@@ -535,19 +538,6 @@ impl Recorder<'_> {
         )
     }
 
-    /// Whether this float layer's GEMM runs on cooperative matrices.
-    fn float_coop(&self) -> Result<bool, LinearError> {
-        if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
-            return Ok(false);
-        }
-        let caps = &self.gpu.caps;
-        match float_coop_unusable(caps, self.weights.format, self.act, self.coop) {
-            None => Ok(true),
-            Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
-            Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
-        }
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn integer(
         &self,
@@ -560,7 +550,9 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (gpu, m, n, k) = (self.gpu, self.m, self.weights.n, self.weights.k);
-        let coop = self.coop_gemm(int)?;
+        let coop = self.coop_chosen(|caps| {
+            coop_gemm_unusable(caps, self.weights.k, int.mode == 0, int.w4, self.coop)
+        })?;
         scratch.set_coop(coop);
         let rot_bytes = m * k * 4;
         // The rotation writes f32, so the quantization after it reads f32.
@@ -772,7 +764,9 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
-        let coop = self.float_coop()?;
+        let coop = self.coop_chosen(|caps| {
+            float_coop_unusable(caps, self.weights.format, self.act, self.coop)
+        })?;
         scratch.set_coop(coop);
         let constants = [
             ("WFMT", f64::from(wfmt)),
