@@ -11,6 +11,13 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export XDG_RUNTIME_DIR=/tmp DYNVRAM_CACHE=/tmp/dynvram-cache RUST_LOG=warn
 out=${OUT:-bench-out}; mkdir -p "$out"
+# GPU clocks and power through the whole run: a kernel far below the memory
+# limit may just be running at a low memory clock.
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,utilization.gpu,utilization.memory \
+    --format=csv -lms 250 > "$out/clocks.csv" 2>&1 &
+  trap 'kill $! 2>/dev/null' EXIT
+fi
 parts=" ${PARTS:-check linear pass s2 rss upload torch faults} "
 d=.dev/dynvram
 b="--backend vulkan"
@@ -30,6 +37,10 @@ fi
 if want linear; then
   step "bench linear M=1"
   $d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
+  for checks in no-loop-bound none; do
+    step "bench linear M=1, DYNVRAM_SHADER_CHECKS=$checks"
+    DYNVRAM_SHADER_CHECKS=$checks $d bench linear $b --shapes 1x16384x16384,1x4096x4096 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 2>&1 | tee -a "$out/linear_m1.txt"
+  done
   step "bench linear M=16,256,4096"
   $d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
   step "bench linear: cooperative-matrix GEMM shapes (K3 tuning)"
