@@ -16,7 +16,7 @@ out=${OUT:-bench-out}; mkdir -p "$out"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,utilization.gpu,utilization.memory \
     --format=csv -lms 250 > "$out/clocks.csv" 2>&1 &
-  trap 'kill $! 2>/dev/null' EXIT
+  smi=$!; trap 'kill $smi 2>/dev/null' EXIT
 fi
 parts=" ${PARTS:-check linear pass s2 rss upload torch faults} "
 d=.dev/dynvram
