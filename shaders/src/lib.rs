@@ -31,6 +31,7 @@ macro_rules! wgsl {
     };
 }
 
+pub mod bench;
 pub mod linear;
 pub mod transformer;
 
@@ -68,5 +69,6 @@ pub fn split_directives(source: &str) -> (&str, &str) {
 pub fn all() -> Vec<(&'static str, &'static str)> {
     let mut v = linear::ALL.to_vec();
     v.extend_from_slice(transformer::ALL);
+    v.extend_from_slice(bench::ALL);
     v
 }
