@@ -32,7 +32,9 @@ hp = torch.empty(n, dtype=torch.uint8)
 out["h2d_pageable_GBps"] = n / timed(lambda: a.copy_(hp), reps=3) / 1e9
 del a, b, h, hp
 lin = {}
-for (m, nn, k) in [(1, 16384, 16384), (1, 12288, 3072), (1, 3072, 12288), (1, 4096, 4096), (4096, 12288, 3072)]:
+# The layer shapes (N x K) of bench/gpu.sh at M = 1, 16, 256 and 4096.
+shapes = [(16384, 16384), (12288, 3072), (3072, 12288), (4096, 4096)]
+for (m, nn, k) in [(m, nn, k) for m in (1, 16, 256, 4096) for (nn, k) in shapes]:
     ws = [torch.randn(nn, k, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     i = [0]
