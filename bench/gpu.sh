@@ -35,18 +35,24 @@ if want check; then
   fi
 fi
 if want linear; then
-  step "bench linear M=1"
-  $d bench linear $b --shapes 1x16384x16384,1x12288x3072,1x3072x12288,1x4096x4096 --formats w4a4,w4a8,w8a8,fp8,f16 --reps 50 2>&1 | tee "$out/linear_m1.txt"
+  # The layer shapes N x K at one M.
+  shapes() { echo "$1x16384x16384,$1x12288x3072,$1x3072x12288,$1x4096x4096"; }
+  all=w4a4,w4a8,w8a8,fp8,f16
+  step "bench linear M=1 (K1, K2)"
+  $d bench linear $b --shapes "$(shapes 1)" --formats $all --reps 50 2>&1 | tee "$out/linear_m1.txt"
   for checks in no-loop-bound none; do
     step "bench linear M=1, DYNVRAM_SHADER_CHECKS=$checks"
     DYNVRAM_SHADER_CHECKS=$checks $d bench linear $b --shapes 1x16384x16384,1x4096x4096 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 2>&1 | tee -a "$out/linear_m1.txt"
   done
-  step "bench linear M=16,256,4096"
-  $d bench linear $b --shapes 16x4096x4096,256x4096x4096,4096x12288x3072 --formats w4a4,w4a8,w8a8,f16 --reps 3 2>&1 | tee "$out/linear_big.txt"
-  step "bench linear: cooperative-matrix GEMM shapes (K3 tuning)"
-  $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288,256x4096x4096 --formats w4a4,w4a8 --gemm coop \
+  step "bench linear M=16, 256"
+  $d bench linear $b --shapes "$(shapes 16),$(shapes 256)" --formats $all --reps 10 --copy-size 0 2>&1 | tee "$out/linear_mid.txt"
+  step "bench linear M=4096 (K3): the kernel each format takes (cooperative matrices where it can)"
+  timeout 300 $d bench linear $b --shapes "$(shapes 4096)" --formats $all --gemm auto --reps 2 --copy-size 0 2>&1 | tee "$out/linear_big.txt"
+  timeout 120 $d bench linear $b --shapes "$(shapes 4096)" --formats f16,fp8 --f16 --gemm auto --reps 2 --copy-size 0 2>&1 | tee -a "$out/linear_big.txt"
+  step "bench linear M=4096: dot4 beside cooperative matrices, workgroup shapes (K3 tuning)"
+  timeout 300 $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288 --formats w4a4,w4a8 --gemm both \
     --coop-shapes 2x2x32,2x4x32,4x2x32,4x4x32,2x2x64,2x4x64,4x2x64,4x4x16 --reps 3 --copy-size 0 2>&1 | tee "$out/linear_coop.txt"
-  $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288 --formats f16,fp8 --f16 --gemm both \
+  timeout 120 $d bench linear $b --shapes 4096x12288x3072 --formats f16,fp8 --f16 --gemm both \
     --coop-shapes 2x2x32,4x2x32,4x4x32,2x4x64 --reps 3 --copy-size 0 2>&1 | tee -a "$out/linear_coop.txt"
 fi
 if want pass; then
