@@ -5,7 +5,7 @@
 # for the kernel checks, the `linear_random` test binary in .dev/linear_random).
 # Correctness first (probe, conformance, run), then timings; every output
 # lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
-#   PARTS="check linear pass s2 rss upload torch faults llama" bash bench/gpu.sh
+#   PARTS="check linear pass s2 rss upload torch faults llama tune" bash bench/gpu.sh
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -54,6 +54,17 @@ if want linear; then
     --coop-shapes 2x2x32,2x4x32,4x2x32,4x4x32,2x2x64,2x4x64,4x2x64,4x4x16 --reps 3 --copy-size 0 2>&1 | tee "$out/linear_coop.txt"
   timeout 120 $d bench linear $b --shapes 4096x12288x3072 --formats f16,fp8 --f16 --gemm both \
     --coop-shapes 2x2x32,4x2x32,4x4x32,2x4x64 --reps 3 --copy-size 0 2>&1 | tee -a "$out/linear_coop.txt"
+fi
+if want tune; then
+  step "GEMV workgroup shapes at M=1 16384^2 (rows x invocations; with and without shader checks)"
+  for checks in all none; do
+    for rows in 1 2 4 8 16; do
+      for wgs in 64 128 256 512; do
+        DYNVRAM_SHADER_CHECKS=$checks $d bench linear $b --shapes 1x16384x16384 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 \
+          --gemv-rows $rows --gemv-wgs $wgs 2>&1 | grep -E '^(w4a4|w8a8|f16) ' | sed "s/^/checks=$checks rows=$rows wgs=$wgs /"
+      done
+    done
+  done 2>&1 | tee "$out/tune.txt"
 fi
 if want pass; then
   step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget (copy queue, then without), then 2x"
