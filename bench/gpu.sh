@@ -56,11 +56,11 @@ if want linear; then
     --coop-shapes 2x2x32,4x2x32,4x4x32,2x4x64 --reps 3 --copy-size 0 2>&1 | tee -a "$out/linear_coop.txt"
 fi
 if want tune; then
-  step "GEMV workgroup shapes at M=1 16384^2 (rows x invocations; with and without shader checks)"
+  step "GEMV workgroup shapes at M=1, 16384^2 and 4096^2 (rows x invocations; with and without shader checks)"
   for checks in all none; do
     for rows in 1 2 4 8 16; do
       for wgs in 64 128 256 512; do
-        DYNVRAM_SHADER_CHECKS=$checks $d bench linear $b --shapes 1x16384x16384 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 \
+        DYNVRAM_SHADER_CHECKS=$checks $d bench linear $b --shapes 1x16384x16384,1x4096x4096 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 \
           --gemv-rows $rows --gemv-wgs $wgs 2>&1 | grep -E '^(w4a4|w8a8|f16) ' | sed "s/^/checks=$checks rows=$rows wgs=$wgs /"
       done
     done
