@@ -27,11 +27,61 @@ struct QuantParams {
 @group(0) @binding(2) var<storage, read_write> scales: array<f32>;
 @group(0) @binding(3) var<uniform> qp: QuantParams;
 
+// a / b rounded to nearest even, as the CPU reference divides: WGSL and
+// Vulkan let division be 2.5 ulp off (NVIDIA's is), and one ulp moves a
+// code across its rounding boundary, or changes a scale. An fma residual
+// does not fix it portably (llvmpipe does not fuse), so the significands
+// are divided in integers: 24 quotient bits, then the remainder decides the
+// rounding (ties to even). Zero, subnormal, infinite or NaN operands and
+// quotients outside the normal range keep the hardware quotient (they
+// become code 0, a clamped code, or the scale floor either way).
+fn div_rn(a: f32, b: f32) -> f32 {
+    let q0 = a / b;
+    let ua = bitcast<u32>(a);
+    let ub = bitcast<u32>(b);
+    let ea = i32((ua >> 23u) & 0xffu);
+    let eb = i32((ub >> 23u) & 0xffu);
+    if ea == 0 || ea == 255 || eb == 0 || eb == 255 {
+        return q0;
+    }
+    let mb = (ub & 0x7fffffu) | 0x800000u;
+    var r = (ua & 0x7fffffu) | 0x800000u;
+    var e = ea - eb;
+    // Scale so that r / mb lies in [1, 2): the quotient's leading bit.
+    if r < mb {
+        r = r << 1u;
+        e = e - 1;
+    }
+    var quo = 0u;
+    for (var i = 0u; i < 24u; i++) {
+        quo = quo << 1u;
+        if r >= mb {
+            r = r - mb;
+            quo = quo | 1u;
+        }
+        r = r << 1u;
+    }
+    // r is twice the remainder: past half of mb rounds up, half is a tie.
+    if r > mb || (r == mb && (quo & 1u) == 1u) {
+        quo = quo + 1u;
+    }
+    if quo == 0x1000000u {
+        quo = quo >> 1u;
+        e = e + 1;
+    }
+    let biased = e + 127;
+    if biased < 1 || biased > 254 {
+        return q0;
+    }
+    let sign = (ua ^ ub) & 0x80000000u;
+    return bitcast<f32>(sign | (u32(biased) << 23u) | (quo & 0x7fffffu));
+}
+
 fn code(row_base: u32, col: u32, s: f32, lo: f32, hi: f32) -> i32 {
     if col >= qp.k {
         return 0;
     }
-    return i32(clamp(round(act_value(row_base + col) / s), lo, hi));
+    return i32(clamp(round(div_rn(act_value(row_base + col), s)), lo, hi));
 }
 
 // Writes row `row`'s scale and codes; invocation `lid` of `threads` takes
@@ -43,7 +93,7 @@ fn write_codes(row: u32, lid: u32, threads: u32, absmax: f32) {
     var hi = 127.0;
     switch MODE {
         case 0u: {
-            s = max(absmax, 1e-10) / 7.0;
+            s = div_rn(max(absmax, 1e-10), 7.0);
             lo = -7.0;
             hi = 7.0;
         }
@@ -51,7 +101,7 @@ fn write_codes(row: u32, lid: u32, threads: u32, absmax: f32) {
             s = max(absmax * INV127, 1e-30);
         }
         default: {
-            s = max(absmax / 127.0, 1e-30);
+            s = max(div_rn(absmax, 127.0), 1e-30);
         }
     }
     if lid == 0u {

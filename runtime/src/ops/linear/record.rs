@@ -48,7 +48,7 @@ pub struct RecordOptions {
     pub gemv: Option<GemvShape>,
     /// The integer GEMM kernel.
     pub gemm: GemmKernel,
-    /// The cooperative-matrix GEMM's shape instead of the default (for
+    /// The cooperative-matrix GEMM's shape instead of [`CoopShape::for_adapter`] (for
     /// tuning on a real GPU; checked against the adapter's limits).
     pub coop: Option<CoopShape>,
 }
@@ -130,7 +130,9 @@ pub fn record_linear_with(
         act: x.dtype,
         gemv: rows_gemv.then_some(gemv),
         gemm: opts.gemm,
-        coop: opts.coop.unwrap_or_default(),
+        coop: opts
+            .coop
+            .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         dispatches: &dispatches,
     };
     let unsupported = |what: String| LinearError::Unsupported { what, n, k };

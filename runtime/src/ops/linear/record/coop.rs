@@ -57,6 +57,23 @@ impl Default for CoopShape {
 }
 
 impl CoopShape {
+    /// The shape used when none is asked for: on 16 × 16 matrices (tensor
+    /// cores) 4 × 4 subgroups, where the adapter fits them (the H200's
+    /// fastest in a sweep of eight shapes: 1.9× the 2 × 2 default at
+    /// 4096 × 12288 × 3072, BENCHMARKS.md); otherwise [`CoopShape::default`].
+    pub fn for_adapter(caps: &AdapterCaps) -> Self {
+        let big = Self {
+            sg_m: 4,
+            sg_n: 4,
+            bk: 32,
+        };
+        if caps.coop_matrix_edge == 16 && coop_unusable(caps, big).is_none() {
+            big
+        } else {
+            Self::default()
+        }
+    }
+
     /// Output tile `(rows of M, rows of N)` for matrix edge `edge`.
     pub fn tile(self, edge: u32) -> (u32, u32) {
         (2 * edge * self.sg_m, 2 * edge * self.sg_n)
@@ -227,6 +244,27 @@ mod tests {
         varying.subgroup_min_size = 16;
         let why = coop_gemm_unusable(&varying, 64, true, true, d).expect("varying subgroups");
         assert!(why.contains("16..32"), "{why}");
+    }
+
+    #[test]
+    fn tensor_cores_get_the_larger_default_where_it_fits() {
+        let big = CoopShape {
+            sg_m: 4,
+            sg_n: 4,
+            bk: 32,
+        };
+        assert_eq!(CoopShape::for_adapter(&coop_caps(16, 32)), big);
+        assert_eq!(
+            CoopShape::for_adapter(&coop_caps(8, 32)),
+            CoopShape::default()
+        );
+        // 4 x 4 subgroups of 64 are 1024 invocations.
+        let mut narrow = coop_caps(16, 64);
+        narrow.max_invocations_per_workgroup = 512;
+        assert_eq!(CoopShape::for_adapter(&narrow), CoopShape::default());
+        let mut small = coop_caps(16, 32);
+        small.max_workgroup_storage = 32 << 10;
+        assert_eq!(CoopShape::for_adapter(&small), CoopShape::default());
     }
 
     #[test]
