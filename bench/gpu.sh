@@ -5,7 +5,9 @@
 # for the kernel checks, the `linear_random` test binary in .dev/linear_random).
 # Correctness first (probe, conformance, run), then timings; every output
 # lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
-#   PARTS="check linear pass s2 rss upload torch faults llama tune" bash bench/gpu.sh
+#   PARTS="check linear torch pass s2 rss upload faults llama tune" bash bench/gpu.sh
+# (NO_COPY_QUEUE=1 adds the pass on wgpu's queue; COOP_SHAPES lists the
+# cooperative GEMM shapes timed beside dot4.)
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -18,10 +20,10 @@ if command -v nvidia-smi >/dev/null; then
     --format=csv -lms 250 > "$out/clocks.csv" 2>&1 &
   smi=$!; trap 'kill $smi 2>/dev/null' EXIT
 fi
-parts=" ${PARTS:-check linear pass s2 rss upload torch faults} "
+parts=" ${PARTS:-check linear torch pass s2 rss upload faults} "
 d=.dev/dynvram
 b="--backend vulkan"
-step() { echo; echo "=== $* ==="; }
+step() { echo; echo "=== $* === ($(date +%T), ${SECONDS}s in)"; }
 want() { [[ $parts == *" $1 "* ]]; }
 if want check; then
   step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
@@ -31,7 +33,8 @@ if want check; then
     # The linear kernels against the CPU reference on this GPU, the
     # cooperative-matrix GEMM required (16x16 tensor cores on NVIDIA).
     step "linear property tests (cooperative matrices required)"
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 timeout 300 .dev/linear_random 2>&1 | tail -12 | tee "$out/linear_random.txt"
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/linear_random > "$out/linear_random.txt" 2>&1
+    grep -E "panicked|failed:|^test |test result" "$out/linear_random.txt" | cut -c1-400
   fi
 fi
 if want linear; then
@@ -40,20 +43,21 @@ if want linear; then
   all=w4a4,w4a8,w8a8,fp8,f16
   step "bench linear M=1 (K1, K2)"
   $d bench linear $b --shapes "$(shapes 1)" --formats $all --reps 50 2>&1 | tee "$out/linear_m1.txt"
-  for checks in no-loop-bound none; do
-    step "bench linear M=1, DYNVRAM_SHADER_CHECKS=$checks"
-    DYNVRAM_SHADER_CHECKS=$checks $d bench linear $b --shapes 1x16384x16384,1x4096x4096 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 2>&1 | tee -a "$out/linear_m1.txt"
-  done
+  step "bench linear M=1 with naga's loop counters (DYNVRAM_SHADER_CHECKS=all, wgpu's default)"
+  DYNVRAM_SHADER_CHECKS=all $d bench linear $b --shapes 1x16384x16384 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 2>&1 | tee -a "$out/linear_m1.txt"
   step "bench linear M=16, 256"
   $d bench linear $b --shapes "$(shapes 16),$(shapes 256)" --formats $all --reps 10 --copy-size 0 2>&1 | tee "$out/linear_mid.txt"
   step "bench linear M=4096 (K3): the kernel each format takes (cooperative matrices where it can)"
-  timeout 300 $d bench linear $b --shapes "$(shapes 4096)" --formats $all --gemm auto --reps 2 --copy-size 0 2>&1 | tee "$out/linear_big.txt"
-  timeout 120 $d bench linear $b --shapes "$(shapes 4096)" --formats f16,fp8 --f16 --gemm auto --reps 2 --copy-size 0 2>&1 | tee -a "$out/linear_big.txt"
-  step "bench linear M=4096: dot4 beside cooperative matrices, workgroup shapes (K3 tuning)"
-  timeout 300 $d bench linear $b --shapes 4096x12288x3072,4096x3072x12288 --formats w4a4,w4a8 --gemm both \
-    --coop-shapes 2x2x32,2x4x32,4x2x32,4x4x32,2x2x64,2x4x64,4x2x64,4x4x16 --reps 3 --copy-size 0 2>&1 | tee "$out/linear_coop.txt"
-  timeout 120 $d bench linear $b --shapes 4096x12288x3072 --formats f16,fp8 --f16 --gemm both \
-    --coop-shapes 2x2x32,4x2x32,4x4x32,2x4x64 --reps 3 --copy-size 0 2>&1 | tee -a "$out/linear_coop.txt"
+  timeout 200 $d bench linear $b --shapes "$(shapes 4096)" --formats $all --gemm auto --reps 1 --copy-size 0 2>&1 | tee "$out/linear_big.txt"
+  timeout 60 $d bench linear $b --shapes "$(shapes 4096)" --formats f16,fp8 --f16 --gemm auto --reps 2 --copy-size 0 2>&1 | tee -a "$out/linear_big.txt"
+  step "bench linear M=4096: dot4 beside cooperative matrices, a few workgroup shapes"
+  timeout 120 $d bench linear $b --shapes 4096x12288x3072 --formats w4a4,w8a8 --gemm both \
+    --coop-shapes ${COOP_SHAPES:-4x4x32,4x4x16,2x4x32} --reps 2 --copy-size 0 2>&1 | tee "$out/linear_coop.txt"
+fi
+if want torch; then
+  step "pytorch baselines"
+  python3 -c "import torch,safetensors.torch as s; s.save_file({'w': torch.randn(2**31 // 4096, 4096, dtype=torch.bfloat16)}, '/tmp/w4g.safetensors')" 2>&1 | tail -2
+  timeout 300 python3 bench/torch_baseline.py /tmp/w4g.safetensors 2>&1 | tee "$out/torch.json"
 fi
 if want tune; then
   step "GEMV workgroup shapes at M=1, 16384^2 and 4096^2 (rows x invocations; with and without shader checks)"
@@ -67,10 +71,12 @@ if want tune; then
   done 2>&1 | tee "$out/tune.txt"
 fi
 if want pass; then
-  step "bench pass: S1, a 7 GiB f16 MLP stack 4x the budget (copy queue, then without), then 2x"
+  step "bench pass: S1, a 7 GiB f16 MLP stack at budget 1/4 of it, then 1/2"
   $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 2>&1 | tee "$out/pass.txt"
-  $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 --no-copy-queue 2>&1 | tee -a "$out/pass.txt"
-  $d bench pass $b --file /tmp/pass.safetensors --rows 1,64 --passes 3 --ratio 2 2>&1 | tee -a "$out/pass.txt"
+  $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 --ratio 2 2>&1 | tee -a "$out/pass.txt"
+  if [ -n "${NO_COPY_QUEUE:-}" ]; then
+    $d bench pass $b --file /tmp/pass.safetensors --rows 1,16,64 --passes 3 --no-copy-queue 2>&1 | tee -a "$out/pass.txt"
+  fi
 fi
 if want s2; then
   step "S2: the same streamed pass in PyTorch (pinned memory, two streams)"
@@ -89,11 +95,6 @@ fi
 if want upload; then
   step "bench upload 4 GiB"
   $d bench upload $b --file /tmp/upload.bin --size 4GiB --threads 16 --reps 3 2>&1 | tee "$out/upload.txt"
-fi
-if want torch; then
-  step "pytorch baselines"
-  python3 -c "import torch,safetensors.torch as s; s.save_file({'w': torch.randn(2**31 // 4096, 4096, dtype=torch.bfloat16)}, '/tmp/w4g.safetensors')" 2>&1 | tail -2
-  timeout 300 python3 bench/torch_baseline.py /tmp/w4g.safetensors 2>&1 | tee "$out/torch.json"
 fi
 if want faults && [ -x .dev/faults ]; then
   step "real VRAM exhaustion (issue 8): the ignored faults test"
