@@ -39,14 +39,16 @@ impl GemvShape {
     /// The default for `m` activation rows on an adapter allowing
     /// `max_invocations` invocations per workgroup: 256 invocations (8 warps
     /// of 32, 4 waves of 64: a multiple of every subgroup size, and enough
-    /// workgroups per SM to hide latency), 8 rows up to M = 2 and 4 rows
-    /// above (`rows · M` accumulators plus `rows` 16-byte loads per
-    /// invocation must stay in registers; above M = 16, 64 / M rows).
+    /// workgroups per SM to hide latency), 4 rows up to M = 16 (`rows · M`
+    /// accumulators plus `rows` 16-byte loads per invocation must stay in
+    /// registers; above M = 16, 64 / M rows). On the H200 at M = 1 every
+    /// shape from 1 to 8 rows and 64 to 512 invocations streamed within a
+    /// few percent of the best once loops unroll; 4 × 256 was among the
+    /// best for int4, int8 and f16 weights (BENCHMARKS.md, session 6).
     pub fn default_for(m: u64, max_invocations: u32) -> Self {
         let wgs = if max_invocations >= 256 { 256 } else { 64 };
         let rows = match m {
-            0..=2 => 8,
-            3..=16 => 4,
+            0..=16 => 4,
             _ => (MAX_ACCUMULATORS / m).max(1) as u32,
         };
         Self { rows, wgs }
