@@ -104,3 +104,7 @@ if want llama; then
   step "llama-7b generate vs transformers (bench/llama.sh)"
   OUT="$out" bash bench/llama.sh 2>&1 | tee "$out/llama.txt"
 fi
+if want linear; then
+  step "the linear table (bench/table.py)"
+  python3 bench/table.py "$out" 2>&1 | tee "$out/table.md"
+fi
