@@ -45,6 +45,8 @@ if want linear; then
   $d bench linear $b --shapes "$(shapes 1)" --formats $all --reps 50 2>&1 | tee "$out/linear_m1.txt"
   step "bench linear M=1 with naga's loop counters (DYNVRAM_SHADER_CHECKS=all, wgpu's default)"
   DYNVRAM_SHADER_CHECKS=all $d bench linear $b --shapes 1x16384x16384 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 2>&1 | tee -a "$out/linear_m1.txt"
+  step "bench linear M=1, N=32: the fixed cost (activation rotation/quantization and dispatches) without a weight stream"
+  $d bench linear $b --shapes 1x32x16384,1x32x4096 --formats w4a4,w8a8,f16 --reps 50 --copy-size 0 2>&1 | tee "$out/linear_fixed.txt"
   step "bench linear M=16, 256"
   $d bench linear $b --shapes "$(shapes 16),$(shapes 256)" --formats $all --reps 10 --copy-size 0 2>&1 | tee "$out/linear_mid.txt"
   step "bench linear M=4096 (K3): the kernel each format takes (cooperative matrices where it can)"
