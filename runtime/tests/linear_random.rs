@@ -274,6 +274,63 @@ fn integer_paths_match_the_reference() {
     }
 }
 
+/// Activations whose quotients by their scale sit within an ulp or two of
+/// half-integers, where a division a few ulp off (Vulkan allows 2.5; the
+/// H200's is) rounds a code the other way: codes and scales must still
+/// equal the CPU reference's. Rows of int8_tensorwise hold (j - 126.5) · c
+/// beside an absmax of 127 · c; the convrot rows hold the inverse rotation
+/// of (j - 6.5) · c beside 7 · c, so the kernel's rotation lands next to
+/// the ties.
+#[test]
+fn near_tie_activations_round_like_the_reference() {
+    let Some(mut env) = env("near_tie_activations_round_like_the_reference") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let (m, k) = (6, 256);
+    let ties = |lim: f32, period: usize| -> Vec<f32> {
+        let mut x = Vec::with_capacity(m * k);
+        for row in 0..m {
+            let c = 0.1 + 0.37 * row as f32;
+            x.push(lim * c);
+            x.extend((1..k).map(|j| ((j % period) as f32 - (period as f32 - 1.0) / 2.0) * c));
+        }
+        x
+    };
+    let int8 = Format::Int8Tensorwise {
+        convrot_group: None,
+    };
+    let h = HostLayer::random(&mut rng, int8, 24, k, false);
+    let x = ties(127.0, 254);
+    for fast in fast_variants(&env) {
+        check_integer(
+            &mut env,
+            &h,
+            ActArith::Int8,
+            fast,
+            &x,
+            RecordOptions::default(),
+        );
+    }
+    let g = 64;
+    let convrot = Format::ConvrotW4a4 {
+        group: g,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let h = HostLayer::random(&mut rng, convrot, 24, k, false);
+    let x = rotate(&ties(7.0, 14), k, g, Rotation::Fht).expect("rotate");
+    for fast in fast_variants(&env) {
+        check_integer(
+            &mut env,
+            &h,
+            ActArith::Int4,
+            fast,
+            &x,
+            RecordOptions::default(),
+        );
+    }
+}
+
 #[test]
 fn float_paths_match_the_reference() {
     let Some(mut env) = env("float_paths_match_the_reference") else {

@@ -81,7 +81,15 @@ fn code(row_base: u32, col: u32, s: f32, lo: f32, hi: f32) -> i32 {
     if col >= qp.k {
         return 0;
     }
-    return i32(clamp(round(div_rn(act_value(row_base + col), s)), lo, hi));
+    let v = act_value(row_base + col);
+    let q = v / s;
+    // The hardware quotient is within 2.5 ulp of v / s, so it rounds like
+    // the correctly rounded one unless it lies within a few ulp (|q| · 1e-6
+    // is over 8) of a half-integer: only there is the exact division paid.
+    if abs(q - (floor(q) + 0.5)) > abs(q) * 1e-6 {
+        return i32(clamp(round(q), lo, hi));
+    }
+    return i32(clamp(round(div_rn(v, s)), lo, hi));
 }
 
 // Writes row `row`'s scale and codes; invocation `lid` of `threads` takes
