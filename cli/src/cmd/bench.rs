@@ -545,7 +545,9 @@ fn time_case(
         n,
         k,
         kernel: if scratch.last_used_coop() {
-            let CoopShape { sg_m, sg_n, bk } = opts.coop.unwrap_or_default();
+            let CoopShape { sg_m, sg_n, bk } = opts
+                .coop
+                .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps));
             format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
         } else {
             format!("{:?}", plan.kernel)
