@@ -85,13 +85,11 @@ if want s2; then
   timeout 300 python3 bench/torch_offload.py --rows 1,16,64 2>&1 | tee "$out/torch_offload.json"
 fi
 if want rss; then
-  step "R1: peak host RSS while streaming with --fast-disk (ring 3 x 64 MiB)"
+  step "R1: peak host RSS while streaming with --fast-disk (ring 3 x 64 MiB), by mapping"
   for flags in "--fast-disk" "--fast-disk --no-pins"; do
+    echo "$flags:"
     # shellcheck disable=SC2086 # $b and $flags are flags
-    python3 -c 'import resource, subprocess, sys
-subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=False)
-print(f"peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20:.2f} GiB")' \
-      $d bench pass $b --file /tmp/pass.safetensors --rows 1 --passes 2 $flags 2>&1 | sed "s/^/$flags: /" | tee -a "$out/rss.txt"
+    python3 bench/rss_breakdown.py $d bench pass $b --file /tmp/pass.safetensors --rows 1 --passes 2 $flags 2>&1 | tee -a "$out/rss.txt"
   done
 fi
 if want upload; then
