@@ -273,6 +273,9 @@ fn copy_baseline(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<f64> {
     Ok(2.0 * bytes as f64 / per / 1e9)
 }
 
+/// Invocations per workgroup of the streaming baselines (`stream.wgsl`'s `WGS`).
+const STREAM_WGS: u32 = 256;
+
 /// What a shader reaches streaming `bytes` (GB/s): a vec4 copy (read +
 /// write bytes, like [`copy_baseline`]) and a read-only pass (the bound of a
 /// GEMV, which reads its weights once). On NVIDIA `copy_buffer_to_buffer`
@@ -288,7 +291,7 @@ fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<(f64, 
             &format!("bench.stream.{entry}"),
             dynvram_shaders::bench::STREAM,
             entry,
-            &[],
+            &[("WGS", f64::from(STREAM_WGS))],
         )?;
         let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("bench.stream"),
@@ -305,7 +308,7 @@ fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<(f64, 
             ],
         });
         // Enough workgroups to fill any GPU; each strides over the rest.
-        let groups = (bytes / 16).div_ceil(256).clamp(1, 8192) as u32;
+        let groups = (bytes / 16).div_ceil(STREAM_WGS.into()).clamp(1, 8192) as u32;
         let run = |times: usize| {
             submit_timed(gpu, |enc| {
                 let mut pass = enc.begin_compute_pass(&Default::default());
@@ -544,13 +547,11 @@ fn time_case(
         m,
         n,
         k,
-        kernel: if scratch.last_used_coop() {
-            let CoopShape { sg_m, sg_n, bk } = opts
-                .coop
-                .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps));
-            format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
-        } else {
-            format!("{:?}", plan.kernel)
+        kernel: match scratch.last_coop_shape() {
+            Some(CoopShape { sg_m, sg_n, bk }) => {
+                format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
+            }
+            None => format!("{:?}", plan.kernel),
         },
         coop: scratch.last_used_coop(),
         dispatches: scratch.last_dispatches(),
@@ -575,17 +576,17 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         }),
         ..Default::default()
     };
-    let engine_copy = (a.copy_size.as_u64() > 0)
-        .then(|| copy_baseline(&gpu, a.copy_size.as_u64(), a.reps))
-        .transpose()?;
-    let shader = (a.copy_size.as_u64() > 0)
-        .then(|| shader_baselines(&gpu, a.copy_size.as_u64(), a.reps))
+    // (copy engine, shader copy, shader read-only) GB/s.
+    let baselines = (a.copy_size.as_u64() > 0)
+        .then(|| -> anyhow::Result<_> {
+            let bytes = a.copy_size.as_u64();
+            let engine = copy_baseline(&gpu, bytes, a.reps)?;
+            let (shader, read) = shader_baselines(&gpu, bytes, a.reps)?;
+            Ok((engine, shader, read))
+        })
         .transpose()?;
     // The limit "of copy" is measured against: the faster of the two copies.
-    let copy = match (engine_copy, shader) {
-        (Some(e), Some((s, _))) => Some(e.max(s)),
-        _ => None,
-    };
+    let copy = baselines.map(|(engine, shader, _)| engine.max(shader));
     let mut figures = Vec::new();
     if !json {
         println!("adapter {} [{}]", gpu.info.name, gpu.caps.backend);
@@ -601,7 +602,7 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
                 "wall time from submit to idle (no timestamps inside encoders)"
             }
         );
-        if let (Some(e), Some((c, r))) = (engine_copy, shader) {
+        if let Some((e, c, r)) = baselines {
             println!(
                 "device copy (read + write): copy_buffer_to_buffer {e:.1} GB/s, shader {c:.1} GB/s; shader read-only {r:.1} GB/s"
             );

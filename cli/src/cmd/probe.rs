@@ -106,13 +106,17 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 e => format!("{e}x{e}x{e} f16"),
             }
         );
+        let coop_shape = CoopShape::for_adapter(c);
         println!(
             "  GEMM past the GEMVs: {}",
-            match coop_unusable(c, CoopShape::default()) {
-                None => format!(
-                    "cooperative matrices {e}x{e}x{e} (integer layers within 2^24, exact; float layers with f16 activations)",
-                    e = c.coop_matrix_edge
-                ),
+            match coop_unusable(c, coop_shape) {
+                None => {
+                    let CoopShape { sg_m, sg_n, bk } = coop_shape;
+                    format!(
+                        "cooperative matrices {e}x{e}x{e}, {sg_m}x{sg_n} subgroups x {bk} columns (integer layers within 2^24, exact; float layers with f16 activations)",
+                        e = c.coop_matrix_edge
+                    )
+                }
                 Some(why) => format!("tiled (dot4 for integer layers): {why}"),
             }
         );

@@ -555,7 +555,7 @@ impl Recorder<'_> {
         let coop = self.coop_chosen(|caps| {
             coop_gemm_unusable(caps, self.weights.k, int.mode == 0, int.w4, self.coop)
         })?;
-        scratch.set_coop(coop);
+        scratch.set_coop(coop.then_some(self.coop));
         let rot_bytes = m * k * 4;
         // The rotation writes f32, so the quantization after it reads f32.
         let mut quant_rec = *self;
@@ -769,7 +769,7 @@ impl Recorder<'_> {
         let coop = self.coop_chosen(|caps| {
             float_coop_unusable(caps, self.weights.format, self.act, self.coop)
         })?;
-        scratch.set_coop(coop);
+        scratch.set_coop(coop.then_some(self.coop));
         let constants = [
             ("WFMT", f64::from(wfmt)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dynvram_memory::OwnerClass;
 
-use super::LinearError;
+use super::{CoopShape, LinearError};
 use crate::RuntimeError;
 use crate::accounting::{SharedBudget, TrackedBuffer};
 use crate::gpu::Gpu;
@@ -32,8 +32,9 @@ pub struct LinearScratch {
     dummy: Option<Slot>,
     /// Dispatches the last recorded linear took.
     dispatches: u32,
-    /// The last recorded linear ran the cooperative-matrix GEMM.
-    coop: bool,
+    /// The cooperative-matrix GEMM shape the last recorded linear ran, if
+    /// it ran that GEMM.
+    coop: Option<CoopShape>,
 }
 
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
@@ -173,10 +174,16 @@ impl LinearScratch {
     /// The last recorded linear multiplied on cooperative matrices (its
     /// activation codes are in column order).
     pub fn last_used_coop(&self) -> bool {
+        self.coop.is_some()
+    }
+
+    /// The workgroup shape of the cooperative-matrix GEMM the last recorded
+    /// linear ran, if it ran one.
+    pub fn last_coop_shape(&self) -> Option<CoopShape> {
         self.coop
     }
 
-    pub(super) fn set_coop(&mut self, coop: bool) {
+    pub(super) fn set_coop(&mut self, coop: Option<CoopShape>) {
         self.coop = coop;
     }
 
