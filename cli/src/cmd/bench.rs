@@ -284,6 +284,10 @@ const STREAM_WGS: u32 = 256;
 fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<(f64, f64)> {
     let usage = wgpu::BufferUsages::STORAGE;
     let bytes = bytes.min(gpu.caps.max_storage_binding) / 16 * 16;
+    anyhow::ensure!(
+        bytes > 0,
+        "--copy-size must be 0 (no baselines) or at least 16 bytes (one vec4 element)"
+    );
     let src = gpu.create_buffer("bench.stream_src", bytes, usage)?;
     let dst = gpu.create_buffer("bench.stream_dst", bytes, usage)?;
     let time = |entry: &str| -> anyhow::Result<f64> {
