@@ -76,7 +76,18 @@ impl TrackedBuffer {
 impl Drop for TrackedBuffer {
     fn drop(&mut self) {
         let _ = lock(&self.budget).free(self.id);
+        FREED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Tracked buffers freed so far in this process.
+static FREED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many tracked buffers were freed so far: caches that hold buffers
+/// (bind groups) start over when it changes, so no freed buffer is kept
+/// alive past the next launch.
+pub(crate) fn buffers_freed() -> u64 {
+    FREED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Locks the budget, recovering from a poisoned lock (the ledger stays

@@ -52,6 +52,12 @@ pub struct PassStats {
     pub ring_stalls: u64,
     /// Where the streamed bytes came from: registered pins, RAM pins, files.
     pub sources: StreamSources,
+    /// CPU seconds spent recording the blocks' kernels.
+    pub record_seconds: f64,
+    /// CPU seconds spent staging weights and submitting.
+    pub submit_seconds: f64,
+    /// Seconds waiting for the GPU at the pass's end.
+    pub wait_seconds: f64,
 }
 
 /// A weight's bytes on the GPU.
@@ -190,6 +196,8 @@ impl Model {
         let placed = crate::residency::acquire(rt, self, &mut ring, &mut enc)?;
         stats.loaded_bytes = placed.loaded_bytes;
         let n = self.blocks.len();
+        // Nothing streams: the whole pass is one submit.
+        let resident = placed.homes.iter().all(|h| matches!(h, Home::Resident(_)));
         let mut result = Ok(());
         let mut keep = Vec::new();
         let copy_queue = gpu.transfer_queue().filter(|_| rt.config.copy_queue);
@@ -232,7 +240,19 @@ impl Model {
                 keep: &mut keep,
                 placed: &placed,
             };
+            let recording = Instant::now();
             result = body(&mut ctx);
+            stats.record_seconds += recording.elapsed().as_secs_f64();
+            if resident && result.is_ok() && i + 1 < n {
+                trace.end(
+                    t,
+                    Lane::Compute,
+                    &format!("record {}", self.blocks[i].name),
+                    0,
+                );
+                continue;
+            }
+            let submitting = Instant::now();
             trace.end(
                 t,
                 Lane::Compute,
@@ -269,6 +289,7 @@ impl Model {
                 &format!("submit {}", self.blocks[i].name),
                 0,
             );
+            stats.submit_seconds += submitting.elapsed().as_secs_f64();
             if result.is_err() {
                 break;
             }
@@ -278,11 +299,13 @@ impl Model {
             ring.submit(&gpu.queue, enc);
         }
         let t = trace.begin();
+        let waiting = Instant::now();
         gpu.wait_idle()?;
         if let Some(q) = copy_queue {
             q.wait_all()?;
         }
         trace.end(t, Lane::Wait, "wait for GPU", 0);
+        stats.wait_seconds = waiting.elapsed().as_secs_f64();
         ring.recycle(&gpu.device)?;
         result?;
         let after = ring.counters();

@@ -8,8 +8,10 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 fn validate(name: &str, source: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source)
         .map_err(|e| format!("{name}: parse error\n{}", e.emit_to_string(source)))?;
-    let caps =
-        Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP | Capabilities::COOPERATIVE_MATRIX;
+    let caps = Capabilities::SHADER_FLOAT16
+        | Capabilities::SUBGROUP
+        | Capabilities::COOPERATIVE_MATRIX
+        | Capabilities::IMMEDIATES;
     Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .map_err(|e| format!("{name}: validation error\n{}", e.emit_to_string(source)))?;

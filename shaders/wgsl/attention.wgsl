@@ -28,7 +28,7 @@ const MAX_HEAD_DIM: u32 = 256u;
 const DPT: u32 = 4u;
 const NEG_BIG: f32 = -3.0e38;
 
-@group(0) @binding(0) var<uniform> params: Params;
+var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> q: array<act>;
 @group(0) @binding(2) var<storage, read> k: array<act>;
 @group(0) @binding(3) var<storage, read> v: array<act>;

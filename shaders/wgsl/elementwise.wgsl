@@ -17,7 +17,7 @@ const WG: u32 = 256u;
 
 override OP: u32 = 0u;
 
-@group(0) @binding(0) var<uniform> params: Params;
+var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> a: array<act>;
 @group(0) @binding(2) var<storage, read> b: array<act>;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;

@@ -20,12 +20,17 @@ struct QuantParams {
     k: u32,
     // u32 words per output row: ceil(k / 4).
     kw: u32,
-    _pad: u32,
+    _pad0: u32,
+    // The linear kernels' 32-byte immediates are shared by every module.
+    _pad1: u32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
 }
 
 @group(0) @binding(1) var<storage, read_write> q: array<u32>;
 @group(0) @binding(2) var<storage, read_write> scales: array<f32>;
-@group(0) @binding(3) var<uniform> qp: QuantParams;
+var<immediate> qp: QuantParams;
 
 // a / b rounded to nearest even, as the CPU reference divides: WGSL and
 // Vulkan let division be 2.5 ulp off (NVIDIA's is), and one ulp moves a

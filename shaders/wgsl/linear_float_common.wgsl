@@ -29,7 +29,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read> x: array<vec4<act>>;
 @group(0) @binding(4) var<storage, read_write> out: array<act>;
-@group(0) @binding(5) var<uniform> p: Params;
+var<immediate> p: Params;
 
 fn bf16_pair(v: u32) -> vec2<f32> {
     return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xFFFF0000u));

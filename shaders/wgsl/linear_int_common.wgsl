@@ -43,7 +43,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> xq: array<u32>;
 @group(0) @binding(4) var<storage, read> x_scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<act>;
-@group(0) @binding(6) var<uniform> p: Params;
+var<immediate> p: Params;
 
 // Even-column word of a raw int4 word (values ·16).
 fn w4_even(raw: u32) -> u32 {

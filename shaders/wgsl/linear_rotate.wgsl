@@ -13,11 +13,16 @@ struct Params {
     k: u32,
     _pad0: u32,
     _pad1: u32,
+    // The linear kernels' 32-byte immediates are shared by every module.
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
+    _pad5: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<act>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
+var<immediate> p: Params;
 
 var<workgroup> fht_v: array<f32, 4096>;
 

@@ -18,7 +18,7 @@ struct Params {
 
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> params: Params;
+var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<act>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;

@@ -18,7 +18,7 @@ struct Params {
 
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> params: Params;
+var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> table: array<vec2<f32>>;
 @group(0) @binding(2) var<storage, read_write> x: array<act>;
 

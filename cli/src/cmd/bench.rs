@@ -281,7 +281,7 @@ const STREAM_WGS: u32 = 256;
 /// GEMV, which reads its weights once). On NVIDIA `copy_buffer_to_buffer`
 /// may run on a copy engine slower than the SMs, so the copy engine alone
 /// understates the limit.
-fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<(f64, f64)> {
+pub(crate) fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<(f64, f64)> {
     let usage = wgpu::BufferUsages::STORAGE;
     let bytes = bytes.min(gpu.caps.max_storage_binding) / 16 * 16;
     anyhow::ensure!(

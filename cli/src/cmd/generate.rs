@@ -7,12 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use dynvram_models::llama::{Checkpoint, Generation, Limits, Llama, TextTokenizer};
+use dynvram_models::llama::{
+    Checkpoint, ForwardOptions, Generation, Limits, Llama, LogitRows, TextTokenizer,
+};
+use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
+use crate::cmd::profile;
 use crate::cmd::run::LinearDtypeArg;
 use crate::output::{print_json, size};
 
@@ -61,6 +65,13 @@ pub struct Args {
     /// Activation arithmetic of int4 layers.
     #[arg(long, value_enum, default_value = "auto")]
     linear_dtype: LinearDtypeArg,
+    /// After generating, profile one prefill of the prompt and one decode
+    /// step: every kernel's GPU time (timestamps, where the adapter has
+    /// them) beside its bytes, FLOPs and the device's memory rate (measured
+    /// with a 128 MiB shader read outside the budget), the CPU's recording
+    /// and submitting, and the GPU's idle gaps.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// `--compute-dtype`.
@@ -101,6 +112,16 @@ struct Report {
     streamed_bytes_per_token: u64,
     model: dynvram_runtime::ModelReport,
     budget: dynvram_runtime::BudgetReport,
+    /// With `--profile`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Profiles>,
+}
+
+/// `--profile`'s passes.
+#[derive(Debug, Serialize)]
+struct Profiles {
+    prefill: Profile,
+    decode: Profile,
 }
 
 /// Runs the subcommand.
@@ -181,6 +202,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.logits_out {
         write_logits(path, &prompt, &g, ckpt.config.vocab_size)?;
     }
+    let profile = match (args.profile, g.tokens.first()) {
+        (true, Some(&next)) => Some(profile_steps(&rt, &model, &mut llama, &prompt, next)?),
+        _ => None,
+    };
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),
@@ -196,6 +221,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         decode: g.decode.clone(),
         model: model.report(),
         budget: rt.budget_report(),
+        profile,
     };
     if json {
         print_json(&report)?;
@@ -203,6 +229,32 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         print_text(&report);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One profiled prefill of `prompt` and one decode step of `next` after it.
+fn profile_steps(
+    rt: &Runtime,
+    model: &Model,
+    llama: &mut Llama,
+    prompt: &[u32],
+    next: u32,
+) -> anyhow::Result<Profiles> {
+    let limit = profile::memory_limit(rt);
+    let opts = || ForwardOptions {
+        logits: Some(LogitRows::Last),
+        ..ForwardOptions::default()
+    };
+    let mut pass = |ids: &[u32], pos0: usize| {
+        profile::profiled(rt, limit, || {
+            let f = llama.forward_with(rt, model, ids, pos0, opts())?;
+            Ok(((), f.stats))
+        })
+        .map(|((), p)| p)
+    };
+    Ok(Profiles {
+        prefill: pass(prompt, 0)?,
+        decode: pass(&[next], prompt.len())?,
+    })
 }
 
 fn print_text(r: &Report) {
@@ -246,6 +298,13 @@ fn print_text(r: &Report) {
         size(m.arena_bytes),
         size(b.peak)
     );
+    if let Some(p) = &r.profile {
+        profile::print(&format!("prefill ({} tokens)", r.prompt.len()), &p.prefill);
+        profile::print(
+            &format!("decode step (position {})", r.prompt.len()),
+            &p.decode,
+        );
+    }
 }
 
 /// Writes `prompt_ids` (I64), `prompt_logits` `[prompt, vocab]`,

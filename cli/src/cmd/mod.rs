@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod generate;
 pub mod plan;
 pub mod probe;
+pub mod profile;
 pub mod quantize;
 pub mod run;
 pub mod synth;

@@ -70,6 +70,16 @@ impl Gpu {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
         let features = adapter.features() & wanted;
+        // Every kernel takes its params as immediates (push constants).
+        if !adapter.features().contains(wgpu::Features::IMMEDIATES) {
+            return Err(GpuError::RequestDevice {
+                adapter: info.name.clone(),
+                message: "the adapter lacks IMMEDIATES (push constants), which every kernel's \
+                          params use"
+                    .into(),
+            });
+        }
+        let features = features | wgpu::Features::IMMEDIATES;
         let limits = adapter.limits();
         let experimental_features = if coop {
             // SAFETY: cooperative matrices are used by one kernel

@@ -157,7 +157,20 @@ pub fn record_attention(
             ],
             groups: (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "sq", sq)?),
             act,
+            cost: attention_cost(q, heads, kv_len, pos0, sq),
         },
+    )
+}
+
+/// Bytes (q, out, and the visible cache rows once per kv head) and FLOPs
+/// (q·k and p·v over the keys each query row sees) of one attention.
+fn attention_cost(q: &GpuTensor, heads: Heads, kv_len: u64, pos0: u64, sq: u64) -> kernel::Cost {
+    let row = heads.n_kv_heads * heads.head_dim * q.dtype.size();
+    let visible = sq * pos0 + sq * (sq + 1) / 2;
+    kernel::Cost::new(
+        q.bytes() + 2 * kv_len * row,
+        q.bytes(),
+        4 * heads.n_heads * heads.head_dim * visible,
     )
 }
 

@@ -1,10 +1,11 @@
 //! Compiled pipelines, created once per (shader, entry, constants,
-//! activation type) key.
+//! activation type) key, and the bind groups launched with them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::gpu::{Gpu, GpuError};
+use crate::ops::launch::BindKey;
 use crate::tensor::ActDtype;
 
 /// A cache of compute pipelines keyed by a string the caller builds from the
@@ -12,8 +13,10 @@ use crate::tensor::ActDtype;
 #[derive(Debug, Default)]
 pub struct PipelineCache {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
-    /// Immutable params uniforms keyed by their bytes (see [`Self::uniform`]).
-    uniforms: Mutex<HashMap<Vec<u8>, Arc<wgpu::Buffer>>>,
+    /// Bind groups by pipeline and buffers (see [`Self::bind_group`]).
+    bind_groups: Mutex<BindGroups>,
+    /// Timestamps and costs of launches while profiling.
+    pub(crate) profile: Mutex<Option<crate::ops::profile::Recording>>,
 }
 
 /// Fails with [`GpuError::NoShaderF16`] when `act` is f16 and the device
@@ -82,40 +85,76 @@ impl PipelineCache {
     }
 }
 
-/// Distinct params uniforms kept before the map starts over (a model has a
-/// few per layer shape; buffers still in use stay alive through wgpu).
-const MAX_UNIFORMS: usize = 4096;
+/// Bind groups kept before the map starts over (a model has a few per
+/// layer and activation set).
+const MAX_BIND_GROUPS: usize = 1 << 14;
+
+/// Cached bind groups, valid while no tracked buffer was freed since
+/// `epoch` (a freed buffer may be reallocated; its bind groups must go).
+#[derive(Debug, Default)]
+struct BindGroups {
+    epoch: u64,
+    map: HashMap<BindKey, wgpu::BindGroup>,
+}
 
 impl PipelineCache {
-    /// A `UNIFORM` buffer holding `bytes`, shared by every dispatch with the
-    /// same params: the contents never change after creation, so one buffer
-    /// serves any number of dispatches in any encoders, and recording a
-    /// dispatch creates no buffer once its params were seen. The first
-    /// request writes it through the queue (applied at the next submit).
-    pub fn uniform(&self, gpu: &Gpu, bytes: &[u8]) -> Result<Arc<wgpu::Buffer>, GpuError> {
-        if let Some(b) = self
-            .uniforms
-            .lock()
-            .ok()
-            .and_then(|m| m.get(bytes).cloned())
+    /// The bind group of `bindings` on `pipeline`: created (and validated)
+    /// on first use, then reused. Cached bind groups keep their buffers
+    /// alive, so the cache is emptied whenever a tracked buffer is freed
+    /// ([`crate::accounting::buffers_freed`]).
+    pub(crate) fn bind_group(
+        &self,
+        gpu: &Gpu,
+        pipeline: &wgpu::ComputePipeline,
+        what: &str,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+    ) -> Result<wgpu::BindGroup, GpuError> {
+        let key = BindKey::of(pipeline, bindings);
+        let epoch = crate::accounting::buffers_freed();
+        if let Some(key) = &key
+            && let Ok(mut cached) = self.bind_groups.lock()
         {
-            return Ok(b);
-        }
-        let size = (bytes.len() as u64).max(16).next_multiple_of(16);
-        let buffer = Arc::new(gpu.create_buffer(
-            "params",
-            size,
-            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        )?);
-        let mut padded = bytes.to_vec();
-        padded.resize(size as usize, 0);
-        gpu.queue.write_buffer(&buffer, 0, &padded);
-        if let Ok(mut m) = self.uniforms.lock() {
-            if m.len() >= MAX_UNIFORMS {
-                m.clear();
+            if cached.epoch != epoch {
+                cached.map.clear();
+                cached.epoch = epoch;
             }
-            m.insert(bytes.to_vec(), buffer.clone());
+            if let Some(bg) = cached.map.get(key) {
+                return Ok(bg.clone());
+            }
         }
-        Ok(buffer)
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
+            .iter()
+            .map(|(binding, resource)| wgpu::BindGroupEntry {
+                binding: *binding,
+                resource: resource.clone(),
+            })
+            .collect();
+        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(what),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Validation {
+                what: format!("bind group of `{what}`"),
+                message: e.to_string(),
+            });
+        }
+        if let Some(key) = key
+            && let Ok(mut cached) = self.bind_groups.lock()
+            && cached.epoch == epoch
+        {
+            if cached.map.len() >= MAX_BIND_GROUPS {
+                cached.map.clear();
+            }
+            cached.map.insert(key, bind_group.clone());
+        }
+        Ok(bind_group)
+    }
+
+    /// Bind groups cached now (for tests).
+    pub fn cached_bind_groups(&self) -> usize {
+        self.bind_groups.lock().map_or(0, |c| c.map.len())
     }
 }

@@ -121,6 +121,7 @@ fn dispatch(
     act: ActDtype,
 ) -> Result<(), GpuError> {
     let _span = tracing::trace_span!("record", op, n).entered();
+    let bindings_len = bindings.len();
     kernel::record(
         gpu,
         cache,
@@ -134,6 +135,12 @@ fn dispatch(
             bindings,
             groups: kernel::grid(gpu, op, u64::from(n), WG)?,
             act,
+            // Each binding is read or written once, element by element.
+            cost: kernel::Cost::new(
+                bindings_len as u64 * u64::from(n) * act.size(),
+                0,
+                u64::from(n),
+            ),
         },
     )
 }

@@ -163,6 +163,7 @@ pub fn record_embed(
                 ],
                 groups: kernel::grid(gpu, OP, items, WG)?,
                 act: out.dtype,
+                cost: kernel::Cost::new(ids.count * (4 + row_bytes), out.bytes(), 0),
             },
         )?;
         if end >= table.vocab {

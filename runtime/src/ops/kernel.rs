@@ -1,9 +1,11 @@
 //! Shared plumbing of the transformer op recorders: operand checks, the
-//! params uniform, the bind group and a 2-D dispatch grid. Kept in one place
+//! params, and a 2-D dispatch grid. Kept in one place
 //! so every op fails the same way on bad operands.
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+pub(crate) use crate::ops::launch::Cost;
+use crate::ops::launch::{Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
 /// A [`GpuError::BadOperands`] for `op`.
@@ -112,8 +114,8 @@ pub(crate) fn expect_distinct(
     Ok(())
 }
 
-/// A params uniform from `u32` words, little-endian, zero-padded to a
-/// multiple of 16 bytes (the uniform's size rule).
+/// A kernel's immediates from `u32` words, little-endian, zero-padded to a
+/// multiple of 16 bytes (every `Params` struct is 16 or 32 bytes).
 pub(crate) fn params(words: &[u32]) -> Vec<u8> {
     let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     bytes.resize(bytes.len().next_multiple_of(16), 0);
@@ -130,14 +132,16 @@ pub(crate) struct Dispatch<'a> {
     pub entry: &'static str,
     /// Override constants.
     pub constants: &'a [(&'a str, f64)],
-    /// Bytes of the params uniform (binding 0), a multiple of 16.
+    /// The module's immediates, exactly its `Params` struct.
     pub params: &'a [u8],
-    /// Storage bindings (binding index, resource), binding 0 excluded.
+    /// Storage bindings (binding index, resource).
     pub bindings: Vec<(u32, wgpu::BindingResource<'a>)>,
     /// Workgroups (x, y).
     pub groups: (u32, u32),
     /// Activation type of the module's `act` buffers (picks the variant).
     pub act: ActDtype,
+    /// Bytes and FLOPs, for the profile.
+    pub cost: Cost,
 }
 
 /// Workgroups for `items` items at `per_group` items each, laid out as a 2-D
@@ -165,9 +169,7 @@ pub(crate) fn grid(
     ))
 }
 
-/// Records `d` as one compute pass into `enc`. The params uniform is the
-/// cache's immutable buffer for these bytes ([`PipelineCache::uniform`]): no
-/// buffer is created per dispatch once the params were seen.
+/// Records `d` as one compute pass into `enc` through [`launch`].
 pub(crate) fn record(
     gpu: &Gpu,
     cache: &PipelineCache,
@@ -175,35 +177,21 @@ pub(crate) fn record(
     d: Dispatch<'_>,
 ) -> Result<(), GpuError> {
     let key = format!("{}:{}:{:?}", d.shader, d.entry, d.constants);
-    let pipeline = cache.get_act(gpu, &key, d.source, d.entry, d.constants, d.act)?;
-    let params = cache.uniform(gpu, d.params)?;
-    let mut entries = vec![wgpu::BindGroupEntry {
-        binding: 0,
-        resource: params.as_entire_binding(),
-    }];
-    entries.extend(
-        d.bindings
-            .into_iter()
-            .map(|(binding, resource)| wgpu::BindGroupEntry { binding, resource }),
-    );
-    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(d.entry),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &entries,
-    });
-    if let Some(e) = pollster::block_on(scope.pop()) {
-        return Err(GpuError::Validation {
-            what: format!("bind group of `{key}`"),
-            message: e.to_string(),
-        });
-    }
-    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(d.entry),
-        timestamp_writes: None,
-    });
-    pass.set_pipeline(&pipeline);
-    pass.set_bind_group(0, &bind_group, &[]);
-    pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
-    Ok(())
+    launch(
+        gpu,
+        cache,
+        enc,
+        Launch {
+            key: &key,
+            label: d.entry,
+            source: d.source,
+            entry: d.entry,
+            constants: d.constants,
+            act: d.act,
+            bindings: d.bindings,
+            immediates: d.params,
+            groups: d.groups,
+            cost: d.cost,
+        },
+    )
 }

@@ -7,6 +7,8 @@ pub mod elementwise;
 pub mod embed;
 pub mod host;
 mod kernel;
+pub mod launch;
 pub mod linear;
 pub mod norm;
+pub mod profile;
 pub mod rope;

@@ -72,6 +72,7 @@ fn record_norm(
             bindings,
             groups: kernel::grid(gpu, op, rows, 1)?,
             act: x.dtype,
+            cost: kernel::Cost::new(x.bytes() + weight.bytes(), out.bytes(), 4 * rows * cols),
         },
     )
 }

@@ -153,6 +153,7 @@ pub fn record_rope(
             bindings: vec![(1, table.table.binding()), (2, x.binding())],
             groups: kernel::grid(gpu, OP, items, WG)?,
             act: x.dtype,
+            cost: kernel::Cost::new(x.bytes() + items * 8, x.bytes(), 6 * items),
         },
     )
 }

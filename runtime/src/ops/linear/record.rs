@@ -12,6 +12,7 @@ use super::weights::{LinearWeights, Region};
 use super::{LinearError, LinearScratch};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
+use crate::ops::launch::{Cost, Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
 mod coop;
@@ -232,12 +233,8 @@ fn check_operands(
             k,
         });
     }
-    if m.max(n).max(k).saturating_mul(k.max(n)) > u64::from(u32::MAX) {
-        return Err(LinearError::Unsupported {
-            what: format!("M·K or N·K beyond the u32 element indices of the kernels (M = {m})"),
-            n,
-            k,
-        });
+    if let Some(what) = beyond_u32_indices(m, n, k) {
+        return Err(LinearError::Unsupported { what, n, k });
     }
     for (tensor, t) in [("x", x), ("out", out)] {
         if t.offset + t.binding_bytes() > t.buffer.size() {
@@ -307,6 +304,18 @@ fn check_operands(
         }
     }
     Ok(m)
+}
+
+/// Why the kernels' u32 element indices cannot address these operands: the
+/// products they index are M·K (activations), N·K (weights) and M·N
+/// (outputs), each on its own.
+fn beyond_u32_indices(m: u64, n: u64, k: u64) -> Option<String> {
+    [("M·K", m, k), ("N·K", n, k), ("M·N", m, n)]
+        .into_iter()
+        .find(|&(_, a, b)| a.saturating_mul(b) > u64::from(u32::MAX))
+        .map(|(what, a, b)| {
+            format!("{what} = {a}·{b} is beyond the u32 element indices of the kernels")
+        })
 }
 
 /// The integer kernels' specialisation for a format and arithmetic.
@@ -439,9 +448,8 @@ impl Recorder<'_> {
         Ok(chunks)
     }
 
-    /// Records one dispatch of `source` with explicitly numbered bindings and
-    /// the params uniform at binding `params_at` (a shared, immutable buffer
-    /// from the pipeline cache: no buffer is created per dispatch).
+    /// Records one launch of `source` with explicitly numbered bindings
+    /// and `params` as its immediates.
     #[allow(clippy::too_many_arguments)]
     fn dispatch_at(
         &self,
@@ -450,43 +458,37 @@ impl Recorder<'_> {
         source: &str,
         constants: &[(&str, f64)],
         bindings: Vec<(u32, wgpu::BindingResource<'_>)>,
-        params_at: u32,
         params: Params,
         groups: (u32, u32),
+        cost: Cost,
     ) -> Result<(), LinearError> {
-        let pipeline = self
-            .cache
-            .get_act(self.gpu, &key, source, "main", constants, self.act)?;
-        let uniform = self.cache.uniform(self.gpu, bytemuck::bytes_of(&params))?;
-        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
-            .into_iter()
-            .map(|(binding, resource)| wgpu::BindGroupEntry { binding, resource })
-            .collect();
-        entries.push(wgpu::BindGroupEntry {
-            binding: params_at,
-            resource: uniform.as_entire_binding(),
-        });
-        let bind_group = self
-            .gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(&key),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &entries,
-            });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(&key),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(groups.0, groups.1, 1);
+        let kernel = key.split('|').next().unwrap_or(&key);
+        let label = format!(
+            "{kernel} {}x{} m={}",
+            self.weights.n, self.weights.k, self.m
+        );
+        launch(
+            self.gpu,
+            self.cache,
+            encoder,
+            Launch {
+                key: &key,
+                label: &label,
+                source,
+                entry: "main",
+                constants,
+                act: self.act,
+                bindings,
+                immediates: bytemuck::bytes_of(&params),
+                groups,
+                cost,
+            },
+        )?;
         self.dispatches.set(self.dispatches.get() + 1);
         Ok(())
     }
 
-    /// [`Self::dispatch_at`] with the bindings numbered from 0 and the params
-    /// uniform after them.
+    /// [`Self::dispatch_at`] with the bindings numbered from 0.
     #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
@@ -497,11 +499,22 @@ impl Recorder<'_> {
         bindings: Vec<wgpu::BindingResource<'_>>,
         params: Params,
         groups: (u32, u32),
+        cost: Cost,
     ) -> Result<(), LinearError> {
-        let params_at = bindings.len() as u32;
         let numbered = (0..).zip(bindings).collect();
         self.dispatch_at(
-            encoder, key, source, constants, numbered, params_at, params, groups,
+            encoder, key, source, constants, numbered, params, groups, cost,
+        )
+    }
+
+    /// The cost of one weight chunk's GEMV or GEMM: the chunk, the
+    /// activations (`x_bytes`, read once) and its outputs.
+    fn chunk_cost(&self, c: &Chunk<'_>, x_bytes: u64) -> Cost {
+        let (m, k) = (self.m, self.weights.k);
+        Cost::new(
+            c.size + x_bytes,
+            m * c.rows * self.act.size(),
+            2 * m * c.rows * k,
         )
     }
 
@@ -597,6 +610,11 @@ impl Recorder<'_> {
                             pad: [0; 3],
                         },
                         ((k / u64::from(g)) as u32, m as u32),
+                        Cost::new(
+                            m * k * x.dtype.size(),
+                            rot_bytes,
+                            m * k * 2 * u64::from(g.ilog2()),
+                        ),
                     )?;
                 }
                 (&*rotated, 0)
@@ -660,6 +678,7 @@ impl Recorder<'_> {
                 ],
                 quant_params,
                 grid(m),
+                Cost::new(quant_rec.act.size() * m * k, m * kw * 4 + m * 4, 4 * m * k),
             )?;
         }
         let dummy = scratch.dummy(gpu)?;
@@ -746,6 +765,7 @@ impl Recorder<'_> {
                     pad: [0; 3],
                 },
                 groups,
+                self.chunk_cost(&c, m * kw * 4 + m * 4),
             )?;
         }
         Ok(())
@@ -838,8 +858,27 @@ impl Recorder<'_> {
                     pad: [0; 3],
                 },
                 groups,
+                self.chunk_cost(&c, x.bytes()),
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beyond_u32_indices;
+
+    #[test]
+    fn large_vocabularies_fit_the_kernels_indices() {
+        // Llama 3's lm_head (vocab 128 256, hidden 4096), decode and a
+        // 512-token prefill; Qwen2.5-7B's (152 064 × 3584).
+        for (m, n, k) in [(1, 128_256, 4096), (512, 128_256, 4096), (1, 152_064, 3584)] {
+            assert_eq!(beyond_u32_indices(m, n, k), None, "{m}x{n}x{k}");
+        }
+        // Each product on its own is what overflows.
+        assert!(beyond_u32_indices(1, 1 << 20, 1 << 12).is_some());
+        assert!(beyond_u32_indices(1 << 20, 4, 1 << 12).is_some());
+        assert!(beyond_u32_indices(1 << 16, 1 << 16, 4).is_some());
     }
 }

@@ -13,6 +13,7 @@
 use dynvram_shaders::linear as shaders;
 
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid};
+use crate::ops::launch::Cost;
 
 /// Rows of activations up to which the multi-row GEMV kernels run (each
 /// weight byte read once, the activations re-read from cache per workgroup);
@@ -144,9 +145,16 @@ impl Recorder<'_> {
             shaders::ROTATE_QUANT,
             &constants,
             vec![(0, x), (1, codes), (2, scales), (4, rotated)],
-            3,
             params,
             grid(self.m),
+            {
+                let (m, k) = (self.m, self.weights.k);
+                Cost::new(
+                    m * k * self.act.size(),
+                    m * k * 4 + m * k + m * 4,
+                    m * k * 2 * u64::from(g.max(2).ilog2()),
+                )
+            },
         )
     }
 
@@ -216,9 +224,9 @@ impl Recorder<'_> {
                 (7, buf(c.buffer, c.offset, c.size)),
                 (8, codes),
             ],
-            6,
             self.gemv_params(c),
             grid(c.rows.div_ceil(u64::from(shape.rows))),
+            self.chunk_cost(c, self.m * (self.weights.k + 4)),
         )
     }
 
@@ -255,9 +263,9 @@ impl Recorder<'_> {
                 (4, ops.out),
                 (6, buf(c.buffer, c.offset, c.size)),
             ],
-            5,
             self.gemv_params(c),
             grid(c.rows.div_ceil(u64::from(shape.rows))),
+            self.chunk_cost(c, self.m * self.weights.k * self.act.size()),
         )
     }
 }

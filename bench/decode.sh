@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 15: resident prefill and decode, dynvram beside llama.cpp's Vulkan
+# backend on the same GPU in the same run, plus dynvram's --profile of one
+# prefill and one decode step.
+#
+#   bash bench/decode.sh        # on the H200, from the checkout root, with .dev, .gl, .peer
+#
+# 1. synth (and quantize) a llama-7b-shaped checkpoint (bench/llama_model.sh).
+# 2. `dynvram --json generate --profile` resident: bf16 weights with f16 and
+#    f32 compute, int4 (convrot_w4a4) with f16 compute; prompt $PROMPT_LEN
+#    ids, $NEW_TOKENS new tokens, one warm-up.
+# 3. llama.cpp (.peer: ../shared/peer's binaries, make_gguf.py, run.sh) on
+#    GGUF files of the same shapes, F16 and Q4_0, pp$PROMPT_LEN / tg$NEW_TOKENS.
+# 4. The table (bench/decode_table.py) and every profile, in $OUT/decode.
+#
+# Settings: DYNVRAM (.dev/dynvram), LAYERS (32), PROMPT_LEN (512),
+# NEW_TOKENS (64), INT4 (1), PEER (1), OUT (bench-out), PARTS ("dyn peer").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+d=${DYNVRAM:-.dev/dynvram}
+like=llama-7b
+layers=${LAYERS:-32}
+dir=/tmp/dynvram-$like-L$layers
+q=$dir-int4
+P=${PROMPT_LEN:-512}
+N=${NEW_TOKENS:-64}
+parts=${PARTS:-dyn peer}
+out=${OUT:-bench-out}/decode
+mkdir -p "$out"
+jobs=$(nproc)
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ] && ls .gl/*.deb > /dev/null 2>&1; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    export VK_DRIVER_FILES=$icd
+fi
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} RUST_LOG=${RUST_LOG:-warn}
+t0=$(date +%s)
+step() { echo "[$(($(date +%s) - t0)) s] $*"; }
+
+if [[ " $parts " == *" dyn "* ]]; then
+    step "model: $like, $layers layers"
+    source bench/llama_model.sh
+    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range($P)))")
+    run() {  # run NAME MODEL_DIR ARGS...
+        local name=$1 m=$2
+        shift 2
+        step "dynvram $name"
+        timeout 240 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
+            --max-new-tokens "$N" --warmup 1 --profile "$@" > "$out/dyn-$name.json" 2> "$out/dyn-$name.err" ||
+            { echo "failed:"; tail -5 "$out/dyn-$name.err"; }
+    }
+    run bf16-f16 "$dir" --compute-dtype f16
+    run bf16-f32 "$dir" --compute-dtype f32
+    [ "${INT4:-1}" = 1 ] && run int4-f16 "$q" --compute-dtype f16
+fi
+
+if [[ " $parts " == *" peer "* ]]; then
+    step "llama.cpp Vulkan ($layers layers)"
+    OUT="$out/peer" LAYERS=$layers PEER_P=$P PEER_N=$N SKIP_DEFAULT_BENCH=1 TBO_TIMEOUT=30 \
+        bash .peer/run.sh > "$out/peer.out" 2>&1 || echo "peer failed (see peer.out)"
+fi
+step "table"
+python3 bench/decode_table.py "$out" "$P" "$N" | tee "$out/table.md"

@@ -1,0 +1,120 @@
+//! The one dispatch path: every kernel launch of every op goes through
+//! [`launch`].
+//!
+//! Per launch on the hot path: a pipeline lookup, a bind-group lookup and
+//! the pass commands. Params travel as immediates (push constants), so a
+//! bind group depends only on its buffers and is created once per
+//! (pipeline, buffers) and reused by every later token; validation (an
+//! error scope) runs only when a pipeline or bind group is created, never
+//! per dispatch. With profiling on ([`super::profile`]), each launch's pass
+//! also writes GPU timestamps.
+
+use std::num::NonZeroU64;
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::tensor::ActDtype;
+
+/// What a launch moves and computes, for the profile's roofline columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cost {
+    /// Bytes read and written from device memory (a lower bound: each
+    /// operand once).
+    pub bytes: u64,
+    /// Arithmetic operations (a multiply-add counts 2).
+    pub flops: u64,
+}
+
+impl Cost {
+    /// A launch that reads `read` and writes `written` bytes, `flops` ops.
+    pub fn new(read: u64, written: u64, flops: u64) -> Self {
+        Self {
+            bytes: read + written,
+            flops,
+        }
+    }
+}
+
+/// One kernel launch.
+#[derive(Debug)]
+pub(crate) struct Launch<'a> {
+    /// Pipeline key: the shader, entry and every specialisation that changes
+    /// the compiled code (constants, activation type is added here).
+    pub key: &'a str,
+    /// What the profile calls it (the op and its variant).
+    pub label: &'a str,
+    /// WGSL source.
+    pub source: &'a str,
+    /// Entry point.
+    pub entry: &'a str,
+    /// Override constants.
+    pub constants: &'a [(&'a str, f64)],
+    /// Activation type of the module's `act` buffers.
+    pub act: ActDtype,
+    /// Buffer bindings of group 0.
+    pub bindings: Vec<(u32, wgpu::BindingResource<'a>)>,
+    /// The module's `var<immediate>` params, exactly its size.
+    pub immediates: &'a [u8],
+    /// Workgroups (x, y).
+    pub groups: (u32, u32),
+    /// Bytes and FLOPs, for the profile.
+    pub cost: Cost,
+}
+
+/// Records `l` as one compute pass into `enc`.
+pub(crate) fn launch(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut wgpu::CommandEncoder,
+    l: Launch<'_>,
+) -> Result<(), GpuError> {
+    let pipeline = cache.get_act(gpu, l.key, l.source, l.entry, l.constants, l.act)?;
+    let bind_group = cache.bind_group(gpu, &pipeline, l.key, &l.bindings)?;
+    let timestamps = cache.profile_slot(gpu, l.label, l.cost);
+    let timestamp_writes = timestamps
+        .as_ref()
+        .map(|(set, i)| wgpu::ComputePassTimestampWrites {
+            query_set: set,
+            beginning_of_pass_write_index: Some(*i),
+            end_of_pass_write_index: Some(*i + 1),
+        });
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(l.label),
+        timestamp_writes,
+    });
+    pass.set_pipeline(&pipeline);
+    pass.set_bind_group(0, &bind_group, &[]);
+    if !l.immediates.is_empty() {
+        pass.set_immediates(0, l.immediates);
+    }
+    pass.dispatch_workgroups(l.groups.0, l.groups.1, 1);
+    Ok(())
+}
+
+/// A bind group's identity: the pipeline and each buffer binding.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct BindKey {
+    pipeline: wgpu::ComputePipeline,
+    entries: Vec<(u32, wgpu::Buffer, u64, Option<NonZeroU64>)>,
+}
+
+impl BindKey {
+    /// The key of `bindings` on `pipeline`; `None` when a binding is not a
+    /// whole-buffer or buffer-range binding (never cached).
+    pub(crate) fn of(
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+    ) -> Option<Self> {
+        let entries = bindings
+            .iter()
+            .map(|(i, r)| match r {
+                wgpu::BindingResource::Buffer(b) => Some((*i, b.buffer.clone(), b.offset, b.size)),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            pipeline: pipeline.clone(),
+            entries,
+        })
+    }
+}
