@@ -228,6 +228,7 @@ impl BlockCtx<'_> {
         pos0: u64,
     ) -> Result<()> {
         let rt = self.runtime();
+        let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
         Ok(crate::ops::attention::record_attention(
             rt.gpu(),
             rt.pipelines(),
@@ -239,6 +240,7 @@ impl BlockCtx<'_> {
             heads,
             kv_len,
             pos0,
+            &mut scratch,
         )?)
     }
 

@@ -24,6 +24,7 @@ use dynvram_runtime::ops::elementwise::{
 };
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
 use dynvram_runtime::ops::host::{self, round_to};
+use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::norm::{record_layer_norm, record_rms_norm};
 use dynvram_runtime::ops::rope::{RopeTable, record_rope};
 use dynvram_runtime::{ActDtype, Gpu, GpuError, GpuTensor};
@@ -259,7 +260,19 @@ fn attention_with_f16_caches_matches_f32() {
             let v_cache = zeros(&c, &[max_seq, width], dtype);
             record_kv_write(e, &i[1], &k_cache, 0)?;
             record_kv_write(e, &i[2], &v_cache, 0)?;
-            record_attention(g, k, e, &i[0], &k_cache, &v_cache, o, heads, kv_len, pos0)
+            record_attention(
+                g,
+                k,
+                e,
+                &i[0],
+                &k_cache,
+                &v_cache,
+                o,
+                heads,
+                kv_len,
+                pos0,
+                &mut LinearScratch::new(),
+            )
         },
     );
 }

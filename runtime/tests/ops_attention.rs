@@ -6,6 +6,7 @@ mod ops_common;
 
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
+use dynvram_runtime::ops::linear::LinearScratch;
 use ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 
 /// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group.
@@ -85,6 +86,7 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
     let v_cache = nan_tensor(g, &[max_seq as u64, width]);
     let q = upload(g, &[sq as u64, (nh * hd) as u64], &qs);
     let out = nan_tensor(g, &q.shape);
+    let mut scratch = LinearScratch::new();
     run(c, |enc| {
         if split > 0 {
             record_kv_write(enc, &k_lo, &k_cache, 0)?;
@@ -103,6 +105,7 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
             heads,
             kv_len as u64,
             pos0 as u64,
+            &mut scratch,
         )
     });
     let want = attention_ref(&qs, &ks, &vs, heads, kv_len, pos0);
@@ -160,8 +163,20 @@ fn attention_rejects_bad_operands() {
     let mut enc = g
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-    let err = record_attention(g, &c.cache, &mut enc, &q, &kc, &vc, &out, heads, 4, 2)
-        .expect_err("queries past kv_len");
+    let err = record_attention(
+        g,
+        &c.cache,
+        &mut enc,
+        &q,
+        &kc,
+        &vc,
+        &out,
+        heads,
+        4,
+        2,
+        &mut LinearScratch::new(),
+    )
+    .expect_err("queries past kv_len");
     assert!(
         matches!(
             err,
@@ -176,7 +191,22 @@ fn attention_rejects_bad_operands() {
         n_kv_heads: 3,
         ..heads
     };
-    assert!(record_attention(g, &c.cache, &mut enc, &q, &kc, &vc, &out, bad_heads, 5, 2).is_err());
+    assert!(
+        record_attention(
+            g,
+            &c.cache,
+            &mut enc,
+            &q,
+            &kc,
+            &vc,
+            &out,
+            bad_heads,
+            5,
+            2,
+            &mut LinearScratch::new()
+        )
+        .is_err()
+    );
     let rows = upload(g, &[3, 64], &[1.0; 192]);
     let err = record_kv_write(&mut enc, &rows, &kc, 14).expect_err("rows 14..17 of 16");
     assert!(err.to_string().contains("14..17"), "{err}");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::norm::record_rms_norm;
 use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope_qk};
 use dynvram_runtime::{ActDtype, GpuTensor};
@@ -173,7 +174,17 @@ fn tiny_llama_layer0_matches_transformers() {
         record_kv_write(enc, &k_rope, &k_cache, 0)?;
         record_kv_write(enc, &v, &v_cache, 0)?;
         record_attention(
-            g, &c.cache, enc, &q_rope, &k_cache, &v_cache, &out, heads, seq, 0,
+            g,
+            &c.cache,
+            enc,
+            &q_rope,
+            &k_cache,
+            &v_cache,
+            &out,
+            heads,
+            seq,
+            0,
+            &mut LinearScratch::new(),
         )
     });
     assert_close(

@@ -6,9 +6,12 @@
 // k,v [max_seq, n_kv * head_dim] caches, rows 0..kv_len valid
 // out [sq, n_heads * head_dim]
 //
-// One workgroup per (head, query row). Keys are visited in tiles of WG with
-// an online softmax (running max and sum, accumulator rescaled when the max
-// grows), so workgroup memory stays fixed whatever kv_len is. Query head h
+// `attend`: one workgroup per (head, query row). Keys are visited in tiles
+// of WG with an online softmax (running max and sum, accumulator rescaled
+// when the max grows), so workgroup memory stays fixed whatever kv_len is.
+// Decoding has too few (head, row) pairs to fill a GPU, so there the keys
+// are split over workgroups (`attend_split`) and the partial softmaxes
+// combined (`attend_combine`), as flash-decoding does. Query head h
 // reads kv head h / (n_heads / n_kv) (contiguous groups, HF repeat_kv).
 
 struct Params {
@@ -19,7 +22,13 @@ struct Params {
     kv_len: u32,
     pos0: u32,
     scale: f32,
-    _pad: u32,
+    // Split-K: keys per split and splits per query row (attend_split,
+    // attend_combine).
+    chunk: u32,
+    splits: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 const WG: u32 = 64u;
@@ -33,6 +42,8 @@ var<immediate> params: Params;
 @group(0) @binding(2) var<storage, read> k: array<act>;
 @group(0) @binding(3) var<storage, read> v: array<act>;
 @group(0) @binding(4) var<storage, read_write> out: array<act>;
+// Split-K partials (f32).
+@group(0) @binding(5) var<storage, read_write> part: array<f32>;
 
 var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
 var<workgroup> probs: array<f32, WG>;
@@ -66,30 +77,26 @@ fn workgroup_sum(lid: u32, x: f32) -> f32 {
     return total;
 }
 
-@compute @workgroup_size(64)
-fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let h = wid.x;
-    let r = wid.y;
+// What one workgroup's keys lo..hi give a query row: the running max m,
+// the sum l of exp(score - m), and the unnormalised output acc.
+struct Partial {
+    m: f32,
+    l: f32,
+    acc: array<f32, DPT>,
+}
+
+// Online softmax over keys lo..hi (bounds uniform over the workgroup) for
+// the query row already in `qs`, reading kv columns kv_col.. of the caches.
+fn attend_range(lid: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
     let hd = params.head_dim;
-    let kv_head = h / (params.n_heads / params.n_kv);
-    let q_base = (r * params.n_heads + h) * hd;
     let kv_stride = params.n_kv * hd;
-    let kv_col = kv_head * hd;
-
-    for (var d = lid; d < hd; d = d + WG) {
-        qs[d] = f32(q[q_base + d]);
-    }
-    workgroupBarrier();
-
-    // Keys 0..limit are visible to this query (causal mask).
-    let limit = min(params.kv_len, params.pos0 + r + 1u);
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, DPT>(0.0, 0.0, 0.0, 0.0);
-    for (var t0 = 0u; t0 < limit; t0 = t0 + WG) {
+    for (var t0 = lo; t0 < hi; t0 = t0 + WG) {
         let j = t0 + lid;
         var score = NEG_BIG;
-        if j < limit {
+        if j < hi {
             let k_base = j * kv_stride + kv_col;
             var dot = 0.0;
             for (var d = 0u; d < hd; d = d + 1u) {
@@ -100,12 +107,12 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         let m_new = max(m, workgroup_max(lid, score));
         let correction = exp(m - m_new);
         var p = 0.0;
-        if j < limit {
+        if j < hi {
             p = exp(score - m_new);
         }
         probs[lid] = p;
         l = l * correction + workgroup_sum(lid, p);
-        let n_tile = min(WG, limit - t0);
+        let n_tile = min(WG, hi - t0);
         for (var c = 0u; c < DPT; c = c + 1u) {
             let d = lid + c * WG;
             if d < hd {
@@ -119,10 +126,97 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         m = m_new;
         workgroupBarrier();
     }
+    return Partial(m, l, acc);
+}
+
+// Loads query row r of head h into `qs`; returns its offset in q and out.
+fn load_query(lid: u32, h: u32, r: u32) -> u32 {
+    let hd = params.head_dim;
+    let q_base = (r * params.n_heads + h) * hd;
+    for (var d = lid; d < hd; d = d + WG) {
+        qs[d] = f32(q[q_base + d]);
+    }
+    workgroupBarrier();
+    return q_base;
+}
+
+// Keys 0..limit are visible to query row r (causal mask).
+fn visible(r: u32) -> u32 {
+    return min(params.kv_len, params.pos0 + r + 1u);
+}
+
+// Column of head h's kv head in the caches.
+fn kv_column(h: u32) -> u32 {
+    return (h / (params.n_heads / params.n_kv)) * params.head_dim;
+}
+
+// One workgroup per (head, query row) over all its keys.
+@compute @workgroup_size(64)
+fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let r = wid.y;
+    let q_base = load_query(lid, h, r);
+    let p = attend_range(lid, kv_column(h), 0u, visible(r));
+    for (var c = 0u; c < DPT; c = c + 1u) {
+        let d = lid + c * WG;
+        if d < params.head_dim {
+            out[q_base + d] = act(p.acc[c] / p.l);
+        }
+    }
+}
+
+// Split-K (flash-decoding): workgroup (s·n_heads + h, r) takes keys
+// s·chunk.. of query row r, head h, and writes its Partial to `part` at
+// ((r·n_heads + h)·splits + s)·(head_dim + 2): m, l, then acc.
+@compute @workgroup_size(64)
+fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x % params.n_heads;
+    let s = wid.x / params.n_heads;
+    let r = wid.y;
+    load_query(lid, h, r);
+    let lo = min(s * params.chunk, visible(r));
+    let hi = min(lo + params.chunk, visible(r));
+    let p = attend_range(lid, kv_column(h), lo, hi);
+    let base = ((r * params.n_heads + h) * params.splits + s) * (params.head_dim + 2u);
+    if lid == 0u {
+        part[base] = p.m;
+        part[base + 1u] = p.l;
+    }
+    for (var c = 0u; c < DPT; c = c + 1u) {
+        let d = lid + c * WG;
+        if d < params.head_dim {
+            part[base + 2u + d] = p.acc[c];
+        }
+    }
+}
+
+// Combines the splits of query row wid.y, head wid.x: rescale each by
+// exp(m_s - max m) and normalise by the rescaled sum of l_s.
+@compute @workgroup_size(64)
+fn attend_combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let r = wid.y;
+    let hd = params.head_dim;
+    let row = (r * params.n_heads + h) * params.splits;
+    var mx = NEG_BIG;
+    for (var s = 0u; s < params.splits; s = s + 1u) {
+        mx = max(mx, part[(row + s) * (hd + 2u)]);
+    }
+    var l = 0.0;
+    for (var s = 0u; s < params.splits; s = s + 1u) {
+        let base = (row + s) * (hd + 2u);
+        l = l + part[base + 1u] * exp(part[base] - mx);
+    }
+    let q_base = (r * params.n_heads + h) * hd;
     for (var c = 0u; c < DPT; c = c + 1u) {
         let d = lid + c * WG;
         if d < hd {
-            out[q_base + d] = act(acc[c] / l);
+            var a = 0.0;
+            for (var s = 0u; s < params.splits; s = s + 1u) {
+                let base = (row + s) * (hd + 2u);
+                a = a + part[base + 2u + d] * exp(part[base] - mx);
+            }
+            out[q_base + d] = act(a / l);
         }
     }
 }

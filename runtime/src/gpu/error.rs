@@ -72,6 +72,18 @@ pub enum GpuError {
         /// wgpu's message.
         message: String,
     },
+    /// The VRAM budget refused an op's scratch buffer.
+    #[error("{op}: scratch `{label}` ({bytes} bytes) refused: {why}")]
+    Scratch {
+        /// The op.
+        op: &'static str,
+        /// Which buffer.
+        label: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// The budget's answer.
+        why: String,
+    },
     /// An op was given operands whose shapes, dtypes or sizes do not fit
     /// together (a caller bug, never retried).
     #[error("{op}: bad operands: {detail}")]

@@ -15,6 +15,7 @@ use crate::ops::cache::PipelineCache;
 use crate::ops::kernel::{
     self, Dispatch, bad, expect_distinct, expect_dtype, expect_shape, rows_cols, to_u32,
 };
+use crate::ops::linear::LinearScratch;
 use crate::tensor::GpuTensor;
 
 /// Largest head dimension the kernel holds in workgroup memory.
@@ -69,6 +70,7 @@ pub fn record_attention(
     heads: Heads,
     kv_len: u64,
     pos0: u64,
+    scratch: &mut LinearScratch,
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     heads.check(OP)?;
@@ -129,6 +131,7 @@ pub fn record_attention(
     }
     let _span = tracing::trace_span!("record", op = OP, sq, kv_len, pos0).entered();
     let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
+    let (chunk, splits) = split_k(n_heads * sq, pos0 + sq);
     let params = kernel::params(&[
         to_u32(OP, "sq", sq)?,
         to_u32(OP, "n_heads", n_heads)?,
@@ -137,29 +140,87 @@ pub fn record_attention(
         to_u32(OP, "kv_len", kv_len)?,
         to_u32(OP, "pos0", pos0)?,
         scale.to_bits(),
-        0,
+        to_u32(OP, "chunk", chunk)?,
+        to_u32(OP, "splits", splits)?,
     ]);
+    let groups = (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "sq", sq)?);
+    let cost = attention_cost(q, heads, kv_len, pos0, sq);
+    let dispatch = |entry, bindings, groups, cost| Dispatch {
+        shader: "attention.wgsl",
+        source: ATTENTION,
+        entry,
+        constants: &[],
+        params: &params,
+        bindings,
+        groups,
+        act,
+        cost,
+    };
+    let main_bindings = vec![
+        (1, q.binding()),
+        (2, k_cache.binding()),
+        (3, v_cache.binding()),
+    ];
+    if splits == 1 {
+        let mut bindings = main_bindings;
+        bindings.push((4, out.binding()));
+        return kernel::record(gpu, cache, enc, dispatch("attend", bindings, groups, cost));
+    }
+    if n_heads * splits > max_groups {
+        return Err(bad(
+            OP,
+            format!("{n_heads} heads x {splits} splits exceed {max_groups} workgroups"),
+        ));
+    }
+    let part_bytes = sq * n_heads * splits * (head_dim + 2) * 4;
+    let part = scratch.attention_partials(gpu, part_bytes)?;
+    let part_binding = || {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &part,
+            offset: 0,
+            size: std::num::NonZeroU64::new(part_bytes),
+        })
+    };
+    let mut bindings = main_bindings;
+    bindings.push((5, part_binding()));
+    let split_groups = (to_u32(OP, "n_heads * splits", n_heads * splits)?, groups.1);
+    let split_cost = kernel::Cost::new(cost.bytes - q.bytes(), part_bytes, cost.flops);
     kernel::record(
         gpu,
         cache,
         enc,
-        Dispatch {
-            shader: "attention.wgsl",
-            source: ATTENTION,
-            entry: "attend",
-            constants: &[],
-            params: &params,
-            bindings: vec![
-                (1, q.binding()),
-                (2, k_cache.binding()),
-                (3, v_cache.binding()),
-                (4, out.binding()),
-            ],
-            groups: (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "sq", sq)?),
-            act,
-            cost: attention_cost(q, heads, kv_len, pos0, sq),
-        },
+        dispatch("attend_split", bindings, split_groups, split_cost),
+    )?;
+    let combine = vec![(4, out.binding()), (5, part_binding())];
+    let combine_cost = kernel::Cost::new(part_bytes, q.bytes(), 3 * part_bytes / 4);
+    kernel::record(
+        gpu,
+        cache,
+        enc,
+        dispatch("attend_combine", combine, groups, combine_cost),
     )
+}
+
+/// Query (head, row) pairs below which the keys are split over workgroups:
+/// fewer would leave most of a large GPU idle.
+const SPLIT_BELOW_PAIRS: u64 = 1024;
+
+/// Workgroups a split attention aims for (a few waves on the largest GPUs).
+const SPLIT_TARGET_GROUPS: u64 = 2048;
+
+/// Keys per workgroup tile (`attention.wgsl`'s `WG`).
+const KEY_TILE: u64 = 64;
+
+/// `(chunk, splits)`: keys per split and splits per query row for `pairs`
+/// (head, row) pairs over at most `keys` visible keys; `(keys, 1)` where
+/// one workgroup per pair is enough. Chunks are whole key tiles.
+pub fn split_k(pairs: u64, keys: u64) -> (u64, u64) {
+    if pairs >= SPLIT_BELOW_PAIRS || keys <= KEY_TILE {
+        return (keys, 1);
+    }
+    let want = (SPLIT_TARGET_GROUPS / pairs).clamp(1, keys.div_ceil(KEY_TILE));
+    let chunk = keys.div_ceil(want).next_multiple_of(KEY_TILE);
+    (chunk, keys.div_ceil(chunk))
 }
 
 /// Bytes (q, out, and the visible cache rows once per kv head) and FLOPs
@@ -222,4 +283,28 @@ pub fn record_kv_write(
         s * row_bytes,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_k;
+
+    #[test]
+    fn split_k_covers_every_key_once() {
+        for pairs in [1u64, 8, 32, 64, 1023, 1024, 5000] {
+            for keys in [1u64, 63, 64, 65, 500, 512, 1500, 4096, 32768] {
+                let (chunk, splits) = split_k(pairs, keys);
+                assert!(chunk * splits >= keys, "{pairs} {keys}");
+                assert!(
+                    chunk * (splits - 1) < keys,
+                    "{pairs} {keys}: an empty split"
+                );
+                if splits > 1 {
+                    assert_eq!(chunk % 64, 0);
+                }
+            }
+        }
+        assert_eq!(split_k(32, 512), (64, 8));
+        assert_eq!(split_k(2048, 512), (512, 1));
+    }
 }

@@ -1,5 +1,5 @@
 //! Intermediate buffers of the integer path: rotated input, packed
-//! activation codes, per-row scales. Grown on demand, reused across layers
+//! activation codes, per-row scales; and the attention's split-K partials. Grown on demand, reused across layers
 //! (the dispatches of one encoder run in order). A runtime's scratch is
 //! counted in its ledger as `scratch` (at M = 4096, K = 12288 the rotated
 //! input alone is 192 MiB).
@@ -30,6 +30,7 @@ pub struct LinearScratch {
     codes: Option<Slot>,
     scales: Option<Slot>,
     dummy: Option<Slot>,
+    partials: Option<Slot>,
     /// Dispatches the last recorded linear took.
     dispatches: u32,
     /// The cooperative-matrix GEMM shape the last recorded linear ran, if
@@ -185,6 +186,24 @@ impl LinearScratch {
 
     pub(super) fn set_coop(&mut self, coop: Option<CoopShape>) {
         self.coop = coop;
+    }
+
+    /// The attention's split-K partials (f32), at least `bytes` long.
+    pub(crate) fn attention_partials(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, crate::GpuError> {
+        let label = "attention.partials";
+        ensure(&mut self.partials, self.budget.as_ref(), gpu, label, bytes).map_err(|e| match e {
+            LinearError::Gpu(g) => g,
+            other => crate::GpuError::Scratch {
+                op: "attention",
+                label: label.to_owned(),
+                bytes,
+                why: other.to_string(),
+            },
+        })
     }
 
     /// The last rotated input (`[M, K]` f32), for rotated layers.
