@@ -40,7 +40,13 @@ step() { echo "[$(($(date +%s) - t0)) s] $*"; }
 
 if [[ " $parts " == *" dyn "* ]]; then
     step "model: $like, $layers layers"
-    source bench/llama_model.sh
+    INT4=0 source bench/llama_model.sh
+    if [ "${INT4:-1}" = 1 ]; then
+        # Quantized beside the bf16 runs and the peer, at the lowest priority.
+        (INT4=1 nice -n 19 bash -c "d=$d like=$like layers=$layers dir=$dir q=$q jobs=$jobs; source bench/llama_model.sh" \
+            > "$out/quantize.log" 2>&1) &
+        quant_pid=$!
+    fi
     vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
     ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range($P)))")
     run() {  # run NAME MODEL_DIR ARGS...
@@ -53,13 +59,17 @@ if [[ " $parts " == *" dyn "* ]]; then
     }
     run bf16-f16 "$dir" --compute-dtype f16
     run bf16-f32 "$dir" --compute-dtype f32
-    [ "${INT4:-1}" = 1 ] && run int4-f16 "$q" --compute-dtype f16
 fi
 
 if [[ " $parts " == *" peer "* ]]; then
     step "llama.cpp Vulkan ($layers layers)"
-    OUT="$out/peer" LAYERS=$layers PEER_P=$P PEER_N=$N SKIP_DEFAULT_BENCH=1 TBO_TIMEOUT=30 \
+    OUT="$out/peer" LAYERS=$layers PEER_P=$P PEER_N=$N SKIP_DEFAULT_BENCH=1 TBO_TIMEOUT=1 TBO_KEY_TIMEOUT=20 \
         bash .peer/run.sh > "$out/peer.out" 2>&1 || echo "peer failed (see peer.out)"
+fi
+if [ -n "${quant_pid:-}" ]; then
+    step "waiting for the int4 quantization"
+    wait "$quant_pid" || { echo "quantize failed:"; tail -5 "$out/quantize.log"; }
+    run int4-f16 "$q" --compute-dtype f16
 fi
 step "table"
 python3 bench/decode_table.py "$out" "$P" "$N" | tee "$out/table.md"

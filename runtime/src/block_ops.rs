@@ -365,6 +365,7 @@ impl BlockCtx<'_> {
             });
         }
         self.encoder()
+            .commands()
             .copy_buffer_to_buffer(&src.buffer, from, &dst.buffer, to, bytes);
         Ok(())
     }

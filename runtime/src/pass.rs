@@ -31,10 +31,18 @@ use serde::Serialize;
 use crate::error::{Result, RuntimeError};
 use crate::gpu::{CopyCmd, Gpu, TransferQueue};
 use crate::model::Model;
+use crate::ops::encoder::Encoder;
 use crate::pins::{Pins, StreamSources};
 use crate::residency::{Home, Placed};
 use crate::runtime::Runtime;
 use crate::trace::{Lane, Trace};
+
+/// Blocks per submit when nothing streams: wgpu encodes a command buffer's
+/// passes at submit (~20 µs of CPU a launch), so one submit per pass would
+/// leave the GPU idle until the whole pass is encoded; a submit every few
+/// blocks overlaps encoding with execution for ~9 submits per token of a
+/// 32-layer model (H200: 27 → see BENCHMARKS.md).
+pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
 
 /// Figures of one pass.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -82,7 +90,7 @@ pub struct WeightView<'a> {
 pub struct BlockCtx<'a> {
     rt: &'a Runtime,
     model: &'a Model,
-    enc: &'a mut wgpu::CommandEncoder,
+    enc: &'a mut Encoder,
     block: usize,
     keep: &'a mut Vec<crate::Activation>,
     placed: &'a Placed,
@@ -104,8 +112,9 @@ impl<'a> BlockCtx<'a> {
         self.model
     }
 
-    /// The encoder this block records into (submitted at the block's end).
-    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+    /// The encoder this block records into (submitted at the block's end,
+    /// or a few blocks later when nothing streams).
+    pub fn encoder(&mut self) -> &mut Encoder {
         self.enc
     }
 
@@ -185,18 +194,13 @@ impl Model {
         pins.begin_pass(self.id);
         let before = ring.counters();
         let mut stats = PassStats::default();
-        let new_encoder = || {
-            gpu.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("block"),
-                })
-        };
+        let new_encoder = || Encoder::new(&gpu.device, "block");
         let mut enc = new_encoder();
         // Residency first: this model goes on top; others yield if it needs room.
-        let placed = crate::residency::acquire(rt, self, &mut ring, &mut enc)?;
+        let placed = crate::residency::acquire(rt, self, &mut ring, enc.commands())?;
         stats.loaded_bytes = placed.loaded_bytes;
         let n = self.blocks.len();
-        // Nothing streams: the whole pass is one submit.
+        // Nothing streams: no staging between blocks, fewer submits.
         let resident = placed.homes.iter().all(|h| matches!(h, Home::Resident(_)));
         let mut result = Ok(());
         let mut keep = Vec::new();
@@ -208,10 +212,13 @@ impl Model {
             // use; copies wgpu does not see must not be overwritten by that.
             // So new arenas are cleared first, and copies wait for it.
             for a in &placed.arenas {
-                enc.clear_buffer(&a.buffer, 0, None);
+                enc.commands().clear_buffer(&a.buffer, 0, None);
             }
             copies.readers = [q.signal_kernels(&gpu.queue); crate::planning::ARENAS as usize];
-            ring.submit(&gpu.queue, std::mem::replace(&mut enc, new_encoder()));
+            ring.submit(
+                &gpu.queue,
+                std::mem::replace(&mut enc, new_encoder()).into_inner(),
+            );
             stats.submits += 1;
         }
         for i in 0..n {
@@ -219,7 +226,15 @@ impl Model {
             // during the previous one.
             if i == 0
                 && let Err(e) = self.stage_block(
-                    &placed, &mut ring, &mut pins, gpu, &mut enc, 0, None, trace, &mut stats,
+                    &placed,
+                    &mut ring,
+                    &mut pins,
+                    gpu,
+                    enc.commands(),
+                    0,
+                    None,
+                    trace,
+                    &mut stats,
                 )
             {
                 result = Err(e);
@@ -228,7 +243,9 @@ impl Model {
             match (copy_queue, copies.pending.take()) {
                 // Before recording: a ring flush may submit this block's kernels.
                 (Some(q), Some(value)) => q.kernels_wait_for(&gpu.queue, value),
-                (None, _) if i + 1 < n => self.open_arena_for_copies(&placed, &mut enc, i + 1),
+                (None, _) if i + 1 < n && !resident => {
+                    self.open_arena_for_copies(&placed, enc.commands(), i + 1)
+                }
                 _ => {}
             }
             let t = trace.begin();
@@ -243,7 +260,9 @@ impl Model {
             let recording = Instant::now();
             result = body(&mut ctx);
             stats.record_seconds += recording.elapsed().as_secs_f64();
-            if resident && result.is_ok() && i + 1 < n {
+            // Resident: a submit every few blocks, so the GPU starts on the
+            // first blocks while the CPU records (and wgpu encodes) the rest.
+            if resident && result.is_ok() && i + 1 < n && (i + 1) % RESIDENT_SUBMIT_BLOCKS != 0 {
                 trace.end(
                     t,
                     Lane::Compute,
@@ -259,7 +278,7 @@ impl Model {
                 &format!("record {}", self.blocks[i].name),
                 0,
             );
-            if result.is_ok() && i + 1 < n {
+            if result.is_ok() && i + 1 < n && !resident {
                 let mut batch = Vec::new();
                 result = self
                     .stage_block(
@@ -267,7 +286,7 @@ impl Model {
                         &mut ring,
                         &mut pins,
                         gpu,
-                        &mut enc,
+                        enc.commands(),
                         i + 1,
                         copy_queue.map(|_| &mut batch),
                         trace,
@@ -280,7 +299,10 @@ impl Model {
                 let value = q.signal_kernels(&gpu.queue);
                 copies.read(i, value);
             }
-            ring.submit(&gpu.queue, std::mem::replace(&mut enc, new_encoder()));
+            ring.submit(
+                &gpu.queue,
+                std::mem::replace(&mut enc, new_encoder()).into_inner(),
+            );
             stats.submits += 1;
             keep.clear();
             trace.end(
@@ -296,7 +318,7 @@ impl Model {
             ring.recycle(&gpu.device)?;
         }
         if n == 0 || result.is_err() {
-            ring.submit(&gpu.queue, enc);
+            ring.submit(&gpu.queue, enc.into_inner());
         }
         let t = trace.begin();
         let waiting = Instant::now();

@@ -23,6 +23,7 @@ use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_runtime::gpu::testing::test_gpu;
 use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host::{self, round_to};
 use dynvram_runtime::ops::linear::{
     CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights, RecordOptions,
@@ -77,7 +78,7 @@ impl Env {
         let m = x.len() as u64 / k;
         let xt = host::upload(&self.gpu, "x", x, vec![m, k], ActDtype::F16).expect("x");
         let out = host::zeros(&self.gpu, "out", vec![m, n], ActDtype::F16).expect("out");
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let mut enc = Encoder::new(&self.gpu.device, "test");
         record_linear_with(
             &self.gpu,
             &self.cache,
@@ -301,7 +302,7 @@ fn float_coop_gemm_matches_the_reference() {
     let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
     let xt = host::upload(&env.gpu, "x", &x, vec![40, 64], ActDtype::F16).expect("x");
     let out = host::zeros(&env.gpu, "out", vec![40, 20], ActDtype::F16).expect("out");
-    let mut enc = env.gpu.device.create_command_encoder(&Default::default());
+    let mut enc = Encoder::new(&env.gpu.device, "test");
     let err = record_linear_with(
         &env.gpu,
         &env.cache,
@@ -329,7 +330,7 @@ fn f16_operands_that_do_not_fit_are_errors() {
     let out32 = host::zeros(&env.gpu, "out", vec![2, 8], ActDtype::F32).expect("out");
     let out16 = host::zeros(&env.gpu, "out", vec![2, 8], ActDtype::F16).expect("out");
     let mut scratch = LinearScratch::new();
-    let mut enc = env.gpu.device.create_command_encoder(&Default::default());
+    let mut enc = Encoder::new(&env.gpu.device, "test");
     let mut rec = |out, opts: RecordOptions, choice| {
         record_linear_with(
             &env.gpu,

@@ -23,6 +23,7 @@ use dynvram_runtime::ops::elementwise::{
     Binary, Unary, record_binary, record_binary_inplace, record_unary, record_unary_inplace,
 };
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host::{self, round_to};
 use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::norm::{record_layer_norm, record_rms_norm};
@@ -74,8 +75,8 @@ fn read(c: &Ctx, t: &GpuTensor) -> Vec<f32> {
     host::read(&c.gpu, t).expect("read")
 }
 
-fn run(c: &Ctx, f: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<(), GpuError>) {
-    let mut enc = c.gpu.device.create_command_encoder(&Default::default());
+fn run(c: &Ctx, f: impl FnOnce(&mut Encoder) -> Result<(), GpuError>) {
+    let mut enc = Encoder::new(&c.gpu.device, "test");
     f(&mut enc).expect("record");
     c.gpu.queue.submit([enc.finish()]);
     c.gpu.wait_idle().expect("wait");
@@ -106,7 +107,7 @@ fn compare(
     what: &str,
     inputs: &[(&[f32], &[u64])],
     out_shape: &[u64],
-    f: impl Fn(&mut wgpu::CommandEncoder, &[GpuTensor], &GpuTensor) -> Result<(), GpuError>,
+    f: impl Fn(&mut Encoder, &[GpuTensor], &GpuTensor) -> Result<(), GpuError>,
 ) {
     let mut results = Vec::new();
     for dtype in [ActDtype::F32, ActDtype::F16] {
@@ -146,7 +147,8 @@ fn elementwise_ops_in_f16_match_f32() {
             &[(&a, &shape)],
             &shape,
             |e, i, o| {
-                e.copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
+                e.commands()
+                    .copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
                 record_unary_inplace(g, k, e, op, o)
             },
         );
@@ -165,7 +167,8 @@ fn elementwise_ops_in_f16_match_f32() {
             &[(&a, &shape), (&b, &shape)],
             &shape,
             |e, i, o| {
-                e.copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
+                e.commands()
+                    .copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
                 record_binary_inplace(g, k, e, op, o, &i[1])
             },
         );
@@ -227,7 +230,8 @@ fn rope_in_f16_matches_f32() {
     let shape = [seq, heads * 64];
     let x = random(6, (seq * heads * 64) as usize, 3.0);
     compare(&c, "rope", &[(&x, &shape)], &shape, |e, i, o| {
-        e.copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
+        e.commands()
+            .copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
         record_rope(g, k, e, &table, o, heads, 250)
     });
 }
@@ -341,7 +345,7 @@ fn mixed_dtypes_are_rejected() {
     let a = zeros(&c, &[4, 8], ActDtype::F16);
     let b = zeros(&c, &[4, 8], ActDtype::F32);
     let out = zeros(&c, &[4, 8], ActDtype::F16);
-    let mut enc = g.device.create_command_encoder(&Default::default());
+    let mut enc = Encoder::new(&g.device, "test");
     let e = record_binary(g, k, &mut enc, Binary::Add, &a, &b, &out).expect_err("mixed");
     assert!(matches!(e, GpuError::BadOperands { .. }), "{e}");
     let w16 = zeros(&c, &[8], ActDtype::F16);
@@ -380,7 +384,7 @@ fn f16_without_shader_f16_is_a_typed_error() {
         dtype: ActDtype::F16,
     };
     let cache = PipelineCache::default();
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let mut enc = Encoder::new(&gpu.device, "test");
     let e = record_unary_inplace(&gpu, &cache, &mut enc, Unary::Silu, &t).expect_err("no f16");
     assert!(matches!(e, GpuError::NoShaderF16 { .. }), "{e}");
 }

@@ -19,6 +19,7 @@ use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::linear::{
     CoopShape, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
@@ -67,7 +68,7 @@ impl Env {
             shape: vec![m, n],
             dtype: ActDtype::F32,
         };
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let mut enc = Encoder::new(&self.gpu.device, "test");
         record_linear_with(
             &self.gpu,
             &self.cache,
@@ -645,7 +646,7 @@ fn coop_gemm_refuses_inexact_depths() {
     let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
     let xt = upload_f32(&env.gpu, "x", &x, vec![40, 1028]).expect("x");
     let out = upload_f32(&env.gpu, "out", &vec![0.0; 40 * 20], vec![40, 20]).expect("out");
-    let mut enc = env.gpu.device.create_command_encoder(&Default::default());
+    let mut enc = Encoder::new(&env.gpu.device, "test");
     let forced = record_linear_with(
         &env.gpu,
         &env.cache,

@@ -6,6 +6,7 @@ mod ops_common;
 
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::LinearScratch;
 use ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 
@@ -160,9 +161,7 @@ fn attention_rejects_bad_operands() {
     let kc = nan_tensor(g, &[16, 64]);
     let vc = nan_tensor(g, &[16, 64]);
     let out = nan_tensor(g, &[3, 256]);
-    let mut enc = g
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    let mut enc = Encoder::new(&g.device, "test");
     let err = record_attention(
         g,
         &c.cache,

@@ -8,6 +8,7 @@ use dynvram_runtime::ops::elementwise::{
     Binary, Unary, record_add_inplace, record_binary, record_binary_inplace, record_swiglu,
     record_unary, record_unary_inplace,
 };
+use dynvram_runtime::ops::encoder::Encoder;
 use ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 
 const SHAPES: &[&[u64]] = &[&[1], &[19, 33], &[7, 1000], &[3, 257]];
@@ -122,9 +123,7 @@ fn elementwise_rejects_bad_operands() {
         return;
     };
     let g = &c.gpu;
-    let mut enc = g
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    let mut enc = Encoder::new(&g.device, "test");
     let a = upload(g, &[2, 3], &[1.0; 6]);
     let b = upload(g, &[3, 2], &[1.0; 6]);
     let out = nan_tensor(g, &[2, 3]);

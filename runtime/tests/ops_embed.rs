@@ -5,6 +5,7 @@ mod ops_common;
 
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use dynvram_runtime::ops::encoder::Encoder;
 use half::{bf16, f16};
 use ops_common::{ctx, nan_tensor, random, read, run, upload_bytes};
 
@@ -133,9 +134,7 @@ fn embed_rejects_a_table_past_its_buffer() {
         count: 1,
     };
     let out = nan_tensor(g, &[1, 4]);
-    let mut enc = g
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    let mut enc = Encoder::new(&g.device, "test");
     let err = record_embed(g, &c.cache, &mut enc, &table, &tokens, &out)
         .expect_err("80 bytes in a 64-byte buffer");
     assert!(

@@ -4,6 +4,7 @@
 mod ops_common;
 
 use dynvram_runtime::GpuError;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::norm::{record_layer_norm, record_rms_norm};
 use ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 
@@ -105,9 +106,7 @@ fn norm_rejects_bad_weight() {
         return;
     };
     let g = &c.gpu;
-    let mut enc = g
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    let mut enc = Encoder::new(&g.device, "test");
     let x = upload(g, &[2, 5], &[1.0; 10]);
     let w = upload(g, &[4], &[1.0; 4]);
     let out = nan_tensor(g, &[2, 5]);

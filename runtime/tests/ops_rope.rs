@@ -4,6 +4,7 @@
 mod ops_common;
 
 use dynvram_runtime::GpuError;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope, record_rope_qk};
 use ops_common::{assert_close, ctx, random, read, run, upload};
 
@@ -109,9 +110,7 @@ fn rope_rejects_positions_past_the_table() {
     let g = &c.gpu;
     let table = RopeTable::new(g, 10000.0, 32, 8).expect("table");
     let x = upload(g, &[4, 64], &[1.0; 256]);
-    let mut enc = g
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    let mut enc = Encoder::new(&g.device, "test");
     let err =
         record_rope(g, &c.cache, &mut enc, &table, &x, 2, 5).expect_err("positions 5..9 of 8");
     assert!(

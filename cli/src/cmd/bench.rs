@@ -11,6 +11,7 @@ use dynvram_loader::hostmem::mapped_staging_memory;
 use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, RingConfig};
 use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
 use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
     CoopShape, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
     WeightPart, record_linear_with, row_bytes,
@@ -35,6 +36,9 @@ pub enum BenchCommand {
     /// Target S1: a streamed pass over a model 4× the budget against its
     /// upload-only and compute-only times.
     Pass(crate::cmd::bench_pass::PassArgs),
+    /// What one kernel launch costs the CPU and the GPU, a pass per launch
+    /// against one pass for all.
+    Dispatch(crate::cmd::bench_dispatch::DispatchArgs),
 }
 
 /// Arguments of `dynvram bench upload`.
@@ -140,6 +144,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
         BenchCommand::Upload(a) => upload(a, json),
         BenchCommand::Linear(a) => linear(a, json),
         BenchCommand::Pass(a) => crate::cmd::bench_pass::run(a, json),
+        BenchCommand::Dispatch(a) => crate::cmd::bench_dispatch::run(a, json),
     }
 }
 
@@ -263,7 +268,8 @@ fn copy_baseline(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<f64> {
     let run = |times: usize| {
         submit_timed(gpu, |enc| {
             for _ in 0..times {
-                enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+                enc.commands()
+                    .copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
             }
             Ok(())
         })
@@ -315,7 +321,7 @@ pub(crate) fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Re
         let groups = (bytes / 16).div_ceil(STREAM_WGS.into()).clamp(1, 8192) as u32;
         let run = |times: usize| {
             submit_timed(gpu, |enc| {
-                let mut pass = enc.begin_compute_pass(&Default::default());
+                let mut pass = enc.commands().begin_compute_pass(&Default::default());
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind, &[]);
                 for _ in 0..times {
@@ -350,7 +356,7 @@ fn median_seconds(
 /// time from submit to idle (which adds the submission's fixed cost).
 fn submit_timed(
     gpu: &Gpu,
-    record: impl FnOnce(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+    record: impl FnOnce(&mut Encoder) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
     let stamps = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
     let query = if gpu.device.features().contains(stamps) {
@@ -368,12 +374,13 @@ fn submit_timed(
     } else {
         None
     };
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let mut enc = Encoder::new(&gpu.device, "bench");
     if let Some((set, _)) = &query {
-        enc.write_timestamp(set, 0);
+        enc.commands().write_timestamp(set, 0);
     }
     record(&mut enc)?;
     if let Some((set, resolve)) = &query {
+        let enc = enc.commands();
         enc.write_timestamp(set, 1);
         enc.resolve_query_set(set, 0..2, resolve, 0);
     }

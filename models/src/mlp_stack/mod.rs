@@ -387,7 +387,7 @@ pub fn forward_gpu(
         ctx.gelu_tanh(&h)?;
         ctx.linear(&fc2, &h, &y)?;
         ctx.add_assign(&xs, &y)?;
-        ctx.encoder().copy_buffer_to_buffer(
+        ctx.encoder().commands().copy_buffer_to_buffer(
             &xs.buffer,
             xs.offset,
             &snaps.buffer,

@@ -12,6 +12,7 @@ use dynvram_shaders::transformer::ATTENTION;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{
     self, Dispatch, bad, expect_distinct, expect_dtype, expect_shape, rows_cols, to_u32,
 };
@@ -62,7 +63,7 @@ impl Heads {
 pub fn record_attention(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     q: &GpuTensor,
     k_cache: &GpuTensor,
     v_cache: &GpuTensor,
@@ -239,7 +240,7 @@ fn attention_cost(q: &GpuTensor, heads: Heads, kv_len: u64, pos0: u64, sq: u64) 
 /// `cache_t` `[max_seq, width]` (both need `COPY_SRC`/`COPY_DST` usage, as
 /// every [`GpuTensor`] buffer has).
 pub fn record_kv_write(
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     rows: &GpuTensor,
     cache_t: &GpuTensor,
     pos0: u64,
@@ -275,7 +276,7 @@ pub fn record_kv_write(
             ),
         ));
     }
-    enc.copy_buffer_to_buffer(
+    enc.commands().copy_buffer_to_buffer(
         &rows.buffer,
         rows.offset,
         &cache_t.buffer,

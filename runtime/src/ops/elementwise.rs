@@ -6,6 +6,7 @@ use dynvram_shaders::transformer::ELEMENTWISE;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_distinct, expect_dtype, rows_cols, to_u32};
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -111,7 +112,7 @@ fn same_shape(
 fn dispatch(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     op: &'static str,
     entry: &'static str,
     code: f64,
@@ -149,7 +150,7 @@ fn dispatch(
 pub fn record_unary(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     op: Unary,
     x: &GpuTensor,
     out: &GpuTensor,
@@ -178,7 +179,7 @@ pub fn record_unary(
 pub fn record_unary_inplace(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     op: Unary,
     x: &GpuTensor,
 ) -> Result<(), GpuError> {
@@ -203,7 +204,7 @@ pub fn record_unary_inplace(
 pub fn record_binary(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     op: Binary,
     a: &GpuTensor,
     b: &GpuTensor,
@@ -236,7 +237,7 @@ pub fn record_binary(
 pub fn record_binary_inplace(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     op: Binary,
     x: &GpuTensor,
     y: &GpuTensor,
@@ -265,7 +266,7 @@ pub fn record_binary_inplace(
 pub fn record_add_inplace(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     x: &GpuTensor,
     y: &GpuTensor,
 ) -> Result<(), GpuError> {
@@ -276,7 +277,7 @@ pub fn record_add_inplace(
 pub fn record_swiglu(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     gate: &GpuTensor,
     up: &GpuTensor,
     out: &GpuTensor,

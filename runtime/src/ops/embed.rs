@@ -7,6 +7,7 @@ use dynvram_shaders::transformer::EMBED;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_shape, to_u32};
 use crate::tensor::GpuTensor;
 
@@ -101,7 +102,7 @@ fn region<'a>(
 pub fn record_embed(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     table: &EmbedTable<'_>,
     ids: &TokenIds<'_>,
     out: &GpuTensor,

@@ -4,6 +4,7 @@
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 pub(crate) use crate::ops::launch::Cost;
 use crate::ops::launch::{Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
@@ -173,7 +174,7 @@ pub(crate) fn grid(
 pub(crate) fn record(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     d: Dispatch<'_>,
 ) -> Result<(), GpuError> {
     let key = format!("{}:{}:{:?}", d.shader, d.entry, d.constants);

@@ -2,7 +2,7 @@
 //! [`launch`].
 //!
 //! Per launch on the hot path: a pipeline lookup, a bind-group lookup and
-//! the pass commands. Params travel as immediates (push constants), so a
+//! the commands, in the encoder's open compute pass ([`Encoder`]). Params travel as immediates (push constants), so a
 //! bind group depends only on its buffers and is created once per
 //! (pipeline, buffers) and reused by every later token; validation (an
 //! error scope) runs only when a pipeline or bind group is created, never
@@ -13,6 +13,7 @@ use std::num::NonZeroU64;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::tensor::ActDtype;
 
 /// What a launch moves and computes, for the profile's roofline columns.
@@ -61,35 +62,44 @@ pub(crate) struct Launch<'a> {
     pub cost: Cost,
 }
 
-/// Records `l` as one compute pass into `enc`.
+/// Records `l` into `enc`'s open compute pass (with profiling on, between
+/// two timestamps: inside the pass where the adapter can, else in a pass of
+/// its own).
 pub(crate) fn launch(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     l: Launch<'_>,
 ) -> Result<(), GpuError> {
     let pipeline = cache.get_act(gpu, l.key, l.source, l.entry, l.constants, l.act)?;
     let bind_group = cache.bind_group(gpu, &pipeline, l.key, &l.bindings)?;
-    let timestamps = cache.profile_slot(gpu, l.label, l.cost);
-    let timestamp_writes = timestamps
-        .as_ref()
-        .map(|(set, i)| wgpu::ComputePassTimestampWrites {
-            query_set: set,
-            beginning_of_pass_write_index: Some(*i),
-            end_of_pass_write_index: Some(*i + 1),
-        });
-    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(l.label),
-        timestamp_writes,
-    });
-    pass.set_pipeline(&pipeline);
-    pass.set_bind_group(0, &bind_group, &[]);
-    if !l.immediates.is_empty() {
-        pass.set_immediates(0, l.immediates);
+    let record = |pass: &mut wgpu::ComputePass<'_>| {
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        if !l.immediates.is_empty() {
+            pass.set_immediates(0, l.immediates);
+        }
+        pass.dispatch_workgroups(l.groups.0, l.groups.1, 1);
+    };
+    match cache.profile_slot(gpu, l.label, l.cost) {
+        None => record(enc.pass()),
+        Some((set, i)) if gpu.device.features().contains(INSIDE_PASSES) => {
+            let pass = enc.pass();
+            pass.write_timestamp(&set, i);
+            record(pass);
+            pass.write_timestamp(&set, i + 1);
+        }
+        Some((set, i)) => record(&mut enc.own_pass(wgpu::ComputePassTimestampWrites {
+            query_set: &set,
+            beginning_of_pass_write_index: Some(i),
+            end_of_pass_write_index: Some(i + 1),
+        })),
     }
-    pass.dispatch_workgroups(l.groups.0, l.groups.1, 1);
     Ok(())
 }
+
+/// Timestamps between launches of one pass.
+const INSIDE_PASSES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
 
 /// A bind group's identity: the pipeline and each buffer binding.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

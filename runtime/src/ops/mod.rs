@@ -5,6 +5,7 @@ pub mod attention;
 pub mod cache;
 pub mod elementwise;
 pub mod embed;
+pub mod encoder;
 pub mod host;
 mod kernel;
 pub mod launch;

@@ -6,6 +6,7 @@ use dynvram_shaders::transformer::NORM;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{
     self, Dispatch, bad, expect_distinct, expect_dtype, expect_shape, rows_cols, to_u32,
 };
@@ -24,7 +25,7 @@ fn params(rows: u32, cols: u32, eps: f32, has_bias: bool) -> [u8; 16] {
 fn record_norm(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     op: &'static str,
     x: &GpuTensor,
     weight: &GpuTensor,
@@ -83,7 +84,7 @@ fn record_norm(
 pub fn record_rms_norm(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     x: &GpuTensor,
     weight: &GpuTensor,
     out: &GpuTensor,
@@ -98,7 +99,7 @@ pub fn record_rms_norm(
 pub fn record_layer_norm(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     x: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,

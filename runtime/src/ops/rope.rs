@@ -14,6 +14,7 @@ use dynvram_shaders::transformer::ROPE;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, rows_cols, to_u32};
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -103,20 +104,72 @@ impl RopeTable {
 pub fn record_rope(
     gpu: &Gpu,
     cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut Encoder,
     table: &RopeTable,
     x: &GpuTensor,
     n_heads: u64,
     pos0: u64,
 ) -> Result<(), GpuError> {
-    const OP: &str = "rope";
-    let (rows, cols) = rows_cols(OP, "x", x)?;
+    let rows = check(table, "x", x, n_heads, pos0)?;
+    record(gpu, cache, enc, table, (x, n_heads), None, rows, pos0)
+}
+
+/// RoPE on q and k of one attention layer (same rows and positions, same
+/// table) in one launch. `k` may be a view into a KV cache.
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_rope_qk(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    table: &RopeTable,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    n_heads: u64,
+    n_kv_heads: u64,
+    pos0: u64,
+) -> Result<(), GpuError> {
+    let rows = check(table, "q", q, n_heads, pos0)?;
+    if check(table, "k", k, n_kv_heads, pos0)? != rows || k.dtype != q.dtype {
+        return Err(bad(
+            OP,
+            format!(
+                "`k` {:?} {:?} does not have `q`'s {rows} rows of {:?}",
+                k.shape, k.dtype, q.dtype
+            ),
+        ));
+    }
+    if *q.buffer == *k.buffer {
+        return Err(bad(OP, "`q` and `k` share a buffer".into()));
+    }
+    record(
+        gpu,
+        cache,
+        enc,
+        table,
+        (q, n_heads),
+        Some((k, n_kv_heads)),
+        rows,
+        pos0,
+    )
+}
+
+const OP: &str = "rope";
+
+/// Checks `x` against the table and positions; returns its rows.
+fn check(
+    table: &RopeTable,
+    name: &str,
+    x: &GpuTensor,
+    n_heads: u64,
+    pos0: u64,
+) -> Result<u64, GpuError> {
+    let (rows, cols) = rows_cols(OP, name, x)?;
     let hd = table.head_dim;
     if n_heads == 0 || cols != n_heads * hd {
         return Err(bad(
             OP,
             format!(
-                "`x` {:?} is not [seq, n_heads * head_dim] = [seq, {n_heads} * {hd}]",
+                "`{name}` {:?} is not [seq, n_heads * head_dim] = [seq, {n_heads} * {hd}]",
                 x.shape
             ),
         ));
@@ -131,15 +184,39 @@ pub fn record_rope(
             ),
         ));
     }
-    let items = rows * n_heads * (hd / 2);
-    to_u32(OP, "rows * n_heads * head_dim / 2", items)?;
-    let _span = tracing::trace_span!("record", op = OP, rows, n_heads, pos0).entered();
+    Ok(rows)
+}
+
+/// One launch over `x` and, for `rope_qk`, `k`.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    table: &RopeTable,
+    (x, n_heads): (&GpuTensor, u64),
+    k: Option<(&GpuTensor, u64)>,
+    rows: u64,
+    pos0: u64,
+) -> Result<(), GpuError> {
+    let half = table.head_dim / 2;
+    let n_kv = k.map_or(0, |(_, n)| n);
+    let items = rows * (n_heads + n_kv) * half;
+    to_u32(OP, "rows * heads * head_dim / 2", items)?;
+    let _span = tracing::trace_span!("record", op = OP, rows, n_heads, n_kv, pos0).entered();
     let params = kernel::params(&[
         to_u32(OP, "rows", rows)?,
         to_u32(OP, "n_heads", n_heads)?,
-        to_u32(OP, "head_dim / 2", hd / 2)?,
+        to_u32(OP, "head_dim / 2", half)?,
         to_u32(OP, "pos0", pos0)?,
+        to_u32(OP, "n_kv_heads", n_kv)?,
     ]);
+    let mut bindings = vec![(1, table.table.binding()), (2, x.binding())];
+    let mut bytes = x.bytes();
+    if let Some((k, _)) = k {
+        bindings.push((3, k.binding()));
+        bytes += k.bytes();
+    }
     kernel::record(
         gpu,
         cache,
@@ -147,30 +224,17 @@ pub fn record_rope(
         Dispatch {
             shader: "rope.wgsl",
             source: ROPE,
-            entry: "rope_inplace",
+            entry: if k.is_some() {
+                "rope_qk"
+            } else {
+                "rope_inplace"
+            },
             constants: &[],
             params: &params,
-            bindings: vec![(1, table.table.binding()), (2, x.binding())],
+            bindings,
             groups: kernel::grid(gpu, OP, items, WG)?,
             act: x.dtype,
-            cost: kernel::Cost::new(x.bytes() + items * 8, x.bytes(), 6 * items),
+            cost: kernel::Cost::new(bytes + items * 8, bytes, 6 * items),
         },
     )
-}
-
-/// RoPE on q and k of one attention layer (same positions, same table).
-#[allow(clippy::too_many_arguments)] // the op's operands
-pub fn record_rope_qk(
-    gpu: &Gpu,
-    cache: &PipelineCache,
-    enc: &mut wgpu::CommandEncoder,
-    table: &RopeTable,
-    q: &GpuTensor,
-    k: &GpuTensor,
-    n_heads: u64,
-    n_kv_heads: u64,
-    pos0: u64,
-) -> Result<(), GpuError> {
-    record_rope(gpu, cache, enc, table, q, n_heads, pos0)?;
-    record_rope(gpu, cache, enc, table, k, n_kv_heads, pos0)
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::{ActDtype, Gpu, GpuError, GpuTensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -68,13 +69,8 @@ pub fn read(gpu: &Gpu, t: &GpuTensor) -> Vec<f32> {
 }
 
 /// Records with `f` into one encoder, submits and waits.
-pub fn run(c: &Ctx, f: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<(), GpuError>) {
-    let mut enc = c
-        .gpu
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("test"),
-        });
+pub fn run(c: &Ctx, f: impl FnOnce(&mut Encoder) -> Result<(), GpuError>) {
+    let mut enc = Encoder::new(&c.gpu.device, "test");
     f(&mut enc).expect("record");
     c.gpu.queue.submit([enc.finish()]);
     c.gpu.wait_idle().expect("wait");

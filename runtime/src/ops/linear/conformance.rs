@@ -263,12 +263,7 @@ impl<'d> Ctx<'_, 'd> {
             shape: vec![m, n],
             dtype: ActDtype::F32,
         };
-        let mut enc = self
-            .gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("conformance"),
-            });
+        let mut enc = crate::ops::encoder::Encoder::new(&self.gpu.device, "conformance");
         record_linear(
             self.gpu,
             self.cache,

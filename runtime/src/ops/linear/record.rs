@@ -12,6 +12,7 @@ use super::weights::{LinearWeights, Region};
 use super::{LinearError, LinearScratch};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Cost, Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -64,7 +65,7 @@ pub struct RecordOptions {
 pub fn record_linear(
     gpu: &Gpu,
     cache: &PipelineCache,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     weights: &LinearWeights,
     choice: KernelChoice,
     x: &GpuTensor,
@@ -89,7 +90,7 @@ pub fn record_linear(
 pub fn record_linear_with(
     gpu: &Gpu,
     cache: &PipelineCache,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     weights: &LinearWeights,
     choice: KernelChoice,
     x: &GpuTensor,
@@ -453,7 +454,7 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     fn dispatch_at(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         key: String,
         source: &str,
         constants: &[(&str, f64)],
@@ -492,7 +493,7 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         key: String,
         source: &str,
         constants: &[(&str, f64)],
@@ -556,7 +557,7 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     fn integer(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         int: &IntPath,
         fast: bool,
         x: &GpuTensor,
@@ -773,7 +774,7 @@ impl Recorder<'_> {
 
     fn float(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         wfmt: u32,
         x: &GpuTensor,
         out: &GpuTensor,

@@ -13,6 +13,7 @@
 use dynvram_shaders::linear as shaders;
 
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid};
+use crate::ops::encoder::Encoder;
 use crate::ops::launch::Cost;
 
 /// Rows of activations up to which the multi-row GEMV kernels run (each
@@ -125,7 +126,7 @@ impl Recorder<'_> {
     /// 4 the rotated input (f32, written for the codes and for inspection).
     pub(super) fn rotate_quant(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         g: u32,
         quant_constants: &[(&str, f64)],
         params: Params,
@@ -183,7 +184,7 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn int_gemv_rows(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         c: &Chunk<'_>,
         shape: GemvShape,
         int: &IntPath,
@@ -235,7 +236,7 @@ impl Recorder<'_> {
     /// fragment's u32 view 0 is unused).
     pub(super) fn float_gemv_rows(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut Encoder,
         c: &Chunk<'_>,
         shape: GemvShape,
         wfmt: u32,
