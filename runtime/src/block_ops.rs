@@ -184,6 +184,54 @@ impl BlockCtx<'_> {
         )?)
     }
 
+    /// `x += delta`, then `out = rms_norm(x)` (one launch).
+    pub fn add_rms_norm(
+        &mut self,
+        x: &GpuTensor,
+        delta: &GpuTensor,
+        weight: &GpuTensor,
+        out: &GpuTensor,
+        eps: f32,
+    ) -> Result<()> {
+        let rt = self.runtime();
+        Ok(crate::ops::norm::record_add_rms_norm(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            x,
+            delta,
+            weight,
+            out,
+            eps,
+        )?)
+    }
+
+    /// RoPE on q and k of the same rows (one launch); `k` may be a view of a
+    /// KV cache.
+    #[allow(clippy::too_many_arguments)] // the op's operands
+    pub fn rope_qk(
+        &mut self,
+        table: &crate::ops::rope::RopeTable,
+        q: &GpuTensor,
+        k: &GpuTensor,
+        n_heads: u64,
+        n_kv_heads: u64,
+        pos0: u64,
+    ) -> Result<()> {
+        let rt = self.runtime();
+        Ok(crate::ops::rope::record_rope_qk(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            table,
+            q,
+            k,
+            n_heads,
+            n_kv_heads,
+            pos0,
+        )?)
+    }
+
     /// RoPE (`rotate_half` form) in place on `x` `[seq, n_heads·head_dim]`,
     /// row s at position `pos0 + s`.
     pub fn rope(

@@ -4,8 +4,9 @@
 mod ops_common;
 
 use dynvram_runtime::GpuError;
+use dynvram_runtime::ops::elementwise::record_add_inplace;
 use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::norm::{record_layer_norm, record_rms_norm};
+use dynvram_runtime::ops::norm::{record_add_rms_norm, record_layer_norm, record_rms_norm};
 use ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 
 const ROWS: &[u64] = &[1, 19];
@@ -44,6 +45,54 @@ fn layer_ref(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32) -> Vec<f32> {
             })
         })
         .collect()
+}
+
+/// The fused residual add + RMSNorm gives the bits of the add, then the
+/// norm, as two launches: the residual stream and the norm's output.
+#[test]
+fn add_rms_norm_equals_add_then_norm() {
+    let Some(c) = ctx("add_rms_norm_equals_add_then_norm") else {
+        return;
+    };
+    let g = &c.gpu;
+    for &rows in ROWS {
+        for &cols in COLS {
+            let shape = [rows, cols];
+            let n = (rows * cols) as usize;
+            let (xs, ds) = (random(rows + cols, n, 3.0), random(rows * cols + 5, n, 2.0));
+            let ws = random(cols + 3, cols as usize, 1.5);
+            let (x1, x2, d, w) = (
+                upload(g, &shape, &xs),
+                upload(g, &shape, &xs),
+                upload(g, &shape, &ds),
+                upload(g, &[cols], &ws),
+            );
+            let (o1, o2) = (nan_tensor(g, &shape), nan_tensor(g, &shape));
+            run(&c, |enc| {
+                record_add_rms_norm(g, &c.cache, enc, &x1, &d, &w, &o1, 1e-5)?;
+                record_add_inplace(g, &c.cache, enc, &x2, &d)?;
+                record_rms_norm(g, &c.cache, enc, &x2, &w, &o2, 1e-5)
+            });
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            let tag = format!("[{rows}, {cols}]");
+            assert_eq!(bits(read(g, &x1)), bits(read(g, &x2)), "residual {tag}");
+            assert_eq!(bits(read(g, &o1)), bits(read(g, &o2)), "norm {tag}");
+            let sum: Vec<f32> = xs.iter().zip(&ds).map(|(a, b)| a + b).collect();
+            assert_close(
+                &format!("add_rms_norm {tag}"),
+                &read(g, &o1),
+                &rms_ref(&sum, &ws, 1e-5),
+                2e-6,
+                2e-6,
+            );
+        }
+    }
+    // The residual stream may not be the addend.
+    let x = upload(g, &[1, 8], &[1.0; 8]);
+    let w = upload(g, &[8], &[1.0; 8]);
+    let o = nan_tensor(g, &[1, 8]);
+    let mut enc = Encoder::new(&g.device, "test");
+    assert!(record_add_rms_norm(g, &c.cache, &mut enc, &x, &x, &w, &o, 1e-5).is_err());
 }
 
 #[test]

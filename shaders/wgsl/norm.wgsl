@@ -23,6 +23,9 @@ var<immediate> params: Params;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<act>;
+// add_rms_norm: the residual stream (updated in place) and what is added.
+@group(0) @binding(5) var<storage, read_write> xs: array<act>;
+@group(0) @binding(6) var<storage, read> delta: array<act>;
 
 var<workgroup> red: array<f32, WG>;
 
@@ -59,6 +62,30 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let r = 1.0 / sqrt(total / f32(cols) + params.eps);
     for (var i = lid; i < cols; i = i + WG) {
         out[base + i] = act(w[i] * (f32(x[base + i]) * r));
+    }
+}
+
+// xs += delta (rounded to `act` and stored, as the separate add would),
+// then out = rms_norm(xs): the residual add before a norm in one launch.
+@compute @workgroup_size(256)
+fn add_rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if row >= params.rows {
+        return;
+    }
+    let cols = params.cols;
+    let base = row * cols;
+    var ss = 0.0;
+    for (var i = lid; i < cols; i = i + WG) {
+        let v = f32(act(f32(xs[base + i]) + f32(delta[base + i])));
+        xs[base + i] = act(v);
+        ss = ss + v * v;
+    }
+    let total = workgroup_sum(lid, ss);
+    let r = 1.0 / sqrt(total / f32(cols) + params.eps);
+    for (var i = lid; i < cols; i = i + WG) {
+        out[base + i] = act(w[i] * (f32(xs[base + i]) * r));
     }
 }
 

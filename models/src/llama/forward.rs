@@ -301,6 +301,9 @@ impl Llama {
         };
         let layers = c.num_hidden_layers;
         let step = Step {
+            // Captures read the residual stream after each layer whole.
+            defer_residual: !opts.capture,
+            align: u64::from(rt.gpu().device.limits().min_storage_buffer_offset_alignment),
             config: c,
             set,
             seq,
@@ -324,6 +327,9 @@ impl Llama {
                 }
                 Ok(())
             } else {
+                if step.defer_residual && layers > 0 {
+                    ctx.add_assign(&x, &view_rows(&set.o, seq))?;
+                }
                 let (src, out) = match last {
                     Some(l) => {
                         ctx.copy_rows(&x, seq as u64 - 1, &l.x, 0, 1)?;
@@ -407,6 +413,13 @@ fn view_rows(t: &GpuTensor, rows: usize) -> GpuTensor {
 
 /// What a decoder layer's block needs.
 struct Step<'a> {
+    /// Each layer's last residual add (its MLP output, left in `o`) is made
+    /// by the next layer's first norm, in one launch with it, and by the
+    /// head after the last layer.
+    defer_residual: bool,
+    /// The device's storage-binding offset alignment: new k/v rows are
+    /// written straight into the caches where their offset allows.
+    align: u64,
     config: &'a LlamaConfig,
     set: &'a Acts,
     seq: usize,
@@ -439,14 +452,49 @@ impl Step<'_> {
         let (k_cache, v_cache) = &self.kv[l];
 
         let n1 = ctx.weight_tensor(&names::input_norm(l))?;
-        ctx.rms_norm(&x, &n1, &h, eps)?;
+        if self.defer_residual && l > 0 {
+            ctx.add_rms_norm(&x, &o, &n1, &h, eps)?;
+        } else {
+            ctx.rms_norm(&x, &n1, &h, eps)?;
+        }
         ctx.linear(&p("q_proj"), &h, &q)?;
-        ctx.linear(&p("k_proj"), &h, &k)?;
-        ctx.linear(&p("v_proj"), &h, &v)?;
-        ctx.rope(self.rope, &q, self.heads.n_heads, self.pos0)?;
-        ctx.rope(self.rope, &k, self.heads.n_kv_heads, self.pos0)?;
-        ctx.kv_write(&k, k_cache, self.pos0)?;
-        ctx.kv_write(&v, v_cache, self.pos0)?;
+        let in_cache = |cache: &GpuTensor| {
+            let row = cache.shape.get(1).copied().unwrap_or(0) * cache.dtype.size();
+            let offset = cache.offset + self.pos0 * row;
+            offset.is_multiple_of(self.align).then(|| GpuTensor {
+                offset,
+                shape: vec![self.seq as u64, row / cache.dtype.size()],
+                ..cache.clone()
+            })
+        };
+        match (in_cache(k_cache), in_cache(v_cache)) {
+            (Some(k_rows), Some(v_rows)) => {
+                ctx.linear(&p("k_proj"), &h, &k_rows)?;
+                ctx.linear(&p("v_proj"), &h, &v_rows)?;
+                ctx.rope_qk(
+                    self.rope,
+                    &q,
+                    &k_rows,
+                    self.heads.n_heads,
+                    self.heads.n_kv_heads,
+                    self.pos0,
+                )?;
+            }
+            _ => {
+                ctx.linear(&p("k_proj"), &h, &k)?;
+                ctx.linear(&p("v_proj"), &h, &v)?;
+                ctx.rope_qk(
+                    self.rope,
+                    &q,
+                    &k,
+                    self.heads.n_heads,
+                    self.heads.n_kv_heads,
+                    self.pos0,
+                )?;
+                ctx.kv_write(&k, k_cache, self.pos0)?;
+                ctx.kv_write(&v, v_cache, self.pos0)?;
+            }
+        }
         ctx.attention(
             &q,
             k_cache,
@@ -457,14 +505,15 @@ impl Step<'_> {
             self.pos0,
         )?;
         ctx.linear(&p("o_proj"), &attn, &o)?;
-        ctx.add_assign(&x, &o)?;
-
         let n2 = ctx.weight_tensor(&names::post_norm(l))?;
-        ctx.rms_norm(&x, &n2, &h, eps)?;
+        ctx.add_rms_norm(&x, &o, &n2, &h, eps)?;
         ctx.linear(&p("gate_proj"), &h, &gate)?;
         ctx.linear(&p("up_proj"), &h, &up)?;
         ctx.swiglu(&gate, &up, &act)?;
         ctx.linear(&p("down_proj"), &act, &o)?;
+        if self.defer_residual {
+            return Ok(());
+        }
         ctx.add_assign(&x, &o)
     }
 }

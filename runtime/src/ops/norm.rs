@@ -29,10 +29,15 @@ fn record_norm(
     op: &'static str,
     x: &GpuTensor,
     weight: &GpuTensor,
-    bias: Option<&GpuTensor>,
+    extra: Extra<'_>,
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
+    let (bias, delta) = match extra {
+        Extra::None => (None, None),
+        Extra::Bias(b) => (b, None),
+        Extra::Add(d) => (None, Some(d)),
+    };
     let (rows, cols) = rows_cols(op, "x", x)?;
     expect_dtype(op, "x", x, x.dtype)?;
     expect_shape(op, "weight", weight, &[cols], ActDtype::F32)?;
@@ -45,11 +50,22 @@ fn record_norm(
     if let Some(b) = bias {
         expect_distinct(op, out, &[("bias", b)])?;
     }
+    if let Some(d) = delta {
+        expect_shape(op, "delta", d, &x.shape, x.dtype)?;
+        rows_cols(op, "delta", d)?;
+        expect_distinct(op, out, &[("delta", d)])?;
+        expect_distinct(op, x, &[("delta", d)])?;
+    }
     if !(eps.is_finite() && eps >= 0.0) {
         return Err(bad(op, format!("eps = {eps} must be finite and >= 0")));
     }
     let _span = tracing::trace_span!("record", op, rows, cols).entered();
-    let mut bindings = vec![(1, x.binding()), (2, weight.binding()), (4, out.binding())];
+    let mut bindings = vec![(2, weight.binding()), (4, out.binding())];
+    match delta {
+        // The residual stream is written: its read-write slot.
+        Some(d) => bindings.extend([(5, x.binding()), (6, d.binding())]),
+        None => bindings.push((1, x.binding())),
+    }
     if op == "layer_norm" {
         // `rms_norm` never reads binding 3, so its derived layout has no slot for it.
         // Without a bias the weight fills the bias slot; `has_bias = 0` keeps it unread.
@@ -73,7 +89,11 @@ fn record_norm(
             bindings,
             groups: kernel::grid(gpu, op, rows, 1)?,
             act: x.dtype,
-            cost: kernel::Cost::new(x.bytes() + weight.bytes(), out.bytes(), 4 * rows * cols),
+            cost: kernel::Cost::new(
+                x.bytes() + weight.bytes() + delta.map_or(0, |d| 2 * d.bytes()),
+                out.bytes(),
+                4 * rows * cols,
+            ),
         },
     )
 }
@@ -90,7 +110,54 @@ pub fn record_rms_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
-    record_norm(gpu, cache, enc, "rms_norm", x, weight, None, out, eps)
+    record_norm(
+        gpu,
+        cache,
+        enc,
+        "rms_norm",
+        x,
+        weight,
+        Extra::None,
+        out,
+        eps,
+    )
+}
+
+/// Records `x += delta`, then `out = rms_norm(x)` per row in one launch
+/// (the residual add before a norm; the same values as the two ops
+/// separately). `delta` has `x`'s shape and dtype.
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_add_rms_norm(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    x: &GpuTensor,
+    delta: &GpuTensor,
+    weight: &GpuTensor,
+    out: &GpuTensor,
+    eps: f32,
+) -> Result<(), GpuError> {
+    record_norm(
+        gpu,
+        cache,
+        enc,
+        "add_rms_norm",
+        x,
+        weight,
+        Extra::Add(delta),
+        out,
+        eps,
+    )
+}
+
+/// What a norm reads besides `x` and its weight.
+#[derive(Debug, Clone, Copy)]
+enum Extra<'a> {
+    None,
+    /// layer_norm's optional bias.
+    Bias(Option<&'a GpuTensor>),
+    /// add_rms_norm's addend.
+    Add(&'a GpuTensor),
 }
 
 /// Records `out = (x − mean) · 1/√(var + eps) · weight (+ bias)` per row
@@ -106,5 +173,15 @@ pub fn record_layer_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
-    record_norm(gpu, cache, enc, "layer_norm", x, weight, bias, out, eps)
+    record_norm(
+        gpu,
+        cache,
+        enc,
+        "layer_norm",
+        x,
+        weight,
+        Extra::Bias(bias),
+        out,
+        eps,
+    )
 }
