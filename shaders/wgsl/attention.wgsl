@@ -45,13 +45,7 @@ var<immediate> params: Params;
 // Split-K partials (f32).
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
 
-// Head dimensions of a key tile held in workgroup memory at once, and the
-// padded row (one more than KC: rows start on different banks).
-const KC: u32 = 128u;
-const KS_ROW: u32 = 129u;
-
 var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
-var<workgroup> ks: array<f32, 8256>; // WG * KS_ROW
 var<workgroup> probs: array<f32, WG>;
 var<workgroup> red: array<f32, WG>;
 
@@ -101,30 +95,13 @@ fn attend_range(lid: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
     var acc = array<f32, DPT>(0.0, 0.0, 0.0, 0.0);
     for (var t0 = lo; t0 < hi; t0 = t0 + WG) {
         let j = t0 + lid;
-        let n_keys = min(WG, hi - t0);
-        // The tile's keys pass through workgroup memory KC dimensions at a
-        // time, loaded with consecutive invocations on consecutive elements
-        // (a key row per invocation straight from the cache is a strided,
-        // uncoalesced read); each invocation then dots its own key, in the
-        // same order as ever.
-        var dot = 0.0;
-        for (var c0 = 0u; c0 < hd; c0 = c0 + KC) {
-            let width = min(KC, hd - c0);
-            for (var e = lid; e < n_keys * width; e = e + WG) {
-                let key = e / width;
-                let d = e % width;
-                ks[key * KS_ROW + d] = f32(k[(t0 + key) * kv_stride + kv_col + c0 + d]);
-            }
-            workgroupBarrier();
-            if j < hi {
-                for (var d = 0u; d < width; d = d + 1u) {
-                    dot = dot + qs[c0 + d] * ks[lid * KS_ROW + d];
-                }
-            }
-            workgroupBarrier();
-        }
         var score = NEG_BIG;
         if j < hi {
+            let k_base = j * kv_stride + kv_col;
+            var dot = 0.0;
+            for (var d = 0u; d < hd; d = d + 1u) {
+                dot = dot + qs[d] * f32(k[k_base + d]);
+            }
             score = dot * params.scale;
         }
         let m_new = max(m, workgroup_max(lid, score));
@@ -135,11 +112,12 @@ fn attend_range(lid: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
         }
         probs[lid] = p;
         l = l * correction + workgroup_sum(lid, p);
+        let n_tile = min(WG, hi - t0);
         for (var c = 0u; c < DPT; c = c + 1u) {
             let d = lid + c * WG;
             if d < hd {
                 var a = acc[c] * correction;
-                for (var jj = 0u; jj < n_keys; jj = jj + 1u) {
+                for (var jj = 0u; jj < n_tile; jj = jj + 1u) {
                     a = a + probs[jj] * f32(v[(t0 + jj) * kv_stride + kv_col + d]);
                 }
                 acc[c] = a;
