@@ -3,7 +3,9 @@
 
 use crate::error::Result;
 use crate::ops::elementwise::{self, Unary};
-use crate::ops::linear::{LinearWeights, Region, WeightPart, record_linear};
+use crate::ops::linear::{
+    LinearWeights, RecordOptions, Region, WeightPart, record_linear, record_linear_with,
+};
 use crate::pass::BlockCtx;
 use crate::tensor::GpuTensor;
 
@@ -32,6 +34,30 @@ impl BlockCtx<'_> {
     /// kernel path the model's plan chose for it (`x` `[M, K]`, `out` `[M, N]`,
     /// both f32 or both f16).
     pub fn linear(&mut self, layer: &str, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        self.linear_with(layer, x, out, false)
+    }
+
+    /// [`Self::linear`] for several layers of one input, back to back
+    /// (q/k/v, gate/up): an integer layer uses the activation codes the one
+    /// before it made of `x` where they were quantized the same way, so the
+    /// input is rotated and quantized once.
+    pub fn linears(&mut self, layers: &[(&str, &GpuTensor)], x: &GpuTensor) -> Result<()> {
+        let model = self.model();
+        // A LoRA patch records linears of its own between them.
+        let reuse = !layers.iter().any(|(l, _)| model.patches.contains_key(*l));
+        for (i, (layer, out)) in layers.iter().enumerate() {
+            self.linear_with(layer, x, out, reuse && i > 0)?;
+        }
+        Ok(())
+    }
+
+    fn linear_with(
+        &mut self,
+        layer: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        reuse_codes: bool,
+    ) -> Result<()> {
         let model = self.model();
         let (info, plan) =
             model
@@ -68,7 +94,7 @@ impl BlockCtx<'_> {
             source,
         };
         let (gpu, cache) = (rt.gpu(), rt.pipelines());
-        record_linear(
+        record_linear_with(
             gpu,
             cache,
             self.encoder(),
@@ -77,6 +103,10 @@ impl BlockCtx<'_> {
             x,
             out,
             &mut scratch,
+            &RecordOptions {
+                reuse_codes,
+                ..RecordOptions::default()
+            },
         )
         .map_err(linear_err)?;
         let Some(patch) = patch else {

@@ -667,3 +667,91 @@ fn coop_gemm_refuses_inexact_depths() {
     let err = forced.expect_err("forced coop GEMM past 2^24").to_string();
     assert!(err.contains("cooperative-matrix GEMM"), "{err}");
 }
+
+/// Linears of one input recorded back to back with `reuse_codes` quantize
+/// it once where the quantization is the same (the outputs equal separate
+/// recordings bit for bit, with fewer launches), and quantize again where it
+/// is not (int8 activations after int4 ones).
+#[test]
+fn reused_activation_codes_give_the_same_outputs() {
+    let Some(mut env) = env("reused_activation_codes_give_the_same_outputs") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let k = 512;
+    let convrot = Format::ConvrotW4a4 {
+        group: 256,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let int8 = Format::Int8Tensorwise {
+        convrot_group: None,
+    };
+    let int4 = KernelChoice::Integer {
+        act: ActArith::Int4,
+        fast: false,
+    };
+    let int8_choice = KernelChoice::Integer {
+        act: ActArith::Int8,
+        fast: false,
+    };
+    let layers = [
+        (HostLayer::random(&mut rng, convrot, 24, k, false), int4),
+        (HostLayer::random(&mut rng, convrot, 40, k, true), int4),
+        (HostLayer::random(&mut rng, int8, 16, k, false), int8_choice),
+    ];
+    let weights: Vec<LinearWeights> = layers
+        .iter()
+        .map(|(h, _)| LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload"))
+        .collect();
+    for m in [1usize, 7, 64] {
+        let x = random_x(&mut rng, m, k);
+        let xt = upload_f32(&env.gpu, "x", &x, vec![m as u64, k as u64]).expect("x");
+        let record = |env: &mut Env, reuse: bool| -> (Vec<Vec<f32>>, Vec<u32>) {
+            let outs: Vec<GpuTensor> = weights
+                .iter()
+                .map(|w| {
+                    let zeros = vec![0.0; m * w.n as usize];
+                    upload_f32(&env.gpu, "out", &zeros, vec![m as u64, w.n]).expect("out")
+                })
+                .collect();
+            let mut enc = Encoder::new(&env.gpu.device, "test");
+            let mut launches = Vec::new();
+            for (i, ((w, out), (_, choice))) in weights.iter().zip(&outs).zip(&layers).enumerate() {
+                let opts = RecordOptions {
+                    reuse_codes: reuse && i > 0,
+                    ..RecordOptions::default()
+                };
+                record_linear_with(
+                    &env.gpu,
+                    &env.cache,
+                    &mut enc,
+                    w,
+                    *choice,
+                    &xt,
+                    out,
+                    &mut env.scratch,
+                    &opts,
+                )
+                .expect("record");
+                launches.push(env.scratch.last_dispatches());
+            }
+            env.gpu.queue.submit([enc.finish()]);
+            let read = |o: &GpuTensor| env.gpu.read_f32(&o.buffer, 0, o.numel()).expect("read");
+            (outs.iter().map(read).collect(), launches)
+        };
+        let (separate, separate_launches) = record(&mut env, false);
+        let (reused, reused_launches) = record(&mut env, true);
+        let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for (i, (a, b)) in separate.iter().zip(&reused).enumerate() {
+            assert_eq!(bits(a), bits(b), "layer {i}, M = {m}");
+        }
+        assert!(
+            reused_launches[1] < separate_launches[1],
+            "M = {m}: the second int4 layer quantized again ({reused_launches:?} vs {separate_launches:?})"
+        );
+        assert_eq!(
+            reused_launches[2], separate_launches[2],
+            "M = {m}: int8 activations must be quantized anew"
+        );
+    }
+}

@@ -167,26 +167,108 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 
 // Split-K (flash-decoding): workgroup (s·n_heads + h, r) takes keys
 // s·chunk.. of query row r, head h, and writes its Partial to `part` at
-// ((r·n_heads + h)·splits + s)·(head_dim + 2): m, l, then acc.
-@compute @workgroup_size(64)
+// ((r·n_heads + h)·splits + s)·(head_dim + 2): m, l, then acc. A decode
+// step has few (head, row) pairs, so each workgroup is wide: SPLIT_LANES
+// invocations dot each key of a WG-key tile (every SPLIT_LANES-th
+// dimension each), and the tile's values are summed by
+// SPLIT_WG / hdp groups of invocations, one dimension each (hdp: head_dim
+// rounded up to a power of two), whose sums are added at the end.
+const SPLIT_WG: u32 = 256u;
+const SPLIT_LANES: u32 = 4u; // SPLIT_WG / WG
+
+var<workgroup> lane_sums: array<f32, SPLIT_WG>;
+var<workgroup> tile_p: array<f32, WG>;
+
+@compute @workgroup_size(256)
 fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x % params.n_heads;
     let s = wid.x / params.n_heads;
     let r = wid.y;
-    load_query(lid, h, r);
+    let hd = params.head_dim;
+    let q_base = (r * params.n_heads + h) * hd;
+    for (var d = lid; d < hd; d = d + SPLIT_WG) {
+        qs[d] = f32(q[q_base + d]);
+    }
+    workgroupBarrier();
     let lo = min(s * params.chunk, visible(r));
     let hi = min(lo + params.chunk, visible(r));
-    let p = attend_range(lid, kv_column(h), lo, hi);
-    let base = ((r * params.n_heads + h) * params.splits + s) * (params.head_dim + 2u);
-    if lid == 0u {
-        part[base] = p.m;
-        part[base + 1u] = p.l;
-    }
-    for (var c = 0u; c < DPT; c = c + 1u) {
-        let d = lid + c * WG;
-        if d < params.head_dim {
-            part[base + 2u + d] = p.acc[c];
+    let kv_stride = params.n_kv * hd;
+    let kv_col = kv_column(h);
+    // This invocation's key lane, and its dimension and key group for values.
+    let key = lid / SPLIT_LANES;
+    let lane = lid % SPLIT_LANES;
+    let hdp = 1u << firstLeadingBit(2u * hd - 1u);
+    let groups = max(SPLIT_WG / hdp, 1u);
+    let dim = lid % hdp;
+    let group = lid / hdp;
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc = 0.0;
+    for (var t0 = lo; t0 < hi; t0 = t0 + WG) {
+        let j = t0 + key;
+        var partial = 0.0;
+        if j < hi {
+            let k_base = j * kv_stride + kv_col;
+            for (var d = lane; d < hd; d = d + SPLIT_LANES) {
+                partial = partial + qs[d] * f32(k[k_base + d]);
+            }
         }
+        lane_sums[lid] = partial;
+        workgroupBarrier();
+        if lid < WG {
+            var score = NEG_BIG;
+            if t0 + lid < hi {
+                let b = lid * SPLIT_LANES;
+                let dot = (lane_sums[b] + lane_sums[b + 1u]) + (lane_sums[b + 2u] + lane_sums[b + 3u]);
+                score = dot * params.scale;
+            }
+            probs[lid] = score;
+        }
+        workgroupBarrier();
+        var tile_max = NEG_BIG;
+        for (var t = 0u; t < WG; t = t + 1u) {
+            tile_max = max(tile_max, probs[t]);
+        }
+        let m_new = max(m, tile_max);
+        let correction = exp(m - m_new);
+        if lid < WG {
+            var p = 0.0;
+            if t0 + lid < hi {
+                p = exp(probs[lid] - m_new);
+            }
+            tile_p[lid] = p;
+        }
+        workgroupBarrier();
+        var tile_sum = 0.0;
+        for (var t = 0u; t < WG; t = t + 1u) {
+            tile_sum = tile_sum + tile_p[t];
+        }
+        l = l * correction + tile_sum;
+        var a = acc * correction;
+        if dim < hd && group < groups {
+            let n_keys = min(WG, hi - t0);
+            for (var jj = group; jj < n_keys; jj = jj + groups) {
+                a = a + tile_p[jj] * f32(v[(t0 + jj) * kv_stride + kv_col + dim]);
+            }
+        }
+        acc = a;
+        m = m_new;
+        workgroupBarrier();
+    }
+    // The groups' sums of each dimension, added in group order.
+    lane_sums[lid] = acc;
+    workgroupBarrier();
+    let base = ((r * params.n_heads + h) * params.splits + s) * (hd + 2u);
+    if lid == 0u {
+        part[base] = m;
+        part[base + 1u] = l;
+    }
+    for (var d = lid; d < hd; d = d + SPLIT_WG) {
+        var total = 0.0;
+        for (var g = 0u; g < groups; g = g + 1u) {
+            total = total + lane_sums[g * hdp + d];
+        }
+        part[base + 2u + d] = total;
     }
 }
 

@@ -16,7 +16,9 @@ struct Params {
     has_bias: u32,
 }
 
-const WG: u32 = 256u;
+// Invocations per row: the host picks 1024 where there are few rows (a
+// decode step's one row is latency-bound: more loads in flight), else 256.
+override WG: u32 = 256u;
 
 var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<act>;
@@ -27,7 +29,7 @@ var<immediate> params: Params;
 @group(0) @binding(5) var<storage, read_write> xs: array<act>;
 @group(0) @binding(6) var<storage, read> delta: array<act>;
 
-var<workgroup> red: array<f32, WG>;
+var<workgroup> red: array<f32, 1024>;
 
 // Sum of `v` over the workgroup; every invocation gets the total.
 fn workgroup_sum(lid: u32, v: f32) -> f32 {
@@ -44,7 +46,7 @@ fn workgroup_sum(lid: u32, v: f32) -> f32 {
     return total;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let row = wid.y * nwg.x + wid.x;
@@ -67,7 +69,7 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 
 // xs += delta (rounded to `act` and stored, as the separate add would),
 // then out = rms_norm(xs): the residual add before a norm in one launch.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn add_rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let row = wid.y * nwg.x + wid.x;
@@ -89,7 +91,7 @@ fn add_rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let row = wid.y * nwg.x + wid.x;

@@ -457,7 +457,6 @@ impl Step<'_> {
         } else {
             ctx.rms_norm(&x, &n1, &h, eps)?;
         }
-        ctx.linear(&p("q_proj"), &h, &q)?;
         let in_cache = |cache: &GpuTensor| {
             let row = cache.shape.get(1).copied().unwrap_or(0) * cache.dtype.size();
             let offset = cache.offset + self.pos0 * row;
@@ -469,8 +468,8 @@ impl Step<'_> {
         };
         match (in_cache(k_cache), in_cache(v_cache)) {
             (Some(k_rows), Some(v_rows)) => {
-                ctx.linear(&p("k_proj"), &h, &k_rows)?;
-                ctx.linear(&p("v_proj"), &h, &v_rows)?;
+                let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
+                ctx.linears(&[(&qp, &q), (&kp, &k_rows), (&vp, &v_rows)], &h)?;
                 ctx.rope_qk(
                     self.rope,
                     &q,
@@ -481,8 +480,8 @@ impl Step<'_> {
                 )?;
             }
             _ => {
-                ctx.linear(&p("k_proj"), &h, &k)?;
-                ctx.linear(&p("v_proj"), &h, &v)?;
+                let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
+                ctx.linears(&[(&qp, &q), (&kp, &k), (&vp, &v)], &h)?;
                 ctx.rope_qk(
                     self.rope,
                     &q,
@@ -507,8 +506,8 @@ impl Step<'_> {
         ctx.linear(&p("o_proj"), &attn, &o)?;
         let n2 = ctx.weight_tensor(&names::post_norm(l))?;
         ctx.add_rms_norm(&x, &o, &n2, &h, eps)?;
-        ctx.linear(&p("gate_proj"), &h, &gate)?;
-        ctx.linear(&p("up_proj"), &h, &up)?;
+        let (gp, up_p) = (p("gate_proj"), p("up_proj"));
+        ctx.linears(&[(&gp, &gate), (&up_p, &up)], &h)?;
         ctx.swiglu(&gate, &up, &act)?;
         ctx.linear(&p("down_proj"), &act, &o)?;
         if self.defer_residual {

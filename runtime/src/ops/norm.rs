@@ -79,7 +79,7 @@ fn record_norm(
             shader: "norm.wgsl",
             source: NORM,
             entry: op,
-            constants: &[],
+            constants: &[("WG", f64::from(norm_wg(gpu, rows)))],
             params: &params(
                 to_u32(op, "rows", rows)?,
                 to_u32(op, "hidden", cols)?,
@@ -148,6 +148,21 @@ pub fn record_add_rms_norm(
         out,
         eps,
     )
+}
+
+/// Rows up to which a norm row gets 1024 invocations (where the adapter
+/// allows): fewer rows than SMs leave the GPU idle, and more loads in flight
+/// per row shorten the latency-bound single row of a decode step.
+const WIDE_ROWS: u64 = 64;
+
+/// Invocations per row (`norm.wgsl`'s `WG`, a power of two).
+fn norm_wg(gpu: &Gpu, rows: u64) -> u32 {
+    let max = gpu.device.limits().max_compute_invocations_per_workgroup;
+    if rows <= WIDE_ROWS && max >= 1024 {
+        1024
+    } else {
+        256
+    }
 }
 
 /// What a norm reads besides `x` and its weight.

@@ -53,6 +53,22 @@ pub struct RecordOptions {
     /// The cooperative-matrix GEMM's shape instead of [`CoopShape::for_adapter`] (for
     /// tuning on a real GPU; checked against the adapter's limits).
     pub coop: Option<CoopShape>,
+    /// The scratch may already hold `x`'s activation codes from the linear
+    /// recorded just before with the same input (q/k/v, gate/up): they are
+    /// used where they were quantized the same way, instead of quantizing
+    /// again. Only for linears recorded back to back on one input.
+    pub reuse_codes: bool,
+}
+
+/// What activation codes in the scratch were made from and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodesKey {
+    x: (wgpu::Buffer, u64),
+    mode: u32,
+    group: Option<u32>,
+    perm8: bool,
+    m: u64,
+    k: u64,
 }
 
 /// Records `out = x · Wᵀ + b` into `encoder` with the kernels of `choice`.
@@ -135,6 +151,7 @@ pub fn record_linear_with(
         coop: opts
             .coop
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
+        reuse_codes: opts.reuse_codes,
         dispatches: &dispatches,
     };
     let unsupported = |what: String| LinearError::Unsupported { what, n, k };
@@ -368,6 +385,8 @@ struct Recorder<'a> {
     gemm: GemmKernel,
     /// The cooperative-matrix GEMM's shape.
     coop: CoopShape,
+    /// [`RecordOptions::reuse_codes`].
+    reuse_codes: bool,
     /// Dispatches recorded so far.
     dispatches: &'a Cell<u32>,
 }
@@ -570,6 +589,17 @@ impl Recorder<'_> {
             coop_gemm_unusable(caps, self.weights.k, int.mode == 0, int.w4, self.coop)
         })?;
         scratch.set_coop(coop.then_some(self.coop));
+        // The codes a previous linear left in the scratch, when they are
+        // this input's, quantized the same way (asked for by the caller).
+        let codes_key = CodesKey {
+            x: (x.buffer.as_ref().clone(), x.offset),
+            mode: int.mode,
+            group: int.group,
+            perm8: int.w4 && !coop,
+            m,
+            k,
+        };
+        let reuse = self.reuse_codes && scratch.codes_key() == Some(&codes_key);
         let rot_bytes = m * k * 4;
         // The rotation writes f32, so the quantization after it reads f32.
         let mut quant_rec = *self;
@@ -595,7 +625,7 @@ impl Recorder<'_> {
                 }
                 rotated = scratch.x_rot(gpu, rot_bytes)?;
                 quant_rec.act = ActDtype::F32;
-                if fused.is_none() {
+                if fused.is_none() && !reuse {
                     self.dispatch(
                         encoder,
                         format!("linear_rotate|G={g}"),
@@ -649,7 +679,9 @@ impl Recorder<'_> {
             e: 0,
             pad: [0; 3],
         };
-        if let Some(g) = fused {
+        if reuse {
+            // Quantized already.
+        } else if let Some(g) = fused {
             self.rotate_quant(
                 encoder,
                 g,
@@ -682,6 +714,7 @@ impl Recorder<'_> {
                 Cost::new(quant_rec.act.size() * m * k, m * kw * 4 + m * 4, 4 * m * k),
             )?;
         }
+        scratch.set_codes_key(Some(codes_key));
         let dummy = scratch.dummy(gpu)?;
         let epi = if raw { 2 } else { int.epi };
         let has_bias = self.weights.bias.is_some();

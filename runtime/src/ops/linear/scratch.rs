@@ -31,6 +31,8 @@ pub struct LinearScratch {
     scales: Option<Slot>,
     dummy: Option<Slot>,
     partials: Option<Slot>,
+    /// What the codes hold (see [`super::RecordOptions::reuse_codes`]).
+    codes_key: Option<super::record::CodesKey>,
     /// Dispatches the last recorded linear took.
     dispatches: u32,
     /// The cooperative-matrix GEMM shape the last recorded linear ran, if
@@ -204,6 +206,14 @@ impl LinearScratch {
                 why: other.to_string(),
             },
         })
+    }
+
+    pub(super) fn codes_key(&self) -> Option<&super::record::CodesKey> {
+        self.codes_key.as_ref()
+    }
+
+    pub(super) fn set_codes_key(&mut self, key: Option<super::record::CodesKey>) {
+        self.codes_key = key;
     }
 
     /// The last rotated input (`[M, K]` f32), for rotated layers.
