@@ -128,3 +128,63 @@ fn prompt_without_tokenizer_or_with_ids_is_an_error() {
         file.display()
     );
 }
+
+/// `generate --profile`: a prefill and a decode step with every launch
+/// listed (GPU times where the adapter has timestamps), in JSON and text.
+#[test]
+fn profile_lists_every_launch_of_a_step() {
+    let test = "profile_lists_every_launch_of_a_step";
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    synth_tiny(dir);
+    let args = ["--json", "--profile", "--prompt-ids", "5,6,7,8"];
+    let Some(out) = generate(test, dir, &args) else {
+        return;
+    };
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    for phase in ["prefill", "decode"] {
+        let p = &report["profile"][phase];
+        let launches = p["launches"].as_u64().expect("launches");
+        let rows = p["rows"].as_array().expect("rows");
+        assert!(launches > 0 && !rows.is_empty(), "{phase}: {p}");
+        let listed: u64 = rows
+            .iter()
+            .map(|r| r["launches"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(listed, launches, "{phase}: every launch is in a row");
+        let linear = rows
+            .iter()
+            .find(|r| {
+                r["label"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("linear_"))
+            })
+            .expect("a linear row");
+        assert!(
+            linear["bytes"].as_u64().unwrap_or(0) > 0 && linear["flops"].as_u64().unwrap_or(0) > 0
+        );
+        assert!(p["cpu_record_us"].as_f64().unwrap_or(0.0) > 0.0);
+        assert!(p["wall_us"].as_f64().unwrap_or(0.0) > 0.0);
+        if p["timed"].as_bool() == Some(true) {
+            assert!(
+                p["gpu_busy_us"].as_f64().unwrap_or(0.0) > 0.0,
+                "{phase}: {p}"
+            );
+            assert!(
+                rows.iter().all(|r| r["gb_per_s"].is_number()),
+                "{phase}: {p}"
+            );
+        } else {
+            eprintln!("{test}: {phase}: no GPU timestamps on this adapter, CPU times only");
+        }
+    }
+    let Some(out) = generate(test, dir, &["--profile", "--prompt-ids", "5,6,7,8"]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("profile    decode step"), "{text}");
+    assert!(
+        text.contains("GPU µs") && text.contains("linear_"),
+        "{text}"
+    );
+}
