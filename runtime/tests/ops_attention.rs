@@ -1,4 +1,5 @@
-//! Causal GQA attention against a CPU reference (f64): prefill (seq 19),
+//! Causal GQA attention against a CPU reference (f64): prefill (seq 19, and
+//! seq 130 over 150 keys: one split per (head, row)),
 //! decode (seq 1 at the end of the cache), a chunk in the middle, head_dim
 //! 32 and 64, 8 query / 2 kv heads, and a kv_len of 1500 (many key tiles).
 
@@ -144,6 +145,14 @@ fn attention_matches_cpu() {
         head_dim: 256,
     };
     check(&c, heads, 80, 70, 3, 67, 8);
+    // enough (head, row) pairs for one split per pair over many key tiles
+    // (a prefill), head_dim not a power of two
+    let heads = Heads {
+        n_heads: 8,
+        n_kv_heads: 4,
+        head_dim: 40,
+    };
+    check(&c, heads, 200, 150, 130, 20, 9);
 }
 
 #[test]

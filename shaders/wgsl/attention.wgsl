@@ -9,9 +9,10 @@
 // `attend`: one workgroup per (head, query row). Keys are visited in tiles
 // of WG with an online softmax (running max and sum, accumulator rescaled
 // when the max grows), so workgroup memory stays fixed whatever kv_len is.
-// Decoding has too few (head, row) pairs to fill a GPU, so there the keys
-// are split over workgroups (`attend_split`) and the partial softmaxes
-// combined (`attend_combine`), as flash-decoding does. Query head h
+// Past one tile of keys the wide `attend_split` runs instead (reading keys
+// four invocations to a key): decoding has too few (head, row) pairs to
+// fill a GPU, so there the keys are also split over workgroups, and the
+// partial softmaxes combined (`attend_combine`), as flash-decoding does. Query head h
 // reads kv head h / (n_heads / n_kv) (contiguous groups, HF repeat_kv).
 
 struct Params {

@@ -50,9 +50,12 @@ pub struct Args {
     /// one, so first-use shader compilation is not counted as prefill time.
     #[arg(long, default_value_t = 0)]
     warmup: usize,
-    /// Activation and KV-cache dtype. f16 needs an adapter with SHADER_F16
-    /// (an error otherwise, never a silent fallback); kernels accumulate in f32.
-    #[arg(long, value_enum, default_value = "f32")]
+    /// Activation and KV-cache dtype; kernels accumulate in f32 either way.
+    /// auto: f16 where the adapter has SHADER_F16 (half the activation
+    /// traffic, and the prefill GEMMs run on f16 cooperative matrices), else
+    /// f32. An explicit f16 on an adapter without SHADER_F16 is an error,
+    /// never a silent fallback; f32 is the reference for checks.
+    #[arg(long, value_enum, default_value = "auto")]
     compute_dtype: ComputeDtype,
     /// Write the logits of every prompt position (`prompt_logits` [prompt, vocab])
     /// and every decode step (`step_logits` [steps, vocab]) plus the ids.
@@ -77,17 +80,21 @@ pub struct Args {
 /// `--compute-dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ComputeDtype {
+    /// f16 where the adapter has SHADER_F16, else f32.
+    Auto,
     /// 32-bit activations.
     F32,
     /// 16-bit activations and KV cache (needs SHADER_F16).
     F16,
 }
 
-impl From<ComputeDtype> for dynvram_runtime::ActDtype {
-    fn from(d: ComputeDtype) -> Self {
-        match d {
-            ComputeDtype::F32 => Self::F32,
-            ComputeDtype::F16 => Self::F16,
+impl ComputeDtype {
+    /// The activation dtype on `rt`'s adapter.
+    fn resolve(self, rt: &Runtime) -> dynvram_runtime::ActDtype {
+        match self {
+            Self::Auto if rt.gpu().caps.shader_f16 => dynvram_runtime::ActDtype::F16,
+            Self::Auto | Self::F32 => dynvram_runtime::ActDtype::F32,
+            Self::F16 => dynvram_runtime::ActDtype::F16,
         }
     }
 }
@@ -96,6 +103,8 @@ impl From<ComputeDtype> for dynvram_runtime::ActDtype {
 struct Report {
     adapter: String,
     backend: String,
+    /// Activation and KV-cache dtype (`--compute-dtype` resolved).
+    compute_dtype: &'static str,
     model_dir: PathBuf,
     prompt: Vec<u32>,
     /// `--prompt`, when the prompt was text.
@@ -153,7 +162,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     })?;
     let model = Model::open(&rt, &ckpt.spec(limits))
         .with_context(|| format!("opening {}", args.model_dir.display()))?;
-    let mut llama = Llama::with_dtype(&rt, &ckpt, limits, args.compute_dtype.into())
+    let mut llama = Llama::with_dtype(&rt, &ckpt, limits, args.compute_dtype.resolve(&rt))
         .context("--compute-dtype")?;
     if !json {
         match &args.prompt {
@@ -209,6 +218,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),
+        compute_dtype: match llama.dtype() {
+            dynvram_runtime::ActDtype::F16 => "f16",
+            dynvram_runtime::ActDtype::F32 => "f32",
+        },
         model_dir: args.model_dir.clone(),
         prompt,
         prompt_text: args.prompt.clone(),
@@ -259,7 +272,10 @@ fn profile_steps(
 
 fn print_text(r: &Report) {
     let (m, b) = (&r.model, &r.budget);
-    println!("adapter    {} [{}]", r.adapter, r.backend);
+    println!(
+        "adapter    {} [{}], {} activations",
+        r.adapter, r.backend, r.compute_dtype
+    );
     println!(
         "model      {} ({} blocks, {})",
         r.model_dir.display(),

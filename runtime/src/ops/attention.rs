@@ -162,7 +162,9 @@ pub fn record_attention(
         (2, k_cache.binding()),
         (3, v_cache.binding()),
     ];
-    if splits == 1 {
+    // Up to a tile of keys one narrow workgroup per (head, row) is enough;
+    // past it the wide split kernel reads keys faster even unsplit.
+    if pos0 + sq <= KEY_TILE {
         let mut bindings = main_bindings;
         bindings.push((4, out.binding()));
         return kernel::record(gpu, cache, enc, dispatch("attend", bindings, groups, cost));
