@@ -37,11 +37,11 @@ use crate::residency::{Home, Placed};
 use crate::runtime::Runtime;
 use crate::trace::{Lane, Trace};
 
-/// Blocks per submit when nothing streams: wgpu encodes a command buffer's
-/// passes at submit (~20 µs of CPU a launch), so one submit per pass would
-/// leave the GPU idle until the whole pass is encoded; a submit every few
-/// blocks overlaps encoding with execution for ~9 submits per token of a
-/// 32-layer model (H200: 27 → see BENCHMARKS.md).
+/// Blocks per submit when nothing streams: wgpu encodes a command buffer
+/// at submit (~1.6 µs of CPU a launch on the H200, `bench dispatch`), so one
+/// submit per pass would leave the GPU idle until the whole pass is
+/// encoded; a submit every few blocks overlaps encoding with execution, for
+/// ~9 submits per token of a 32-layer model (BENCHMARKS.md, session 7).
 pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
 
 /// Figures of one pass.
