@@ -28,13 +28,7 @@ parts=${PARTS:-dyn peer}
 out=${OUT:-bench-out}/decode
 mkdir -p "$out"
 jobs=$(nproc)
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ] && ls .gl/*.deb > /dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    export VK_DRIVER_FILES=$icd
-fi
-export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} RUST_LOG=${RUST_LOG:-warn}
+source bench/gpu_env.sh
 t0=$(date +%s)
 step() { echo "[$(($(date +%s) - t0)) s] $*"; }
 

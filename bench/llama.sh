@@ -40,13 +40,8 @@ mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.err "$out"/table.md  # no stale figures in the table
 jobs=$(nproc)
 
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ] && ls .gl/*.deb > /dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    export VK_DRIVER_FILES=$icd
-fi
-export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} DYNVRAM_CACHE=${DYNVRAM_CACHE:-/tmp/dynvram-cache} RUST_LOG=${RUST_LOG:-warn}
+source bench/gpu_env.sh
+export DYNVRAM_CACHE=${DYNVRAM_CACHE:-/tmp/dynvram-cache}
 hf=${HF:-}
 if [ -z "$hf" ]; then
     if python3 -c 'import torch, transformers, accelerate' 2> /dev/null; then hf=1; else hf=0; fi

@@ -136,3 +136,50 @@ fn bench_pass_writes_its_model_and_streams_bit_identically() {
         assert!(f[k].as_f64().unwrap_or(0.0) > 0.0, "{k}: {f}");
     }
 }
+
+/// `bench dispatch` times its three pass layouts and refuses a zero count.
+#[test]
+fn bench_dispatch_reports_each_layout() {
+    let name = "bench_dispatch_reports_each_layout";
+    let out = dynvram()
+        .args([
+            "--json",
+            "bench",
+            "dispatch",
+            "--launches",
+            "16",
+            "--reps",
+            "1",
+        ])
+        .output()
+        .expect("bench dispatch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && stderr.contains("no GPU adapter")
+        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
+    {
+        eprintln!("{name}: skipped: no GPU adapter");
+        return;
+    }
+    assert!(out.status.success(), "{name}: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    let layouts = report["layouts"].as_array().expect("layouts");
+    assert_eq!(layouts.len(), 3);
+    for l in layouts {
+        let total = l["total_us"].as_f64().expect("total");
+        let parts: f64 = ["record_us", "finish_us", "submit_us", "gpu_wait_us"]
+            .iter()
+            .map(|k| l[k].as_f64().expect("part"))
+            .sum();
+        assert!(
+            total > 0.0 && (total - parts).abs() < 1e-6 * total.max(1.0),
+            "{l}"
+        );
+    }
+    let zero = dynvram()
+        .args(["bench", "dispatch", "--launches", "0"])
+        .output()
+        .expect("bench dispatch 0");
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--launches"));
+}

@@ -46,23 +46,32 @@ fn workgroup_sum(lid: u32, v: f32) -> f32 {
     return total;
 }
 
+// The row workgroup `wid` normalises (>= params.rows past the end).
+fn norm_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
+// 1/sqrt(mean square + eps) of a row whose invocations hold partial sums of
+// squares `ss`; every invocation gets it.
+fn rms_factor(lid: u32, ss: f32) -> f32 {
+    return 1.0 / sqrt(workgroup_sum(lid, ss) / f32(params.cols) + params.eps);
+}
+
 @compute @workgroup_size(WG)
 fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * nwg.x + wid.x;
+    let row = norm_row(wid, nwg);
     if row >= params.rows {
         return;
     }
-    let cols = params.cols;
-    let base = row * cols;
+    let base = row * params.cols;
     var ss = 0.0;
-    for (var i = lid; i < cols; i = i + WG) {
+    for (var i = lid; i < params.cols; i = i + WG) {
         let v = f32(x[base + i]);
         ss = ss + v * v;
     }
-    let total = workgroup_sum(lid, ss);
-    let r = 1.0 / sqrt(total / f32(cols) + params.eps);
-    for (var i = lid; i < cols; i = i + WG) {
+    let r = rms_factor(lid, ss);
+    for (var i = lid; i < params.cols; i = i + WG) {
         out[base + i] = act(w[i] * (f32(x[base + i]) * r));
     }
 }
@@ -72,21 +81,19 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 @compute @workgroup_size(WG)
 fn add_rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * nwg.x + wid.x;
+    let row = norm_row(wid, nwg);
     if row >= params.rows {
         return;
     }
-    let cols = params.cols;
-    let base = row * cols;
+    let base = row * params.cols;
     var ss = 0.0;
-    for (var i = lid; i < cols; i = i + WG) {
-        let v = f32(act(f32(xs[base + i]) + f32(delta[base + i])));
-        xs[base + i] = act(v);
-        ss = ss + v * v;
+    for (var i = lid; i < params.cols; i = i + WG) {
+        let v = act(f32(xs[base + i]) + f32(delta[base + i]));
+        xs[base + i] = v;
+        ss = ss + f32(v) * f32(v);
     }
-    let total = workgroup_sum(lid, ss);
-    let r = 1.0 / sqrt(total / f32(cols) + params.eps);
-    for (var i = lid; i < cols; i = i + WG) {
+    let r = rms_factor(lid, ss);
+    for (var i = lid; i < params.cols; i = i + WG) {
         out[base + i] = act(w[i] * (f32(xs[base + i]) * r));
     }
 }
@@ -94,7 +101,7 @@ fn add_rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size(WG)
 fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * nwg.x + wid.x;
+    let row = norm_row(wid, nwg);
     if row >= params.rows {
         return;
     }

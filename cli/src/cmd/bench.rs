@@ -297,26 +297,7 @@ pub(crate) fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Re
     let src = gpu.create_buffer("bench.stream_src", bytes, usage)?;
     let dst = gpu.create_buffer("bench.stream_dst", bytes, usage)?;
     let time = |entry: &str| -> anyhow::Result<f64> {
-        let pipeline = gpu.create_compute_pipeline(
-            &format!("bench.stream.{entry}"),
-            dynvram_shaders::bench::STREAM,
-            entry,
-            &[("WGS", f64::from(STREAM_WGS))],
-        )?;
-        let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("bench.stream"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: src.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: dst.as_entire_binding(),
-                },
-            ],
-        });
+        let (pipeline, bind) = stream_kernel(gpu, entry, &src, &dst)?;
         // Enough workgroups to fill any GPU; each strides over the rest.
         let groups = (bytes / 16).div_ceil(STREAM_WGS.into()).clamp(1, 8192) as u32;
         let run = |times: usize| {
@@ -336,6 +317,37 @@ pub(crate) fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Re
     let copy = 2.0 * bytes as f64 / time("stream_copy")? / 1e9;
     let read = bytes as f64 / time("stream_read")? / 1e9;
     Ok((copy, read))
+}
+
+/// `stream.wgsl`'s `entry` (`stream_copy`, `stream_read`) over `src` → `dst`,
+/// with its bind group.
+pub(crate) fn stream_kernel(
+    gpu: &Gpu,
+    entry: &str,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+) -> anyhow::Result<(wgpu::ComputePipeline, wgpu::BindGroup)> {
+    let pipeline = gpu.create_compute_pipeline(
+        &format!("bench.stream.{entry}"),
+        dynvram_shaders::bench::STREAM,
+        entry,
+        &[("WGS", f64::from(STREAM_WGS))],
+    )?;
+    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("bench.stream"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: src.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: dst.as_entire_binding(),
+            },
+        ],
+    });
+    Ok((pipeline, bind))
 }
 
 /// Seconds per repetition: the median of 5 submits of `reps` repetitions

@@ -59,26 +59,7 @@ pub fn run(a: DispatchArgs, json: bool) -> anyhow::Result<ExitCode> {
     let usage = wgpu::BufferUsages::STORAGE;
     let src = gpu.create_buffer("bench.dispatch_src", 4096, usage)?;
     let dst = gpu.create_buffer("bench.dispatch_dst", 4096, usage)?;
-    let pipeline = gpu.create_compute_pipeline(
-        "bench.dispatch",
-        dynvram_shaders::bench::STREAM,
-        "stream_read",
-        &[("WGS", 256.0)],
-    )?;
-    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("bench.dispatch"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: src.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: dst.as_entire_binding(),
-            },
-        ],
-    });
+    let (pipeline, bind) = crate::cmd::bench::stream_kernel(&gpu, "stream_read", &src, &dst)?;
     let once = |mode: Mode| -> anyhow::Result<[f64; 4]> {
         let t0 = Instant::now();
         let mut enc = gpu.device.create_command_encoder(&Default::default());
