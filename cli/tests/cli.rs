@@ -12,21 +12,28 @@ fn dynvram() -> Command {
     c
 }
 
-#[test]
-fn run_builtin_passes_and_reports_json() {
-    let out = dynvram()
-        .args(["--json", "run", "--passes", "1"])
-        .output()
-        .expect("run");
+/// The command's successful output; None (and a `skipped:` line) where no
+/// GPU adapter is found and none is required.
+fn output_or_skip(name: &str, cmd: &mut Command) -> Option<std::process::Output> {
+    let out = cmd.output().expect("spawn dynvram");
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success()
         && stderr.contains("no GPU adapter")
         && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
     {
-        eprintln!("run_builtin_passes_and_reports_json: skipped: no GPU adapter");
-        return;
+        eprintln!("{name}: skipped: no GPU adapter");
+        return None;
     }
-    assert!(out.status.success(), "dynvram run failed: {stderr}");
+    assert!(out.status.success(), "{name}: dynvram failed: {stderr}");
+    Some(out)
+}
+
+#[test]
+fn run_builtin_passes_and_reports_json() {
+    let name = "run_builtin_passes_and_reports_json";
+    let Some(out) = output_or_skip(name, dynvram().args(["--json", "run", "--passes", "1"])) else {
+        return;
+    };
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
     eprintln!(
         "run_builtin_passes_and_reports_json: running on {}",
@@ -99,22 +106,14 @@ fn bench_pass_writes_its_model_and_streams_bit_identically() {
     let name = "bench_pass_writes_its_model_and_streams_bit_identically";
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("pass.safetensors");
-    let out = dynvram()
-        .args(["--json", "bench", "pass", "--file"])
+    let mut cmd = dynvram();
+    cmd.args(["--json", "bench", "pass", "--file"])
         .arg(&file)
         .args(["--blocks", "16", "--hidden", "128", "--ffn", "256"])
-        .args(["--rows", "2", "--passes", "1"])
-        .output()
-        .expect("bench pass");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && stderr.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("{name}: skipped: no GPU adapter");
+        .args(["--rows", "2", "--passes", "1"]);
+    let Some(out) = output_or_skip(name, &mut cmd) else {
         return;
-    }
-    assert!(out.status.success(), "bench pass failed: {stderr}");
+    };
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
     eprintln!("{name}: running on {}", r["adapter"]);
     let model = r["model_bytes"].as_u64().expect("model bytes");
@@ -141,27 +140,18 @@ fn bench_pass_writes_its_model_and_streams_bit_identically() {
 #[test]
 fn bench_dispatch_reports_each_layout() {
     let name = "bench_dispatch_reports_each_layout";
-    let out = dynvram()
-        .args([
-            "--json",
-            "bench",
-            "dispatch",
-            "--launches",
-            "16",
-            "--reps",
-            "1",
-        ])
-        .output()
-        .expect("bench dispatch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && stderr.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("{name}: skipped: no GPU adapter");
+    let args = [
+        "--json",
+        "bench",
+        "dispatch",
+        "--launches",
+        "16",
+        "--reps",
+        "1",
+    ];
+    let Some(out) = output_or_skip(name, dynvram().args(args)) else {
         return;
-    }
-    assert!(out.status.success(), "{name}: {stderr}");
+    };
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
     let layouts = report["layouts"].as_array().expect("layouts");
     assert_eq!(layouts.len(), 3);
