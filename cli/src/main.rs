@@ -16,6 +16,18 @@ struct Cli {
     command: Command,
 }
 
+/// A closed stdout (`dynvram plan … | head -1`) ends the process quietly
+/// by SIGPIPE, as command-line tools do, instead of Rust's ignored signal
+/// turning it into a panic at the next `println!`.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first in main, before any thread exists; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List GPU adapters, their features and limits, and the kernel path each format gets.
@@ -38,6 +50,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     output::init_logging();
     let result = match cli.command {

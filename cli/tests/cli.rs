@@ -173,3 +173,47 @@ fn bench_dispatch_reports_each_layout() {
     assert!(!zero.status.success());
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--launches"));
 }
+
+/// A closed stdout ends the program by SIGPIPE, as command-line tools do
+/// (it panicked at `println!`), and an absurd `--max-new-tokens` is a flag
+/// error, not an overflow.
+#[test]
+fn closed_stdout_and_absurd_counts_end_cleanly() {
+    let file = dynvram_models::mlp_stack::builtin::ensure_cached_in(
+        &std::env::temp_dir().join("dynvram-test-cache"),
+    )
+    .expect("model");
+    let bin = assert_cmd::cargo::cargo_bin("dynvram");
+    let mut child = std::process::Command::new(&bin)
+        .args(["plan", "--vram-budget", "1", "--tensors"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("plan");
+    // The read end closes before anything is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "{:?}: {stderr}",
+            out.status
+        );
+    }
+    let out = dynvram()
+        .args(["generate", "/nonexistent", "--prompt-ids", "1"])
+        .args(["--max-new-tokens", "18446744073709551615"])
+        .output()
+        .expect("generate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--max-new-tokens"), "{stderr}");
+}

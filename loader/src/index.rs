@@ -74,6 +74,18 @@ impl SafetensorsFile {
             let path = path.clone();
             move |source| LoadError::Io { path, op, source }
         };
+        // A FIFO or device would block or never end: refused before opening.
+        let kind = std::fs::metadata(&path).map_err(io("stat"))?.file_type();
+        if !kind.is_file() {
+            return Err(LoadError::Io {
+                path: path.clone(),
+                op: "open",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("not a regular file ({kind:?}); a safetensors file is needed"),
+                ),
+            });
+        }
         let file = File::open(&path).map_err(io("open"))?;
         let file_len = file.metadata().map_err(io("stat"))?.len();
         let header = read_header(&path, &file, file_len)?;

@@ -294,3 +294,23 @@ proptest! {
         }
     }
 }
+
+/// A FIFO (or any non-regular file) is refused at once with its path, never
+/// read (a read would wait for a writer forever).
+#[cfg(unix)]
+#[test]
+fn special_files_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("model.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("special_files_are_refused_without_blocking: skipped: mkfifo unavailable");
+        return;
+    }
+    for path in [fifo.as_path(), dir.path()] {
+        let err = SafetensorsFile::open(path).expect_err("a special file opened");
+        let msg = err.to_string();
+        assert!(msg.contains("not a regular file"), "{msg}");
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+    }
+}

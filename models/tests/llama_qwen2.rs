@@ -267,6 +267,13 @@ fn config_spellings_and_unsupported_scaling() {
     let c = LlamaConfig::from_json(&v).expect("linear scaling");
     let base = dynvram_runtime::ops::rope::inv_freq(10000.0, c.head_dim);
     assert_eq!(c.inv_freq()[3], base[3] / 2.0);
+    v["rope_scaling"] = json!(null);
+    for bad in [json!(0.0), json!(-10000.0), json!(1e300)] {
+        v["rope_theta"] = bad.clone();
+        let e = LlamaConfig::from_json(&v).expect_err("bad rope_theta");
+        assert!(e.contains("rope_theta"), "{bad}: {e}");
+    }
+    v["rope_theta"] = json!(10000.0);
     v["model_type"] = json!("gemma");
     assert!(
         LlamaConfig::from_json(&v)

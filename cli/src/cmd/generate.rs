@@ -40,8 +40,9 @@ pub struct Args {
     /// Prompt text (needs the checkpoint's tokenizer.json).
     #[arg(long)]
     prompt: Option<String>,
-    /// Tokens to generate.
-    #[arg(long, default_value_t = 32)]
+    /// Tokens to generate (at most 1 048 576; the KV cache holds the prompt
+    /// and these).
+    #[arg(long, default_value_t = 32, value_parser = max_new_tokens)]
     max_new_tokens: usize,
     /// Stop after this token id (repeatable); default: none, as the token ids are raw.
     #[arg(long, value_delimiter = ',')]
@@ -75,6 +76,17 @@ pub struct Args {
     /// and submitting, and the GPU's idle gaps.
     #[arg(long)]
     profile: bool,
+}
+
+/// Most `--max-new-tokens`: far past any context, short of overflows.
+const MAX_NEW_TOKENS: usize = 1 << 20;
+
+fn max_new_tokens(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    if n > MAX_NEW_TOKENS {
+        return Err(format!("{n} is more than {MAX_NEW_TOKENS}"));
+    }
+    Ok(n)
 }
 
 /// `--compute-dtype`.

@@ -274,6 +274,13 @@ fn rope(v: &Value, family: Family) -> Result<(f32, RopeScaling), String> {
             Family::Qwen2 => 1_000_000.0,
             _ => 10_000.0,
         });
+    // The inverse frequencies are theta^(-2i/d): 0, negative or non-finite
+    // values make NaN tables (NaN logits), never a model.
+    if !(theta.is_finite() && theta > 0.0 && theta <= f64::from(f32::MAX)) {
+        return Err(format!(
+            "`rope_theta` is {theta}, expected a positive finite number"
+        ));
+    }
     let Some(s) = scaling else {
         return Ok((theta as f32, RopeScaling::Default));
     };
