@@ -28,10 +28,13 @@ fn output_or_skip(name: &str, cmd: &mut Command) -> Option<std::process::Output>
     Some(out)
 }
 
+/// `run` on the built-in model streams, verifies and, with `--profile`,
+/// lists the last pass's launches.
 #[test]
 fn run_builtin_passes_and_reports_json() {
     let name = "run_builtin_passes_and_reports_json";
-    let Some(out) = output_or_skip(name, dynvram().args(["--json", "run", "--passes", "1"])) else {
+    let args = ["--json", "run", "--passes", "1", "--profile"];
+    let Some(out) = output_or_skip(name, dynvram().args(args)) else {
         return;
     };
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
@@ -48,6 +51,16 @@ fn run_builtin_passes_and_reports_json() {
     );
     assert!(st.unwrap_or(0) > 0, "the default budget streams");
     assert_eq!(res.zip(st).map(|(a, b)| a + b), total);
+    // --profile: the streamed pass's launches, each in a row.
+    let p = &report["profile"];
+    let launches = p["launches"].as_u64().unwrap_or(0);
+    let rows = p["rows"].as_array().expect("profile rows");
+    let listed: u64 = rows
+        .iter()
+        .map(|r| r["launches"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(launches > 0 && listed == launches, "{p}");
+    assert!(p["cpu_submit_us"].as_f64().unwrap_or(0.0) > 0.0, "{p}");
 }
 
 #[test]

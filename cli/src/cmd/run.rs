@@ -6,11 +6,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use dynvram_models::mlp_stack::{self, builtin};
+use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig, trace::Trace};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
+use crate::cmd::profile;
 use crate::output::{print_json, size};
 
 /// Arguments of `dynvram run`.
@@ -38,6 +40,11 @@ pub struct Args {
     /// Draw the last pass as an SVG timeline (lanes: reads/uploads, kernels, submits, waits).
     #[arg(long, value_name = "FILE.svg")]
     timeline: Option<PathBuf>,
+    /// Profile the last pass: every kernel's GPU time beside its bytes,
+    /// FLOPs and the device's memory rate, the CPU's recording, staging and
+    /// submitting, and the GPU's idle gaps (as `generate --profile`).
+    #[arg(long)]
+    profile: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -53,6 +60,9 @@ struct Report {
     check: mlp_stack::Verification,
     block_tolerance: f32,
     end_to_end_tolerance: f32,
+    /// With `--profile`: the last pass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Profile>,
 }
 
 /// Runs the subcommand.
@@ -81,15 +91,27 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let x = probe.input(rows);
     let mut trace = Trace::new();
     let mut result = None;
-    for _ in 0..args.passes.max(1) {
+    let mut last_profile = None;
+    let limit = if args.profile {
+        profile::memory_limit(&rt)
+    } else {
+        None
+    };
+    let passes = args.passes.max(1);
+    for i in 0..passes {
         trace = Trace::new();
-        result = Some(mlp_stack::forward_gpu(
-            &rt,
-            &model,
-            &x,
-            rows,
-            Some(&mut trace),
-        )?);
+        let mut pass = || mlp_stack::forward_gpu(&rt, &model, &x, rows, Some(&mut trace));
+        if args.profile && i + 1 == passes {
+            let (out, p) = profile::profiled(&rt, limit, || {
+                let out = pass()?;
+                let stats = out.stats.clone();
+                Ok((out, stats))
+            })?;
+            result = Some(out);
+            last_profile = Some(p);
+        } else {
+            result = Some(pass()?);
+        }
     }
     let gpu = result.context("no pass ran")?;
     if let Some(path) = &args.timeline {
@@ -113,6 +135,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         check,
         block_tolerance: mlp_stack::BLOCK_TOLERANCE,
         end_to_end_tolerance: mlp_stack::TOLERANCE,
+        profile: last_profile,
     };
     if json {
         print_json(&report)?;
@@ -166,6 +189,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             c.max_reference,
             report.end_to_end_tolerance
         );
+        if let Some(p) = &report.profile {
+            profile::print("last pass", p);
+        }
         println!("{}", if ok { "PASS" } else { "FAIL" });
     }
     Ok(if ok {
