@@ -321,15 +321,15 @@ pub fn quantize_file(
     let _span =
         tracing::info_span!("quantize", input = %input.display(), output = %output.display())
             .entered();
-    if let TargetFormat::ConvrotW4a4 { group, .. } = opts.target {
-        if !is_power_of_four(group) {
-            return Err(QuantizeError::GroupSize(group));
-        }
+    if let TargetFormat::ConvrotW4a4 { group, .. } = opts.target
+        && !is_power_of_four(group)
+    {
+        return Err(QuantizeError::GroupSize(group));
     }
-    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize()) {
-        if a == b {
-            return Err(QuantizeError::SameFile(output.to_owned()));
-        }
+    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize())
+        && a == b
+    {
+        return Err(QuantizeError::SameFile(output.to_owned()));
     }
     let f = std::fs::File::open(input).map_err(io(input))?;
     // SAFETY: the map is read-only and lives only inside this call; the file is the

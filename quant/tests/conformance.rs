@@ -110,26 +110,26 @@ fn check_integer_path(
         }
         // The rotated input itself is bit-identical, and through our quantizer gives the
         // golden codes and scales.
-        if debug == "debug." {
-            if let Some(xr) = file.data("debug.x_rot") {
-                let xr = f32s(xr);
-                let ours = t.x_rot.as_ref().expect("rotated path");
-                let worst = xr
-                    .iter()
-                    .zip(ours)
-                    .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-                let big = xr.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                assert!(
-                    worst <= 1e-6 * big,
-                    "{case}: rotation differs by {worst} (max {big})"
-                );
-                let act = t.act.expect("integer path");
-                let qq = quantize_act_for(l.format, act, &xr, l.k).expect("integer format");
-                assert_eq!(
-                    qq, golden,
-                    "{case}: quantizing debug.x_rot does not give debug.act_q/act_scale"
-                );
-            }
+        if debug == "debug."
+            && let Some(xr) = file.data("debug.x_rot")
+        {
+            let xr = f32s(xr);
+            let ours = t.x_rot.as_ref().expect("rotated path");
+            let worst = xr
+                .iter()
+                .zip(ours)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            let big = xr.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert!(
+                worst <= 1e-6 * big,
+                "{case}: rotation differs by {worst} (max {big})"
+            );
+            let act = t.act.expect("integer path");
+            let qq = quantize_act_for(l.format, act, &xr, l.k).expect("integer format");
+            assert_eq!(
+                qq, golden,
+                "{case}: quantizing debug.x_rot does not give debug.act_q/act_scale"
+            );
         }
         let (acc, out) =
             integer_linear_from_codes(l, bytes, &golden).expect("gemm from golden codes");
