@@ -341,14 +341,30 @@ fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |m, x| m.max(x.abs()))
 }
 
+/// The largest |a − b|; NaN where any difference is NaN (`f32::max` would
+/// drop a NaN met before the last element, and a NaN weight scale passed).
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| {
-        if (x - y).is_nan() {
+        if m.is_nan() || (x - y).is_nan() {
             f32::NAN
         } else {
             m.max((x - y).abs())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::max_abs_diff;
+
+    #[test]
+    fn a_nan_anywhere_makes_the_difference_nan() {
+        assert_eq!(max_abs_diff(&[1.0, 2.0], &[1.5, 2.0]), 0.5);
+        assert!(max_abs_diff(&[f32::NAN, 2.0, 3.0], &[1.0, 2.0, 3.0]).is_nan());
+        assert!(max_abs_diff(&[1.0, 2.0], &[1.0, f32::NAN]).is_nan());
+        // inf − inf, as a NaN scale times zero codes gives on both sides.
+        assert!(max_abs_diff(&[f32::INFINITY, 0.0], &[f32::INFINITY, 0.0]).is_nan());
+    }
 }
 
 /// What a GPU pass produced.

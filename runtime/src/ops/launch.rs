@@ -83,6 +83,9 @@ pub(crate) fn launch(
     };
     match cache.profile_slot(gpu, l.label, l.cost) {
         None => record(enc.pass()),
+        // Inside a pass the first timestamp may be written before the
+        // launch's barrier wait is over: a kernel's time is an upper bound
+        // that includes waiting for the launch it depends on.
         Some((set, i)) if gpu.device.features().contains(INSIDE_PASSES) => {
             let pass = enc.pass();
             pass.write_timestamp(&set, i);
