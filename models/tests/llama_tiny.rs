@@ -101,6 +101,22 @@ fn run(test: &str, quarter: bool) -> Option<Outputs> {
             out.hidden = f.hidden;
             out.hidden.push(f.final_norm);
         }
+        if p == 1 {
+            // The k/v rows through activations and copies: the same bits.
+            let copies = llama
+                .forward_with(
+                    &rt,
+                    &model,
+                    prompt,
+                    0,
+                    ForwardOptions {
+                        kv_copies: true,
+                        ..ForwardOptions::default()
+                    },
+                )
+                .expect("forward with k/v copies");
+            assert_eq!(copies.logits, f.logits, "k/v copies change the logits");
+        }
         out.logits.push(f.logits);
 
         let g = llama

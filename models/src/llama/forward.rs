@@ -31,6 +31,10 @@ pub struct ForwardOptions<'t> {
     pub capture: bool,
     /// Record a timeline of the pass.
     pub trace: Option<&'t mut Trace>,
+    /// Write new k/v rows through the k/v activations and copies even where
+    /// the caches could take them straight from the GEMVs (the fallback for
+    /// unaligned rows; both give the same bits).
+    pub kv_copies: bool,
 }
 
 /// What a pass returns.
@@ -303,6 +307,7 @@ impl Llama {
         let step = Step {
             // Captures read the residual stream after each layer whole.
             defer_residual: !opts.capture,
+            kv_copies: opts.kv_copies,
             align: u64::from(rt.gpu().device.limits().min_storage_buffer_offset_alignment),
             config: c,
             set,
@@ -420,6 +425,8 @@ struct Step<'a> {
     /// The device's storage-binding offset alignment: new k/v rows are
     /// written straight into the caches where their offset allows.
     align: u64,
+    /// [`ForwardOptions::kv_copies`].
+    kv_copies: bool,
     config: &'a LlamaConfig,
     set: &'a Acts,
     seq: usize,
@@ -466,33 +473,25 @@ impl Step<'_> {
                 ..cache.clone()
             })
         };
-        match (in_cache(k_cache), in_cache(v_cache)) {
-            (Some(k_rows), Some(v_rows)) => {
-                let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
-                ctx.linears(&[(&qp, &q), (&kp, &k_rows), (&vp, &v_rows)], &h)?;
-                ctx.rope_qk(
-                    self.rope,
-                    &q,
-                    &k_rows,
-                    self.heads.n_heads,
-                    self.heads.n_kv_heads,
-                    self.pos0,
-                )?;
-            }
-            _ => {
-                let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
-                ctx.linears(&[(&qp, &q), (&kp, &k), (&vp, &v)], &h)?;
-                ctx.rope_qk(
-                    self.rope,
-                    &q,
-                    &k,
-                    self.heads.n_heads,
-                    self.heads.n_kv_heads,
-                    self.pos0,
-                )?;
-                ctx.kv_write(&k, k_cache, self.pos0)?;
-                ctx.kv_write(&v, v_cache, self.pos0)?;
-            }
+        // New k/v rows go straight into the caches where aligned, else
+        // through the k/v activations and a copy.
+        let direct = in_cache(k_cache)
+            .zip(in_cache(v_cache))
+            .filter(|_| !self.kv_copies);
+        let (k_dst, v_dst) = direct.clone().unwrap_or_else(|| (k.clone(), v.clone()));
+        let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
+        ctx.linears(&[(&qp, &q), (&kp, &k_dst), (&vp, &v_dst)], &h)?;
+        ctx.rope_qk(
+            self.rope,
+            &q,
+            &k_dst,
+            self.heads.n_heads,
+            self.heads.n_kv_heads,
+            self.pos0,
+        )?;
+        if direct.is_none() {
+            ctx.kv_write(&k, k_cache, self.pos0)?;
+            ctx.kv_write(&v, v_cache, self.pos0)?;
         }
         ctx.attention(
             &q,
