@@ -123,12 +123,16 @@ fn bench_pass_writes_its_model_and_streams_bit_identically() {
     cmd.args(["--json", "bench", "pass", "--file"])
         .arg(&file)
         .args(["--blocks", "16", "--hidden", "128", "--ffn", "256"])
-        .args(["--rows", "2", "--passes", "1"]);
+        .args(["--rows", "2", "--passes", "1", "--profile"]);
     let Some(out) = output_or_skip(name, &mut cmd) else {
         return;
     };
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
     eprintln!("{name}: running on {}", r["adapter"]);
+    // --profile: the streamed pass's launches, with its staging time.
+    let p = &r["figures"][0]["profile"];
+    assert!(p["launches"].as_u64().unwrap_or(0) > 0, "{p}");
+    assert!(p["cpu_submit_us"].as_f64().unwrap_or(0.0) > 0.0, "{p}");
     let model = r["model_bytes"].as_u64().expect("model bytes");
     // 16 blocks of two f16 linears 128×256 and their f16 biases.
     assert_eq!(model, 16 * (2 * 128 * 256 + 128 + 256) * 2);

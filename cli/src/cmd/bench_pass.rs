@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use dynvram_models::llama::synth::SynthDtype;
 use dynvram_models::mlp_stack::{self, Probe, Shape};
+use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
+use crate::cmd::profile;
 use crate::cmd::synth::DtypeArg;
 use crate::output::{bytes_bar, print_json, size};
 
@@ -51,6 +53,10 @@ pub struct PassArgs {
     /// Timed passes per figure (the median is reported), after one warm-up.
     #[arg(long, default_value_t = 3)]
     passes: usize,
+    /// After the timed passes of each row count, profile one more streamed
+    /// pass (as `run --profile`).
+    #[arg(long)]
+    profile: bool,
     #[command(flatten)]
     adapter: AdapterArgs,
     #[command(flatten)]
@@ -71,6 +77,9 @@ struct PassFigure {
     ring_stalls: u64,
     /// The streamed pass's output equals the resident pass's, bit for bit.
     identical: bool,
+    /// With `--profile`: one streamed pass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Profile>,
 }
 
 #[derive(Debug, Serialize)]
@@ -117,6 +126,16 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
         let model = open(&rt, &probe, &args.file, rows)?;
         let (streamed, streamed_out) = timed_forward(args.passes, &rt, &model, &x, rows)?;
         let upload = timed(args.passes, || Ok(model.run_pass(&rt, None, |_| Ok(()))?))?;
+        let streamed_profile = if args.profile {
+            let limit = profile::memory_limit(&rt);
+            let ((), p) = profile::profiled(&rt, limit, || {
+                let f = mlp_stack::forward_gpu(&rt, &model, &x, rows, None)?;
+                Ok(((), f.stats))
+            })?;
+            Some(p)
+        } else {
+            None
+        };
         drop(model);
         drop(rt);
         // Compute-only: the driver's whole budget, every weight resident.
@@ -148,6 +167,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
             s1_met: ratio <= S1_LIMIT,
             ring_stalls: streamed.stats.ring_stalls,
             identical,
+            profile: streamed_profile,
         });
         drop(model);
         drop(rt);
@@ -166,6 +186,11 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
         print_json(&report)?;
     } else {
         print_table(&report);
+        for f in &report.figures {
+            if let Some(p) = &f.profile {
+                profile::print(&format!("streamed pass, {} rows", f.rows), p);
+            }
+        }
     }
     if !all_identical {
         eprintln!("FAIL: a streamed pass differs from the resident pass");
