@@ -171,20 +171,22 @@ fn attention_rejects_bad_operands() {
     let vc = nan_tensor(g, &[16, 64]);
     let out = nan_tensor(g, &[3, 256]);
     let mut enc = Encoder::new(&g.device, "test");
-    let err = record_attention(
-        g,
-        &c.cache,
-        &mut enc,
-        &q,
-        &kc,
-        &vc,
-        &out,
-        heads,
-        4,
-        2,
-        &mut LinearScratch::new(),
-    )
-    .expect_err("queries past kv_len");
+    let attend = |enc: &mut Encoder, heads: Heads, kv_len: u64| {
+        record_attention(
+            g,
+            &c.cache,
+            enc,
+            &q,
+            &kc,
+            &vc,
+            &out,
+            heads,
+            kv_len,
+            2,
+            &mut LinearScratch::new(),
+        )
+    };
+    let err = attend(&mut enc, heads, 4).expect_err("queries past kv_len");
     assert!(
         matches!(
             err,
@@ -199,22 +201,7 @@ fn attention_rejects_bad_operands() {
         n_kv_heads: 3,
         ..heads
     };
-    assert!(
-        record_attention(
-            g,
-            &c.cache,
-            &mut enc,
-            &q,
-            &kc,
-            &vc,
-            &out,
-            bad_heads,
-            5,
-            2,
-            &mut LinearScratch::new()
-        )
-        .is_err()
-    );
+    assert!(attend(&mut enc, bad_heads, 5).is_err());
     let rows = upload(g, &[3, 64], &[1.0; 192]);
     let err = record_kv_write(&mut enc, &rows, &kc, 14).expect_err("rows 14..17 of 16");
     assert!(err.to_string().contains("14..17"), "{err}");

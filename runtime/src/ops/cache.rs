@@ -152,9 +152,4 @@ impl PipelineCache {
         }
         Ok(bind_group)
     }
-
-    /// Bind groups cached now (for tests).
-    pub fn cached_bind_groups(&self) -> usize {
-        self.bind_groups.lock().map_or(0, |c| c.map.len())
-    }
 }

@@ -118,11 +118,6 @@ impl PipelineCache {
             })
             .collect())
     }
-
-    /// Whether a recording is open.
-    pub fn profiling(&self) -> bool {
-        self.profile.lock().is_ok_and(|p| p.is_some())
-    }
 }
 
 /// The first `used` timestamps of `set`, in ticks.
