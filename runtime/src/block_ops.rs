@@ -1,10 +1,13 @@
 //! Ops as a block's code calls them: thin wrappers that pass the runtime's
 //! GPU, pipeline cache and the block's encoder to [`crate::ops`].
 
+use dynvram_quant::KernelChoice;
+
 use crate::error::Result;
 use crate::ops::elementwise::{self, Unary};
 use crate::ops::linear::{
-    LinearWeights, RecordOptions, Region, WeightPart, record_linear, record_linear_with,
+    Fusion, LinearWeights, RecordOptions, Region, WeightPart, record_linear, record_linear_with,
+    record_linears_fused,
 };
 use crate::pass::BlockCtx;
 use crate::tensor::GpuTensor;
@@ -37,11 +40,15 @@ impl BlockCtx<'_> {
         self.linear_with(layer, x, out, false)
     }
 
-    /// [`Self::linear`] for several layers of one input, back to back
-    /// (q/k/v, gate/up): an integer layer uses the activation codes the one
-    /// before it made of `x` where they were quantized the same way, so the
-    /// input is rotated and quantized once.
+    /// [`Self::linear`] for several layers of one input (q/k/v): one launch
+    /// where the kernels allow ([`Fusion::Stack`]), else back to back, an
+    /// integer layer using the activation codes the one before it made of
+    /// `x` where they were quantized the same way, so the input is rotated
+    /// and quantized once.
     pub fn linears(&mut self, layers: &[(&str, &GpuTensor)], x: &GpuTensor) -> Result<()> {
+        if self.try_fused(Fuse::Stack(layers), x)? {
+            return Ok(());
+        }
         let model = self.model();
         // A LoRA patch records linears of its own between them.
         let reuse = !layers.iter().any(|(l, _)| model.patches.contains_key(*l));
@@ -51,13 +58,82 @@ impl BlockCtx<'_> {
         Ok(())
     }
 
-    fn linear_with(
+    /// `out = silu(x · gateᵀ) · (x · upᵀ)` (SwiGLU's first half): one launch
+    /// where the kernels allow ([`Fusion::Glu`]), else the two linears into
+    /// `gate_out` and `up_out` and the SwiGLU kernel.
+    pub fn linears_swiglu(
         &mut self,
-        layer: &str,
+        [gate, up]: [&str; 2],
         x: &GpuTensor,
+        [gate_out, up_out]: [&GpuTensor; 2],
         out: &GpuTensor,
-        reuse_codes: bool,
     ) -> Result<()> {
+        if self.try_fused(Fuse::Glu([gate, up], out), x)? {
+            return Ok(());
+        }
+        self.linears(&[(gate, gate_out), (up, up_out)], x)?;
+        self.swiglu(gate_out, up_out, out)
+    }
+
+    /// Records `layers` as one fused launch and returns `true`, or records
+    /// nothing and returns `false` (a LoRA patch, differing kernel choices,
+    /// or what [`record_linears_fused`] refuses).
+    fn try_fused(&mut self, layers: Fuse<'_>, x: &GpuTensor) -> Result<bool> {
+        let names: Vec<&str> = match layers {
+            Fuse::Stack(l) => l.iter().map(|(name, _)| *name).collect(),
+            Fuse::Glu(names, _) => names.to_vec(),
+        };
+        let model = self.model();
+        let mut weights = Vec::new();
+        let mut choice = None;
+        for layer in &names {
+            if model.patches.contains_key(*layer) {
+                return Ok(false);
+            }
+            let (w, c) = self.layer_weights(layer)?;
+            if choice.is_some_and(|first| first != c) {
+                return Ok(false);
+            }
+            choice = Some(c);
+            weights.push(w);
+        }
+        let (Some(choice), [first, second, rest @ ..]) = (choice, &weights[..]) else {
+            return Ok(false);
+        };
+        let stack: Vec<(&LinearWeights, &GpuTensor)>;
+        let fusion = match layers {
+            Fuse::Stack(l) => {
+                stack = weights.iter().zip(l).map(|(w, (_, o))| (w, *o)).collect();
+                Fusion::Stack(&stack)
+            }
+            Fuse::Glu(_, out) if rest.is_empty() => Fusion::Glu {
+                gate: first,
+                up: second,
+                out,
+            },
+            Fuse::Glu(..) => return Ok(false),
+        };
+        let rt = self.runtime();
+        let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        record_linears_fused(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            fusion,
+            choice,
+            x,
+            &mut scratch,
+            &RecordOptions::default(),
+        )
+        .map_err(|source| crate::RuntimeError::Linear {
+            layer: names.join("+"),
+            source,
+        })
+    }
+
+    /// Layer `layer`'s weights as the linear kernels take them, and the
+    /// kernel path the model's plan chose for it.
+    fn layer_weights(&self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
         let model = self.model();
         let (info, plan) =
             model
@@ -86,6 +162,19 @@ impl BlockCtx<'_> {
             scale: info.scale.as_deref().map(region).transpose()?,
             bias: info.bias.as_deref().map(region).transpose()?,
         };
+        Ok((weights, plan.kernel))
+    }
+
+    fn linear_with(
+        &mut self,
+        layer: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        reuse_codes: bool,
+    ) -> Result<()> {
+        let model = self.model();
+        let (weights, kernel) = self.layer_weights(layer)?;
+        let info = &model.layers[layer].0;
         let rt = self.runtime();
         let patch = model.patches.get(layer).cloned();
         let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
@@ -99,7 +188,7 @@ impl BlockCtx<'_> {
             cache,
             self.encoder(),
             &weights,
-            plan.kernel,
+            kernel,
             x,
             out,
             &mut scratch,
@@ -186,6 +275,14 @@ impl BlockCtx<'_> {
             y,
         )?)
     }
+}
+
+/// Layers [`BlockCtx::try_fused`] records as one launch.
+enum Fuse<'a> {
+    /// Each into its own output.
+    Stack(&'a [(&'a str, &'a GpuTensor)]),
+    /// Gate and up into one SwiGLU output.
+    Glu([&'a str; 2], &'a GpuTensor),
 }
 
 /// Decoder-transformer ops (Llama family): RMSNorm, RoPE, the KV cache,

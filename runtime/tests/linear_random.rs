@@ -21,9 +21,10 @@ use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::conformance::upload_f32;
+use dynvram_runtime::ops::elementwise::record_swiglu;
 use dynvram_runtime::ops::linear::{
-    CoopShape, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
-    coop_gemm_unusable, record_linear_with,
+    CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights,
+    RecordOptions, coop_gemm_unusable, record_linear_with, record_linears_fused,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -754,4 +755,174 @@ fn reused_activation_codes_give_the_same_outputs() {
             "M = {m}: int8 activations must be quantized anew"
         );
     }
+}
+
+/// q/k/v and gate/up as one launch ([`record_linears_fused`]) give the same
+/// bits as the layers recorded one by one (and the SwiGLU kernel after
+/// gate/up), for every format the fused GEMV takes, M from 1 to past the
+/// fused quantization, with and without biases, N not a multiple of the
+/// rows per workgroup; fp8 (one scalar scale per weight) is refused, and
+/// recorded one by one by the caller.
+#[test]
+fn fused_linears_match_separate_ones() {
+    let Some(mut env) = env("fused_linears_match_separate_ones") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let w4 = Format::ConvrotW4a4 {
+        group: 16,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let int = |act| KernelChoice::Integer { act, fast: false };
+    let mut cases = vec![
+        (w4, int(ActArith::Int4), 96),
+        (w4, int(ActArith::Int8), 64),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            int(ActArith::Int8),
+            48,
+        ),
+        (Format::F32, KernelChoice::Float, 36),
+        (Format::F16, KernelChoice::Float, 72),
+        (Format::Bf16, KernelChoice::Float, 520),
+    ];
+    if env.gpu.caps.subgroups {
+        cases.push((
+            w4,
+            KernelChoice::Integer {
+                act: ActArith::Int4,
+                fast: true,
+            },
+            96,
+        ));
+    }
+    for (format, choice, k) in cases {
+        for (i, m) in [1usize, 3, 8, 20].into_iter().enumerate() {
+            let bias = i % 2 == 1;
+            let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]
+                .iter()
+                .map(|&n| HostLayer::random(&mut rng, format, n, k, bias))
+                .collect();
+            let w: Vec<LinearWeights> = hosts
+                .iter()
+                .map(|h| LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload"))
+                .collect();
+            let x = random_x(&mut rng, m, k);
+            let xt = upload_f32(&env.gpu, "x", &x, vec![m as u64, k as u64]).expect("x");
+            let what = format!("{format:?} {choice:?} M={m} K={k} bias={bias}");
+            let outs = |env: &Env| -> Vec<GpuTensor> {
+                w.iter()
+                    .map(|w| {
+                        let zeros = vec![0.0; m * w.n as usize];
+                        upload_f32(&env.gpu, "out", &zeros, vec![m as u64, w.n]).expect("out")
+                    })
+                    .collect()
+            };
+            let read = |env: &Env, o: &GpuTensor| -> Vec<u32> {
+                let v = env.gpu.read_f32(&o.buffer, 0, o.numel()).expect("read");
+                v.iter().map(|f| f.to_bits()).collect()
+            };
+            // One by one: q/k/v (0..3), gate/up (3, 4) and the SwiGLU into
+            // a sixth output shaped like gate's.
+            let separate = outs(&env);
+            let glu_separate = outs(&env).swap_remove(3);
+            let mut enc = Encoder::new(&env.gpu.device, "test");
+            let mut one_layer = 0;
+            for (w, o) in w.iter().zip(&separate) {
+                record_linear_with(
+                    &env.gpu,
+                    &env.cache,
+                    &mut enc,
+                    w,
+                    choice,
+                    &xt,
+                    o,
+                    &mut env.scratch,
+                    &RecordOptions::default(),
+                )
+                .expect("record");
+                one_layer = env.scratch.last_dispatches();
+            }
+            record_swiglu(
+                &env.gpu,
+                &env.cache,
+                &mut enc,
+                &separate[3],
+                &separate[4],
+                &glu_separate,
+            )
+            .expect("swiglu");
+            env.gpu.queue.submit([enc.finish()]);
+            // Fused: q/k/v as one launch (and two of them), gate/up + SwiGLU.
+            let fused = outs(&env);
+            let glu_fused = outs(&env).swap_remove(3);
+            let mut enc = Encoder::new(&env.gpu.device, "test");
+            let record = |fusion: Fusion<'_>, env: &mut Env, enc: &mut Encoder| {
+                let done = record_linears_fused(
+                    &env.gpu,
+                    &env.cache,
+                    enc,
+                    fusion,
+                    choice,
+                    &xt,
+                    &mut env.scratch,
+                    &RecordOptions::default(),
+                )
+                .expect("record fused");
+                assert!(done, "{what}: not fused");
+                // As many as one layer alone: (rotation, quantization,) GEMV.
+                let launches = env.scratch.last_dispatches();
+                assert_eq!(launches, one_layer, "{what}: launches");
+            };
+            let stack3 = [(&w[0], &fused[0]), (&w[1], &fused[1]), (&w[2], &fused[2])];
+            record(Fusion::Stack(&stack3), &mut env, &mut enc);
+            let stack2 = [(&w[3], &fused[3]), (&w[4], &fused[4])];
+            record(Fusion::Stack(&stack2), &mut env, &mut enc);
+            let glu = Fusion::Glu {
+                gate: &w[3],
+                up: &w[4],
+                out: &glu_fused,
+            };
+            record(glu, &mut env, &mut enc);
+            env.gpu.queue.submit([enc.finish()]);
+            for (i, (a, b)) in separate.iter().zip(&fused).enumerate() {
+                assert_eq!(read(&env, a), read(&env, b), "{what}: layer {i}");
+            }
+            assert_eq!(
+                read(&env, &glu_separate),
+                read(&env, &glu_fused),
+                "{what}: SwiGLU"
+            );
+        }
+    }
+    // fp8: refused, nothing recorded.
+    let h: Vec<HostLayer> = (0..2)
+        .map(|_| HostLayer::random(&mut rng, Format::Float8E4m3fn, 16, 32, false))
+        .collect();
+    let w: Vec<LinearWeights> = h
+        .iter()
+        .map(|h| LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload"))
+        .collect();
+    let xt = upload_f32(&env.gpu, "x", &[0.5; 32], vec![1, 32]).expect("x");
+    let out = upload_f32(&env.gpu, "out", &[0.0; 16], vec![1, 16]).expect("out");
+    let mut enc = Encoder::new(&env.gpu.device, "test");
+    let fusion = Fusion::Glu {
+        gate: &w[0],
+        up: &w[1],
+        out: &out,
+    };
+    let done = record_linears_fused(
+        &env.gpu,
+        &env.cache,
+        &mut enc,
+        fusion,
+        KernelChoice::Float,
+        &xt,
+        &mut env.scratch,
+        &RecordOptions::default(),
+    )
+    .expect("fp8");
+    assert!(!done, "fp8 weights were fused");
 }

@@ -109,12 +109,34 @@ pub const INT_GEMV_ROWS: &str = wgsl!(
     "linear_gemv_tree.wgsl",
     "linear_gemv_sum_tree.wgsl",
     "linear_int_common.wgsl",
+    "linear_gemv_one.wgsl",
+    "linear_gemv_rows_common.wgsl",
     "linear_int_gemv_rows.wgsl"
 );
 /// [`INT_GEMV_ROWS`] with subgroup sums (needs `SUBGROUP`).
 pub const INT_GEMV_ROWS_SUBGROUP: &str = wgsl!(
     "linear_gemv_sum_subgroup.wgsl",
     "linear_int_common.wgsl",
+    "linear_gemv_one.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_int_gemv_rows.wgsl"
+);
+/// [`INT_GEMV_ROWS`] over up to three weights of one input in one launch
+/// (q/k/v; gate/up with SwiGLU), portable tree sums.
+pub const INT_GEMV_ROWS3: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_gemv_sum_tree.wgsl",
+    "linear_int_common.wgsl",
+    "linear_gemv_three.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_int_gemv_rows.wgsl"
+);
+/// [`INT_GEMV_ROWS3`] with subgroup sums (needs `SUBGROUP`).
+pub const INT_GEMV_ROWS3_SUBGROUP: &str = wgsl!(
+    "linear_gemv_sum_subgroup.wgsl",
+    "linear_int_common.wgsl",
+    "linear_gemv_three.wgsl",
+    "linear_gemv_rows_common.wgsl",
     "linear_int_gemv_rows.wgsl"
 );
 /// Float-weight GEMV (M <= 8), ROWS rows per workgroup with 16-byte loads
@@ -122,6 +144,17 @@ pub const INT_GEMV_ROWS_SUBGROUP: &str = wgsl!(
 pub const FLOAT_GEMV_ROWS: &str = wgsl!(
     "linear_gemv_tree.wgsl",
     "linear_float_common.wgsl",
+    "linear_gemv_one.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_float_gemv_rows.wgsl"
+);
+/// [`FLOAT_GEMV_ROWS`] over up to three weights of one input in one launch
+/// (q/k/v; gate/up with SwiGLU).
+pub const FLOAT_GEMV_ROWS3: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_float_common.wgsl",
+    "linear_gemv_three.wgsl",
+    "linear_gemv_rows_common.wgsl",
     "linear_float_gemv_rows.wgsl"
 );
 /// Float-weight tiled GEMM.
@@ -172,6 +205,14 @@ pub const ALL: &[(&str, &str)] = &[
         INT_GEMV_ROWS_SUBGROUP,
     ),
     ("linear_float_gemv_rows.wgsl", FLOAT_GEMV_ROWS),
+    // The weights fragments need a body: listed as their compositions.
+    ("linear_gemv_one.wgsl", FLOAT_GEMV_ROWS),
+    ("linear_gemv_three.wgsl", FLOAT_GEMV_ROWS3),
+    ("linear_gemv_rows_common.wgsl", INT_GEMV_ROWS3),
+    (
+        "linear_int_gemv_rows.wgsl [fused, subgroup]",
+        INT_GEMV_ROWS3_SUBGROUP,
+    ),
     // Fragments that need a body's declarations: listed as their composition.
     ("linear_fht.wgsl", ROTATE),
     ("linear_act_codes.wgsl", ACT_QUANT),

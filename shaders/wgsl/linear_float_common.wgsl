@@ -19,9 +19,11 @@ struct Params {
     n_base: u32,
     // Row stride of the output: the layer's full N.
     out_stride: u32,
+    // Rows of the second and third weight of a fused multi-row GEMV
+    // (linear_gemv_three.wgsl); unused elsewhere.
+    n1: u32,
+    n2: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

@@ -5,13 +5,17 @@
 // … of each of its rows (4 f32, 8 f16/bf16 or 16 fp8 columns per quad),
 // issues all ROWS loads before decoding, and reads each activation vec4 once
 // per activation row for all ROWS rows. f32 partial sums are added across the
-// workgroup in a fixed tree order at the end.
+// workgroup in a fixed tree order at the end. A weights fragment
+// (linear_gemv_one.wgsl, or linear_gemv_three.wgsl to fuse q/k/v or gate/up
+// into one launch) and linear_gemv_rows_common.wgsl say which rows of which
+// weight a workgroup takes.
 //
 // The weight is bound again as vec4<u32> (binding 6; the common fragment's
 // u32 view, binding 0, stays unused): rows must start on 16 bytes, i.e.
 // K % 4 (f32), K % 8 (f16, bf16) or K % 16 (fp8) == 0 (the host uses
 // linear_float_gemv.wgsl otherwise). Rows run over
-// (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16, ROWS * MR <= 64.
+// (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16, ROWS * MR <= 64
+// (twice ROWS with GLU).
 
 override ROWS: u32 = 8u;
 override MR: u32 = 1u;
@@ -54,39 +58,61 @@ fn decode(raw: vec4<u32>, j: u32) -> vec4<f32> {
 
 @compute @workgroup_size(WGS)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let n0 = (wid.x + wid.y * 65535u) * ROWS;
+    let at = seg_at(wid.x + wid.y * 65535u);
+    let seg = at.x;
+    let n0 = at.y;
+    let rows = seg_rows(seg);
+    let parts = seg_parts();
     let nv = quad_vecs();
     // vec4s per activation row; 16-byte quads per weight row.
     let kq = p.k / 4u;
     let wq_row = kq / nv;
     var acc: array<f32, 64>;
-    for (var i = 0u; i < ROWS * MR; i++) {
+    for (var i = 0u; i < parts * ROWS * MR; i++) {
         acc[i] = 0.0;
     }
     for (var q = lid; q < wq_row; q += WGS) {
+        // Weight h's row r is raw[h * ROWS + r].
         var raw: array<vec4<u32>, 16>;
-        for (var r = 0u; r < ROWS; r++) {
-            let row = min(n0 + r, p.n - 1u);
-            raw[r] = wv[row * wq_row + q];
+        for (var h = 0u; h < parts; h++) {
+            for (var r = 0u; r < ROWS; r++) {
+                let row = min(n0 + r, rows - 1u);
+                raw[h * ROWS + r] = seg_w(seg + h, row * wq_row + q);
+            }
         }
         for (var m = 0u; m < MR; m++) {
             for (var j = 0u; j < nv; j++) {
                 let a = vec4<f32>(x[m * kq + nv * q + j]);
-                for (var r = 0u; r < ROWS; r++) {
+                for (var r = 0u; r < parts * ROWS; r++) {
                     acc[r * MR + m] += dot(a, decode(raw[r], j));
                 }
             }
         }
     }
     var bits: array<u32, 64>;
-    for (var i = 0u; i < ROWS * MR; i++) {
+    for (var i = 0u; i < parts * ROWS * MR; i++) {
         bits[i] = bitcast<u32>(acc[i]);
     }
-    gv_tree(&bits, ROWS * MR, lid, GV_FADD);
+    gv_tree(&bits, parts * ROWS * MR, lid, GV_FADD);
     if lid < ROWS * MR {
         let r = lid / MR;
-        if n0 + r < p.n {
-            store(lid % MR, n0 + r, bitcast<f32>(gv_out[lid]));
+        let m = lid % MR;
+        if n0 + r < rows {
+            let col = seg_col(seg, n0 + r);
+            let v = act(with_bias(seg, col, bitcast<f32>(gv_out[lid])));
+            if GLU {
+                let up = act(with_bias(1u, col, bitcast<f32>(gv_out[ROWS * MR + lid])));
+                seg_out(0u, m, col, silu_mul(v, up));
+            } else {
+                seg_out(seg, m, col, v);
+            }
         }
     }
+}
+
+fn with_bias(seg: u32, col: u32, v: f32) -> f32 {
+    if HAS_BIAS {
+        return v + seg_bias(seg, col);
+    }
+    return v;
 }

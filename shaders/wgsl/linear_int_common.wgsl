@@ -32,9 +32,11 @@ struct Params {
     n_base: u32,
     // Row stride of the output: the layer's full N.
     out_stride: u32,
+    // Rows of the second and third weight of a fused multi-row GEMV
+    // (linear_gemv_three.wgsl); unused elsewhere.
+    n1: u32,
+    n2: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -63,26 +65,39 @@ fn unscale_acc(acc: i32) -> i32 {
     return acc;
 }
 
+// The epilogue of activation row m: the exact accumulator to f32 with the
+// weight scale `sw` of its column (and `b`, its bias where HAS_BIAS).
+fn int_value(m: u32, acc: i32, sw: f32, b: f32) -> f32 {
+    if EPI == 2u {
+        return bitcast<f32>(acc);
+    }
+    let sx = x_scale[m];
+    var r: f32;
+    if EPI == 0u {
+        r = (f32(acc) * sx) * sw;
+    } else {
+        r = f32(acc) * (sx * sw);
+    }
+    if HAS_BIAS {
+        r = r + b;
+    }
+    return r;
+}
+
+// Weight scale of output column `col` from `scales` (one per row or one).
+fn scale_at(col: u32) -> u32 {
+    if SW_PER_ROW {
+        return col;
+    }
+    return 0u;
+}
+
 // Writes output [m, n_base + n] from the exact accumulator.
 fn store(m: u32, n: u32, acc: i32) {
     let col = p.n_base + n;
-    var r: f32;
-    if EPI == 2u {
-        r = bitcast<f32>(acc);
-    } else {
-        var sw = w_scale[0];
-        if SW_PER_ROW {
-            sw = w_scale[col];
-        }
-        let sx = x_scale[m];
-        if EPI == 0u {
-            r = (f32(acc) * sx) * sw;
-        } else {
-            r = f32(acc) * (sx * sw);
-        }
-        if HAS_BIAS {
-            r = r + bias[col];
-        }
+    var b = 0.0;
+    if HAS_BIAS && EPI != 2u {
+        b = bias[col];
     }
-    out[m * p.out_stride + col] = act(r);
+    out[m * p.out_stride + col] = act(int_value(m, acc, w_scale[scale_at(col)], b));
 }

@@ -7,14 +7,17 @@
 // 16 bytes: each row streams coalesced, ROWS loads in flight per invocation),
 // loads the activation codes of that quad once per activation row and reuses
 // them for all ROWS weight rows. The ROWS · MR exact i32 partials are summed
-// across the workgroup once at the end.
+// across the workgroup once at the end. A weights fragment
+// (linear_gemv_one.wgsl, or linear_gemv_three.wgsl to fuse q/k/v or gate/up
+// into one launch) and linear_gemv_rows_common.wgsl say which rows of which
+// weight a workgroup takes.
 //
 // The weight and codes are bound again as vec4<u32> (bindings 7 and 8; the
 // common fragment's u32 views, bindings 0 and 3, stay unused): every weight
 // row must start on 16 bytes, i.e. K % 32 == 0 for int4 and K % 16 == 0 for
 // int8 (the host uses linear_int_gemv.wgsl otherwise).
 // Rows run over (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16 and ROWS * MR <= 64
-// (fixed-size arrays the compiler keeps in registers once the loops over
+// (twice ROWS with GLU; fixed-size arrays the compiler keeps in registers once the loops over
 // the override constants unroll).
 
 // Output rows per workgroup.
@@ -42,7 +45,11 @@ fn dot_w8(a: vec4<u32>, raw: vec4<u32>) -> i32 {
 
 @compute @workgroup_size(WGS)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let n0 = (wid.x + wid.y * 65535u) * ROWS;
+    let at = seg_at(wid.x + wid.y * 65535u);
+    let seg = at.x;
+    let n0 = at.y;
+    let rows = seg_rows(seg);
+    let parts = seg_parts();
     // 16-byte quads per activation-code row and per weight row.
     let xq_row = p.k / 16u;
     var wq_row = xq_row;
@@ -50,40 +57,60 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         wq_row = p.k / 32u;
     }
     var acc: array<i32, 64>;
-    for (var i = 0u; i < ROWS * MR; i++) {
+    for (var i = 0u; i < parts * ROWS * MR; i++) {
         acc[i] = 0;
     }
     for (var q = lid; q < wq_row; q += WGS) {
-        // Issue every row's load first: ROWS independent 16-byte loads.
+        // Issue every row's load first: parts · ROWS independent 16-byte
+        // loads (weight h's row r is raw[h * ROWS + r]).
         var raw: array<vec4<u32>, 16>;
-        for (var r = 0u; r < ROWS; r++) {
-            let row = min(n0 + r, p.n - 1u);
-            raw[r] = wv[row * wq_row + q];
+        for (var h = 0u; h < parts; h++) {
+            for (var r = 0u; r < ROWS; r++) {
+                let row = min(n0 + r, rows - 1u);
+                raw[h * ROWS + r] = seg_w(seg + h, row * wq_row + q);
+            }
         }
         for (var m = 0u; m < MR; m++) {
             if W4 {
                 // Weight quad q holds columns 32q..32q+31: code quads 2q, 2q+1.
                 let a = xv[m * xq_row + 2u * q];
                 let b = xv[m * xq_row + 2u * q + 1u];
-                for (var r = 0u; r < ROWS; r++) {
+                for (var r = 0u; r < parts * ROWS; r++) {
                     acc[r * MR + m] += dot_w4(a, b, raw[r]);
                 }
             } else {
                 let a = xv[m * xq_row + q];
-                for (var r = 0u; r < ROWS; r++) {
+                for (var r = 0u; r < parts * ROWS; r++) {
                     acc[r * MR + m] += dot_w8(a, raw[r]);
                 }
             }
         }
     }
-    for (var i = 0u; i < ROWS * MR; i++) {
+    for (var i = 0u; i < parts * ROWS * MR; i++) {
         acc[i] = unscale_acc(acc[i]);
     }
-    gemv_sum_i32(&acc, ROWS * MR, lid);
+    gemv_sum_i32(&acc, parts * ROWS * MR, lid);
     if lid < ROWS * MR {
         let r = lid / MR;
-        if n0 + r < p.n {
-            store(lid % MR, n0 + r, gv_result(lid));
+        let m = lid % MR;
+        if n0 + r < rows {
+            let col = seg_col(seg, n0 + r);
+            let v = act(seg_value(seg, m, col, gv_result(lid)));
+            if GLU {
+                let up = act(seg_value(1u, m, col, gv_result(ROWS * MR + lid)));
+                seg_out(0u, m, col, silu_mul(v, up));
+            } else {
+                seg_out(seg, m, col, v);
+            }
         }
     }
+}
+
+// The epilogue of weight `seg`'s output column `col`.
+fn seg_value(seg: u32, m: u32, col: u32, acc: i32) -> f32 {
+    var b = 0.0;
+    if HAS_BIAS && EPI != 2u {
+        b = seg_bias(seg, col);
+    }
+    return int_value(m, acc, seg_scale(seg, scale_at(col)), b);
 }

@@ -506,8 +506,7 @@ impl Step<'_> {
         let n2 = ctx.weight_tensor(&names::post_norm(l))?;
         ctx.add_rms_norm(&x, &o, &n2, &h, eps)?;
         let (gp, up_p) = (p("gate_proj"), p("up_proj"));
-        ctx.linears(&[(&gp, &gate), (&up_p, &up)], &h)?;
-        ctx.swiglu(&gate, &up, &act)?;
+        ctx.linears_swiglu([&gp, &up_p], &h, [&gate, &up], &act)?;
         ctx.linear(&p("down_proj"), &act, &o)?;
         if self.defer_residual {
             return Ok(());

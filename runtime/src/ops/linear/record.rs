@@ -17,8 +17,10 @@ use crate::ops::launch::{Cost, Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
 mod coop;
+mod fused;
 mod gemv;
 pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
+pub use fused::{Fusion, record_linears_fused};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
 
 /// Rows of activations up to which every GEMV kernel runs (and activation
@@ -114,12 +116,35 @@ pub fn record_linear_with(
     scratch: &mut LinearScratch,
     opts: &RecordOptions,
 ) -> Result<(), LinearError> {
+    record(
+        gpu, cache, encoder, weights, choice, x, out, scratch, opts, None,
+    )
+}
+
+/// [`record_linear_with`], with more weights of the same input in the
+/// multi-row GEMV's launch where `fused` (checked by [`fused`]).
+#[allow(clippy::too_many_arguments)]
+fn record(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    encoder: &mut Encoder,
+    weights: &LinearWeights,
+    choice: KernelChoice,
+    x: &GpuTensor,
+    out: &GpuTensor,
+    scratch: &mut LinearScratch,
+    opts: &RecordOptions,
+    fused: Option<&fused::Fused<'_>>,
+) -> Result<(), LinearError> {
     let (n, k) = (weights.n, weights.k);
     let _span =
         tracing::debug_span!("record_linear", n, k, format = ?weights.format, ?choice).entered();
     let limit = gpu.caps.max_storage_binding;
     let align = u64::from(gpu.device.limits().min_storage_buffer_offset_alignment);
     let m = check_operands(weights, x, out, limit, align)?;
+    for (w, o) in fused.iter().flat_map(|f| &f.more) {
+        check_operands(w, x, o, limit, align)?;
+    }
     if opts.raw_accumulator && out.dtype != ActDtype::F32 {
         return Err(LinearError::ActDtype {
             tensor: "out",
@@ -129,9 +154,12 @@ pub fn record_linear_with(
     crate::ops::cache::check_act_dtype(gpu, "linear", x.dtype)?;
     let weight_limit = opts.max_binding.map_or(limit, |b| b.min(limit));
     let max_invocations = gpu.device.limits().max_compute_invocations_per_workgroup;
-    let gemv = opts
+    let mut gemv = opts
         .gemv
         .unwrap_or_else(|| GemvShape::default_for(m, max_invocations));
+    if fused.is_some_and(|f| f.glu) {
+        gemv = gemv.halved(m);
+    }
     let rows_gemv = m <= ROWS_GEMV_MAX_M && gemv::rows_aligned(weights.row_bytes());
     if rows_gemv {
         gemv.check(m, max_invocations)
@@ -152,6 +180,7 @@ pub fn record_linear_with(
             .coop
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         reuse_codes: opts.reuse_codes,
+        fused,
         dispatches: &dispatches,
     };
     let unsupported = |what: String| LinearError::Unsupported { what, n, k };
@@ -387,6 +416,8 @@ struct Recorder<'a> {
     coop: CoopShape,
     /// [`RecordOptions::reuse_codes`].
     reuse_codes: bool,
+    /// More weights in the multi-row GEMV's launch.
+    fused: Option<&'a fused::Fused<'a>>,
     /// Dispatches recorded so far.
     dispatches: &'a Cell<u32>,
 }
@@ -483,10 +514,11 @@ impl Recorder<'_> {
         cost: Cost,
     ) -> Result<(), LinearError> {
         let kernel = key.split('|').next().unwrap_or(&key);
-        let label = format!(
-            "{kernel} {}x{} m={}",
-            self.weights.n, self.weights.k, self.m
-        );
+        let mut n = self.weights.n.to_string();
+        for (w, _) in self.fused.iter().flat_map(|f| &f.more) {
+            n = format!("{n}+{}", w.n);
+        }
+        let label = format!("{kernel} {n}x{} m={}", self.weights.k, self.m);
         launch(
             self.gpu,
             self.cache,

@@ -12,7 +12,7 @@
 
 use dynvram_shaders::linear as shaders;
 
-use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid};
+use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid, region};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::Cost;
 
@@ -159,23 +159,109 @@ impl Recorder<'_> {
         )
     }
 
+    /// Params of a multi-row GEMV launch over chunk `c` (and, fused, the
+    /// other weights' rows in `n1`, `n2`; outputs of their own).
     fn gemv_params(&self, c: &Chunk<'_>) -> Params {
+        let mut rows = [0u32; 2];
+        let more = self.fused.map_or(&[][..], |f| &f.more[..]);
+        for (r, (w, _)) in rows.iter_mut().zip(more) {
+            *r = w.n as u32;
+        }
+        let fused = self.fused.is_some();
         Params {
             a: self.m as u32,
             b: c.rows as u32,
             c: self.weights.k as u32,
-            d: c.first_row as u32,
-            e: self.weights.n as u32,
-            pad: [0; 3],
+            d: if fused { 0 } else { c.first_row as u32 },
+            e: if fused { c.rows } else { self.weights.n } as u32,
+            pad: [rows[0], rows[1], 0],
         }
     }
 
-    fn gemv_constants(&self, shape: GemvShape) -> [(&'static str, f64); 3] {
-        [
+    fn gemv_constants(&self, shape: GemvShape) -> Vec<(&'static str, f64)> {
+        vec![
             ("ROWS", f64::from(shape.rows)),
             ("MR", self.m as f64),
             ("WGS", f64::from(shape.wgs)),
+            ("GLU", f64::from(u8::from(self.fused.is_some_and(|f| f.glu)))),
         ]
+    }
+
+    /// The multi-row GEMV launch of chunk `c`: `source` (the one-weight
+    /// module) or `fused_source` when other weights share the launch, with
+    /// their bindings 10..17 (unused ones bound to weight 0's), workgroups
+    /// and cost.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_rows_launch<'b>(
+        &'b self,
+        encoder: &mut Encoder,
+        c: &Chunk<'_>,
+        shape: GemvShape,
+        (source, fused_source): (&str, &str),
+        key: String,
+        mut constants: Vec<(&'static str, f64)>,
+        mut bindings: Vec<(u32, wgpu::BindingResource<'b>)>,
+        weight0: ((u32, wgpu::BindingResource<'b>), &GemvOperands<'b>),
+        x_bytes: u64,
+        integer: bool,
+    ) -> Result<(), LinearError> {
+        constants.extend(self.gemv_constants(shape));
+        let groups = |rows: u64| rows.div_ceil(u64::from(shape.rows));
+        let mut workgroups = groups(c.rows);
+        let mut cost = self.chunk_cost(c, x_bytes);
+        let (w0, ops) = weight0;
+        let Some(fused) = self.fused else {
+            bindings.push(w0);
+            return self.dispatch_at(
+                encoder,
+                key,
+                source,
+                &constants,
+                bindings,
+                self.gemv_params(c),
+                grid(workgroups),
+                cost,
+            );
+        };
+        let mut extra: [Vec<wgpu::BindingResource<'_>>; 4] =
+            [vec![], vec![], vec![], vec![]];
+        for i in 0..2 {
+            let seg = fused.more.get(i);
+            extra[0].push(seg.map_or(w0.1.clone(), |(w, _)| region(&w.parts[0].region)));
+            extra[1].push(
+                seg.and_then(|(w, _)| w.scale.as_ref())
+                    .map_or(ops.scale.clone(), region),
+            );
+            extra[2].push(
+                seg.and_then(|(w, _)| w.bias.as_ref())
+                    .map_or(ops.bias.clone(), region),
+            );
+            extra[3].push(seg.map_or(ops.out.clone(), |(_, o)| o.binding()));
+            if let Some((w, _)) = seg {
+                cost.bytes += w.n * w.row_bytes() + self.m * w.n * self.act.size();
+                cost.flops += 2 * self.m * w.n * w.k;
+                if !fused.glu {
+                    workgroups += groups(w.n);
+                }
+            }
+        }
+        bindings.push(w0);
+        bindings.extend(
+            (10..)
+                .zip(extra.into_iter().flatten())
+                // The float kernel reads no per-weight scales (no fp8).
+                .filter(|(i, _)| integer || !(12..14).contains(i)),
+        );
+        self.dispatch_at(
+            encoder,
+            format!("{key}|fused|GLU={}", fused.glu),
+            fused_source,
+            &constants,
+            bindings,
+            self.gemv_params(c),
+            grid(workgroups),
+            cost,
+        )
     }
 
     /// One chunk of an integer layer through the multi-row GEMV: bindings
@@ -193,41 +279,46 @@ impl Recorder<'_> {
         ops: GemvOperands<'_>,
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
-        let (source, kind) = if fast {
-            (shaders::INT_GEMV_ROWS_SUBGROUP, "sg")
+        let (sources, kind) = if fast {
+            (
+                (shaders::INT_GEMV_ROWS_SUBGROUP, shaders::INT_GEMV_ROWS3_SUBGROUP),
+                "sg",
+            )
         } else {
-            (shaders::INT_GEMV_ROWS, "tree")
+            ((shaders::INT_GEMV_ROWS, shaders::INT_GEMV_ROWS3), "tree")
         };
         let key = format!(
             "linear_int_gemv_rows|{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}|R={}|M={}|WGS={}",
             int.w4, int.per_row_scale, shape.rows, self.m, shape.wgs
         );
-        let mut constants = vec![
+        let constants = vec![
             ("W4", f64::from(u8::from(int.w4))),
             ("EPI", f64::from(epi)),
             ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
-        constants.extend(self.gemv_constants(shape));
         let codes = ops
             .codes
+            .clone()
             .ok_or_else(|| self.unsupported("the integer GEMV needs activation codes".into()))?;
-        self.dispatch_at(
+        let bindings = vec![
+            (1, ops.scale.clone()),
+            (2, ops.bias.clone()),
+            (4, ops.x.clone()),
+            (5, ops.out.clone()),
+            (8, codes),
+        ];
+        self.gemv_rows_launch(
             encoder,
+            c,
+            shape,
+            sources,
             key,
-            source,
-            &constants,
-            vec![
-                (1, ops.scale),
-                (2, ops.bias),
-                (4, ops.x),
-                (5, ops.out),
-                (7, buf(c.buffer, c.offset, c.size)),
-                (8, codes),
-            ],
-            self.gemv_params(c),
-            grid(c.rows.div_ceil(u64::from(shape.rows))),
-            self.chunk_cost(c, self.m * (self.weights.k + 4)),
+            constants,
+            bindings,
+            ((7, buf(c.buffer, c.offset, c.size)), &ops),
+            self.m * (self.weights.k + 4),
+            true,
         )
     }
 
@@ -247,26 +338,27 @@ impl Recorder<'_> {
             "linear_float_gemv_rows|WFMT={wfmt}|B={has_bias}|R={}|M={}|WGS={}",
             shape.rows, self.m, shape.wgs
         );
-        let mut constants = vec![
+        let constants = vec![
             ("WFMT", f64::from(wfmt)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
-        constants.extend(self.gemv_constants(shape));
-        self.dispatch_at(
+        let bindings = vec![
+            (1, ops.scale.clone()),
+            (2, ops.bias.clone()),
+            (3, ops.x.clone()),
+            (4, ops.out.clone()),
+        ];
+        self.gemv_rows_launch(
             encoder,
+            c,
+            shape,
+            (shaders::FLOAT_GEMV_ROWS, shaders::FLOAT_GEMV_ROWS3),
             key,
-            shaders::FLOAT_GEMV_ROWS,
-            &constants,
-            vec![
-                (1, ops.scale),
-                (2, ops.bias),
-                (3, ops.x),
-                (4, ops.out),
-                (6, buf(c.buffer, c.offset, c.size)),
-            ],
-            self.gemv_params(c),
-            grid(c.rows.div_ceil(u64::from(shape.rows))),
-            self.chunk_cost(c, self.m * self.weights.k * self.act.size()),
+            constants,
+            bindings,
+            ((6, buf(c.buffer, c.offset, c.size)), &ops),
+            self.m * self.weights.k * self.act.size(),
+            false,
         )
     }
 }

@@ -1,0 +1,167 @@
+//! Several linear layers of one input as one multi-row GEMV launch: q/k/v
+//! (each to its own output) and gate/up with SwiGLU in the epilogue.
+//!
+//! Why: at M = 1 every launch costs a fixed few microseconds of ramp-up,
+//! drain and barrier on top of its weight stream, and a decoder layer is a
+//! chain of dependent launches; one launch for q/k/v and one for
+//! gate/up/SwiGLU saves four per layer. Activations are quantized once for
+//! all the weights (integer formats). The kernels are the multi-row GEMVs
+//! with `linear_gemv_three.wgsl` binding the extra weights, so each output
+//! row is computed exactly as the single-layer launch computes it.
+
+use dynvram_quant::{Format, KernelChoice};
+
+use super::{GemvShape, ROWS_GEMV_MAX_M, RecordOptions, gemv, record};
+use crate::gpu::Gpu;
+use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
+use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
+use crate::tensor::GpuTensor;
+
+/// Linears of one input to record as one launch.
+#[derive(Debug, Clone, Copy)]
+pub enum Fusion<'a> {
+    /// Two or three layers, each into its own output (q/k/v).
+    Stack(&'a [(&'a LinearWeights, &'a GpuTensor)]),
+    /// `out = silu(x · gateᵀ) · (x · upᵀ)`, the gate and up outputs rounded
+    /// to the activation dtype first, as the separate SwiGLU kernel does.
+    Glu {
+        gate: &'a LinearWeights,
+        up: &'a LinearWeights,
+        out: &'a GpuTensor,
+    },
+}
+
+/// The weights after the first in a fused launch, with their outputs (GLU:
+/// the up weight and the one output).
+pub(super) struct Fused<'a> {
+    pub more: Vec<(&'a LinearWeights, &'a GpuTensor)>,
+    pub glu: bool,
+}
+
+/// Storage buffers the fused integer kernel binds (the float one binds 11).
+const FUSED_STORAGE_BUFFERS: u32 = 14;
+
+/// Records `fusion` as one multi-row GEMV launch (plus the activation
+/// quantization of integer formats) and returns `true`, or records nothing
+/// and returns `false` where the layers cannot share a launch: M above the
+/// multi-row GEMV's, formats, K, scales or biases that differ, fp8 or a
+/// weight split across bindings, or an adapter with too few storage
+/// bindings. The caller then records the layers one by one.
+#[allow(clippy::too_many_arguments)]
+pub fn record_linears_fused(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    encoder: &mut Encoder,
+    fusion: Fusion<'_>,
+    choice: KernelChoice,
+    x: &GpuTensor,
+    scratch: &mut LinearScratch,
+    opts: &RecordOptions,
+) -> Result<bool, LinearError> {
+    let (first, out, fused) = match fusion {
+        Fusion::Stack(layers) => match layers {
+            [(w, o), more @ ..] if (1..=2).contains(&more.len()) => (
+                *w,
+                *o,
+                Fused {
+                    more: more.to_vec(),
+                    glu: false,
+                },
+            ),
+            _ => return Ok(false),
+        },
+        Fusion::Glu { gate, up, out } => (
+            gate,
+            out,
+            Fused {
+                more: vec![(up, out)],
+                glu: true,
+            },
+        ),
+    };
+    if let Some(why) = unfusable(gpu, first, &fused, choice, x, opts) {
+        tracing::trace!(why, "linears recorded one by one");
+        return Ok(false);
+    }
+    record(
+        gpu,
+        cache,
+        encoder,
+        first,
+        choice,
+        x,
+        out,
+        scratch,
+        opts,
+        Some(&fused),
+    )?;
+    Ok(true)
+}
+
+/// Why `first` and `fused` cannot share one launch, if they cannot.
+fn unfusable(
+    gpu: &Gpu,
+    first: &LinearWeights,
+    fused: &Fused<'_>,
+    choice: KernelChoice,
+    x: &GpuTensor,
+    opts: &RecordOptions,
+) -> Option<&'static str> {
+    let k = first.k;
+    if k == 0 || x.shape.last() != Some(&k) {
+        // The single-layer path reports the shape error.
+        return Some("x does not have K columns");
+    }
+    let m = x.numel() / k;
+    let limits = gpu.device.limits();
+    let limit = opts
+        .max_binding
+        .map_or(gpu.caps.max_storage_binding, |b| {
+            b.min(gpu.caps.max_storage_binding)
+        });
+    let weights = || std::iter::once(first).chain(fused.more.iter().map(|(w, _)| *w));
+    let same = |w: &LinearWeights| {
+        w.format == first.format
+            && w.k == k
+            && w.scale.is_some() == first.scale.is_some()
+            && w.bias.is_some() == first.bias.is_some()
+    };
+    if m > ROWS_GEMV_MAX_M {
+        Some("M is above the multi-row GEMV's")
+    } else if limits.max_storage_buffers_per_shader_stage < FUSED_STORAGE_BUFFERS {
+        Some("the adapter has too few storage bindings per stage")
+    } else if opts.raw_accumulator && fused.glu {
+        Some("the raw accumulator has no SwiGLU")
+    } else if matches!(choice, KernelChoice::Float)
+        && matches!(
+            first.format,
+            Format::Float8E4m3fn | Format::Float8E5m2
+        )
+    {
+        Some("fp8 weights each have their own scalar scale")
+    } else if !weights().all(same) {
+        Some("the layers differ in format, K, scale or bias")
+    } else if !weights()
+        .all(|w| w.parts.len() == 1 && w.n * w.row_bytes() <= limit && gemv::rows_aligned(w.row_bytes()))
+    {
+        Some("a weight is split across bindings or its rows are not 16-byte aligned")
+    } else if fused.glu && fused.more[0].0.n != first.n {
+        Some("gate and up differ in N")
+    } else {
+        None
+    }
+}
+
+impl GemvShape {
+    /// This shape for a launch reading two weights' rows side by side (GLU):
+    /// half the rows, so the accumulators and loads stay within the kernels'
+    /// arrays.
+    pub(super) fn halved(self, m: u64) -> Self {
+        let most = (32 / m.max(1)).clamp(1, 8) as u32;
+        Self {
+            rows: self.rows.min(most),
+            ..self
+        }
+    }
+}
