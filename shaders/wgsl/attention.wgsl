@@ -175,6 +175,10 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 // SPLIT_WG / hdp groups of invocations, one dimension each (hdp: head_dim
 // rounded up to a power of two), whose sums are added at the end.
 const SPLIT_WG: u32 = 256u;
+// head_dim, a constant so that the loops over dimensions and keys have
+// constant trip counts: the compiler unrolls them and issues their loads
+// together instead of one memory latency per iteration.
+override HD: u32 = 128u;
 const SPLIT_LANES: u32 = 4u; // SPLIT_WG / WG
 
 var<workgroup> lane_sums: array<f32, SPLIT_WG>;
@@ -185,7 +189,7 @@ fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     let h = wid.x % params.n_heads;
     let s = wid.x / params.n_heads;
     let r = wid.y;
-    let hd = params.head_dim;
+    let hd = HD;
     let q_base = (r * params.n_heads + h) * hd;
     for (var d = lid; d < hd; d = d + SPLIT_WG) {
         qs[d] = f32(q[q_base + d]);
@@ -210,8 +214,11 @@ fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         var partial = 0.0;
         if j < hi {
             let k_base = j * kv_stride + kv_col;
-            for (var d = lane; d < hd; d = d + SPLIT_LANES) {
-                partial = partial + qs[d] * f32(k[k_base + d]);
+            for (var i = 0u; i < (HD + SPLIT_LANES - 1u) / SPLIT_LANES; i = i + 1u) {
+                let d = lane + i * SPLIT_LANES;
+                if d < hd {
+                    partial = partial + qs[d] * f32(k[k_base + d]);
+                }
             }
         }
         lane_sums[lid] = partial;
@@ -248,8 +255,13 @@ fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         var a = acc * correction;
         if dim < hd && group < groups {
             let n_keys = min(WG, hi - t0);
-            for (var jj = group; jj < n_keys; jj = jj + groups) {
-                a = a + tile_p[jj] * f32(v[(t0 + jj) * kv_stride + kv_col + dim]);
+            // A constant trip count (groups is one with HD), keys past the
+            // tile skipped: the same sums in the same order.
+            for (var i = 0u; i < (WG + groups - 1u) / groups; i = i + 1u) {
+                let jj = group + i * groups;
+                if jj < n_keys {
+                    a = a + tile_p[jj] * f32(v[(t0 + jj) * kv_stride + kv_col + dim]);
+                }
             }
         }
         acc = a;

@@ -146,11 +146,12 @@ pub fn record_attention(
     ]);
     let groups = (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "sq", sq)?);
     let cost = attention_cost(q, heads, kv_len, pos0, sq);
+    let constants = [("HD", head_dim as f64)];
     let dispatch = |entry, bindings, groups, cost| Dispatch {
         shader: "attention.wgsl",
         source: ATTENTION,
         entry,
-        constants: &[],
+        constants: &constants,
         params: &params,
         bindings,
         groups,
