@@ -13,8 +13,8 @@ use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choos
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
-    CoopShape, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
-    WeightPart, record_linear_with, row_bytes,
+    CoopShape, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
+    WeightPart, record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -80,7 +80,7 @@ pub struct LinearArgs {
     /// Shapes as `MxNxK` (rows × out_features × in_features), comma separated.
     #[arg(long, default_value = "1x4096x4096,16x4096x4096,256x4096x4096")]
     shapes: String,
-    /// Formats: w4a4, w4a8, w8a8, fp8, f16, f32 (comma separated).
+    /// Formats: w4a4, w4a8, w8a8, fp8, f16, bf16, f32 (comma separated).
     #[arg(long, default_value = "w4a4,w4a8,w8a8,fp8,f16")]
     formats: String,
     /// Timed repetitions per case (after a warm-up).
@@ -93,6 +93,11 @@ pub struct LinearArgs {
     /// Invocations per workgroup of the small-M GEMV (with --gemv-rows).
     #[arg(long, default_value_t = 256)]
     gemv_wgs: u32,
+    /// Time several weights of the shape as one launch: `stack` three (like
+    /// q/k/v), `glu` two with SwiGLU (like gate/up); figures count all their
+    /// bytes. Needs a shape the fused GEMV takes (M <= 32, not fp8).
+    #[arg(long, value_enum, default_value = "none")]
+    fuse: FuseArg,
     /// GEMM kernel past the GEMVs: `both` times the tiled GEMM and, where the
     /// adapter has them, cooperative matrices side by side.
     #[arg(long, value_enum, default_value = "both")]
@@ -134,6 +139,28 @@ impl GemmArg {
             Self::Tiled => &[GemmKernel::Tiled],
             Self::Coop => &[GemmKernel::Coop],
             Self::Both => &[GemmKernel::Tiled, GemmKernel::Auto],
+        }
+    }
+}
+
+/// `--fuse` of `bench linear`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FuseArg {
+    /// One weight per launch.
+    None,
+    /// Three weights, each to its own output (q/k/v).
+    Stack,
+    /// Two weights, `silu(x·W0ᵀ) · (x·W1ᵀ)` (gate/up).
+    Glu,
+}
+
+impl FuseArg {
+    /// Weights per timed launch.
+    fn weights(self) -> u64 {
+        match self {
+            Self::None => 1,
+            Self::Stack => 3,
+            Self::Glu => 2,
         }
     }
 }
@@ -425,8 +452,11 @@ fn parse_format(name: &str) -> anyhow::Result<(Format, LinearDtypeOverride)> {
         ),
         "fp8" => (Format::Float8E4m3fn, LinearDtypeOverride::Auto),
         "f16" => (Format::F16, LinearDtypeOverride::Auto),
+        "bf16" => (Format::Bf16, LinearDtypeOverride::Auto),
         "f32" => (Format::F32, LinearDtypeOverride::Auto),
-        other => anyhow::bail!("unknown format `{other}` (w4a4, w4a8, w8a8, fp8, f16, f32)"),
+        other => {
+            anyhow::bail!("unknown format `{other}` (w4a4, w4a8, w8a8, fp8, f16, bf16, f32)")
+        }
     })
 }
 
@@ -527,6 +557,7 @@ fn activation(
     )?)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn time_case(
     gpu: &Gpu,
     caps: &AdapterCaps,
@@ -535,38 +566,71 @@ fn time_case(
     reps: usize,
     opts: &RecordOptions,
     act: ActDtype,
+    fuse: FuseArg,
 ) -> anyhow::Result<LinearFigure> {
     let (m, n, k) = shape;
     let (format, over) = parse_format(name)?;
     let plan = choose(format, caps, over);
-    let weights = random_weights(gpu, format, n, k, 1)?;
+    let weights: Vec<LinearWeights> = (1..=fuse.weights())
+        .map(|seed| random_weights(gpu, format, n, k, seed))
+        .collect::<Result<_, _>>()?;
     let x = activation(gpu, "bench.x", m, k, act)?;
-    let out = activation(gpu, "bench.out", m, n, act)?;
+    let outs: Vec<GpuTensor> = weights
+        .iter()
+        .map(|_| activation(gpu, "bench.out", m, n, act))
+        .collect::<Result<_, _>>()?;
     let cache = PipelineCache::default();
     let mut scratch = LinearScratch::new();
     let mut run = |times: usize| {
         submit_timed(gpu, |enc| {
             for _ in 0..times {
-                record_linear_with(
+                if fuse == FuseArg::None {
+                    record_linear_with(
+                        gpu,
+                        &cache,
+                        enc,
+                        &weights[0],
+                        plan.kernel,
+                        &x,
+                        &outs[0],
+                        &mut scratch,
+                        opts,
+                    )?;
+                    continue;
+                }
+                let stack: Vec<_> = weights.iter().zip(&outs).collect();
+                let fusion = match fuse {
+                    FuseArg::Glu => Fusion::Glu {
+                        gate: &weights[0],
+                        up: &weights[1],
+                        out: &outs[0],
+                    },
+                    _ => Fusion::Stack(&stack),
+                };
+                let fused = record_linears_fused(
                     gpu,
                     &cache,
                     enc,
-                    &weights,
+                    fusion,
                     plan.kernel,
                     &x,
-                    &out,
                     &mut scratch,
                     opts,
                 )?;
+                anyhow::ensure!(fused, "{name} {m}x{n}x{k}: the fused GEMV does not take this case");
             }
             Ok(())
         })
     };
     run(2)?; // compile pipelines, warm caches
     let per = median_seconds(reps, &mut run)?;
-    let wbytes = n * row_bytes(format, k);
+    let wbytes = fuse.weights() * n * row_bytes(format, k);
     Ok(LinearFigure {
-        format: name.to_owned(),
+        format: match fuse {
+            FuseArg::None => name.to_owned(),
+            FuseArg::Stack => format!("{name}×3"),
+            FuseArg::Glu => format!("{name}-glu"),
+        },
         m,
         n,
         k,
@@ -581,7 +645,7 @@ fn time_case(
         ms: per * 1e3,
         weight_gb_per_s: wbytes as f64 / per / 1e9,
         of_copy: None,
-        tflops: 2.0 * (m * n * k) as f64 / per / 1e12,
+        tflops: 2.0 * (fuse.weights() * m * n * k) as f64 / per / 1e12,
     })
 }
 
@@ -658,7 +722,16 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         });
         for (f, gemm, coop) in runs {
             let opts = RecordOptions { gemm, coop, ..opts };
-            let mut fig = match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts, act) {
+            let mut fig = match time_case(
+                &gpu,
+                &gpu.caps,
+                f.trim(),
+                shape,
+                a.reps,
+                &opts,
+                act,
+                a.fuse,
+            ) {
                 Ok(fig) => fig,
                 // A shape sweep goes on past shapes this adapter cannot run.
                 Err(e) if coop.is_some() && gemm == GemmKernel::Coop => {

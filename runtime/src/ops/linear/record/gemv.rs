@@ -39,16 +39,22 @@ const MAX_ROWS: u32 = 16;
 
 impl GemvShape {
     /// The default for `m` activation rows on an adapter allowing
-    /// `max_invocations` invocations per workgroup: 256 invocations (8 warps
-    /// of 32, 4 waves of 64: a multiple of every subgroup size, and enough
-    /// workgroups per SM to hide latency), 4 rows up to M = 16 (`rows · M`
-    /// accumulators plus `rows` 16-byte loads per invocation must stay in
-    /// registers; above M = 16, 64 / M rows). On the H200 at M = 1 every
-    /// shape from 1 to 8 rows and 64 to 512 invocations streamed within a
-    /// few percent of the best once loops unroll; 4 × 256 was among the
-    /// best for int4, int8 and f16 weights (BENCHMARKS.md, session 6).
+    /// `max_invocations` invocations per workgroup: 4 rows up to M = 16
+    /// (`rows · M` accumulators plus `rows` 16-byte loads per invocation
+    /// must stay in registers; above M = 16, 64 / M rows); 128 invocations
+    /// up to M = 8, else 256 (multiples of every subgroup size). On the H200
+    /// at M = 1 and the decode layers' shapes (4096², 11008 × 4096, 4096 ×
+    /// 11008; bf16 and int4, alone, q/k/v stacked, gate/up with SwiGLU),
+    /// 4 × 128 was the best or within 5 % of it everywhere, while 256
+    /// invocations lost up to 2.3× on the fused gate/up launch (session 8,
+    /// `bench/gemv_sweep.sh`); at 16384² every shape of 1–8 rows and
+    /// 64–512 invocations streamed within a few percent (session 6).
     pub fn default_for(m: u64, max_invocations: u32) -> Self {
-        let wgs = if max_invocations >= 256 { 256 } else { 64 };
+        let wgs = match (m, max_invocations) {
+            (0..=8, 128..) => 128,
+            (_, 256..) => 256,
+            _ => 64,
+        };
         let rows = match m {
             0..=16 => 4,
             _ => (MAX_ACCUMULATORS / m).max(1) as u32,
