@@ -31,6 +31,10 @@ var<immediate> params: Params;
 
 var<workgroup> red: array<f32, 1024>;
 
+// Row elements each invocation loads before using any (a constant count:
+// the loads are issued together, not one memory latency per element).
+const UNROLL: u32 = 4u;
+
 // Sum of `v` over the workgroup; every invocation gets the total.
 fn workgroup_sum(lid: u32, v: f32) -> f32 {
     red[lid] = v;
@@ -66,13 +70,40 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     }
     let base = row * params.cols;
     var ss = 0.0;
-    for (var i = lid; i < params.cols; i = i + WG) {
-        let v = f32(x[base + i]);
-        ss = ss + v * v;
+    for (var c0 = 0u; c0 < params.cols; c0 = c0 + UNROLL * WG) {
+        var v: array<f32, UNROLL>;
+        for (var u = 0u; u < UNROLL; u = u + 1u) {
+            let i = min(c0 + lid + u * WG, params.cols - 1u);
+            v[u] = f32(x[base + i]);
+        }
+        for (var u = 0u; u < UNROLL; u = u + 1u) {
+            if c0 + lid + u * WG < params.cols {
+                ss = ss + v[u] * v[u];
+            }
+        }
     }
     let r = rms_factor(lid, ss);
-    for (var i = lid; i < params.cols; i = i + WG) {
-        out[base + i] = act(w[i] * (f32(x[base + i]) * r));
+    for (var c0 = 0u; c0 < params.cols; c0 = c0 + UNROLL * WG) {
+        var v: array<f32, UNROLL>;
+        for (var u = 0u; u < UNROLL; u = u + 1u) {
+            v[u] = f32(x[base + min(c0 + lid + u * WG, params.cols - 1u)]);
+        }
+        store_scaled(lid, base, c0, r, v);
+    }
+}
+
+// out = w * (v * r) for the chunk of the row at `base` that starts at
+// column c0, `v` its inputs as this invocation loaded them.
+fn store_scaled(lid: u32, base: u32, c0: u32, r: f32, v: array<f32, UNROLL>) {
+    var wv: array<f32, UNROLL>;
+    for (var u = 0u; u < UNROLL; u = u + 1u) {
+        wv[u] = w[min(c0 + lid + u * WG, params.cols - 1u)];
+    }
+    for (var u = 0u; u < UNROLL; u = u + 1u) {
+        let i = c0 + lid + u * WG;
+        if i < params.cols {
+            out[base + i] = act(wv[u] * (v[u] * r));
+        }
     }
 }
 
@@ -87,14 +118,27 @@ fn add_rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
     let base = row * params.cols;
     var ss = 0.0;
-    for (var i = lid; i < params.cols; i = i + WG) {
-        let v = act(f32(xs[base + i]) + f32(delta[base + i]));
-        xs[base + i] = v;
-        ss = ss + f32(v) * f32(v);
+    for (var c0 = 0u; c0 < params.cols; c0 = c0 + UNROLL * WG) {
+        var v: array<act, UNROLL>;
+        for (var u = 0u; u < UNROLL; u = u + 1u) {
+            let i = min(c0 + lid + u * WG, params.cols - 1u);
+            v[u] = act(f32(xs[base + i]) + f32(delta[base + i]));
+        }
+        for (var u = 0u; u < UNROLL; u = u + 1u) {
+            let i = c0 + lid + u * WG;
+            if i < params.cols {
+                xs[base + i] = v[u];
+                ss = ss + f32(v[u]) * f32(v[u]);
+            }
+        }
     }
     let r = rms_factor(lid, ss);
-    for (var i = lid; i < params.cols; i = i + WG) {
-        out[base + i] = act(w[i] * (f32(xs[base + i]) * r));
+    for (var c0 = 0u; c0 < params.cols; c0 = c0 + UNROLL * WG) {
+        var v: array<f32, UNROLL>;
+        for (var u = 0u; u < UNROLL; u = u + 1u) {
+            v[u] = f32(xs[base + min(c0 + lid + u * WG, params.cols - 1u)]);
+        }
+        store_scaled(lid, base, c0, r, v);
     }
 }
 
