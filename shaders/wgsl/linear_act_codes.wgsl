@@ -1,7 +1,7 @@
 // Activation codes of one row (conformance README §4.3, 4.4, 4.6), shared by
 // linear_act_quant.wgsl and linear_rotate_quant.wgsl: the row's scale from
 // its absmax, then codes packed four per u32 (byte 0 = first column) for
-// dot4I8Packed. The body provides `act_value(i) -> f32`, the (rotated) input
+// dot4I8Packed. The body provides `act_value(row_base, col) -> f32`, the (rotated) input
 // at flat index i, computed in f32.
 
 // 0: int4, s = max(absmax, 1e-10) / 7, codes in [-7, 7]
@@ -86,7 +86,7 @@ fn code(row_base: u32, col: u32, s: f32, lo: f32, hi: f32) -> i32 {
     if col >= qp.k {
         return 0;
     }
-    let v = act_value(row_base + col);
+    let v = act_value(row_base, col);
     let q = v / s;
     // The hardware quotient is within 2.5 ulp of v / s, so it rounds like
     // the correctly rounded one unless it lies within a few ulp (|q| · 1e-6

@@ -6,8 +6,8 @@
 
 @group(0) @binding(0) var<storage, read> x: array<act>;
 
-fn act_value(i: u32) -> f32 {
-    return f32(x[i]);
+fn act_value(row_base: u32, col: u32) -> f32 {
+    return f32(x[row_base + col]);
 }
 
 @compute @workgroup_size(64)
@@ -19,7 +19,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let row_base = row * qp.k;
     var m = 0.0;
     for (var c = lid; c < qp.k; c += WG) {
-        m = max(m, abs(act_value(row_base + c)));
+        m = max(m, abs(act_value(row_base, c)));
     }
     write_codes(row, lid, WG, wg_max_f32(m, lid));
 }

@@ -24,8 +24,13 @@ override FHT_CHUNK: u32 = 2048u;
 
 var<workgroup> fht_v: array<f32, FHT_CHUNK>;
 
-fn act_value(i: u32) -> f32 {
-    return y[i];
+// A row that fits one chunk is still in workgroup memory when the codes are
+// made: read there, not back from y.
+fn act_value(row_base: u32, col: u32) -> f32 {
+    if qp.k <= FHT_CHUNK {
+        return fht_v[col];
+    }
+    return y[row_base + col];
 }
 
 @compute @workgroup_size(WGS)
@@ -38,17 +43,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     var m = 0.0;
     for (var c0 = 0u; c0 < qp.k; c0 += FHT_CHUNK) {
         let len = min(FHT_CHUNK, qp.k - c0);
-        for (var i = lid; i < len; i += WGS) {
-            fht_v[i] = f32(x[base + c0 + i]);
+        // A constant trip count: every load of the chunk issued together.
+        for (var u = 0u; u < FHT_CHUNK / WGS; u++) {
+            let i = lid + u * WGS;
+            if i < len {
+                fht_v[i] = f32(x[base + c0 + i]);
+            }
         }
         workgroupBarrier();
         fht(lid, WGS, len);
-        for (var i = lid; i < len; i += WGS) {
-            let v = fht_v[i];
-            y[base + c0 + i] = v;
-            m = max(m, abs(v));
+        for (var u = 0u; u < FHT_CHUNK / WGS; u++) {
+            let i = lid + u * WGS;
+            if i < len {
+                let v = fht_v[i];
+                y[base + c0 + i] = v;
+                m = max(m, abs(v));
+            }
         }
-        workgroupBarrier();
+        if c0 + FHT_CHUNK < qp.k {
+            // The next chunk overwrites fht_v.
+            workgroupBarrier();
+        }
     }
     // Other invocations of this workgroup read y back for the codes.
     storageBarrier();
