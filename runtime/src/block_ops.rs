@@ -6,8 +6,8 @@ use dynvram_quant::KernelChoice;
 use crate::error::Result;
 use crate::ops::elementwise::{self, Unary};
 use crate::ops::linear::{
-    Fusion, LinearWeights, RecordOptions, Region, WeightPart, record_linear, record_linear_with,
-    record_linears_fused,
+    AddNorm, Fusion, LinearWeights, RecordOptions, Region, WeightPart, record_add_norm_quant,
+    record_linear, record_linear_with, record_linears_fused,
 };
 use crate::pass::BlockCtx;
 use crate::tensor::GpuTensor;
@@ -37,7 +37,8 @@ impl BlockCtx<'_> {
     /// kernel path the model's plan chose for it (`x` `[M, K]`, `out` `[M, N]`,
     /// both f32 or both f16).
     pub fn linear(&mut self, layer: &str, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
-        self.linear_with(layer, x, out, false)
+        let quantized = std::mem::take(&mut self.quantized);
+        self.linear_with(layer, x, out, quantized)
     }
 
     /// [`Self::linear`] for several layers of one input (q/k/v): one launch
@@ -49,11 +50,12 @@ impl BlockCtx<'_> {
         if self.try_fused(Fuse::Stack(layers), x)? {
             return Ok(());
         }
+        let quantized = std::mem::take(&mut self.quantized);
         let model = self.model();
         // A LoRA patch records linears of its own between them.
         let reuse = !layers.iter().any(|(l, _)| model.patches.contains_key(*l));
         for (i, (layer, out)) in layers.iter().enumerate() {
-            self.linear_with(layer, x, out, reuse && i > 0)?;
+            self.linear_with(layer, x, out, reuse && (i > 0 || quantized))?;
         }
         Ok(())
     }
@@ -71,6 +73,7 @@ impl BlockCtx<'_> {
         if self.try_fused(Fuse::Glu([gate, up], out), x)? {
             return Ok(());
         }
+        // try_fused took `quantized` only if it recorded.
         self.linears(&[(gate, gate_out), (up, up_out)], x)?;
         self.swiglu(gate_out, up_out, out)
     }
@@ -115,7 +118,11 @@ impl BlockCtx<'_> {
         };
         let rt = self.runtime();
         let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
-        record_linears_fused(
+        let opts = RecordOptions {
+            reuse_codes: self.quantized,
+            ..RecordOptions::default()
+        };
+        let fused = record_linears_fused(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),
@@ -123,12 +130,16 @@ impl BlockCtx<'_> {
             choice,
             x,
             &mut scratch,
-            &RecordOptions::default(),
+            &opts,
         )
         .map_err(|source| crate::RuntimeError::Linear {
             layer: names.join("+"),
             source,
-        })
+        })?;
+        if fused {
+            self.quantized = false;
+        }
+        Ok(fused)
     }
 
     /// Layer `layer`'s weights as the linear kernels take them, and the
@@ -331,6 +342,53 @@ impl BlockCtx<'_> {
             out,
             eps,
         )?)
+    }
+
+    /// [`Self::add_rms_norm`] before the linear layer `next` (the first of
+    /// the linears recorded next on `out`): with an integer kernel, the
+    /// rotation and quantization of `out` run in the norm's launch
+    /// ([`record_add_norm_quant`]) and those linears take its codes; else
+    /// the plain norm. Record the linears on `out` right after.
+    #[allow(clippy::too_many_arguments)] // the norm's operands and `next`
+    pub fn add_rms_norm_for(
+        &mut self,
+        x: &GpuTensor,
+        delta: &GpuTensor,
+        weight: &GpuTensor,
+        out: &GpuTensor,
+        eps: f32,
+        next: &str,
+    ) -> Result<()> {
+        self.quantized = false;
+        if !self.model().patches.contains_key(next) {
+            let (first, choice) = self.layer_weights(next)?;
+            let rt = self.runtime();
+            let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
+            let norm = AddNorm {
+                xs: x,
+                delta,
+                weight,
+                eps,
+                out,
+            };
+            self.quantized = record_add_norm_quant(
+                rt.gpu(),
+                rt.pipelines(),
+                self.encoder(),
+                &norm,
+                &first,
+                choice,
+                &mut scratch,
+            )
+            .map_err(|source| crate::RuntimeError::Linear {
+                layer: next.to_owned(),
+                source,
+            })?;
+        }
+        if self.quantized {
+            return Ok(());
+        }
+        self.add_rms_norm(x, delta, weight, out, eps)
     }
 
     /// RoPE on q and k of the same rows (one launch); `k` may be a view of a

@@ -94,6 +94,9 @@ pub struct BlockCtx<'a> {
     block: usize,
     keep: &'a mut Vec<crate::Activation>,
     placed: &'a Placed,
+    /// The last op left the activation codes of its output in the linear
+    /// scratch for the next linears (`BlockCtx::add_rms_norm_for`).
+    pub(crate) quantized: bool,
 }
 
 impl<'a> BlockCtx<'a> {
@@ -256,6 +259,7 @@ impl Model {
                 block: i,
                 keep: &mut keep,
                 placed: &placed,
+                quantized: false,
             };
             let recording = Instant::now();
             result = body(&mut ctx);

@@ -19,13 +19,16 @@ use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::elementwise::record_swiglu;
+use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_runtime::ops::host;
+use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::linear::{
-    CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights,
-    RecordOptions, coop_gemm_unusable, record_linear_with, record_linears_fused,
+    AddNorm, CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights,
+    RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
+    record_linears_fused,
 };
+use dynvram_runtime::ops::norm::record_add_rms_norm;
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -925,4 +928,128 @@ fn fused_linears_match_separate_ones() {
     )
     .expect("fp8");
     assert!(!done, "fp8 weights were fused");
+}
+
+/// The residual add and RMS norm fused with the next integer linear's
+/// rotation and quantization ([`record_add_norm_quant`]) against the norm
+/// and the linear recorded separately: the updated residual, the norm's
+/// output, the activation codes and the linear's output bit for bit, for
+/// rotated and unrotated formats, both activation widths, f32 and f16
+/// activations, K from one group to past lavapipe's one-chunk rotation.
+#[test]
+fn add_norm_quant_matches_norm_then_linear() {
+    let Some(mut env) = env("add_norm_quant_matches_norm_then_linear") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let w4 = |group| Format::ConvrotW4a4 {
+        group,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let int = |act| KernelChoice::Integer { act, fast: false };
+    let cases = [
+        (w4(16), int(ActArith::Int4), 96),
+        (w4(256), int(ActArith::Int8), 4096),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            int(ActArith::Int8),
+            48,
+        ),
+    ];
+    let mut dtypes = vec![ActDtype::F32];
+    if env.gpu.caps.shader_f16 {
+        dtypes.push(ActDtype::F16);
+    }
+    let read_bits = |env: &Env, t: &GpuTensor| -> Vec<u32> {
+        let v = host::read(&env.gpu, t).expect("read");
+        v.iter().map(|f| f.to_bits()).collect()
+    };
+    for (format, choice, k) in cases {
+        for &dtype in &dtypes {
+            for m in [1usize, 3] {
+                let what = format!("{format:?} {choice:?} {dtype:?} M={m} K={k}");
+                let h = HostLayer::random(&mut rng, format, 24, k, m == 3);
+                let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+                let xs0 = random_x(&mut rng, m, k);
+                let delta = random_x(&mut rng, m, k);
+                let nw: Vec<f32> = (0..k).map(|_| rng.random_range(0.5..1.5)).collect();
+                let shape = vec![m as u64, k as u64];
+                let up = |gpu: &Gpu, d: &[f32], s: &[u64], dt| {
+                    host::upload(gpu, "t", d, s.to_vec(), dt).expect("upload")
+                };
+                let nwt = up(&env.gpu, &nw, &[k as u64], ActDtype::F32);
+                let delta_t = up(&env.gpu, &delta, &shape, dtype);
+                // Per run: (residual, norm output, codes, linear output).
+                let run = |env: &mut Env, fused: bool| {
+                    let xs = up(&env.gpu, &xs0, &shape, dtype);
+                    let normed = host::zeros(&env.gpu, "h", shape.clone(), dtype).expect("h");
+                    let out = host::zeros(&env.gpu, "out", vec![m as u64, 24], dtype).expect("out");
+                    let mut enc = Encoder::new(&env.gpu.device, "test");
+                    let norm = AddNorm {
+                        xs: &xs,
+                        delta: &delta_t,
+                        weight: &nwt,
+                        eps: 1e-5,
+                        out: &normed,
+                    };
+                    let took = fused
+                        && record_add_norm_quant(
+                            &env.gpu,
+                            &env.cache,
+                            &mut enc,
+                            &norm,
+                            &w,
+                            choice,
+                            &mut env.scratch,
+                        )
+                        .expect("fused norm");
+                    assert_eq!(took, fused, "{what}: not fused");
+                    if !fused {
+                        record_add_rms_norm(
+                            &env.gpu, &env.cache, &mut enc, &xs, &delta_t, &nwt, &normed, 1e-5,
+                        )
+                        .expect("norm");
+                    }
+                    let opts = RecordOptions {
+                        reuse_codes: fused,
+                        ..RecordOptions::default()
+                    };
+                    record_linear_with(
+                        &env.gpu,
+                        &env.cache,
+                        &mut enc,
+                        &w,
+                        choice,
+                        &normed,
+                        &out,
+                        &mut env.scratch,
+                        &opts,
+                    )
+                    .expect("linear");
+                    if fused {
+                        assert_eq!(env.scratch.last_dispatches(), 1, "{what}: quantized again");
+                    }
+                    env.gpu.queue.submit([enc.finish()]);
+                    let codes = env
+                        .gpu
+                        .read_back(env.scratch.act_codes().expect("codes"), 0, (m * k) as u64)
+                        .expect("codes");
+                    (
+                        read_bits(env, &xs),
+                        read_bits(env, &normed),
+                        codes,
+                        read_bits(env, &out),
+                    )
+                };
+                let separate = run(&mut env, false);
+                let fused = run(&mut env, true);
+                assert_eq!(separate.0, fused.0, "{what}: residual");
+                assert_eq!(separate.1, fused.1, "{what}: norm output");
+                assert_eq!(separate.2, fused.2, "{what}: codes");
+                assert_eq!(separate.3, fused.3, "{what}: linear output");
+            }
+        }
+    }
 }

@@ -18,6 +18,16 @@ pub const ROTATE_QUANT: &str = wgsl!(
     "linear_rotate_quant.wgsl"
 );
 
+/// The residual add and RMS norm before integer linears, with their rotation
+/// and quantization, in one dispatch (one workgroup per row, K in its
+/// workgroup memory).
+pub const ADD_NORM_QUANT: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_fht.wgsl",
+    "linear_act_codes.wgsl",
+    "linear_add_norm_quant.wgsl"
+);
+
 /// Per-row activation quantization with workgroup-memory reductions.
 pub const ACT_QUANT: &str = wgsl!(
     "linear_reduce_workgroup.wgsl",
@@ -217,4 +227,5 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_fht.wgsl", ROTATE),
     ("linear_act_codes.wgsl", ACT_QUANT),
     ("linear_rotate_quant.wgsl", ROTATE_QUANT),
+    ("linear_add_norm_quant.wgsl", ADD_NORM_QUANT),
 ];

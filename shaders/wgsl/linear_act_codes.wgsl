@@ -20,7 +20,8 @@ struct QuantParams {
     k: u32,
     // u32 words per output row: ceil(k / 4).
     kw: u32,
-    _pad0: u32,
+    // The RMS norm's epsilon as f32 bits (linear_add_norm_quant.wgsl).
+    eps_bits: u32,
     // The linear kernels' 32-byte immediates are shared by every module.
     _pad1: u32,
     _pad2: u32,

@@ -617,7 +617,10 @@ fn time_case(
                     &mut scratch,
                     opts,
                 )?;
-                anyhow::ensure!(fused, "{name} {m}x{n}x{k}: the fused GEMV does not take this case");
+                anyhow::ensure!(
+                    fused,
+                    "{name} {m}x{n}x{k}: the fused GEMV does not take this case"
+                );
             }
             Ok(())
         })
@@ -722,24 +725,16 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
         });
         for (f, gemm, coop) in runs {
             let opts = RecordOptions { gemm, coop, ..opts };
-            let mut fig = match time_case(
-                &gpu,
-                &gpu.caps,
-                f.trim(),
-                shape,
-                a.reps,
-                &opts,
-                act,
-                a.fuse,
-            ) {
-                Ok(fig) => fig,
-                // A shape sweep goes on past shapes this adapter cannot run.
-                Err(e) if coop.is_some() && gemm == GemmKernel::Coop => {
-                    eprintln!("{f} {shape:?} {coop:?}: skipped: {e:#}");
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+            let mut fig =
+                match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts, act, a.fuse) {
+                    Ok(fig) => fig,
+                    // A shape sweep goes on past shapes this adapter cannot run.
+                    Err(e) if coop.is_some() && gemm == GemmKernel::Coop => {
+                        eprintln!("{f} {shape:?} {coop:?}: skipped: {e:#}");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
             // `both`: the second run is only news where it took the
             // cooperative matrices.
             if a.gemm == GemmArg::Both && gemm == GemmKernel::Auto && !fig.coop {

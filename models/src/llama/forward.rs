@@ -459,8 +459,9 @@ impl Step<'_> {
         let (k_cache, v_cache) = &self.kv[l];
 
         let n1 = ctx.weight_tensor(&names::input_norm(l))?;
+        let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
         if self.defer_residual && l > 0 {
-            ctx.add_rms_norm(&x, &o, &n1, &h, eps)?;
+            ctx.add_rms_norm_for(&x, &o, &n1, &h, eps, &qp)?;
         } else {
             ctx.rms_norm(&x, &n1, &h, eps)?;
         }
@@ -479,7 +480,6 @@ impl Step<'_> {
             .zip(in_cache(v_cache))
             .filter(|_| !self.kv_copies);
         let (k_dst, v_dst) = direct.clone().unwrap_or_else(|| (k.clone(), v.clone()));
-        let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
         ctx.linears(&[(&qp, &q), (&kp, &k_dst), (&vp, &v_dst)], &h)?;
         ctx.rope_qk(
             self.rope,
@@ -504,8 +504,8 @@ impl Step<'_> {
         )?;
         ctx.linear(&p("o_proj"), &attn, &o)?;
         let n2 = ctx.weight_tensor(&names::post_norm(l))?;
-        ctx.add_rms_norm(&x, &o, &n2, &h, eps)?;
         let (gp, up_p) = (p("gate_proj"), p("up_proj"));
+        ctx.add_rms_norm_for(&x, &o, &n2, &h, eps, &gp)?;
         ctx.linears_swiglu([&gp, &up_p], &h, [&gate, &up], &act)?;
         ctx.linear(&p("down_proj"), &act, &o)?;
         if self.defer_residual {

@@ -38,27 +38,7 @@ fn record_norm(
         Extra::Bias(b) => (b, None),
         Extra::Add(d) => (None, Some(d)),
     };
-    let (rows, cols) = rows_cols(op, "x", x)?;
-    expect_dtype(op, "x", x, x.dtype)?;
-    expect_shape(op, "weight", weight, &[cols], ActDtype::F32)?;
-    if let Some(b) = bias {
-        expect_shape(op, "bias", b, &[cols], ActDtype::F32)?;
-    }
-    expect_shape(op, "out", out, &x.shape, x.dtype)?;
-    rows_cols(op, "out", out)?;
-    expect_distinct(op, out, &[("x", x), ("weight", weight)])?;
-    if let Some(b) = bias {
-        expect_distinct(op, out, &[("bias", b)])?;
-    }
-    if let Some(d) = delta {
-        expect_shape(op, "delta", d, &x.shape, x.dtype)?;
-        rows_cols(op, "delta", d)?;
-        expect_distinct(op, out, &[("delta", d)])?;
-        expect_distinct(op, x, &[("delta", d)])?;
-    }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(bad(op, format!("eps = {eps} must be finite and >= 0")));
-    }
+    let (rows, cols) = check_norm(op, x, weight, extra, out, eps)?;
     let _span = tracing::trace_span!("record", op, rows, cols).entered();
     let mut bindings = vec![(2, weight.binding()), (4, out.binding())];
     match delta {
@@ -96,6 +76,44 @@ fn record_norm(
             ),
         },
     )
+}
+
+/// Checks a norm's operands; returns `(rows, cols)`.
+pub(crate) fn check_norm(
+    op: &'static str,
+    x: &GpuTensor,
+    weight: &GpuTensor,
+    extra: Extra<'_>,
+    out: &GpuTensor,
+    eps: f32,
+) -> Result<(u64, u64), GpuError> {
+    let (bias, delta) = match extra {
+        Extra::None => (None, None),
+        Extra::Bias(b) => (b, None),
+        Extra::Add(d) => (None, Some(d)),
+    };
+    let (rows, cols) = rows_cols(op, "x", x)?;
+    expect_dtype(op, "x", x, x.dtype)?;
+    expect_shape(op, "weight", weight, &[cols], ActDtype::F32)?;
+    if let Some(b) = bias {
+        expect_shape(op, "bias", b, &[cols], ActDtype::F32)?;
+    }
+    expect_shape(op, "out", out, &x.shape, x.dtype)?;
+    rows_cols(op, "out", out)?;
+    expect_distinct(op, out, &[("x", x), ("weight", weight)])?;
+    if let Some(b) = bias {
+        expect_distinct(op, out, &[("bias", b)])?;
+    }
+    if let Some(d) = delta {
+        expect_shape(op, "delta", d, &x.shape, x.dtype)?;
+        rows_cols(op, "delta", d)?;
+        expect_distinct(op, out, &[("delta", d)])?;
+        expect_distinct(op, x, &[("delta", d)])?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(bad(op, format!("eps = {eps} must be finite and >= 0")));
+    }
+    Ok((rows, cols))
 }
 
 /// Records `out = weight · (x · 1/√(mean(x²) + eps))` per row (HF Llama
@@ -156,7 +174,7 @@ pub fn record_add_rms_norm(
 const WIDE_ROWS: u64 = 64;
 
 /// Invocations per row (`norm.wgsl`'s `WG`, a power of two).
-fn norm_wg(gpu: &Gpu, rows: u64) -> u32 {
+pub(crate) fn norm_wg(gpu: &Gpu, rows: u64) -> u32 {
     let max = gpu.device.limits().max_compute_invocations_per_workgroup;
     if rows <= WIDE_ROWS && max >= 1024 {
         1024
@@ -167,7 +185,7 @@ fn norm_wg(gpu: &Gpu, rows: u64) -> u32 {
 
 /// What a norm reads besides `x` and its weight.
 #[derive(Debug, Clone, Copy)]
-enum Extra<'a> {
+pub(crate) enum Extra<'a> {
     None,
     /// layer_norm's optional bias.
     Bias(Option<&'a GpuTensor>),

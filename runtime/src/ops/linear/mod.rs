@@ -40,9 +40,9 @@ mod weights;
 
 pub use error::LinearError;
 pub use record::{
-    CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, ROWS_GEMV_MAX_M, RecordOptions,
-    coop_gemm_unusable, coop_unusable, float_coop_unusable, record_linear, record_linear_with,
-    record_linears_fused,
+    AddNorm, CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, ROWS_GEMV_MAX_M, RecordOptions,
+    coop_gemm_unusable, coop_unusable, float_coop_unusable, record_add_norm_quant, record_linear,
+    record_linear_with, record_linears_fused,
 };
 pub use scratch::LinearScratch;
 pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

@@ -19,9 +19,11 @@ use crate::tensor::{ActDtype, GpuTensor};
 mod coop;
 mod fused;
 mod gemv;
+mod norm_quant;
 pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
 pub use fused::{Fusion, record_linears_fused};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
+pub use norm_quant::{AddNorm, record_add_norm_quant};
 
 /// Rows of activations up to which every GEMV kernel runs (and activation
 /// rotation and quantization fuse); above, the multi-row GEMV up to
@@ -196,26 +198,7 @@ fn record(
                     "the fast kernel needs subgroups, which this adapter lacks",
                 ));
             }
-            let int = match (weights.format, act) {
-                (Format::ConvrotW4a4 { group, .. }, act) => IntPath {
-                    mode: if act == ActArith::Int4 { 0 } else { 1 },
-                    group: Some(group),
-                    w4: true,
-                    epi: 0,
-                    per_row_scale: true,
-                },
-                (Format::Int8Tensorwise { .. }, ActArith::Int4) => {
-                    return Err(choice_err("int8_tensorwise has int8 activations only"));
-                }
-                (Format::Int8Tensorwise { convrot_group }, ActArith::Int8) => IntPath {
-                    mode: 2,
-                    group: convrot_group,
-                    w4: false,
-                    epi: 1,
-                    per_row_scale: convrot_group.is_some(),
-                },
-                _ => return Err(choice_err("a float format has no integer kernel")),
-            };
+            let int = IntPath::of(weights.format, act).map_err(choice_err)?;
             if int.w4 && k % 8 != 0 {
                 return Err(unsupported(format!(
                     "int4 weights need K % 8 == 0, K = {k}"
@@ -377,6 +360,43 @@ struct IntPath {
     epi: u32,
     /// `SW_PER_ROW`.
     per_row_scale: bool,
+}
+
+impl IntPath {
+    /// The integer kernels' specialisation for `format` with `act`
+    /// activations, or why there is none.
+    fn of(format: Format, act: ActArith) -> Result<Self, &'static str> {
+        Ok(match (format, act) {
+            (Format::ConvrotW4a4 { group, .. }, act) => IntPath {
+                mode: if act == ActArith::Int4 { 0 } else { 1 },
+                group: Some(group),
+                w4: true,
+                epi: 0,
+                per_row_scale: true,
+            },
+            (Format::Int8Tensorwise { .. }, ActArith::Int4) => {
+                return Err("int8_tensorwise has int8 activations only");
+            }
+            (Format::Int8Tensorwise { convrot_group }, ActArith::Int8) => IntPath {
+                mode: 2,
+                group: convrot_group,
+                w4: false,
+                epi: 1,
+                per_row_scale: convrot_group.is_some(),
+            },
+            _ => return Err("a float format has no integer kernel"),
+        })
+    }
+
+    /// The activation quantization's override constants (`perm8`: int4
+    /// weights' even/odd column pairing of the dot4 kernels).
+    fn quant_constants(&self, perm8: bool) -> [(&'static str, f64); 3] {
+        [
+            ("MODE", f64::from(self.mode)),
+            ("INV127", f64::from(1.0f32 / 127.0)),
+            ("PERM8", f64::from(u8::from(perm8))),
+        ]
+    }
 }
 
 /// A GEMV or GEMM as recorded: source, pipeline-key part, output tile
@@ -696,13 +716,9 @@ impl Recorder<'_> {
         } else {
             (shaders::ACT_QUANT, "wg")
         };
-        let quant_constants = [
-            ("MODE", f64::from(int.mode)),
-            ("INV127", f64::from(1.0f32 / 127.0)),
-            // The dot4 kernels pair int4 weights' even/odd columns; the
-            // cooperative one decodes them in order.
-            ("PERM8", f64::from(u8::from(int.w4 && !coop))),
-        ];
+        // The dot4 kernels pair int4 weights' even/odd columns; the
+        // cooperative one decodes them in order.
+        let quant_constants = int.quant_constants(int.w4 && !coop);
         let quant_params = Params {
             a: m as u32,
             b: k as u32,

@@ -115,11 +115,9 @@ fn unfusable(
     }
     let m = x.numel() / k;
     let limits = gpu.device.limits();
-    let limit = opts
-        .max_binding
-        .map_or(gpu.caps.max_storage_binding, |b| {
-            b.min(gpu.caps.max_storage_binding)
-        });
+    let limit = opts.max_binding.map_or(gpu.caps.max_storage_binding, |b| {
+        b.min(gpu.caps.max_storage_binding)
+    });
     let weights = || std::iter::once(first).chain(fused.more.iter().map(|(w, _)| *w));
     let same = |w: &LinearWeights| {
         w.format == first.format
@@ -134,17 +132,14 @@ fn unfusable(
     } else if opts.raw_accumulator && fused.glu {
         Some("the raw accumulator has no SwiGLU")
     } else if matches!(choice, KernelChoice::Float)
-        && matches!(
-            first.format,
-            Format::Float8E4m3fn | Format::Float8E5m2
-        )
+        && matches!(first.format, Format::Float8E4m3fn | Format::Float8E5m2)
     {
         Some("fp8 weights each have their own scalar scale")
     } else if !weights().all(same) {
         Some("the layers differ in format, K, scale or bias")
-    } else if !weights()
-        .all(|w| w.parts.len() == 1 && w.n * w.row_bytes() <= limit && gemv::rows_aligned(w.row_bytes()))
-    {
+    } else if !weights().all(|w| {
+        w.parts.len() == 1 && w.n * w.row_bytes() <= limit && gemv::rows_aligned(w.row_bytes())
+    }) {
         Some("a weight is split across bindings or its rows are not 16-byte aligned")
     } else if fused.glu && fused.more[0].0.n != first.n {
         Some("gate and up differ in N")

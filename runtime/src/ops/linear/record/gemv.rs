@@ -81,7 +81,7 @@ impl GemvShape {
 
 /// Workgroup memory of `linear_rotate_quant.wgsl` besides its chunk: the
 /// 1024-word reduction staging and 64 result words.
-const FUSED_FIXED_BYTES: u32 = 4 * (1024 + 64);
+pub(super) const FUSED_FIXED_BYTES: u32 = 4 * (1024 + 64);
 
 /// Largest chunk of `linear_rotate_quant.wgsl` (32 KiB; 2 passes at K = 16384).
 const FUSED_MAX_CHUNK: u32 = 8192;
@@ -189,7 +189,10 @@ impl Recorder<'_> {
             ("ROWS", f64::from(shape.rows)),
             ("MR", self.m as f64),
             ("WGS", f64::from(shape.wgs)),
-            ("GLU", f64::from(u8::from(self.fused.is_some_and(|f| f.glu)))),
+            (
+                "GLU",
+                f64::from(u8::from(self.fused.is_some_and(|f| f.glu))),
+            ),
         ]
     }
 
@@ -229,8 +232,7 @@ impl Recorder<'_> {
                 cost,
             );
         };
-        let mut extra: [Vec<wgpu::BindingResource<'_>>; 4] =
-            [vec![], vec![], vec![], vec![]];
+        let mut extra: [Vec<wgpu::BindingResource<'_>>; 4] = [vec![], vec![], vec![], vec![]];
         for i in 0..2 {
             let seg = fused.more.get(i);
             extra[0].push(seg.map_or(w0.1.clone(), |(w, _)| region(&w.parts[0].region)));
@@ -287,7 +289,10 @@ impl Recorder<'_> {
         let has_bias = self.weights.bias.is_some();
         let (sources, kind) = if fast {
             (
-                (shaders::INT_GEMV_ROWS_SUBGROUP, shaders::INT_GEMV_ROWS3_SUBGROUP),
+                (
+                    shaders::INT_GEMV_ROWS_SUBGROUP,
+                    shaders::INT_GEMV_ROWS3_SUBGROUP,
+                ),
                 "sg",
             )
         } else {

@@ -1,0 +1,147 @@
+//! The residual add and RMS norm before integer linears, fused with the
+//! rotation and quantization of their input (`linear_add_norm_quant.wgsl`):
+//! at M = 1 the norm and the rotate/quantize step are two single-workgroup
+//! launches in a row, each mostly latency; one launch does both, and the
+//! linears after it take the codes it left (`RecordOptions::reuse_codes`).
+
+use dynvram_quant::{KernelChoice, reference::is_power_of_four};
+use dynvram_shaders::linear as shaders;
+
+use super::gemv::FUSED_FIXED_BYTES;
+use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, grid};
+use crate::gpu::Gpu;
+use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
+use crate::ops::launch::{Cost, Launch, launch};
+use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
+use crate::ops::norm::{Extra, check_norm, norm_wg};
+use crate::tensor::GpuTensor;
+
+/// `xs += delta`, then `out = weight · (xs · 1/√(mean(xs²) + eps))` per row
+/// (`ops::norm::record_add_rms_norm`'s operands).
+#[derive(Debug, Clone, Copy)]
+pub struct AddNorm<'a> {
+    /// The residual stream `[M, K]`, updated in place.
+    pub xs: &'a GpuTensor,
+    /// What is added to it, `[M, K]`.
+    pub delta: &'a GpuTensor,
+    /// The norm's f32 weight `[K]`.
+    pub weight: &'a GpuTensor,
+    pub eps: f32,
+    /// The normalised rows `[M, K]`: the linears' input.
+    pub out: &'a GpuTensor,
+}
+
+/// Records `norm` together with the rotation and quantization that the
+/// integer linear `first` (kernel `choice`) would make of its output, and
+/// returns `true`: the linears recorded next on `norm.out` with
+/// `reuse_codes` take those codes. Returns `false` and records nothing
+/// where they cannot be fused (a float kernel, M above the GEMVs', a row
+/// larger than the adapter's workgroup memory, a workgroup size other than
+/// the norm's); the caller records the norm alone.
+#[allow(clippy::too_many_arguments)]
+pub fn record_add_norm_quant(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    norm: &AddNorm<'_>,
+    first: &LinearWeights,
+    choice: KernelChoice,
+    scratch: &mut LinearScratch,
+) -> Result<bool, LinearError> {
+    const OP: &str = "add_rms_norm";
+    let (m, k) = check_norm(
+        OP,
+        norm.xs,
+        norm.weight,
+        Extra::Add(norm.delta),
+        norm.out,
+        norm.eps,
+    )?;
+    let KernelChoice::Integer { act, .. } = choice else {
+        return Ok(false);
+    };
+    let Ok(int) = IntPath::of(first.format, act) else {
+        return Ok(false);
+    };
+    let g = int.group.unwrap_or(1);
+    let limits = gpu.device.limits();
+    let wgs = norm_wg(gpu, m);
+    let chunk = k.next_power_of_two().max(u64::from(wgs));
+    let fits = chunk * 4 + u64::from(FUSED_FIXED_BYTES)
+        <= u64::from(limits.max_compute_workgroup_storage_size);
+    let grouped = g == 1 || (is_power_of_four(g) && k.is_multiple_of(u64::from(g)));
+    if first.k != k
+        || m > GEMV_MAX_M
+        || m > MAX_GROUPS_PER_DIM
+        || !k.is_multiple_of(4)
+        || wgs < 64
+        || !fits
+        || !grouped
+    {
+        return Ok(false);
+    }
+    let kw = k / 4;
+    let rot_bytes = m * k * 4;
+    let rotated = scratch.x_rot(gpu, rot_bytes)?;
+    let codes = scratch.codes(gpu, m * kw * 4)?;
+    let scales = scratch.scales(gpu, m * 4)?;
+    // The multi-row GEMVs at M <= 8 pair int4 weights' even/odd columns.
+    let mut constants = int.quant_constants(int.w4).to_vec();
+    constants.extend([
+        ("G", f64::from(g)),
+        ("WGS", f64::from(wgs)),
+        ("FHT_CHUNK", chunk as f64),
+    ]);
+    let key = format!(
+        "linear_add_norm_quant|G={g}|WGS={wgs}|C={chunk}|MODE={}|P={}",
+        int.mode, int.w4
+    );
+    let params = Params {
+        a: m as u32,
+        b: k as u32,
+        c: kw as u32,
+        d: norm.eps.to_bits(),
+        e: 0,
+        pad: [0; 3],
+    };
+    launch(
+        gpu,
+        cache,
+        enc,
+        Launch {
+            key: &key,
+            label: &format!("add_rms_norm+rotate_quant {k} m={m}"),
+            source: shaders::ADD_NORM_QUANT,
+            entry: "main",
+            constants: &constants,
+            act: norm.xs.dtype,
+            bindings: vec![
+                (1, buf(&codes, 0, m * kw * 4)),
+                (2, buf(&scales, 0, m * 4)),
+                (4, buf(&rotated, 0, rot_bytes)),
+                (5, norm.xs.binding()),
+                (6, norm.delta.binding()),
+                (7, norm.weight.binding()),
+                (8, norm.out.binding()),
+            ],
+            immediates: bytemuck::bytes_of(&params),
+            groups: grid(m),
+            cost: Cost::new(
+                2 * norm.xs.bytes() + norm.weight.bytes(),
+                norm.xs.bytes() + norm.out.bytes() + rot_bytes + m * k + m * 4,
+                m * k * (6 + 2 * u64::from(g.max(2).ilog2())),
+            ),
+        },
+    )?;
+    scratch.set_codes_key(Some(CodesKey {
+        x: (norm.out.buffer.as_ref().clone(), norm.out.offset),
+        mode: int.mode,
+        group: int.group,
+        perm8: int.w4,
+        m,
+        k,
+    }));
+    scratch.set_dispatches(1);
+    Ok(true)
+}
