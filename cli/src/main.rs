@@ -2,6 +2,7 @@
 
 mod cmd;
 mod output;
+mod signals;
 
 use clap::{Parser, Subcommand};
 
@@ -53,6 +54,7 @@ fn main() -> std::process::ExitCode {
     restore_sigpipe();
     let cli = Cli::parse();
     output::init_logging();
+    signals::remove_temp_files_on_exit();
     let result = match cli.command {
         Command::Probe(a) => cmd::probe::run(a, cli.json),
         Command::Run(a) => cmd::run::run(a, cli.json),
