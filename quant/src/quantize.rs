@@ -310,6 +310,9 @@ pub fn quantize_file(
         return Err(QuantizeError::SameFile(output.to_owned()));
     }
     let file = SafetensorsFile::open(input)?;
+    // Created up front: an output that cannot be written is refused before
+    // the work, and an interrupted run has a temp file the signal handler removes.
+    let mut dst = AtomicFile::create(output)?;
     let mut report = QuantizeReport {
         bytes_in: file.len(),
         ..Default::default()
@@ -377,7 +380,6 @@ pub fn quantize_file(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     });
-    let mut dst = AtomicFile::create(output)?;
     safetensors_out::write(&mut dst, &file, &out, metadata).map_err(|fault| match fault {
         WriteFault::Output(e) => QuantizeError::File(dst.error(e)),
         WriteFault::Input(e) => QuantizeError::File(e),

@@ -60,7 +60,7 @@ pub struct PassArgs {
     #[command(flatten)]
     adapter: AdapterArgs,
     #[command(flatten)]
-    budget: BudgetArgs,
+    pub(crate) budget: BudgetArgs,
 }
 
 /// One row count's figures.

@@ -65,7 +65,7 @@ pub struct Args {
     #[command(flatten)]
     adapter: AdapterArgs,
     #[command(flatten)]
-    budget: BudgetArgs,
+    pub(crate) budget: BudgetArgs,
     /// Activation arithmetic of int4 layers.
     #[arg(long, value_enum, default_value = "auto")]
     linear_dtype: LinearDtypeArg,

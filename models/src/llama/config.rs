@@ -231,7 +231,21 @@ impl LlamaConfig {
                 "`rms_norm_eps` is {eps}, expected a positive finite number"
             ));
         }
-        check_rope_scaling(self.rope_scaling)
+        check_rope_scaling(self.rope_scaling)?;
+        // The last word: theta and the scaling must give a usable table
+        // (a subnormal theta or factor overflows to inf, NaN logits).
+        if let Some((i, f)) = self
+            .inv_freq()
+            .into_iter()
+            .enumerate()
+            .find(|(_, f)| !(f.is_finite() && *f > 0.0))
+        {
+            return Err(format!(
+                "`rope_theta` {} with {:?} gives RoPE frequency {i} = {f}, expected positive finite",
+                self.rope_theta, self.rope_scaling
+            ));
+        }
+        Ok(())
     }
 
     /// Width of the q projection (`heads · head_dim`).
@@ -464,6 +478,7 @@ mod tests {
                 "`max_position_embeddings` is 0",
             ),
             ("rope_theta", json!(0.0), "`rope_theta` is 0"),
+            ("rope_theta", json!(1e-40), "gives RoPE frequency"),
             (
                 "rope_scaling",
                 json!({"rope_type": "linear", "factor": 0.0}),
