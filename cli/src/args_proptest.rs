@@ -8,31 +8,26 @@ use proptest::prelude::*;
 
 use crate::Cli;
 
-/// Every subcommand path (`run`, `bench pass`, …) with its long flags.
-fn vocabulary() -> (Vec<Vec<String>>, Vec<String>) {
-    fn walk(
-        cmd: &clap::Command,
-        path: Vec<String>,
-        paths: &mut Vec<Vec<String>>,
-        flags: &mut Vec<String>,
-    ) {
-        for a in cmd.get_arguments() {
-            if let Some(l) = a.get_long() {
-                flags.push(format!("--{l}"));
-            }
-        }
-        paths.push(path.clone());
+/// Every subcommand path (`run`, `bench pass`, …) with its long flags (the
+/// global ones included), so most vectors reach the checks past parsing.
+fn vocabulary() -> Vec<(Vec<String>, Vec<String>)> {
+    fn walk(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, Vec<String>)>) {
+        let flags = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}"))
+            .chain(["--json".to_owned(), "--help".to_owned()])
+            .collect();
+        out.push((path.clone(), flags));
         for sub in cmd.get_subcommands() {
             let mut p = path.clone();
             p.push(sub.get_name().to_owned());
-            walk(sub, p, paths, flags);
+            walk(sub, p, out);
         }
     }
-    let (mut paths, mut flags) = (Vec::new(), Vec::new());
-    walk(&Cli::command(), Vec::new(), &mut paths, &mut flags);
-    flags.sort();
-    flags.dedup();
-    (paths, flags)
+    let mut out = Vec::new();
+    walk(&Cli::command(), Vec::new(), &mut out);
+    out
 }
 
 const VALUES: &[&str] = &[
@@ -91,9 +86,10 @@ proptest! {
         words in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0u8..4), 0..8),
         junk in prop::option::of("\\PC{0,12}"),
     ) {
-        let (paths, flags) = vocabulary();
+        let vocabulary = vocabulary();
+        let (path, flags) = path.get(&vocabulary);
         let mut argv = vec!["dynvram".to_owned()];
-        argv.extend(path.get(&paths).iter().cloned());
+        argv.extend(path.iter().cloned());
         for (flag, value, kind) in &words {
             match kind {
                 0 => argv.push(flag.get(&flags).clone()),
