@@ -22,7 +22,13 @@ fn write(path: &Path, blocks: &[usize], extra: &[(&str, Vec<usize>)]) {
     tensors.extend(extra.iter().map(|(n, s)| (n.to_string(), s.clone())));
     let data: Vec<Vec<u8>> = tensors
         .iter()
-        .map(|(_, s)| f32_bytes(&vec![0.25; s.iter().product()]))
+        .map(|(n, s)| {
+            let mut v = vec![0.25; s.iter().product()];
+            if n == "input" && v.len() > 5 && s.first() == Some(&5) {
+                v[5] = f32::NAN;
+            }
+            f32_bytes(&v)
+        })
         .collect();
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
@@ -70,6 +76,10 @@ fn a_stray_tensor_or_a_misshapen_input_is_an_error() {
         );
         assert!(e.contains(&format!("{HIDDEN}]")), "{e}");
     }
+    // Five rows: the helper puts a NaN at element 5.
+    write(&path, &[0], &[("input", vec![5, HIDDEN])]);
+    let e = open_err(&path);
+    assert!(e.contains("tensor `input`") && e.contains("element 5 is NaN"), "{e}");
     write(&path, &[0], &[("input", vec![3, HIDDEN])]);
     let probe = Probe::open(&path).expect("a good input");
     assert_eq!(probe.rows(4), 3);

@@ -348,3 +348,20 @@ fn copied_tensors_and_metadata_survive() {
     }
     assert_eq!(report.bytes_out, bytes.len() as u64);
 }
+
+/// A FIFO as the input: refused at once (opening it waited for a writer).
+#[cfg(unix)]
+#[test]
+fn a_fifo_input_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("pipe.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo unavailable");
+        return;
+    }
+    let out = dir.path().join("o.safetensors");
+    let e = quantize_file(&fifo, &out, &int8_options(), &mut |_, _, _| {}).expect_err("fifo");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    assert!(!out.exists());
+}
