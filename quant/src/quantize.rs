@@ -30,15 +30,7 @@ use crate::tensors::{Dtype, f32_bytes, floats_to_f32};
 /// Errors of the quantizer; each names the file or layer concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum QuantizeError {
-    /// Reading, writing or renaming a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The input is not a readable safetensors file, or the output could not be serialized.
+    /// The output's header could not be serialized.
     #[error("{path}: {message}")]
     Safetensors {
         /// The file.
