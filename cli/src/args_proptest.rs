@@ -92,10 +92,10 @@ proptest! {
         argv.extend(path.iter().cloned());
         for (flag, value, kind) in &words {
             match kind {
-                0 => argv.push(flag.get(&flags).clone()),
+                0 => argv.push(flag.get(flags).clone()),
                 1 => argv.push(value.get(VALUES).to_string()),
-                2 => argv.push(format!("{}={}", flag.get(&flags), value.get(VALUES))),
-                _ => argv.extend([flag.get(&flags).clone(), value.get(VALUES).to_string()]),
+                2 => argv.push(format!("{}={}", flag.get(flags), value.get(VALUES))),
+                _ => argv.extend([flag.get(flags).clone(), value.get(VALUES).to_string()]),
             }
         }
         argv.extend(junk);

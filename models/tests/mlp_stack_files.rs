@@ -79,7 +79,10 @@ fn a_stray_tensor_or_a_misshapen_input_is_an_error() {
     // Five rows: the helper puts a NaN at element 5.
     write(&path, &[0], &[("input", vec![5, HIDDEN])]);
     let e = open_err(&path);
-    assert!(e.contains("tensor `input`") && e.contains("element 5 is NaN"), "{e}");
+    assert!(
+        e.contains("tensor `input`") && e.contains("element 5 is NaN"),
+        "{e}"
+    );
     write(&path, &[0], &[("input", vec![3, HIDDEN])]);
     let probe = Probe::open(&path).expect("a good input");
     assert_eq!(probe.rows(4), 3);

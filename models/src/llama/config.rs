@@ -215,7 +215,7 @@ impl LlamaConfig {
             ));
         }
         let head_dim = self.head_dim;
-        if head_dim == 0 || head_dim % 2 != 0 || head_dim > MAX_WIDTH {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || head_dim > MAX_WIDTH {
             return Err(format!(
                 "`head_dim` is {head_dim}, expected an even number from 2 to {MAX_WIDTH}"
             ));
