@@ -375,10 +375,11 @@ fn rope(v: &Value, family: Family) -> Result<(f32, RopeScaling), String> {
             _ => 10_000.0,
         });
     // The inverse frequencies are theta^(-2i/d): 0, negative or non-finite
-    // values make NaN tables (NaN logits), never a model.
-    if !(theta.is_finite() && theta > 0.0 && theta <= f64::from(f32::MAX)) {
+    // values make NaN tables (NaN logits), never a model; below 1 the ladder
+    // is upside down and its top overflows f32 for a wide head.
+    if !(theta.is_finite() && (1.0..=f64::from(f32::MAX)).contains(&theta)) {
         return Err(format!(
-            "`rope_theta` is {theta}, expected a positive finite number"
+            "`rope_theta` is {theta}, expected a positive finite number of at least 1"
         ));
     }
     let Some(s) = scaling else {
@@ -478,7 +479,12 @@ mod tests {
                 "`max_position_embeddings` is 0",
             ),
             ("rope_theta", json!(0.0), "`rope_theta` is 0"),
-            ("rope_theta", json!(1e-40), "gives RoPE frequency"),
+            ("rope_theta", json!(0.5), "`rope_theta` is 0.5"),
+            (
+                "rope_scaling",
+                json!({"rope_type": "linear", "factor": 1e-40}),
+                "gives RoPE frequency",
+            ),
             (
                 "rope_scaling",
                 json!({"rope_type": "linear", "factor": 0.0}),
