@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Bounded fuzz smoke: runs every cargo-fuzz target for FUZZ_SECONDS (default
-# 20) from the in-repo seeds, and exits non-zero if any target crashes,
+# Bounded fuzz smoke: runs every cargo-fuzz target (`cargo fuzz list`: the
+# safetensors header and file, comfy_quant, quant metadata, the planner and
+# llama_config) for FUZZ_SECONDS (default 20) from the in-repo seeds, then the
+# CLI's argument-vector proptest with ARGS_CASES (default 5000) cases, and exits non-zero if any target crashes,
 # panics, leaks or times out. New inputs go to a scratch copy, so the seeds
 # under fuzz/corpus/ stay as committed. A crash input is kept under
 # fuzz/artifacts/<target>/ (replay: `cargo fuzz run <target> <file>`).
@@ -38,6 +40,11 @@ for t in $targets; do
         failed+=("$t")
     fi
 done
+echo "=== proptest: CLI argument vectors (${ARGS_CASES:-5000} cases) ==="
+# In the main workspace, without the fuzz build's RUSTC_BOOTSTRAP (cargo
+# would rebuild everything for it).
+(cd .. && env -u RUSTC_BOOTSTRAP PROPTEST_CASES="${ARGS_CASES:-5000}" \
+    cargo test -q -p dynvram-cli --bin dynvram args_proptest) || failed+=("cli-args-proptest")
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzz smoke FAILED: ${failed[*]}" >&2
     exit 1

@@ -1,7 +1,10 @@
 //! `dynvram`: run models larger than VRAM on any wgpu adapter.
 
+#[cfg(test)]
+mod args_proptest;
 mod cmd;
 mod output;
+mod signals;
 
 use clap::{Parser, Subcommand};
 
@@ -49,11 +52,40 @@ enum Command {
     Bench(cmd::bench::BenchCommand),
 }
 
+impl Command {
+    /// The budget flags, for the subcommands that take them.
+    fn budget(&self) -> Option<&cmd::budget_args::BudgetArgs> {
+        match self {
+            Command::Run(a) => Some(&a.budget),
+            Command::Plan(a) => Some(&a.budget),
+            Command::Generate(a) => Some(&a.budget),
+            Command::Bench(cmd::bench::BenchCommand::Pass(a)) => Some(&a.budget),
+            _ => None,
+        }
+    }
+
+    /// The flag checks that need no GPU and no file, made before any work so
+    /// a bad number is named up front (the argument proptest drives these).
+    fn check_flags(&self) -> anyhow::Result<()> {
+        if let Some(b) = self.budget() {
+            b.config()?;
+            b.host_config()?;
+        }
+        match self {
+            Command::Quantize(a) => drop(cmd::quantize::options(a)?),
+            Command::Synth(a) => drop(cmd::synth::options(a)?),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
 fn main() -> std::process::ExitCode {
     restore_sigpipe();
     let cli = Cli::parse();
     output::init_logging();
-    let result = match cli.command {
+    signals::remove_temp_files_on_exit();
+    let result = cli.command.check_flags().and_then(|()| match cli.command {
         Command::Probe(a) => cmd::probe::run(a, cli.json),
         Command::Run(a) => cmd::run::run(a, cli.json),
         Command::Plan(a) => cmd::plan::run(a, cli.json),
@@ -62,7 +94,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(a) => cmd::generate::run(a, cli.json),
         Command::Synth(a) => cmd::synth::run(a, cli.json),
         Command::Bench(c) => cmd::bench::run(c, cli.json),
-    };
+    });
     match result {
         Ok(code) => code,
         Err(e) => {

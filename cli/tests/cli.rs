@@ -153,6 +153,36 @@ fn bench_pass_writes_its_model_and_streams_bit_identically() {
     }
 }
 
+/// A stack of three small blocks: each block is more than model / 4, so
+/// `--ratio 4`'s budget could not hold two arenas and the bench failed its
+/// own budget check; the budget is raised to the least that streams. Two
+/// blocks cannot stream at all (two arenas hold the whole model): refused
+/// up front, naming `--blocks`.
+#[test]
+fn bench_pass_with_few_small_blocks_streams() {
+    let name = "bench_pass_with_few_small_blocks_streams";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bench = |blocks: &str| {
+        let mut cmd = dynvram();
+        cmd.args(["--json", "bench", "pass", "--file"])
+            .arg(dir.path().join(format!("small{blocks}.safetensors")))
+            .args(["--blocks", blocks, "--hidden", "64", "--ffn", "128"])
+            .args(["--rows", "1", "--passes", "1"]);
+        cmd
+    };
+    let Some(out) = output_or_skip(name, &mut bench("3")) else {
+        return;
+    };
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    let f = &r["figures"][0];
+    assert_eq!(f["identical"], true, "{f}");
+    assert!(f["streamed_bytes"].as_u64().unwrap_or(0) > 0, "{f}");
+    let out = bench("2").output().expect("bench pass");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--blocks"), "{stderr}");
+}
+
 /// `bench dispatch` times its three pass layouts and refuses a zero count.
 #[test]
 fn bench_dispatch_reports_each_layout() {

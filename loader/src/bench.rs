@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::atomic::AtomicFile;
 use crate::error::{LoadError, Result};
 use crate::hostmem::{self, HostMemoryChoice};
 use crate::pinned::PinnedBuffer;
@@ -463,16 +464,9 @@ pub fn run_upload(
     })
 }
 
-/// Writes `size` bytes of a cheap pseudo-random pattern to `path`.
+/// Writes `size` bytes of a cheap pseudo-random pattern to `path` (atomically).
 pub fn write_test_file(path: &Path, size: u64) -> Result<()> {
-    let io = |op| {
-        move |source| LoadError::Io {
-            path: path.to_owned(),
-            op,
-            source,
-        }
-    };
-    let mut file = std::io::BufWriter::new(File::create(path).map_err(io("create"))?);
+    let mut file = AtomicFile::create(path)?;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut block = vec![0u8; 1 << 20];
     let mut left = size;
@@ -484,10 +478,10 @@ pub fn write_test_file(path: &Path, size: u64) -> Result<()> {
             w.copy_from_slice(&state.to_le_bytes());
         }
         let n = left.min(block.len() as u64) as usize;
-        file.write_all(&block[..n]).map_err(io("write"))?;
+        file.write_all(&block[..n]).map_err(|e| file.error(e))?;
         left -= n as u64;
     }
-    file.flush().map_err(io("write"))
+    file.commit().map(drop)
 }
 
 fn open(path: &Path) -> Result<(File, u64)> {

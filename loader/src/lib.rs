@@ -7,8 +7,10 @@
 //! - [`StagingRing`]: mapped staging slots, file → slot → `copy_buffer_to_buffer`.
 //! - [`PinnedBuffer`]: registered pins, copied to the GPU with no CPU copy.
 //! - [`hostmem`]: buffers guaranteed to be host RAM (`VK_EXT_external_memory_host`).
+//! - [`atomic`]: every file dynvram writes, through a temp file and a rename.
 //! - [`bench`]: the measurements behind `dynvram bench upload`.
 
+pub mod atomic;
 pub mod bench;
 mod error;
 mod fileio;

@@ -4,7 +4,8 @@
 //! Owns: [`Format`] and metadata parsing (`comfy_quant` in all its forms), layout
 //! validation, CPU references, [`plan::LinearPlan`], the quantizer.
 //! Knows nothing of GPU memory policy or wgpu: adapters are described by plain
-//! [`caps::AdapterCaps`].
+//! [`caps::AdapterCaps`]. The quantizer reads and writes files through
+//! `dynvram-loader` (positional reads, the atomic writer).
 
 pub mod caps;
 pub mod format;
@@ -13,6 +14,7 @@ pub mod meta;
 pub mod plan;
 pub mod quantize;
 pub mod reference;
+mod safetensors_out;
 pub mod tensors;
 pub mod tolerance;
 

@@ -2,34 +2,35 @@
 //! a safetensors file into ComfyUI's quantized layout with kitchen's own arithmetic
 //! (`conformance/README.md` §4.2, §4.6, §4.7), leaving every other tensor as it is.
 //!
-//! Memory: the input is memory-mapped; the math runs one layer at a time; the
-//! quantized tensors (a fraction of the input's size) are held until the file is
-//! written. The output appears atomically (temp file in the same folder, fsync, rename).
+//! Files: the input is read with positional reads (`dynvram_loader::SafetensorsFile`),
+//! never through a map, so an input that shrinks while we run is an error naming
+//! the file and tensor instead of SIGBUS. The output appears atomically
+//! (`dynvram_loader::atomic`: temp file in the same folder, fsync, rename).
+//!
+//! Memory: the math runs one layer at a time; the quantized tensors (a fraction
+//! of the input's size) are held until the file is written; unchanged tensors
+//! are copied from the input in chunks while it is.
+//!
+//! Weights holding NaN or ±inf are refused ([`QuantizeError::NonFinite`]): one
+//! of them makes the scale inf or NaN and every code of the tensor garbage.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use dynvram_loader::atomic::AtomicFile;
+use dynvram_loader::{LoadError, SafetensorsFile};
 use regex::Regex;
-use safetensors::View;
 
 use crate::format::{Format, LinearDtype};
 use crate::meta::comfy_quant_json;
 use crate::reference::{Rotation, f32_to_e4m3fn, is_power_of_four, pack_int4, rotate};
-use crate::tensors::{Dtype, SafeFile, TensorList, f32_bytes, floats_to_f32};
+use crate::safetensors_out::{self, OutTensor, Source, WriteFault};
+use crate::tensors::{Dtype, f32_bytes, floats_to_f32};
 
 /// Errors of the quantizer; each names the file or layer concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum QuantizeError {
-    /// Reading, writing or renaming a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The input is not a readable safetensors file, or the output could not be serialized.
+    /// The output's header could not be serialized.
     #[error("{path}: {message}")]
     Safetensors {
         /// The file.
@@ -53,6 +54,29 @@ pub enum QuantizeError {
     /// Input and output are the same file.
     #[error("output {0} is the input file")]
     SameFile(PathBuf),
+    /// Reading the input or writing the output failed (the loader's error
+    /// names the file, the tensor and the sizes).
+    #[error(transparent)]
+    File(#[from] LoadError),
+    /// A weight holds NaN or ±inf (refused unless `allow_nonfinite`).
+    #[error(
+        "{}: tensor `{tensor}` has {value} at element {index} (row {row}, column {column}); its scale would be inf or NaN (allow non-finite weights to quantize it anyway)",
+        path.display()
+    )]
+    NonFinite {
+        /// The input file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The first bad element, flat index.
+        index: usize,
+        /// Its row.
+        row: usize,
+        /// Its column.
+        column: usize,
+        /// The value (NaN, inf or -inf).
+        value: f32,
+    },
 }
 
 /// The format to write.
@@ -98,6 +122,8 @@ pub struct QuantizeOptions {
     pub only: Option<Regex>,
     /// Leave layers matching this as they are.
     pub skip: Option<Regex>,
+    /// Quantize weights holding NaN or ±inf instead of refusing them.
+    pub allow_nonfinite: bool,
 }
 
 impl QuantizeOptions {
@@ -122,6 +148,7 @@ impl QuantizeOptions {
             target,
             only: compile("only", only)?,
             skip: compile("skip", skip)?,
+            allow_nonfinite: false,
         })
     }
 }
@@ -195,28 +222,6 @@ pub fn quantize_float8_e4m3fn_weight(w: &[f32]) -> (Vec<u8>, f32) {
     )
 }
 
-/// A tensor to write: borrowed from the input or newly made.
-struct OutTensor<'a> {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    data: Cow<'a, [u8]>,
-}
-
-impl View for &OutTensor<'_> {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
-    }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
-}
-
 /// Why a candidate layer does not fit the target, if it does not.
 fn misfit(target: TargetFormat, n: usize, k: usize) -> Option<String> {
     if n == 0 || k == 0 {
@@ -243,71 +248,36 @@ fn quantize_layer(
     w: &[f32],
     n: usize,
     k: usize,
-) -> Vec<(&'static str, OutTensor<'static>)> {
+) -> Vec<(&'static str, OutTensor)> {
     let (wt, st) = match target {
         TargetFormat::ConvrotW4a4 { group, .. } => {
             // `misfit` has checked k % group == 0, so the rotation cannot fail.
             let (packed, scales) = quantize_convrot_w4a4_weight(w, k, group).unwrap_or_default();
             (
-                OutTensor {
-                    dtype: Dtype::I8,
-                    shape: vec![n, k / 2],
-                    data: Cow::Owned(packed),
-                },
-                OutTensor {
-                    dtype: Dtype::F32,
-                    shape: vec![n],
-                    data: Cow::Owned(f32_bytes(&scales)),
-                },
+                OutTensor::owned(Dtype::I8, vec![n, k / 2], packed),
+                OutTensor::owned(Dtype::F32, vec![n], f32_bytes(&scales)),
             )
         }
         TargetFormat::Int8Tensorwise => {
             let (q, s) = quantize_int8_tensorwise_weight(w);
             (
-                OutTensor {
-                    dtype: Dtype::I8,
-                    shape: vec![n, k],
-                    data: Cow::Owned(q.iter().map(|&v| v as u8).collect()),
-                },
-                OutTensor {
-                    dtype: Dtype::F32,
-                    shape: vec![],
-                    data: Cow::Owned(s.to_le_bytes().to_vec()),
-                },
+                OutTensor::owned(Dtype::I8, vec![n, k], q.iter().map(|&v| v as u8).collect()),
+                OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec()),
             )
         }
         TargetFormat::Float8E4m3fn => {
             let (q, s) = quantize_float8_e4m3fn_weight(w);
             (
-                OutTensor {
-                    dtype: Dtype::F8_E4M3,
-                    shape: vec![n, k],
-                    data: Cow::Owned(q),
-                },
-                OutTensor {
-                    dtype: Dtype::F32,
-                    shape: vec![],
-                    data: Cow::Owned(s.to_le_bytes().to_vec()),
-                },
+                OutTensor::owned(Dtype::F8_E4M3, vec![n, k], q),
+                OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec()),
             )
         }
     };
     let json = comfy_quant_json(target.format())
         .unwrap_or_default()
         .into_bytes();
-    let jt = OutTensor {
-        dtype: Dtype::U8,
-        shape: vec![json.len()],
-        data: Cow::Owned(json),
-    };
+    let jt = OutTensor::owned(Dtype::U8, vec![json.len()], json);
     vec![("weight", wt), ("weight_scale", st), ("comfy_quant", jt)]
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QuantizeError + '_ {
-    move |source| QuantizeError::Io {
-        path: path.to_owned(),
-        source,
-    }
 }
 
 /// Quantizes `input` into `output` (see the module docs). `progress(done, total, layer)`
@@ -331,40 +301,35 @@ pub fn quantize_file(
     {
         return Err(QuantizeError::SameFile(output.to_owned()));
     }
-    let f = std::fs::File::open(input).map_err(io(input))?;
-    // SAFETY: the map is read-only and lives only inside this call; the file is the
-    // user's input, which we do not modify. A concurrent writer truncating it could
-    // fault the process, which is the accepted contract of every mmap-based loader.
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(io(input))?;
-    let file = SafeFile::parse(&map).map_err(|e| QuantizeError::Safetensors {
-        path: input.to_owned(),
-        message: e.to_string(),
-    })?;
+    let file = SafetensorsFile::open(input)?;
+    // Created up front: an output that cannot be written is refused before
+    // the work, and an interrupted run has a temp file the signal handler removes.
+    let mut dst = AtomicFile::create(output)?;
     let mut report = QuantizeReport {
-        bytes_in: map.len() as u64,
+        bytes_in: file.len(),
         ..Default::default()
     };
 
-    let mut names = file.names();
-    names.sort();
-    let candidates: Vec<(String, Dtype, usize, usize)> = names
+    let mut infos: Vec<_> = file.tensors().iter().collect();
+    infos.sort_by(|a, b| a.name.cmp(&b.name));
+    let candidates: Vec<(String, Dtype, usize, usize)> = infos
         .iter()
-        .filter_map(|name| {
-            let layer = name.strip_suffix(".weight")?;
-            let (dtype, shape) = file.dtype_shape(name)?;
-            let float = matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16);
-            (float && shape.len() == 2).then(|| (layer.to_owned(), dtype, shape[0], shape[1]))
+        .filter_map(|t| {
+            let layer = t.name.strip_suffix(".weight")?;
+            let float = matches!(t.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16);
+            (float && t.shape.len() == 2)
+                .then(|| (layer.to_owned(), t.dtype, t.shape[0], t.shape[1]))
         })
         .collect();
 
-    let mut out: HashMap<String, OutTensor<'_>> = HashMap::new();
+    let mut out: BTreeMap<String, OutTensor> = BTreeMap::new();
     let total = candidates.len();
     for (i, (layer, dtype, n, k)) in candidates.iter().enumerate() {
         let selected = opts.only.as_ref().is_none_or(|r| r.is_match(layer))
             && !opts.skip.as_ref().is_some_and(|r| r.is_match(layer));
         let reason = if !selected {
             Some("not selected by --only/--skip".to_owned())
-        } else if file.dtype_shape(&format!("{layer}.comfy_quant")).is_some() {
+        } else if file.get(&format!("{layer}.comfy_quant")).is_some() {
             Some("already has comfy_quant".to_owned())
         } else {
             misfit(opts.target, *n, *k)
@@ -378,8 +343,7 @@ pub fn quantize_file(
                 });
             }
             None => {
-                let bytes = file.data(&format!("{layer}.weight")).unwrap_or_default();
-                let w = floats_to_f32(*dtype, bytes).unwrap_or_default();
+                let w = read_weight(&file, &format!("{layer}.weight"), *dtype, *k, opts)?;
                 for (suffix, t) in quantize_layer(opts.target, &w, *n, *k) {
                     out.insert(format!("{layer}.{suffix}"), t);
                 }
@@ -388,28 +352,35 @@ pub fn quantize_file(
         }
         progress(i + 1, total, layer);
     }
-    for name in &names {
-        if out.contains_key(name) {
-            continue;
+    for t in infos {
+        if !out.contains_key(&t.name) {
+            out.insert(
+                t.name.clone(),
+                OutTensor {
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    len: t.len() as usize,
+                    source: Source::Input,
+                },
+            );
+            report.copied += 1;
         }
-        let view = file
-            .tensors()
-            .tensor(name)
-            .map_err(|e| QuantizeError::Safetensors {
-                path: input.to_owned(),
-                message: e.to_string(),
-            })?;
-        out.insert(
-            name.clone(),
-            OutTensor {
-                dtype: view.dtype(),
-                shape: view.shape().to_vec(),
-                data: Cow::Borrowed(view.data()),
-            },
-        );
-        report.copied += 1;
     }
-    report.bytes_out = write_atomic(output, &out, file.header_metadata().cloned())?;
+    let metadata = (!file.metadata().is_empty()).then(|| {
+        file.metadata()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    });
+    safetensors_out::write(&mut dst, &file, &out, metadata).map_err(|fault| match fault {
+        WriteFault::Output(e) => QuantizeError::File(dst.error(e)),
+        WriteFault::Input(e) => QuantizeError::File(e),
+        WriteFault::Header(e) => QuantizeError::Safetensors {
+            path: output.to_owned(),
+            message: e.to_string(),
+        },
+    })?;
+    report.bytes_out = dst.commit()?;
     tracing::info!(
         quantized = report.quantized.len(),
         skipped = report.skipped.len(),
@@ -418,52 +389,30 @@ pub fn quantize_file(
     Ok(report)
 }
 
-/// Writes the tensors to a temp file next to `output`, fsyncs it and renames it into
-/// place; the temp file is removed on any error. Returns the size written.
-fn write_atomic(
-    output: &Path,
-    tensors: &HashMap<String, OutTensor<'_>>,
-    metadata: Option<HashMap<String, String>>,
-) -> Result<u64, QuantizeError> {
-    let dir = output
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let base = output
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{base}.tmp-{}", std::process::id()));
-    let result = (|| {
-        safetensors::serialize_to_file(
-            tensors.iter().map(|(k, v)| (k.as_str(), v)),
-            metadata,
-            &tmp,
-        )
-        .map_err(|e| QuantizeError::Safetensors {
-            path: tmp.clone(),
-            message: e.to_string(),
-        })?;
-        let f = std::fs::File::open(&tmp).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        let len = f.metadata().map_err(io(&tmp))?.len();
-        // safetensors creates the file owner-only (0600); a model file is
-        // ordinarily readable by everyone, as `cp` would leave it.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
-                .map_err(io(&tmp))?;
-        }
-        std::fs::rename(&tmp, output).map_err(io(output))?;
-        // Make the rename itself durable; not every platform can open a folder.
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(len)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+/// A float weight as `f32`, read with positional reads; refused when it holds
+/// NaN or ±inf unless the options allow it.
+fn read_weight(
+    file: &SafetensorsFile,
+    name: &str,
+    dtype: Dtype,
+    k: usize,
+    opts: &QuantizeOptions,
+) -> Result<Vec<f32>, QuantizeError> {
+    let len = file.tensor(name)?.len();
+    let mut bytes = vec![0u8; len as usize];
+    file.read_into(name, 0..len, &mut bytes)?;
+    let w = floats_to_f32(dtype, &bytes).unwrap_or_default();
+    if !opts.allow_nonfinite
+        && let Some(index) = w.iter().position(|v| !v.is_finite())
+    {
+        return Err(QuantizeError::NonFinite {
+            path: file.path().to_owned(),
+            tensor: name.to_owned(),
+            index,
+            row: index / k.max(1),
+            column: index % k.max(1),
+            value: w[index],
+        });
     }
-    result
+    Ok(w)
 }

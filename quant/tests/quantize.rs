@@ -135,6 +135,7 @@ fn quantized_files_load_back_and_validate() {
             target,
             only: None,
             skip: Some(skip.clone()),
+            allow_nonfinite: false,
         };
         let mut calls = Vec::new();
         let report = quantize_file(&input, &output, &opts, &mut |d, t, l| {
@@ -230,6 +231,7 @@ fn bad_group_size_and_missing_input_are_errors() {
         },
         only: None,
         skip: None,
+        allow_nonfinite: false,
     };
     let e = quantize_file(&input, &out, &opts(128), &mut |_, _, _| {})
         .expect_err("128 is not a power of 4");
@@ -246,5 +248,120 @@ fn bad_group_size_and_missing_input_are_errors() {
     let e =
         quantize_file(&input, &out, &opts(256), &mut |_, _, _| {}).expect_err("not safetensors");
     assert!(e.to_string().contains("model.safetensors"), "{e}");
+    assert!(!out.exists());
+}
+
+fn int8_options() -> QuantizeOptions {
+    QuantizeOptions::new(TargetFormat::Int8Tensorwise, None, None).expect("options")
+}
+
+/// Names in `dir` that look like temp files (the atomic writer's `.NAME.tmp-…`).
+fn temp_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect()
+}
+
+/// The input shrinks while the quantizer runs (here: right after its first
+/// layer): an error naming the file and a tensor, never SIGBUS (the input was
+/// memory-mapped, and touching a page past the new end killed the process).
+#[test]
+fn input_truncated_while_quantizing_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("model.safetensors");
+    write_model(&input);
+    let out = dir.path().join("o.safetensors");
+    let len = std::fs::metadata(&input).expect("stat").len();
+    let mut calls = 0;
+    let e = quantize_file(&input, &out, &int8_options(), &mut |_, _, _| {
+        calls += 1;
+        if calls == 1 {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&input)
+                .and_then(|f| f.set_len(len / 4))
+                .expect("truncate");
+        }
+    })
+    .expect_err("the input shrank");
+    let msg = e.to_string();
+    assert!(msg.contains("model.safetensors"), "{msg}");
+    assert!(msg.contains("tensor"), "{msg}");
+    assert!(!out.exists());
+    assert_eq!(temp_files(dir.path()), Vec::<String>::new());
+}
+
+/// NaN or ±inf in a weight: refused with the tensor and the first bad index;
+/// `allow_nonfinite` quantizes it anyway.
+#[test]
+fn non_finite_weights_are_refused_with_tensor_and_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("model.safetensors");
+    let out = dir.path().join("o.safetensors");
+    for (bad, index) in [
+        (f32::NAN, 37usize),
+        (f32::INFINITY, 0),
+        (f32::NEG_INFINITY, 1023),
+    ] {
+        let mut w = vec![0.5f32; 4 * 256];
+        w[index] = bad;
+        w[1023.min(index + 5)] = f32::NAN;
+        let bytes = f32_bytes(&w);
+        let view =
+            safetensors::tensor::TensorView::new(Dtype::F32, vec![4, 256], &bytes).expect("view");
+        safetensors::serialize_to_file([("l.weight", view)], None, &input).expect("write");
+        let e = quantize_file(&input, &out, &int8_options(), &mut |_, _, _| {})
+            .expect_err("non-finite weight");
+        let msg = e.to_string();
+        assert!(msg.contains("l.weight"), "{msg}");
+        assert!(msg.contains(&format!("element {index} ")), "{msg}");
+        assert!(!out.exists());
+        let mut opts = int8_options();
+        opts.allow_nonfinite = true;
+        quantize_file(&input, &out, &opts, &mut |_, _, _| {}).expect("allowed");
+        std::fs::remove_file(&out).expect("rm");
+    }
+}
+
+/// Unchanged tensors are copied through, and the header metadata kept.
+#[test]
+fn copied_tensors_and_metadata_survive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("model.safetensors");
+    let data = write_model(&input);
+    let out = dir.path().join("o.safetensors");
+    let report = quantize_file(&input, &out, &int8_options(), &mut |_, _, _| {}).expect("q");
+    assert!(report.copied >= 2, "{report:?}");
+    let bytes = std::fs::read(&out).expect("read");
+    let file = SafeFile::parse(&bytes).expect("parse");
+    assert_eq!(
+        file.header_metadata()
+            .and_then(|m| m.get("hello"))
+            .map(String::as_str),
+        Some("world")
+    );
+    for name in ["a.bias", "norm.weight"] {
+        assert_eq!(f32s(file.data(name).expect(name)), data[name], "{name}");
+    }
+    assert_eq!(report.bytes_out, bytes.len() as u64);
+}
+
+/// A FIFO as the input: refused at once (opening it waited for a writer).
+#[cfg(unix)]
+#[test]
+fn a_fifo_input_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("pipe.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo unavailable");
+        return;
+    }
+    let out = dir.path().join("o.safetensors");
+    let e = quantize_file(&fifo, &out, &int8_options(), &mut |_, _, _| {}).expect_err("fifo");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
     assert!(!out.exists());
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use dynvram_models::llama::synth::SynthDtype;
 use dynvram_models::mlp_stack::{self, Probe, Shape};
 use dynvram_runtime::ops::profile::Profile;
+use dynvram_runtime::planning::{ARENAS, arena_offsets, arena_size};
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};
 use serde::Serialize;
 
@@ -60,7 +61,7 @@ pub struct PassArgs {
     #[command(flatten)]
     adapter: AdapterArgs,
     #[command(flatten)]
-    budget: BudgetArgs,
+    pub(crate) budget: BudgetArgs,
 }
 
 /// One row count's figures.
@@ -109,16 +110,35 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
     let mut usable = 0;
     let mut adapter = String::new();
     let mut copies_on = "";
+    let mut warned = false;
     for &rows in &args.rows {
         let rows = rows.max(1);
         let x = probe.input(rows);
-        // Streamed and upload-only: usable budget = model / ratio.
+        // Streamed and upload-only: usable budget = model / ratio (at least
+        // what streaming needs). Activations are not the model: on top.
         let mut budget = args.budget.config()?;
-        // Activations are not the model: they come on top.
         let scratch = mlp_stack::scratch_bytes(probe.shape(), rows);
-        budget.vram_budget = Some(
-            (model_bytes as f64 / args.ratio) as u64 + scratch + budget.reserve + budget.headroom,
-        );
+        let floor = streaming_floor(&probe, rows)?;
+        if floor >= model_bytes {
+            anyhow::bail!(
+                "{}: {} block(s): the two arenas a streamed pass needs ({}) hold the whole model ({}), so nothing would stream; use a stack of at least 3 blocks (--blocks)",
+                args.file.display(),
+                probe.shape().blocks,
+                size(floor),
+                size(model_bytes)
+            );
+        }
+        let weights_budget = ((model_bytes as f64 / args.ratio) as u64).max(floor);
+        if weights_budget == floor && !warned {
+            tracing::warn!(
+                "--ratio {} leaves less than a streamed pass needs (two arenas of the largest block, {}): the budget is raised to that, 1/{:.1} of the model",
+                args.ratio,
+                size(floor),
+                model_bytes as f64 / floor.max(1) as f64
+            );
+            warned = true;
+        }
+        budget.vram_budget = Some(weights_budget + scratch + budget.reserve + budget.headroom);
         let rt = runtime(&args, budget)?;
         usable = rt.budget_report().usable;
         adapter = format!("{} [{}]", rt.gpu().info.name, rt.gpu().caps.backend);
@@ -237,6 +257,16 @@ fn timed_forward(
         Ok(s)
     })?;
     Ok((t, last.context("no pass ran")?))
+}
+
+/// The least weight budget a streamed pass of the stack can run in: two
+/// arenas, each holding the largest block's weights (scratch aside). A stack
+/// of few blocks has blocks larger than `model / ratio`, and `--ratio`'s
+/// budget alone failed the planner's own check.
+fn streaming_floor(probe: &Probe, rows: usize) -> anyhow::Result<u64> {
+    let (_, weights) = dynvram_runtime::plan_spec(&probe.spec(rows), u64::MAX)?;
+    let (_, largest_block) = arena_offsets(&weights, |_| true);
+    Ok(ARENAS * arena_size(largest_block))
 }
 
 fn runtime(args: &PassArgs, budget: dynvram_memory::BudgetConfig) -> anyhow::Result<Runtime> {

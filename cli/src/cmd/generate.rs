@@ -65,7 +65,7 @@ pub struct Args {
     #[command(flatten)]
     adapter: AdapterArgs,
     #[command(flatten)]
-    budget: BudgetArgs,
+    pub(crate) budget: BudgetArgs,
     /// Activation arithmetic of int4 layers.
     #[arg(long, value_enum, default_value = "auto")]
     linear_dtype: LinearDtypeArg,
@@ -381,9 +381,6 @@ fn write_logits(path: &Path, prompt: &[u32], g: &Generation, vocab: usize) -> an
     .map(|(name, dtype, shape, data)| Ok((name, TensorView::new(dtype, shape, data)?)))
     .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
     let bytes = safetensors::serialize(views, None)?;
-    let tmp = path.with_extension("safetensors.tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    dynvram_loader::atomic::write_file(path, &bytes)?;
     Ok(())
 }

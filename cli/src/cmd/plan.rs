@@ -17,7 +17,7 @@ pub struct Args {
     /// The model file (an MLP stack: `blocks.{i}.mlp.fc1/fc2`).
     model: PathBuf,
     #[command(flatten)]
-    budget: BudgetArgs,
+    pub(crate) budget: BudgetArgs,
     /// Activation rows the run would use (sizes the scratch reserve).
     #[arg(long, default_value_t = 4)]
     rows: usize,

@@ -53,10 +53,14 @@ pub struct Args {
     /// Leave layers whose name matches this regex as they are.
     #[arg(long)]
     pub skip: Option<String>,
+    /// Quantize weights holding NaN or ±inf (refused by default: their
+    /// scale becomes inf or NaN and every code of the tensor garbage).
+    #[arg(long)]
+    pub allow_nonfinite: bool,
 }
 
-/// Runs the subcommand.
-pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+/// The quantizer's options from the flags, checked.
+pub fn options(args: &Args) -> anyhow::Result<QuantizeOptions> {
     let int8 = matches!(args.linear_dtype, LinearDtypeArg::Int8);
     let target = match args.format {
         FormatArg::ConvrotW4a4 => TargetFormat::ConvrotW4a4 {
@@ -75,7 +79,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let opts = QuantizeOptions::new(target, args.only.as_deref(), args.skip.as_deref())?;
+    let mut opts = QuantizeOptions::new(target, args.only.as_deref(), args.skip.as_deref())?;
+    opts.allow_nonfinite = args.allow_nonfinite;
+    Ok(opts)
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let opts = options(&args)?;
     let pb = output::bar(0, "quantize");
     let report = quantize_file(
         &args.input,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use dynvram_loader::atomic::write_file;
 use dynvram_models::mlp_stack::{self, builtin};
 use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig, trace::Trace};
@@ -24,7 +25,7 @@ pub struct Args {
     #[command(flatten)]
     adapter: AdapterArgs,
     #[command(flatten)]
-    budget: BudgetArgs,
+    pub(crate) budget: BudgetArgs,
     /// Activation arithmetic of int4 layers.
     #[arg(long, value_enum, default_value = "auto")]
     linear_dtype: LinearDtypeArg,
@@ -115,12 +116,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     let gpu = result.context("no pass ran")?;
     if let Some(path) = &args.timeline {
-        std::fs::write(path, trace.to_svg())
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_file(path, trace.to_svg().as_bytes())?;
     }
     if let Some(path) = &args.trace {
-        std::fs::write(path, serde_json::to_vec_pretty(&trace.to_chrome_json())?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_file(path, &serde_json::to_vec_pretty(&trace.to_chrome_json())?)?;
     }
     let check = probe.verify(&model, &x, &gpu)?;
     let ok = check.pass;

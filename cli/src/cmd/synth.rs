@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use dynvram_models::llama::MAX_LAYERS;
 use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
 
 use crate::output::{bytes_bar, print_json, size};
@@ -56,19 +57,30 @@ impl From<DtypeArg> for SynthDtype {
     }
 }
 
-/// Runs the subcommand.
-pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+/// The preset's config and the writer's options, the flags checked.
+pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)> {
     let config =
         synth::preset(&args.like).with_context(|| format!("unknown --like {}", args.like))?;
     if !(args.shard_gib.is_finite() && args.shard_gib > 0.0) {
         anyhow::bail!("--shard-gib {} must be a positive number", args.shard_gib);
     }
+    if let Some(n) = args.layers
+        && !(1..=MAX_LAYERS).contains(&n)
+    {
+        anyhow::bail!("--layers {n} must be from 1 to {MAX_LAYERS}");
+    }
     let opts = SynthOptions {
         dtype: args.dtype.into(),
         seed: args.seed,
         layers: args.layers,
-        shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,
+        shard_bytes: (args.shard_gib.min(1e9) * f64::from(1u32 << 30)) as u64,
     };
+    Ok((config, opts))
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let (config, opts) = options(&args)?;
     let pb = bytes_bar(0, "synth");
     let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
         pb.set_length(total);

@@ -127,18 +127,9 @@ impl LlamaConfig {
         let num_attention_heads = usize_key(v, "num_attention_heads")?;
         let num_key_value_heads =
             opt_usize(v, "num_key_value_heads")?.unwrap_or(num_attention_heads);
-        if num_attention_heads == 0
-            || num_key_value_heads == 0
-            || num_attention_heads % num_key_value_heads != 0
-        {
-            return Err(format!(
-                "num_attention_heads {num_attention_heads} must be a non-zero multiple of num_key_value_heads {num_key_value_heads}"
-            ));
-        }
-        let head_dim = opt_usize(v, "head_dim")?.unwrap_or(hidden_size / num_attention_heads);
-        if head_dim == 0 || head_dim % 2 != 0 {
-            return Err(format!("head_dim {head_dim} must be even and non-zero"));
-        }
+        let explicit_head_dim = opt_usize(v, "head_dim")?;
+        let head_dim =
+            explicit_head_dim.unwrap_or(hidden_size.checked_div(num_attention_heads).unwrap_or(0));
         let (rope_theta, rope_scaling) = rope(v, family)?;
         let attention_bias = v
             .get("attention_bias")
@@ -184,11 +175,77 @@ impl LlamaConfig {
                 .find_map(|k| v.get(*k).and_then(Value::as_str))
                 .map(str::to_owned),
         };
-        if config.num_hidden_layers == 0 || config.vocab_size == 0 || config.intermediate_size == 0
-        {
-            return Err("num_hidden_layers, vocab_size and intermediate_size must be > 0".into());
-        }
+        config.check_ranges(explicit_head_dim.is_some())?;
         Ok(config)
+    }
+
+    /// Every range and divisibility rule the forward pass relies on, in one
+    /// place; the message names the field and its value. `head_dim_given`:
+    /// `head_dim` was in the file (else it is `hidden_size / heads`, which
+    /// must divide exactly).
+    fn check_ranges(&self, head_dim_given: bool) -> Result<(), String> {
+        let sizes = [
+            ("hidden_size", self.hidden_size, MAX_WIDTH),
+            ("intermediate_size", self.intermediate_size, MAX_WIDTH),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_WIDTH),
+            ("num_key_value_heads", self.num_key_value_heads, MAX_WIDTH),
+            ("vocab_size", self.vocab_size, MAX_WIDTH),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                MAX_POSITIONS,
+            ),
+        ];
+        for (key, value, max) in sizes {
+            if value == 0 || value > max {
+                return Err(format!("`{key}` is {value}, expected 1 to {max}"));
+            }
+        }
+        let (heads, kv) = (self.num_attention_heads, self.num_key_value_heads);
+        if !heads.is_multiple_of(kv) {
+            return Err(format!(
+                "`num_attention_heads` {heads} is not a multiple of `num_key_value_heads` {kv}"
+            ));
+        }
+        if !head_dim_given && !self.hidden_size.is_multiple_of(heads) {
+            return Err(format!(
+                "`hidden_size` {} is not a multiple of `num_attention_heads` {heads} (and no `head_dim` is given)",
+                self.hidden_size
+            ));
+        }
+        let head_dim = self.head_dim;
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || head_dim > MAX_WIDTH {
+            return Err(format!(
+                "`head_dim` is {head_dim}, expected an even number from 2 to {MAX_WIDTH}"
+            ));
+        }
+        if let Some(w) = self.sliding_window
+            && w == 0
+        {
+            return Err("`sliding_window` is 0, expected at least 1".into());
+        }
+        let eps = self.rms_norm_eps;
+        if !(eps.is_finite() && eps > 0.0) {
+            return Err(format!(
+                "`rms_norm_eps` is {eps}, expected a positive finite number"
+            ));
+        }
+        check_rope_scaling(self.rope_scaling)?;
+        // The last word: theta and the scaling must give a usable table
+        // (a subnormal theta or factor overflows to inf, NaN logits).
+        if let Some((i, f)) = self
+            .inv_freq()
+            .into_iter()
+            .enumerate()
+            .find(|(_, f)| !(f.is_finite() && *f > 0.0))
+        {
+            return Err(format!(
+                "`rope_theta` {} with {:?} gives RoPE frequency {i} = {f}, expected positive finite",
+                self.rope_theta, self.rope_scaling
+            ));
+        }
+        Ok(())
     }
 
     /// Width of the q projection (`heads · head_dim`).
@@ -235,6 +292,49 @@ impl LlamaConfig {
     }
 }
 
+/// Largest width, head count or vocabulary accepted (real models stay far
+/// below; the bound keeps products such as heads × head_dim from overflowing).
+pub const MAX_WIDTH: usize = 1 << 24;
+/// Most decoder layers accepted.
+pub const MAX_LAYERS: usize = 1 << 16;
+/// Largest `max_position_embeddings` accepted.
+pub const MAX_POSITIONS: usize = 1 << 30;
+
+/// RoPE scaling factors: positive and finite, and a Llama 3 blend whose two
+/// wavelength bounds differ (it divides by their difference).
+fn check_rope_scaling(scaling: RopeScaling) -> Result<(), String> {
+    let positive = |key: &str, x: f32| {
+        if x.is_finite() && x > 0.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "rope scaling `{key}` is {x}, expected a positive finite number"
+            ))
+        }
+    };
+    match scaling {
+        RopeScaling::Default => Ok(()),
+        RopeScaling::Linear { factor } => positive("factor", factor),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position,
+        } => {
+            positive("factor", factor)?;
+            positive("low_freq_factor", low_freq_factor)?;
+            positive("high_freq_factor", high_freq_factor)?;
+            positive("original_max_position_embeddings", original_max_position)?;
+            if high_freq_factor <= low_freq_factor {
+                return Err(format!(
+                    "rope scaling `high_freq_factor` {high_freq_factor} must exceed `low_freq_factor` {low_freq_factor}"
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
 fn opt_usize(v: &Value, key: &str) -> Result<Option<usize>, String> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -275,10 +375,11 @@ fn rope(v: &Value, family: Family) -> Result<(f32, RopeScaling), String> {
             _ => 10_000.0,
         });
     // The inverse frequencies are theta^(-2i/d): 0, negative or non-finite
-    // values make NaN tables (NaN logits), never a model.
-    if !(theta.is_finite() && theta > 0.0 && theta <= f64::from(f32::MAX)) {
+    // values make NaN tables (NaN logits), never a model; below 1 the ladder
+    // is upside down and its top overflows f32 for a wide head.
+    if !(theta.is_finite() && (1.0..=f64::from(f32::MAX)).contains(&theta)) {
         return Err(format!(
-            "`rope_theta` is {theta}, expected a positive finite number"
+            "`rope_theta` is {theta}, expected a positive finite number of at least 1"
         ));
     }
     let Some(s) = scaling else {
@@ -311,4 +412,106 @@ fn rope(v: &Value, family: Family) -> Result<(f32, RopeScaling), String> {
         }
     };
     Ok((theta as f32, scaling))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::LlamaConfig;
+
+    fn base() -> Value {
+        json!({
+            "model_type": "llama",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 100,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0
+        })
+    }
+
+    /// Each value out of range is refused with a message naming the field
+    /// and the value (several were accepted and gave NaN logits or a panic).
+    #[test]
+    fn out_of_range_values_name_the_field_and_value() {
+        LlamaConfig::from_json(&base()).expect("the base config is valid");
+        let cases: &[(&str, Value, &str)] = &[
+            ("rms_norm_eps", json!(0.0), "`rms_norm_eps` is 0"),
+            ("rms_norm_eps", json!(-1e-5), "`rms_norm_eps` is -0.00001"),
+            ("rms_norm_eps", json!(1e300), "`rms_norm_eps` is inf"),
+            ("hidden_size", json!(0), "`hidden_size` is 0"),
+            (
+                "hidden_size",
+                json!(66),
+                "`hidden_size` 66 is not a multiple of `num_attention_heads` 4",
+            ),
+            (
+                "num_attention_heads",
+                json!(0),
+                "`num_attention_heads` is 0",
+            ),
+            (
+                "num_key_value_heads",
+                json!(0),
+                "`num_key_value_heads` is 0",
+            ),
+            (
+                "num_key_value_heads",
+                json!(3),
+                "not a multiple of `num_key_value_heads` 3",
+            ),
+            ("intermediate_size", json!(0), "`intermediate_size` is 0"),
+            ("num_hidden_layers", json!(0), "`num_hidden_layers` is 0"),
+            ("vocab_size", json!(0), "`vocab_size` is 0"),
+            (
+                "vocab_size",
+                json!(u64::MAX),
+                "`vocab_size` is 18446744073709551615",
+            ),
+            ("head_dim", json!(7), "`head_dim` is 7"),
+            (
+                "max_position_embeddings",
+                json!(0),
+                "`max_position_embeddings` is 0",
+            ),
+            ("rope_theta", json!(0.0), "`rope_theta` is 0"),
+            ("rope_theta", json!(0.5), "`rope_theta` is 0.5"),
+            (
+                "rope_scaling",
+                json!({"rope_type": "linear", "factor": 1e-40}),
+                "gives RoPE frequency",
+            ),
+            (
+                "rope_scaling",
+                json!({"rope_type": "linear", "factor": 0.0}),
+                "`factor` is 0",
+            ),
+            (
+                "rope_scaling",
+                json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+                "`high_freq_factor` 4 must exceed `low_freq_factor` 4",
+            ),
+        ];
+        for (key, value, want) in cases {
+            let mut v = base();
+            v[*key] = value.clone();
+            let e = LlamaConfig::from_json(&v).expect_err(key);
+            assert!(e.contains(want), "{key} = {value}: {e}");
+        }
+    }
+
+    /// `head_dim` given: `hidden_size` need not divide by the heads.
+    #[test]
+    fn an_explicit_head_dim_lifts_the_divisibility_rule() {
+        let mut v = base();
+        v["hidden_size"] = json!(66);
+        v["head_dim"] = json!(16);
+        let c = LlamaConfig::from_json(&v).expect("head_dim given");
+        assert_eq!((c.head_dim, c.q_width()), (16, 64));
+    }
 }

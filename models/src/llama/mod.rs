@@ -19,7 +19,7 @@ pub mod tokenizer;
 use std::path::PathBuf;
 
 pub use checkpoint::{Checkpoint, Limits, names};
-pub use config::{Family, LlamaConfig, RopeScaling};
+pub use config::{Family, LlamaConfig, MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH, RopeScaling};
 pub use forward::{Forward, ForwardOptions, Llama, LogitRows};
 pub use generate::{Generation, PhaseStats, argmax};
 pub use tokenizer::TextTokenizer;

@@ -12,6 +12,8 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
 use serde_json::{Value, json};
 
+use dynvram_runtime::loader::atomic::AtomicFile;
+
 use super::checkpoint::names;
 use super::{LlamaConfig, LlamaError};
 
@@ -389,31 +391,16 @@ fn split_shards(all: &[SynthTensor], elem: u64, limit: u64) -> Vec<std::ops::Ran
     shards
 }
 
-/// Writes through a temporary file beside `path`, then renames it into place.
+/// Writes `path` through `dynvram_loader::atomic` (temp file beside it,
+/// fsync, rename; removed on error or by the CLI's signal handler).
 fn atomic_write(
     path: &Path,
     body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), LlamaError> {
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("synth")
-    ));
-    let result = (|| {
-        let file = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::with_capacity(8 << 20, file);
-        body(&mut w)?;
-        w.flush()?;
-        w.get_ref().sync_all()?;
-        drop(w);
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        LlamaError::Io {
-            path: path.to_owned(),
-            source,
-        }
-    })
+    let load = |e: dynvram_runtime::loader::LoadError| LlamaError::Runtime(e.into());
+    let mut file = AtomicFile::create(path).map_err(load)?;
+    body(&mut file).map_err(|e| load(file.error(e)))?;
+    file.commit().map(drop).map_err(load)
 }
 
 /// A safetensors file: 8-byte header length, JSON header padded with spaces

@@ -177,14 +177,9 @@ pub fn write(path: &Path) -> std::io::Result<()> {
         "dynvram_builtin".to_owned(),
         format!("{{\"version\": {VERSION}, \"seed\": {SEED}}}"),
     )]);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let result =
-        safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(std::io::Error::other);
-    match result.and_then(|()| std::fs::rename(&tmp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    // The built-in model is a few MiB: serialized in memory, written atomically.
+    let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
+    dynvram_runtime::loader::atomic::write_file(path, &bytes)
+        .map(drop)
+        .map_err(std::io::Error::other)
 }

@@ -73,6 +73,7 @@ pub fn discover(
             "no `blocks.0.mlp.fc1.weight`: not an MLP stack (blocks.{i}.mlp.fc1/fc2)".into(),
         ));
     };
+    check_names(list, layers.len()).map_err(bad)?;
     let shape = Shape {
         blocks: layers.len(),
         hidden: fc1.k,
@@ -93,6 +94,41 @@ pub fn discover(
     }
     Ok((shape, layers))
 }
+
+/// Every tensor belongs to one of the `blocks` blocks found from 0 up, or is
+/// the `input`: a block index past them means a block is missing (blocks 0
+/// and 2 without 1 ran as a one-block model), any other name is not ours.
+fn check_names(list: &dyn TensorList, blocks: usize) -> Result<(), String> {
+    let mut names = list.names();
+    names.sort();
+    for name in &names {
+        if name == INPUT {
+            continue;
+        }
+        let index = name
+            .strip_prefix("blocks.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok());
+        match index {
+            Some(i) if i < blocks => {}
+            Some(i) => {
+                return Err(format!(
+                    "tensor `{name}` is in block {i}, but block {blocks} is missing (no `{}.weight`): blocks must run from 0 without a gap",
+                    layer_names(blocks)[0]
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "unexpected tensor `{name}`: an MLP stack holds `blocks.{{i}}.mlp.fc1/fc2` and optionally `{INPUT}` [rows, hidden]"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The optional input tensor of an MLP-stack file.
+pub const INPUT: &str = "input";
 
 /// The runtime spec of a stack: one block per MLP block, scratch for `rows` rows.
 pub fn model_spec(file: &Path, shape: Shape, rows: usize) -> ModelSpec {
@@ -198,6 +234,8 @@ pub struct Probe {
     files: dynvram_runtime::loader::ModelFiles,
     shape: Shape,
     layers: Vec<[QuantLayer; 2]>,
+    /// The file's `input` tensor, checked.
+    input: Option<Vec<f32>>,
 }
 
 impl Probe {
@@ -205,12 +243,15 @@ impl Probe {
     pub fn open(path: &Path) -> Result<Self, MlpError> {
         let files =
             dynvram_runtime::loader::ModelFiles::from_files([path]).map_err(RuntimeError::from)?;
-        let (shape, layers) = discover(path, &FilesList::new(&files))?;
+        let list = FilesList::new(&files);
+        let (shape, layers) = discover(path, &list)?;
+        let input = read_input(path, &list, shape)?;
         Ok(Self {
             path: path.to_owned(),
             files,
             shape,
             layers,
+            input,
         })
     }
 
@@ -237,24 +278,16 @@ impl Probe {
             .sum()
     }
 
-    fn input_tensor(&self) -> Option<Vec<f32>> {
-        let list = FilesList::new(&self.files);
-        let (dtype, shape) = list.dtype_shape("input")?;
-        if shape.len() != 2 || shape[1] != self.shape.hidden {
-            return None;
-        }
-        quant::tensors::floats_to_f32(dtype, &list.bytes("input")?)
-    }
-
     /// Input rows: the file's `input` tensor's, else `default`.
     pub fn rows(&self, default: usize) -> usize {
-        self.input_tensor()
+        self.input
+            .as_ref()
             .map_or(default, |x| x.len() / self.shape.hidden)
     }
 
     /// The file's `input` tensor, else seeded N(0,1)-like values.
     pub fn input(&self, rows: usize) -> Vec<f32> {
-        self.input_tensor().unwrap_or_else(|| {
+        self.input.clone().unwrap_or_else(|| {
             builtin::random_normal(rows * self.shape.hidden, builtin::INPUT_SEED)
         })
     }
@@ -315,9 +348,42 @@ impl Probe {
             end_to_end_rel: end_rel,
             pass: worst_block.1 <= BLOCK_TOLERANCE
                 && end_rel <= TOLERANCE
-                && gpu.out.iter().all(|v| v.is_finite()),
+                && all_finite(&gpu.out)
+                && gpu.block_outputs.iter().all(|b| all_finite(b))
+                && all_finite(&reference),
         })
     }
+}
+
+/// The file's `input` tensor as `f32`: it must be a float [rows, hidden]
+/// matrix; any other is an error (it was silently replaced by random rows).
+fn read_input(
+    file: &Path,
+    list: &FilesList<'_>,
+    shape: Shape,
+) -> Result<Option<Vec<f32>>, MlpError> {
+    let Some((dtype, dims)) = list.dtype_shape(INPUT) else {
+        return Ok(None);
+    };
+    let bad = |why: String| MlpError::Layout {
+        file: file.to_owned(),
+        why: format!("tensor `{INPUT}` {dtype:?} {dims:?}: {why}"),
+    };
+    if dims.len() != 2 || dims[0] == 0 || dims[1] != shape.hidden {
+        return Err(bad(format!(
+            "expected [rows >= 1, {}] (rows × the stack's hidden width)",
+            shape.hidden
+        )));
+    }
+    let bytes = list
+        .bytes(INPUT)
+        .ok_or_else(|| bad("its bytes could not be read".into()))?;
+    let x = quant::tensors::floats_to_f32(dtype, &bytes)
+        .ok_or_else(|| bad("expected F32, F16 or BF16".into()))?;
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(bad(format!("element {i} is {}", x[i])));
+    }
+    Ok(Some(x))
 }
 
 /// The result of a verification of a GPU pass.
@@ -335,6 +401,10 @@ pub struct Verification {
     pub end_to_end_rel: f32,
     /// Within [`BLOCK_TOLERANCE`] per block and [`TOLERANCE`] end to end.
     pub pass: bool,
+}
+
+fn all_finite(v: &[f32]) -> bool {
+    v.iter().all(|x| x.is_finite())
 }
 
 fn max_abs(v: &[f32]) -> f32 {

@@ -1,0 +1,257 @@
+//! Atomic file writes: every file dynvram writes appears whole or not at all.
+//!
+//! [`AtomicFile`] writes into a temp file beside the target (same folder, so
+//! the rename cannot cross file systems), and [`AtomicFile::commit`] flushes,
+//! fsyncs and renames it into place, then fsyncs the folder. Dropped without a
+//! commit (an error on the way), it removes the temp file.
+//!
+//! Every live temp file is registered here, so a process ended by a signal can
+//! remove them: [`remove_temp_files`] deletes them all and holds the registry
+//! locked from then on, so no new temp file can appear before the process exits.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::error::{LoadError, Result};
+
+/// Temp files now open for writing (removed on commit or drop).
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Distinguishes temp files of one process for the same target.
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether `name` is a temp file name this module makes (`.NAME.tmp-PID-N`).
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
+}
+
+/// A file being written; see the module docs.
+#[derive(Debug)]
+pub struct AtomicFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    out: Option<BufWriter<File>>,
+}
+
+fn io_error<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> LoadError + 'a {
+    move |source| LoadError::Io {
+        path: path.to_owned(),
+        op,
+        source,
+    }
+}
+
+/// The folder `path` is in (`.` for a bare file name).
+fn folder(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+impl AtomicFile {
+    /// Starts writing `path`: creates and registers its temp file.
+    pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        let base = path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or_else(|| LoadError::Io {
+                path: path.clone(),
+                op: "write",
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
+            })?;
+        let tmp = folder(&path).join(format!(
+            ".{base}.tmp-{}-{}",
+            std::process::id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        ));
+        // Created under the lock: once a signal handler has removed the temp
+        // files (and kept the lock), none can be created any more.
+        let mut live = live();
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_error(&path, "create a temp file beside"))?;
+        live.push(tmp.clone());
+        drop(live);
+        tracing::trace!(path = %path.display(), tmp = %tmp.display(), "atomic write started");
+        Ok(Self {
+            path,
+            tmp,
+            out: Some(BufWriter::with_capacity(8 << 20, file)),
+        })
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An error naming the final path, for a failed write through this file.
+    pub fn error(&self, source: io::Error) -> LoadError {
+        io_error(&self.path, "write")(source)
+    }
+
+    /// Flushes, fsyncs and renames the temp file into place (replacing any
+    /// file there), then fsyncs the folder. Returns the bytes written.
+    pub fn commit(mut self) -> Result<u64> {
+        let out = self.out.take().expect("an uncommitted file has its writer");
+        let result = finish(out, &self.tmp, &self.path);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        unregister(&self.tmp);
+        result
+    }
+}
+
+/// Flush, fsync, rename, fsync the folder.
+fn finish(out: BufWriter<File>, tmp: &Path, path: &Path) -> Result<u64> {
+    let file = out
+        .into_inner()
+        .map_err(|e| io_error(path, "write")(e.into_error()))?;
+    file.sync_all().map_err(io_error(path, "fsync"))?;
+    let len = file.metadata().map_err(io_error(path, "stat"))?.len();
+    drop(file);
+    std::fs::rename(tmp, path).map_err(io_error(path, "rename into"))?;
+    // Make the rename itself durable; not every platform can open a folder.
+    if let Ok(d) = File::open(folder(path)) {
+        let _ = d.sync_all();
+    }
+    Ok(len)
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.as_mut().map_or(Ok(0), |w| w.write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self.out.as_mut() {
+            Some(w) => w.write_all(buf),
+            None => Err(io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.as_mut().map_or(Ok(()), BufWriter::flush)
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.out.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+            unregister(&self.tmp);
+        }
+    }
+}
+
+fn unregister(tmp: &Path) {
+    live().retain(|p| p != tmp);
+}
+
+/// Writes `bytes` to `path` atomically.
+pub fn write_file(path: impl AsRef<Path>, bytes: &[u8]) -> Result<u64> {
+    let mut f = AtomicFile::create(path)?;
+    f.write_all(bytes).map_err(|e| f.error(e))?;
+    f.commit()
+}
+
+/// Held by [`remove_temp_files`]: while it lives no temp file can be created.
+#[derive(Debug)]
+pub struct TempFilesRemoved {
+    _live: MutexGuard<'static, Vec<PathBuf>>,
+    /// How many temp files were removed.
+    pub removed: usize,
+}
+
+/// Removes every registered temp file and keeps the registry locked until the
+/// returned guard is dropped (for a signal handler that exits next).
+pub fn remove_temp_files() -> TempFilesRemoved {
+    let mut live = live();
+    let removed = live
+        .drain(..)
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count();
+    TempFilesRemoved {
+        _live: live,
+        removed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The registry is process-wide: these tests take turns.
+    static TURN: Mutex<()> = Mutex::new(());
+
+    fn turn() -> MutexGuard<'static, ()> {
+        TURN.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn temps(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .expect("read dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| is_temp_name(n))
+            .collect()
+    }
+
+    #[test]
+    fn commit_replaces_the_target_and_drop_leaves_nothing() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.json");
+        std::fs::write(&path, b"old").expect("write");
+        let mut f = AtomicFile::create(&path).expect("create");
+        f.write_all(b"half").expect("write");
+        assert_eq!(temps(dir.path()).len(), 1, "the temp file is beside it");
+        assert_eq!(std::fs::read(&path).expect("read"), b"old", "untouched");
+        drop(f);
+        assert_eq!(temps(dir.path()), Vec::<String>::new());
+        assert_eq!(std::fs::read(&path).expect("read"), b"old");
+        assert_eq!(write_file(&path, b"new").expect("write"), 3);
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        assert_eq!(temps(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_failed_rename_names_the_target_and_removes_the_temp_file() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("folder");
+        std::fs::create_dir(&path).expect("mkdir");
+        std::fs::write(path.join("keep"), b"x").expect("write");
+        let e = write_file(&path, b"data").expect_err("rename over a folder");
+        assert!(e.to_string().contains("folder"), "{e}");
+        assert_eq!(temps(dir.path()), Vec::<String>::new());
+        let e = write_file(dir.path().join("no/such/dir/f"), b"x").expect_err("no folder");
+        assert!(e.to_string().contains("no/such/dir/f"), "{e}");
+    }
+
+    #[test]
+    fn remove_temp_files_deletes_live_temp_files() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = AtomicFile::create(dir.path().join("big.bin")).expect("create");
+        f.write_all(&[0; 1024]).expect("write");
+        f.flush().expect("flush");
+        assert_eq!(temps(dir.path()).len(), 1);
+        let removed = remove_temp_files();
+        assert!(removed.removed >= 1);
+        assert_eq!(temps(dir.path()), Vec::<String>::new());
+        drop(removed);
+        drop(f);
+    }
+}

@@ -1,0 +1,90 @@
+//! MLP-stack files that are not what they claim: a gap in the block indices,
+//! a stray tensor, an `input` of the wrong shape. Each is an error naming
+//! the file and what is wrong (they ran as a shorter model, or the input was
+//! silently replaced by random rows). No GPU: `Probe::open` only.
+
+use std::path::Path;
+
+use dynvram_models::mlp_stack::Probe;
+use dynvram_runtime::quant::tensors::{Dtype, f32_bytes};
+use safetensors::tensor::TensorView;
+
+const HIDDEN: usize = 8;
+const FFN: usize = 16;
+
+/// Writes blocks `blocks` (fc1 [FFN, HIDDEN], fc2 [HIDDEN, FFN]) plus `extra`.
+fn write(path: &Path, blocks: &[usize], extra: &[(&str, Vec<usize>)]) {
+    let mut tensors: Vec<(String, Vec<usize>)> = Vec::new();
+    for i in blocks {
+        tensors.push((format!("blocks.{i}.mlp.fc1.weight"), vec![FFN, HIDDEN]));
+        tensors.push((format!("blocks.{i}.mlp.fc2.weight"), vec![HIDDEN, FFN]));
+    }
+    tensors.extend(extra.iter().map(|(n, s)| (n.to_string(), s.clone())));
+    let data: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(n, s)| {
+            let mut v = vec![0.25; s.iter().product()];
+            if n == "input" && v.len() > 5 && s.first() == Some(&5) {
+                v[5] = f32::NAN;
+            }
+            f32_bytes(&v)
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .zip(&data)
+        .map(|((n, s), d)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), d).expect("view"),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).expect("write");
+}
+
+fn open_err(path: &Path) -> String {
+    Probe::open(path).expect_err("refused").to_string()
+}
+
+#[test]
+fn a_gap_in_the_block_indices_names_the_missing_block() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("gap.safetensors");
+    write(&path, &[0, 2], &[]);
+    let e = open_err(&path);
+    assert!(e.contains("gap.safetensors"), "{e}");
+    assert!(e.contains("block 1 is missing"), "{e}");
+    assert!(e.contains("blocks.2."), "{e}");
+    write(&path, &[0, 1], &[]);
+    assert_eq!(Probe::open(&path).expect("contiguous").shape().blocks, 2);
+}
+
+#[test]
+fn a_stray_tensor_or_a_misshapen_input_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stack.safetensors");
+    write(&path, &[0], &[("inputs", vec![2, HIDDEN])]);
+    let e = open_err(&path);
+    assert!(e.contains("unexpected tensor `inputs`"), "{e}");
+    for shape in [vec![2, HIDDEN + 1], vec![2 * HIDDEN], vec![0, HIDDEN]] {
+        write(&path, &[0], &[("input", shape.clone())]);
+        let e = open_err(&path);
+        assert!(
+            e.contains("stack.safetensors") && e.contains("tensor `input`"),
+            "{shape:?}: {e}"
+        );
+        assert!(e.contains(&format!("{HIDDEN}]")), "{e}");
+    }
+    // Five rows: the helper puts a NaN at element 5.
+    write(&path, &[0], &[("input", vec![5, HIDDEN])]);
+    let e = open_err(&path);
+    assert!(
+        e.contains("tensor `input`") && e.contains("element 5 is NaN"),
+        "{e}"
+    );
+    write(&path, &[0], &[("input", vec![3, HIDDEN])]);
+    let probe = Probe::open(&path).expect("a good input");
+    assert_eq!(probe.rows(4), 3);
+    assert_eq!(probe.input(3), vec![0.25; 3 * HIDDEN]);
+}
