@@ -6,9 +6,12 @@
 //   xs += delta (rounded to `act`, stored)
 //   h = act(w · (xs · 1/sqrt(mean(xs²) + eps)))   (stored: other readers)
 //   y = rotate(h) (f32, stored), then h's scale and codes from y.
-// Every value equals the two launches' bit for bit: the sums of squares run
-// in norm.wgsl's order when WGS is the norm's workgroup size (the host
-// checks), the rotation and codes in linear_rotate_quant.wgsl's.
+// The same arithmetic in the same order as the two launches: the sums of
+// squares in norm.wgsl's order when WGS is the norm's workgroup size (the
+// host checks), the rotation and codes as linear_rotate_quant.wgsl makes
+// them. With f32 activations every value is the same bit for bit; with f16,
+// NVIDIA's and Mesa 26's compilers round some norm outputs of the two
+// kernels one ulp apart (tested to that bound).
 
 // The group size: a power of 4 dividing K; 1 (no stage) for unrotated layers.
 override G: u32 = 256u;
