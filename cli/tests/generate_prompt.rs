@@ -188,3 +188,35 @@ fn profile_lists_every_launch_of_a_step() {
         "{text}"
     );
 }
+
+/// A Llama 3-shaped checkpoint (vocabulary 128 256, GQA, theta 500 000 and
+/// llama3 RoPE scaling) generates: the lm_head's 128 256 rows pass the
+/// linear's index checks, and the scaled RoPE table is finite.
+#[test]
+fn llama3_vocabulary_and_rope_scaling_generate() {
+    let test = "llama3_vocabulary_and_rope_scaling_generate";
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let out = dynvram()
+        .args(["synth", "--like", "llama3-tiny"])
+        .arg(dir)
+        .output()
+        .expect("synth");
+    assert!(
+        out.status.success(),
+        "synth failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config"))
+            .expect("config json");
+    assert_eq!(config["vocab_size"], 128_256);
+    assert_eq!(config["rope_parameters"]["rope_type"], "llama3");
+    let Some(out) = generate(test, dir, &["--json", "--prompt-ids", "1,128000,128255,7"]) else {
+        return;
+    };
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    let tokens: Vec<u32> = serde_json::from_value(report["tokens"].clone()).expect("tokens");
+    assert_eq!(tokens.len(), 5);
+    assert!(tokens.iter().all(|&t| t < 128_256), "{tokens:?}");
+}

@@ -18,7 +18,15 @@ use super::checkpoint::names;
 use super::{LlamaConfig, LlamaError};
 
 /// Names accepted by [`preset`].
-pub const PRESETS: [&str; 5] = ["tiny", "llama-7b", "llama-13b", "qwen2-7b", "qwen2-0.5b"];
+pub const PRESETS: [&str; 7] = [
+    "tiny",
+    "llama3-tiny",
+    "llama-7b",
+    "llama-13b",
+    "llama3-8b",
+    "qwen2-7b",
+    "qwen2-0.5b",
+];
 
 /// Values generated per chunk (bounds memory for the largest tensors).
 const CHUNK: usize = 1 << 20;
@@ -28,6 +36,15 @@ pub fn preset(name: &str) -> Option<Value> {
     // (model_type, hidden, intermediate, layers, heads, kv heads, vocab, theta, eps, max_pos, tied)
     let (model_type, h, i, l, nh, nkv, v, theta, eps, max_pos, tied) = match name {
         "tiny" => ("llama", 256, 704, 4, 8, 2, 1024, 10_000.0, 1e-5, 512, false),
+        // Llama 3's vocabulary and RoPE (theta 500 000, llama3 scaling) on
+        // tiny layers: what a real Llama 3 checkpoint asks of the kernels
+        // beyond the shapes.
+        "llama3-tiny" => (
+            "llama", 256, 704, 2, 8, 2, 128_256, 500_000.0, 1e-5, 131_072, false,
+        ),
+        "llama3-8b" => (
+            "llama", 4096, 14336, 32, 32, 8, 128_256, 500_000.0, 1e-5, 131_072, false,
+        ),
         "llama-7b" => (
             "llama", 4096, 11008, 32, 32, 32, 32000, 10_000.0, 1e-5, 4096, false,
         ),
@@ -62,6 +79,14 @@ pub fn preset(name: &str) -> Option<Value> {
         ),
         _ => return None,
     };
+    // Llama 3.1's scaling of the frequencies past its 8192-token training.
+    let rope = if name.starts_with("llama3") {
+        json!({"rope_theta": theta, "rope_type": "llama3", "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192})
+    } else {
+        json!({"rope_theta": theta, "rope_type": "default"})
+    };
     let arch = if model_type == "qwen2" {
         "Qwen2ForCausalLM"
     } else {
@@ -80,7 +105,7 @@ pub fn preset(name: &str) -> Option<Value> {
         "vocab_size": v,
         "rms_norm_eps": eps,
         "max_position_embeddings": max_pos,
-        "rope_parameters": {"rope_theta": theta, "rope_type": "default"},
+        "rope_parameters": rope,
         "tie_word_embeddings": tied,
         "attention_bias": false,
         "mlp_bias": false,
