@@ -308,6 +308,15 @@ fn print_text(r: &Report) {
         r.decode_tokens_per_second,
         size(r.streamed_bytes_per_token)
     );
+    if r.decode.passes > 0 {
+        let per = |s: f64| s * 1e3 / r.decode.passes as f64;
+        println!(
+            "           per token: CPU recording {:.2} ms, submitting {:.2} ms, waiting for the GPU {:.2} ms",
+            per(r.decode.record_seconds),
+            per(r.decode.submit_seconds),
+            per(r.decode.wait_seconds)
+        );
+    }
     println!(
         "budget     {} usable of {} ({}), reserve {}, headroom {}",
         size(b.usable),

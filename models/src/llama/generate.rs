@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use dynvram_runtime::{Model, Runtime};
+use dynvram_runtime::{Model, PassStats, Runtime};
 use serde::Serialize;
 
 use super::LlamaError;
@@ -20,6 +20,13 @@ pub struct PhaseStats {
     pub seconds: f64,
     /// Weight bytes streamed to the GPU.
     pub streamed_bytes: u64,
+    /// CPU seconds recording the passes' kernels.
+    pub record_seconds: f64,
+    /// CPU seconds staging weights and submitting (wgpu encodes the
+    /// recorded commands here).
+    pub submit_seconds: f64,
+    /// Seconds waiting for the GPU at the passes' ends.
+    pub wait_seconds: f64,
 }
 
 impl PhaseStats {
@@ -37,11 +44,14 @@ impl PhaseStats {
         self.streamed_bytes / self.passes.max(1) as u64
     }
 
-    fn add(&mut self, tokens: usize, seconds: f64, streamed: u64) {
+    fn add(&mut self, tokens: usize, seconds: f64, pass: &PassStats) {
         self.tokens += tokens;
         self.passes += 1;
         self.seconds += seconds;
-        self.streamed_bytes += streamed;
+        self.streamed_bytes += pass.streamed_bytes;
+        self.record_seconds += pass.record_seconds;
+        self.submit_seconds += pass.submit_seconds;
+        self.wait_seconds += pass.wait_seconds;
     }
 }
 
@@ -109,11 +119,8 @@ impl Llama {
                 ..ForwardOptions::default()
             },
         )?;
-        g.prefill.add(
-            prompt.len(),
-            start.elapsed().as_secs_f64(),
-            f.stats.streamed_bytes,
-        );
+        g.prefill
+            .add(prompt.len(), start.elapsed().as_secs_f64(), &f.stats);
         let last = f.logits[(f.rows - 1) * vocab..].to_vec();
         if keep_prompt_logits {
             g.prompt_logits = Some(f.logits);
@@ -139,8 +146,7 @@ impl Llama {
                     ..ForwardOptions::default()
                 },
             )?;
-            g.decode
-                .add(1, start.elapsed().as_secs_f64(), f.stats.streamed_bytes);
+            g.decode.add(1, start.elapsed().as_secs_f64(), &f.stats);
             logits = f.logits;
             pos += 1;
         }
