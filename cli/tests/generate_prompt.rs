@@ -18,8 +18,15 @@ fn dynvram() -> Command {
 
 /// A 2-layer `tiny` checkpoint (vocab 1024) with its tokenizer.json.
 fn synth_tiny(dir: &Path) {
+    synth(dir, &["--like", "tiny", "--layers", "2", "--tokenizer"]);
+    assert!(dir.join("tokenizer.json").is_file());
+}
+
+/// `dynvram synth DIR ARGS`, which must succeed.
+fn synth(dir: &Path, args: &[&str]) {
     let out = dynvram()
-        .args(["synth", "--like", "tiny", "--layers", "2", "--tokenizer"])
+        .arg("synth")
+        .args(args)
         .arg(dir)
         .output()
         .expect("synth");
@@ -28,7 +35,6 @@ fn synth_tiny(dir: &Path) {
         "synth failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(dir.join("tokenizer.json").is_file());
 }
 
 /// Runs `generate` with `args`; None (and a `skipped:` line) without a GPU adapter.
@@ -197,16 +203,7 @@ fn llama3_vocabulary_and_rope_scaling_generate() {
     let test = "llama3_vocabulary_and_rope_scaling_generate";
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let out = dynvram()
-        .args(["synth", "--like", "llama3-tiny"])
-        .arg(dir)
-        .output()
-        .expect("synth");
-    assert!(
-        out.status.success(),
-        "synth failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    synth(dir, &["--like", "llama3-tiny"]);
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config"))
             .expect("config json");
