@@ -8,7 +8,7 @@
 //! - [`PinnedBuffer`]: registered pins, copied to the GPU with no CPU copy.
 //! - [`hostmem`]: buffers guaranteed to be host RAM (`VK_EXT_external_memory_host`).
 //! - [`atomic`]: every file dynvram writes, through a temp file and a rename.
-//! - [`bench`]: the measurements behind `dynvram bench upload`.
+//! - [`bench`](mod@bench): the measurements behind `dynvram bench upload`.
 
 pub mod atomic;
 pub mod bench;

@@ -5,7 +5,7 @@
 //! submits.
 //!
 //! Owns: the wgpu device and error capture ([`gpu`]), GPU ops ([`ops`]),
-//! models and their residency ([`Model`]), passes with prefetch ([`Pass`]),
+//! models and their residency ([`Model`]), passes with prefetch (`Model::run_pass`, [`PassStats`]),
 //! accounting. Knows nothing of model architectures.
 
 mod accounting;

@@ -137,7 +137,7 @@ fn tokenizer_error(path: &Path, why: impl ToString) -> LlamaError {
 
 /// A byte-level BPE tokenizer (GPT-2 / Llama 3 / Qwen2 style) of exactly
 /// `vocab_size` tokens: [`SYNTH_SPECIALS`] at 0–2, the 256 byte symbols,
-/// then merges spelling every string over [`SYNTH_ALPHABET`] of length 2,
+/// then merges spelling every string over `SYNTH_ALPHABET` of length 2,
 /// 3, … in order until the vocabulary is full. Every text round-trips; a
 /// `<s>` is prepended on encode, as Llama's tokenizers do.
 pub fn synthetic(vocab_size: usize) -> Result<Tokenizer, String> {

@@ -1,5 +1,5 @@
 //! The one dispatch path: every kernel launch of every op goes through
-//! [`launch`].
+//! `launch`.
 //!
 //! Per launch on the hot path: a pipeline lookup, a bind-group lookup and
 //! the commands, in the encoder's open compute pass ([`Encoder`]). Params travel as immediates (push constants), so a
