@@ -33,11 +33,7 @@ fn record_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
-    let (bias, delta) = match extra {
-        Extra::None => (None, None),
-        Extra::Bias(b) => (b, None),
-        Extra::Add(d) => (None, Some(d)),
-    };
+    let (bias, delta) = extra.operands();
     let (rows, cols) = check_norm(op, x, weight, extra, out, eps)?;
     let _span = tracing::trace_span!("record", op, rows, cols).entered();
     let mut bindings = vec![(2, weight.binding()), (4, out.binding())];
@@ -87,11 +83,7 @@ pub(crate) fn check_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(u64, u64), GpuError> {
-    let (bias, delta) = match extra {
-        Extra::None => (None, None),
-        Extra::Bias(b) => (b, None),
-        Extra::Add(d) => (None, Some(d)),
-    };
+    let (bias, delta) = extra.operands();
     let (rows, cols) = rows_cols(op, "x", x)?;
     expect_dtype(op, "x", x, x.dtype)?;
     expect_shape(op, "weight", weight, &[cols], ActDtype::F32)?;
@@ -191,6 +183,17 @@ pub(crate) enum Extra<'a> {
     Bias(Option<&'a GpuTensor>),
     /// add_rms_norm's addend.
     Add(&'a GpuTensor),
+}
+
+impl<'a> Extra<'a> {
+    /// `(bias, delta)`.
+    fn operands(self) -> (Option<&'a GpuTensor>, Option<&'a GpuTensor>) {
+        match self {
+            Extra::None => (None, None),
+            Extra::Bias(b) => (b, None),
+            Extra::Add(d) => (None, Some(d)),
+        }
+    }
 }
 
 /// Records `out = (x − mean) · 1/√(var + eps) · weight (+ bias)` per row
