@@ -34,9 +34,10 @@ struct Params {
 }
 
 var<immediate> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<act>;
-@group(0) @binding(2) var<storage, read> k: array<act>;
-@group(0) @binding(3) var<storage, read> v: array<act>;
+// Read four values at a time (HD and every row stride are multiples of 4).
+@group(0) @binding(1) var<storage, read> q: array<vec4<act>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<act>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<act>>;
 @group(0) @binding(4) var<storage, read_write> out: array<act>;
 
 override SG: u32 = 32u;
@@ -63,29 +64,24 @@ var<workgroup> s_sh: array<f32, BR * BC>;
 var<workgroup> p_sh: array<f16, BR * PP>;
 var<workgroup> o_sh: array<f32, BR * HD>;
 
-// Stages rows j0.. of head column `col` of `src` (k or v) into kv_sh,
-// zero past the valid keys (so 0 * garbage never makes a NaN).
-fn stage_k(lid: u32, row0: u32, j0: u32, col: u32, stride: u32) {
-    for (var e = lid; e < BC * HD; e += SG * NSG) {
-        let j = e / HD;
-        let d = e % HD;
-        var x = 0.0h;
+// Stages rows j0.. of head column `col` of k (`values` false) or v into
+// kv_sh, zero past the valid keys (so 0 * garbage never makes a NaN).
+fn stage_kv(lid: u32, values: bool, row0: u32, j0: u32, col: u32, stride: u32) {
+    for (var e = lid; e < BC * HD / 4u; e += SG * NSG) {
+        let j = e / (HD / 4u);
+        let d = 4u * (e % (HD / 4u));
+        var x = vec4<f16>();
         if j0 + j < params.kv_len {
-            x = f16(k[(row0 + j0 + j) * stride + col + d]);
+            let at = ((row0 + j0 + j) * stride + col + d) / 4u;
+            if values {
+                x = vec4<f16>(v[at]);
+            } else {
+                x = vec4<f16>(k[at]);
+            }
         }
-        kv_sh[j * QP + d] = x;
-    }
-}
-
-fn stage_v(lid: u32, row0: u32, j0: u32, col: u32, stride: u32) {
-    for (var e = lid; e < BC * HD; e += SG * NSG) {
-        let j = e / HD;
-        let d = e % HD;
-        var x = 0.0h;
-        if j0 + j < params.kv_len {
-            x = f16(v[(row0 + j0 + j) * stride + col + d]);
+        for (var i = 0u; i < 4u; i++) {
+            kv_sh[j * QP + d + i] = x[i];
         }
-        kv_sh[j * QP + d] = x;
     }
 }
 
@@ -141,22 +137,24 @@ fn main(
         block_keys = min(params.kv_len, params.pos0 + min(params.sq, r0 + BR));
     }
 
-    for (var e = lid; e < BR * HD; e += SG * NSG) {
-        let rr = e / HD;
-        let d = e % HD;
-        var x = 0.0h;
+    for (var e = lid; e < BR * HD / 4u; e += SG * NSG) {
+        let rr = e / (HD / 4u);
+        let d = 4u * (e % (HD / 4u));
+        var x = vec4<f16>();
         if r0 + rr < params.sq {
-            x = f16(q[(b * params.sq + r0 + rr) * q_stride + h * HD + d]);
+            x = vec4<f16>(q[((b * params.sq + r0 + rr) * q_stride + h * HD + d) / 4u]);
         }
-        q_sh[rr * QP + d] = x;
-        o_sh[e] = 0.0;
+        for (var i = 0u; i < 4u; i++) {
+            q_sh[rr * QP + d + i] = x[i];
+            o_sh[rr * HD + d + i] = 0.0;
+        }
     }
 
     var m = NEG_BIG;
     var l = 0.0;
     for (var j0 = 0u; j0 < block_keys; j0 += BC) {
         workgroupBarrier();
-        stage_k(lid, kv_row0, j0, kv_col, kv_stride);
+        stage_kv(lid, false, kv_row0, j0, kv_col, kv_stride);
         workgroupBarrier();
         for (var nt = 0u; nt < BC; nt += CM) {
             var acc = cm_c();
@@ -170,7 +168,7 @@ fn main(
         }
         workgroupBarrier();
         // The values overwrite the keys while the softmax runs.
-        stage_v(lid, kv_row0, j0, kv_col, kv_stride);
+        stage_kv(lid, true, kv_row0, j0, kv_col, kv_stride);
         var block_max = NEG_BIG;
         for (var c = t; c < BC; c += T) {
             if j0 + c < visible {
@@ -190,8 +188,11 @@ fn main(
         }
         l = l * alpha + row_sum(sum);
         m = m_new;
-        for (var d = t; d < HD; d += T) {
-            o_sh[row * HD + d] *= alpha;
+        // Once a row's maximum settles its output needs no rescaling.
+        if alpha != 1.0 {
+            for (var d = t; d < HD; d += T) {
+                o_sh[row * HD + d] *= alpha;
+            }
         }
         workgroupBarrier();
         for (var dt = 0u; dt < HD; dt += CM) {
