@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(wide, FlashShape { nsg: 4, bc: 32 });
         assert!(flash_shape(&h200, ActDtype::F32, 128).is_err());
         assert!(flash_shape(&h200, ActDtype::F16, 72).is_err());
-        assert!(flash_shape(&caps(16, 32, 8 << 10), ActDtype::F16, 128).is_err());
+        assert!(flash_shape(&caps(16, 32, 4 << 10), ActDtype::F16, 128).is_err());
         // Subgroups narrower than a matrix row block, or varying.
         assert!(flash_shape(&caps(16, 8, 48 << 10), ActDtype::F16, 128).is_err());
         let mut varying = caps(16, 32, 48 << 10);
