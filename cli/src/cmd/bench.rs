@@ -470,24 +470,10 @@ fn parse_coop_shape(s: &str) -> Result<CoopShape, String> {
         .split('x')
         .map(str::parse)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK[xWMxWN]): {e}"))?;
+        .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK): {e}"))?;
     match v[..] {
-        [sg_m, sg_n, bk] => Ok(CoopShape {
-            sg_m,
-            sg_n,
-            bk,
-            ..CoopShape::default()
-        }),
-        [sg_m, sg_n, bk, wm, wn] => Ok(CoopShape {
-            sg_m,
-            sg_n,
-            bk,
-            wm,
-            wn,
-        }),
-        _ => Err(format!(
-            "bad shape `{s}`: want SG_MxSG_NxBK[xWMxWN], e.g. 2x2x32 or 2x2x32x4x4"
-        )),
+        [sg_m, sg_n, bk] => Ok(CoopShape { sg_m, sg_n, bk }),
+        _ => Err(format!("bad shape `{s}`: want SG_MxSG_NxBK, e.g. 2x2x32")),
     }
 }
 
@@ -657,7 +643,9 @@ fn time_case(
         n,
         k,
         kernel: match scratch.last_coop_shape() {
-            Some(shape) => format!("{:?} coop-matrix {shape}", plan.kernel),
+            Some(CoopShape { sg_m, sg_n, bk }) => {
+                format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
+            }
             None => format!("{:?}", plan.kernel),
         },
         coop: scratch.last_used_coop(),
