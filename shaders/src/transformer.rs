@@ -11,6 +11,11 @@ pub const ATTENTION: &str = wgsl!("attention.wgsl");
 /// Embedding row gather from an f32, f16 or bf16 table.
 pub const EMBED: &str = wgsl!("embed.wgsl");
 
+/// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
+/// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
+/// sequence, and a batched row/column gather (optionally through GELU).
+pub const DIT: &str = wgsl!("dit.wgsl");
+
 /// Every transformer shader file, as (file name, source).
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise.wgsl", ELEMENTWISE),
@@ -18,4 +23,5 @@ pub const ALL: &[(&str, &str)] = &[
     ("rope.wgsl", ROPE),
     ("attention.wgsl", ATTENTION),
     ("embed.wgsl", EMBED),
+    ("dit.wgsl", DIT),
 ];
