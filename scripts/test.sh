@@ -38,7 +38,8 @@ fi
 echo "=== cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports) ==="
 # Bookworm's lavapipe has no cooperative matrices; Mesa 26's has, unpacked
 # beside the system (scripts/with-coop-lavapipe.sh). The linear tests there
-# must take the cooperative GEMM (DYNVRAM_REQUIRE_COOP=1), then conformance.
+# must take the cooperative GEMM and the attention tests flash attention
+# (DYNVRAM_REQUIRE_COOP=1), then conformance.
 coop=scripts/with-coop-lavapipe.sh
 if "$coop" /bin/true; then
   bins=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
@@ -46,7 +47,7 @@ import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m["target"]["name"] in ("linear_random", "f16_linear", "linear_conformance"):
+            and m["target"]["name"] in ("linear_random", "f16_linear", "linear_conformance", "ops_attention"):
         print(m["executable"])')
   for bin in $bins; do
     DYNVRAM_REQUIRE_COOP=1 "$coop" "$bin"

@@ -2,16 +2,23 @@
 //! seq 130 over 150 keys: one split per (head, row)),
 //! decode (seq 1 at the end of the cache), a chunk in the middle, head_dim
 //! 32 and 64, 8 query / 2 kv heads, and a kv_len of 1500 (many key tiles).
+//! Batched attention with and without the causal mask (flash attention on
+//! cooperative matrices where the adapter has them, in f16; the scalar
+//! kernels otherwise) on awkward row and key counts.
 
 mod ops_common;
 
-use dynvram_runtime::GpuError;
-use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
+use dynvram_runtime::ops::attention::{
+    Heads, Mask, flash_unusable, record_attention, record_flash_attention, record_kv_write,
+};
 use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::LinearScratch;
+use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
 use ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 
-/// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group.
+/// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group,
+/// over cache rows `0..kv_len`, queries at `pos0..`.
 fn attention_ref(
     q: &[f32],
     k: &[f32],
@@ -20,22 +27,57 @@ fn attention_ref(
     kv_len: usize,
     pos0: usize,
 ) -> Vec<f32> {
+    let sq = q.len() / (h.n_heads * h.head_dim) as usize;
+    reference(
+        q,
+        k,
+        v,
+        h,
+        Batch {
+            batch: 1,
+            sq,
+            kv_rows: kv_len,
+            kv_len,
+            pos0,
+            causal: true,
+        },
+    )
+}
+
+/// The rows of a batched attention.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    batch: usize,
+    sq: usize,
+    /// k/v rows per batch element.
+    kv_rows: usize,
+    kv_len: usize,
+    pos0: usize,
+    causal: bool,
+}
+
+fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
     let (nh, nkv, hd) = (
         h.n_heads as usize,
         h.n_kv_heads as usize,
         h.head_dim as usize,
     );
-    let sq = q.len() / (nh * hd);
     let mut out = vec![0f32; q.len()];
     let scale = 1.0 / (hd as f64).sqrt();
-    for r in 0..sq {
-        let limit = kv_len.min(pos0 + r + 1);
+    for (e, r) in (0..b.batch).flat_map(|e| (0..b.sq).map(move |r| (e, r))) {
+        let limit = if b.causal {
+            b.kv_len.min(b.pos0 + r + 1)
+        } else {
+            b.kv_len
+        };
+        let kv_row = |j: usize| (e * b.kv_rows + j) * nkv * hd;
+        let qr = e * b.sq + r;
         for head in 0..nh {
             let kvh = head / (nh / nkv);
-            let qrow = &q[(r * nh + head) * hd..][..hd];
+            let qrow = &q[(qr * nh + head) * hd..][..hd];
             let scores: Vec<f64> = (0..limit)
                 .map(|j| {
-                    let krow = &k[j * nkv * hd + kvh * hd..][..hd];
+                    let krow = &k[kv_row(j) + kvh * hd..][..hd];
                     qrow.iter()
                         .zip(krow)
                         .map(|(&a, &b)| f64::from(a) * f64::from(b))
@@ -48,9 +90,9 @@ fn attention_ref(
             let sum: f64 = e.iter().sum();
             for d in 0..hd {
                 let acc: f64 = (0..limit)
-                    .map(|j| e[j] * f64::from(v[j * nkv * hd + kvh * hd + d]))
+                    .map(|j| e[j] * f64::from(v[kv_row(j) + kvh * hd + d]))
                     .sum();
-                out[(r * nh + head) * hd + d] = (acc / sum) as f32;
+                out[(qr * nh + head) * hd + d] = (acc / sum) as f32;
             }
         }
     }
@@ -205,4 +247,169 @@ fn attention_rejects_bad_operands() {
     let rows = upload(g, &[3, 64], &[1.0; 192]);
     let err = record_kv_write(&mut enc, &rows, &kc, 14).expect_err("rows 14..17 of 16");
     assert!(err.to_string().contains("14..17"), "{err}");
+}
+
+fn up(c: &Ctx, data: &[f32], shape: &[u64], dtype: ActDtype) -> GpuTensor {
+    host::upload(&c.gpu, "input", data, shape.to_vec(), dtype).expect("upload")
+}
+
+/// Inputs as the kernel sees them (rounded to `dtype`).
+fn rounded(seed: u64, n: usize, range: f32, dtype: ActDtype) -> Vec<f32> {
+    random(seed, n, range)
+        .into_iter()
+        .map(|x| host::round_to(x, dtype))
+        .collect()
+}
+
+/// Tolerance per dtype: f32 as the cache form; f16 rounds the output and,
+/// on the flash path, the probabilities (half an f16 ulp each).
+fn tolerance(dtype: ActDtype) -> (f32, f32) {
+    match dtype {
+        ActDtype::F32 => (2e-6, 2e-5),
+        ActDtype::F16 => (2e-3, 2e-3),
+    }
+}
+
+/// Batched attention with and without a mask against the reference, in f32
+/// and (where the adapter has SHADER_F16) f16, and the cache form with
+/// enough query rows for flash attention. `DYNVRAM_REQUIRE_COOP=1` fails the
+/// test where the adapter's f16 path is not flash attention.
+#[test]
+fn flash_attention_matches_cpu() {
+    let Some(c) = ctx("flash_attention_matches_cpu") else {
+        return;
+    };
+    let g = &c.gpu;
+    let mut dtypes = vec![ActDtype::F32];
+    if g.caps.shader_f16 {
+        dtypes.push(ActDtype::F16);
+    }
+    match flash_unusable(&g.caps, ActDtype::F16, 64) {
+        None => eprintln!("flash_attention_matches_cpu: f16 runs as flash attention"),
+        Some(why) => {
+            let msg = format!("flash_attention_matches_cpu: f16 on the scalar kernels: {why}");
+            assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
+            eprintln!("{msg}");
+        }
+    }
+    let heads = |n_heads, n_kv_heads, head_dim| Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    // (heads, batch, sq, skv, mask): rows and keys off every block size,
+    // one row, more keys than rows, GQA, a head_dim the flash kernel does
+    // not take (40: the scalar kernels).
+    let cases = [
+        (heads(4, 4, 32), 1, 48, 48, Mask::None),
+        (heads(4, 2, 64), 2, 37, 37, Mask::None),
+        (heads(2, 1, 128), 1, 70, 70, Mask::Causal),
+        (heads(3, 3, 64), 2, 21, 53, Mask::Causal),
+        (heads(2, 2, 64), 1, 1, 9, Mask::None),
+        (heads(8, 2, 32), 3, 16, 100, Mask::None),
+        (heads(2, 1, 40), 2, 33, 33, Mask::Causal),
+        (heads(1, 1, 256), 1, 20, 40, Mask::None),
+    ];
+    for dtype in dtypes {
+        for (i, &(h, batch, sq, skv, mask)) in cases.iter().enumerate() {
+            let seed = 100 + i as u64;
+            let (nh, nkv, hd) = (
+                h.n_heads as usize,
+                h.n_kv_heads as usize,
+                h.head_dim as usize,
+            );
+            let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
+            let ks = rounded(seed + 1, batch * skv * nkv * hd, 1.5, dtype);
+            let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
+            let q_shape = [(batch * sq) as u64, (nh * hd) as u64];
+            let kv_shape = [(batch * skv) as u64, (nkv * hd) as u64];
+            let (q, k, v) = (
+                up(&c, &qs, &q_shape, dtype),
+                up(&c, &ks, &kv_shape, dtype),
+                up(&c, &vs, &kv_shape, dtype),
+            );
+            let nan = vec![f32::NAN; qs.len()];
+            let out = up(&c, &nan, &q_shape, dtype);
+            run(&c, |enc| {
+                record_flash_attention(g, &c.cache, enc, &q, &k, &v, &out, h, batch as u64, mask)
+            });
+            let causal = mask == Mask::Causal;
+            let b = Batch {
+                batch,
+                sq,
+                kv_rows: skv,
+                kv_len: skv,
+                pos0: if causal { skv - sq } else { 0 },
+                causal,
+            };
+            let want = reference(&qs, &ks, &vs, h, b);
+            let got = host::read(g, &out).expect("read");
+            let (atol, rtol) = tolerance(dtype);
+            assert_close(&format!("{dtype:?} {h:?} {b:?}"), &got, &want, atol, rtol);
+        }
+        // The cache form with a prefill's rows: a chunk of 40 after a
+        // prefix of 10 in a cache of 64 rows (flash attention in f16).
+        let h = heads(4, 2, 64);
+        let (max_seq, kv_len, sq, pos0) = (64usize, 50usize, 40usize, 10usize);
+        let ks = rounded(7, max_seq * 2 * 64, 1.5, dtype);
+        let vs = rounded(8, max_seq * 2 * 64, 2.0, dtype);
+        let qs = rounded(9, sq * 4 * 64, 1.5, dtype);
+        let kv_shape = [max_seq as u64, 128];
+        let (kc, vc) = (up(&c, &ks, &kv_shape, dtype), up(&c, &vs, &kv_shape, dtype));
+        let q = up(&c, &qs, &[sq as u64, 256], dtype);
+        let out = up(&c, &vec![f32::NAN; qs.len()], &[sq as u64, 256], dtype);
+        run(&c, |enc| {
+            record_attention(
+                g,
+                &c.cache,
+                enc,
+                &q,
+                &kc,
+                &vc,
+                &out,
+                h,
+                kv_len as u64,
+                pos0 as u64,
+                &mut LinearScratch::new(),
+            )
+        });
+        let b = Batch {
+            batch: 1,
+            sq,
+            kv_rows: max_seq,
+            kv_len,
+            pos0,
+            causal: true,
+        };
+        let want = reference(&qs, &ks, &vs, h, b);
+        let got = host::read(g, &out).expect("read");
+        let (atol, rtol) = tolerance(dtype);
+        assert_close(&format!("{dtype:?} cache {b:?}"), &got, &want, atol, rtol);
+    }
+}
+
+#[test]
+fn flash_attention_rejects_bad_operands() {
+    let Some(c) = ctx("flash_attention_rejects_bad_operands") else {
+        return;
+    };
+    let g = &c.gpu;
+    let h = Heads {
+        n_heads: 2,
+        n_kv_heads: 2,
+        head_dim: 32,
+    };
+    let q = nan_tensor(g, &[6, 64]);
+    let k = nan_tensor(g, &[4, 64]);
+    let out = nan_tensor(g, &[6, 64]);
+    let mut enc = Encoder::new(&g.device, "test");
+    let mut attend = |batch, mask| {
+        record_flash_attention(g, &c.cache, &mut enc, &q, &k, &k, &out, h, batch, mask)
+            .expect_err("bad")
+            .to_string()
+    };
+    assert!(attend(4, Mask::None).contains("batch"));
+    assert!(attend(0, Mask::None).contains("batch"));
+    // 6 queries over 4 keys cannot be the last positions of the keys.
+    assert!(attend(2, Mask::Causal).contains("causal"));
 }

@@ -53,6 +53,23 @@ pub fn with_f16_activations(source: &str) -> String {
     format!("enable f16;\n{others}alias act = f16;\n{body}")
 }
 
+/// `source` with each `const NAME: u32 = DEFAULT;` line of `consts`
+/// (name, default, value) rewritten to `value`: the one specialisation by
+/// text besides the activation type, for the sizes of workgroup arrays
+/// (array sizes cannot be `override` expressions through naga 30's
+/// constant processing). Panics when a line is missing: a module and its
+/// caller that disagree are a programming error, caught by the tests that
+/// build every variant.
+pub fn with_consts(source: &str, consts: &[(&str, u32, u32)]) -> String {
+    let mut out = source.to_owned();
+    for (name, default, value) in consts {
+        let line = format!("const {name}: u32 = {default}u;");
+        assert!(out.contains(&line), "the module has no `{line}`");
+        out = out.replacen(&line, &format!("const {name}: u32 = {value}u;"), 1);
+    }
+    out
+}
+
 /// The leading `enable ...;` lines of a module, and the rest.
 pub fn split_directives(source: &str) -> (&str, &str) {
     let mut end = 0;

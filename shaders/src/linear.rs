@@ -95,16 +95,10 @@ pub const FLOAT_GEMM_COOP8: &str = wgsl!(
 /// sizes cannot be `override` expressions through naga 30's constant
 /// processing, so the shape is text, like the activation type.)
 pub fn with_coop_shape(source: &str, sg_m: u32, sg_n: u32, bk: u32) -> String {
-    let mut out = source.to_owned();
-    for (name, default, value) in [("SG_M", 2, sg_m), ("SG_N", 2, sg_n), ("BK", 32, bk)] {
-        let line = format!("const {name}: u32 = {default}u;");
-        assert!(
-            out.contains(&line),
-            "not a cooperative-matrix GEMM module: no `{line}`"
-        );
-        out = out.replacen(&line, &format!("const {name}: u32 = {value}u;"), 1);
-    }
-    out
+    crate::with_consts(
+        source,
+        &[("SG_M", 2, sg_m), ("SG_N", 2, sg_n), ("BK", 32, bk)],
+    )
 }
 
 /// Float-weight GEMV (M <= 8).

@@ -1,10 +1,13 @@
-// Causal softmax attention with grouped-query heads. q, k, v and out hold
+// Softmax attention (causal or not) with grouped-query heads. q, k, v and out hold
 // `act` values (f32 or f16, see shaders/src/lib.rs); scores, the softmax and
 // the accumulators are f32.
 //
-// q   [sq, n_heads * head_dim], query row r has position pos0 + r
-// k,v [max_seq, n_kv * head_dim] caches, rows 0..kv_len valid
-// out [sq, n_heads * head_dim]
+// q   [batch * sq, n_heads * head_dim], query row r of batch element b is
+//     row b * sq + r, at position pos0 + r
+// k,v [batch * kv_rows, n_kv * head_dim], rows b * kv_rows + (0..kv_len)
+//     valid (a cache: batch 1, kv_rows its capacity)
+// out [batch * sq, n_heads * head_dim]
+// Causal: query row r sees keys 0..=pos0 + r; otherwise all kv_len.
 //
 // `attend`: one workgroup per (head, query row). Keys are visited in tiles
 // of WG with an online softmax (running max and sum, accumulator rescaled
@@ -27,8 +30,8 @@ struct Params {
     // attend_combine).
     chunk: u32,
     splits: u32,
-    _pad0: u32,
-    _pad1: u32,
+    kv_rows: u32,
+    causal: u32,
     _pad2: u32,
 }
 
@@ -87,8 +90,9 @@ struct Partial {
 }
 
 // Online softmax over keys lo..hi (bounds uniform over the workgroup) for
-// the query row already in `qs`, reading kv columns kv_col.. of the caches.
-fn attend_range(lid: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
+// the query row already in `qs`, reading kv columns kv_col.. of rows
+// kv_row0 + (lo..hi).
+fn attend_range(lid: u32, kv_row0: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
     let hd = params.head_dim;
     let kv_stride = params.n_kv * hd;
     var m = NEG_BIG;
@@ -98,7 +102,7 @@ fn attend_range(lid: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
         let j = t0 + lid;
         var score = NEG_BIG;
         if j < hi {
-            let k_base = j * kv_stride + kv_col;
+            let k_base = (kv_row0 + j) * kv_stride + kv_col;
             var dot = 0.0;
             for (var d = 0u; d < hd; d = d + 1u) {
                 dot = dot + qs[d] * f32(k[k_base + d]);
@@ -119,7 +123,7 @@ fn attend_range(lid: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
             if d < hd {
                 var a = acc[c] * correction;
                 for (var jj = 0u; jj < n_tile; jj = jj + 1u) {
-                    a = a + probs[jj] * f32(v[(t0 + jj) * kv_stride + kv_col + d]);
+                    a = a + probs[jj] * f32(v[(kv_row0 + t0 + jj) * kv_stride + kv_col + d]);
                 }
                 acc[c] = a;
             }
@@ -141,9 +145,17 @@ fn load_query(lid: u32, h: u32, r: u32) -> u32 {
     return q_base;
 }
 
-// Keys 0..limit are visible to query row r (causal mask).
-fn visible(r: u32) -> u32 {
-    return min(params.kv_len, params.pos0 + r + 1u);
+// Keys 0..limit are visible to query row g (of all batch elements).
+fn visible(g: u32) -> u32 {
+    if params.causal == 0u {
+        return params.kv_len;
+    }
+    return min(params.kv_len, params.pos0 + g % params.sq + 1u);
+}
+
+// First k/v row of query row g's batch element.
+fn kv_row0(g: u32) -> u32 {
+    return (g / params.sq) * params.kv_rows;
 }
 
 // Column of head h's kv head in the caches.
@@ -157,7 +169,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     let h = wid.x;
     let r = wid.y;
     let q_base = load_query(lid, h, r);
-    let p = attend_range(lid, kv_column(h), 0u, visible(r));
+    let p = attend_range(lid, kv_row0(r), kv_column(h), 0u, visible(r));
     for (var c = 0u; c < DPT; c = c + 1u) {
         let d = lid + c * WG;
         if d < params.head_dim {
@@ -213,7 +225,7 @@ fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         let j = t0 + key;
         var partial = 0.0;
         if j < hi {
-            let k_base = j * kv_stride + kv_col;
+            let k_base = (kv_row0(r) + j) * kv_stride + kv_col;
             for (var i = 0u; i < (HD + SPLIT_LANES - 1u) / SPLIT_LANES; i = i + 1u) {
                 let d = lane + i * SPLIT_LANES;
                 if d < hd {
@@ -260,7 +272,7 @@ fn attend_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             for (var i = 0u; i < (WG + groups - 1u) / groups; i = i + 1u) {
                 let jj = group + i * groups;
                 if jj < n_keys {
-                    a = a + tile_p[jj] * f32(v[(t0 + jj) * kv_stride + kv_col + dim]);
+                    a = a + tile_p[jj] * f32(v[(kv_row0(r) + t0 + jj) * kv_stride + kv_col + dim]);
                 }
             }
         }

@@ -1,0 +1,272 @@
+//! Softmax attention with grouped-query heads — over a KV cache (causal,
+//! [`record_attention`]) or over plain k/v of a batch (causal or not,
+//! [`record_flash_attention`]) — and the append of new k/v rows into a
+//! cache.
+//!
+//! Layouts (row-major, every operand f32 or every operand f16; scores,
+//! softmax and sums in f32): q and out `[rows, n_heads·head_dim]`, k and v
+//! `[rows, n_kv_heads·head_dim]`. Scores are `q·k · head_dim^-0.5`; query
+//! head h reads kv head `h / (n_heads / n_kv_heads)` (HF `repeat_kv`).
+//!
+//! Kernel choice: with f16 activations on an adapter with f16 cooperative
+//! matrices, blocks of query rows run as flash attention on the matrices
+//! ([`flash`]); decoding's few rows and every other case run the scalar
+//! kernels ([`scalar`]), whose keys split over workgroups when there are
+//! too few rows to fill the GPU.
+
+mod flash;
+mod scalar;
+mod shape;
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
+use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
+use crate::ops::linear::LinearScratch;
+use crate::tensor::GpuTensor;
+use scalar::Operands;
+pub use scalar::split_k;
+use shape::Span;
+pub use shape::{Heads, MAX_HEAD_DIM};
+
+/// Query rows from which flash attention runs where it can: below, a block
+/// of its rows would be mostly padding.
+const FLASH_MIN_ROWS: u64 = 16;
+
+/// Which keys a query row sees in [`record_flash_attention`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mask {
+    /// Every key of its batch element (a diffusion transformer's joint
+    /// attention).
+    None,
+    /// Query row r of `sq` sees keys `0..=skv - sq + r`: the queries are
+    /// the last `sq` positions of the `skv` keys.
+    Causal,
+}
+
+/// Records `out = softmax(q kᵀ · head_dim^-0.5 + causal mask) v` for the
+/// `sq` query rows at positions `pos0..pos0+sq`, over cache rows
+/// `0..kv_len` (which must already hold those positions' keys).
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_attention(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k_cache: &GpuTensor,
+    v_cache: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    kv_len: u64,
+    pos0: u64,
+    scratch: &mut LinearScratch,
+) -> Result<(), GpuError> {
+    const OP: &str = "attention";
+    let (sq, max_seq) = check(OP, q, k_cache, v_cache, out, heads)?;
+    if kv_len > max_seq || pos0 + sq > kv_len {
+        return Err(bad(
+            OP,
+            format!(
+                "queries at positions {pos0}..{} need kv_len >= {} and kv_len {kv_len} <= cache rows {max_seq}",
+                pos0 + sq,
+                pos0 + sq
+            ),
+        ));
+    }
+    let _span = tracing::trace_span!("record", op = OP, sq, kv_len, pos0).entered();
+    let span = Span {
+        batch: 1,
+        sq,
+        kv_rows: max_seq,
+        kv_len,
+        pos0,
+        causal: true,
+    };
+    let ops = Operands {
+        q,
+        k: k_cache,
+        v: v_cache,
+        out,
+    };
+    if sq >= FLASH_MIN_ROWS
+        && let Ok(shape) = flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim)
+    {
+        return flash::record(gpu, cache, enc, &ops, heads, span, shape);
+    }
+    scalar::record(gpu, cache, enc, &ops, heads, span, Some(scratch))
+}
+
+/// Records `out = softmax(q kᵀ · head_dim^-0.5 [+ mask]) v` for `batch`
+/// elements: q and out `[batch·sq, n_heads·head_dim]`, k and v
+/// `[batch·skv, n_kv_heads·head_dim]` (element b's rows contiguous). Flash
+/// attention on cooperative matrices where the adapter and dtype allow,
+/// else the scalar kernel; no memory is allocated either way.
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_flash_attention(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    v: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    batch: u64,
+    mask: Mask,
+) -> Result<(), GpuError> {
+    const OP: &str = "flash_attention";
+    let (q_rows, kv_rows) = check(OP, q, k, v, out, heads)?;
+    if batch == 0 || !q_rows.is_multiple_of(batch) || !kv_rows.is_multiple_of(batch) {
+        return Err(bad(
+            OP,
+            format!(
+                "{q_rows} query rows and {kv_rows} key rows do not split into {batch} batch elements"
+            ),
+        ));
+    }
+    let (sq, skv) = (q_rows / batch, kv_rows / batch);
+    let causal = mask == Mask::Causal;
+    if causal && sq > skv {
+        return Err(bad(
+            OP,
+            format!(
+                "a causal mask needs at least as many keys ({skv}) as queries ({sq}) per element"
+            ),
+        ));
+    }
+    let _span = tracing::trace_span!("record", op = OP, batch, sq, skv).entered();
+    let span = Span {
+        batch,
+        sq,
+        kv_rows: skv,
+        kv_len: skv,
+        pos0: if causal { skv - sq } else { 0 },
+        causal,
+    };
+    let ops = Operands { q, k, v, out };
+    match flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim) {
+        Ok(shape) => flash::record(gpu, cache, enc, &ops, heads, span, shape),
+        Err(why) => {
+            tracing::trace!(%why, "flash attention on scalar kernels");
+            scalar::record(gpu, cache, enc, &ops, heads, span, None)
+        }
+    }
+}
+
+/// Why blocks of query rows with `act` activations and head dimension
+/// `head_dim` cannot run as flash attention on cooperative matrices on
+/// this adapter (they run on the scalar kernels then), or `None` when they
+/// can.
+pub fn flash_unusable(
+    caps: &dynvram_quant::AdapterCaps,
+    act: crate::ActDtype,
+    head_dim: u64,
+) -> Option<String> {
+    flash::flash_shape(caps, act, head_dim).err()
+}
+
+/// Checks the operands of both forms; returns the rows of q and of k.
+fn check(
+    op: &'static str,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    v: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+) -> Result<(u64, u64), GpuError> {
+    heads.check(op)?;
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    let (sq, q_cols) = rows_cols(op, "q", q)?;
+    if q.shape.len() != 2 || q_cols != n_heads * head_dim {
+        return Err(bad(
+            op,
+            format!(
+                "`q` {:?} is not [rows, n_heads * head_dim] = [rows, {n_heads} * {head_dim}]",
+                q.shape
+            ),
+        ));
+    }
+    let act = q.dtype;
+    expect_dtype(op, "k", k, act)?;
+    let (kv_rows, kv_cols) = rows_cols(op, "k", k)?;
+    if k.shape.len() != 2 || kv_cols != n_kv_heads * head_dim {
+        return Err(bad(
+            op,
+            format!(
+                "`k` {:?} is not [rows, n_kv_heads * head_dim] = [rows, {n_kv_heads} * {head_dim}]",
+                k.shape
+            ),
+        ));
+    }
+    expect_shape(op, "v", v, &k.shape, act)?;
+    expect_shape(op, "out", out, &q.shape, act)?;
+    rows_cols(op, "v", v)?;
+    rows_cols(op, "out", out)?;
+    expect_distinct(op, out, &[("q", q), ("k", k), ("v", v)])?;
+    Ok((sq, kv_rows))
+}
+
+/// Bytes (q, out, and the visible k/v rows once per kv head) and FLOPs
+/// (q·k and p·v over the keys each query row sees) of one attention.
+fn cost(q: &GpuTensor, heads: Heads, span: Span) -> kernel::Cost {
+    let row = heads.n_kv_heads * heads.head_dim * q.dtype.size();
+    kernel::Cost::new(
+        q.bytes() + 2 * span.batch * span.kv_len * row,
+        q.bytes(),
+        4 * heads.n_heads * heads.head_dim * span.visible_pairs(),
+    )
+}
+
+/// Records a copy of `rows` `[s, width]` into cache rows `pos0..pos0+s` of
+/// `cache_t` `[max_seq, width]` (both need `COPY_SRC`/`COPY_DST` usage, as
+/// every [`GpuTensor`] buffer has).
+pub fn record_kv_write(
+    enc: &mut Encoder,
+    rows: &GpuTensor,
+    cache_t: &GpuTensor,
+    pos0: u64,
+) -> Result<(), GpuError> {
+    const OP: &str = "kv_write";
+    let (s, width) = rows_cols(OP, "rows", rows)?;
+    let (max_seq, cache_width) = rows_cols(OP, "cache", cache_t)?;
+    if width != cache_width || pos0 + s > max_seq {
+        return Err(bad(
+            OP,
+            format!(
+                "rows {:?} at position {pos0} do not fit cache {:?} (widths {width} vs {cache_width}, rows {}..{} of {max_seq})",
+                rows.shape,
+                cache_t.shape,
+                pos0,
+                pos0 + s
+            ),
+        ));
+    }
+    expect_distinct(OP, cache_t, &[("rows", rows)])?;
+    expect_dtype(OP, "cache", cache_t, rows.dtype)?;
+    let row_bytes = width * rows.dtype.size();
+    let dst = cache_t.offset + pos0 * row_bytes;
+    if !rows.offset.is_multiple_of(4)
+        || !dst.is_multiple_of(4)
+        || !(s * row_bytes).is_multiple_of(4)
+    {
+        return Err(bad(
+            OP,
+            format!(
+                "copies must be whole 4-byte words: {s} rows of {row_bytes} bytes from byte {} to byte {dst}",
+                rows.offset
+            ),
+        ));
+    }
+    enc.commands().copy_buffer_to_buffer(
+        &rows.buffer,
+        rows.offset,
+        &cache_t.buffer,
+        dst,
+        s * row_bytes,
+    );
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! What every attention kernel is told: the head layout and which rows
+//! and keys it covers.
+
+use crate::gpu::GpuError;
+use crate::ops::kernel::bad;
+
+/// Largest head dimension the kernel holds in workgroup memory.
+pub const MAX_HEAD_DIM: u64 = 256;
+
+/// Head layout of one attention layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub n_heads: u64,
+    /// Key/value heads (divides `n_heads`).
+    pub n_kv_heads: u64,
+    /// Dimension of each head (≤ [`MAX_HEAD_DIM`]).
+    pub head_dim: u64,
+}
+
+impl Heads {
+    pub(super) fn check(self, op: &'static str) -> Result<(), GpuError> {
+        let Self {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        } = self;
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(bad(
+                op,
+                format!("n_heads {n_heads} must be a non-zero multiple of n_kv_heads {n_kv_heads}"),
+            ));
+        }
+        if head_dim == 0 || head_dim > MAX_HEAD_DIM {
+            return Err(bad(
+                op,
+                format!("head_dim {head_dim} must be in 1..={MAX_HEAD_DIM}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The rows and keys of one attention: `batch` elements of `sq` query rows
+/// each, over `kv_len` keys of `kv_rows` k/v rows per element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    pub batch: u64,
+    pub sq: u64,
+    /// k/v rows per batch element (a cache's capacity; `kv_len` for a
+    /// plain k/v).
+    pub kv_rows: u64,
+    /// Keys each element has (rows `0..kv_len` of its k/v).
+    pub kv_len: u64,
+    /// Position of query row 0 (the causal mask's reference).
+    pub pos0: u64,
+    /// Query row r sees keys `0..=pos0 + r`; otherwise all `kv_len`.
+    pub causal: bool,
+}
+
+impl Span {
+    /// Keys the query rows see, summed over rows and batch elements.
+    pub fn visible_pairs(self) -> u64 {
+        let per_element = if self.causal {
+            // Rows at pos0 + r see min(pos0 + r + 1, kv_len) keys.
+            (0..self.sq)
+                .map(|r| (self.pos0 + r + 1).min(self.kv_len))
+                .sum()
+        } else {
+            self.sq * self.kv_len
+        };
+        self.batch * per_element
+    }
+}
