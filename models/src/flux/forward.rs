@@ -2,7 +2,7 @@
 //! blocks, the single-stream blocks and the final layer, one runtime block
 //! each, so streamed blocks are prefetched one ahead.
 
-use dynvram_runtime::ops::attention::Heads;
+use dynvram_runtime::ops::attention::{self, Heads, Mask};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::dit::{self, Block, GatherOp, Joint};
 use dynvram_runtime::ops::elementwise::{self, Unary};
@@ -453,7 +453,9 @@ impl Step<'_> {
         let heads = self.heads();
         let batch = self.s.batch as u64;
         let (q, k, v, out) = (a.get("q"), a.get("k"), a.get("v"), a.get("attn"));
-        op(ctx, |g, c, e| attend(g, c, e, q, k, v, out, heads, batch))
+        op(ctx, |g, c, e| {
+            attention::record_flash_attention(g, c, e, q, k, v, out, heads, batch, Mask::None)
+        })
     }
 
     fn streams(&self) -> [Stream; 2] {
@@ -630,54 +632,4 @@ impl Step<'_> {
         })?;
         ctx.linear(&self.nm.n("final_layer.linear"), &n, a.get("out"))
     }
-}
-
-/// Non-causal attention of `batch` elements: q, k, v, out `[batch · L,
-/// heads · head_dim]`, each query sees all L keys of its element.
-///
-/// Until the flash-attention op lands this runs the causal decode kernel
-/// once per query row with the row placed at the last position (so it sees
-/// every key): one launch per row, needing row offsets aligned for storage
-/// bindings.
-#[allow(clippy::too_many_arguments)] // the op's operands
-fn attend(
-    gpu: &Gpu,
-    cache: &PipelineCache,
-    enc: &mut Encoder,
-    q: &GpuTensor,
-    k: &GpuTensor,
-    v: &GpuTensor,
-    out: &GpuTensor,
-    heads: Heads,
-    batch: u64,
-) -> Result<(), GpuError> {
-    let rows = q.shape[0];
-    let width = q.shape[1];
-    let l = rows / batch;
-    let row_bytes = width * q.dtype.size();
-    let at = |t: &GpuTensor, row: u64, n: u64| GpuTensor {
-        offset: t.offset + row * row_bytes,
-        shape: vec![n, width],
-        ..t.clone()
-    };
-    let mut scratch = dynvram_runtime::ops::linear::LinearScratch::default();
-    for bt in 0..batch {
-        for r in 0..l {
-            let row = bt * l + r;
-            dynvram_runtime::ops::attention::record_attention(
-                gpu,
-                cache,
-                enc,
-                &at(q, row, 1),
-                &at(k, bt * l, l),
-                &at(v, bt * l, l),
-                &at(out, row, 1),
-                heads,
-                l,
-                l - 1,
-                &mut scratch,
-            )?;
-        }
-    }
-    Ok(())
 }
