@@ -945,3 +945,98 @@ fn bad_inputs_are_refused_clearly() {
         other => panic!("{other:?}"),
     }
 }
+
+/// ComfyUI's mixed files: some layers `int8_tensorwise`, some
+/// `convrot_w4a4`, some `float8_e4m3fn` (with their `comfy_quant` tensors),
+/// the rest bf16, every key under `model.diffusion_model.`: the checkpoint
+/// opens, its layers run through the integer and float8 kernels, resident
+/// and streamed alike, and `out` stays near the bf16 reference.
+#[test]
+fn comfy_mixed_quant_checkpoint_runs() {
+    use dynvram_runtime::quant::{
+        Format, LinearDtype, QuantizeOptions, TargetFormat, quantize_file,
+    };
+    let test = "comfy_mixed_quant_checkpoint_runs";
+    if !have_gpu(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let steps: [(&str, TargetFormat); 3] = [
+        (r"double_blocks\.0\.(img_attn\.qkv|img_mlp\.0|txt_attn\.proj)", TargetFormat::Int8Tensorwise),
+        (
+            r"single_blocks\.\d\.linear[12]|double_blocks\.1\.img_mlp\.2",
+            TargetFormat::ConvrotW4a4 {
+                group: 16,
+                linear_dtype: LinearDtype::Int4,
+            },
+        ),
+        (r"double_blocks\.1\.txt_(mlp\.0|attn\.qkv)", TargetFormat::Float8E4m3fn),
+    ];
+    let mut src = tiny().join("model.safetensors");
+    for (i, (only, target)) in steps.into_iter().enumerate() {
+        let out = d.join(format!("step{i}.safetensors"));
+        let opts = QuantizeOptions::new(target, Some(only), None).expect("options");
+        let r = quantize_file(&src, &out, &opts, &mut |_, _, _| {}).expect("quantize");
+        assert!(!r.quantized.is_empty(), "{only}: {r:?}");
+        src = out;
+    }
+    let mixed = d.join("comfy");
+    std::fs::create_dir(&mixed).expect("mkdir");
+    write_st(&mixed.join("model.safetensors"), &read_st_raw(&src), |n| {
+        Some(format!("{COMFY_PREFIX}{n}"))
+    });
+    std::fs::copy(tiny().join("config.json"), mixed.join("config.json")).expect("config");
+    let ckpt = FluxCheckpoint::open(&mixed).expect("mixed checkpoint opens");
+    let files = ckpt.files();
+    let list = dynvram_runtime::FilesList::new(files);
+    let fmt = |l: &str| {
+        dynvram_runtime::quant::validate_layer(&list, &format!("{COMFY_PREFIX}{l}"))
+            .expect("layer")
+            .format
+    };
+    assert!(matches!(fmt("double_blocks.0.img_attn.qkv"), Format::Int8Tensorwise { .. }));
+    assert!(matches!(fmt("single_blocks.1.linear2"), Format::ConvrotW4a4 { .. }));
+    assert!(matches!(fmt("double_blocks.1.txt_mlp.0"), Format::Float8E4m3fn));
+    assert!(matches!(fmt("img_in"), Format::Bf16));
+    let inputs = FluxInputs::from_file(&tiny().join("inputs.safetensors"), &ckpt.config)
+        .expect("inputs");
+    let want = &read_st(&tiny().join("reference.safetensors"))["out"].values;
+    let resident = run(&ckpt, &inputs, false, ActDtype::F32, false).out;
+    let streamed = run(&ckpt, &inputs, true, ActDtype::F32, false).out;
+    assert!(
+        resident.iter().zip(&streamed).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "resident and streamed outputs differ"
+    );
+    let err = resident
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let cos = cosine(&resident, want);
+    eprintln!(
+        "{test}: max abs error {err:.3e} (max|ref| {:.3}), cosine {cos:.6}",
+        max_abs(want)
+    );
+    // Weight quantization moves the output; a broken layer moves it far more.
+    assert!(cos > 0.99 && err < 0.15 * max_abs(want), "{err} {cos}");
+}
+
+/// Every tensor as stored (any dtype), for renaming.
+fn read_st_raw(path: &Path) -> HashMap<String, T> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    st.tensors()
+        .into_iter()
+        .map(|(name, v)| {
+            (
+                name,
+                T {
+                    dtype: v.dtype(),
+                    shape: v.shape().to_vec(),
+                    bytes: v.data().to_vec(),
+                    values: vec![],
+                },
+            )
+        })
+        .collect()
+}

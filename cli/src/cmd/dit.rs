@@ -285,3 +285,24 @@ fn print_text(r: &Report, out: &Path) {
         r.max_abs_out
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::schedule;
+
+    #[test]
+    fn schedule_is_bfl_get_schedule() {
+        assert_eq!(schedule(2, 4096, false), vec![1.0, 0.5, 0.0]);
+        // mu = 1.15 at 4096 tokens: t = 0.5 maps to e^mu / (e^mu + 1).
+        let s = schedule(2, 4096, true);
+        let e = 1.15f64.exp();
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - e / (e + 1.0)).abs() < 1e-12, "{s:?}");
+        assert_eq!(s[2], 0.0);
+        // mu = 0.5 at 256 tokens.
+        let s = schedule(4, 256, true);
+        let e = 0.5f64.exp();
+        assert!((s[3] - e / (e + 3.0)).abs() < 1e-12, "{s:?}");
+        assert!(s.windows(2).all(|w| w[0] > w[1]), "{s:?}");
+    }
+}
