@@ -182,3 +182,24 @@ fn dit_bad_inputs_fail_clearly() {
     assert!(err.contains("unknown input `latent`"), "{err}");
     assert!(!dir.path().join("out.safetensors").exists());
 }
+
+/// `synth --like flux-dev` takes the Flux presets; the Llama presets' flags
+/// are refused up front, before anything is written.
+#[test]
+fn synth_flux_refuses_llama_flags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Command::cargo_bin("dynvram")
+        .expect("binary")
+        .arg("synth")
+        .arg(dir.path().join("flux"))
+        .args(["--like", "flux-dev", "--layers", "2"])
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--layers and --tokenizer apply to the Llama presets"),
+        "{err}"
+    );
+    assert!(!dir.path().join("flux").exists());
+}

@@ -1054,3 +1054,37 @@ fn read_st_raw(path: &Path) -> HashMap<String, T> {
         })
         .collect()
 }
+
+/// `synth --like flux-dev|flux-schnell` shapes: FLUX.1's 11.9 G parameters
+/// (dev), and a ComfyUI-prefixed file of them infers back to the preset
+/// (guidance embedder present or not) without a config.
+#[test]
+fn flux1_presets_infer_back_from_shapes() {
+    use dynvram_models::flux::{detect_prefix, infer_config};
+    use dynvram_runtime::quant::TensorTable;
+    for name in synth::PRESETS {
+        let c = synth::preset(name).expect("preset");
+        c.validate().expect("valid");
+        let tensors = synth::tensors(&c, COMFY_PREFIX);
+        let params: usize = tensors
+            .iter()
+            .map(|t| t.shape.iter().product::<usize>())
+            .sum();
+        eprintln!("{name}: {} tensors, {params} parameters", tensors.len());
+        if c.guidance_embed {
+            assert!(
+                (11_800_000_000..12_000_000_000).contains(&params),
+                "{params}"
+            );
+        }
+        let mut table = TensorTable::default();
+        for t in &tensors {
+            table.push(&t.name, safetensors::Dtype::BF16, &t.shape);
+        }
+        let prefix = detect_prefix(&table).expect("prefix");
+        assert_eq!(prefix, COMFY_PREFIX);
+        let names = dynvram_models::flux::Names { prefix };
+        assert_eq!(infer_config(&table, &names).expect("infers"), c, "{name}");
+    }
+    assert!(synth::preset("flux-pro").is_none());
+}

@@ -14,7 +14,8 @@ use serde::Serialize;
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::run::LinearDtypeArg;
-use crate::output::{bar, print_json, size};
+use crate::output::{bar, bytes_bar, print_json, size};
+use dynvram_models::llama::synth::{SynthDtype, SynthOptions};
 
 /// Most `--steps`.
 const MAX_STEPS: usize = 10_000;
@@ -217,6 +218,66 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         print_json(&report)?;
     } else {
         print_text(&report, &args.out);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The writer's options of `synth --like flux-*`, the flags checked
+/// (`--layers` and `--tokenizer` are the Llama presets').
+pub fn synth_options(
+    layers: Option<usize>,
+    tokenizer: bool,
+    dtype: SynthDtype,
+    seed: u64,
+) -> anyhow::Result<SynthOptions> {
+    if layers.is_some() || tokenizer {
+        bail!("--layers and --tokenizer apply to the Llama presets, not to Flux");
+    }
+    Ok(SynthOptions {
+        dtype,
+        seed,
+        ..SynthOptions::default()
+    })
+}
+
+/// `synth --like flux-dev|flux-schnell`: random weights of FLUX.1's shapes
+/// in BFL layout, as one `.safetensors` file (when `path` ends so; the
+/// config is then inferred from the shapes, as for ComfyUI's files) or a
+/// folder with `model.safetensors` and `config.json`.
+pub fn synth(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow::Result<ExitCode> {
+    let config = dynvram_models::flux::synth::preset(like)
+        .with_context(|| format!("unknown --like {like}"))?;
+    let single = path.extension().is_some_and(|e| e == "safetensors");
+    let file = if single {
+        path.to_owned()
+    } else {
+        path.join("model.safetensors")
+    };
+    let pb = bytes_bar(0, "synth");
+    let bytes = dynvram_models::flux::synth::write_checkpoint(
+        &file,
+        &config,
+        "",
+        opts,
+        !single,
+        &mut |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        },
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    pb.finish_and_clear();
+    let mut files = vec![file.clone()];
+    if !single {
+        files.push(file.with_file_name("config.json"));
+    }
+    if json {
+        print_json(&serde_json::json!({"files": files, "bytes": bytes, "like": like}))?;
+    } else {
+        println!("wrote {} like {like} into {}", size(bytes), path.display());
+        for f in &files {
+            println!("  {}", f.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,6 @@
 //! linears N(0, 0.49/fan_in), biases N(0, 0.01), QK-norm scales U(1, 2).
 //! Written through `llama::synth::write_file` (chunked, parallel, atomic).
 
-use std::io::Write;
 use std::path::Path;
 
 use super::FluxError;
@@ -134,8 +133,8 @@ pub fn write_checkpoint(
     if with_config {
         let cfg = path.with_file_name("config.json");
         let text = serde_json::to_string_pretty(&config.to_json()).unwrap_or_default() + "\n";
-        let mut f = std::fs::File::create(&cfg).map_err(io(&cfg))?;
-        f.write_all(text.as_bytes()).map_err(io(&cfg))?;
+        dynvram_runtime::loader::atomic::write_file(&cfg, text.as_bytes())
+            .map_err(|e| FluxError::Runtime(e.into()))?;
     }
     Ok(bytes)
 }
