@@ -217,7 +217,8 @@ fn gather_matches_reference() {
     };
     let g = &c.gpu;
     // (batch, src [per, width, row0, col0], dst [per, width, row0, col0], rows, cols)
-    let cases: &[(u64, [u64; 4], [u64; 4], u64, u64)] = &[
+    type Case = (u64, [u64; 4], [u64; 4], u64, u64);
+    let cases: &[Case] = &[
         (1, [1, 1, 0, 0], [1, 1, 0, 0], 1, 1),
         (2, [12, 128, 0, 0], [60, 128, 0, 0], 12, 128),
         (2, [60, 128, 12, 0], [48, 128, 0, 0], 48, 128),
