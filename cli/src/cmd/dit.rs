@@ -30,8 +30,9 @@ pub struct Args {
     /// in BFL FluxParams names.
     model: PathBuf,
     /// Inputs (all F32): img [B, L_img, in_channels], img_ids [B, L_img, 3],
-    /// txt [B, L_txt, context_in_dim], txt_ids [B, L_txt, 3], timesteps [B]
-    /// (0..1), y [B, vec_in_dim], and guidance [B] for models with a
+    /// txt [B, L_txt, context_in_dim], txt_ids [B, L_txt, 3], timesteps (one
+    /// per batch element, 0..1), y [B, vec_in_dim], and guidance (one per
+    /// batch element) for models with a
     /// guidance embedder.
     #[arg(long, value_name = "IN.safetensors")]
     inputs: PathBuf,
