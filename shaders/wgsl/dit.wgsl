@@ -11,7 +11,7 @@
 //             rotated by interleaved RoPE pairs (x[2i], x[2i+1]) with the
 //             (cos, sin) table `pe` [dst rows, head_dim / 2], read from
 //             columns src_col0.. of `src` and written to its row of the
-//             joint sequence in `dst` (one invocation per (row, head))
+//             joint sequence in `dst` (one workgroup of 64 per (row, head))
 // gather:     a block of rows and columns of `src` copied into `dst`,
 //             optionally through GELU (tanh), batch by batch (one
 //             invocation per element)
@@ -119,12 +119,17 @@ fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     out[i] = act(f32(out[i]) + gate * f32(x[i]));
 }
 
-@compute @workgroup_size(256)
+// Invocations per (row, head) of qk_place: each takes pairs lid, lid + 64, ...
+const QK_WG: u32 = 64u;
+var<workgroup> red_qk: array<f32, QK_WG>;
+
+@compute @workgroup_size(64)
 fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let hd = params.b;
     let heads = params.cols / hd;
-    let idx = element(wid, nwg, lid);
+    // One workgroup per (src row, head); uniform across the workgroup.
+    let idx = wid.y * nwg.x + wid.x;
     if idx >= params.rows * heads {
         return;
     }
@@ -135,14 +140,23 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let src = row * params.mod_cols + params.a + h * hd;
     let dst_row = bt * params.c + params.d + s;
     let dst = dst_row * params.cols + h * hd;
-    var ss = 0.0;
-    for (var i = 0u; i < hd; i = i + 1u) {
-        let v = f32(x[src + i]);
-        ss = ss + v * v;
-    }
-    let r = 1.0 / sqrt(ss / f32(hd) + params.eps);
     let npairs = hd / 2u;
-    for (var i = 0u; i < npairs; i = i + 1u) {
+    var ss = 0.0;
+    for (var i = lid; i < npairs; i = i + QK_WG) {
+        let x0 = f32(x[src + 2u * i]);
+        let x1 = f32(x[src + 2u * i + 1u]);
+        ss = ss + x0 * x0 + x1 * x1;
+    }
+    red_qk[lid] = ss;
+    workgroupBarrier();
+    for (var st = QK_WG / 2u; st > 0u; st = st >> 1u) {
+        if lid < st {
+            red_qk[lid] = red_qk[lid] + red_qk[lid + st];
+        }
+        workgroupBarrier();
+    }
+    let r = 1.0 / sqrt(red_qk[0] / f32(hd) + params.eps);
+    for (var i = lid; i < npairs; i = i + QK_WG) {
         let x0 = f32(x[src + 2u * i]) * r * w[2u * i];
         let x1 = f32(x[src + 2u * i + 1u]) * r * w[2u * i + 1u];
         let cs = pe[dst_row * npairs + i];

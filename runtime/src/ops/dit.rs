@@ -355,7 +355,8 @@ pub fn record_qk_place(
         OP,
         &params,
         bindings,
-        kernel::grid(gpu, OP, items, WG)?,
+        // One workgroup per (row, head).
+        kernel::grid(gpu, OP, items, 1)?,
         src.dtype,
         kernel::Cost::new(2 * moved + rows * cols * 4, moved, 10 * rows * cols),
     )
