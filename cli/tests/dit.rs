@@ -83,8 +83,21 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
     let want = &read_f32(&tiny().join("reference.safetensors"))["out"];
     // Default budget (all resident), then 0.2535 GiB: past the 0.25 GiB
     // reserve, room for the scratch, two arenas and some of the weights.
+    let svg = dir.path().join("pass.svg");
+    let json = dir.path().join("pass.json");
+    let (svg_s, json_s) = (svg.to_str().expect("utf-8"), json.to_str().expect("utf-8"));
+    let timed = [
+        "--passes",
+        "2",
+        "--warmup",
+        "1",
+        "--timeline",
+        svg_s,
+        "--trace",
+        json_s,
+    ];
     for (name, extra) in [
-        ("resident", vec![]),
+        ("resident", timed.to_vec()),
         ("streamed", vec!["--vram-budget", "0.2535"]),
     ] {
         let out = dir.path().join(format!("{name}.safetensors"));
@@ -99,11 +112,19 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
         } else {
             assert_eq!(streamed, 0, "{report}");
         }
-        assert_eq!(report["passes"], 1);
+        assert_eq!(report["passes"], if name == "resident" { 2 } else { 1 });
         let got = &read_f32(&out)["out"];
         assert_eq!(got.0, want.0);
         assert_close_rel(name, &got.1, &want.1, 1e-3);
     }
+    let svg = std::fs::read_to_string(&svg).expect("timeline written");
+    assert!(svg.starts_with("<svg") || svg.contains("<svg"), "{svg:.80}");
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("trace written")).expect("json");
+    assert!(
+        trace.to_string().contains("final_layer"),
+        "the trace names the blocks"
+    );
 }
 
 /// `--steps 2 --no-shift`: sigmas 1, 0.5, 0, and

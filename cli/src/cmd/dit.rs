@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs};
+use dynvram_loader::atomic::write_file;
+use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs, ForwardOptions};
+use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{ActDtype, Model, PassStats, Runtime, RuntimeConfig};
 use serde::Serialize;
 
@@ -44,6 +46,21 @@ pub struct Args {
     /// the final latent.
     #[arg(long, value_parser = steps)]
     steps: Option<usize>,
+    /// Timed forwards of the same inputs (without --steps); the report
+    /// gives their mean and best time.
+    #[arg(long, default_value_t = 1, conflicts_with = "steps", value_parser = steps)]
+    passes: usize,
+    /// Untimed forwards first, so shader compilation and first uploads are
+    /// not counted.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Draw the last pass as an SVG timeline (lanes: reads/uploads,
+    /// kernels, submits, waits).
+    #[arg(long, value_name = "FILE.svg")]
+    timeline: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of the last pass.
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
     /// With --steps: the linear schedule 1 → 0 (FLUX.1-schnell's) instead
     /// of the resolution-shifted one (FLUX.1-dev's).
     #[arg(long)]
@@ -107,6 +124,7 @@ struct Report {
     sigmas: Vec<f64>,
     seconds: f64,
     seconds_per_pass: f64,
+    best_seconds_per_pass: f64,
     streamed_bytes_per_pass: u64,
     max_abs_out: f32,
     model_report: dynvram_runtime::ModelReport,
@@ -154,12 +172,28 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let model = Model::open(&rt, &ckpt.spec(inputs.shape, dtype))
         .with_context(|| format!("opening {}", args.model.display()))?;
     let mut flux = Flux::new(&rt, &ckpt, inputs.shape, dtype).context("--compute-dtype")?;
+    for _ in 0..args.warmup {
+        flux.forward(&rt, &model, &inputs)?;
+    }
     let mut stats = Vec::<PassStats>::new();
+    let mut trace = Trace::new();
+    let mut pass = |flux: &mut Flux, inputs: &FluxInputs| -> anyhow::Result<Vec<f32>> {
+        trace = Trace::new();
+        let opts = ForwardOptions {
+            trace: Some(&mut trace),
+            ..ForwardOptions::default()
+        };
+        let f = flux.forward_with(&rt, &model, inputs, opts)?;
+        stats.push(f.stats);
+        Ok(f.out)
+    };
     let (out, sigmas) = match args.steps {
         None => {
-            let f = flux.forward(&rt, &model, &inputs)?;
-            stats.push(f.stats);
-            (f.out, Vec::new())
+            let mut out = Vec::new();
+            for _ in 0..args.passes {
+                out = pass(&mut flux, &inputs)?;
+            }
+            (out, Vec::new())
         }
         Some(n) => {
             let sigmas = schedule(n, inputs.shape.img_len, !args.no_shift);
@@ -167,13 +201,12 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             for w in sigmas.windows(2) {
                 let (t, t_prev) = (w[0], w[1]);
                 inputs.timesteps.iter_mut().for_each(|v| *v = t as f32);
-                let f = flux.forward(&rt, &model, &inputs)?;
-                stats.push(f.stats);
+                let v = pass(&mut flux, &inputs)?;
                 let dt = (t_prev - t) as f32;
                 inputs
                     .img
                     .iter_mut()
-                    .zip(&f.out)
+                    .zip(&v)
                     .for_each(|(x, v)| *x += dt * v);
                 if let Some(pb) = &pb {
                     pb.inc(1);
@@ -185,6 +218,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             (inputs.img.clone(), sigmas)
         }
     };
+    if let Some(path) = &args.timeline {
+        write_file(path, trace.to_svg().as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.trace {
+        write_file(path, &serde_json::to_vec_pretty(&trace.to_chrome_json())?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(i) = out.iter().position(|v| !v.is_finite()) {
         bail!(
             "the output has a non-finite value at element {i}: {}",
@@ -210,6 +251,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         sigmas,
         seconds,
         seconds_per_pass: seconds / passes.max(1) as f64,
+        best_seconds_per_pass: stats
+            .iter()
+            .map(|s| s.seconds)
+            .fold(f64::INFINITY, f64::min),
         streamed_bytes_per_pass: streamed / passes.max(1) as u64,
         max_abs_out: out.iter().fold(0f32, |m, v| m.max(v.abs())),
         model_report: model.report(),
@@ -296,8 +341,7 @@ fn write_out(
         &bytes,
     )?;
     let file = safetensors::serialize([("out", view)], None)?;
-    dynvram_loader::atomic::write_file(path, &file)
-        .with_context(|| format!("writing {}", path.display()))?;
+    write_file(path, &file).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -326,10 +370,11 @@ fn print_text(r: &Report, out: &Path) {
         r.shape.batch, r.shape.img_len, r.shape.txt_len
     );
     println!(
-        "passes     {} in {:.1} ms ({:.1} ms each), {} streamed per pass",
+        "passes     {} in {:.1} ms ({:.1} ms each, best {:.1} ms), {} streamed per pass",
         r.passes,
         r.seconds * 1e3,
         r.seconds_per_pass * 1e3,
+        r.best_seconds_per_pass * 1e3,
         size(r.streamed_bytes_per_pass)
     );
     println!(
