@@ -821,6 +821,17 @@ fn bad_checkpoints_are_refused_clearly() {
     std::fs::write(d.join("config.json"), axes).expect("config");
     let e = open_err(d);
     assert!(e.contains("sum(axes_dim)"), "{e}");
+    // A diffusers config is named as such.
+    std::fs::write(
+        d.join("config.json"),
+        r#"{"_class_name": "FluxTransformer2DModel", "num_layers": 2, "in_channels": 64}"#,
+    )
+    .expect("config");
+    let e = open_err(d);
+    assert!(
+        e.contains("diffusers config") && e.contains("FluxParams"),
+        "{e}"
+    );
     // No config: head_dim 32 is not FLUX.1's, so the axes cannot be inferred.
     std::fs::remove_file(d.join("config.json")).expect("rm");
     let e = open_err(&d.join("model.safetensors"));

@@ -85,7 +85,16 @@ impl FluxConfig {
             why,
         };
         let v: Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
-        let c = Self::from_json(&v).map_err(err)?;
+        let c = Self::from_json(&v).map_err(|why| match v.get("_class_name") {
+            // diffusers' FluxTransformer2DModel config (num_layers,
+            // attention_head_dim, …) describes its own key layout too.
+            Some(class) => err(format!(
+                "{why}: this is a diffusers config ({class}); dynvram reads Black Forest \
+                 Labs' layout with a config.json in BFL FluxParams names, or a single \
+                 BFL/ComfyUI .safetensors file without one"
+            )),
+            None => err(why),
+        })?;
         c.validate().map_err(|why| FluxError::Config {
             path: path.to_owned(),
             why,
