@@ -574,16 +574,34 @@ fn coop_gemm_matches_dot4_exactly() {
             sg_m: 1,
             sg_n: 2,
             bk: 64,
+            ..CoopShape::default()
         },
         CoopShape {
             sg_m: 4,
             sg_n: 1,
             bk: 16,
+            ..CoopShape::default()
         },
         CoopShape {
             sg_m: 3,
             sg_n: 2,
             bk: 32,
+            ..CoopShape::default()
+        },
+        // More accumulators per subgroup, square and not.
+        CoopShape {
+            sg_m: 2,
+            sg_n: 1,
+            bk: 32,
+            wm: 4,
+            wn: 4,
+        },
+        CoopShape {
+            sg_m: 1,
+            sg_n: 2,
+            bk: 64,
+            wm: 1,
+            wn: 3,
         },
     ];
     let (format, k, act) = cases[1];

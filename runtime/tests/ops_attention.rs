@@ -195,6 +195,15 @@ fn attention_matches_cpu() {
         head_dim: 40,
     };
     check(&c, heads, 200, 150, 130, 20, 9);
+    // decoding with grouped heads over many chunks (attend_decode): one
+    // row of four heads per kv head, and two rows
+    let heads = Heads {
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 128,
+    };
+    check(&c, heads, 800, 700, 1, 699, 11);
+    check(&c, heads, 800, 333, 2, 331, 12);
 }
 
 #[test]

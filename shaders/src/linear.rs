@@ -91,13 +91,19 @@ pub const FLOAT_GEMM_COOP8: &str = wgsl!(
 );
 
 /// A cooperative-matrix GEMM module (`*_GEMM_COOP*`) with its workgroup
-/// shape written in: `sg_m × sg_n` subgroups, `bk` staged K columns. (Array
-/// sizes cannot be `override` expressions through naga 30's constant
-/// processing, so the shape is text, like the activation type.)
-pub fn with_coop_shape(source: &str, sg_m: u32, sg_n: u32, bk: u32) -> String {
+/// shape written in: `sg_m × sg_n` subgroups of `wm × wn` accumulators
+/// each, `bk` staged K columns (they size workgroup arrays, so they are
+/// text, like the activation type).
+pub fn with_coop_shape(source: &str, sg_m: u32, sg_n: u32, bk: u32, wm: u32, wn: u32) -> String {
     crate::with_consts(
         source,
-        &[("SG_M", 2, sg_m), ("SG_N", 2, sg_n), ("BK", 32, bk)],
+        &[
+            ("SG_M", 2, sg_m),
+            ("SG_N", 2, sg_n),
+            ("BK", 32, bk),
+            ("WM", 2, wm),
+            ("WN", 2, wn),
+        ],
     )
 }
 

@@ -12,14 +12,20 @@
 // out [batch * sq, n_heads * HD]
 //
 // Workgroup (h, b * q_blocks + qb) takes BR = NSG * CM query rows of head
-// h; each subgroup owns CM of them. Keys are visited in blocks of BC: the
-// block's keys are staged, S = Q Kᵀ is one row of CM x CM products per
-// subgroup, an online softmax turns S into probabilities P (rescaling the
-// running output when the row maximum grows), then the block's values are
-// staged and O += P V. The score matrix is never written to memory. The
-// output accumulators live in workgroup memory (cooperative matrices have
-// no per-row scaling), loaded and stored around each block's P V.
-// Query head h reads kv head h / (n_heads / n_kv) (HF repeat_kv).
+// h; each subgroup owns CM of them and keeps their queries and outputs in
+// registers as cooperative matrices. Cooperative matrices cannot scale
+// their rows, so instead of rescaling a running output the keys are
+// walked twice: the first walk computes each row's softmax maximum and
+// sum exactly (S = Q Kᵀ only), the second turns S into final
+// probabilities P and adds P V into the outputs. The extra Q Kᵀ costs a
+// third more products but no workgroup-memory traffic for the outputs,
+// which on this path is the limit (`dynvram bench coop`: the units run
+// 5× faster than one workgroup-memory load per product feeds them).
+// Per block: the keys are staged, each subgroup stores its CM x BC scores,
+// its invocations (T per row) read them; in the second walk the values
+// overwrite the keys while the probabilities are written. The score matrix
+// never reaches memory. Query head h reads kv head h / (n_heads / n_kv)
+// (HF repeat_kv).
 
 struct Params {
     sq: u32,
@@ -34,10 +40,6 @@ struct Params {
 }
 
 var<immediate> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<act>;
-@group(0) @binding(2) var<storage, read> k: array<act>;
-@group(0) @binding(3) var<storage, read> v: array<act>;
-@group(0) @binding(4) var<storage, read_write> out: array<act>;
 
 override SG: u32 = 32u;
 // The workgroup shape: subgroups (CM query rows each), keys per block and
@@ -49,60 +51,67 @@ const BC: u32 = 32u;
 const HD: u32 = 128u;
 
 const BR: u32 = NSG * CM;
+// Matrices along the head dimension.
+const DM: u32 = HD / CM;
 // Invocations per query row in the softmax (a subgroup's CM rows).
 override T: u32 = SG / CM;
 // f16 row pitches, skewed by 16 bytes to spread rows over memory banks.
-const QP: u32 = HD + 8u;
+const KP: u32 = HD + 8u;
 const PP: u32 = BC + 8u;
+// kv_sh holds the queries once, then each block's keys or values.
+const KV_ROWS: u32 = max(BC, BR);
 const NEG_BIG: f32 = -3.0e38;
 
-var<workgroup> q_sh: array<f16, BR * QP>;
-// The block's keys, then its values.
-var<workgroup> kv_sh: array<f16, BC * QP>;
+// Read four values at a time (HD and every row stride are multiples of 4).
+@group(0) @binding(1) var<storage, read> q: array<vec4<act>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<act>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<act>>;
+@group(0) @binding(4) var<storage, read_write> out: array<act>;
+
+var<workgroup> kv_sh: array<f16, KV_ROWS * KP>;
 var<workgroup> s_sh: array<f32, BR * BC>;
 var<workgroup> p_sh: array<f16, BR * PP>;
-var<workgroup> o_sh: array<f32, BR * HD>;
 
-// Stages rows j0.. of head column `col` of `src` (k or v) into kv_sh,
-// zero past the valid keys (so 0 * garbage never makes a NaN).
-fn stage_k(lid: u32, row0: u32, j0: u32, col: u32, stride: u32) {
-    for (var e = lid; e < BC * HD; e += SG * NSG) {
-        let j = e / HD;
-        let d = e % HD;
-        var x = 0.0h;
-        if j0 + j < params.kv_len {
-            x = f16(k[(row0 + j0 + j) * stride + col + d]);
+// Stages `rows` rows from row `row0` of `src` (0: q, 1: k, 2: v) at column
+// `col` into kv_sh, zero from row `valid` on (so 0 * garbage never makes
+// a NaN).
+fn stage(lid: u32, src: u32, rows: u32, row0: u32, valid: u32, col: u32, stride: u32) {
+    for (var e = lid; e < rows * HD / 4u; e += SG * NSG) {
+        let j = e / (HD / 4u);
+        let d = 4u * (e % (HD / 4u));
+        var x = vec4<f16>();
+        if j < valid {
+            let at = ((row0 + j) * stride + col + d) / 4u;
+            switch src {
+                case 0u: {
+                    x = vec4<f16>(q[at]);
+                }
+                case 1u: {
+                    x = vec4<f16>(k[at]);
+                }
+                default: {
+                    x = vec4<f16>(v[at]);
+                }
+            }
         }
-        kv_sh[j * QP + d] = x;
-    }
-}
-
-fn stage_v(lid: u32, row0: u32, j0: u32, col: u32, stride: u32) {
-    for (var e = lid; e < BC * HD; e += SG * NSG) {
-        let j = e / HD;
-        let d = e % HD;
-        var x = 0.0h;
-        if j0 + j < params.kv_len {
-            x = f16(v[(row0 + j0 + j) * stride + col + d]);
+        for (var i = 0u; i < 4u; i++) {
+            kv_sh[j * KP + d + i] = x[i];
         }
-        kv_sh[j * QP + d] = x;
     }
 }
 
-fn row_max(x: f32) -> f32 {
-    var m = x;
-    for (var o = 1u; o < T; o = o << 1u) {
-        m = max(m, subgroupShuffleXor(m, o));
+// The subgroup's CM x BC scores against the staged keys, into its rows of
+// s_sh (unscaled).
+fn scores(sg: u32, qa: ptr<function, array<cm_a, DM>>) {
+    for (var nt = 0u; nt < BC; nt += CM) {
+        var acc = cm_c();
+        for (var i = 0u; i < DM; i++) {
+            // B[d][j] = key j's dimension d: column-major in kv_sh.
+            let b = coopLoad<cm_b>(&kv_sh[nt * KP + i * CM], KP);
+            acc = coopMultiplyAdd((*qa)[i], b, acc);
+        }
+        coopStoreT(acc, &s_sh[sg * CM * BC + nt], BC);
     }
-    return m;
-}
-
-fn row_sum(x: f32) -> f32 {
-    var s = x;
-    for (var o = 1u; o < T; o = o << 1u) {
-        s = s + subgroupShuffleXor(s, o);
-    }
-    return s;
 }
 
 @compute @workgroup_size(SG * NSG)
@@ -141,79 +150,86 @@ fn main(
         block_keys = min(params.kv_len, params.pos0 + min(params.sq, r0 + BR));
     }
 
-    for (var e = lid; e < BR * HD; e += SG * NSG) {
-        let rr = e / HD;
-        let d = e % HD;
-        var x = 0.0h;
-        if r0 + rr < params.sq {
-            x = f16(q[(b * params.sq + r0 + rr) * q_stride + h * HD + d]);
-        }
-        q_sh[rr * QP + d] = x;
-        o_sh[e] = 0.0;
+    stage(lid, 0u, BR, b * params.sq + r0, params.sq - min(r0, params.sq), h * HD, q_stride);
+    workgroupBarrier();
+    var qa: array<cm_a, DM>;
+    for (var i = 0u; i < DM; i++) {
+        qa[i] = coopLoadT<cm_a>(&kv_sh[sg * CM * KP + i * CM], KP);
     }
 
+    // First walk: this invocation's running maximum and sum over its
+    // columns, combined over the row's T invocations at the end.
     var m = NEG_BIG;
     var l = 0.0;
     for (var j0 = 0u; j0 < block_keys; j0 += BC) {
         workgroupBarrier();
-        stage_k(lid, kv_row0, j0, kv_col, kv_stride);
+        stage(lid, 1u, BC, kv_row0 + j0, params.kv_len - j0, kv_col, kv_stride);
         workgroupBarrier();
-        for (var nt = 0u; nt < BC; nt += CM) {
-            var acc = cm_c();
-            for (var kk = 0u; kk < HD; kk += CM) {
-                let a = coopLoadT<cm_a>(&q_sh[sg * CM * QP + kk], QP);
-                // B[d][j] = key j's dimension d: column-major in kv_sh.
-                let bm = coopLoad<cm_b>(&kv_sh[nt * QP + kk], QP);
-                acc = coopMultiplyAdd(a, bm, acc);
-            }
-            coopStoreT(acc, &s_sh[sg * CM * BC + nt], BC);
-        }
+        scores(sg, &qa);
         workgroupBarrier();
-        // The values overwrite the keys while the softmax runs.
-        stage_v(lid, kv_row0, j0, kv_col, kv_stride);
-        var block_max = NEG_BIG;
         for (var c = t; c < BC; c += T) {
             if j0 + c < visible {
-                block_max = max(block_max, s_sh[row * BC + c] * params.scale);
+                let x = s_sh[row * BC + c] * params.scale;
+                let m_new = max(m, x);
+                l = l * exp(m - m_new) + exp(x - m_new);
+                m = m_new;
             }
         }
-        let m_new = max(m, row_max(block_max));
-        let alpha = exp(m - m_new);
-        var sum = 0.0;
+    }
+    for (var o = 1u; o < T; o = o << 1u) {
+        let m_o = subgroupShuffleXor(m, o);
+        let l_o = subgroupShuffleXor(l, o);
+        let m_new = max(m, m_o);
+        l = l * exp(m - m_new) + l_o * exp(m_o - m_new);
+        m = m_new;
+    }
+    // Rows past sq see nothing; keep their (unstored) sums finite.
+    let inv_l = 1.0 / max(l, 1e-30);
+
+    // Second walk: P = exp(S - m) / l, O += P V.
+    var oa: array<cm_c, DM>;
+    for (var i = 0u; i < DM; i++) {
+        oa[i] = cm_c();
+    }
+    for (var j0 = 0u; j0 < block_keys; j0 += BC) {
+        workgroupBarrier();
+        stage(lid, 1u, BC, kv_row0 + j0, params.kv_len - j0, kv_col, kv_stride);
+        workgroupBarrier();
+        scores(sg, &qa);
+        workgroupBarrier();
+        // The values overwrite the keys while the probabilities are written.
+        stage(lid, 2u, BC, kv_row0 + j0, params.kv_len - j0, kv_col, kv_stride);
         for (var c = t; c < BC; c += T) {
             var p = 0.0;
             if j0 + c < visible {
-                p = exp(s_sh[row * BC + c] * params.scale - m_new);
+                p = exp(s_sh[row * BC + c] * params.scale - m) * inv_l;
             }
             p_sh[row * PP + c] = f16(p);
-            sum += p;
-        }
-        l = l * alpha + row_sum(sum);
-        m = m_new;
-        for (var d = t; d < HD; d += T) {
-            o_sh[row * HD + d] *= alpha;
         }
         workgroupBarrier();
-        for (var dt = 0u; dt < HD; dt += CM) {
-            var acc = coopLoadT<cm_c>(&o_sh[sg * CM * HD + dt], HD);
-            for (var kk = 0u; kk < BC; kk += CM) {
-                let a = coopLoadT<cm_a>(&p_sh[sg * CM * PP + kk], PP);
+        for (var kk = 0u; kk < BC; kk += CM) {
+            let a = coopLoadT<cm_a>(&p_sh[sg * CM * PP + kk], PP);
+            for (var i = 0u; i < DM; i++) {
                 // B[j][d] = value j's dimension d: row-major in kv_sh.
-                let bm = coopLoadT<cm_b>(&kv_sh[kk * QP + dt], QP);
-                acc = coopMultiplyAdd(a, bm, acc);
+                let bm = coopLoadT<cm_b>(&kv_sh[kk * KP + i * CM], KP);
+                oa[i] = coopMultiplyAdd(a, bm, oa[i]);
             }
-            coopStoreT(acc, &o_sh[sg * CM * HD + dt], HD);
         }
     }
-    workgroupBarrier();
-    if r < params.sq {
-        let base = (b * params.sq + r) * q_stride + h * HD;
-        for (var d = t; d < HD; d += T) {
-            var x = o_sh[row * HD + d] / l;
+    // Out through the subgroup's rows of s_sh, one CM x CM matrix at a time.
+    let base = (b * params.sq + r) * q_stride + h * HD;
+    for (var i = 0u; i < DM; i++) {
+        workgroupBarrier();
+        coopStoreT(oa[i], &s_sh[sg * CM * BC], CM);
+        workgroupBarrier();
+        for (var c = t; c < CM; c += T) {
+            var x = s_sh[sg * CM * BC + (lane / T) * CM + c];
             if !ok {
                 x = bitcast<f32>(0x7FC00000u);
             }
-            out[base + d] = act(x);
+            if r < params.sq {
+                out[base + i * CM + c] = act(x);
+            }
         }
     }
 }

@@ -6,23 +6,27 @@
 //
 // A workgroup is SG_M x SG_N subgroups of exactly SG invocations (the host
 // picks this kernel only where the subgroup size is fixed) and computes a
-// TILE_M x TILE_N output tile, each subgroup 2 x 2 accumulators of CM x CM.
+// TILE_M x TILE_N output tile, each subgroup WM x WN accumulators of CM x CM
+// (more per subgroup: fewer workgroup-memory loads per product — each A
+// tile loaded serves WN products, each B tile WM).
 // Each K step stages BK columns of the tile's activations and weights as f16.
 // Dispatch: (ceil(N / TILE_N), ceil(M / TILE_M), 1).
 
 override SG: u32 = 32u;
-// The workgroup shape: subgroups along M and N (each computes 2 x 2
-// matrices of CM x CM) and K columns staged per step (a multiple of 8 and
-// of CM). Constants, not overrides, because they size workgroup arrays:
-// the host writes its shape into these three lines
+// The workgroup shape: subgroups along M and N, the accumulators of each
+// along M and N, and K columns staged per step (a multiple of 8 and of
+// CM). Constants, not overrides, because they size workgroup arrays: the
+// host writes its shape into these five lines
 // (`dynvram_shaders::linear::with_coop_shape`).
 const SG_M: u32 = 2u;
 const SG_N: u32 = 2u;
 const BK: u32 = 32u;
+const WM: u32 = 2u;
+const WN: u32 = 2u;
 
 const NSG: u32 = SG_M * SG_N;
-const TILE_M: u32 = 2u * CM * SG_M;
-const TILE_N: u32 = 2u * CM * SG_N;
+const TILE_M: u32 = WM * CM * SG_M;
+const TILE_N: u32 = WN * CM * SG_N;
 // Row pitch of the staged tiles in f16: 16-byte aligned rows, skewed by 16
 // bytes to spread rows over memory banks.
 const PITCH: u32 = BK + 8u;
@@ -66,31 +70,36 @@ fn main(
     // uniform, as the cooperative operations require).
     let ok = nsg == NSG;
     let sq = min(sg, NSG - 1u);
-    let sm = 2u * CM * (sq / SG_N);
-    let sn = 2u * CM * (sq % SG_N);
-    var acc00 = cm_c();
-    var acc01 = cm_c();
-    var acc10 = cm_c();
-    var acc11 = cm_c();
+    let sm = WM * CM * (sq / SG_N);
+    let sn = WN * CM * (sq % SG_N);
+    // Constant trip counts throughout: the compiler unrolls the loops over
+    // accumulators and keeps them in registers.
+    var acc: array<cm_c, WM * WN>;
+    for (var i = 0u; i < WM * WN; i++) {
+        acc[i] = cm_c();
+    }
     for (var kt = 0u; kt < p.k; kt += BK) {
         stage(lid, m0, n0, kt);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk += CM) {
-            let a0 = coopLoadT<cm_a>(&a_sh[sm * PITCH + kk], PITCH);
-            let a1 = coopLoadT<cm_a>(&a_sh[(sm + CM) * PITCH + kk], PITCH);
-            // Weight rows are output columns: B[k][n] = b_sh[n * PITCH + k],
-            // column-major.
-            let b0 = coopLoad<cm_b>(&b_sh[sn * PITCH + kk], PITCH);
-            let b1 = coopLoad<cm_b>(&b_sh[(sn + CM) * PITCH + kk], PITCH);
-            acc00 = coopMultiplyAdd(a0, b0, acc00);
-            acc01 = coopMultiplyAdd(a0, b1, acc01);
-            acc10 = coopMultiplyAdd(a1, b0, acc10);
-            acc11 = coopMultiplyAdd(a1, b1, acc11);
+            var a: array<cm_a, WM>;
+            for (var i = 0u; i < WM; i++) {
+                a[i] = coopLoadT<cm_a>(&a_sh[(sm + i * CM) * PITCH + kk], PITCH);
+            }
+            for (var j = 0u; j < WN; j++) {
+                // Weight rows are output columns: B[k][n] = b_sh[n * PITCH + k],
+                // column-major.
+                let b = coopLoad<cm_b>(&b_sh[(sn + j * CM) * PITCH + kk], PITCH);
+                for (var i = 0u; i < WM; i++) {
+                    acc[i * WN + j] = coopMultiplyAdd(a[i], b, acc[i * WN + j]);
+                }
+            }
         }
         workgroupBarrier();
     }
-    drain(acc00, sq, lane, ok, m0 + sm, n0 + sn);
-    drain(acc01, sq, lane, ok, m0 + sm, n0 + sn + CM);
-    drain(acc10, sq, lane, ok, m0 + sm + CM, n0 + sn);
-    drain(acc11, sq, lane, ok, m0 + sm + CM, n0 + sn + CM);
+    for (var i = 0u; i < WM; i++) {
+        for (var j = 0u; j < WN; j++) {
+            drain(acc[i * WN + j], sq, lane, ok, m0 + sm + i * CM, n0 + sn + j * CM);
+        }
+    }
 }

@@ -39,6 +39,10 @@ pub enum BenchCommand {
     /// What one kernel launch costs the CPU and the GPU, a pass per launch
     /// against one pass for all.
     Dispatch(crate::cmd::bench_dispatch::DispatchArgs),
+    /// The cooperative matrices' own rate (the tensor-core ceiling of the
+    /// GEMM and flash-attention kernels), operands in registers and fed
+    /// from workgroup memory.
+    Coop(crate::cmd::bench_coop::CoopArgs),
 }
 
 /// Arguments of `dynvram bench upload`.
@@ -172,6 +176,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
         BenchCommand::Linear(a) => linear(a, json),
         BenchCommand::Pass(a) => crate::cmd::bench_pass::run(a, json),
         BenchCommand::Dispatch(a) => crate::cmd::bench_dispatch::run(a, json),
+        BenchCommand::Coop(a) => crate::cmd::bench_coop::run(a, json),
     }
 }
 
@@ -379,7 +384,7 @@ pub(crate) fn stream_kernel(
 
 /// Seconds per repetition: the median of 5 submits of `reps` repetitions
 /// each (GPU timestamps where the adapter has them, else wall time).
-fn median_seconds(
+pub(crate) fn median_seconds(
     reps: usize,
     mut run: impl FnMut(usize) -> anyhow::Result<f64>,
 ) -> anyhow::Result<f64> {
@@ -393,7 +398,7 @@ fn median_seconds(
 /// the GPU time between timestamps written before and after the commands
 /// where the device can write timestamps inside encoders, else the wall
 /// time from submit to idle (which adds the submission's fixed cost).
-fn submit_timed(
+pub(crate) fn submit_timed(
     gpu: &Gpu,
     record: impl FnOnce(&mut Encoder) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
@@ -465,10 +470,24 @@ fn parse_coop_shape(s: &str) -> Result<CoopShape, String> {
         .split('x')
         .map(str::parse)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK): {e}"))?;
+        .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK[xWMxWN]): {e}"))?;
     match v[..] {
-        [sg_m, sg_n, bk] => Ok(CoopShape { sg_m, sg_n, bk }),
-        _ => Err(format!("bad shape `{s}`: want SG_MxSG_NxBK, e.g. 2x2x32")),
+        [sg_m, sg_n, bk] => Ok(CoopShape {
+            sg_m,
+            sg_n,
+            bk,
+            ..CoopShape::default()
+        }),
+        [sg_m, sg_n, bk, wm, wn] => Ok(CoopShape {
+            sg_m,
+            sg_n,
+            bk,
+            wm,
+            wn,
+        }),
+        _ => Err(format!(
+            "bad shape `{s}`: want SG_MxSG_NxBK[xWMxWN], e.g. 2x2x32 or 2x2x32x4x4"
+        )),
     }
 }
 
@@ -638,9 +657,7 @@ fn time_case(
         n,
         k,
         kernel: match scratch.last_coop_shape() {
-            Some(CoopShape { sg_m, sg_n, bk }) => {
-                format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
-            }
+            Some(shape) => format!("{:?} coop-matrix {shape}", plan.kernel),
             None => format!("{:?}", plan.kernel),
         },
         coop: scratch.last_used_coop(),
