@@ -45,6 +45,8 @@ enum Command {
     Conformance(cmd::conformance::Args),
     /// Greedy text generation with a Llama-family checkpoint under a VRAM budget.
     Generate(cmd::generate::Args),
+    /// One forward (or --steps of sampling) of a Flux diffusion transformer under a VRAM budget.
+    Dit(cmd::dit::Args),
     /// Write a randomly initialised checkpoint of a real model's shapes.
     Synth(cmd::synth::Args),
     /// Measure throughput (uploads, kernels).
@@ -59,6 +61,7 @@ impl Command {
             Command::Run(a) => Some(&a.budget),
             Command::Plan(a) => Some(&a.budget),
             Command::Generate(a) => Some(&a.budget),
+            Command::Dit(a) => Some(&a.budget),
             Command::Bench(cmd::bench::BenchCommand::Pass(a)) => Some(&a.budget),
             _ => None,
         }
@@ -93,6 +96,7 @@ fn main() -> std::process::ExitCode {
         Command::Conformance(a) => cmd::conformance::run(a, cli.json),
         Command::Generate(a) => cmd::generate::run(a, cli.json),
         Command::Synth(a) => cmd::synth::run(a, cli.json),
+        Command::Dit(a) => cmd::dit::run(a, cli.json),
         Command::Bench(c) => cmd::bench::run(c, cli.json),
     });
     match result {

@@ -7,5 +7,6 @@
 //! Owns: architectures (block structure, op order, CPU references). Knows
 //! nothing of wgpu beyond what the runtime exposes.
 
+pub mod flux;
 pub mod llama;
 pub mod mlp_stack;

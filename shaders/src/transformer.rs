@@ -34,6 +34,11 @@ pub fn with_flash_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
 /// Embedding row gather from an f32, f16 or bf16 table.
 pub const EMBED: &str = wgsl!("embed.wgsl");
 
+/// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
+/// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
+/// sequence, and a batched row/column gather (optionally through GELU).
+pub const DIT: &str = wgsl!("dit.wgsl");
+
 /// Every transformer shader file, as (file name, source).
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise.wgsl", ELEMENTWISE),
@@ -43,4 +48,5 @@ pub const ALL: &[(&str, &str)] = &[
     ("flash_attention.wgsl", FLASH_ATTENTION16),
     ("flash_attention.wgsl [8x8]", FLASH_ATTENTION8),
     ("embed.wgsl", EMBED),
+    ("dit.wgsl", DIT),
 ];

@@ -7,6 +7,7 @@ pub mod bench_dispatch;
 pub mod bench_pass;
 pub mod budget_args;
 pub mod conformance;
+pub mod dit;
 pub mod generate;
 pub mod plan;
 pub mod probe;

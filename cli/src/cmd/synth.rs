@@ -15,8 +15,13 @@ use crate::output::{bytes_bar, print_json, size};
 pub struct Args {
     /// Folder to write config.json and the safetensors into (created).
     model_dir: PathBuf,
-    /// Shapes to copy: tiny, llama-7b, llama-13b, qwen2-7b, qwen2-0.5b.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(synth::PRESETS))]
+    /// Shapes to copy: tiny, llama-7b, llama-13b, qwen2-7b, qwen2-0.5b;
+    /// flux-dev, flux-schnell (BFL layout: MODEL_DIR ending in .safetensors
+    /// is written as that one file, as ComfyUI users have it; else a folder
+    /// with model.safetensors and config.json).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
+        synth::PRESETS.iter().chain(&dynvram_models::flux::synth::PRESETS).copied()
+    ))]
     like: String,
     /// Stored dtype of the weights.
     #[arg(long, value_enum, default_value = "bf16")]
@@ -59,6 +64,15 @@ impl From<DtypeArg> for SynthDtype {
 
 /// The preset's config and the writer's options, the flags checked.
 pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)> {
+    if let Some(flux) = dynvram_models::flux::synth::preset(&args.like) {
+        return crate::cmd::dit::synth_options(
+            args.layers,
+            args.tokenizer,
+            args.dtype.into(),
+            args.seed,
+        )
+        .map(|opts| (flux.to_json(), opts));
+    }
     let config =
         synth::preset(&args.like).with_context(|| format!("unknown --like {}", args.like))?;
     if !(args.shard_gib.is_finite() && args.shard_gib > 0.0) {
@@ -81,6 +95,9 @@ pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)>
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let (config, opts) = options(&args)?;
+    if dynvram_models::flux::synth::preset(&args.like).is_some() {
+        return crate::cmd::dit::synth(&args.model_dir, &args.like, opts, json);
+    }
     let pb = bytes_bar(0, "synth");
     let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
         pb.set_length(total);

@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod cache;
+pub mod dit;
 pub mod elementwise;
 pub mod embed;
 pub mod encoder;

@@ -1,0 +1,415 @@
+//! `dynvram dit MODEL --inputs IN --out OUT`: one forward of a Flux
+//! diffusion transformer under a VRAM budget (or, with `--steps N`, a
+//! flow-matching Euler sampling loop from `img` as the initial noise with
+//! Flux's shifted schedule), the result written as `out`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use dynvram_loader::atomic::write_file;
+use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs, ForwardOptions};
+use dynvram_runtime::trace::Trace;
+use dynvram_runtime::{ActDtype, Model, PassStats, Runtime, RuntimeConfig};
+use serde::Serialize;
+
+use crate::cmd::adapter_args::AdapterArgs;
+use crate::cmd::budget_args::BudgetArgs;
+use crate::cmd::run::LinearDtypeArg;
+use crate::output::{bar, bytes_bar, print_json, size};
+use dynvram_models::llama::synth::{SynthDtype, SynthOptions};
+
+/// Most `--steps`.
+const MAX_STEPS: usize = 10_000;
+
+/// Arguments of `dynvram dit`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A Flux checkpoint: a single .safetensors file in BFL key layout
+    /// (optionally under ComfyUI's `model.diffusion_model.` prefix; the
+    /// architecture is inferred from the shapes, with FLUX.1's heads, RoPE
+    /// axes and theta), or a folder with model.safetensors and a config.json
+    /// in BFL FluxParams names.
+    model: PathBuf,
+    /// Inputs (all F32): img [B, L_img, in_channels], img_ids [B, L_img, 3],
+    /// txt [B, L_txt, context_in_dim], txt_ids [B, L_txt, 3], timesteps (one
+    /// per batch element, 0..1), y [B, vec_in_dim], and guidance (one per
+    /// batch element) for models with a
+    /// guidance embedder.
+    #[arg(long, value_name = "IN.safetensors")]
+    inputs: PathBuf,
+    /// Where to write `out` [B, L_img, out_channels] (F32).
+    #[arg(long, value_name = "OUT.safetensors")]
+    out: PathBuf,
+    /// Run N Euler steps of flow matching from `img` (the noise) instead of
+    /// one forward; `timesteps` of the inputs is then ignored, and `out` is
+    /// the final latent.
+    #[arg(long, value_parser = steps)]
+    steps: Option<usize>,
+    /// Timed forwards of the same inputs (without --steps); the report
+    /// gives their mean and best time.
+    #[arg(long, default_value_t = 1, conflicts_with = "steps", value_parser = steps)]
+    passes: usize,
+    /// Untimed forwards first, so shader compilation and first uploads are
+    /// not counted.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Draw the last pass as an SVG timeline (lanes: reads/uploads,
+    /// kernels, submits, waits).
+    #[arg(long, value_name = "FILE.svg")]
+    timeline: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of the last pass.
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
+    /// With --steps: the linear schedule 1 → 0 (FLUX.1-schnell's) instead
+    /// of the resolution-shifted one (FLUX.1-dev's).
+    #[arg(long)]
+    no_shift: bool,
+    /// Activation dtype; kernels accumulate in f32 either way. auto: f16
+    /// where the adapter has SHADER_F16, else f32.
+    #[arg(long, value_enum, default_value = "auto")]
+    compute_dtype: ComputeDtype,
+    #[command(flatten)]
+    adapter: AdapterArgs,
+    #[command(flatten)]
+    pub(crate) budget: BudgetArgs,
+    /// Activation arithmetic of int4 layers.
+    #[arg(long, value_enum, default_value = "auto")]
+    linear_dtype: LinearDtypeArg,
+}
+
+/// `--compute-dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ComputeDtype {
+    /// f16 where the adapter has SHADER_F16, else f32.
+    Auto,
+    /// 32-bit activations (the reference).
+    F32,
+    /// 16-bit activations (needs SHADER_F16; an error without it).
+    F16,
+}
+
+impl ComputeDtype {
+    fn resolve(self, rt: &Runtime) -> ActDtype {
+        match self {
+            Self::Auto if rt.gpu().caps.shader_f16 => ActDtype::F16,
+            Self::Auto | Self::F32 => ActDtype::F32,
+            Self::F16 => ActDtype::F16,
+        }
+    }
+}
+
+fn steps(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    if n == 0 || n > MAX_STEPS {
+        return Err(format!("{n} is not in 1..={MAX_STEPS}"));
+    }
+    Ok(n)
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    adapter: String,
+    backend: String,
+    compute_dtype: &'static str,
+    model: PathBuf,
+    /// Whether the config was inferred from the shapes (no config.json).
+    config_inferred: bool,
+    config: dynvram_models::flux::FluxConfig,
+    shape: dynvram_models::flux::Shape,
+    /// Forward passes run (1, or --steps).
+    passes: usize,
+    /// The schedule of --steps (sigmas, first to last).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    sigmas: Vec<f64>,
+    seconds: f64,
+    seconds_per_pass: f64,
+    best_seconds_per_pass: f64,
+    streamed_bytes_per_pass: u64,
+    max_abs_out: f32,
+    model_report: dynvram_runtime::ModelReport,
+    budget: dynvram_runtime::BudgetReport,
+}
+
+/// BFL's `get_schedule`: `steps + 1` sigmas from 1 to 0, shifted by
+/// `mu = lin(image tokens)` (0.5 at 256 tokens, 1.15 at 4096) unless `shift`
+/// is off.
+pub fn schedule(steps: usize, image_tokens: usize, shift: bool) -> Vec<f64> {
+    let m = (1.15 - 0.5) / (4096.0 - 256.0);
+    let mu = m * image_tokens as f64 + (0.5 - m * 256.0);
+    (0..=steps)
+        .map(|i| {
+            let t = 1.0 - i as f64 / steps as f64;
+            if !shift || t <= 0.0 {
+                t
+            } else {
+                mu.exp() / (mu.exp() + (1.0 / t - 1.0))
+            }
+        })
+        .collect()
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let ckpt = FluxCheckpoint::open(&args.model)
+        .with_context(|| format!("opening {}", args.model.display()))?;
+    let mut inputs = FluxInputs::from_file(&args.inputs, &ckpt.config)?;
+    let c = &ckpt.config;
+    if args.steps.is_some() && c.in_channels != c.out_channels {
+        bail!(
+            "--steps needs out_channels = in_channels (the model predicts a velocity of the latent), this model has {} and {}",
+            c.out_channels,
+            c.in_channels
+        );
+    }
+    let rt = Runtime::new(RuntimeConfig {
+        adapter: args.adapter.choice(),
+        budget: args.budget.config()?,
+        linear_dtype: args.linear_dtype.into(),
+        ..args.budget.host_config()?
+    })?;
+    let dtype = args.compute_dtype.resolve(&rt);
+    let model = Model::open(&rt, &ckpt.spec(inputs.shape, dtype))
+        .with_context(|| format!("opening {}", args.model.display()))?;
+    let mut flux = Flux::new(&rt, &ckpt, inputs.shape, dtype).context("--compute-dtype")?;
+    for _ in 0..args.warmup {
+        flux.forward(&rt, &model, &inputs)?;
+    }
+    let mut stats = Vec::<PassStats>::new();
+    let mut trace = Trace::new();
+    let mut pass = |flux: &mut Flux, inputs: &FluxInputs| -> anyhow::Result<Vec<f32>> {
+        trace = Trace::new();
+        let opts = ForwardOptions {
+            trace: Some(&mut trace),
+            ..ForwardOptions::default()
+        };
+        let f = flux.forward_with(&rt, &model, inputs, opts)?;
+        stats.push(f.stats);
+        Ok(f.out)
+    };
+    let (out, sigmas) = match args.steps {
+        None => {
+            let mut out = Vec::new();
+            for _ in 0..args.passes {
+                out = pass(&mut flux, &inputs)?;
+            }
+            (out, Vec::new())
+        }
+        Some(n) => {
+            let sigmas = schedule(n, inputs.shape.img_len, !args.no_shift);
+            let pb = (!json).then(|| bar(n as u64, "steps"));
+            for w in sigmas.windows(2) {
+                let (t, t_prev) = (w[0], w[1]);
+                inputs.timesteps.iter_mut().for_each(|v| *v = t as f32);
+                let v = pass(&mut flux, &inputs)?;
+                let dt = (t_prev - t) as f32;
+                inputs
+                    .img
+                    .iter_mut()
+                    .zip(&v)
+                    .for_each(|(x, v)| *x += dt * v);
+                if let Some(pb) = &pb {
+                    pb.inc(1);
+                }
+            }
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            (inputs.img.clone(), sigmas)
+        }
+    };
+    if let Some(path) = &args.timeline {
+        write_file(path, trace.to_svg().as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.trace {
+        write_file(path, &serde_json::to_vec_pretty(&trace.to_chrome_json())?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(i) = out.iter().position(|v| !v.is_finite()) {
+        bail!(
+            "the output has a non-finite value at element {i}: {}",
+            out[i]
+        );
+    }
+    write_out(&args.out, &out, inputs.shape, c.out_channels)?;
+    let seconds: f64 = stats.iter().map(|s| s.seconds).sum();
+    let streamed: u64 = stats.iter().map(|s| s.streamed_bytes).sum();
+    let passes = stats.len();
+    let report = Report {
+        adapter: rt.gpu().info.name.clone(),
+        backend: rt.gpu().caps.backend.clone(),
+        compute_dtype: match dtype {
+            ActDtype::F16 => "f16",
+            ActDtype::F32 => "f32",
+        },
+        model: args.model.clone(),
+        config_inferred: ckpt.inferred,
+        config: c.clone(),
+        shape: inputs.shape,
+        passes,
+        sigmas,
+        seconds,
+        seconds_per_pass: seconds / passes.max(1) as f64,
+        best_seconds_per_pass: stats
+            .iter()
+            .map(|s| s.seconds)
+            .fold(f64::INFINITY, f64::min),
+        streamed_bytes_per_pass: streamed / passes.max(1) as u64,
+        max_abs_out: out.iter().fold(0f32, |m, v| m.max(v.abs())),
+        model_report: model.report(),
+        budget: rt.budget_report(),
+    };
+    if json {
+        print_json(&report)?;
+    } else {
+        print_text(&report, &args.out);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The writer's options of `synth --like flux-*`, the flags checked
+/// (`--layers` and `--tokenizer` are the Llama presets').
+pub fn synth_options(
+    layers: Option<usize>,
+    tokenizer: bool,
+    dtype: SynthDtype,
+    seed: u64,
+) -> anyhow::Result<SynthOptions> {
+    if layers.is_some() || tokenizer {
+        bail!("--layers and --tokenizer apply to the Llama presets, not to Flux");
+    }
+    Ok(SynthOptions {
+        dtype,
+        seed,
+        ..SynthOptions::default()
+    })
+}
+
+/// `synth --like flux-dev|flux-schnell`: random weights of FLUX.1's shapes
+/// in BFL layout, as one `.safetensors` file (when `path` ends so; the
+/// config is then inferred from the shapes, as for ComfyUI's files) or a
+/// folder with `model.safetensors` and `config.json`.
+pub fn synth(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow::Result<ExitCode> {
+    let config = dynvram_models::flux::synth::preset(like)
+        .with_context(|| format!("unknown --like {like}"))?;
+    let single = path.extension().is_some_and(|e| e == "safetensors");
+    let file = if single {
+        path.to_owned()
+    } else {
+        path.join("model.safetensors")
+    };
+    let pb = bytes_bar(0, "synth");
+    let bytes = dynvram_models::flux::synth::write_checkpoint(
+        &file,
+        &config,
+        "",
+        opts,
+        !single,
+        &mut |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        },
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    pb.finish_and_clear();
+    let mut files = vec![file.clone()];
+    if !single {
+        files.push(file.with_file_name("config.json"));
+    }
+    if json {
+        print_json(&serde_json::json!({"files": files, "bytes": bytes, "like": like}))?;
+    } else {
+        println!("wrote {} like {like} into {}", size(bytes), path.display());
+        for f in &files {
+            println!("  {}", f.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_out(
+    path: &Path,
+    out: &[f32],
+    s: dynvram_models::flux::Shape,
+    channels: usize,
+) -> anyhow::Result<()> {
+    let bytes: Vec<u8> = out.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(
+        safetensors::Dtype::F32,
+        vec![s.batch, s.img_len, channels],
+        &bytes,
+    )?;
+    let file = safetensors::serialize([("out", view)], None)?;
+    write_file(path, &file).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn print_text(r: &Report, out: &Path) {
+    let (m, b, c) = (&r.model_report, &r.budget, &r.config);
+    println!(
+        "adapter    {} [{}], {} activations",
+        r.adapter, r.backend, r.compute_dtype
+    );
+    println!(
+        "model      {} ({} double + {} single blocks, width {}, {} heads{}; {})",
+        r.model.display(),
+        c.depth,
+        c.depth_single_blocks,
+        c.hidden_size,
+        c.num_heads,
+        if r.config_inferred {
+            ", inferred from the shapes"
+        } else {
+            ""
+        },
+        size(m.model_bytes)
+    );
+    println!(
+        "inputs     batch {}, {} image + {} text tokens",
+        r.shape.batch, r.shape.img_len, r.shape.txt_len
+    );
+    println!(
+        "passes     {} in {:.1} ms ({:.1} ms each, best {:.1} ms), {} streamed per pass",
+        r.passes,
+        r.seconds * 1e3,
+        r.seconds_per_pass * 1e3,
+        r.best_seconds_per_pass * 1e3,
+        size(r.streamed_bytes_per_pass)
+    );
+    println!(
+        "budget     {} usable of {} ({}); resident {}, streamed {}; peak VRAM {}",
+        size(b.usable),
+        size(b.capacity),
+        b.source,
+        size(m.resident_bytes),
+        size(m.streamed_bytes),
+        size(b.peak)
+    );
+    println!(
+        "out        {} (max |out| {:.4})",
+        out.display(),
+        r.max_abs_out
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schedule;
+
+    #[test]
+    fn schedule_is_bfl_get_schedule() {
+        assert_eq!(schedule(2, 4096, false), vec![1.0, 0.5, 0.0]);
+        // mu = 1.15 at 4096 tokens: t = 0.5 maps to e^mu / (e^mu + 1).
+        let s = schedule(2, 4096, true);
+        let e = 1.15f64.exp();
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - e / (e + 1.0)).abs() < 1e-12, "{s:?}");
+        assert_eq!(s[2], 0.0);
+        // mu = 0.5 at 256 tokens.
+        let s = schedule(4, 256, true);
+        let e = 0.5f64.exp();
+        assert!((s[3] - e / (e + 3.0)).abs() < 1e-12, "{s:?}");
+        assert!(s.windows(2).all(|w| w[0] > w[1]), "{s:?}");
+    }
+}

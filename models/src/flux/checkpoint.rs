@@ -1,0 +1,484 @@
+//! A Flux checkpoint on disk: one `.safetensors` file in Black Forest Labs'
+//! key layout (optionally under ComfyUI's `model.diffusion_model.` prefix),
+//! or a folder with `model.safetensors` and a `config.json` in BFL
+//! `FluxParams` names. Without a config the architecture is inferred from
+//! the tensor shapes, as ComfyUI does.
+
+use std::path::{Path, PathBuf};
+
+use dynvram_runtime::loader::ModelFiles;
+use dynvram_runtime::quant::{self, TensorList};
+use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
+
+use super::config::{FLUX1_AXES_DIM, FLUX1_THETA, FluxConfig, MAX_BLOCKS, TIME_DIM};
+use super::{FluxError, Shape};
+
+/// The key prefix of ComfyUI's full checkpoints.
+pub const COMFY_PREFIX: &str = "model.diffusion_model.";
+
+/// Tensor names in BFL layout under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// `""` or e.g. `model.diffusion_model.`.
+    pub prefix: String,
+}
+
+impl Names {
+    /// `prefix + name`.
+    pub fn n(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// `double_blocks.{i}.{rest}`.
+    pub fn double(&self, i: usize, rest: &str) -> String {
+        self.n(&format!("double_blocks.{i}.{rest}"))
+    }
+
+    /// `single_blocks.{i}.{rest}`.
+    pub fn single(&self, i: usize, rest: &str) -> String {
+        self.n(&format!("single_blocks.{i}.{rest}"))
+    }
+
+    /// The embedder linears (block `embed`).
+    pub fn embed_linears(&self, guidance: bool) -> Vec<String> {
+        let mut v = vec![
+            "img_in",
+            "txt_in",
+            "time_in.in_layer",
+            "time_in.out_layer",
+            "vector_in.in_layer",
+            "vector_in.out_layer",
+        ];
+        if guidance {
+            v.extend(["guidance_in.in_layer", "guidance_in.out_layer"]);
+        }
+        v.into_iter().map(|s| self.n(s)).collect()
+    }
+
+    /// Linears of double block `i`.
+    pub fn double_linears(&self, i: usize) -> Vec<String> {
+        ["img", "txt"]
+            .iter()
+            .flat_map(|s| {
+                ["mod.lin", "attn.qkv", "attn.proj", "mlp.0", "mlp.2"]
+                    .map(|p| self.double(i, &format!("{s}_{p}")))
+            })
+            .collect()
+    }
+
+    /// QK-norm scales of double block `i`.
+    pub fn double_norms(&self, i: usize) -> Vec<String> {
+        ["img", "txt"]
+            .iter()
+            .flat_map(|s| {
+                ["query_norm", "key_norm"]
+                    .map(|q| self.double(i, &format!("{s}_attn.norm.{q}.scale")))
+            })
+            .collect()
+    }
+
+    /// Linears of single block `i`.
+    pub fn single_linears(&self, i: usize) -> Vec<String> {
+        ["modulation.lin", "linear1", "linear2"]
+            .map(|p| self.single(i, p))
+            .to_vec()
+    }
+
+    /// QK-norm scales of single block `i`.
+    pub fn single_norms(&self, i: usize) -> Vec<String> {
+        ["query_norm", "key_norm"]
+            .map(|q| self.single(i, &format!("norm.{q}.scale")))
+            .to_vec()
+    }
+
+    /// The final layer's linears.
+    pub fn final_linears(&self) -> Vec<String> {
+        vec![
+            self.n("final_layer.adaLN_modulation.1"),
+            self.n("final_layer.linear"),
+        ]
+    }
+}
+
+/// A Flux checkpoint, its config checked against every tensor a pass uses.
+#[derive(Debug)]
+pub struct FluxCheckpoint {
+    /// What was opened (a file or a folder).
+    pub path: PathBuf,
+    /// The config (from `config.json`, or inferred).
+    pub config: FluxConfig,
+    /// Whether the config was inferred from the shapes (no `config.json`).
+    pub inferred: bool,
+    /// The weights file(s).
+    pub weights: Vec<PathBuf>,
+    /// Tensor names.
+    pub names: Names,
+    files: ModelFiles,
+}
+
+impl FluxCheckpoint {
+    /// Opens a `.safetensors` file (config inferred, or from a
+    /// `config.json` beside it when `path` is a folder's `model.safetensors`)
+    /// or a folder (`config.json` and `model.safetensors`).
+    pub fn open(path: &Path) -> Result<Self, FluxError> {
+        let _span = tracing::info_span!("flux_open", path = %path.display()).entered();
+        let (weights, config_file) = if path.is_dir() {
+            let w = path.join("model.safetensors");
+            if !w.is_file() {
+                return Err(FluxError::Weights {
+                    path: path.to_owned(),
+                    why: "the folder has no model.safetensors".into(),
+                });
+            }
+            let c = path.join("config.json");
+            (w, c.is_file().then_some(c))
+        } else if path.is_file() {
+            (path.to_owned(), None)
+        } else {
+            return Err(FluxError::Weights {
+                path: path.to_owned(),
+                why: "no such file or folder".into(),
+            });
+        };
+        let files = ModelFiles::open(&weights).map_err(RuntimeError::from)?;
+        let list = FilesList::new(&files);
+        let names = Names {
+            prefix: detect_prefix(&list).ok_or_else(|| FluxError::Weights {
+                path: weights.clone(),
+                why: "no Flux tensors: found no `img_in.weight` nor \
+                      `double_blocks.0.img_attn.qkv.weight` under any prefix"
+                    .into(),
+            })?,
+        };
+        let (config, inferred) = match &config_file {
+            Some(c) => (FluxConfig::from_file(c)?, false),
+            None => {
+                let config = infer_config(&list, &names).map_err(|why| FluxError::Weights {
+                    path: weights.clone(),
+                    why,
+                })?;
+                config.validate().map_err(|why| FluxError::Weights {
+                    path: weights.clone(),
+                    why: format!("the shapes match no Flux variant: {why}"),
+                })?;
+                (config, true)
+            }
+        };
+        drop(list);
+        let ckpt = Self {
+            path: path.to_owned(),
+            config,
+            inferred,
+            weights: vec![weights],
+            names,
+            files,
+        };
+        ckpt.check()?;
+        Ok(ckpt)
+    }
+
+    /// The opened weight files.
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    fn weights_err(&self, why: String) -> FluxError {
+        FluxError::Weights {
+            path: self.weights[0].clone(),
+            why,
+        }
+    }
+
+    /// Checks every tensor a pass uses against the config: present, shaped
+    /// as the config says, biases where BFL's layers have them, and no
+    /// blocks past the config's depths.
+    fn check(&self) -> Result<(), FluxError> {
+        let c = &self.config;
+        let list = FilesList::new(&self.files);
+        let nm = &self.names;
+        let (h, hd, m) = (c.hidden_size, c.head_dim(), c.mlp_hidden());
+        let layer = |name: &str, n: usize, k: usize, bias: bool| -> Result<(), FluxError> {
+            let l =
+                quant::validate_layer(&list, name).map_err(|e| self.weights_err(e.to_string()))?;
+            if (l.n, l.k) != (n, k) {
+                return Err(self.weights_err(format!(
+                    "`{name}` is [{}, {}] (out × in), the config implies [{n}, {k}]",
+                    l.n, l.k
+                )));
+            }
+            if bias && !l.has_bias {
+                return Err(self.weights_err(format!("`{name}` has no bias, which Flux requires")));
+            }
+            Ok(())
+        };
+        let vector = |name: &str, len: usize| -> Result<(), FluxError> {
+            match list.dtype_shape(name) {
+                Some((_, s)) if s == [len] => Ok(()),
+                Some((_, s)) => Err(self.weights_err(format!(
+                    "`{name}` has shape {s:?}, expected [{len}] (head_dim)"
+                ))),
+                None => Err(self.weights_err(format!("no tensor `{name}`"))),
+            }
+        };
+        layer(&nm.n("img_in"), h, c.in_channels, true)?;
+        layer(&nm.n("txt_in"), h, c.context_in_dim, true)?;
+        layer(&nm.n("time_in.in_layer"), h, TIME_DIM, true)?;
+        layer(&nm.n("time_in.out_layer"), h, h, true)?;
+        layer(&nm.n("vector_in.in_layer"), h, c.vec_in_dim, true)?;
+        layer(&nm.n("vector_in.out_layer"), h, h, true)?;
+        let has_guidance = list
+            .dtype_shape(&nm.n("guidance_in.in_layer.weight"))
+            .is_some();
+        if c.guidance_embed {
+            layer(&nm.n("guidance_in.in_layer"), h, TIME_DIM, true)?;
+            layer(&nm.n("guidance_in.out_layer"), h, h, true)?;
+        } else if has_guidance {
+            return Err(self.weights_err(
+                "the file has `guidance_in` but the config says guidance_embed = false".into(),
+            ));
+        }
+        let missing_block = |kind: &str, i: usize, depth: usize, key: &str| {
+            self.weights_err(format!(
+                "{kind} block {i} of {depth} is missing (no `{key}`); the file holds {} of them",
+                count_blocks(&list, &nm.n(&format!("{kind}_blocks.")))
+            ))
+        };
+        for i in 0..c.depth {
+            let key = nm.double(i, "img_attn.qkv.weight");
+            if list.dtype_shape(&key).is_none() {
+                return Err(missing_block("double", i, c.depth, &key));
+            }
+            for s in ["img", "txt"] {
+                let p = |r: &str| nm.double(i, &format!("{s}_{r}"));
+                layer(&p("mod.lin"), 6 * h, h, true)?;
+                layer(&p("attn.qkv"), 3 * h, h, c.qkv_bias)?;
+                layer(&p("attn.proj"), h, h, true)?;
+                layer(&p("mlp.0"), m, h, true)?;
+                layer(&p("mlp.2"), h, m, true)?;
+            }
+            for n in nm.double_norms(i) {
+                vector(&n, hd)?;
+            }
+        }
+        for i in 0..c.depth_single_blocks {
+            let key = nm.single(i, "linear1.weight");
+            if list.dtype_shape(&key).is_none() {
+                return Err(missing_block("single", i, c.depth_single_blocks, &key));
+            }
+            layer(&nm.single(i, "modulation.lin"), 3 * h, h, true)?;
+            layer(&nm.single(i, "linear1"), 3 * h + m, h, true)?;
+            layer(&nm.single(i, "linear2"), h, h + m, true)?;
+            for n in nm.single_norms(i) {
+                vector(&n, hd)?;
+            }
+        }
+        layer(&nm.n("final_layer.adaLN_modulation.1"), 2 * h, h, true)?;
+        layer(&nm.n("final_layer.linear"), c.out_channels, h, true)?;
+        for (kind, depth) in [("double", c.depth), ("single", c.depth_single_blocks)] {
+            let found = max_block(&list, &nm.n(&format!("{kind}_blocks.")));
+            if let Some(last) = found.filter(|&l| l >= depth) {
+                return Err(self.weights_err(format!(
+                    "the file has {kind}_blocks.{last} but the config has {depth} {kind} blocks"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The blocks of one pass, in order: `embed` (the embedders), one per
+    /// double block, one per single block, `final`.
+    pub fn blocks(&self) -> Vec<BlockSpec> {
+        let (c, nm) = (&self.config, &self.names);
+        let embed = BlockSpec {
+            name: "embed".into(),
+            linears: nm.embed_linears(c.guidance_embed),
+            ..BlockSpec::default()
+        };
+        let doubles = (0..c.depth).map(|i| BlockSpec {
+            name: format!("double_blocks.{i}"),
+            linears: nm.double_linears(i),
+            tensors: nm.double_norms(i),
+            ..BlockSpec::default()
+        });
+        let singles = (0..c.depth_single_blocks).map(|i| BlockSpec {
+            name: format!("single_blocks.{i}"),
+            linears: nm.single_linears(i),
+            tensors: nm.single_norms(i),
+            ..BlockSpec::default()
+        });
+        let fin = BlockSpec {
+            name: "final_layer".into(),
+            linears: nm.final_linears(),
+            ..BlockSpec::default()
+        };
+        std::iter::once(embed)
+            .chain(doubles)
+            .chain(singles)
+            .chain(std::iter::once(fin))
+            .collect()
+    }
+
+    /// The runtime spec of a pass over inputs of `shape` with activations
+    /// in `dtype`.
+    pub fn spec(&self, shape: Shape, dtype: ActDtype) -> ModelSpec {
+        ModelSpec {
+            files: self.weights.clone(),
+            blocks: self.blocks(),
+            scratch_bytes: super::forward::scratch_bytes(&self.config, shape, dtype),
+        }
+    }
+
+    /// Bytes of every tensor a pass uses, as stored.
+    pub fn weight_bytes(&self) -> u64 {
+        let list = FilesList::new(&self.files);
+        let mut total = 0;
+        for b in self.blocks() {
+            for l in &b.linears {
+                if let Ok(layer) = quant::validate_layer(&list, l) {
+                    for t in [
+                        Some(&layer.weight),
+                        layer.scale.as_ref(),
+                        layer.bias.as_ref(),
+                        layer.input_scale.as_ref(),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        total += self.files.get(t).map_or(0, |(_, i)| i.len());
+                    }
+                }
+            }
+            for t in &b.tensors {
+                total += self.files.get(t).map_or(0, |(_, i)| i.len());
+            }
+        }
+        total
+    }
+}
+
+/// The prefix under which the BFL keys sit: `""`, ComfyUI's
+/// `model.diffusion_model.`, or whatever precedes `img_in.weight`
+/// (`double_blocks.0.img_attn.qkv.weight` where there is no `img_in`).
+pub fn detect_prefix(list: &dyn TensorList) -> Option<String> {
+    for p in ["", COMFY_PREFIX] {
+        if list.dtype_shape(&format!("{p}img_in.weight")).is_some() {
+            return Some(p.to_owned());
+        }
+    }
+    let names = list.names();
+    for suffix in ["img_in.weight", "double_blocks.0.img_attn.qkv.weight"] {
+        let mut found: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                n.ends_with(suffix)
+                    && (n.len() == suffix.len() || n[..n.len() - suffix.len()].ends_with('.'))
+            })
+            .collect();
+        found.sort();
+        if let Some(n) = found.first() {
+            return Some(n[..n.len() - suffix.len()].to_owned());
+        }
+    }
+    None
+}
+
+/// Highest `N` of `{prefix}N.` keys, if any.
+fn max_block(list: &dyn TensorList, prefix: &str) -> Option<usize> {
+    list.names()
+        .iter()
+        .filter_map(|n| n.strip_prefix(prefix))
+        .filter_map(|rest| rest.split('.').next()?.parse::<usize>().ok())
+        .max()
+}
+
+/// Blocks `{prefix}0.`, `{prefix}1.`, … present without a gap (ComfyUI's
+/// `count_blocks`).
+fn count_blocks(list: &dyn TensorList, prefix: &str) -> usize {
+    let names = list.names();
+    let present: std::collections::HashSet<usize> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix(prefix))
+        .filter_map(|rest| rest.split('.').next()?.parse::<usize>().ok())
+        .collect();
+    (0..).take_while(|i| present.contains(i)).count()
+}
+
+/// The config ComfyUI would build from the shapes: widths and depths from
+/// the tensors, head_dim from the QK-norm scales, FLUX.1's `axes_dim` and
+/// `theta`.
+pub fn infer_config(list: &dyn TensorList, nm: &Names) -> Result<FluxConfig, String> {
+    let lin = |name: &str| -> Result<(usize, usize), String> {
+        let l = quant::validate_layer(list, &nm.n(name)).map_err(|e| e.to_string())?;
+        Ok((l.n, l.k))
+    };
+    let (hidden, in_channels) = lin("img_in")?;
+    let (_, context_in_dim) = lin("txt_in")?;
+    let (_, vec_in_dim) = lin("vector_in.in_layer")?;
+    let (out_channels, _) = lin("final_layer.linear")?;
+    let depth = count_blocks(list, &nm.n("double_blocks."));
+    let depth_single_blocks = count_blocks(list, &nm.n("single_blocks."));
+    if depth + depth_single_blocks == 0 {
+        return Err("no double_blocks.0 or single_blocks.0 tensors".into());
+    }
+    if depth > MAX_BLOCKS || depth_single_blocks > MAX_BLOCKS {
+        return Err(format!(
+            "{depth} double and {depth_single_blocks} single blocks exceed {MAX_BLOCKS}"
+        ));
+    }
+    let (norm, mlp, qkv) = if depth > 0 {
+        (
+            nm.double(0, "img_attn.norm.key_norm.scale"),
+            Some("double_blocks.0.img_mlp.0"),
+            nm.double(0, "img_attn.qkv.bias"),
+        )
+    } else {
+        (nm.single(0, "norm.key_norm.scale"), None, String::new())
+    };
+    let head_dim = match list.dtype_shape(&norm) {
+        Some((_, s)) if s.len() == 1 && s[0] > 0 => s[0],
+        Some((_, s)) => return Err(format!("`{norm}` has shape {s:?}, expected [head_dim]")),
+        None => {
+            return Err(format!(
+                "no tensor `{norm}` (the QK-norm scale gives head_dim)"
+            ));
+        }
+    };
+    if !hidden.is_multiple_of(head_dim) {
+        return Err(format!(
+            "hidden size {hidden} (img_in) is not a multiple of head_dim {head_dim} (`{norm}`)"
+        ));
+    }
+    let mlp_hidden = match mlp {
+        Some(name) => lin(name)?.0,
+        // linear1 is [3H + M, H].
+        None => lin("single_blocks.0.linear1")?
+            .0
+            .checked_sub(3 * hidden)
+            .filter(|&m| m > 0)
+            .ok_or("single_blocks.0.linear1 is not wider than 3 × hidden")?,
+    };
+    let axes_dim = FLUX1_AXES_DIM.to_vec();
+    if axes_dim.iter().sum::<usize>() != head_dim {
+        return Err(format!(
+            "head_dim {head_dim} is not FLUX.1's 128, so the RoPE axes cannot be inferred; \
+             put a config.json with `axes_dim` beside the weights"
+        ));
+    }
+    Ok(FluxConfig {
+        in_channels,
+        out_channels,
+        vec_in_dim,
+        context_in_dim,
+        hidden_size: hidden,
+        mlp_ratio: mlp_hidden as f64 / hidden as f64,
+        num_heads: hidden / head_dim,
+        depth,
+        depth_single_blocks,
+        axes_dim,
+        theta: FLUX1_THETA,
+        qkv_bias: depth == 0 || list.dtype_shape(&qkv).is_some(),
+        guidance_embed: list
+            .dtype_shape(&nm.n("guidance_in.in_layer.weight"))
+            .is_some(),
+    })
+}

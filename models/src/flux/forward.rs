@@ -1,0 +1,635 @@
+//! One Flux forward on the runtime: the embedders, the double-stream
+//! blocks, the single-stream blocks and the final layer, one runtime block
+//! each, so streamed blocks are prefetched one ahead.
+
+use dynvram_runtime::ops::attention::{self, Heads, Mask};
+use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::dit::{self, Block, GatherOp, Joint};
+use dynvram_runtime::ops::elementwise::{self, Unary};
+use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_runtime::trace::Trace;
+use dynvram_runtime::{
+    ActDtype, Activation, BlockCtx, Gpu, GpuError, GpuTensor, Model, PassStats, Runtime,
+    RuntimeError,
+};
+
+use super::checkpoint::{FluxCheckpoint, Names};
+use super::config::{FluxConfig, TIME_DIM};
+use super::{FluxError, FluxInputs, Shape};
+
+/// LayerNorm and QK RMSNorm epsilon (BFL).
+const EPS: f32 = 1e-6;
+
+/// Options of [`Flux::forward_with`].
+#[derive(Debug, Default)]
+pub struct ForwardOptions<'t> {
+    /// Also read back the intermediates of the reference file (`vec`,
+    /// `img_embed`, `txt_embed`, `img_after_double0`, `txt_after_double0`,
+    /// `after_double_blocks`, `after_single0`, `before_final_layer`) where
+    /// the model has the blocks they follow.
+    pub capture: bool,
+    /// Record a timeline of the pass.
+    pub trace: Option<&'t mut Trace>,
+}
+
+/// What a pass returns.
+#[derive(Debug, Clone)]
+pub struct FluxForward {
+    /// `[B, L_img, out_channels]` row-major.
+    pub out: Vec<f32>,
+    /// The pass's figures.
+    pub stats: PassStats,
+    /// With `capture`: (name, values) of each intermediate, `[B, L, H]` each.
+    pub captures: Vec<(String, Vec<f32>)>,
+}
+
+/// Every activation of a pass: (name, shape, always f32).
+fn act_shapes(c: &FluxConfig, s: Shape) -> Vec<(&'static str, Vec<usize>, bool)> {
+    let (b, li, lt, l) = (s.batch, s.img_len, s.txt_len, s.joint_len());
+    let (h, m, hd) = (c.hidden_size, c.mlp_hidden(), c.head_dim());
+    vec![
+        ("img_in", vec![b * li, c.in_channels], false),
+        ("txt_in", vec![b * lt, c.context_in_dim], false),
+        ("y", vec![b, c.vec_in_dim], false),
+        ("temb", vec![b, TIME_DIM], false),
+        ("gemb", vec![b, TIME_DIM], false),
+        ("e1", vec![b, h], false),
+        ("e2", vec![b, h], false),
+        ("vec", vec![b, h], false),
+        ("vec_silu", vec![b, h], false),
+        ("mod_a", vec![b, 6 * h], false),
+        ("mod_b", vec![b, 6 * h], false),
+        ("x_img", vec![b * li, h], false),
+        ("x_txt", vec![b * lt, h], false),
+        ("x", vec![b * l, h], false),
+        ("n", vec![b * l, h], false),
+        ("wide", vec![b * l, 3 * h + m], false),
+        ("q", vec![b * l, h], false),
+        ("k", vec![b * l, h], false),
+        ("v", vec![b * l, h], false),
+        ("attn", vec![b * l, h], false),
+        ("part", vec![b * l, h], false),
+        ("o", vec![b * l, h], false),
+        ("mlp", vec![b * l, m], false),
+        ("cat", vec![b * l, h + m], false),
+        ("out", vec![b * li, c.out_channels], false),
+        ("pe", vec![b * l, hd / 2, 2], true),
+    ]
+}
+
+/// Activation bytes a pass over `shape` needs in `dtype`, plus the linear
+/// kernels' scratch (rotated and quantized inputs of the widest layer).
+pub fn scratch_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
+    let acts: u64 = act_shapes(c, shape)
+        .iter()
+        .map(|(_, s, f32_only)| {
+            let size = if *f32_only { 4 } else { dtype.size() };
+            (s.iter().product::<usize>() as u64 * size).div_ceil(4) * 4
+        })
+        .sum();
+    let rows = (shape.batch * shape.joint_len()) as u64;
+    let linear = 2 * rows * (c.hidden_size + c.mlp_hidden()) as u64 * 4;
+    acts + linear
+}
+
+/// The activations of a pass, by name.
+#[derive(Debug)]
+struct Acts(Vec<(&'static str, Activation)>);
+
+impl Acts {
+    fn get(&self, name: &str) -> &GpuTensor {
+        &self
+            .0
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("activation `{name}` is allocated in act_shapes"))
+            .1
+    }
+}
+
+/// The first `rows × cols` elements of `t` as a `[rows, cols]` tensor.
+fn view(t: &GpuTensor, rows: usize, cols: usize) -> GpuTensor {
+    debug_assert!((rows * cols) as u64 <= t.numel());
+    GpuTensor {
+        shape: vec![rows as u64, cols as u64],
+        ..t.clone()
+    }
+}
+
+/// Records one raw op into the block's encoder.
+fn op(
+    ctx: &mut BlockCtx<'_>,
+    f: impl FnOnce(&Gpu, &PipelineCache, &mut Encoder) -> Result<(), GpuError>,
+) -> Result<(), RuntimeError> {
+    let rt = ctx.runtime();
+    Ok(f(rt.gpu(), rt.pipelines(), ctx.encoder())?)
+}
+
+/// A Flux model ready to run passes of one [`Shape`] on an opened [`Model`].
+#[derive(Debug)]
+pub struct Flux {
+    config: FluxConfig,
+    names: Names,
+    shape: Shape,
+    dtype: ActDtype,
+    acts: Acts,
+}
+
+impl Flux {
+    /// Allocates the activations of passes over `shape` in `dtype` (open
+    /// the [`Model`] first with `ckpt.spec(shape, dtype)`, which reserves
+    /// them in the plan). F16 needs `SHADER_F16` (no silent fallback).
+    pub fn new(
+        rt: &Runtime,
+        ckpt: &FluxCheckpoint,
+        shape: Shape,
+        dtype: ActDtype,
+    ) -> Result<Self, FluxError> {
+        if shape.batch == 0 || shape.img_len == 0 || shape.txt_len == 0 {
+            return Err(FluxError::Input(format!(
+                "shape {shape:?}: batch, img_len and txt_len must be at least 1"
+            )));
+        }
+        let c = ckpt.config.clone();
+        let acts = act_shapes(&c, shape)
+            .into_iter()
+            .map(|(name, s, f32_only)| {
+                let d = if f32_only { ActDtype::F32 } else { dtype };
+                Ok((name, rt.activation_of(&format!("flux.{name}"), &s, d)?))
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        Ok(Self {
+            config: c,
+            names: ckpt.names.clone(),
+            shape,
+            dtype,
+            acts: Acts(acts),
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &FluxConfig {
+        &self.config
+    }
+
+    /// The shape its activations hold.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The activation dtype.
+    pub fn dtype(&self) -> ActDtype {
+        self.dtype
+    }
+
+    /// One forward: `out` of `inputs` (which must have this runner's shape).
+    pub fn forward(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        inputs: &FluxInputs,
+    ) -> Result<FluxForward, FluxError> {
+        self.forward_with(rt, model, inputs, ForwardOptions::default())
+    }
+
+    /// [`Self::forward`] with options.
+    pub fn forward_with(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        inputs: &FluxInputs,
+        opts: ForwardOptions<'_>,
+    ) -> Result<FluxForward, FluxError> {
+        let c = &self.config;
+        let s = self.shape;
+        if inputs.shape != s {
+            return Err(FluxError::Input(format!(
+                "inputs of shape {:?} for a runner built for {s:?}",
+                inputs.shape
+            )));
+        }
+        if c.guidance_embed != inputs.guidance.is_some() {
+            return Err(FluxError::Input(if c.guidance_embed {
+                "the model has a guidance embedder and needs `guidance`".into()
+            } else {
+                "`guidance` given, but the model has no guidance embedder".into()
+            }));
+        }
+        let _span = tracing::debug_span!("flux_forward", ?s).entered();
+        let a = &self.acts;
+        rt.write_f32(a.get("img_in"), &inputs.img)?;
+        rt.write_f32(a.get("txt_in"), &inputs.txt)?;
+        rt.write_f32(a.get("y"), &inputs.y)?;
+        rt.write_f32(
+            a.get("temb"),
+            &dit::timestep_embedding(&inputs.timesteps, TIME_DIM),
+        )?;
+        if let Some(g) = &inputs.guidance {
+            rt.write_f32(a.get("gemb"), &dit::timestep_embedding(g, TIME_DIM))?;
+        }
+        rt.write_f32(
+            a.get("pe"),
+            &dit::rope_table(&inputs.joint_ids(), &c.axes_dim, c.theta),
+        )?;
+        let (h, b) = (c.hidden_size, s.batch);
+        let capture_shapes: Vec<(&str, usize)> = if opts.capture {
+            let mut v = vec![
+                ("vec", b),
+                ("img_embed", b * s.img_len),
+                ("txt_embed", b * s.txt_len),
+            ];
+            if c.depth > 0 {
+                v.extend([
+                    ("img_after_double0", b * s.img_len),
+                    ("txt_after_double0", b * s.txt_len),
+                ]);
+            }
+            if c.depth_single_blocks > 0 {
+                v.extend([
+                    ("after_double_blocks", b * s.joint_len()),
+                    ("after_single0", b * s.joint_len()),
+                ]);
+            }
+            v.push(("before_final_layer", b * s.img_len));
+            v
+        } else {
+            Vec::new()
+        };
+        let captures = capture_shapes
+            .iter()
+            .map(|&(name, rows)| {
+                Ok((
+                    name,
+                    rt.activation_of(&format!("capture.{name}"), &[rows, h], self.dtype)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let step = Step {
+            c,
+            nm: &self.names,
+            s,
+            a,
+            captures: &captures,
+        };
+        let (depth, singles) = (c.depth, c.depth_single_blocks);
+        let stats = model.run_pass(rt, opts.trace, |ctx| {
+            let i = ctx.index();
+            if i == 0 {
+                step.embed(ctx)
+            } else if i <= depth {
+                step.double(ctx, i - 1)
+            } else if i <= depth + singles {
+                step.single(ctx, i - 1 - depth)
+            } else {
+                step.final_layer(ctx)
+            }
+        })?;
+        let out = rt.read_f32(a.get("out"))?;
+        let captures = captures
+            .iter()
+            .map(|(name, t)| Ok((name.to_string(), rt.read_f32(t)?)))
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        Ok(FluxForward {
+            out,
+            stats,
+            captures,
+        })
+    }
+}
+
+/// What the blocks of one pass need.
+struct Step<'a> {
+    c: &'a FluxConfig,
+    nm: &'a Names,
+    s: Shape,
+    a: &'a Acts,
+    captures: &'a [(&'static str, Activation)],
+}
+
+/// One token stream of a double block.
+struct Stream {
+    /// `img` or `txt`.
+    name: &'static str,
+    /// Its residual stream.
+    x: &'static str,
+    /// Its modulation tensor.
+    m: &'static str,
+    /// Tokens per batch element.
+    len: usize,
+    /// Its first row in the joint sequence (txt first).
+    row0: usize,
+}
+
+impl Step<'_> {
+    fn capture(
+        &self,
+        ctx: &mut BlockCtx<'_>,
+        name: &str,
+        src: &GpuTensor,
+    ) -> Result<(), RuntimeError> {
+        if let Some((_, dst)) = self.captures.iter().find(|(n, _)| *n == name) {
+            ctx.copy_rows(src, 0, dst, 0, dst.shape[0])?;
+        }
+        Ok(())
+    }
+
+    /// An MLP embedder `out_layer(silu(in_layer(x)))` into `out`.
+    fn embedder(
+        &self,
+        ctx: &mut BlockCtx<'_>,
+        name: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+    ) -> Result<(), RuntimeError> {
+        let e1 = self.a.get("e1");
+        ctx.linear(&self.nm.n(&format!("{name}.in_layer")), x, e1)?;
+        op(ctx, |g, c, e| {
+            elementwise::record_unary_inplace(g, c, e, Unary::Silu, e1)
+        })?;
+        ctx.linear(&self.nm.n(&format!("{name}.out_layer")), e1, out)
+    }
+
+    /// `img_in`, `txt_in`, and `vec = time_in(emb(t)) [+ guidance_in(emb(g))]
+    /// + vector_in(y)`, then `silu(vec)` for every modulation.
+    fn embed(&self, ctx: &mut BlockCtx<'_>) -> Result<(), RuntimeError> {
+        let a = self.a;
+        ctx.linear(&self.nm.n("img_in"), a.get("img_in"), a.get("x_img"))?;
+        ctx.linear(&self.nm.n("txt_in"), a.get("txt_in"), a.get("x_txt"))?;
+        let (vec, e2) = (a.get("vec"), a.get("e2"));
+        self.embedder(ctx, "time_in", a.get("temb"), vec)?;
+        if self.c.guidance_embed {
+            self.embedder(ctx, "guidance_in", a.get("gemb"), e2)?;
+            ctx.add_assign(vec, e2)?;
+        }
+        self.embedder(ctx, "vector_in", a.get("y"), e2)?;
+        ctx.add_assign(vec, e2)?;
+        let vs = a.get("vec_silu");
+        op(ctx, |g, c, e| {
+            elementwise::record_unary(g, c, e, Unary::Silu, vec, vs)
+        })?;
+        self.capture(ctx, "vec", vec)?;
+        self.capture(ctx, "img_embed", a.get("x_img"))?;
+        self.capture(ctx, "txt_embed", a.get("x_txt"))
+    }
+
+    fn heads(&self) -> Heads {
+        Heads {
+            n_heads: self.c.num_heads as u64,
+            n_kv_heads: self.c.num_heads as u64,
+            head_dim: self.c.head_dim() as u64,
+        }
+    }
+
+    /// q and k of `src` (columns 0.. and H..) normed and rotated, v (2H..)
+    /// copied, into rows `row0..row0 + len` of each element's joint sequence.
+    #[allow(clippy::too_many_arguments)] // the stream's operands
+    fn place_qkv(
+        &self,
+        ctx: &mut BlockCtx<'_>,
+        src: &GpuTensor,
+        len: usize,
+        row0: usize,
+        [qn, kn]: [&str; 2],
+    ) -> Result<(), RuntimeError> {
+        let (a, h, hd) = (self.a, self.c.hidden_size as u64, self.c.head_dim() as u64);
+        let joint = self.s.joint_len() as u64;
+        let pe = a.get("pe");
+        for (col0, norm, dst) in [(0, qn, "q"), (h, kn, "k")] {
+            let w = ctx.weight_tensor(norm)?;
+            let to = Joint {
+                dst: a.get(dst),
+                per_batch: joint,
+                row0: row0 as u64,
+            };
+            op(ctx, |g, c, e| {
+                dit::record_qk_place(g, c, e, src, len as u64, col0, &w, pe, hd, EPS, to)
+            })?;
+        }
+        self.gather(
+            ctx,
+            (src, len, 0, 2 * h as usize),
+            (a.get("v"), self.s.joint_len(), row0, 0),
+            [len, h as usize],
+            GatherOp::Copy,
+        )
+    }
+
+    /// [`dit::record_gather`] of `rows × cols` per batch element, each side
+    /// given as (tensor, rows per element, row0, col0).
+    fn gather(
+        &self,
+        ctx: &mut BlockCtx<'_>,
+        src: (&GpuTensor, usize, usize, usize),
+        dst: (&GpuTensor, usize, usize, usize),
+        [rows, cols]: [usize; 2],
+        how: GatherOp,
+    ) -> Result<(), RuntimeError> {
+        fn side<'t>((t, per, row0, col0): (&'t GpuTensor, usize, usize, usize)) -> Block<'t> {
+            Block {
+                t,
+                per_batch: per as u64,
+                row0: row0 as u64,
+                col0: col0 as u64,
+            }
+        }
+        let batch = self.s.batch as u64;
+        op(ctx, |g, c, e| {
+            dit::record_gather(
+                g,
+                c,
+                e,
+                side(src),
+                side(dst),
+                batch,
+                [rows as u64, cols as u64],
+                how,
+            )
+        })
+    }
+
+    /// Joint attention of q, k, v into `attn` (no mask, per batch element).
+    fn attention(&self, ctx: &mut BlockCtx<'_>) -> Result<(), RuntimeError> {
+        let a = self.a;
+        let heads = self.heads();
+        let batch = self.s.batch as u64;
+        let (q, k, v, out) = (a.get("q"), a.get("k"), a.get("v"), a.get("attn"));
+        op(ctx, |g, c, e| {
+            attention::record_flash_attention(g, c, e, q, k, v, out, heads, batch, Mask::None)
+        })
+    }
+
+    fn streams(&self) -> [Stream; 2] {
+        [
+            Stream {
+                name: "img",
+                x: "x_img",
+                m: "mod_a",
+                len: self.s.img_len,
+                row0: self.s.txt_len,
+            },
+            Stream {
+                name: "txt",
+                x: "x_txt",
+                m: "mod_b",
+                len: self.s.txt_len,
+                row0: 0,
+            },
+        ]
+    }
+
+    /// Double block `i`: each stream modulated and projected to q, k, v;
+    /// joint attention; each stream's projection, MLP and gated residuals.
+    fn double(&self, ctx: &mut BlockCtx<'_>, i: usize) -> Result<(), RuntimeError> {
+        let (a, c, nm) = (self.a, self.c, self.nm);
+        let (h, m, b) = (c.hidden_size, c.mlp_hidden(), self.s.batch);
+        let p = |s: &Stream, rest: &str| nm.double(i, &format!("{}_{rest}", s.name));
+        for s in self.streams() {
+            let (x, md) = (a.get(s.x), a.get(s.m));
+            let rows = b * s.len;
+            let n = view(a.get("n"), rows, h);
+            let qkv = view(a.get("wide"), rows, 3 * h);
+            ctx.linear(&p(&s, "mod.lin"), a.get("vec_silu"), md)?;
+            op(ctx, |g, cc, e| {
+                dit::record_ada_norm(g, cc, e, x, md, s.len as u64, [0, 1], &n, EPS)
+            })?;
+            ctx.linear(&p(&s, "attn.qkv"), &n, &qkv)?;
+            let (qn, kn) = (
+                p(&s, "attn.norm.query_norm.scale"),
+                p(&s, "attn.norm.key_norm.scale"),
+            );
+            self.place_qkv(ctx, &qkv, s.len, s.row0, [&qn, &kn])?;
+        }
+        self.attention(ctx)?;
+        for s in self.streams() {
+            let (x, md) = (a.get(s.x), a.get(s.m));
+            let rows = b * s.len;
+            let (part, o, n) = (
+                view(a.get("part"), rows, h),
+                view(a.get("o"), rows, h),
+                view(a.get("n"), rows, h),
+            );
+            let hidden = view(a.get("mlp"), rows, m);
+            self.gather(
+                ctx,
+                (a.get("attn"), self.s.joint_len(), s.row0, 0),
+                (&part, s.len, 0, 0),
+                [s.len, h],
+                GatherOp::Copy,
+            )?;
+            ctx.linear(&p(&s, "attn.proj"), &part, &o)?;
+            let per = s.len as u64;
+            op(ctx, |g, cc, e| {
+                dit::record_gated_add(g, cc, e, x, &o, md, per, 2)
+            })?;
+            op(ctx, |g, cc, e| {
+                dit::record_ada_norm(g, cc, e, x, md, per, [3, 4], &n, EPS)
+            })?;
+            ctx.linear(&p(&s, "mlp.0"), &n, &hidden)?;
+            ctx.gelu_tanh(&hidden)?;
+            ctx.linear(&p(&s, "mlp.2"), &hidden, &o)?;
+            op(ctx, |g, cc, e| {
+                dit::record_gated_add(g, cc, e, x, &o, md, per, 5)
+            })?;
+        }
+        if i == 0 {
+            self.capture(ctx, "img_after_double0", a.get("x_img"))?;
+            self.capture(ctx, "txt_after_double0", a.get("x_txt"))?;
+        }
+        Ok(())
+    }
+
+    /// Single block `i` on the joint sequence `x`: modulation, linear1 into
+    /// q, k, v and the MLP input, attention, linear2 of
+    /// `cat(attn, gelu(mlp))`, gated residual. Block 0 first joins txt and
+    /// img into `x`.
+    fn single(&self, ctx: &mut BlockCtx<'_>, i: usize) -> Result<(), RuntimeError> {
+        let (a, c, nm, s) = (self.a, self.c, self.nm, self.s);
+        let (h, m, b, l) = (c.hidden_size, c.mlp_hidden(), s.batch, s.joint_len());
+        let x = a.get("x");
+        if i == 0 {
+            self.gather(
+                ctx,
+                (a.get("x_txt"), s.txt_len, 0, 0),
+                (x, l, 0, 0),
+                [s.txt_len, h],
+                GatherOp::Copy,
+            )?;
+            self.gather(
+                ctx,
+                (a.get("x_img"), s.img_len, 0, 0),
+                (x, l, s.txt_len, 0),
+                [s.img_len, h],
+                GatherOp::Copy,
+            )?;
+            self.capture(ctx, "after_double_blocks", x)?;
+        }
+        let md = view(a.get("mod_a"), b, 3 * h);
+        ctx.linear(&nm.single(i, "modulation.lin"), a.get("vec_silu"), &md)?;
+        let n = a.get("n");
+        op(ctx, |g, cc, e| {
+            dit::record_ada_norm(g, cc, e, x, &md, l as u64, [0, 1], n, EPS)
+        })?;
+        let wide = a.get("wide");
+        ctx.linear(&nm.single(i, "linear1"), n, wide)?;
+        let (qn, kn) = (
+            nm.single(i, "norm.query_norm.scale"),
+            nm.single(i, "norm.key_norm.scale"),
+        );
+        self.place_qkv(ctx, wide, l, 0, [&qn, &kn])?;
+        self.attention(ctx)?;
+        let cat = a.get("cat");
+        self.gather(
+            ctx,
+            (a.get("attn"), l, 0, 0),
+            (cat, l, 0, 0),
+            [l, h],
+            GatherOp::Copy,
+        )?;
+        self.gather(
+            ctx,
+            (wide, l, 0, 3 * h),
+            (cat, l, 0, h),
+            [l, m],
+            GatherOp::GeluTanh,
+        )?;
+        let o = a.get("o");
+        ctx.linear(&nm.single(i, "linear2"), cat, o)?;
+        op(ctx, |g, cc, e| {
+            dit::record_gated_add(g, cc, e, x, o, &md, l as u64, 2)
+        })?;
+        if i == 0 {
+            self.capture(ctx, "after_single0", x)?;
+        }
+        Ok(())
+    }
+
+    /// The image tokens, `linear((1 + scale)·LayerNorm(x) + shift)` with
+    /// `(shift, scale) = adaLN_modulation.1(silu(vec))`.
+    fn final_layer(&self, ctx: &mut BlockCtx<'_>) -> Result<(), RuntimeError> {
+        let (a, c, s) = (self.a, self.c, self.s);
+        let (h, b) = (c.hidden_size, s.batch);
+        let x_img = a.get("x_img");
+        if c.depth_single_blocks > 0 {
+            self.gather(
+                ctx,
+                (a.get("x"), s.joint_len(), s.txt_len, 0),
+                (x_img, s.img_len, 0, 0),
+                [s.img_len, h],
+                GatherOp::Copy,
+            )?;
+        }
+        self.capture(ctx, "before_final_layer", x_img)?;
+        let md = view(a.get("mod_a"), b, 2 * h);
+        ctx.linear(
+            &self.nm.n("final_layer.adaLN_modulation.1"),
+            a.get("vec_silu"),
+            &md,
+        )?;
+        let n = view(a.get("n"), b * s.img_len, h);
+        let per = s.img_len as u64;
+        op(ctx, |g, cc, e| {
+            dit::record_ada_norm(g, cc, e, x_img, &md, per, [0, 1], &n, EPS)
+        })?;
+        ctx.linear(&self.nm.n("final_layer.linear"), &n, a.get("out"))
+    }
+}

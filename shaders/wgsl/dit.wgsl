@@ -1,0 +1,199 @@
+// Diffusion-transformer (Flux / DiT) kernels over `act` activations (f32 or
+// f16; statistics and arithmetic in f32). Batched rows: row r of a
+// [batch * per_batch, cols] tensor belongs to batch element r / per_batch,
+// whose modulation row of `modv` [batch, mod_cols] it uses.
+//
+// ada_norm:   out = (1 + modv[b, scale0 + c]) * LayerNorm(x)[r, c] + modv[b, shift0 + c]
+//             (LayerNorm without affine weights, biased variance, eps;
+//             one workgroup per row)
+// gated_add:  xs[r, c] += modv[b, gate0 + c] * y[r, c]   (one invocation per element)
+// qk_place:   q or k of one head, RMS-normed over head_dim (times `w`), then
+//             rotated by interleaved RoPE pairs (x[2i], x[2i+1]) with the
+//             (cos, sin) table `pe` [dst rows, head_dim / 2], read from
+//             columns src_col0.. of `src` and written to its row of the
+//             joint sequence in `dst` (one workgroup of 64 per (row, head))
+// gather:     a block of rows and columns of `src` copied into `dst`,
+//             optionally through GELU (tanh), batch by batch (one
+//             invocation per element)
+//
+// Every entry reads its own fields of one Params struct:
+//   ada_norm:  rows, cols, per_batch, mod_cols, a = shift0, b = scale0, eps
+//   gated_add: rows, cols, per_batch, mod_cols, a = gate0
+//   qk_place:  rows (src rows), cols (= heads * head_dim, dst width),
+//              per_batch (src rows per batch), mod_cols = src width,
+//              a = src_col0, b = head_dim, eps, c = dst rows per batch,
+//              d = dst row0 (within each batch element)
+//   gather:    rows (copied rows per batch), cols (copied columns),
+//              per_batch = batch count, a = src rows per batch,
+//              b = src row0, c = src width, d = src col0,
+//              e = dst rows per batch, f = dst row0, g = dst width,
+//              h = dst col0, op (0 = copy, 1 = GELU tanh)
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    per_batch: u32,
+    mod_cols: u32,
+    a: u32,
+    b: u32,
+    eps: f32,
+    c: u32,
+    d: u32,
+    e: u32,
+    f: u32,
+    g: u32,
+    h: u32,
+    op: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+const WG: u32 = 256u;
+
+var<immediate> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<act>;
+@group(0) @binding(2) var<storage, read> modv: array<act>;
+@group(0) @binding(3) var<storage, read_write> out: array<act>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@group(0) @binding(5) var<storage, read> pe: array<vec2<f32>>;
+
+var<workgroup> red: array<f32, WG>;
+
+fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+fn workgroup_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if lid < s {
+            red[lid] = red[lid] + red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(256)
+fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if row >= params.rows {
+        return;
+    }
+    let cols = params.cols;
+    let base = row * cols;
+    let mbase = (row / params.per_batch) * params.mod_cols;
+    var s = 0.0;
+    for (var i = lid; i < cols; i = i + WG) {
+        s = s + f32(x[base + i]);
+    }
+    let mean = workgroup_sum(lid, s) / f32(cols);
+    var sq = 0.0;
+    for (var i = lid; i < cols; i = i + WG) {
+        let d = f32(x[base + i]) - mean;
+        sq = sq + d * d;
+    }
+    let r = 1.0 / sqrt(workgroup_sum(lid, sq) / f32(cols) + params.eps);
+    for (var i = lid; i < cols; i = i + WG) {
+        let n = (f32(x[base + i]) - mean) * r;
+        let shift = f32(modv[mbase + params.a + i]);
+        let scale = f32(modv[mbase + params.b + i]);
+        out[base + i] = act((1.0 + scale) * n + shift);
+    }
+}
+
+@compute @workgroup_size(256)
+fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = element(wid, nwg, lid);
+    if i >= params.rows * params.cols {
+        return;
+    }
+    let row = i / params.cols;
+    let c = i % params.cols;
+    let gate = f32(modv[(row / params.per_batch) * params.mod_cols + params.a + c]);
+    out[i] = act(f32(out[i]) + gate * f32(x[i]));
+}
+
+// Invocations per (row, head) of qk_place: each takes pairs lid, lid + 64, ...
+const QK_WG: u32 = 64u;
+var<workgroup> red_qk: array<f32, QK_WG>;
+
+@compute @workgroup_size(64)
+fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let hd = params.b;
+    let heads = params.cols / hd;
+    // One workgroup per (src row, head); uniform across the workgroup.
+    let idx = wid.y * nwg.x + wid.x;
+    if idx >= params.rows * heads {
+        return;
+    }
+    let h = idx % heads;
+    let row = idx / heads;
+    let bt = row / params.per_batch;
+    let s = row % params.per_batch;
+    let src = row * params.mod_cols + params.a + h * hd;
+    let dst_row = bt * params.c + params.d + s;
+    let dst = dst_row * params.cols + h * hd;
+    let npairs = hd / 2u;
+    var ss = 0.0;
+    for (var i = lid; i < npairs; i = i + QK_WG) {
+        let x0 = f32(x[src + 2u * i]);
+        let x1 = f32(x[src + 2u * i + 1u]);
+        ss = ss + x0 * x0 + x1 * x1;
+    }
+    red_qk[lid] = ss;
+    workgroupBarrier();
+    for (var st = QK_WG / 2u; st > 0u; st = st >> 1u) {
+        if lid < st {
+            red_qk[lid] = red_qk[lid] + red_qk[lid + st];
+        }
+        workgroupBarrier();
+    }
+    let r = 1.0 / sqrt(red_qk[0] / f32(hd) + params.eps);
+    for (var i = lid; i < npairs; i = i + QK_WG) {
+        let x0 = f32(x[src + 2u * i]) * r * w[2u * i];
+        let x1 = f32(x[src + 2u * i + 1u]) * r * w[2u * i + 1u];
+        let cs = pe[dst_row * npairs + i];
+        out[dst + 2u * i] = act(cs.x * x0 - cs.y * x1);
+        out[dst + 2u * i + 1u] = act(cs.y * x0 + cs.x * x1);
+    }
+}
+
+// tanh from one exp of a non-positive argument (never overflows).
+fn tanh_stable(v: f32) -> f32 {
+    let t = exp(-2.0 * abs(v));
+    let r = (1.0 - t) / (1.0 + t);
+    return select(r, -r, v < 0.0);
+}
+
+fn gelu_tanh(v: f32) -> f32 {
+    // sqrt(2 / pi)
+    let k = 0.7978845608028654;
+    return 0.5 * v * (1.0 + tanh_stable(k * (v + 0.044715 * v * v * v)));
+}
+
+@compute @workgroup_size(256)
+fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = element(wid, nwg, lid);
+    let per = params.rows * params.cols;
+    if i >= params.per_batch * per {
+        return;
+    }
+    let bt = i / per;
+    let s = (i % per) / params.cols;
+    let c = i % params.cols;
+    let src_i = (bt * params.a + params.b + s) * params.c + params.d + c;
+    let dst_i = (bt * params.e + params.f + s) * params.g + params.h + c;
+    var v = f32(x[src_i]);
+    if params.op == 1u {
+        v = gelu_tanh(v);
+    }
+    out[dst_i] = act(v);
+}
