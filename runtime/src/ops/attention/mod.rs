@@ -10,8 +10,8 @@
 //!
 //! Kernel choice: with f16 activations on an adapter with f16 cooperative
 //! matrices, blocks of query rows run as flash attention on the matrices
-//! ([`flash`]); decoding's few rows and every other case run the scalar
-//! kernels ([`scalar`]), whose keys split over workgroups when there are
+//! (`flash.rs`); decoding's few rows and every other case run the scalar
+//! kernels (`scalar.rs`), whose keys split over workgroups when there are
 //! too few rows to fill the GPU.
 
 mod flash;

@@ -208,7 +208,7 @@ mod tests {
         for n_kv in [1u64, 8, 32] {
             for keys in [1u64, 31, 32, 33, 500, 512, 4096, 32768] {
                 let (chunk, splits) = decode_split(n_kv, keys);
-                assert!(chunk <= 128 && chunk >= 32, "{n_kv} {keys}");
+                assert!((32..=128).contains(&chunk), "{n_kv} {keys}");
                 assert!(chunk * splits >= keys && chunk * (splits - 1) < keys);
             }
         }
