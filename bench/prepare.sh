@@ -6,7 +6,7 @@
 # .dev/dynvram          release binary, stripped
 # .dev/linear_random    the linear property tests (gpu.sh `check`, coop required)
 # .dev/faults           the fault tests (gpu.sh `faults`: real VRAM exhaustion)
-# .dev/conformance      ../shared/conformance (gpu.sh `check`)
+# .dev/conformance      fixtures/conformance (gpu.sh `check`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .dev
@@ -25,8 +25,8 @@ for line in sys.stdin:
         want.discard(name)
 if want:
     sys.exit(f"test binaries not built: {sorted(want)}")'
-if [ -d ../shared/conformance ]; then
-  rm -rf .dev/conformance && cp -r ../shared/conformance .dev/conformance
+if [ -d fixtures/conformance ]; then
+  rm -rf .dev/conformance && cp -r fixtures/conformance .dev/conformance
 fi
 [ -n "$(ls .gl/*.deb 2>/dev/null)" ] || bash ../shared/tools/vulkan-loader-debs.sh .gl
 du -sh .dev .gl

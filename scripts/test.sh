@@ -24,16 +24,12 @@ WGPU_BACKEND=vulkan cargo test --workspace -- --nocapture
 echo "=== GPU tests on GL (llvmpipe) ==="
 WGPU_BACKEND=gl cargo test --workspace -- --nocapture
 
-if [ -d ../shared/conformance ]; then
-  echo "=== dynvram conformance on both adapters, each arithmetic ==="
-  for b in vulkan gl; do
-    for ld in auto int4 int8; do
-      "$dynvram" conformance ../shared/conformance --backend "$b" --linear-dtype "$ld"
-    done
+echo "=== dynvram conformance on both adapters, each arithmetic ==="
+for b in vulkan gl; do
+  for ld in auto int4 int8; do
+    "$dynvram" conformance fixtures/conformance --backend "$b" --linear-dtype "$ld"
   done
-else
-  echo "skipped: dynvram conformance (../shared/conformance is absent)"
-fi
+done
 
 echo "=== cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports) ==="
 # Bookworm's lavapipe has no cooperative matrices; Mesa 26's has, unpacked
@@ -52,9 +48,7 @@ for line in sys.stdin:
   for bin in $bins; do
     DYNVRAM_REQUIRE_COOP=1 "$coop" "$bin"
   done
-  if [ -d ../shared/conformance ]; then
-    "$coop" "$dynvram" conformance ../shared/conformance --backend vulkan
-  fi
+  "$coop" "$dynvram" conformance fixtures/conformance --backend vulkan
   "$coop" "$dynvram" run --backend vulkan
 elif [ -n "$require_coop" ]; then
   echo "Mesa 26 lavapipe could not be fetched and DYNVRAM_REQUIRE_COOP is set" >&2

@@ -1,4 +1,4 @@
-//! `dynvram dit` on the tiny-flux fixture (`models/tests/data/tiny-flux`):
+//! `dynvram dit` on the tiny-flux fixture (`fixtures/tiny-flux`):
 //! `out` against the reference in f32, resident and with a small
 //! `--vram-budget` (weights streamed); `--steps` against the same Euler
 //! loop run through the models API; a clear error for bad inputs.
@@ -12,7 +12,7 @@ use dynvram_runtime::{ActDtype, Model, Runtime, RuntimeConfig};
 
 const TINY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../models/tests/data/tiny-flux"
+    "/../fixtures/tiny-flux"
 );
 
 fn tiny() -> PathBuf {

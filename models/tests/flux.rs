@@ -1,4 +1,4 @@
-//! Flux end to end: the tiny-flux fixture (`tests/data/tiny-flux`, BFL
+//! Flux end to end: the tiny-flux fixture (`fixtures/tiny-flux`, BFL
 //! layout, bf16) against the reference computed by diffusers (every
 //! intermediate and `out` within 1e-3 of its max in f32), fully resident and
 //! streamed under a budget below half the model; a ComfyUI-prefixed copy;
@@ -20,7 +20,7 @@ use dynvram_runtime::memory::BudgetConfig;
 use dynvram_runtime::{ActDtype, Model, Runtime, RuntimeConfig};
 
 /// The fixture, inside the repository (issue 16).
-const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny-flux");
+const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-flux");
 
 /// ≤ 1e-3 × max|reference| in f32 (issue 19).
 const REL: f32 = 1e-3;

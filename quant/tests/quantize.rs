@@ -16,14 +16,14 @@ use dynvram_quant::{
 fn conformance_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/conformance"
+        "/../fixtures/conformance"
     ));
-    if dir.join("manifest.json").is_file() {
-        Some(dir)
-    } else {
-        println!("skipped: no conformance folder at {}", dir.display());
-        None
-    }
+    assert!(
+        dir.join("manifest.json").is_file(),
+        "no conformance folder at {} (fixtures/ is part of the repository)",
+        dir.display()
+    );
+    Some(dir)
 }
 
 #[test]

@@ -17,7 +17,7 @@ use crate::output::print_json;
 /// Arguments of `dynvram conformance`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A folder laid out like `shared/conformance` (`manifest.json` + case files).
+    /// A folder laid out like `fixtures/conformance` (`manifest.json` + case files).
     dir: PathBuf,
     /// Activation arithmetic: follow each file (auto) or force int4 / int8 everywhere.
     #[arg(long, value_enum, default_value = "auto")]

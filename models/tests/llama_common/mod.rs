@@ -13,18 +13,17 @@ use dynvram_runtime::{Model, Runtime, RuntimeConfig};
 /// The golden tiny-llama checkpoint.
 pub const TINY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/models/tiny-llama"
+    "/../fixtures/tiny-llama"
 );
 
-/// The tiny-llama folder, or `None` after printing why the test is skipped.
+/// The tiny-llama fixture (part of the repository: missing files fail).
 pub fn tiny_dir(test: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(TINY);
-    if dir.join("model.safetensors").is_file() && dir.join("reference.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("{test}: skipped: {TINY} has no model.safetensors/reference.safetensors");
-        None
-    }
+    assert!(
+        dir.join("model.safetensors").is_file() && dir.join("reference.safetensors").is_file(),
+        "{test}: {TINY} has no model.safetensors/reference.safetensors (fixtures/ is part of the repository)"
+    );
+    Some(dir)
 }
 
 /// Whether a GPU adapter is there (prints `skipped: …` otherwise).

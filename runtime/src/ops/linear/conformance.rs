@@ -1,4 +1,4 @@
-//! Running the golden cases of a folder laid out like `shared/conformance`
+//! Running the golden cases of a folder laid out like `fixtures/conformance`
 //! (`manifest.json` + one safetensors file per case) on a GPU, checking each
 //! against the target of the path it took with the two-tier rule of the
 //! README §7. Shared by `dynvram conformance` and the tests.
