@@ -42,6 +42,25 @@ pub enum KernelChoice {
     Float,
 }
 
+/// In words, for reports: `int4 activations (fast subgroup kernel)`,
+/// `int8 activations (portable kernel)`, `float`.
+impl std::fmt::Display for KernelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelChoice::Integer { act, fast } => write!(
+                f,
+                "{} activations ({} kernel)",
+                match act {
+                    ActArith::Int4 => "int4",
+                    ActArith::Int8 => "int8",
+                },
+                if *fast { "fast subgroup" } else { "portable" }
+            ),
+            KernelChoice::Float => f.write_str("float"),
+        }
+    }
+}
+
 /// The decision for one layer on one adapter, with the reason in words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LinearPlan {

@@ -1,5 +1,6 @@
-//! Greedy decoding: one prefill pass over the prompt, then one pass per
-//! token with the KV cache, as `model.generate(do_sample=False)`.
+//! Decoding: one prefill pass over the prompt, then one pass per token with
+//! the KV cache, as `model.generate()`; greedy (`do_sample=False`) unless
+//! a chooser such as [`super::Sampler`] is given.
 
 use std::time::Instant;
 
@@ -69,6 +70,8 @@ pub struct Generation {
     pub prefill: PhaseStats,
     /// The one-token passes.
     pub decode: PhaseStats,
+    /// The last token is one of the end-of-sequence ids.
+    pub stopped_at_eos: bool,
 }
 
 /// Index of the largest value; the first one on ties (as `torch.argmax`), NaN never wins.
@@ -95,6 +98,32 @@ impl Llama {
         max_new: usize,
         eos: &[u32],
         keep_prompt_logits: bool,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<Generation, LlamaError> {
+        self.generate_with(
+            rt,
+            model,
+            prompt,
+            max_new,
+            eos,
+            keep_prompt_logits,
+            &mut |row| argmax(row),
+            on_token,
+        )
+    }
+
+    /// [`Llama::generate`] with `pick` choosing each token from its row of
+    /// logits (e.g. [`super::Sampler::pick`]).
+    #[allow(clippy::too_many_arguments)] // the generation settings
+    pub fn generate_with(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        prompt: &[u32],
+        max_new: usize,
+        eos: &[u32],
+        keep_prompt_logits: bool,
+        pick: &mut dyn FnMut(&[f32]) -> u32,
         on_token: &mut dyn FnMut(u32),
     ) -> Result<Generation, LlamaError> {
         let _span = tracing::info_span!("generate", prompt = prompt.len(), max_new).entered();
@@ -128,11 +157,15 @@ impl Llama {
         let mut pos = prompt.len();
         let mut logits = last;
         loop {
-            let token = argmax(&logits);
+            let token = pick(&logits);
             g.step_logits.push(logits);
             g.tokens.push(token);
             on_token(token);
-            if g.tokens.len() == max_new || eos.contains(&token) {
+            if eos.contains(&token) {
+                g.stopped_at_eos = true;
+                break;
+            }
+            if g.tokens.len() == max_new {
                 break;
             }
             let start = Instant::now();
