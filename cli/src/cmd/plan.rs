@@ -159,13 +159,12 @@ fn checkpoint_target(args: &Args) -> anyhow::Result<Target> {
         kind: "llama checkpoint",
         unit: "token",
         describe: format!(
-            "{:?} family, {} layers, vocabulary {}, {}; KV cache for {context} tokens, prefill of {rows}",
-            c.family,
+            "{} family, {} layers, vocabulary {}, {}; KV cache for {context} tokens, prefill of {rows}",
+            format!("{:?}", c.family).to_lowercase(),
             c.num_hidden_layers,
             c.vocab_size,
             c.dtype.as_deref().unwrap_or("dtype unstated"),
-        )
-        .to_lowercase(),
+        ),
     })
 }
 
@@ -312,9 +311,11 @@ fn runs(names: &[&str]) -> String {
     }
 }
 
-/// Seconds as `12.3 ms` or `1.20 s`.
+/// Seconds as `85 µs`, `12.3 ms` or `1.20 s`.
 fn duration(s: f64) -> String {
-    if s < 1.0 {
+    if s < 1e-3 {
+        format!("{:.0} µs", s * 1e6)
+    } else if s < 1.0 {
         format!("{:.1} ms", s * 1e3)
     } else {
         format!("{s:.2} s")
@@ -361,16 +362,22 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
         r.resident_tensors,
         runs(&only_resident)
     );
+    let mut where_ = Vec::new();
+    if !all_streamed.is_empty() {
+        where_.push(runs(&all_streamed));
+    }
+    if !partly.is_empty() {
+        where_.push(format!("part of {}", runs(&partly)));
+    }
     println!(
-        "streamed   {} in {} tensors, moved every {}: {}{}",
+        "streamed   {} in {} tensors, moved every {}{}",
         size(r.streamed_bytes_per_pass),
         r.streamed_tensors,
         r.unit,
-        runs(&all_streamed),
-        if partly.is_empty() {
+        if where_.is_empty() {
             String::new()
         } else {
-            format!("; partly {}", partly.join(", "))
+            format!(": {}", where_.join("; "))
         }
     );
     println!(
