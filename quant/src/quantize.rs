@@ -499,3 +499,86 @@ fn read_weight(
     }
     Ok(w)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weights(n: usize, k: usize) -> Vec<f32> {
+        (0..n * k)
+            .map(|i| ((i as f32 * 0.618).sin() * 3.0) * if i % 97 == 0 { 10.0 } else { 1.0 })
+            .collect()
+    }
+
+    fn bytes(t: &OutTensor) -> &[u8] {
+        match &t.source {
+            Source::Owned(b) => b,
+            Source::Input => &[],
+        }
+    }
+
+    /// The layer split over all cores gives the bytes of the one-thread
+    /// reference functions, for every format and for shapes where a piece
+    /// could be one row (n = 1, k = group: the GEMV summation order).
+    #[test]
+    fn parallel_layers_match_the_serial_quantizers() {
+        for (n, k, group) in [
+            (1, 256, 256),
+            (3, 256, 256),
+            (37, 512, 64),
+            (300, 1024, 256),
+        ] {
+            let w = weights(n, k);
+            let out = quantize_layer(
+                TargetFormat::ConvrotW4a4 {
+                    group,
+                    linear_dtype: LinearDtype::Int4,
+                },
+                &w,
+                n,
+                k,
+            );
+            let (packed, scales) = quantize_convrot_w4a4_weight(&w, k, group).expect("fits");
+            assert_eq!(bytes(&out[0].1), packed.as_slice(), "{n}x{k}/{group}");
+            assert_eq!(bytes(&out[1].1), f32_bytes(&scales).as_slice(), "{n}x{k}");
+            let out = quantize_layer(TargetFormat::Int8Tensorwise, &w, n, k);
+            let (q, s) = quantize_int8_tensorwise_weight(&w);
+            let q: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+            assert_eq!(bytes(&out[0].1), q.as_slice());
+            assert_eq!(bytes(&out[1].1), s.to_le_bytes().as_slice());
+            let out = quantize_layer(TargetFormat::Float8E4m3fn, &w, n, k);
+            let (q, s) = quantize_float8_e4m3fn_weight(&w);
+            assert_eq!(bytes(&out[0].1), q.as_slice());
+            assert_eq!(bytes(&out[1].1), s.to_le_bytes().as_slice());
+        }
+    }
+
+    /// ComfyUI's high-precision layers match the default keep pattern;
+    /// the linears of a block do not.
+    #[test]
+    fn default_keep_is_embeddings_head_and_norms() {
+        let keep = Regex::new(DEFAULT_KEEP).expect("compiles");
+        for kept in [
+            "model.embed_tokens",
+            "lm_head",
+            "model.norm",
+            "model.layers.3.input_layernorm",
+            "model.layers.3.post_attention_layernorm",
+            "transformer.wte",
+            "transformer.wpe",
+            "text_model.embeddings.token_embedding",
+            "blocks.0.norm1",
+        ] {
+            assert!(keep.is_match(kept), "{kept}");
+        }
+        for quantized in [
+            "model.layers.3.self_attn.q_proj",
+            "model.layers.3.mlp.down_proj",
+            "blocks.0.mlp.fc1",
+            "lin",
+            "model.layers.0.self_attn.o_proj",
+        ] {
+            assert!(!keep.is_match(quantized), "{quantized}");
+        }
+    }
+}
