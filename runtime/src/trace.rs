@@ -299,7 +299,7 @@ mod tests {
             .push(event(Lane::Stall, "ring slot busy", 300.0, 200.0, 0));
         let svg = t.to_svg();
         assert!(
-            svg.contains("#e15759") && svg.contains("1 staging stall,"),
+            svg.contains("#e15759") && svg.contains("1 staging stall<"),
             "{svg}"
         );
         assert!(!svg.contains("staging stalls: none"));
