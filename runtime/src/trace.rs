@@ -257,6 +257,12 @@ fn human_bytes(b: u64) -> String {
     dynvram_memory::Bytes(b).to_string()
 }
 
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,10 +319,4 @@ mod tests {
         assert_eq!(trim_ms(0.5), "0.5");
         assert_eq!(trim_ms(12.0), "12");
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
