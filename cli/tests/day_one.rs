@@ -473,3 +473,47 @@ fn plan_a_model_dir_without_any_gpu() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("KiB") || stderr.contains("MiB"), "{stderr}");
 }
+
+/// `quantize` of a checkpoint's single file with no flags, then `generate
+/// --weights` on the result: the embedding table stays float by default
+/// (it used to be quantized too, and generate refused the result).
+#[test]
+fn quantize_a_file_with_defaults_then_generate() {
+    let test = "quantize_a_file_with_defaults_then_generate";
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    synth_tiny(dir);
+    let q = dir.join("q.safetensors");
+    let out = dynvram()
+        .arg("quantize")
+        .arg(dir.join("model.safetensors"))
+        .arg(&q)
+        .args(["--format", "float8_e4m3fn"])
+        .output()
+        .expect("quantize");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let h = header(&q);
+    assert_eq!(h["model.embed_tokens.weight"]["dtype"], "BF16");
+    assert_eq!(
+        h["model.layers.0.self_attn.q_proj.weight"]["dtype"],
+        "F8_E4M3"
+    );
+    let args = [
+        "--json",
+        "--prompt-ids",
+        "3,4,5",
+        "--max-new-tokens",
+        "2",
+        "--weights",
+    ];
+    let mut args = args.to_vec();
+    args.push(q.to_str().expect("utf-8"));
+    let Some(out) = generate(test, dir, &args) else {
+        return;
+    };
+    assert_eq!(tokens(&report(&out)).len(), 2);
+}

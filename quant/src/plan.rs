@@ -171,6 +171,22 @@ pub fn choose(format: Format, caps: &AdapterCaps, ov: LinearDtypeOverride) -> Li
 
 #[cfg(test)]
 mod tests {
+    /// Reports name kernels in words, not Rust's `Debug` text.
+    #[test]
+    fn kernel_choices_read_as_words() {
+        let fast = KernelChoice::Integer {
+            act: ActArith::Int4,
+            fast: true,
+        };
+        assert_eq!(fast.to_string(), "int4 activations (fast subgroup kernel)");
+        let portable = KernelChoice::Integer {
+            act: ActArith::Int8,
+            fast: false,
+        };
+        assert_eq!(portable.to_string(), "int8 activations (portable kernel)");
+        assert_eq!(KernelChoice::Float.to_string(), "float");
+    }
+
     use super::*;
 
     fn caps(subgroups: bool) -> AdapterCaps {
