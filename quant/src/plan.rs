@@ -14,6 +14,16 @@ pub enum ActArith {
     Int8,
 }
 
+/// `int4` or `int8`, for messages.
+impl std::fmt::Display for ActArith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ActArith::Int4 => "int4",
+            ActArith::Int8 => "int8",
+        })
+    }
+}
+
 /// The user override `--linear-dtype int4|int8|auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,11 +59,7 @@ impl std::fmt::Display for KernelChoice {
         match self {
             KernelChoice::Integer { act, fast } => write!(
                 f,
-                "{} activations ({} kernel)",
-                match act {
-                    ActArith::Int4 => "int4",
-                    ActArith::Int8 => "int8",
-                },
+                "{act} activations ({} kernel)",
                 if *fast { "fast subgroup" } else { "portable" }
             ),
             KernelChoice::Float => f.write_str("float"),

@@ -24,7 +24,7 @@ pub enum ReferenceError {
         found: usize,
     },
     /// The layer needs a tensor that was not given.
-    #[error("layer {layer}: {what} is required for format {format:?}")]
+    #[error("layer {layer}: {what} is required for format {format}")]
     Missing {
         /// Layer name.
         layer: String,
@@ -34,9 +34,7 @@ pub enum ReferenceError {
         format: Format,
     },
     /// An activation arithmetic was asked for a format that has none.
-    #[error(
-        "layer {layer}: {act:?} activations asked for format {format:?}, which has no such path"
-    )]
+    #[error("layer {layer}: {act} activations asked for format {format}, which has no such path")]
     ActArith {
         /// Layer name.
         layer: String,
