@@ -44,7 +44,19 @@ pub enum LinearDtypeArg {
 /// `--skip` leaves more out, `--quantize-all` lifts the default. Layers
 /// whose width does not fit the format are left as they are and listed.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:
+#[command(after_help = "\
+Which layers: every 2-D float `*.weight` tensor (a linear layer's weight)
+except, by default, what ComfyUI's quantized checkpoints keep in high
+precision: embeddings (embed_tokens, wte, wpe), lm_head and norms (any name
+with `norm`); biases and other 1-D tensors are never quantized. --only
+narrows the choice, --skip leaves more out, --quantize-all lifts the
+default. Layers whose width does not fit the format are left as they are
+and listed.
+
+A model folder is quantized shard by shard on all cores: memory holds one
+float tensor and one output shard, not the model.
+
+Examples:
   dynvram quantize MODEL_DIR OUT_DIR --format convrot_w4a4          # a whole model
   dynvram quantize MODEL_DIR OUT_DIR --format int8_tensorwise --skip 'layers\\.0\\.'
   dynvram quantize model.safetensors out.safetensors --format float8_e4m3fn --only '_proj$'")]
