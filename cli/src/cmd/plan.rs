@@ -333,9 +333,13 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
         size(r.headroom)
     );
     println!(
-        "           activations and caches {}, 2 arenas of {} for streamed blocks",
+        "           activations and caches {}, {}",
         size(r.scratch),
-        size(r.arena_bytes)
+        if r.arena_bytes == 0 {
+            "no arenas (nothing streams)".to_owned()
+        } else {
+            format!("2 arenas of {} for streamed blocks", size(r.arena_bytes))
+        }
     );
     let only_resident: Vec<&str> = r
         .blocks
