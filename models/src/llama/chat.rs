@@ -267,6 +267,85 @@ mod tests {
         assert!(text.ends_with("<|im_end|>\n"), "{text:?}");
     }
 
+    /// The constructs of Llama 3.1's and Qwen2.5's published templates
+    /// (`is defined`, `none`, list slices, `in` on a message, whitespace
+    /// control, `tojson`, undefined keys, `tools` absent), abridged.
+    #[test]
+    fn llama31_and_qwen25_template_constructs_render() {
+        let llama31 = r#"{{- bos_token }}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"#;
+        let qwen25 = r#"{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"#;
+        let t = |source: &str, bos: &str| ChatTemplate {
+            source: source.into(),
+            path: PathBuf::from(TOKENIZER_CONFIG),
+            bos_token: bos.into(),
+            eos_token: String::new(),
+        };
+        let text = t(llama31, "<|begin_of_text|>")
+            .render(&[Message::user("Hi!")], true)
+            .expect("llama 3.1");
+        assert_eq!(
+            text,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+        let text = t(qwen25, "")
+            .render(&[Message::user("Hi!")], true)
+            .expect("qwen 2.5");
+        assert_eq!(
+            text,
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
     #[test]
     fn python_methods_and_raise_exception_work() {
         let tmp = tempfile::tempdir().expect("tempdir");
