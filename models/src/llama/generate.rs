@@ -64,7 +64,9 @@ pub struct Generation {
     /// Logits of every prompt position `[prompt, vocab]`, when asked for.
     pub prompt_logits: Option<Vec<f32>>,
     /// Logits each token was chosen from: step 0 is the prompt's last row,
-    /// step i the pass that fed token i-1.
+    /// step i the pass that fed token i-1 ([`Llama::generate`] always keeps
+    /// them; [`Llama::generate_with`] when asked: a 128 256-token vocabulary
+    /// makes them 0.5 MB a token).
     pub step_logits: Vec<Vec<f32>>,
     /// The prompt pass.
     pub prefill: PhaseStats,
@@ -100,20 +102,22 @@ impl Llama {
         keep_prompt_logits: bool,
         on_token: &mut dyn FnMut(u32),
     ) -> Result<Generation, LlamaError> {
-        self.generate_with(
+        self.decode(
             rt,
             model,
             prompt,
             max_new,
             eos,
-            keep_prompt_logits,
+            (keep_prompt_logits, true),
             &mut |row| argmax(row),
             on_token,
         )
     }
 
     /// [`Llama::generate`] with `pick` choosing each token from its row of
-    /// logits (e.g. [`super::Sampler::pick`]).
+    /// logits (e.g. [`super::Sampler::pick`]); `keep_logits` keeps the
+    /// prompt's and every step's logits (else neither: long generations
+    /// with large vocabularies would hold them all).
     #[allow(clippy::too_many_arguments)] // the generation settings
     pub fn generate_with(
         &mut self,
@@ -122,10 +126,36 @@ impl Llama {
         prompt: &[u32],
         max_new: usize,
         eos: &[u32],
-        keep_prompt_logits: bool,
+        keep_logits: bool,
         pick: &mut dyn FnMut(&[f32]) -> u32,
         on_token: &mut dyn FnMut(u32),
     ) -> Result<Generation, LlamaError> {
+        self.decode(
+            rt,
+            model,
+            prompt,
+            max_new,
+            eos,
+            (keep_logits, keep_logits),
+            pick,
+            on_token,
+        )
+    }
+
+    /// The decoding loop; `keep` is (prompt logits, step logits).
+    #[allow(clippy::too_many_arguments)] // the generation settings
+    fn decode(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        prompt: &[u32],
+        max_new: usize,
+        eos: &[u32],
+        keep: (bool, bool),
+        pick: &mut dyn FnMut(&[f32]) -> u32,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<Generation, LlamaError> {
+        let (keep_prompt_logits, keep_steps) = keep;
         let _span = tracing::info_span!("generate", prompt = prompt.len(), max_new).entered();
         let mut g = Generation::default();
         if max_new == 0 {
@@ -158,7 +188,9 @@ impl Llama {
         let mut logits = last;
         loop {
             let token = pick(&logits);
-            g.step_logits.push(logits);
+            if keep_steps {
+                g.step_logits.push(logits);
+            }
             g.tokens.push(token);
             on_token(token);
             if eos.contains(&token) {
