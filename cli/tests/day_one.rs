@@ -517,3 +517,44 @@ fn quantize_a_file_with_defaults_then_generate() {
     };
     assert_eq!(tokens(&report(&out)).len(), 2);
 }
+
+/// `--logits-out` writes the prompt's and every step's logits (kept only
+/// when asked); each greedy token is its step row's argmax.
+#[test]
+fn logits_out_holds_every_step() {
+    let test = "logits_out_holds_every_step";
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    synth_tiny(dir);
+    let file = dir.join("logits.safetensors");
+    let args = [
+        "--json",
+        "--prompt-ids",
+        "4,5,6,7",
+        "--max-new-tokens",
+        "3",
+        "--ignore-eos",
+        "--logits-out",
+        file.to_str().expect("utf-8"),
+    ];
+    let Some(out) = generate(test, dir, &args) else {
+        return;
+    };
+    let toks = tokens(&report(&out));
+    let bytes = std::fs::read(&file).expect("logits file");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let steps = st.tensor("step_logits").expect("step_logits");
+    assert_eq!(steps.shape(), [3, 1024]);
+    assert_eq!(
+        st.tensor("prompt_logits").expect("prompt").shape(),
+        [4, 1024]
+    );
+    let rows: Vec<f32> = steps
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    for (i, row) in rows.chunks(1024).enumerate() {
+        assert_eq!(dynvram_models::llama::argmax(row), toks[i], "step {i}");
+    }
+}
