@@ -484,9 +484,20 @@ fn read_weight(
     let len = file.tensor(name)?.len();
     let mut bytes = vec![0u8; len as usize];
     file.read_into(name, 0..len, &mut bytes)?;
-    let w = floats_to_f32(dtype, &bytes).unwrap_or_default();
+    // Converted and checked on all cores, in pieces of whole elements.
+    const PIECE: usize = 1 << 16;
+    let elem = (dtype.bitsize() / 8).max(1);
+    let mut w = vec![0.0f32; bytes.len() / elem];
+    w.par_chunks_mut(PIECE)
+        .zip(bytes.par_chunks(PIECE * elem))
+        .for_each(|(dst, src)| {
+            if let Some(v) = floats_to_f32(dtype, src) {
+                dst.copy_from_slice(&v);
+            }
+        });
+    drop(bytes);
     if !opts.allow_nonfinite
-        && let Some(index) = w.iter().position(|v| !v.is_finite())
+        && let Some(index) = w.par_iter().position_first(|v| !v.is_finite())
     {
         return Err(QuantizeError::NonFinite {
             path: file.path().to_owned(),
