@@ -48,7 +48,7 @@ if [[ " $parts " == *" dyn "* ]]; then
         shift 2
         step "dynvram $name"
         timeout 240 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
-            --max-new-tokens "$N" --warmup 1 --profile "$@" > "$out/dyn-$name.json" 2> "$out/dyn-$name.err" ||
+            --max-new-tokens "$N" --ignore-eos --warmup 1 --profile "$@" > "$out/dyn-$name.json" 2> "$out/dyn-$name.err" ||
             { echo "failed:"; tail -5 "$out/dyn-$name.err"; }
     }
     run bf16-f16 "$dir" --compute-dtype f16

@@ -78,7 +78,7 @@ for budget in full half quarter; do
         echo "=== dynvram $fmt, budget $budget ==="
         # shellcheck disable=SC2086 # $backend is flags
         timeout 300 $d --json generate "$m" $backend --prompt-ids "$ids" --max-new-tokens "$N" \
-            --warmup 1 "${flags[@]}" > "$out/dynvram-$fmt-$budget.json" 2> "$out/dynvram-$fmt-$budget.err" ||
+            --ignore-eos --warmup 1 "${flags[@]}" > "$out/dynvram-$fmt-$budget.json" 2> "$out/dynvram-$fmt-$budget.err" ||
             { echo "failed:"; tail -5 "$out/dynvram-$fmt-$budget.err"; }
     done
     if [ "$hf" = 1 ]; then

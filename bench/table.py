@@ -59,7 +59,8 @@ for r in rows:
     of = f"{r['gbs'] / copy:.2f}" if copy and r["shape"][0] == 1 else ""
     tms = f"{t['ms']:.4f}" if t else ""
     ratio = f"{t['ms'] / r['ms']:.2f}×" if t else ""
-    kern = r["kernel"].replace("Integer { act: ", "").replace(", fast: true }", "")
+    kern = (r["kernel"].replace(" activations (fast subgroup kernel)", "")
+            .replace(" activations (portable kernel)", " portable"))
     print(f"| {s.replace('x', '×')} | {r['fmt']} | {kern} | {r['ms']:.4f} | {r['gbs']:.0f} | {of} | {r['tflops']:.2f} | {tms} | {ratio} |")
 
 

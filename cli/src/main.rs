@@ -15,6 +15,11 @@ struct Cli {
     /// Print reports as JSON on stdout instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// More log lines on stderr: -v for progress (INFO), -vv for DEBUG,
+    /// -vvv for TRACE. Default: warnings and errors only. `RUST_LOG`, when
+    /// set, decides instead.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -37,13 +42,13 @@ enum Command {
     Probe(cmd::probe::Args),
     /// Run a block model (built-in by default) under a VRAM budget and verify it.
     Run(cmd::run::Args),
-    /// Show which weights stay resident and which stream, without GPU work.
+    /// Will a model fit a VRAM budget, and how fast? Resident and streamed weights, no GPU needed.
     Plan(cmd::plan::Args),
-    /// Quantize the linear weights of a safetensors file into ComfyUI's format.
+    /// Quantize a model folder (or one safetensors file) into ComfyUI's formats.
     Quantize(cmd::quantize::Args),
     /// Check the linear kernels against a folder of golden cases.
     Conformance(cmd::conformance::Args),
-    /// Greedy text generation with a Llama-family checkpoint under a VRAM budget.
+    /// Text generation with a Llama-family checkpoint under a VRAM budget (greedy or sampled).
     Generate(cmd::generate::Args),
     /// One forward (or --steps of sampling) of a Flux diffusion transformer under a VRAM budget.
     Dit(cmd::dit::Args),
@@ -77,6 +82,7 @@ impl Command {
         match self {
             Command::Quantize(a) => drop(cmd::quantize::options(a)?),
             Command::Synth(a) => drop(cmd::synth::options(a)?),
+            Command::Generate(a) => drop(cmd::generate::sampling(a)?),
             _ => {}
         }
         Ok(())
@@ -86,7 +92,7 @@ impl Command {
 fn main() -> std::process::ExitCode {
     restore_sigpipe();
     let cli = Cli::parse();
-    output::init_logging();
+    output::init_logging(cli.verbose);
     signals::remove_temp_files_on_exit();
     let result = cli.command.check_flags().and_then(|()| match cli.command {
         Command::Probe(a) => cmd::probe::run(a, cli.json),

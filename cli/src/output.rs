@@ -4,21 +4,46 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tracing_indicatif::IndicatifLayer;
 use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
 
-/// Installs `tracing` to stderr (`RUST_LOG`, default `warn` for libraries,
-/// `info` for us) with progress bars that log lines do not tear.
-pub fn init_logging() {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("warn,dynvram=info,dynvram_runtime=info"));
+/// Installs `tracing` to stderr with progress bars that log lines do not
+/// tear. Level: `RUST_LOG` when set, else [`log_filter`] of the `-v` count.
+/// Colours only when stderr is a terminal and `NO_COLOR` is unset.
+pub fn init_logging(verbose: u8) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(log_filter(verbose)));
     let indicatif = IndicatifLayer::new();
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(indicatif.get_stderr_writer())
+                .with_ansi(colour())
                 .with_target(false),
         )
         .with(indicatif)
         .try_init();
+}
+
+/// The log filter for `-v` given `verbose` times: warnings only, then our
+/// crates' INFO, DEBUG and TRACE (other libraries stay at WARN).
+pub fn log_filter(verbose: u8) -> &'static str {
+    match verbose {
+        0 => "warn",
+        1 => {
+            "warn,dynvram=info,dynvram_runtime=info,dynvram_models=info,dynvram_quant=info,dynvram_loader=info"
+        }
+        2 => {
+            "warn,dynvram=debug,dynvram_runtime=debug,dynvram_models=debug,dynvram_quant=debug,dynvram_loader=debug,dynvram_memory=debug"
+        }
+        _ => {
+            "warn,dynvram=trace,dynvram_runtime=trace,dynvram_models=trace,dynvram_quant=trace,dynvram_loader=trace,dynvram_memory=trace"
+        }
+    }
+}
+
+/// ANSI colours on stderr: a terminal, and no `NO_COLOR` (no-color.org).
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// A progress bar over `total` units with a message.

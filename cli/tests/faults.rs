@@ -108,6 +108,82 @@ fn interrupted_quantize_leaves_no_temp_file() {
     }
 }
 
+/// SIGINT or SIGTERM during `quantize MODEL_DIR OUT_DIR` (several shards):
+/// the temp folder with the shards written so far is removed, no output
+/// folder appears, and the exit status is the signal's.
+#[test]
+fn interrupted_model_quantize_leaves_no_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("model");
+    let synth = bin()
+        .args([
+            "synth",
+            "--like",
+            "llama-7b",
+            "--layers",
+            "1",
+            "--shard-gib",
+            "0.1",
+        ])
+        .arg(&model)
+        .output()
+        .expect("synth");
+    assert!(
+        synth.status.success(),
+        "{}",
+        String::from_utf8_lossy(&synth.stderr)
+    );
+    for (signal, status) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let out_dir = tempfile::tempdir().expect("tempdir");
+        let output = out_dir.path().join("quantized");
+        let mut child = bin()
+            .args(["quantize", "--format", "convrot_w4a4"])
+            .arg(&model)
+            .arg(&output)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("quantize");
+        // Wait for the temp folder to hold a finished shard: work is under way.
+        let start = Instant::now();
+        loop {
+            let tmp = temp_files(out_dir.path());
+            let shards = tmp.first().map_or(0, |t| {
+                std::fs::read_dir(out_dir.path().join(t))
+                    .map(|d| {
+                        d.filter_map(|e| e.ok())
+                            .filter(|e| e.file_name().to_string_lossy().starts_with("model-"))
+                            .count()
+                    })
+                    .unwrap_or(0)
+            });
+            if shards > 0 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "no shard appeared"
+            );
+            assert!(
+                child.try_wait().expect("wait").is_none(),
+                "quantize ended early"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: kill only sends a signal to our own child.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        assert_eq!(rc, 0);
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "signal {signal}: {stderr}");
+        let left: Vec<_> = std::fs::read_dir(out_dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert!(left.is_empty(), "signal {signal}: {left:?} left behind");
+    }
+}
+
 /// NaN in a weight: `quantize` names the tensor and the element; with
 /// `--allow-nonfinite` it quantizes anyway.
 #[test]

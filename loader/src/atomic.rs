@@ -159,6 +159,103 @@ fn unregister(tmp: &Path) {
     live().retain(|p| p != tmp);
 }
 
+/// A folder being filled (e.g. a quantized model's shards and index): its
+/// files go into a temp folder beside the target, which
+/// [`AtomicDir::commit`] renames into place. Dropped without a commit, or
+/// removed by [`remove_temp_files`] on a signal, it leaves nothing behind.
+#[derive(Debug)]
+pub struct AtomicDir {
+    path: PathBuf,
+    tmp: PathBuf,
+    committed: bool,
+}
+
+impl AtomicDir {
+    /// Starts filling `path`, which must not exist or be an empty folder
+    /// (a folder with files in it is refused, naming it: nothing is
+    /// overwritten).
+    pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        match std::fs::read_dir(&path) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(io_error(&path, "write into")(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        "the folder exists and is not empty (remove it or choose another)",
+                    )));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(&path, "write into")(e)),
+        }
+        let base = path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or_else(|| {
+                io_error(&path, "write")(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a folder name",
+                ))
+            })?;
+        let tmp = folder(&path).join(format!(
+            ".{base}.tmp-{}-{}",
+            std::process::id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut live = live();
+        std::fs::create_dir(&tmp).map_err(io_error(&path, "create a temp folder beside"))?;
+        live.push(tmp.clone());
+        drop(live);
+        Ok(Self {
+            path,
+            tmp,
+            committed: false,
+        })
+    }
+
+    /// The temp folder to write into.
+    pub fn tmp(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the temp folder into place (replacing an empty folder there).
+    pub fn commit(mut self) -> Result<()> {
+        if self.path.is_dir() {
+            std::fs::remove_dir(&self.path).map_err(io_error(&self.path, "replace"))?;
+        }
+        std::fs::rename(&self.tmp, &self.path).map_err(io_error(&self.path, "rename into"))?;
+        if let Ok(d) = File::open(folder(&self.path)) {
+            let _ = d.sync_all();
+        }
+        self.committed = true;
+        unregister(&self.tmp);
+        Ok(())
+    }
+}
+
+impl Drop for AtomicDir {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.tmp);
+            unregister(&self.tmp);
+        }
+    }
+}
+
+/// Removes a registered temp file or folder.
+fn remove_temp(p: &Path) -> bool {
+    if p.is_dir() {
+        std::fs::remove_dir_all(p).is_ok()
+    } else {
+        std::fs::remove_file(p).is_ok()
+    }
+}
+
 /// Writes `bytes` to `path` atomically.
 pub fn write_file(path: impl AsRef<Path>, bytes: &[u8]) -> Result<u64> {
     let mut f = AtomicFile::create(path)?;
@@ -178,10 +275,7 @@ pub struct TempFilesRemoved {
 /// returned guard is dropped (for a signal handler that exits next).
 pub fn remove_temp_files() -> TempFilesRemoved {
     let mut live = live();
-    let removed = live
-        .drain(..)
-        .filter(|p| std::fs::remove_file(p).is_ok())
-        .count();
+    let removed = live.drain(..).filter(|p| remove_temp(p)).count();
     TempFilesRemoved {
         _live: live,
         removed,
@@ -238,6 +332,37 @@ mod tests {
         assert_eq!(temps(dir.path()), Vec::<String>::new());
         let e = write_file(dir.path().join("no/such/dir/f"), b"x").expect_err("no folder");
         assert!(e.to_string().contains("no/such/dir/f"), "{e}");
+    }
+
+    #[test]
+    fn a_dir_appears_whole_or_not_at_all() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("model");
+        let d = AtomicDir::create(&out).expect("create");
+        write_file(d.tmp().join("a.bin"), b"x").expect("write");
+        assert!(!out.exists());
+        drop(d);
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 0);
+        let d = AtomicDir::create(&out).expect("create");
+        write_file(d.tmp().join("a.bin"), b"x").expect("write");
+        d.commit().expect("commit");
+        assert_eq!(std::fs::read(out.join("a.bin")).expect("read"), b"x");
+        let e = AtomicDir::create(&out).expect_err("not empty");
+        assert!(e.to_string().contains("not empty"), "{e}");
+        // A signal's clean-up removes a live temp folder with its files.
+        let other = dir.path().join("other");
+        let d = AtomicDir::create(&other).expect("create");
+        write_file(d.tmp().join("b.bin"), b"y").expect("write");
+        let removed = remove_temp_files();
+        assert!(removed.removed >= 1);
+        drop(removed);
+        drop(d);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("model")]);
     }
 
     #[test]

@@ -18,6 +18,28 @@ pub const DEFAULT_RESERVE: u64 = 256 * MIB;
 /// The driver is polled at most this often *(aimdo)*.
 pub const DRIVER_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
+/// A byte count for messages: binary units with two decimals above 1 KiB
+/// (`1.50 GiB`, `256.00 MiB`), plain bytes below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        let b = self.0;
+        if b < 1024 {
+            return write!(f, "{b} B");
+        }
+        let mut v = b as f64 / 1024.0;
+        let mut unit = 0;
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{v:.2} {}", UNITS[unit])
+    }
+}
+
 /// Budget errors.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -32,7 +54,8 @@ pub enum BudgetError {
     },
     /// Reserve plus headroom leave nothing of the capacity.
     #[error(
-        "capacity {capacity} B ({source_name}) minus reserve {reserve} B and headroom {headroom} B leaves no VRAM to use"
+        "capacity {} ({source_name}) minus reserve {} and headroom {} leaves no VRAM to use",
+        Bytes(*capacity), Bytes(*reserve), Bytes(*headroom)
     )]
     NoUsableVram {
         /// Capacity in bytes.
@@ -47,7 +70,8 @@ pub enum BudgetError {
     /// A new capacity would leave less than the non-weight buffers already hold
     /// (scratch, arenas, patches cannot be evicted): free those first.
     #[error(
-        "capacity {capacity} B leaves {usable} B usable, below the {held} B held by scratch, arenas and patches"
+        "capacity {} leaves {} usable, below the {} held by scratch, arenas and patches",
+        Bytes(*capacity), Bytes(*usable), Bytes(*held)
     )]
     CapacityTooSmall {
         /// Capacity asked for.
@@ -61,7 +85,7 @@ pub enum BudgetError {
     #[error("no VRAM capacity known for this adapter; pass --vram-budget")]
     UnknownCapacity,
     /// Can never fit: larger than everything the budget allows. Not retryable.
-    #[error("{class} allocation of {needed} B can never fit: usable VRAM is {usable} B")]
+    #[error("{class} allocation of {} can never fit: usable VRAM is {}", Bytes(*needed), Bytes(*usable))]
     BudgetExceeded {
         /// Owner class asked for.
         class: OwnerClass,
@@ -71,7 +95,7 @@ pub enum BudgetError {
         usable: u64,
     },
     /// Fits the budget, but only after evicting `deficit` bytes. Retry after freeing.
-    #[error("{class} allocation of {needed} B needs {deficit} B evicted first")]
+    #[error("{class} allocation of {} needs {} evicted first", Bytes(*needed), Bytes(*deficit))]
     NeedsEviction {
         /// Owner class asked for.
         class: OwnerClass,
@@ -139,7 +163,10 @@ impl BudgetConfig {
         }
     }
 
-    /// Builds a config from the GiB flag values, validating each.
+    /// Builds a config from the GiB flag values, validating each. An
+    /// explicit `vram_budget` is the budget: the default reserve applies to
+    /// driver-derived capacities only (a reserve given explicitly applies
+    /// to either; the headroom always does).
     pub fn from_gib(
         vram_budget: Option<f64>,
         reserve: Option<f64>,
@@ -148,7 +175,11 @@ impl BudgetConfig {
         let d = Self::default();
         Ok(Self {
             vram_budget: vram_budget.map(|v| gib("--vram-budget", v)).transpose()?,
-            reserve: reserve.map_or(Ok(d.reserve), |v| gib("--reserve-vram", v))?,
+            reserve: match (reserve, vram_budget) {
+                (Some(v), _) => gib("--reserve-vram", v)?,
+                (None, Some(_)) => 0,
+                (None, None) => d.reserve,
+            },
             headroom: headroom.map_or(Ok(d.headroom), |v| gib("--vram-headroom", v))?,
         })
     }
@@ -566,9 +597,34 @@ mod tests {
         }
         let c = BudgetConfig::from_gib(Some(4.0), None, Some(0.5)).unwrap();
         assert_eq!(c.vram_budget, Some(4 * GIB));
-        assert_eq!(c.reserve, DEFAULT_RESERVE);
+        assert_eq!(c.reserve, 0, "an explicit budget is the budget");
         assert_eq!(c.headroom, GIB / 2);
+        let c = BudgetConfig::from_gib(None, None, None).unwrap();
+        assert_eq!(
+            c.reserve, DEFAULT_RESERVE,
+            "the driver's figure keeps the reserve"
+        );
+        let c = BudgetConfig::from_gib(Some(4.0), Some(1.0), None).unwrap();
+        assert_eq!(c.reserve, GIB, "a reserve given explicitly applies");
         assert!(BudgetConfig::from_gib(None, Some(-1.0), None).is_err());
+    }
+
+    #[test]
+    fn byte_counts_read_in_binary_units() {
+        assert_eq!(Bytes(100).to_string(), "100 B");
+        assert_eq!(Bytes(1536).to_string(), "1.50 KiB");
+        assert_eq!(Bytes(GIB / 4).to_string(), "256.00 MiB");
+        assert_eq!(Bytes(8 * GIB).to_string(), "8.00 GiB");
+        let e = BudgetError::NoUsableVram {
+            capacity: GIB / 8,
+            source_name: CapacitySource::Explicit,
+            reserve: GIB / 4,
+            headroom: 0,
+        };
+        assert_eq!(
+            e.to_string(),
+            "capacity 128.00 MiB (--vram-budget) minus reserve 256.00 MiB and headroom 0 B leaves no VRAM to use"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod residency;
 
 pub use bit_reverse::{bit_reverse, bit_reverse16};
 pub use budget::{
-    Budget, BudgetConfig, BudgetError, CapacitySource, Deficit, DeficitInputs, DriverMemory,
+    Budget, BudgetConfig, BudgetError, Bytes, CapacitySource, Deficit, DeficitInputs, DriverMemory,
     DriverReading, GIB, MIB, compute_deficit, gib, resolve_capacity,
 };
 pub use layout::{Layout, LayoutConfig, LayoutError, MAX_PAGES, TensorSlot};

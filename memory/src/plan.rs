@@ -15,6 +15,8 @@ pub struct PlanRoom {
     pub arenas: u32,
 }
 
+use crate::budget::Bytes;
+
 /// Plan errors.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -22,7 +24,8 @@ pub enum PlanError {
     /// Even streaming everything does not fit: the largest tensor (times the
     /// arena count) plus scratch exceeds the budget.
     #[error(
-        "budget too small: {arenas} arena(s) holding the largest tensor {tensor} ({size} B) or its block's streamed weights, + scratch {scratch} B, need {needed} B; usable VRAM is {usable} B"
+        "budget too small: {arenas} arena(s) holding the largest tensor {tensor} ({}) or its block's streamed weights, plus {} of activations and caches, need {}; usable VRAM is {}",
+        Bytes(*size), Bytes(*scratch), Bytes(*needed), Bytes(*usable)
     )]
     BudgetTooSmall {
         /// Name of the largest tensor.

@@ -173,22 +173,60 @@ fn qwen2_style_synth_matches_cpu_reference() {
         synth::write_checkpoint(dir.path(), &config(), opts, &mut |_, _| {}).expect("synth");
     assert_eq!(
         report.files.len(),
-        2,
-        "one safetensors file and config.json: {:?}",
+        3,
+        "one safetensors file, config.json and generation_config.json: {:?}",
         report.files
     );
     let ckpt = Checkpoint::open(dir.path()).expect("opens");
+    let weights = read_safetensors(&dir.path().join("model.safetensors"));
+    matches_cpu(&ckpt, &weights);
+}
+
+/// `head_dim` given explicitly and different from hidden / heads (q and o
+/// are 128 wide on a 64-wide residual, as Gemma-style and Qwen3 configs
+/// have), read from shards through their index: the same logits as the CPU.
+#[test]
+fn explicit_head_dim_from_shards_matches_cpu_reference() {
+    let test = "explicit_head_dim_from_shards_matches_cpu_reference";
+    if !llama_common::have_gpu(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = config();
+    config["head_dim"] = json!(32);
+    let opts = SynthOptions {
+        dtype: SynthDtype::F16,
+        seed: 43,
+        layers: None,
+        shard_bytes: 32 << 10,
+    };
+    synth::write_checkpoint(dir.path(), &config, opts, &mut |_, _| {}).expect("synth");
+    assert!(dir.path().join("model.safetensors.index.json").is_file());
+    let ckpt = Checkpoint::open(dir.path()).expect("opens");
+    assert_eq!((ckpt.config.head_dim, ckpt.config.q_width()), (32, 128));
+    let mut weights = std::collections::HashMap::new();
+    for f in ckpt.files().files() {
+        weights.extend(read_safetensors(f.path()));
+    }
+    assert_eq!(
+        weights["model.layers.0.self_attn.q_proj.weight"].shape,
+        [128, 64]
+    );
+    matches_cpu(&ckpt, &weights);
+}
+
+/// Prompt logits and six greedy steps of `ckpt` on the GPU against [`Cpu`].
+fn matches_cpu(ckpt: &Checkpoint, weights: &std::collections::HashMap<String, Tensor>) {
     let c = &ckpt.config;
     assert!(c.tie_word_embeddings && c.qkv_bias && !c.o_bias, "{c:?}");
     assert_eq!(c.rope_theta, 1000.0);
     assert_eq!(c.sliding_window, None, "use_sliding_window is false");
-    let weights = read_safetensors(&dir.path().join("model.safetensors"));
     assert!(weights.contains_key("model.layers.1.self_attn.v_proj.bias"));
     assert!(
         !weights.contains_key("lm_head.weight")
             && !weights.contains_key("model.layers.0.self_attn.o_proj.bias")
     );
-    let cpu = Cpu { c, w: &weights };
+    let cpu = Cpu { c, w: weights };
 
     let prompt = [5u32, 17, 90, 3, 44, 61, 8];
     let new = 6;
@@ -197,7 +235,7 @@ fn qwen2_style_synth_matches_cpu_reference() {
         max_rows: prompt.len(),
     };
     let rt = runtime(None);
-    let (model, mut llama) = open(&rt, &ckpt, limits);
+    let (model, mut llama) = open(&rt, ckpt, limits);
     let f = llama.forward(&rt, &model, &prompt, 0).expect("forward");
     assert_close_rel("qwen2 prompt logits", &f.logits, &cpu.forward(&prompt), REL);
 

@@ -32,6 +32,37 @@ pub enum Format {
     Bf16,
 }
 
+/// ComfyUI's name with its parameters, for messages: `convrot_w4a4
+/// (group 256, int4 activations)`, `int8_tensorwise`, `bf16`.
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Format::ConvrotW4a4 {
+                group,
+                linear_dtype,
+            } => write!(
+                f,
+                "convrot_w4a4 (group {group}, {} activations)",
+                match linear_dtype {
+                    LinearDtype::Int4 => "int4",
+                    LinearDtype::Int8 => "int8",
+                }
+            ),
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            } => f.write_str("int8_tensorwise"),
+            Format::Int8Tensorwise {
+                convrot_group: Some(g),
+            } => write!(f, "int8_tensorwise (rotated in groups of {g})"),
+            Format::Float8E4m3fn => f.write_str("float8_e4m3fn"),
+            Format::Float8E5m2 => f.write_str("float8_e5m2"),
+            Format::F32 => f.write_str("f32"),
+            Format::F16 => f.write_str("f16"),
+            Format::Bf16 => f.write_str("bf16"),
+        }
+    }
+}
+
 /// The activation arithmetic a `convrot_w4a4` layer's metadata asks for.
 /// ComfyUI writes `linear_dtype` only when it is not `"int4"`, so absent means int4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
@@ -42,4 +73,23 @@ pub enum LinearDtype {
     Int4,
     /// int8 activations on every adapter.
     Int8,
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn formats_read_as_comfyui_names() {
+        let f = Format::ConvrotW4a4 {
+            group: 256,
+            linear_dtype: LinearDtype::Int4,
+        };
+        assert_eq!(f.to_string(), "convrot_w4a4 (group 256, int4 activations)");
+        let f = Format::Int8Tensorwise {
+            convrot_group: Some(64),
+        };
+        assert_eq!(f.to_string(), "int8_tensorwise (rotated in groups of 64)");
+        assert_eq!(Format::Bf16.to_string(), "bf16");
+    }
 }

@@ -11,6 +11,7 @@ pub mod caps;
 pub mod format;
 pub mod layer;
 pub mod meta;
+pub mod model_dir;
 pub mod plan;
 pub mod quantize;
 pub mod reference;

@@ -14,6 +14,16 @@ pub enum ActArith {
     Int8,
 }
 
+/// `int4` or `int8`, for messages.
+impl std::fmt::Display for ActArith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ActArith::Int4 => "int4",
+            ActArith::Int8 => "int8",
+        })
+    }
+}
+
 /// The user override `--linear-dtype int4|int8|auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -40,6 +50,21 @@ pub enum KernelChoice {
     },
     /// Dequantize or convert the weight and multiply in f32.
     Float,
+}
+
+/// In words, for reports: `int4 activations (fast subgroup kernel)`,
+/// `int8 activations (portable kernel)`, `float`.
+impl std::fmt::Display for KernelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelChoice::Integer { act, fast } => write!(
+                f,
+                "{act} activations ({} kernel)",
+                if *fast { "fast subgroup" } else { "portable" }
+            ),
+            KernelChoice::Float => f.write_str("float"),
+        }
+    }
 }
 
 /// The decision for one layer on one adapter, with the reason in words.
@@ -152,6 +177,22 @@ pub fn choose(format: Format, caps: &AdapterCaps, ov: LinearDtypeOverride) -> Li
 
 #[cfg(test)]
 mod tests {
+    /// Reports name kernels in words, not Rust's `Debug` text.
+    #[test]
+    fn kernel_choices_read_as_words() {
+        let fast = KernelChoice::Integer {
+            act: ActArith::Int4,
+            fast: true,
+        };
+        assert_eq!(fast.to_string(), "int4 activations (fast subgroup kernel)");
+        let portable = KernelChoice::Integer {
+            act: ActArith::Int8,
+            fast: false,
+        };
+        assert_eq!(portable.to_string(), "int8 activations (portable kernel)");
+        assert_eq!(KernelChoice::Float.to_string(), "float");
+    }
+
     use super::*;
 
     fn caps(subgroups: bool) -> AdapterCaps {

@@ -7,9 +7,15 @@
 //! the file and tensor instead of SIGBUS. The output appears atomically
 //! (`dynvram_loader::atomic`: temp file in the same folder, fsync, rename).
 //!
-//! Memory: the math runs one layer at a time; the quantized tensors (a fraction
-//! of the input's size) are held until the file is written; unchanged tensors
-//! are copied from the input in chunks while it is.
+//! Memory: the math runs one layer at a time, its rows split over all cores
+//! (rayon); the quantized tensors (a fraction of the input's size) are held
+//! until the file is written; unchanged tensors are copied from the input in
+//! chunks while it is. A sharded model is quantized shard by shard
+//! ([`crate::model_dir`]), so this is one output shard at most.
+//!
+//! Kept in high precision by default ([`DEFAULT_KEEP`]), as ComfyUI's
+//! quantized checkpoints keep them: embeddings, `lm_head` and norms (biases
+//! and other 1-D tensors are never candidates).
 //!
 //! Weights holding NaN or ±inf are refused ([`QuantizeError::NonFinite`]): one
 //! of them makes the scale inf or NaN and every code of the tensor garbage.
@@ -19,11 +25,14 @@ use std::path::{Path, PathBuf};
 
 use dynvram_loader::atomic::AtomicFile;
 use dynvram_loader::{LoadError, SafetensorsFile};
+use rayon::prelude::*;
 use regex::Regex;
 
 use crate::format::{Format, LinearDtype};
 use crate::meta::comfy_quant_json;
-use crate::reference::{Rotation, f32_to_e4m3fn, is_power_of_four, pack_int4, rotate};
+use crate::reference::{
+    Rotation, f32_to_e4m3fn, is_power_of_four, pack_int4, rotate, rotate_matmul_blocked,
+};
 use crate::safetensors_out::{self, OutTensor, Source, WriteFault};
 use crate::tensors::{Dtype, f32_bytes, floats_to_f32};
 
@@ -113,11 +122,21 @@ impl TargetFormat {
     }
 }
 
+/// Layers kept in their float dtype unless asked otherwise: token and
+/// position embeddings, the output head and every norm — what ComfyUI's
+/// quantized checkpoints keep in high precision (the embedding must stay
+/// float for its row gather; the head and norms are small and sensitive).
+pub const DEFAULT_KEEP: &str =
+    r"(^|\.)(embed_tokens|embeddings?|wte|wpe|lm_head|[^.]*norm[^.]*)(\.|$)";
+
 /// What to quantize and how.
 #[derive(Debug, Clone)]
 pub struct QuantizeOptions {
     /// Target format.
     pub target: TargetFormat,
+    /// Layers kept in high precision whatever `only` says ([`DEFAULT_KEEP`]
+    /// by default; `None` quantizes them too).
+    pub keep: Option<Regex>,
     /// Only layers (names without `.weight`) matching this.
     pub only: Option<Regex>,
     /// Leave layers matching this as they are.
@@ -146,6 +165,7 @@ impl QuantizeOptions {
         };
         Ok(Self {
             target,
+            keep: Some(Regex::new(DEFAULT_KEEP).expect("the default pattern compiles")),
             only: compile("only", only)?,
             skip: compile("skip", skip)?,
             allow_nonfinite: false,
@@ -242,7 +262,52 @@ fn misfit(target: TargetFormat, n: usize, k: usize) -> Option<String> {
     None
 }
 
-/// Quantizes one layer's float weight into its new tensors (weight, scale, comfy_quant).
+/// Rows per parallel piece of a weight: at least two (a piece of one row
+/// would otherwise be summed in a GEMV's order; see
+/// [`rotate_matmul_blocked`]), about four pieces per core.
+fn rows_per_piece(n: usize, k: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let by_cores = n.div_ceil(threads * 4);
+    // Pieces of at least ~64 Ki values keep the scheduling cost small.
+    by_cores.max((1 << 16) / k.max(1)).max(2)
+}
+
+/// [`quantize_convrot_w4a4_weight`] on all cores, the same bytes.
+fn convrot_parallel(w: &[f32], n: usize, k: usize, group: u32) -> (Vec<u8>, Vec<f32>) {
+    // The order the whole-tensor rotation would sum in.
+    let block = if n * k == group as usize {
+        group as usize
+    } else {
+        128
+    };
+    let rows = rows_per_piece(n, k);
+    let pieces: Vec<(Vec<u8>, Vec<f32>)> = w
+        .par_chunks(rows * k)
+        .map(|piece| {
+            let rot = rotate_matmul_blocked(piece, group, block);
+            let q = crate::reference::quantize_act_int4(&rot, k);
+            (pack_int4(&q.codes), q.scales)
+        })
+        .collect();
+    let mut packed = Vec::with_capacity(n * k / 2);
+    let mut scales = Vec::with_capacity(n);
+    for (p, s) in pieces {
+        packed.extend_from_slice(&p);
+        scales.extend_from_slice(&s);
+    }
+    (packed, scales)
+}
+
+/// Largest |value|, on all cores.
+fn absmax_parallel(w: &[f32]) -> f32 {
+    w.par_chunks(1 << 16)
+        .map(|c| c.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+        .reduce(|| 0.0, f32::max)
+}
+
+/// Quantizes one layer's float weight into its new tensors (weight, scale,
+/// comfy_quant), on all cores; the same bytes as the single-threaded
+/// `quantize_*_weight` functions.
 fn quantize_layer(
     target: TargetFormat,
     w: &[f32],
@@ -251,22 +316,34 @@ fn quantize_layer(
 ) -> Vec<(&'static str, OutTensor)> {
     let (wt, st) = match target {
         TargetFormat::ConvrotW4a4 { group, .. } => {
-            // `misfit` has checked k % group == 0, so the rotation cannot fail.
-            let (packed, scales) = quantize_convrot_w4a4_weight(w, k, group).unwrap_or_default();
+            // `misfit` has checked k % group == 0.
+            let (packed, scales) = convrot_parallel(w, n, k, group);
             (
                 OutTensor::owned(Dtype::I8, vec![n, k / 2], packed),
                 OutTensor::owned(Dtype::F32, vec![n], f32_bytes(&scales)),
             )
         }
         TargetFormat::Int8Tensorwise => {
-            let (q, s) = quantize_int8_tensorwise_weight(w);
+            let s = (absmax_parallel(w) / 127.0).max(1e-30);
+            let q: Vec<u8> = w
+                .par_iter()
+                .map(|&v| (v / s).round_ties_even().clamp(-128.0, 127.0) as i8 as u8)
+                .collect();
             (
-                OutTensor::owned(Dtype::I8, vec![n, k], q.iter().map(|&v| v as u8).collect()),
+                OutTensor::owned(Dtype::I8, vec![n, k], q),
                 OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec()),
             )
         }
         TargetFormat::Float8E4m3fn => {
-            let (q, s) = quantize_float8_e4m3fn_weight(w);
+            let s = absmax_parallel(w) / 448.0;
+            let q: Vec<u8> = if s == 0.0 {
+                vec![0; w.len()]
+            } else {
+                let inv = 1.0 / s;
+                w.par_iter()
+                    .map(|&v| f32_to_e4m3fn((v * inv).clamp(-448.0, 448.0)))
+                    .collect()
+            };
             (
                 OutTensor::owned(Dtype::F8_E4M3, vec![n, k], q),
                 OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec()),
@@ -327,7 +404,13 @@ pub fn quantize_file(
     for (i, (layer, dtype, n, k)) in candidates.iter().enumerate() {
         let selected = opts.only.as_ref().is_none_or(|r| r.is_match(layer))
             && !opts.skip.as_ref().is_some_and(|r| r.is_match(layer));
-        let reason = if !selected {
+        let kept = opts.keep.as_ref().is_some_and(|r| r.is_match(layer));
+        let reason = if kept {
+            Some(
+                "kept in high precision (embedding, lm_head or norm; --quantize-all quantizes it)"
+                    .to_owned(),
+            )
+        } else if !selected {
             Some("not selected by --only/--skip".to_owned())
         } else if file.get(&format!("{layer}.comfy_quant")).is_some() {
             Some("already has comfy_quant".to_owned())
@@ -401,9 +484,20 @@ fn read_weight(
     let len = file.tensor(name)?.len();
     let mut bytes = vec![0u8; len as usize];
     file.read_into(name, 0..len, &mut bytes)?;
-    let w = floats_to_f32(dtype, &bytes).unwrap_or_default();
+    // Converted and checked on all cores, in pieces of whole elements.
+    const PIECE: usize = 1 << 16;
+    let elem = (dtype.bitsize() / 8).max(1);
+    let mut w = vec![0.0f32; bytes.len() / elem];
+    w.par_chunks_mut(PIECE)
+        .zip(bytes.par_chunks(PIECE * elem))
+        .for_each(|(dst, src)| {
+            if let Some(v) = floats_to_f32(dtype, src) {
+                dst.copy_from_slice(&v);
+            }
+        });
+    drop(bytes);
     if !opts.allow_nonfinite
-        && let Some(index) = w.iter().position(|v| !v.is_finite())
+        && let Some(index) = w.par_iter().position_first(|v| !v.is_finite())
     {
         return Err(QuantizeError::NonFinite {
             path: file.path().to_owned(),
@@ -415,4 +509,87 @@ fn read_weight(
         });
     }
     Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weights(n: usize, k: usize) -> Vec<f32> {
+        (0..n * k)
+            .map(|i| ((i as f32 * 0.618).sin() * 3.0) * if i % 97 == 0 { 10.0 } else { 1.0 })
+            .collect()
+    }
+
+    fn bytes(t: &OutTensor) -> &[u8] {
+        match &t.source {
+            Source::Owned(b) => b,
+            Source::Input => &[],
+        }
+    }
+
+    /// The layer split over all cores gives the bytes of the one-thread
+    /// reference functions, for every format and for shapes where a piece
+    /// could be one row (n = 1, k = group: the GEMV summation order).
+    #[test]
+    fn parallel_layers_match_the_serial_quantizers() {
+        for (n, k, group) in [
+            (1, 256, 256),
+            (3, 256, 256),
+            (37, 512, 64),
+            (300, 1024, 256),
+        ] {
+            let w = weights(n, k);
+            let out = quantize_layer(
+                TargetFormat::ConvrotW4a4 {
+                    group,
+                    linear_dtype: LinearDtype::Int4,
+                },
+                &w,
+                n,
+                k,
+            );
+            let (packed, scales) = quantize_convrot_w4a4_weight(&w, k, group).expect("fits");
+            assert_eq!(bytes(&out[0].1), packed.as_slice(), "{n}x{k}/{group}");
+            assert_eq!(bytes(&out[1].1), f32_bytes(&scales).as_slice(), "{n}x{k}");
+            let out = quantize_layer(TargetFormat::Int8Tensorwise, &w, n, k);
+            let (q, s) = quantize_int8_tensorwise_weight(&w);
+            let q: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+            assert_eq!(bytes(&out[0].1), q.as_slice());
+            assert_eq!(bytes(&out[1].1), s.to_le_bytes().as_slice());
+            let out = quantize_layer(TargetFormat::Float8E4m3fn, &w, n, k);
+            let (q, s) = quantize_float8_e4m3fn_weight(&w);
+            assert_eq!(bytes(&out[0].1), q.as_slice());
+            assert_eq!(bytes(&out[1].1), s.to_le_bytes().as_slice());
+        }
+    }
+
+    /// ComfyUI's high-precision layers match the default keep pattern;
+    /// the linears of a block do not.
+    #[test]
+    fn default_keep_is_embeddings_head_and_norms() {
+        let keep = Regex::new(DEFAULT_KEEP).expect("compiles");
+        for kept in [
+            "model.embed_tokens",
+            "lm_head",
+            "model.norm",
+            "model.layers.3.input_layernorm",
+            "model.layers.3.post_attention_layernorm",
+            "transformer.wte",
+            "transformer.wpe",
+            "text_model.embeddings.token_embedding",
+            "blocks.0.norm1",
+        ] {
+            assert!(keep.is_match(kept), "{kept}");
+        }
+        for quantized in [
+            "model.layers.3.self_attn.q_proj",
+            "model.layers.3.mlp.down_proj",
+            "blocks.0.mlp.fc1",
+            "lin",
+            "model.layers.0.self_attn.o_proj",
+        ] {
+            assert!(!keep.is_match(quantized), "{quantized}");
+        }
+    }
 }

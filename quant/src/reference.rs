@@ -24,7 +24,7 @@ pub enum ReferenceError {
         found: usize,
     },
     /// The layer needs a tensor that was not given.
-    #[error("layer {layer}: {what} is required for format {format:?}")]
+    #[error("layer {layer}: {what} is required for format {format}")]
     Missing {
         /// Layer name.
         layer: String,
@@ -34,9 +34,7 @@ pub enum ReferenceError {
         format: Format,
     },
     /// An activation arithmetic was asked for a format that has none.
-    #[error(
-        "layer {layer}: {act:?} activations asked for format {format:?}, which has no such path"
-    )]
+    #[error("layer {layer}: {act} activations asked for format {format}, which has no such path")]
     ActArith {
         /// Layer name.
         layer: String,
@@ -134,20 +132,36 @@ const TORCH_CPU_KC: usize = 128;
 /// order matters. (`x` length must be a multiple of `group`; [`rotate`] checks it.)
 pub fn rotate_matmul(x: &[f32], group: u32) -> Vec<f32> {
     let g = group as usize;
-    let h = hadamard(group);
     let block = if x.len() == g { g } else { TORCH_CPU_KC };
+    rotate_matmul_blocked(x, group, block)
+}
+
+/// [`rotate_matmul`] with the summation block given: `TORCH_CPU_KC` for a
+/// GEMM, `group` for a GEMV (callers that split a GEMM's rows into pieces
+/// keep the GEMM's order this way, even for a piece of one row).
+pub(crate) fn rotate_matmul_blocked(x: &[f32], group: u32, block: usize) -> Vec<f32> {
+    let g = group as usize;
+    let h = hadamard(group);
     let mut out = vec![0.0f32; x.len()];
+    // Each output column c sums, per block, v[j]·h[j][c] for j left to right,
+    // then adds the block sums in order: the same order as a column-at-a-time
+    // loop, computed for all columns at once (vectorizable, no dependency
+    // chain across columns).
+    let mut part = vec![0.0f32; g];
     for (src, dst) in x.chunks_exact(g).zip(out.chunks_exact_mut(g)) {
-        for (c, d) in dst.iter_mut().enumerate() {
-            let mut acc = 0.0f32;
-            for (bi, part) in src.chunks(block).enumerate() {
-                let mut p = 0.0f32;
-                for (j, &v) in part.iter().enumerate() {
-                    p += v * h[(bi * block + j) * g + c];
+        for (bi, vals) in src.chunks(block).enumerate() {
+            part.iter_mut().for_each(|p| *p = 0.0);
+            for (j, &v) in vals.iter().enumerate() {
+                let row = &h[(bi * block + j) * g..][..g];
+                for (p, &hv) in part.iter_mut().zip(row) {
+                    *p += v * hv;
                 }
-                acc += p;
             }
-            *d = acc;
+            // `dst` starts at +0.0 as the column loop's accumulator did
+            // (0.0 + -0.0 is +0.0: the sign of a zero sum stays the same).
+            for (d, &p) in dst.iter_mut().zip(&part) {
+                *d += p;
+            }
         }
     }
     out

@@ -133,6 +133,7 @@ fn quantized_files_load_back_and_validate() {
         let output = dir.path().join("out.safetensors");
         let opts = QuantizeOptions {
             target,
+            keep: None,
             only: None,
             skip: Some(skip.clone()),
             allow_nonfinite: false,
@@ -229,6 +230,7 @@ fn bad_group_size_and_missing_input_are_errors() {
             group: g,
             linear_dtype: LinearDtype::Int4,
         },
+        keep: None,
         only: None,
         skip: None,
         allow_nonfinite: false,

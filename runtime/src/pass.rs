@@ -376,6 +376,7 @@ impl Model {
     ) -> Result<()> {
         let _span = tracing::debug_span!("stage_block", block = b).entered();
         let t = trace.begin();
+        let before = ring.counters();
         let arena = &placed.arenas.get(b % crate::planning::ARENAS as usize);
         let mut sources = StreamSources::default();
         for &i in &self.blocks[b].weights {
@@ -389,6 +390,15 @@ impl Model {
         stats.sources.add(sources);
         let name = &self.blocks[b].name;
         trace.end(t, Lane::Upload, &format!("stage {name}"), bytes);
+        let after = ring.counters();
+        if after.stalls > before.stalls {
+            let waits = after.stalls - before.stalls;
+            trace.record_ended(
+                Lane::Stall,
+                &format!("{name}: waited {waits} time(s) for a ring slot still in flight"),
+                after.stall_time.saturating_sub(before.stall_time),
+            );
+        }
         // Where the staged bytes came from, as markers (their bytes are
         // already counted by the stage event).
         for (from, n) in [

@@ -15,8 +15,11 @@ pub enum Lane {
     Compute,
     /// `queue.submit`.
     Submit,
-    /// Waiting for the GPU or a ring slot (a stall).
+    /// Waiting for the GPU to finish the pass's work.
     Wait,
+    /// Staging stalled: a ring slot was still in flight and the uploads
+    /// waited for it (recorded only when it happened).
+    Stall,
 }
 
 /// One span.
@@ -85,6 +88,22 @@ impl Trace {
         }
     }
 
+    /// Records a span of `dur` that ended now (a wait measured elsewhere,
+    /// such as the staging ring's stall time).
+    pub fn record_ended(&mut self, lane: Lane, name: &str, dur: std::time::Duration) {
+        if self.enabled {
+            let end = self.origin.elapsed().as_secs_f64() * 1e6;
+            let dur_us = dur.as_secs_f64() * 1e6;
+            self.events.push(Event {
+                name: name.to_owned(),
+                lane,
+                start_us: (end - dur_us).max(0.0),
+                dur_us,
+                bytes: 0,
+            });
+        }
+    }
+
     /// The Chrome trace-event JSON (`chrome://tracing`, Perfetto).
     pub fn to_chrome_json(&self) -> serde_json::Value {
         let events: Vec<serde_json::Value> = self
@@ -102,61 +121,202 @@ impl Trace {
 }
 
 impl Trace {
-    /// The same events drawn as an SVG timeline: one lane per [`Lane`],
-    /// time left to right, uploads and compute in different colours, waits
-    /// (stalls) in red, so a user sees at a glance where a pass waits.
+    /// The same events drawn as an SVG timeline: a named lane per [`Lane`],
+    /// a time axis in milliseconds with grid lines, and a legend. Stall
+    /// blocks (red) appear only where the staging ring really waited; the
+    /// lane says "none" otherwise.
     pub fn to_svg(&self) -> String {
-        const LANES: [(Lane, &str, &str); 4] = [
+        const LANES: [(Lane, &str, &str); 5] = [
             (Lane::Upload, "reads + uploads", "#4e79a7"),
             (Lane::Compute, "kernel recording", "#59a14f"),
             (Lane::Submit, "submits", "#b07aa1"),
-            (Lane::Wait, "waits / stalls", "#e15759"),
+            (Lane::Wait, "waiting for the GPU", "#9c9c9c"),
+            (Lane::Stall, "staging stalls", "#e15759"),
         ];
-        let (width, left, lane_h, top) = (1200.0, 140.0, 36.0, 30.0);
+        let (width, left, right, lane_h, top) = (1200.0, 150.0, 20.0, 36.0, 34.0);
         let end = self
             .events
             .iter()
             .map(|e| e.start_us + e.dur_us)
             .fold(1.0f64, f64::max);
-        let x = |us: f64| left + (width - left - 10.0) * us / end;
-        let height = top + lane_h * LANES.len() as f64 + 30.0;
+        let plot = width - left - right;
+        let x = |us: f64| left + plot * us / end;
+        let lanes_bottom = top + lane_h * LANES.len() as f64;
+        let axis_y = lanes_bottom + 4.0;
+        let legend_y = axis_y + 40.0;
+        let height = legend_y + 16.0;
+        let streamed: u64 = self
+            .events
+            .iter()
+            .filter(|e| e.lane == Lane::Upload)
+            .map(|e| e.bytes)
+            .sum();
+        let stalls = self.events.iter().filter(|e| e.lane == Lane::Stall).count();
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-             <text x=\"10\" y=\"18\">pass timeline: {:.2} ms</text>\n",
-            end / 1e3
+             <rect width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n\
+             <text x=\"10\" y=\"20\" font-size=\"14\">pass timeline: {} in {:.2} ms, {} staging stall{}</text>\n",
+            human_bytes(streamed),
+            end / 1e3,
+            stalls,
+            if stalls == 1 { "" } else { "s" }
+        );
+        // Time axis: ticks at a 1-2-5 step giving at most ~10 ticks.
+        let step_ms = nice_step(end / 1e3 / 10.0);
+        let mut tick = 0.0f64;
+        while tick * 1e3 <= end + 1e-9 {
+            let tx = x(tick * 1e3);
+            svg += &format!(
+                "<line x1=\"{tx:.1}\" y1=\"{top}\" x2=\"{tx:.1}\" y2=\"{axis_y:.1}\" stroke=\"#e0e0e0\"/>\n\
+                 <text x=\"{tx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n",
+                axis_y + 14.0,
+                trim_ms(tick)
+            );
+            tick += step_ms;
+        }
+        svg += &format!(
+            "<line x1=\"{left}\" y1=\"{axis_y:.1}\" x2=\"{:.1}\" y2=\"{axis_y:.1}\" stroke=\"black\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time (ms)</text>\n",
+            width - right,
+            left + plot / 2.0,
+            axis_y + 28.0
         );
         for (row, (lane, label, colour)) in LANES.iter().enumerate() {
             let y = top + row as f64 * lane_h;
+            let events: Vec<&Event> = self.events.iter().filter(|e| e.lane == *lane).collect();
+            let label = if *lane == Lane::Stall && events.is_empty() {
+                format!("{label}: none")
+            } else {
+                (*label).to_owned()
+            };
             svg += &format!(
-                "<text x=\"10\" y=\"{:.1}\">{label}</text>\n",
-                y + lane_h * 0.6
+                "<text x=\"10\" y=\"{:.1}\">{label}</text>\n\
+                 <line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#f0f0f0\"/>\n",
+                y + lane_h * 0.6,
+                y + lane_h,
+                width - right,
+                y + lane_h
             );
-            for e in self.events.iter().filter(|e| e.lane == *lane) {
+            for e in events {
                 let (x0, x1) = (x(e.start_us), x(e.start_us + e.dur_us));
                 svg += &format!(
-                    "<rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{colour}\"><title>{} ({:.3} ms, {} bytes)</title></rect>\n",
+                    "<rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{colour}\"><title>{} ({:.3} ms{})</title></rect>\n",
                     y + 4.0,
                     (x1 - x0).max(0.5),
                     lane_h - 8.0,
                     escape(&e.name),
                     e.dur_us / 1e3,
-                    e.bytes
+                    if e.bytes > 0 {
+                        format!(", {}", human_bytes(e.bytes))
+                    } else {
+                        String::new()
+                    }
                 );
             }
         }
-        svg += &format!(
-            "<text x=\"{left}\" y=\"{:.1}\">0 ms</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.2} ms</text>\n</svg>\n",
-            height - 8.0,
-            width - 10.0,
-            height - 8.0,
-            end / 1e3
-        );
+        // Legend.
+        let mut lx = left;
+        for (lane, label, colour) in LANES {
+            if lane == Lane::Stall && stalls == 0 {
+                continue;
+            }
+            svg += &format!(
+                "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{colour}\"/>\n\
+                 <text x=\"{:.1}\" y=\"{legend_y:.1}\">{label}</text>\n",
+                legend_y - 10.0,
+                lx + 16.0
+            );
+            lx += 24.0 + 7.0 * label.len() as f64;
+        }
+        svg += "</svg>\n";
         svg
     }
+}
+
+/// The 1-2-5 step at or above `raw` (ms).
+fn nice_step(raw: f64) -> f64 {
+    if !(raw.is_finite() && raw > 0.0) {
+        return 1.0;
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * mag)
+}
+
+/// A tick label: `0`, `0.5`, `12` (no trailing zeros).
+fn trim_ms(ms: f64) -> String {
+    let s = format!("{ms:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// Bytes as `1.50 MiB`.
+fn human_bytes(b: u64) -> String {
+    dynvram_memory::Bytes(b).to_string()
 }
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(lane: Lane, name: &str, start_us: f64, dur_us: f64, bytes: u64) -> Event {
+        Event {
+            name: name.into(),
+            lane,
+            start_us,
+            dur_us,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn svg_has_axis_lanes_legend_and_stalls_only_when_there_were_some() {
+        let mut t = Trace::new();
+        t.events = vec![
+            event(Lane::Upload, "stage blocks.1", 0.0, 800.0, 3 << 20),
+            event(Lane::Compute, "record blocks.0", 100.0, 500.0, 0),
+            event(Lane::Submit, "submit", 600.0, 50.0, 0),
+            event(Lane::Wait, "wait for GPU", 650.0, 1350.0, 0),
+        ];
+        let svg = t.to_svg();
+        for want in [
+            "time (ms)",
+            ">0<",
+            ">2<",
+            "reads + uploads",
+            "kernel recording",
+            "waiting for the GPU",
+            "staging stalls: none",
+            "0 staging stalls",
+            "3.00 MiB",
+        ] {
+            assert!(svg.contains(want), "{want}: {svg}");
+        }
+        assert!(!svg.contains("#e15759"), "no red without a stall");
+        t.events
+            .push(event(Lane::Stall, "ring slot busy", 300.0, 200.0, 0));
+        let svg = t.to_svg();
+        assert!(
+            svg.contains("#e15759") && svg.contains("1 staging stall<"),
+            "{svg}"
+        );
+        assert!(!svg.contains("staging stalls: none"));
+    }
+
+    #[test]
+    fn ticks_are_one_two_five() {
+        assert_eq!(nice_step(0.13), 0.2);
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(7.0), 10.0);
+        assert_eq!(trim_ms(0.5), "0.5");
+        assert_eq!(trim_ms(12.0), "12");
+    }
 }

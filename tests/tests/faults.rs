@@ -624,7 +624,7 @@ fn budget_below_the_largest_tensor_refuses_and_other_models_still_run() {
         &[
             ".safetensors",
             "budget too small",
-            "usable VRAM is 262144 B",
+            "usable VRAM is 256.00 KiB",
         ],
     );
     assert_eq!(rt.budget_report().tracked, 0, "nothing was allocated");

@@ -644,9 +644,9 @@ fn time_case(
         k,
         kernel: match scratch.last_coop_shape() {
             Some(CoopShape { sg_m, sg_n, bk }) => {
-                format!("{:?} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
+                format!("{} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
             }
-            None => format!("{:?}", plan.kernel),
+            None => plan.kernel.to_string(),
         },
         coop: scratch.last_used_coop(),
         dispatches: scratch.last_dispatches(),

@@ -9,10 +9,13 @@ use dynvram_runtime::{PinSettings, RuntimeConfig};
 /// The VRAM budget flags (SPEC §1).
 #[derive(Debug, Clone, clap::Args)]
 pub struct BudgetArgs {
-    /// Explicit VRAM capacity in GiB, overriding the driver's figure.
+    /// Explicit VRAM capacity in GiB, overriding the driver's figure. It is
+    /// the budget: the default reserve is not taken from it.
     #[arg(long, value_name = "GIB")]
     pub vram_budget: Option<f64>,
-    /// VRAM kept free of our own allocations, in GiB (default 0.25).
+    /// VRAM kept free of our own allocations, in GiB. Default: 0.25 of a
+    /// budget the driver reports, none of an explicit --vram-budget (given
+    /// explicitly, it applies to either).
     #[arg(long, value_name = "GIB")]
     pub reserve_vram: Option<f64>,
     /// Extra headroom on top of both budget methods, in GiB (default 0): for

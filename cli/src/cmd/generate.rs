@@ -1,6 +1,7 @@
-//! `dynvram generate MODEL_DIR`: greedy decoding of a Llama-family
-//! checkpoint under a VRAM budget, tokens printed as they come, then
-//! prefill/decode speed, bytes streamed per token and the budget figures.
+//! `dynvram generate MODEL_DIR`: decoding of a Llama-family checkpoint
+//! under a VRAM budget (greedy by default, sampling with a seed on the CPU
+//! when asked), tokens printed to stdout as they come, then prefill/decode
+//! speed, bytes streamed per token and the budget figures.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use dynvram_models::llama::{
-    Checkpoint, ForwardOptions, Generation, Limits, Llama, LogitRows, TextTokenizer,
+    ChatTemplate, Checkpoint, ForwardOptions, Generation, Limits, Llama, LogitRows, Message,
+    Sampler, Sampling, TextTokenizer, eos_ids,
 };
 use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};
@@ -40,13 +42,40 @@ pub struct Args {
     /// Prompt text (needs the checkpoint's tokenizer.json).
     #[arg(long)]
     prompt: Option<String>,
+    /// Wrap `--prompt` as one user turn of the checkpoint's chat template
+    /// (`chat_template` of tokenizer_config.json, or chat_template.jinja),
+    /// with the assistant's header after it; the config's `eos_token` also
+    /// ends generation.
+    #[arg(long, requires = "prompt")]
+    chat: bool,
+    /// Sampling temperature; 0 (the default) is greedy decoding, the same
+    /// tokens every run. Above 0 tokens are drawn on the CPU from the
+    /// softmax of logits / temperature.
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    temperature: f32,
+    /// With --temperature: draw only from the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    top_k: usize,
+    /// With --temperature: draw only from the fewest most likely tokens
+    /// whose probabilities reach P (1: all).
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    top_p: f32,
+    /// Seed of the sampler (the same seed and settings give the same text).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Tokens to generate (at most 1 048 576; the KV cache holds the prompt
     /// and these).
     #[arg(long, default_value_t = 32, value_parser = max_new_tokens)]
     max_new_tokens: usize,
-    /// Stop after this token id (repeatable); default: none, as the token ids are raw.
-    #[arg(long, value_delimiter = ',')]
+    /// Stop after any of these token ids (comma separated). Default: the
+    /// checkpoint's `eos_token_id` (generation_config.json, else
+    /// config.json; an id or a list), plus the chat template's `eos_token`
+    /// with --chat.
+    #[arg(long, value_delimiter = ',', conflicts_with = "ignore_eos")]
     eos: Vec<u32>,
+    /// Generate --max-new-tokens tokens whatever comes (no end-of-sequence stop).
+    #[arg(long)]
+    ignore_eos: bool,
     /// Untimed runs (the prompt, then one decode step) before the measured
     /// one, so first-use shader compilation is not counted as prefill time.
     #[arg(long, default_value_t = 0)]
@@ -123,6 +152,14 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_text: Option<String>,
     tokens: Vec<u32>,
+    /// Token ids that end generation.
+    eos: Vec<u32>,
+    /// Generation ended on one of `eos` (else at --max-new-tokens).
+    stopped_at_eos: bool,
+    /// Greedy (temperature 0) or the sampling settings.
+    sampling: Sampling,
+    /// The prompt went through the chat template.
+    chat: bool,
     /// The generated tokens decoded, when the prompt was text.
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<String>,
@@ -145,23 +182,80 @@ struct Profiles {
     decode: Profile,
 }
 
+/// The sampler's settings from the flags, checked (no GPU or file needed).
+pub fn sampling(args: &Args) -> anyhow::Result<Sampling> {
+    let s = Sampling {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    };
+    s.check().map_err(anyhow::Error::msg)?;
+    Ok(s)
+}
+
+/// The prompt's ids: `--prompt-ids`, or `--prompt` through the tokenizer
+/// (and the chat template with `--chat`); with the template's EOS id.
+fn prompt_ids(
+    args: &Args,
+    tokenizer: Option<&TextTokenizer>,
+) -> anyhow::Result<(Vec<u32>, Option<u32>)> {
+    let (Some(text), Some(tok)) = (&args.prompt, tokenizer) else {
+        return Ok((args.prompt_ids.clone(), None));
+    };
+    if !args.chat {
+        return Ok((tok.encode(text)?, None));
+    }
+    let template = ChatTemplate::open(&args.model_dir)?;
+    let rendered = template.render(&[Message::user(text)], true)?;
+    tracing::info!(text = %rendered, "chat prompt");
+    let eos = tok.token_id(&template.eos_token);
+    Ok((tok.encode_plain(&rendered)?, eos))
+}
+
+/// Refuses a prompt plus `max_new` tokens past the checkpoint's context,
+/// naming both numbers.
+fn check_context(prompt: usize, max_new: usize, ckpt: &Checkpoint) -> anyhow::Result<()> {
+    let context = ckpt.config.max_position_embeddings;
+    if prompt + max_new > context {
+        bail!(
+            "the prompt ({prompt} tokens) plus --max-new-tokens {max_new} is {} tokens, more than \
+             the model's context of {context} (max_position_embeddings in {}); shorten the prompt \
+             or lower --max-new-tokens to at most {}",
+            prompt + max_new,
+            ckpt.dir.join("config.json").display(),
+            context.saturating_sub(prompt)
+        );
+    }
+    Ok(())
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let sampling = sampling(&args)?;
+    let mut sampler = Sampler::new(sampling).map_err(anyhow::Error::msg)?;
     let tokenizer = match &args.prompt {
         Some(_) => {
             Some(TextTokenizer::open(&args.model_dir).context("--prompt needs a tokenizer")?)
         }
         None => None,
     };
-    let prompt = match (&args.prompt, &tokenizer) {
-        (Some(text), Some(tok)) => tok.encode(text)?,
-        _ => args.prompt_ids.clone(),
-    };
+    let (prompt, chat_eos) = prompt_ids(&args, tokenizer.as_ref())?;
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
     let ckpt = Checkpoint::open_with(&args.model_dir, args.weights.as_deref())
         .with_context(|| format!("opening {}", args.model_dir.display()))?;
+    check_context(prompt.len(), args.max_new_tokens, &ckpt)?;
+    let eos = if args.ignore_eos {
+        Vec::new()
+    } else if !args.eos.is_empty() {
+        args.eos.clone()
+    } else {
+        let mut ids = eos_ids(&args.model_dir)?;
+        ids.extend(chat_eos.filter(|id| !ids.contains(id)));
+        ids
+    };
     let limits = Limits {
         max_seq: prompt.len() + args.max_new_tokens.max(1),
         max_rows: prompt.len(),
@@ -176,12 +270,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening {}", args.model_dir.display()))?;
     let mut llama = Llama::with_dtype(&rt, &ckpt, limits, args.compute_dtype.resolve(&rt))
         .context("--compute-dtype")?;
-    if !json {
-        match &args.prompt {
-            Some(text) => eprint!("prompt {text:?} = {prompt:?}\ntext   "),
-            None => eprint!("prompt {prompt:?}\ntokens "),
-        }
-    }
+    tracing::info!(?prompt, text = ?args.prompt, ?eos, "prompt");
     let mut stdout = std::io::stdout();
     for _ in 0..args.warmup {
         let steps = args.max_new_tokens.min(2);
@@ -189,13 +278,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
     let mut stream_error = None;
-    let g = llama.generate(
+    let g = llama.generate_with(
         &rt,
         &model,
         &prompt,
         args.max_new_tokens,
-        &args.eos,
+        &eos,
         args.logits_out.is_some(),
+        &mut |row| sampler.pick(row),
         &mut |t| {
             if json {
                 return;
@@ -238,6 +328,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         prompt,
         prompt_text: args.prompt.clone(),
         tokens: g.tokens.clone(),
+        eos,
+        stopped_at_eos: g.stopped_at_eos,
+        sampling,
+        chat: args.chat,
         text,
         prefill_tokens_per_second: g.prefill.tokens_per_second(),
         decode_tokens_per_second: g.decode.tokens_per_second(),
@@ -284,6 +378,17 @@ fn profile_steps(
 
 fn print_text(r: &Report) {
     let (m, b) = (&r.model, &r.budget);
+    println!(
+        "generated  {} tokens ({}): prefill {:.1} tokens/s, decode {:.2} tokens/s",
+        r.tokens.len(),
+        if r.stopped_at_eos {
+            "stopped at end of sequence"
+        } else {
+            "reached --max-new-tokens"
+        },
+        r.prefill_tokens_per_second,
+        r.decode_tokens_per_second
+    );
     println!(
         "adapter    {} [{}], {} activations",
         r.adapter, r.backend, r.compute_dtype

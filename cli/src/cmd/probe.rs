@@ -166,7 +166,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         }
         println!("  kernel paths:");
         for (name, plan) in &p.kernel_paths {
-            println!("    {name:<34} {:?}: {}", plan.kernel, plan.reason);
+            println!("    {name:<34} {}: {}", plan.kernel, plan.reason);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -38,7 +38,9 @@ pub struct Args {
     /// Write a Chrome/Perfetto trace of the last pass.
     #[arg(long, value_name = "FILE.json")]
     trace: Option<PathBuf>,
-    /// Draw the last pass as an SVG timeline (lanes: reads/uploads, kernels, submits, waits).
+    /// Draw the last pass as an SVG timeline: a time axis in ms, named lanes
+    /// (reads/uploads, kernel recording, submits, waiting for the GPU,
+    /// staging stalls, drawn only where the ring stalled) and a legend.
     #[arg(long, value_name = "FILE.svg")]
     timeline: Option<PathBuf>,
     /// Profile the last pass: every kernel's GPU time beside its bytes,

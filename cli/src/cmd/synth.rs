@@ -111,6 +111,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("preset {} has no vocab_size", args.like))?;
         let path = synth::write_tokenizer(&args.model_dir, vocab as usize)?;
         report.files.push(path);
+        report.files.push(
+            args.model_dir
+                .join(dynvram_models::llama::chat::TOKENIZER_CONFIG),
+        );
     }
     if json {
         print_json(&report)?;

@@ -183,7 +183,7 @@ impl Checkpoint {
             Some((dtype, shape)) if shape == [v, h] => {
                 if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
                     return Err(self.weights_err(format!(
-                        "`{}` is {dtype:?}; the embedding table must stay f32, f16 or bf16 (quantize only the *_proj layers)",
+                        "`{}` is {dtype:?}; the embedding table must stay f32, f16 or bf16 (`dynvram quantize` keeps it so unless --quantize-all)",
                         names::EMBED
                     )));
                 }

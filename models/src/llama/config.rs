@@ -43,6 +43,26 @@ pub enum RopeScaling {
     },
 }
 
+/// In words, for messages: `no scaling`, `linear scaling by 4`, `llama3
+/// scaling (factor 8, low 1, high 4, original 8192)`.
+impl std::fmt::Display for RopeScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RopeScaling::Default => f.write_str("no scaling"),
+            RopeScaling::Linear { factor } => write!(f, "linear scaling by {factor}"),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => write!(
+                f,
+                "llama3 scaling (factor {factor}, low {low_freq_factor}, high {high_freq_factor}, original {original_max_position})"
+            ),
+        }
+    }
+}
+
 /// The hyper-parameters a forward pass needs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LlamaConfig {
@@ -241,7 +261,7 @@ impl LlamaConfig {
             .find(|(_, f)| !(f.is_finite() && *f > 0.0))
         {
             return Err(format!(
-                "`rope_theta` {} with {:?} gives RoPE frequency {i} = {f}, expected positive finite",
+                "`rope_theta` {} with {} gives RoPE frequency {i} = {f}, expected positive finite",
                 self.rope_theta, self.rope_scaling
             ));
         }
@@ -483,7 +503,7 @@ mod tests {
             (
                 "rope_scaling",
                 json!({"rope_type": "linear", "factor": 1e-40}),
-                "gives RoPE frequency",
+                "with linear scaling by 0.000",
             ),
             (
                 "rope_scaling",

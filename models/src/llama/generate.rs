@@ -1,5 +1,6 @@
-//! Greedy decoding: one prefill pass over the prompt, then one pass per
-//! token with the KV cache, as `model.generate(do_sample=False)`.
+//! Decoding: one prefill pass over the prompt, then one pass per token with
+//! the KV cache, as `model.generate()`; greedy (`do_sample=False`) unless
+//! a chooser such as [`super::Sampler`] is given.
 
 use std::time::Instant;
 
@@ -63,12 +64,16 @@ pub struct Generation {
     /// Logits of every prompt position `[prompt, vocab]`, when asked for.
     pub prompt_logits: Option<Vec<f32>>,
     /// Logits each token was chosen from: step 0 is the prompt's last row,
-    /// step i the pass that fed token i-1.
+    /// step i the pass that fed token i-1 ([`Llama::generate`] always keeps
+    /// them; [`Llama::generate_with`] when asked: a 128 256-token vocabulary
+    /// makes them 0.5 MB a token).
     pub step_logits: Vec<Vec<f32>>,
     /// The prompt pass.
     pub prefill: PhaseStats,
     /// The one-token passes.
     pub decode: PhaseStats,
+    /// The last token is one of the end-of-sequence ids.
+    pub stopped_at_eos: bool,
 }
 
 /// Index of the largest value; the first one on ties (as `torch.argmax`), NaN never wins.
@@ -97,6 +102,60 @@ impl Llama {
         keep_prompt_logits: bool,
         on_token: &mut dyn FnMut(u32),
     ) -> Result<Generation, LlamaError> {
+        self.decode(
+            rt,
+            model,
+            prompt,
+            max_new,
+            eos,
+            (keep_prompt_logits, true),
+            &mut |row| argmax(row),
+            on_token,
+        )
+    }
+
+    /// [`Llama::generate`] with `pick` choosing each token from its row of
+    /// logits (e.g. [`super::Sampler::pick`]); `keep_logits` keeps the
+    /// prompt's and every step's logits (else neither: long generations
+    /// with large vocabularies would hold them all).
+    #[allow(clippy::too_many_arguments)] // the generation settings
+    pub fn generate_with(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        prompt: &[u32],
+        max_new: usize,
+        eos: &[u32],
+        keep_logits: bool,
+        pick: &mut dyn FnMut(&[f32]) -> u32,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<Generation, LlamaError> {
+        self.decode(
+            rt,
+            model,
+            prompt,
+            max_new,
+            eos,
+            (keep_logits, keep_logits),
+            pick,
+            on_token,
+        )
+    }
+
+    /// The decoding loop; `keep` is (prompt logits, step logits).
+    #[allow(clippy::too_many_arguments)] // the generation settings
+    fn decode(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        prompt: &[u32],
+        max_new: usize,
+        eos: &[u32],
+        keep: (bool, bool),
+        pick: &mut dyn FnMut(&[f32]) -> u32,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<Generation, LlamaError> {
+        let (keep_prompt_logits, keep_steps) = keep;
         let _span = tracing::info_span!("generate", prompt = prompt.len(), max_new).entered();
         let mut g = Generation::default();
         if max_new == 0 {
@@ -128,11 +187,17 @@ impl Llama {
         let mut pos = prompt.len();
         let mut logits = last;
         loop {
-            let token = argmax(&logits);
-            g.step_logits.push(logits);
+            let token = pick(&logits);
+            if keep_steps {
+                g.step_logits.push(logits);
+            }
             g.tokens.push(token);
             on_token(token);
-            if g.tokens.len() == max_new || eos.contains(&token) {
+            if eos.contains(&token) {
+                g.stopped_at_eos = true;
+                break;
+            }
+            if g.tokens.len() == max_new {
                 break;
             }
             let start = Instant::now();

@@ -9,19 +9,23 @@
 //! transformers' f32 eager path: RMSNorm in f32, `rotate_half` RoPE, GQA
 //! with `head_dim^-0.5` scaling, softmax in f32.
 
+pub mod chat;
 mod checkpoint;
 mod config;
 mod forward;
 mod generate;
+pub mod sample;
 pub mod synth;
 pub mod tokenizer;
 
 use std::path::PathBuf;
 
+pub use chat::{ChatTemplate, Message, eos_ids};
 pub use checkpoint::{Checkpoint, Limits, names};
 pub use config::{Family, LlamaConfig, MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH, RopeScaling};
 pub use forward::{Forward, ForwardOptions, Llama, LogitRows};
 pub use generate::{Generation, PhaseStats, argmax};
+pub use sample::{Sampler, Sampling};
 pub use tokenizer::TextTokenizer;
 
 /// Errors of the Llama family.

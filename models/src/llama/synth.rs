@@ -338,6 +338,12 @@ pub fn write_checkpoint(
     let cfg = dir.join("config.json");
     atomic_write(&cfg, |w| w.write_all(pretty(&config).as_bytes()))?;
     files.push(cfg);
+    // As transformers saves it: the special ids generation stops at.
+    let gen_cfg = dir.join(super::chat::GENERATION_CONFIG);
+    let body =
+        json!({"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]});
+    atomic_write(&gen_cfg, |w| w.write_all(pretty(&body).as_bytes()))?;
+    files.push(gen_cfg);
     Ok(SynthReport {
         files,
         tensors: all.len(),
@@ -367,8 +373,9 @@ pub fn write_file(
 }
 
 /// Writes a synthetic `tokenizer.json` ([`super::tokenizer::synthetic`])
-/// of `vocab_size` tokens into `dir`, so text prompts work on a synthetic
-/// checkpoint. Returns the file written.
+/// of `vocab_size` tokens into `dir`, with a `tokenizer_config.json`
+/// holding a chat template, so text prompts and `--chat` work on a
+/// synthetic checkpoint. Returns the tokenizer file written.
 pub fn write_tokenizer(dir: &Path, vocab_size: usize) -> Result<PathBuf, LlamaError> {
     let path = dir.join(super::tokenizer::FILE);
     let _span = tracing::info_span!("synth_tokenizer", path = %path.display()).entered();
@@ -382,6 +389,9 @@ pub fn write_tokenizer(dir: &Path, vocab_size: usize) -> Result<PathBuf, LlamaEr
         source,
     })?;
     atomic_write(&path, |w| w.write_all(json.as_bytes()))?;
+    let config = dir.join(super::chat::TOKENIZER_CONFIG);
+    let body = super::tokenizer::synthetic_config_json();
+    atomic_write(&config, |w| w.write_all(body.as_bytes()))?;
     Ok(path)
 }
 

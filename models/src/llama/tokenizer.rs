@@ -77,6 +77,23 @@ impl TextTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Ids of `text` as written, without the tokenizer's own special
+    /// tokens (a rendered chat template carries its own BOS), as
+    /// `tokenizer(text, add_special_tokens=False)`; special tokens spelled
+    /// in the text still map to their ids.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, LlamaError> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| tokenizer_error(&self.path, e))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The id of a token spelled exactly `text` (e.g. a config's `eos_token`).
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.token_to_id(text)
+    }
+
     /// Text of `ids`, special tokens left out.
     pub fn decode(&self, ids: &[u32]) -> Result<String, LlamaError> {
         self.inner
@@ -199,6 +216,23 @@ pub fn synthetic(vocab_size: usize) -> Result<Tokenizer, String> {
     tok.add_special_tokens(SYNTH_SPECIALS.map(|s| AddedToken::from(s, true)))
         .map_err(|e| e.to_string())?;
     Ok(tok)
+}
+
+/// A ChatML-like template for synthetic checkpoints: [`SYNTH_SPECIALS`]'s
+/// `<s>` opens, each turn is `<|role|>` then its text then `</s>`.
+pub const SYNTH_CHAT_TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] | trim }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+
+/// The `tokenizer_config.json` written beside a synthetic tokenizer.
+pub fn synthetic_config_json() -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": SYNTH_SPECIALS[1],
+        "eos_token": SYNTH_SPECIALS[2],
+        "unk_token": SYNTH_SPECIALS[0],
+        "chat_template": SYNTH_CHAT_TEMPLATE,
+    }))
+    .unwrap_or_default()
+        + "\n"
 }
 
 /// [`synthetic`] as `tokenizer.json` text.
