@@ -10,10 +10,7 @@ use assert_cmd::Command;
 use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs};
 use dynvram_runtime::{ActDtype, Model, Runtime, RuntimeConfig};
 
-const TINY: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../fixtures/tiny-flux"
-);
+const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-flux");
 
 fn tiny() -> PathBuf {
     PathBuf::from(TINY)

@@ -8,10 +8,7 @@ use std::path::PathBuf;
 
 use assert_cmd::Command;
 
-const TINY: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../fixtures/tiny-llama"
-);
+const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-llama");
 /// `input_ids_p0` of tiny-llama's reference.safetensors.
 const PROMPT: &str = "37,235,908,72,767,905,715";
 

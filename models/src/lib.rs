@@ -7,6 +7,7 @@
 //! Owns: architectures (block structure, op order, CPU references). Knows
 //! nothing of wgpu beyond what the runtime exposes.
 
+pub mod error;
 pub mod flux;
 pub mod llama;
 pub mod mlp_stack;

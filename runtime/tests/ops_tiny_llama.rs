@@ -18,10 +18,7 @@ use ops_common::{
     StTensor, assert_close, ctx, nan_tensor, read, read_safetensors, run, upload, upload_bytes,
 };
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../fixtures/tiny-llama"
-);
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-llama");
 const N_HEADS: u64 = 8;
 const N_KV: u64 = 2;
 const HEAD_DIM: u64 = 32;

@@ -19,8 +19,6 @@ mod forward;
 mod inputs;
 pub mod synth;
 
-use std::path::PathBuf;
-
 pub use checkpoint::{COMFY_PREFIX, FluxCheckpoint, Names, detect_prefix, infer_config};
 pub use config::FluxConfig;
 pub use forward::{Flux, FluxForward, ForwardOptions, scratch_bytes};
@@ -44,38 +42,5 @@ impl Shape {
     }
 }
 
-/// Errors of the Flux family.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FluxError {
-    /// The runtime failed (GPU, budget, files).
-    #[error(transparent)]
-    Runtime(#[from] dynvram_runtime::RuntimeError),
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// `config.json` is missing a key or describes no runnable Flux.
-    #[error("{path}: {why}")]
-    Config {
-        /// The config file.
-        path: PathBuf,
-        /// What is wrong.
-        why: String,
-    },
-    /// The weights do not match the config or no Flux variant.
-    #[error("{path}: {why}")]
-    Weights {
-        /// The checkpoint file.
-        path: PathBuf,
-        /// Which tensor and how.
-        why: String,
-    },
-    /// Bad inputs: names, dtypes, shapes, lengths.
-    #[error("{0}")]
-    Input(String),
-}
+/// Errors of the Flux family: the models' one error type.
+pub use crate::error::ModelError as FluxError;

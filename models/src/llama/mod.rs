@@ -18,8 +18,6 @@ pub mod sample;
 pub mod synth;
 pub mod tokenizer;
 
-use std::path::PathBuf;
-
 pub use chat::{ChatTemplate, Message, eos_ids};
 pub use checkpoint::{Checkpoint, Limits, names};
 pub use config::{Family, LlamaConfig, MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH, RopeScaling};
@@ -28,46 +26,5 @@ pub use generate::{Generation, PhaseStats, argmax};
 pub use sample::{Sampler, Sampling};
 pub use tokenizer::TextTokenizer;
 
-/// Errors of the Llama family.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LlamaError {
-    /// The runtime failed (GPU, budget, files).
-    #[error(transparent)]
-    Runtime(#[from] dynvram_runtime::RuntimeError),
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// `config.json` is missing a key or asks for something not implemented.
-    #[error("{path}: {why}")]
-    Config {
-        /// The config file.
-        path: PathBuf,
-        /// What is wrong.
-        why: String,
-    },
-    /// The weights do not match the config.
-    #[error("{path}: {why}")]
-    Weights {
-        /// The checkpoint folder or file.
-        path: PathBuf,
-        /// Which tensor and how.
-        why: String,
-    },
-    /// Bad input: token ids out of range, sequence longer than the cache.
-    #[error("{0}")]
-    Input(String),
-    /// `tokenizer.json` is missing or unreadable, or text failed to encode.
-    #[error("{path}: {why}")]
-    Tokenizer {
-        /// The tokenizer file.
-        path: PathBuf,
-        /// What is wrong.
-        why: String,
-    },
-}
+/// Errors of the Llama family: the models' one error type.
+pub use crate::error::ModelError as LlamaError;

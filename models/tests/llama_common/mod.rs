@@ -11,10 +11,7 @@ use dynvram_runtime::memory::BudgetConfig;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};
 
 /// The golden tiny-llama checkpoint.
-pub const TINY: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../fixtures/tiny-llama"
-);
+pub const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-llama");
 
 /// The tiny-llama fixture (part of the repository: missing files fail).
 pub fn tiny_dir(test: &str) -> Option<PathBuf> {

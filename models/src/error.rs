@@ -1,0 +1,48 @@
+//! The error type of the model families.
+
+use std::path::PathBuf;
+
+/// Errors of every model family (Llama, Flux): one type, so the CLI and
+/// embedders handle them once.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The runtime failed (GPU, budget, files).
+    #[error(transparent)]
+    Runtime(#[from] dynvram_runtime::RuntimeError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `config.json` is missing a key or asks for something not implemented.
+    #[error("{path}: {why}")]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The weights do not match the config (or no variant of the family).
+    #[error("{path}: {why}")]
+    Weights {
+        /// The checkpoint folder or file.
+        path: PathBuf,
+        /// Which tensor and how.
+        why: String,
+    },
+    /// Bad input: token ids out of range, sequence longer than the cache.
+    #[error("{0}")]
+    Input(String),
+    /// `tokenizer.json` is missing or unreadable, or text failed to encode.
+    #[error("{path}: {why}")]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}
