@@ -14,8 +14,9 @@
 //! ([`crate::model_dir`]), so this is one output shard at most.
 //!
 //! Kept in high precision by default ([`DEFAULT_KEEP`]), as ComfyUI's
-//! quantized checkpoints keep them: embeddings, `lm_head` and norms (biases
-//! and other 1-D tensors are never candidates).
+//! quantized checkpoints keep them: embeddings, `lm_head` and norms, and a
+//! Flux transformer's embedders, modulations and final layer (biases and
+//! other 1-D tensors are never candidates).
 //!
 //! Weights holding NaN or ±inf are refused ([`QuantizeError::NonFinite`]): one
 //! of them makes the scale inf or NaN and every code of the tensor garbage.
@@ -125,9 +126,13 @@ impl TargetFormat {
 /// Layers kept in their float dtype unless asked otherwise: token and
 /// position embeddings, the output head and every norm — what ComfyUI's
 /// quantized checkpoints keep in high precision (the embedding must stay
-/// float for its row gather; the head and norms are small and sensitive).
-pub const DEFAULT_KEEP: &str =
-    r"(^|\.)(embed_tokens|embeddings?|wte|wpe|lm_head|[^.]*norm[^.]*)(\.|$)";
+/// float for its row gather; the head and norms are small and sensitive) —
+/// and, in a Flux transformer (BFL names), the input embedders (`img_in`,
+/// `txt_in`, `time_in`, `vector_in`, `guidance_in`), the modulations
+/// (`img_mod`, `txt_mod`, `modulation`) and `final_layer`: the layers
+/// ComfyUI's mixed-precision Flux files leave in bf16 (small, and every
+/// block's scale and shift go through them).
+pub const DEFAULT_KEEP: &str = r"(^|\.)(embed_tokens|embeddings?|wte|wpe|lm_head|[^.]*norm[^.]*|img_in|txt_in|time_in|vector_in|guidance_in|img_mod|txt_mod|modulation|final_layer)(\.|$)";
 
 /// What to quantize and how.
 #[derive(Debug, Clone)]
@@ -579,6 +584,16 @@ mod tests {
             "transformer.wpe",
             "text_model.embeddings.token_embedding",
             "blocks.0.norm1",
+            "img_in",
+            "model.diffusion_model.txt_in",
+            "time_in.in_layer",
+            "guidance_in.out_layer",
+            "vector_in.in_layer",
+            "double_blocks.4.img_mod.lin",
+            "double_blocks.4.txt_mod.lin",
+            "single_blocks.11.modulation.lin",
+            "final_layer.linear",
+            "final_layer.adaLN_modulation.1",
         ] {
             assert!(keep.is_match(kept), "{kept}");
         }
@@ -588,6 +603,12 @@ mod tests {
             "blocks.0.mlp.fc1",
             "lin",
             "model.layers.0.self_attn.o_proj",
+            "double_blocks.4.img_attn.qkv",
+            "double_blocks.4.txt_attn.proj",
+            "model.diffusion_model.double_blocks.0.img_mlp.0",
+            "double_blocks.0.txt_mlp.2",
+            "single_blocks.11.linear1",
+            "single_blocks.11.linear2",
         ] {
             assert!(!keep.is_match(quantized), "{quantized}");
         }

@@ -11,6 +11,16 @@ pub enum ActDtype {
     F16,
 }
 
+impl std::fmt::Display for ActDtype {
+    /// `f32` or `f16`, as the CLI's `--compute-dtype` spells them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+        })
+    }
+}
+
 impl ActDtype {
     /// Bytes per element.
     pub fn size(self) -> u64 {

@@ -39,7 +39,8 @@ pub enum LinearDtypeArg {
 /// Which layers are quantized: every 2-D float `*.weight` tensor (a linear
 /// layer's weight) except, by default, the layers ComfyUI's quantized
 /// checkpoints keep in high precision — embeddings (`embed_tokens`, `wte`,
-/// `wpe`), `lm_head` and norms (any name with `norm`); biases and other
+/// `wpe`), `lm_head` and norms (any name with `norm`), and a Flux
+/// transformer's embedders, modulations and final layer; biases and other
 /// 1-D tensors are never quantized. `--only` narrows the choice further,
 /// `--skip` leaves more out, `--quantize-all` lifts the default. Layers
 /// whose width does not fit the format are left as they are and listed.
@@ -48,7 +49,10 @@ pub enum LinearDtypeArg {
 Which layers: every 2-D float `*.weight` tensor (a linear layer's weight)
 except, by default, what ComfyUI's quantized checkpoints keep in high
 precision: embeddings (embed_tokens, wte, wpe), lm_head and norms (any name
-with `norm`); biases and other 1-D tensors are never quantized. --only
+with `norm`), and in a Flux transformer (BFL names) the embedders (img_in,
+txt_in, time_in, vector_in, guidance_in), the modulations (img_mod, txt_mod,
+modulation) and final_layer; biases and other 1-D tensors are never
+quantized. --only
 narrows the choice, --skip leaves more out, --quantize-all lifts the
 default. Layers whose width does not fit the format are left as they are
 and listed.
@@ -88,8 +92,9 @@ pub struct Args {
     /// are, e.g. `layers\.(0|31)\.` for the first and last layer.
     #[arg(long, value_name = "REGEX")]
     pub skip: Option<String>,
-    /// Also quantize embeddings, lm_head and norms (kept in high precision
-    /// by default; `dynvram generate` needs a float embedding table).
+    /// Also quantize embeddings, lm_head, norms and Flux's embedders,
+    /// modulations and final layer (kept in high precision by default;
+    /// `dynvram generate` needs a float embedding table).
     #[arg(long)]
     pub quantize_all: bool,
     /// Quantize weights holding NaN or ±inf (refused by default: their

@@ -24,10 +24,7 @@ pub(crate) fn expect_dtype(
     if t.dtype != dtype {
         return Err(bad(
             op,
-            format!(
-                "`{name}` {:?} is {:?}, expected {dtype:?}",
-                t.shape, t.dtype
-            ),
+            format!("`{name}` {:?} is {}, expected {dtype}", t.shape, t.dtype),
         ));
     }
     Ok(())

@@ -36,7 +36,7 @@ pub enum LinearError {
         dtype: String,
     },
     /// The kernel choice does not apply to the format.
-    #[error("linear: kernel {choice:?} cannot run format {format:?}: {why}")]
+    #[error("linear: kernel {choice} cannot run format {format}: {why}")]
     Choice {
         /// The kernel asked for.
         choice: KernelChoice,

@@ -243,7 +243,7 @@ fn check_operands(
     if out.dtype != x.dtype {
         return Err(LinearError::ActDtype {
             tensor: "out",
-            dtype: format!("{:?} while `x` is {:?}", out.dtype, x.dtype),
+            dtype: format!("{} while `x` is {}", out.dtype, x.dtype),
         });
     }
     let m = match x.shape.split_last() {

@@ -164,12 +164,12 @@ pub fn float_coop_unusable(
     }
     if act != ActDtype::F16 {
         return Some(format!(
-            "{act:?} activations would round to f16 (the path takes f16 activations)"
+            "{act} activations would round to f16 (the path takes f16 activations)"
         ));
     }
     match format {
         Format::F16 | Format::Bf16 | Format::Float8E4m3fn | Format::Float8E5m2 => None,
-        other => Some(format!("{other:?} weights would round to f16")),
+        other => Some(format!("{other} weights would round to f16")),
     }
 }
 
