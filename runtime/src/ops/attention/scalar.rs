@@ -212,8 +212,10 @@ mod tests {
                 assert!(chunk * splits >= keys && chunk * (splits - 1) < keys);
             }
         }
-        // Llama-7B at 512 keys: 32 kv heads x 8 splits of 64.
-        assert_eq!(decode_split(32, 512), (64, 8));
+        // Llama-7B at 512 keys: 32 kv heads x 16 splits of 32 (8 of 64
+        // would be 256 workgroups, under the 264 aimed for).
+        assert_eq!(decode_split(32, 512), (32, 16));
+        assert_eq!(decode_split(32, 1024), (64, 16));
         assert_eq!(decode_split(8, 32768), (128, 256));
     }
 
