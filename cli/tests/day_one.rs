@@ -3,60 +3,12 @@
 //! from generation_config.json, the context check, quiet colourless logs,
 //! `quantize DIR OUT` then `generate OUT`, and `plan DIR` with no GPU.
 
+mod common;
+
 use std::path::Path;
 
-use assert_cmd::Command;
+use common::{dynvram, generate, synth, synth_tiny};
 use dynvram_models::llama::{ChatTemplate, Message, TextTokenizer};
-
-fn dynvram() -> Command {
-    let mut c = Command::cargo_bin("dynvram").expect("binary");
-    c.env(
-        "DYNVRAM_CACHE",
-        std::env::temp_dir().join("dynvram-test-cache"),
-    );
-    c.env_remove("RUST_LOG");
-    c
-}
-
-/// `dynvram synth ARGS DIR`, which must succeed.
-fn synth(dir: &Path, args: &[&str]) {
-    let out = dynvram()
-        .arg("synth")
-        .args(args)
-        .arg(dir)
-        .output()
-        .expect("synth");
-    assert!(
-        out.status.success(),
-        "synth failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A 2-layer `tiny` checkpoint (vocab 1024, context 512) with its tokenizer.
-fn synth_tiny(dir: &Path) {
-    synth(dir, &["--like", "tiny", "--layers", "2", "--tokenizer"]);
-}
-
-/// `generate DIR ARGS`; None (and a `skipped:` line) without a GPU adapter.
-fn generate(test: &str, dir: &Path, args: &[&str]) -> Option<std::process::Output> {
-    let out = dynvram()
-        .arg("generate")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("generate");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && stderr.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("{test}: skipped: no GPU adapter");
-        return None;
-    }
-    assert!(out.status.success(), "{test}: generate failed: {stderr}");
-    Some(out)
-}
 
 fn report(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json report")

@@ -2,60 +2,18 @@
 //! with a synthetic tokenizer.json written by `dynvram synth --tokenizer`,
 //! text in, text out, the same tokens as the equivalent `--prompt-ids`.
 
+mod common;
+
 use std::path::Path;
 
-use assert_cmd::Command;
+use common::{dynvram, synth, synth_tiny};
 use dynvram_models::llama::TextTokenizer;
 
-fn dynvram() -> Command {
-    let mut c = Command::cargo_bin("dynvram").expect("binary");
-    c.env(
-        "DYNVRAM_CACHE",
-        std::env::temp_dir().join("dynvram-test-cache"),
-    );
-    c
-}
-
-/// A 2-layer `tiny` checkpoint (vocab 1024) with its tokenizer.json.
-fn synth_tiny(dir: &Path) {
-    synth(dir, &["--like", "tiny", "--layers", "2", "--tokenizer"]);
-    assert!(dir.join("tokenizer.json").is_file());
-}
-
-/// `dynvram synth DIR ARGS`, which must succeed.
-fn synth(dir: &Path, args: &[&str]) {
-    let out = dynvram()
-        .arg("synth")
-        .args(args)
-        .arg(dir)
-        .output()
-        .expect("synth");
-    assert!(
-        out.status.success(),
-        "synth failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Runs `generate` with `args`; None (and a `skipped:` line) without a GPU adapter.
+/// `generate` with 5 new tokens unless `args` say otherwise.
 fn generate(test: &str, dir: &Path, args: &[&str]) -> Option<std::process::Output> {
-    let out = dynvram()
-        .arg("generate")
-        .arg(dir)
-        .args(["--max-new-tokens", "5"])
-        .args(args)
-        .output()
-        .expect("generate");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && stderr.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("{test}: skipped: no GPU adapter");
-        return None;
-    }
-    assert!(out.status.success(), "{test}: generate failed: {stderr}");
-    Some(out)
+    let mut all = vec!["--max-new-tokens", "5"];
+    all.extend_from_slice(args);
+    common::generate(test, dir, &all)
 }
 
 #[test]

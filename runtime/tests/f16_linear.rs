@@ -315,7 +315,7 @@ fn float_coop_gemm_matches_the_reference() {
         &coop,
     )
     .expect_err("forced coop on f32 weights");
-    assert!(err.to_string().contains("F32 weights"), "{err}");
+    assert!(err.to_string().contains("f32 weights"), "{err}");
 }
 
 #[test]
