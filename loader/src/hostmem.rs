@@ -258,14 +258,14 @@ pub struct DeviceExtras {
     /// A queue for copies that run beside wgpu's queue (family, index):
     /// queue 0 of a transfer-only family (the copy engines) where the
     /// adapter has one. Timeline semaphores are enabled.
-    /// `DYNVRAM_COPY_QUEUE=family0` takes queue 1 of wgpu's family instead.
+    /// [`CopyQueueMode::Family0`] takes queue 1 of wgpu's family instead.
     pub copy_queue: Option<(u32, u32)>,
 }
 
 /// The copy queue (family, index) a device opened with [`request_device`]
 /// on `adapter` gets, if any (see [`DeviceExtras::copy_queue`]).
-pub fn adapter_copy_queue(adapter: &wgpu::Adapter) -> Option<(u32, u32)> {
-    imp::adapter_copy_queue(adapter)
+pub fn adapter_copy_queue(adapter: &wgpu::Adapter, mode: CopyQueueMode) -> Option<(u32, u32)> {
+    imp::adapter_copy_queue(adapter, mode)
 }
 
 /// Queue families that buffers must be shared between on `device` (wgpu's
@@ -275,6 +275,38 @@ pub fn shared_families(device: &wgpu::Device) -> Option<[u32; 2]> {
     imp::shared_families(device)
 }
 
+/// Where the copy queue comes from (the caller's configuration; the CLI
+/// reads it from `DYNVRAM_COPY_QUEUE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CopyQueueMode {
+    /// Queue 0 of a transfer-only family where the adapter has one.
+    #[default]
+    Auto,
+    /// No copy queue: copies on wgpu's queue.
+    Off,
+    /// A second queue of wgpu's own family (on the H200 its copies did not
+    /// overlap the kernels).
+    Family0,
+    /// The copy-queue path on wgpu's own queue (tests the path on adapters
+    /// with one queue).
+    Shared,
+}
+
+impl std::str::FromStr for CopyQueueMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "auto" => Ok(Self::Auto),
+            "off" => Ok(Self::Off),
+            "family0" => Ok(Self::Family0),
+            "shared" => Ok(Self::Shared),
+            other => Err(format!(
+                "copy queue `{other}`: want auto, off, family0 or shared"
+            )),
+        }
+    }
+}
+
 /// Opens a device like `adapter.request_device(desc)`; on Vulkan through
 /// wgpu-hal, with `VK_EXT_external_memory_host` enabled where the adapter
 /// offers it and a second queue in wgpu's queue family where there is one
@@ -282,8 +314,9 @@ pub fn shared_families(device: &wgpu::Device) -> Option<[u32; 2]> {
 pub fn request_device(
     adapter: &wgpu::Adapter,
     desc: &wgpu::DeviceDescriptor<'_>,
+    copy_queue: CopyQueueMode,
 ) -> Result<(wgpu::Device, wgpu::Queue, DeviceExtras), wgpu::RequestDeviceError> {
-    if let Some(opened) = imp::open_vulkan(adapter, desc) {
+    if let Some(opened) = imp::open_vulkan(adapter, desc, copy_queue) {
         return Ok(opened);
     }
     let (device, queue) = pollster::block_on(adapter.request_device(desc))?;
@@ -308,7 +341,9 @@ mod imp {
     use ash::vk;
     use wgpu::hal::api::Vulkan;
 
-    use super::{DeviceExtras, ImportError, ImportedBuffer, Keepalive, StagingPlacement};
+    use super::{
+        CopyQueueMode, DeviceExtras, ImportError, ImportedBuffer, Keepalive, StagingPlacement,
+    };
 
     /// Flags wgpu-hal accepts in a memory type (others are never used).
     const KNOWN: vk::MemoryPropertyFlags = vk::MemoryPropertyFlags::from_raw(
@@ -382,7 +417,7 @@ mod imp {
     /// its queue families, where Vulkan 1.2 is core on both the instance and
     /// the device (timeline semaphores, and the entry points the copy queue
     /// calls; wgpu-hal enables the feature there).
-    fn copy_queue_of(hal: &wgpu::hal::vulkan::Adapter) -> Option<(u32, u32)> {
+    fn copy_queue_of(hal: &wgpu::hal::vulkan::Adapter, mode: CopyQueueMode) -> Option<(u32, u32)> {
         let shared = hal.shared_instance();
         let timeline = shared.instance_api_version() >= vk::API_VERSION_1_2
             && hal.physical_device_capabilities().properties().api_version >= vk::API_VERSION_1_2;
@@ -392,25 +427,30 @@ mod imp {
                 .raw_instance()
                 .get_physical_device_queue_family_properties(hal.raw_physical_device())
         };
-        pick_copy_queue(&families).filter(|_| timeline)
+        pick_copy_queue(&families, mode).filter(|_| timeline)
     }
 
-    pub(super) fn adapter_copy_queue(adapter: &wgpu::Adapter) -> Option<(u32, u32)> {
+    pub(super) fn adapter_copy_queue(
+        adapter: &wgpu::Adapter,
+        mode: CopyQueueMode,
+    ) -> Option<(u32, u32)> {
         // SAFETY: read-only queries while `adapter` is alive.
         let hal = unsafe { adapter.as_hal::<Vulkan>() }?;
-        copy_queue_of(&hal)
+        copy_queue_of(&hal, mode)
     }
 
     /// The copy queue's (family, index) from `families`: queue 0 of a
     /// transfer-only family. A second queue of family 0 (wgpu's) only with
-    /// `DYNVRAM_COPY_QUEUE=family0`: on the H200 its copies did not overlap
+    /// [`CopyQueueMode::Family0`]: on the H200 its copies did not overlap
     /// the kernels and were slower than wgpu's queue (BENCHMARKS.md).
-    fn pick_copy_queue(families: &[vk::QueueFamilyProperties]) -> Option<(u32, u32)> {
-        let mode = std::env::var("DYNVRAM_COPY_QUEUE").unwrap_or_default();
-        if mode == "off" {
+    fn pick_copy_queue(
+        families: &[vk::QueueFamilyProperties],
+        mode: CopyQueueMode,
+    ) -> Option<(u32, u32)> {
+        if mode == CopyQueueMode::Off {
             return None;
         }
-        if mode == "family0" {
+        if mode == CopyQueueMode::Family0 {
             return families
                 .first()
                 .filter(|f| f.queue_count >= 2)
@@ -434,6 +474,7 @@ mod imp {
     pub(super) fn open_vulkan(
         adapter: &wgpu::Adapter,
         desc: &wgpu::DeviceDescriptor<'_>,
+        mode: CopyQueueMode,
     ) -> Option<(wgpu::Device, wgpu::Queue, DeviceExtras)> {
         let name = ash::ext::external_memory_host::NAME;
         let (open, extras) = {
@@ -444,7 +485,7 @@ mod imp {
             let v11 = shared.instance_api_version() >= vk::API_VERSION_1_1;
             let caps = hal.physical_device_capabilities();
             let host_import = v11 && caps.supports_extension(name);
-            let copy_queue = copy_queue_of(&hal);
+            let copy_queue = copy_queue_of(&hal, mode);
             if !host_import && copy_queue.is_none() {
                 return None;
             }
@@ -707,6 +748,7 @@ mod imp {
     pub(super) fn open_vulkan(
         _: &wgpu::Adapter,
         _: &wgpu::DeviceDescriptor<'_>,
+        _: super::CopyQueueMode,
     ) -> Option<(wgpu::Device, wgpu::Queue, super::DeviceExtras)> {
         None
     }
@@ -715,7 +757,10 @@ mod imp {
         None
     }
 
-    pub(super) fn adapter_copy_queue(_: &wgpu::Adapter) -> Option<(u32, u32)> {
+    pub(super) fn adapter_copy_queue(
+        _: &wgpu::Adapter,
+        _: super::CopyQueueMode,
+    ) -> Option<(u32, u32)> {
         None
     }
 

@@ -89,7 +89,7 @@ pub fn device_on(
         required_limits: adapter.limits(),
         ..Default::default()
     };
-    match dynvram_loader::hostmem::request_device(&adapter, &desc) {
+    match dynvram_loader::hostmem::request_device(&adapter, &desc, Default::default()) {
         Ok((device, queue, extras)) => {
             eprintln!(
                 "{test}: running on {} (host import {})",

@@ -4,17 +4,31 @@
 //! copy on wgpu's queue.
 //!
 //! Adapters with one queue (the software ones in CI) get the same path on
-//! wgpu's own queue (`DYNVRAM_COPY_QUEUE=shared`, set here): the same
+//! wgpu's own queue (`CopyQueueMode::Shared`, asked for here): the same
 //! recording, timeline semaphores and ordering, without the concurrency.
 
 use dynvram_models::mlp_stack::{self, Probe, builtin};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
+use dynvram_runtime::gpu::testing::{any_adapter, test_gpu_with};
+use dynvram_runtime::gpu::{CopyQueueMode, GpuOptions};
 use dynvram_runtime::trace::Trace;
-use dynvram_runtime::{Model, Runtime, RuntimeConfig};
+use dynvram_runtime::{AdapterChoice, Model, Runtime, RuntimeConfig};
+
+/// The copy queue where the adapter has one, else the same path on wgpu's
+/// queue.
+fn choice() -> AdapterChoice {
+    AdapterChoice {
+        options: GpuOptions {
+            copy_queue: CopyQueueMode::Shared,
+            ..GpuOptions::default()
+        },
+        ..AdapterChoice::default()
+    }
+}
 
 fn runtime(vram_budget: u64, copy_queue: bool) -> Runtime {
     Runtime::new(RuntimeConfig {
         copy_queue,
+        adapter: choice(),
         ..RuntimeConfig::with_vram(vram_budget)
     })
     .expect("runtime")
@@ -23,12 +37,7 @@ fn runtime(vram_budget: u64, copy_queue: bool) -> Runtime {
 #[test]
 fn copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead() {
     let name = "copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead";
-    if std::env::var_os("DYNVRAM_COPY_QUEUE").is_none() {
-        // SAFETY: the only test of this binary, before it starts any thread
-        // that reads the environment.
-        unsafe { std::env::set_var("DYNVRAM_COPY_QUEUE", "shared") };
-    }
-    let Some(gpu) = test_gpu(name, any_adapter) else {
+    let Some(gpu) = test_gpu_with(name, &choice(), any_adapter) else {
         return;
     };
     if gpu.transfer_queue().is_none() {

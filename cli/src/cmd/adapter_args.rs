@@ -1,6 +1,7 @@
 //! `--backend` / `--adapter` flags shared by every subcommand that opens a GPU.
 
 use dynvram_runtime::AdapterChoice;
+use dynvram_runtime::gpu::GpuOptions;
 
 /// Adapter selection; unset flags fall back to `WGPU_BACKEND`, `WGPU_ADAPTER_NAME`
 /// and `WGPU_POWER_PREF`, as in wgpu.
@@ -18,12 +19,45 @@ pub struct AdapterArgs {
 }
 
 impl AdapterArgs {
-    /// As the runtime's choice struct.
+    /// As the runtime's choice struct: the flags, else `WGPU_ADAPTER_NAME`
+    /// and `WGPU_POWER_PREF` (the backend's `WGPU_BACKEND` is wgpu's own),
+    /// and the device options of the `DYNVRAM_*` diagnosis variables
+    /// ([`gpu_options`]).
     pub fn choice(&self) -> AdapterChoice {
         AdapterChoice {
             backend: self.backend.clone(),
-            adapter: self.adapter.clone(),
-            power: self.power.clone(),
+            adapter: self
+                .adapter
+                .clone()
+                .or_else(|| std::env::var("WGPU_ADAPTER_NAME").ok()),
+            power: self
+                .power
+                .clone()
+                .or_else(|| std::env::var("WGPU_POWER_PREF").ok()),
+            options: gpu_options(),
         }
+    }
+}
+
+/// The device options from `DYNVRAM_COPY_QUEUE` (auto, off, family0,
+/// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
+/// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none): the one place the
+/// program reads them. A value it does not know is warned about and the
+/// default kept.
+pub fn gpu_options() -> GpuOptions {
+    fn var<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
+        match std::env::var(name) {
+            Ok(v) => v.parse().unwrap_or_else(|e: String| {
+                tracing::warn!("{name}: {e}; using the default");
+                default
+            }),
+            Err(_) => default,
+        }
+    }
+    let d = GpuOptions::default();
+    GpuOptions {
+        copy_queue: var("DYNVRAM_COPY_QUEUE", d.copy_queue),
+        coop_matrix: std::env::var("DYNVRAM_COOP_MATRIX").as_deref() != Ok("off"),
+        shader_checks: var("DYNVRAM_SHADER_CHECKS", d.shader_checks),
     }
 }

@@ -62,7 +62,11 @@ fn formats() -> Vec<(&'static str, Format)> {
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let over: LinearDtypeOverride = args.linear_dtype.into();
-    let adapters = enumerate_adapters(args.backend.as_deref())?;
+    let adapters = enumerate_adapters(&dynvram_runtime::AdapterChoice {
+        backend: args.backend.clone(),
+        options: crate::cmd::adapter_args::gpu_options(),
+        ..Default::default()
+    })?;
     let probed: Vec<Probed> = adapters
         .into_iter()
         .map(|adapter| {

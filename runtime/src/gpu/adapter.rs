@@ -1,5 +1,6 @@
-//! Adapter selection following wgpu's conventions: `WGPU_BACKEND`,
-//! `WGPU_ADAPTER_NAME`, `WGPU_POWER_PREF`, overridden by explicit flags.
+//! Adapter selection: an explicit backend list, else wgpu's `WGPU_BACKEND`
+//! (read by wgpu), name filter and power preference. The CLI maps
+//! `WGPU_ADAPTER_NAME` and `WGPU_POWER_PREF` onto the fields.
 
 use serde::Serialize;
 
@@ -7,8 +8,9 @@ use super::GpuError;
 use super::caps::adapter_caps;
 use dynvram_quant::AdapterCaps;
 
-/// Which adapter to use. Empty fields fall back to the `WGPU_*` variables,
-/// then to wgpu's default (high performance, any backend).
+/// Which adapter to use and how to open it. Empty fields fall back to
+/// wgpu's defaults (`WGPU_BACKEND` or any backend, any name, high
+/// performance).
 #[derive(Debug, Clone, Default)]
 pub struct AdapterChoice {
     /// Backend list such as `vulkan`, `gl`, `vulkan,gl` (wgpu's syntax).
@@ -17,6 +19,9 @@ pub struct AdapterChoice {
     pub adapter: Option<String>,
     /// `high`/`low`/`none` power preference.
     pub power: Option<String>,
+    /// How the device is opened (copy queue, cooperative matrices, shader
+    /// checks).
+    pub options: super::GpuOptions,
 }
 
 /// One adapter as `dynvram probe` lists it.
@@ -61,18 +66,11 @@ impl AdapterChoice {
     }
 
     fn name_filter(&self) -> Option<String> {
-        self.adapter
-            .clone()
-            .or_else(|| std::env::var("WGPU_ADAPTER_NAME").ok())
-            .map(|s| s.to_lowercase())
+        self.adapter.clone().map(|s| s.to_lowercase())
     }
 
     fn power(&self) -> wgpu::PowerPreference {
-        let text = self
-            .power
-            .clone()
-            .or_else(|| std::env::var("WGPU_POWER_PREF").ok());
-        match text.as_deref().map(str::to_lowercase).as_deref() {
+        match self.power.as_deref().map(str::to_lowercase).as_deref() {
             Some("low") => wgpu::PowerPreference::LowPower,
             Some("none") => wgpu::PowerPreference::None,
             _ => wgpu::PowerPreference::HighPerformance,
@@ -147,12 +145,9 @@ fn enumerate(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
     pollster::block_on(instance.enumerate_adapters(backends))
 }
 
-/// Lists every adapter on the given backends (`None`: `WGPU_BACKEND` or all).
-pub fn enumerate_adapters(backend: Option<&str>) -> Result<Vec<AdapterSummary>, GpuError> {
-    let choice = AdapterChoice {
-        backend: backend.map(str::to_owned),
-        ..Default::default()
-    };
+/// Lists every adapter on `choice`'s backends (`None`: `WGPU_BACKEND` or
+/// all), with the copy queue its options would give each.
+pub fn enumerate_adapters(choice: &AdapterChoice) -> Result<Vec<AdapterSummary>, GpuError> {
     Ok(enumerate(choice.backends()?)
         .iter()
         .map(|a| {
@@ -168,7 +163,11 @@ pub fn enumerate_adapters(backend: Option<&str>) -> Result<Vec<AdapterSummary>, 
                 vram: super::read_vram(a),
                 staging_memory: dynvram_loader::hostmem::mapped_staging_memory(a),
                 host_import: dynvram_loader::hostmem::adapter_supports_import(a),
-                copy_queue_family: dynvram_loader::hostmem::adapter_copy_queue(a).map(|q| q.0),
+                copy_queue_family: dynvram_loader::hostmem::adapter_copy_queue(
+                    a,
+                    choice.options.copy_queue,
+                )
+                .map(|q| q.0),
             }
         })
         .collect())

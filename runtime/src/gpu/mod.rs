@@ -18,6 +18,7 @@ mod vram;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::caps_of;
+pub use dynvram_loader::hostmem::CopyQueueMode;
 pub use error::GpuError;
 pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
@@ -47,6 +48,8 @@ pub struct Gpu {
     pub host_import: bool,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// naga's runtime checks for every module this device compiles.
+    shader_checks: ShaderChecks,
 }
 
 impl Gpu {
@@ -55,18 +58,26 @@ impl Gpu {
     /// full buffer limits.
     pub fn open(choice: &AdapterChoice) -> Result<Self, GpuError> {
         let adapter = choice.select()?;
-        Self::open_adapter(adapter)
+        Self::open_adapter_with(adapter, choice.options)
     }
 
-    /// Opens a device on a given adapter.
+    /// Opens a device on a given adapter with the default [`GpuOptions`].
     pub fn open_adapter(adapter: wgpu::Adapter) -> Result<Self, GpuError> {
+        Self::open_adapter_with(adapter, GpuOptions::default())
+    }
+
+    /// Opens a device on a given adapter with `options`.
+    pub fn open_adapter_with(
+        adapter: wgpu::Adapter,
+        options: GpuOptions,
+    ) -> Result<Self, GpuError> {
         let info = adapter.get_info();
         let mut wanted = wgpu::Features::SHADER_F16
             | wgpu::Features::SUBGROUP
             | wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
-        let coop = coop_matrix_wanted() && caps::coop_f16_edge(&adapter) != 0;
+        let coop = options.coop_matrix && caps::coop_f16_edge(&adapter) != 0;
         if coop {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
@@ -86,7 +97,8 @@ impl Gpu {
             // SAFETY: cooperative matrices are used by one kernel
             // (linear_int_gemm_coop.wgsl), only in the configuration the
             // adapter lists, and checked against the dot4 GEMM bit for bit
-            // by the tests; `DYNVRAM_COOP_MATRIX=off` leaves them disabled.
+            // by the tests; `GpuOptions::coop_matrix` false leaves them
+            // disabled.
             unsafe { wgpu::ExperimentalFeatures::enabled() }
         } else {
             wgpu::ExperimentalFeatures::disabled()
@@ -102,13 +114,15 @@ impl Gpu {
         // Through wgpu-hal on Vulkan, to enable VK_EXT_external_memory_host
         // (pins and staging slots in imported host RAM); wgpu's own
         // `request_device` elsewhere.
-        let (device, queue, extras) = dynvram_loader::hostmem::request_device(&adapter, &desc)
-            .map_err(|e| GpuError::RequestDevice {
-                adapter: info.name.clone(),
-                message: e.to_string(),
-            })?;
+        let (device, queue, extras) =
+            dynvram_loader::hostmem::request_device(&adapter, &desc, options.copy_queue).map_err(
+                |e| GpuError::RequestDevice {
+                    adapter: info.name.clone(),
+                    message: e.to_string(),
+                },
+            )?;
         let host_import = extras.host_import;
-        let transfer = open_transfer_queue(&device, &queue, extras.copy_queue);
+        let transfer = open_transfer_queue(&device, &queue, extras.copy_queue, options.copy_queue);
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
         device.set_device_lost_callback(move |reason, message| {
@@ -143,6 +157,7 @@ impl Gpu {
             host_import,
             lost,
             uncaptured,
+            shader_checks: options.shader_checks,
         })
     }
 
@@ -248,7 +263,7 @@ impl Gpu {
             label: Some(label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
         };
-        let module = match shader_checks() {
+        let module = match self.shader_checks {
             ShaderChecks::All => self.device.create_shader_module(desc),
             // SAFETY: every loop of our kernels is bounded by its uniform
             // params or a constant (tests run each kernel on every path).
@@ -358,20 +373,20 @@ impl Gpu {
 }
 
 /// The copy queue on `second` (family, index), or — with
-/// `DYNVRAM_COPY_QUEUE=shared`, for testing the copy-queue path on adapters
-/// with one queue — on wgpu's own queue. `DYNVRAM_COPY_QUEUE=off` disables
+/// [`CopyQueueMode::Shared`], for testing the copy-queue path on adapters
+/// with one queue — on wgpu's own queue. [`CopyQueueMode::Off`] disables
 /// it. A failure is logged and the passes copy on wgpu's queue.
 fn open_transfer_queue(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
     second: Option<(u32, u32)>,
+    mode: CopyQueueMode,
 ) -> Option<TransferQueue> {
     #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
     {
-        let mode = std::env::var("DYNVRAM_COPY_QUEUE").unwrap_or_default();
-        let made = match (mode.as_str(), second) {
-            ("off", _) => return None,
-            ("shared", _) => TransferQueue::new(device, queue, 0, 0, true),
+        let made = match (mode, second) {
+            (CopyQueueMode::Off, _) => return None,
+            (CopyQueueMode::Shared, _) => TransferQueue::new(device, queue, 0, 0, true),
             (_, Some((family, index))) => TransferQueue::new(device, queue, family, index, false),
             (_, None) => return None,
         };
@@ -380,36 +395,63 @@ fn open_transfer_queue(
     }
     #[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
     {
-        let _ = (device, queue, second);
+        let _ = (device, queue, second, mode);
         None
     }
 }
 
 /// Which of naga's runtime checks our kernels are compiled with
-/// (`DYNVRAM_SHADER_CHECKS`: `no-loop-bound` (the default), `all` (wgpu's
-/// default), `none`). naga bounds every loop with an extra 64-bit counter
+/// (`no-loop-bound` (the default), `all` (wgpu's default), `none`; the CLI
+/// reads `DYNVRAM_SHADER_CHECKS`). naga bounds every loop with an extra 64-bit counter
 /// (against compilers that assume loops terminate); our loops all
 /// terminate, and the counter keeps drivers from unrolling the small fixed
 /// loops that hold accumulators in registers: on the H200 it made the M = 1
 /// GEMVs 4× slower (w4a4 16384²: 0.273 → 0.068 ms; BENCHMARKS.md). Index
 /// and binding bounds checks stay on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ShaderChecks {
+pub enum ShaderChecks {
+    /// wgpu's default: every check.
     All,
+    /// Every check but the loop counters (the default).
     NoLoopBound,
+    /// No checks.
     None,
 }
 
-/// Cooperative matrices are requested where offered unless
-/// `DYNVRAM_COOP_MATRIX=off` (wgpu marks them experimental).
-fn coop_matrix_wanted() -> bool {
-    std::env::var("DYNVRAM_COOP_MATRIX").as_deref() != Ok("off")
+impl std::str::FromStr for ShaderChecks {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "no-loop-bound" => Ok(Self::NoLoopBound),
+            "all" => Ok(Self::All),
+            "none" => Ok(Self::None),
+            other => Err(format!(
+                "shader checks `{other}`: want no-loop-bound, all or none"
+            )),
+        }
+    }
 }
 
-fn shader_checks() -> ShaderChecks {
-    match std::env::var("DYNVRAM_SHADER_CHECKS").as_deref() {
-        Ok("all") => ShaderChecks::All,
-        Ok("none") => ShaderChecks::None,
-        _ => ShaderChecks::NoLoopBound,
+/// How a device is opened, beyond the adapter: the library's knobs for
+/// diagnosis, set by the embedder (the CLI reads them from `DYNVRAM_*`
+/// variables; the library reads no environment for them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Where the copy queue comes from.
+    pub copy_queue: CopyQueueMode,
+    /// Request cooperative matrices where offered (wgpu marks them
+    /// experimental); false leaves them off and the GEMMs tiled.
+    pub coop_matrix: bool,
+    /// naga's runtime checks for our kernels.
+    pub shader_checks: ShaderChecks,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            copy_queue: CopyQueueMode::Auto,
+            coop_matrix: true,
+            shader_checks: ShaderChecks::NoLoopBound,
+        }
     }
 }

@@ -11,8 +11,17 @@ use dynvram_quant::AdapterCaps;
 ///
 /// `needs` returns `Err(reason)` for an adapter the test cannot use.
 pub fn test_gpu(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Gpu> {
+    test_gpu_with(test, &AdapterChoice::default(), needs)
+}
+
+/// [`test_gpu`] on the adapter and with the device options of `choice`.
+pub fn test_gpu_with(
+    test: &str,
+    choice: &AdapterChoice,
+    needs: impl Fn(&AdapterCaps) -> Result<(), String>,
+) -> Option<Gpu> {
     let required = std::env::var("DYNVRAM_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    let gpu = match Gpu::open(&AdapterChoice::default()) {
+    let gpu = match Gpu::open(choice) {
         Ok(gpu) => gpu,
         Err(e) if required => panic!("{test}: DYNVRAM_REQUIRE_GPU=1 but no GPU: {e}"),
         Err(e) => {
