@@ -569,23 +569,16 @@ fn coop_gemm_matches_dot4_exactly() {
         }
     }
     // Other workgroup shapes (for tuning) give the same bits.
+    // (subgroups, staged columns, accumulators per subgroup: odd counts,
+    // more staging slots than invocations and fewer).
     let shapes = [
-        CoopShape {
-            sg_m: 1,
-            sg_n: 2,
-            bk: 64,
-        },
-        CoopShape {
-            sg_m: 4,
-            sg_n: 1,
-            bk: 16,
-        },
-        CoopShape {
-            sg_m: 3,
-            sg_n: 2,
-            bk: 32,
-        },
-    ];
+        "1x2x64x3x1",
+        "4x1x16x1x4",
+        "3x2x32",
+        "2x2x32x4x4",
+        "1x1x48x2x3",
+    ]
+    .map(|s| s.parse::<CoopShape>().expect("shape"));
     let (format, k, act) = cases[1];
     let h = HostLayer::random(&mut rng, format, 130, k, true);
     let x = random_x(&mut rng, 100, k);

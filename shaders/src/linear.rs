@@ -90,15 +90,163 @@ pub const FLOAT_GEMM_COOP8: &str = wgsl!(
     "linear_gemm_coop.wgsl"
 );
 
-/// A cooperative-matrix GEMM module (`*_GEMM_COOP*`) with its workgroup
-/// shape written in: `sg_m × sg_n` subgroups, `bk` staged K columns. (Array
+/// The workgroup shape of a cooperative-matrix GEMM: `sg_m × sg_n`
+/// subgroups of `sg` invocations, each holding `wm × wn` accumulators, `bk`
+/// staged K columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoopGemmShape {
+    /// Invocations per subgroup (`SG`).
+    pub sg: u32,
+    /// Subgroups along M and N (`SG_M`, `SG_N`).
+    pub sg_m: u32,
+    /// See `sg_m`.
+    pub sg_n: u32,
+    /// Accumulators per subgroup along M and N (`WM`, `WN`).
+    pub wm: u32,
+    /// See `wm`.
+    pub wn: u32,
+    /// K columns staged per step (`BK`).
+    pub bk: u32,
+}
+
+impl CoopGemmShape {
+    /// The shape `linear_gemm_coop.wgsl` is written for.
+    pub const FILE: Self = Self {
+        sg: 32,
+        sg_m: 2,
+        sg_n: 2,
+        wm: 2,
+        wn: 2,
+        bk: 32,
+    };
+}
+
+const MAIN_BEGIN: &str = "// BEGIN main";
+const MAIN_END: &str = "// END main\n";
+
+/// A cooperative-matrix GEMM module (`*_GEMM_COOP*`) for `shape`, on
+/// matrices of edge `edge`: the shape's constants written in and `main`
+/// generated with one variable per accumulator and staging register (array
 /// sizes cannot be `override` expressions through naga 30's constant
-/// processing, so the shape is text, like the activation type.)
-pub fn with_coop_shape(source: &str, sg_m: u32, sg_n: u32, bk: u32) -> String {
-    crate::with_consts(
+/// processing, and NVIDIA's compiler runs arrays of cooperative matrices at
+/// half the speed of separate variables — BENCHMARKS.md, run G).
+pub fn coop_gemm(source: &str, edge: u32, shape: CoopGemmShape) -> String {
+    let f = CoopGemmShape::FILE;
+    let with = crate::with_consts(
         source,
-        &[("SG_M", 2, sg_m), ("SG_N", 2, sg_n), ("BK", 32, bk)],
+        &[
+            ("SG_M", f.sg_m, shape.sg_m),
+            ("SG_N", f.sg_n, shape.sg_n),
+            ("WM", f.wm, shape.wm),
+            ("WN", f.wn, shape.wn),
+            ("BK", f.bk, shape.bk),
+        ],
+    );
+    let begin = with.find(MAIN_BEGIN).expect("the module marks its main");
+    let end = with
+        .find(MAIN_END)
+        .expect("the module marks its main's end")
+        + MAIN_END.len();
+    let head = with[begin..].lines().next().unwrap_or_default();
+    format!(
+        "{}{head}\n{}{}",
+        &with[..begin],
+        coop_gemm_main(edge, shape),
+        &with[end..]
     )
+}
+
+/// `main` of `linear_gemm_coop.wgsl` for `shape` (ends with the END marker).
+fn coop_gemm_main(edge: u32, s: CoopGemmShape) -> String {
+    use std::fmt::Write;
+    let threads = s.sg * s.sg_m * s.sg_n;
+    let a_per = (s.wm * edge * s.sg_m * s.bk / 4).div_ceil(threads);
+    let b_per = (s.wn * edge * s.sg_n * s.bk / 8).div_ceil(threads);
+    let (wm, wn) = (s.wm, s.wn);
+    let mut t = String::from(
+        "@compute @workgroup_size(SG * NSG)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(num_subgroups) nsg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let n0 = wid.x * TILE_N;
+    let m0 = wid.y * TILE_M;
+    // Subgroups of another size than the host assumed would compute a
+    // wrong tile: every store becomes NaN instead (control flow stays
+    // uniform, as the cooperative operations require).
+    let ok = nsg == NSG;
+    let sq = min(sg, NSG - 1u);
+    let sm = WM * CM * (sq / SG_N);
+    let sn = WN * CM * (sq % SG_N);
+",
+    );
+    let slot = |i: u32| format!("lid + {i}u * SG * NSG");
+    for i in 0..wm {
+        for j in 0..wn {
+            let _ = writeln!(t, "    var acc_{i}_{j} = cm_c();");
+        }
+    }
+    let fetch = |t: &mut String, indent: &str, kt: &str| {
+        for i in 0..a_per {
+            let _ = writeln!(t, "{indent}ra_{i} = fetch_a(m0, {kt}, {});", slot(i));
+        }
+        for i in 0..b_per {
+            let _ = writeln!(t, "{indent}rb_{i} = fetch_b(n0, {kt}, {});", slot(i));
+        }
+    };
+    let mut first = String::new();
+    fetch(&mut first, "    var ", "0u");
+    t.push_str(&first);
+    t.push_str("    for (var kt = 0u; kt < p.k; kt += BK) {\n");
+    for i in 0..a_per {
+        let _ = writeln!(t, "        put_a({}, ra_{i});", slot(i));
+    }
+    for i in 0..b_per {
+        let _ = writeln!(t, "        put_b({}, rb_{i});", slot(i));
+    }
+    t.push_str("        workgroupBarrier();\n        if kt + BK < p.k {\n");
+    fetch(&mut t, "            ", "kt + BK");
+    t.push_str("        }\n        for (var kk = 0u; kk < BK; kk += CM) {\n");
+    for i in 0..wm {
+        let _ = writeln!(
+            t,
+            "            let a_{i} = coopLoadT<cm_a>(&a_sh[(sm + {i}u * CM) * PITCH + kk], PITCH);"
+        );
+    }
+    t.push_str(
+        "            // Weight rows are output columns: B[k][n] = b_sh[n * PITCH + k],
+            // column-major.
+",
+    );
+    for j in 0..wn {
+        let _ = writeln!(
+            t,
+            "            let b_{j} = coopLoad<cm_b>(&b_sh[(sn + {j}u * CM) * PITCH + kk], PITCH);"
+        );
+    }
+    for i in 0..wm {
+        for j in 0..wn {
+            let _ = writeln!(
+                t,
+                "            acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});"
+            );
+        }
+    }
+    t.push_str("        }\n        workgroupBarrier();\n    }\n");
+    for i in 0..wm {
+        for j in 0..wn {
+            let _ = writeln!(
+                t,
+                "    drain(acc_{i}_{j}, sq, lane, ok, m0 + sm + {i}u * CM, n0 + sn + {j}u * CM);"
+            );
+        }
+    }
+    t.push_str("}\n");
+    t.push_str(MAIN_END);
+    t
 }
 
 /// Float-weight GEMV (M <= 8).

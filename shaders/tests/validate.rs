@@ -88,3 +88,41 @@ fn every_file_in_the_folder_is_registered() {
         "not registered in shaders/src: {missing:?}"
     );
 }
+
+/// The cooperative GEMM's `main` in its file is the generator's for the
+/// file's own shape, and the generated modules of other shapes validate.
+#[test]
+fn coop_gemm_shapes_generate_and_validate() {
+    use dynvram_shaders::linear::{self, CoopGemmShape};
+    let file = linear::FLOAT_GEMM_COOP16;
+    assert_eq!(linear::coop_gemm(file, 16, CoopGemmShape::FILE), file);
+    let mut failures = Vec::new();
+    for (name, src, edge) in [
+        ("int coop16", linear::INT_GEMM_COOP16, 16),
+        ("float coop16", linear::FLOAT_GEMM_COOP16, 16),
+        ("int coop8", linear::INT_GEMM_COOP8, 8),
+        ("float coop8", linear::FLOAT_GEMM_COOP8, 8),
+    ] {
+        for (sg, sg_m, sg_n, wm, wn, bk) in [
+            (32, 4, 4, 2, 2, 32),
+            (32, 2, 4, 4, 2, 64),
+            (32, 2, 2, 4, 4, 32),
+            (8, 1, 3, 3, 1, 16),
+            (16, 2, 1, 1, 4, 48),
+        ] {
+            let shape = CoopGemmShape {
+                sg,
+                sg_m,
+                sg_n,
+                wm,
+                wn,
+                bk,
+            };
+            let text = dynvram_shaders::with_f16_activations(&linear::coop_gemm(src, edge, shape));
+            if let Err(e) = validate(&format!("{name} {shape:?}"), &text) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -4,32 +4,97 @@
 // in f16 (fp8 without its scale, which multiplies the sum); bf16 ones are
 // too within f16's normal range (beyond it they round, or overflow to inf:
 // loud, never silent). Products are exact in f32, sums are f32.
+//
+// A slot's global reads (`fetch_*`) return raw values, decoded only when
+// stored (`put_*`), so that the reads of the next K step stay in flight
+// while this step multiplies.
 
-// Stages the K slice [kt, kt + BK) of the tile's activation rows and weight
-// rows as f16 (zeros past M, N and K).
-fn stage(lid: u32, m0: u32, n0: u32, kt: u32) {
+// Four activation columns.
+alias a_raw = vec4<f16>;
+// Eight weight columns: four words of f16 or bf16 pairs, or two of fp8
+// quads (x, y).
+alias b_raw = vec4<u32>;
+
+// Activation slot `slot` of K step `kt` (zeros past M, K and the slots).
+fn fetch_a(m0: u32, kt: u32, slot: u32) -> a_raw {
+    let at = a_slot(slot);
     let kq = p.k / 4u;
-    for (var idx = lid; idx < TILE_M * BK / 4u; idx += SG * NSG) {
-        let r = idx / (BK / 4u);
-        let c = idx % (BK / 4u);
-        var v = vec4<f16>();
-        if m0 + r < p.m && kt / 4u + c < kq {
-            v = vec4<f16>(x[(m0 + r) * kq + kt / 4u + c]);
-        }
-        for (var i = 0u; i < 4u; i++) {
-            a_sh[r * PITCH + 4u * c + i] = v[i];
+    if slot < A_SLOTS && m0 + at.x < p.m && kt + at.y < p.k {
+        return vec4<f16>(x[(m0 + at.x) * kq + (kt + at.y) / 4u]);
+    }
+    return a_raw();
+}
+
+fn put_a(slot: u32, v: a_raw) {
+    if slot < A_SLOTS {
+        let at = a_slot(slot);
+        let i = at.x * PITCH + at.y;
+        a_sh[i] = v.x;
+        a_sh[i + 1u] = v.y;
+        a_sh[i + 2u] = v.z;
+        a_sh[i + 3u] = v.w;
+    }
+}
+
+// Weight slot `slot` of K step `kt` (zeros past N, K and the slots; K is a
+// multiple of 4, so a slot is all in, half in or all out).
+fn fetch_b(n0: u32, kt: u32, slot: u32) -> b_raw {
+    let at = b_slot(slot);
+    let n = n0 + at.x;
+    let col = kt + at.y;
+    var v = b_raw();
+    if slot < B_SLOTS && n < p.n && col < p.k {
+        let both = col + 4u < p.k;
+        if WFMT >= 3u {
+            let b = n * (p.k / 4u) + col / 4u;
+            v.x = w[b];
+            if both {
+                v.y = w[b + 1u];
+            }
+        } else {
+            let b = n * (p.k / 2u) + col / 2u;
+            v.x = w[b];
+            v.y = w[b + 1u];
+            if both {
+                v.z = w[b + 2u];
+                v.w = w[b + 3u];
+            }
         }
     }
-    for (var idx = lid; idx < TILE_N * BK / 4u; idx += SG * NSG) {
-        let r = idx / (BK / 4u);
-        let c = idx % (BK / 4u);
-        var v = vec4<f16>();
-        if n0 + r < p.n && kt / 4u + c < kq {
-            v = vec4<f16>(weight_quad_unscaled(n0 + r, kt / 4u + c));
+    return v;
+}
+
+// Four weight columns from two words of pairs (f16 or bf16).
+fn pair_quad(lo: u32, hi: u32) -> vec4<f16> {
+    // (naga 30 cannot bitcast a u32 to vec2<f16>, so f16 goes through f32,
+    // exactly.)
+    if WFMT == 1u {
+        return vec4<f16>(vec4<f32>(f16_pair(lo), f16_pair(hi)));
+    }
+    return vec4<f16>(vec4<f32>(bf16_pair(lo), bf16_pair(hi)));
+}
+
+fn put_b(slot: u32, v: b_raw) {
+    if slot < B_SLOTS {
+        let at = b_slot(slot);
+        var q0: vec4<f16>;
+        var q1: vec4<f16>;
+        if WFMT >= 3u {
+            q0 = vec4<f16>(fp8_quad(v.x));
+            q1 = vec4<f16>(fp8_quad(v.y));
+        } else {
+            q0 = pair_quad(v.x, v.y);
+            q1 = pair_quad(v.z, v.w);
         }
-        for (var i = 0u; i < 4u; i++) {
-            b_sh[r * PITCH + 4u * c + i] = v[i];
-        }
+        let i = at.x * PITCH + at.y;
+        b_sh[i] = q0.x;
+        b_sh[i + 1u] = q0.y;
+        b_sh[i + 2u] = q0.z;
+        b_sh[i + 3u] = q0.w;
+        b_sh[i + 4u] = q1.x;
+        b_sh[i + 5u] = q1.y;
+        b_sh[i + 6u] = q1.z;
+        b_sh[i + 7u] = q1.w;
     }
 }
 

@@ -4,6 +4,15 @@
 // checks (max|a| · max|w| · K <= 2^24) before choosing this kernel: the
 // result equals the dot4 GEMM's bit for bit. Activation codes come in
 // natural column order (act quant PERM8 = false).
+//
+// A slot's global reads (`fetch_*`) return raw words, unpacked only when
+// stored (`put_*`), so that the reads of the next K step stay in flight
+// while this step multiplies.
+
+// Four activation codes.
+alias a_raw = u32;
+// Eight weight columns: one word of int4 nibbles (x), or two of int8 (x, y).
+alias b_raw = vec2<u32>;
 
 fn i8_at(word: u32, i: u32) -> f16 {
     return f16(bitcast<i32>(word << (24u - 8u * i)) >> 24u);
@@ -13,44 +22,59 @@ fn i4_at(word: u32, i: u32) -> f16 {
     return f16(bitcast<i32>(word << (28u - 4u * i)) >> 28u);
 }
 
-// Stages the K slice [kt, kt + BK) of the tile's activation rows and weight
-// rows as f16 (zeros past M, N and K).
-fn stage(lid: u32, m0: u32, n0: u32, kt: u32) {
-    let kw = p.k / 4u;
-    for (var idx = lid; idx < TILE_M * BK / 4u; idx += SG * NSG) {
-        let r = idx / (BK / 4u);
-        let c = idx % (BK / 4u);
-        var word = 0u;
-        if m0 + r < p.m && kt / 4u + c < kw {
-            word = xq[(m0 + r) * kw + kt / 4u + c];
-        }
-        for (var i = 0u; i < 4u; i++) {
-            a_sh[r * PITCH + 4u * c + i] = i8_at(word, i);
+// Activation slot `slot` of K step `kt` (zero past M, K and the slots).
+fn fetch_a(m0: u32, kt: u32, slot: u32) -> a_raw {
+    let at = a_slot(slot);
+    if slot < A_SLOTS && m0 + at.x < p.m && kt + at.y < p.k {
+        return xq[(m0 + at.x) * (p.k / 4u) + (kt + at.y) / 4u];
+    }
+    return 0u;
+}
+
+fn put_a(slot: u32, v: a_raw) {
+    if slot < A_SLOTS {
+        let at = a_slot(slot);
+        let i = at.x * PITCH + at.y;
+        a_sh[i] = i8_at(v, 0u);
+        a_sh[i + 1u] = i8_at(v, 1u);
+        a_sh[i + 2u] = i8_at(v, 2u);
+        a_sh[i + 3u] = i8_at(v, 3u);
+    }
+}
+
+// Weight slot `slot` of K step `kt` (zeros past N, K and the slots; K is a
+// multiple of 8 for int4 and of 4 for int8).
+fn fetch_b(n0: u32, kt: u32, slot: u32) -> b_raw {
+    let at = b_slot(slot);
+    let n = n0 + at.x;
+    let col = kt + at.y;
+    var v = b_raw();
+    if slot < B_SLOTS && n < p.n && col < p.k {
+        if W4 {
+            v.x = w[n * (p.k / 8u) + col / 8u];
+        } else {
+            let b = n * (p.k / 4u) + col / 4u;
+            v.x = w[b];
+            if col + 4u < p.k {
+                v.y = w[b + 1u];
+            }
         }
     }
-    if W4 {
-        let wpr = p.k / 8u;
-        for (var idx = lid; idx < TILE_N * BK / 8u; idx += SG * NSG) {
-            let r = idx / (BK / 8u);
-            let c = idx % (BK / 8u);
-            var word = 0u;
-            if n0 + r < p.n && kt / 8u + c < wpr {
-                word = w[(n0 + r) * wpr + kt / 8u + c];
+    return v;
+}
+
+fn put_b(slot: u32, v: b_raw) {
+    if slot < B_SLOTS {
+        let at = b_slot(slot);
+        let i = at.x * PITCH + at.y;
+        if W4 {
+            for (var e = 0u; e < 8u; e++) {
+                b_sh[i + e] = i4_at(v.x, e);
             }
-            for (var i = 0u; i < 8u; i++) {
-                b_sh[r * PITCH + 8u * c + i] = i4_at(word, i);
-            }
-        }
-    } else {
-        for (var idx = lid; idx < TILE_N * BK / 4u; idx += SG * NSG) {
-            let r = idx / (BK / 4u);
-            let c = idx % (BK / 4u);
-            var word = 0u;
-            if n0 + r < p.n && kt / 4u + c < kw {
-                word = w[(n0 + r) * kw + kt / 4u + c];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                b_sh[r * PITCH + 4u * c + i] = i8_at(word, i);
+        } else {
+            for (var e = 0u; e < 4u; e++) {
+                b_sh[i + e] = i8_at(v.x, e);
+                b_sh[i + 4u + e] = i8_at(v.y, e);
             }
         }
     }

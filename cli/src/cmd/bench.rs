@@ -106,9 +106,11 @@ pub struct LinearArgs {
     /// adapter has them, cooperative matrices side by side.
     #[arg(long, value_enum, default_value = "both")]
     gemm: GemmArg,
-    /// Cooperative-matrix GEMM shapes to time, `SG_MxSG_NxBK` (subgroups
-    /// along M and N, staged K columns), comma separated; for tuning.
-    #[arg(long, value_delimiter = ',', value_parser = parse_coop_shape)]
+    /// Cooperative-matrix GEMM shapes to time, `SG_MxSG_NxBK[xWMxWN]`
+    /// (subgroups along M and N, staged K columns, accumulators per
+    /// subgroup along M and N, 2 × 2 if left out), comma separated; for
+    /// tuning.
+    #[arg(long, value_delimiter = ',', value_parser = str::parse::<CoopShape>)]
     coop_shapes: Vec<CoopShape>,
     /// f16 activations (needs SHADER_F16; the float formats' cooperative
     /// GEMM takes only these).
@@ -465,18 +467,6 @@ fn parse_format(name: &str) -> anyhow::Result<(Format, LinearDtypeOverride)> {
     })
 }
 
-fn parse_coop_shape(s: &str) -> Result<CoopShape, String> {
-    let v: Vec<u32> = s
-        .split('x')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK): {e}"))?;
-    match v[..] {
-        [sg_m, sg_n, bk] => Ok(CoopShape { sg_m, sg_n, bk }),
-        _ => Err(format!("bad shape `{s}`: want SG_MxSG_NxBK, e.g. 2x2x32")),
-    }
-}
-
 fn parse_shape(s: &str) -> anyhow::Result<(u64, u64, u64)> {
     let v: Vec<u64> = s
         .split('x')
@@ -643,9 +633,7 @@ fn time_case(
         n,
         k,
         kernel: match scratch.last_coop_shape() {
-            Some(CoopShape { sg_m, sg_n, bk }) => {
-                format!("{} coop-matrix {sg_m}x{sg_n}x{bk}", plan.kernel)
-            }
+            Some(shape) => format!("{} coop-matrix {shape}", plan.kernel),
             None => plan.kernel.to_string(),
         },
         coop: scratch.last_used_coop(),

@@ -115,9 +115,15 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             "  GEMM past the GEMVs: {}",
             match coop_unusable(c, coop_shape) {
                 None => {
-                    let CoopShape { sg_m, sg_n, bk } = coop_shape;
+                    let CoopShape {
+                        sg_m,
+                        sg_n,
+                        bk,
+                        wm,
+                        wn,
+                    } = coop_shape;
                     format!(
-                        "cooperative matrices {e}x{e}x{e}, {sg_m}x{sg_n} subgroups x {bk} columns (integer layers within 2^24, exact; float layers with f16 activations)",
+                        "cooperative matrices {e}x{e}x{e}, {sg_m}x{sg_n} subgroups of {wm}x{wn} accumulators x {bk} columns (integer layers within 2^24, exact; float layers with f16 activations)",
                         e = c.coop_matrix_edge
                     )
                 }

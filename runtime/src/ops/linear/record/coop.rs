@@ -33,8 +33,8 @@ pub enum GemmKernel {
 }
 
 /// Workgroup shape of the cooperative-matrix GEMM: `sg_m × sg_n` subgroups,
-/// each computing 2 × 2 matrices of the adapter's edge `e` (an output tile
-/// of `2e·sg_m × 2e·sg_n`), staging `bk` columns of K per step.
+/// each computing `wm × wn` matrices of the adapter's edge `e` (an output
+/// tile of `wm·e·sg_m × wn·e·sg_n`), staging `bk` columns of K per step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoopShape {
     /// Subgroups along M (`SG_M`).
@@ -43,15 +43,67 @@ pub struct CoopShape {
     pub sg_n: u32,
     /// K columns staged per step (`BK`).
     pub bk: u32,
+    /// Accumulators per subgroup along M (`WM`).
+    pub wm: u32,
+    /// Accumulators per subgroup along N (`WN`).
+    pub wn: u32,
 }
 
 impl Default for CoopShape {
-    /// 2 × 2 subgroups, 32 columns: 64 × 64 tiles on 16 × 16 matrices.
+    /// 2 × 2 subgroups of 2 × 2 accumulators, 32 columns: 64 × 64 tiles on
+    /// 16 × 16 matrices.
     fn default() -> Self {
         Self {
             sg_m: 2,
             sg_n: 2,
             bk: 32,
+            wm: 2,
+            wn: 2,
+        }
+    }
+}
+
+impl std::fmt::Display for CoopShape {
+    /// `SG_MxSG_NxBKxWMxWN`, as `bench linear --coop-shapes` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            sg_m,
+            sg_n,
+            bk,
+            wm,
+            wn,
+        } = self;
+        write!(f, "{sg_m}x{sg_n}x{bk}x{wm}x{wn}")
+    }
+}
+
+impl std::str::FromStr for CoopShape {
+    type Err = String;
+
+    /// `SG_MxSG_NxBK` (2 × 2 accumulators) or `SG_MxSG_NxBKxWMxWN`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: Vec<u32> = s
+            .split('x')
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("bad shape `{s}` (want SG_MxSG_NxBK[xWMxWN]): {e}"))?;
+        match v[..] {
+            [sg_m, sg_n, bk] => Ok(Self {
+                sg_m,
+                sg_n,
+                bk,
+                ..Self::default()
+            }),
+            [sg_m, sg_n, bk, wm, wn] => Ok(Self {
+                sg_m,
+                sg_n,
+                bk,
+                wm,
+                wn,
+            }),
+            _ => Err(format!(
+                "bad shape `{s}`: want SG_MxSG_NxBK or SG_MxSG_NxBKxWMxWN, e.g. 2x4x32x4x2"
+            )),
         }
     }
 }
@@ -65,7 +117,7 @@ impl CoopShape {
         let big = Self {
             sg_m: 4,
             sg_n: 4,
-            bk: 32,
+            ..Self::default()
         };
         if caps.coop_matrix_edge == 16 && coop_unusable(caps, big).is_none() {
             big
@@ -76,7 +128,7 @@ impl CoopShape {
 
     /// Output tile `(rows of M, rows of N)` for matrix edge `edge`.
     pub fn tile(self, edge: u32) -> (u32, u32) {
-        (2 * edge * self.sg_m, 2 * edge * self.sg_n)
+        (self.wm * edge * self.sg_m, self.wn * edge * self.sg_n)
     }
 
     /// Workgroup memory for matrix edge `edge`: the two staged f16 tiles
@@ -88,9 +140,20 @@ impl CoopShape {
 
     /// Checks the shape against the kernel's and the adapter's limits.
     fn check(self, edge: u32, sg: u32, caps: &AdapterCaps) -> Result<(), String> {
-        let Self { sg_m, sg_n, bk } = self;
+        let Self {
+            sg_m,
+            sg_n,
+            bk,
+            wm,
+            wn,
+        } = self;
         if !(1..=8).contains(&sg_m) || !(1..=8).contains(&sg_n) {
             return Err(format!("{sg_m} x {sg_n} subgroups: each must be 1..=8"));
+        }
+        if !(1..=4).contains(&wm) || !(1..=4).contains(&wn) {
+            return Err(format!(
+                "{wm} x {wn} accumulators per subgroup: each must be 1..=4"
+            ));
         }
         if bk == 0 || bk % 8 != 0 || bk % edge != 0 || bk > 256 {
             return Err(format!(
@@ -195,11 +258,25 @@ pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape, float: bool) -> C
         (true, 16) => shaders::FLOAT_GEMM_COOP16,
         (true, _) => shaders::FLOAT_GEMM_COOP8,
     };
-    let CoopShape { sg_m, sg_n, bk } = shape;
+    let CoopShape {
+        sg_m,
+        sg_n,
+        bk,
+        wm,
+        wn,
+    } = shape;
     let (tm, tn) = shape.tile(edge);
+    let text = shaders::CoopGemmShape {
+        sg,
+        sg_m,
+        sg_n,
+        wm,
+        wn,
+        bk,
+    };
     CoopKernel {
-        source: shaders::with_coop_shape(source, sg_m, sg_n, bk),
-        key: format!("gemm_coop{edge}|SG={sg}|{sg_m}x{sg_n}x{bk}"),
+        source: shaders::coop_gemm(source, edge, text),
+        key: format!("gemm_coop{edge}|SG={sg}|{shape}"),
         constants: [("SG", f64::from(sg))],
         tile: (u64::from(tm), u64::from(tn)),
     }
@@ -251,7 +328,7 @@ mod tests {
         let big = CoopShape {
             sg_m: 4,
             sg_n: 4,
-            bk: 32,
+            ..CoopShape::default()
         };
         assert_eq!(CoopShape::for_adapter(&coop_caps(16, 32)), big);
         assert_eq!(
@@ -277,6 +354,7 @@ mod tests {
             sg_m: 4,
             sg_n: 4,
             bk: 64,
+            ..CoopShape::default()
         };
         let why = coop_gemm_unusable(&caps, 64, true, true, big).expect("too much memory");
         assert!(why.contains("workgroup memory"), "{why}");
@@ -288,8 +366,28 @@ mod tests {
         let fits = CoopShape {
             sg_m: 4,
             sg_n: 2,
-            bk: 32,
+            ..CoopShape::default()
         };
         assert_eq!(coop_gemm_unusable(&caps, 64, true, true, fits), None);
+        let deep = CoopShape {
+            wm: 4,
+            wn: 4,
+            ..CoopShape::default()
+        };
+        assert_eq!(deep.tile(16), (128, 128));
+        assert_eq!(coop_gemm_unusable(&caps, 64, true, true, deep), None);
+        let wide = CoopShape { wm: 5, ..deep };
+        assert!(coop_gemm_unusable(&caps, 64, true, true, wide).is_some());
+    }
+
+    #[test]
+    fn shapes_parse_and_print() {
+        let s: CoopShape = "2x4x64x4x2".parse().expect("parses");
+        assert_eq!((s.sg_m, s.sg_n, s.bk, s.wm, s.wn), (2, 4, 64, 4, 2));
+        assert_eq!(s.to_string(), "2x4x64x4x2");
+        let short: CoopShape = "4x4x32".parse().expect("parses");
+        assert_eq!((short.wm, short.wn), (2, 2));
+        assert!("4x4".parse::<CoopShape>().is_err());
+        assert!("4xax32".parse::<CoopShape>().is_err());
     }
 }
