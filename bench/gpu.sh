@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything measured on the GPU machine, in one go (see ../shared/BENCH.md).
 # Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/
-# (and, for the real-VRAM fault row, the `faults` test binary in .dev/faults;
-# for the kernel checks, the `linear_random` test binary in .dev/linear_random).
+# (and, for the real-VRAM fault row, the tests crate's test binary in .dev/e2e_tests;
+# for the kernel checks, runtime's test binary in .dev/runtime_tests).
 # Correctness first (probe, conformance, run), then timings; every output
 # lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
 #   PARTS="check linear torch pass s2 rss upload faults llama tune" bash bench/gpu.sh
@@ -29,11 +29,11 @@ if want check; then
   step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
   step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
   step run;          $d run $b 2>&1 | tee "$out/run.txt"
-  if [ -x .dev/linear_random ]; then
+  if [ -x .dev/runtime_tests ]; then
     # The linear kernels against the CPU reference on this GPU, the
     # cooperative-matrix GEMM required (16x16 tensor cores on NVIDIA).
     step "linear property tests (cooperative matrices required)"
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/linear_random > "$out/linear_random.txt" 2>&1
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/runtime_tests linear_random:: > "$out/linear_random.txt" 2>&1
     grep -E "panicked|failed:|^test |test result" "$out/linear_random.txt" | cut -c1-400
   fi
 fi
@@ -96,9 +96,9 @@ if want upload; then
   step "bench upload 4 GiB"
   $d bench upload $b --file /tmp/upload.bin --size 4GiB --threads 16 --reps 3 2>&1 | tee "$out/upload.txt"
 fi
-if want faults && [ -x .dev/faults ]; then
+if want faults && [ -x .dev/e2e_tests ]; then
   step "real VRAM exhaustion (issue 8): the ignored faults test"
-  DYNVRAM_REAL_OOM=1 DYNVRAM_REQUIRE_GPU=1 timeout 180 .dev/faults --ignored real_vram --nocapture 2>&1 | tail -20 | tee "$out/faults.txt"
+  DYNVRAM_REAL_OOM=1 DYNVRAM_REQUIRE_GPU=1 timeout 180 .dev/e2e_tests --ignored real_vram --nocapture 2>&1 | tail -20 | tee "$out/faults.txt"
 fi
 if want llama; then
   step "llama-7b generate vs transformers (bench/llama.sh)"

@@ -11,7 +11,7 @@
 //! starts with its `enable` directives, then the alias. `override` constants cannot change a
 //! type, so this one substitution replaces a copy of every file.
 //!
-//! Owns: the shader sources and their validation (see `tests/validate.rs`,
+//! Owns: the shader sources and their validation (see `tests/it/validate.rs`,
 //! which parses and validates every file with naga, in both activation
 //! types). Knows nothing else.
 

@@ -1,9 +1,7 @@
 //! Every malformed-header case gives the right error, naming the file, the
 //! tensor and the sizes; nothing panics (issue 8's fault matrix, file rows).
 
-mod common;
-
-use common::{pattern, raw_file, valid_file, write};
+use crate::common::{pattern, raw_file, valid_file, write};
 use dynvram_loader::{Dtype, LoadError, SafetensorsFile};
 use proptest::prelude::*;
 

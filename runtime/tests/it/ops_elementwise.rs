@@ -1,15 +1,13 @@
 //! Elementwise ops against a CPU reference over awkward sizes (1, primes,
 //! not multiples of the 256-wide workgroup), plus operand checks.
 
-mod ops_common;
-
+use crate::ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::elementwise::{
     Binary, Unary, record_add_inplace, record_binary, record_binary_inplace, record_swiglu,
     record_unary, record_unary_inplace,
 };
 use dynvram_runtime::ops::encoder::Encoder;
-use ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 
 const SHAPES: &[&[u64]] = &[&[1], &[19, 33], &[7, 1000], &[3, 257]];
 

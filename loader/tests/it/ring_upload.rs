@@ -1,11 +1,9 @@
 //! The staging ring and registered pins upload bit-exactly to GPU buffers on
 //! the software adapter, with the ring's counters checked.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{device_buffer, pattern, read_back, test_device, valid_file, write};
+use crate::common::{device_buffer, pattern, read_back, test_device, valid_file, write};
 use dynvram_loader::{
     HostBytes, LoadError, PinnedBuffer, ReaderConfig, ReaderPool, RingConfig, SafetensorsFile,
     StagingRing,

@@ -12,12 +12,10 @@
 //! that step, which is what f16 rounding can flip (the smallest margin over
 //! the 16 steps is printed: 3.6e-3 on lavapipe, and every id matched).
 
-mod llama_common;
-
+use crate::llama_common::{get, ids, max_abs, read_safetensors, runtime, tiny_dir};
 use dynvram_models::llama::{Checkpoint, Limits, Llama, argmax};
 use dynvram_runtime::gpu::testing::test_gpu;
 use dynvram_runtime::{ActDtype, GpuError, Model, RuntimeError};
-use llama_common::{get, ids, max_abs, read_safetensors, runtime, tiny_dir};
 
 const LOGITS_REL: f32 = 8.0 / 2048.0;
 const NEW_TOKENS: usize = 16;

@@ -2,21 +2,19 @@
 //! the activations transformers recorded (reference.safetensors): embedding
 //! (bf16 table), input RMSNorm, RoPE tables and rotated q/k, GQA attention.
 
-mod ops_common;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::ops_common::{
+    StTensor, assert_close, ctx, nan_tensor, read, read_safetensors, run, upload, upload_bytes,
+};
 use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
 use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::norm::record_rms_norm;
 use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope_qk};
 use dynvram_runtime::{ActDtype, GpuTensor};
-use ops_common::{
-    StTensor, assert_close, ctx, nan_tensor, read, read_safetensors, run, upload, upload_bytes,
-};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-llama");
 const N_HEADS: u64 = 8;

@@ -3,11 +3,9 @@
 //! from generation_config.json, the context check, quiet colourless logs,
 //! `quantize DIR OUT` then `generate OUT`, and `plan DIR` with no GPU.
 
-mod common;
-
 use std::path::Path;
 
-use common::{dynvram, generate, synth, synth_tiny};
+use crate::common::{dynvram, generate, synth, synth_tiny};
 use dynvram_models::llama::{ChatTemplate, Message, TextTokenizer};
 
 fn report(out: &std::process::Output) -> serde_json::Value {

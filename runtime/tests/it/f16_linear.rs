@@ -12,8 +12,7 @@
 //! f16 ulp of the f32 result (relative for normal values, the subnormal
 //! spacing's half below), plus the f32 deviation.
 
-mod linear_common;
-use linear_common::HostLayer;
+use crate::linear_common::HostLayer;
 
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,

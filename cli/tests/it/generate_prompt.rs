@@ -2,11 +2,11 @@
 //! with a synthetic tokenizer.json written by `dynvram synth --tokenizer`,
 //! text in, text out, the same tokens as the equivalent `--prompt-ids`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
-use common::{dynvram, synth, synth_tiny};
+use crate::common::{dynvram, synth, synth_tiny};
 use dynvram_models::llama::TextTokenizer;
 
 /// `generate` with 5 new tokens unless `args` say otherwise.

@@ -3,12 +3,12 @@
 //! generations, fully resident and with three quarters of the weights
 //! streamed (both must give bit-identical output).
 
-mod llama_common;
+use crate::llama_common;
 
-use dynvram_models::llama::{Checkpoint, ForwardOptions, Limits};
-use llama_common::{
+use crate::llama_common::{
     assert_close_rel, get, ids, open, quarter_budget, read_safetensors, runtime, tiny_dir,
 };
+use dynvram_models::llama::{Checkpoint, ForwardOptions, Limits};
 
 /// ≤ 1e-3 × max|reference| (issue 9).
 const REL: f32 = 1e-3;

@@ -6,8 +6,7 @@
 //! cooperative-matrix GEMM, where the adapter has it, equals the dot4 GEMM
 //! bit for bit.
 
-mod linear_common;
-use linear_common::HostLayer;
+use crate::linear_common::HostLayer;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! `bench upload` runs end to end on a small file (figures are not checked
 //! against times, only that every measurement moved the right bytes).
 
-mod common;
+use crate::common;
 
 use dynvram_loader::bench::{UploadBenchOptions, memcpy, run_upload};
 use dynvram_loader::{HostMemoryChoice, RingConfig};

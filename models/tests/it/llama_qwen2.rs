@@ -2,11 +2,11 @@
 //! tied embeddings, f16 weights, the transformers 4 `rope_theta` key), run
 //! on the GPU and checked against a plain f32 CPU forward written here.
 
-mod llama_common;
+use crate::llama_common;
 
+use crate::llama_common::{Tensor, assert_close_rel, open, read_safetensors, runtime};
 use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
 use dynvram_models::llama::{Checkpoint, Limits, LlamaConfig, argmax};
-use llama_common::{Tensor, assert_close_rel, open, read_safetensors, runtime};
 use serde_json::json;
 
 const REL: f32 = 1e-3;

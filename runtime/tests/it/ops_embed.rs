@@ -1,13 +1,11 @@
 //! Embedding gather from f32, f16 and bf16 tables (odd sizes, so 16-bit
 //! rows straddle 32-bit words), with an out-of-range id giving a zero row.
 
-mod ops_common;
-
+use crate::ops_common::{ctx, nan_tensor, random, read, run, upload_bytes};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
 use dynvram_runtime::ops::encoder::Encoder;
 use half::{bf16, f16};
-use ops_common::{ctx, nan_tensor, random, read, run, upload_bytes};
 
 #[test]
 fn embed_gathers_every_dtype() {

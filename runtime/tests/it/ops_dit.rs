@@ -5,14 +5,12 @@
 //! stay NaN. Also the host tables (timestep embedding, n-axis RoPE) and the
 //! operand checks.
 
-mod ops_common;
-
+use crate::ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::dit::{
     Block, GatherOp, Joint, record_ada_norm, record_gated_add, record_gather, record_qk_place,
     rope_table, timestep_embedding,
 };
-use ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 
 /// (batch, rows per batch element, columns, chunks of the modulation).
 const SHAPES: &[(u64, u64, u64, u64)] = &[

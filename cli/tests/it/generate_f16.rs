@@ -1,7 +1,7 @@
 //! `dynvram generate --compute-dtype f16` on tiny-llama: the same greedy ids
 //! as the default f32 run where the adapter has SHADER_F16 (the logits
 //! tolerance and the ids against transformers are checked in
-//! `models/tests/llama_f16.rs`), and a clear error naming SHADER_F16 where
+//! `models/tests/it/llama_f16.rs`), and a clear error naming SHADER_F16 where
 //! it has not.
 
 use std::path::PathBuf;

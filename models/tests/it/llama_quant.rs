@@ -2,12 +2,12 @@
 //! crate (int8_tensorwise, convrot_w4a4): it runs, and its logits stay close
 //! to the f32 reference. Prints cosine similarity and top-1 agreement.
 
-mod llama_common;
+use crate::llama_common;
 
+use crate::llama_common::{cosine, get, ids, open, read_safetensors, runtime, tiny_dir};
 use dynvram_models::llama::{Checkpoint, Limits, argmax};
 use dynvram_runtime::quant::LinearDtype;
 use dynvram_runtime::quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
-use llama_common::{cosine, get, ids, open, read_safetensors, runtime, tiny_dir};
 
 /// (cosine, top-1 agreement) of the prompts' logits against `logits_f32_*`.
 fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {

@@ -1,9 +1,7 @@
 //! A model over several files: index.json with `weight_map`, a list of files,
 //! and the errors for a broken index.
 
-mod common;
-
-use common::{pattern, valid_file, write};
+use crate::common::{pattern, valid_file, write};
 use dynvram_loader::{LoadError, ModelFiles};
 
 fn shards(dir: &std::path::Path) {

@@ -1,9 +1,7 @@
 //! The reader pool reads files bit-exactly in 2 MiB (or smaller) tasks and
 //! reports a short read for a file truncated after it was opened.
 
-mod common;
-
-use common::{pattern, write};
+use crate::common::{pattern, write};
 use dynvram_loader::{ByteSource, FileRange, HostBytes, LoadError, ReaderConfig, ReaderPool};
 
 fn range<'a>(

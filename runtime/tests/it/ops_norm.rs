@@ -1,13 +1,11 @@
 //! RMSNorm and LayerNorm against a CPU reference (f64) over row lengths
 //! that are not multiples of the workgroup size.
 
-mod ops_common;
-
+use crate::ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::elementwise::record_add_inplace;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::norm::{record_add_rms_norm, record_layer_norm, record_rms_norm};
-use ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
 
 const ROWS: &[u64] = &[1, 19];
 const COLS: &[u64] = &[1, 33, 256, 1000, 4099];

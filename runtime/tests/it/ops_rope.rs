@@ -1,12 +1,10 @@
 //! RoPE (HF rotate_half) against a CPU reference for seq 1 and 19, 8 query /
 //! 2 kv heads, head_dim 32 and 64, positions starting at 0 and mid-cache.
 
-mod ops_common;
-
+use crate::ops_common::{assert_close, ctx, random, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope, record_rope_qk};
-use ops_common::{assert_close, ctx, random, read, run, upload};
 
 /// `x · cos + rotate_half(x) · sin` per head, rotate_half(x) = cat(−x[d/2:], x[:d/2]).
 fn rope_ref(x: &[f32], n_heads: usize, hd: usize, pos0: usize, table: &[f32]) -> Vec<f32> {

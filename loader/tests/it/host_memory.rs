@@ -2,11 +2,9 @@
 //! trips bytes on lavapipe (anonymous memory, a file's own map, pins, ring
 //! slots), and GL falls back to mapped buffers with the flag saying so.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{device_buffer, device_on, pattern, read_back, valid_file, write};
+use crate::common::{device_buffer, device_on, pattern, read_back, valid_file, write};
 use dynvram_loader::hostmem::{self, HostMemory, HostMemoryChoice, ImportError};
 use dynvram_loader::{
     HostBytes, PinnedBuffer, ReaderConfig, ReaderPool, RingConfig, SafetensorsFile, StagingRing,

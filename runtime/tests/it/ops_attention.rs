@@ -6,8 +6,7 @@
 //! cooperative matrices where the adapter has them, in f16; the scalar
 //! kernels otherwise) on awkward row and key counts.
 
-mod ops_common;
-
+use crate::ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 use dynvram_runtime::ops::attention::{
     Heads, Mask, flash_unusable, record_attention, record_flash_attention, record_kv_write,
 };
@@ -15,7 +14,6 @@ use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
-use ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 
 /// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group,
 /// over cache rows `0..kv_len`, queries at `pos0..`.

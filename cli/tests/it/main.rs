@@ -1,0 +1,12 @@
+//! Integration tests of the `dynvram` command line, run as a process.
+//!
+//! One test binary per crate (one link in CI): each module below was its own
+//! binary before; the shared set-up lives in the `*common` modules.
+
+mod cli;
+mod common;
+mod day_one;
+mod dit;
+mod faults;
+mod generate_f16;
+mod generate_prompt;

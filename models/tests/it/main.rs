@@ -1,0 +1,12 @@
+//! Integration tests of the Llama, Qwen2, Flux and MLP-stack models against their references.
+//!
+//! One test binary per crate (one link in CI): each module below was its own
+//! binary before; the shared set-up lives in the `*common` modules.
+
+mod flux;
+mod llama_common;
+mod llama_f16;
+mod llama_quant;
+mod llama_qwen2;
+mod llama_tiny;
+mod mlp_stack_files;

@@ -1,0 +1,8 @@
+//! Integration tests of quantized formats, their layouts and the ComfyUI conformance goldens.
+//!
+//! One test binary per crate (one link in CI): each module below was its own
+//! binary before; the shared set-up lives in the `*common` modules.
+
+mod conformance;
+mod meta_layout;
+mod quantize;

@@ -1,0 +1,12 @@
+//! Integration tests of the runtime end to end: streaming, pins, LoRA, several models, faults.
+//!
+//! One test binary per crate (one link in CI): each module below was its own
+//! binary before; the shared set-up lives in the `*common` modules.
+
+mod copy_queue;
+mod faults;
+mod lora;
+mod multi_model;
+mod pins;
+mod scratch_ledger;
+mod streaming;
