@@ -149,6 +149,7 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
             heads,
             kv_len as u64,
             pos0 as u64,
+            None,
             &mut scratch,
         )
     });
@@ -234,6 +235,7 @@ fn attention_rejects_bad_operands() {
             heads,
             kv_len,
             2,
+            None,
             &mut LinearScratch::new(),
         )
     };
@@ -379,6 +381,7 @@ fn flash_attention_matches_cpu() {
                 h,
                 kv_len as u64,
                 pos0 as u64,
+                None,
                 &mut LinearScratch::new(),
             )
         });

@@ -179,6 +179,7 @@ fn tiny_llama_layer0_matches_transformers() {
             heads,
             seq,
             0,
+            None,
             &mut LinearScratch::new(),
         )
     });

@@ -147,7 +147,50 @@ pub fn record_rope_qk(
         enc,
         table,
         (q, n_heads),
-        Some((k, n_kv_heads)),
+        Some((k, n_kv_heads, 0)),
+        rows,
+        pos0,
+    )
+}
+
+/// [`record_rope_qk`] with k's rows in a KV cache: rotates q
+/// `[seq, n_heads·head_dim]` and rows `pos0..pos0+seq` of `k_cache`
+/// `[max_seq, n_kv·head_dim]` (bound whole, so any row offset works).
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub(crate) fn record_rope_q_cache(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    table: &RopeTable,
+    q: &GpuTensor,
+    k_cache: &GpuTensor,
+    n_heads: u64,
+    n_kv_heads: u64,
+    pos0: u64,
+) -> Result<(), GpuError> {
+    let rows = check(table, "q", q, n_heads, pos0)?;
+    let (cache_rows, cols) = rows_cols(OP, "k_cache", k_cache)?;
+    if cols != n_kv_heads * table.head_dim || pos0 + rows > cache_rows || k_cache.dtype != q.dtype
+    {
+        return Err(bad(
+            OP,
+            format!(
+                "rows {pos0}..{} of the k cache {:?} {:?} are not [seq, {n_kv_heads} * {}] of {:?}",
+                pos0 + rows,
+                k_cache.shape,
+                k_cache.dtype,
+                table.head_dim,
+                q.dtype
+            ),
+        ));
+    }
+    record(
+        gpu,
+        cache,
+        enc,
+        table,
+        (q, n_heads),
+        Some((k_cache, n_kv_heads, pos0)),
         rows,
         pos0,
     )
@@ -195,12 +238,12 @@ fn record(
     enc: &mut Encoder,
     table: &RopeTable,
     (x, n_heads): (&GpuTensor, u64),
-    k: Option<(&GpuTensor, u64)>,
+    k: Option<(&GpuTensor, u64, u64)>,
     rows: u64,
     pos0: u64,
 ) -> Result<(), GpuError> {
     let half = table.head_dim / 2;
-    let n_kv = k.map_or(0, |(_, n)| n);
+    let (n_kv, k_row0) = k.map_or((0, 0), |(_, n, row0)| (n, row0));
     let items = rows * (n_heads + n_kv) * half;
     to_u32(OP, "rows * heads * head_dim / 2", items)?;
     let _span = tracing::trace_span!("record", op = OP, rows, n_heads, n_kv, pos0).entered();
@@ -210,12 +253,13 @@ fn record(
         to_u32(OP, "head_dim / 2", half)?,
         to_u32(OP, "pos0", pos0)?,
         to_u32(OP, "n_kv_heads", n_kv)?,
+        to_u32(OP, "k_row0", k_row0)?,
     ]);
     let mut bindings = vec![(1, table.table.binding()), (2, x.binding())];
     let mut bytes = x.bytes();
-    if let Some((k, _)) = k {
+    if let Some((k, n_kv, _)) = k {
         bindings.push((3, k.binding()));
-        bytes += k.bytes();
+        bytes += rows * n_kv * table.head_dim * k.dtype.size();
     }
     kernel::record(
         gpu,
