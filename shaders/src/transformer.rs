@@ -90,7 +90,10 @@ pub const ALL: &[(&str, &str)] = &[
     ("attention_decode_plain.wgsl", ATTENTION_DECODE),
     ("attention_decode_subgroup.wgsl", ATTENTION_DECODE_SUBGROUP),
     ("attention_decode_rope.wgsl", ATTENTION_DECODE_ROPE),
-    ("attention_decode.wgsl [rope, subgroup]", ATTENTION_DECODE_ROPE_SUBGROUP),
+    (
+        "attention_decode.wgsl [rope, subgroup]",
+        ATTENTION_DECODE_ROPE_SUBGROUP,
+    ),
     ("flash_attention.wgsl", FLASH_ATTENTION16),
     ("flash_attention.wgsl [8x8]", FLASH_ATTENTION8),
     ("embed.wgsl", EMBED),

@@ -170,8 +170,7 @@ pub(crate) fn record_rope_q_cache(
 ) -> Result<(), GpuError> {
     let rows = check(table, "q", q, n_heads, pos0)?;
     let (cache_rows, cols) = rows_cols(OP, "k_cache", k_cache)?;
-    if cols != n_kv_heads * table.head_dim || pos0 + rows > cache_rows || k_cache.dtype != q.dtype
-    {
+    if cols != n_kv_heads * table.head_dim || pos0 + rows > cache_rows || k_cache.dtype != q.dtype {
         return Err(bad(
             OP,
             format!(

@@ -81,9 +81,7 @@ pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
     let splits = TARGET_GROUPS
         .div_ceil(n_kv)
         .clamp(keys.div_ceil(MAX_CHUNK), keys.div_ceil(MIN_CHUNK));
-    let chunk = keys
-        .div_ceil(splits)
-        .next_multiple_of(STEP_KEYS * WG / 32);
+    let chunk = keys.div_ceil(splits).next_multiple_of(STEP_KEYS * WG / 32);
     (chunk, keys.div_ceil(chunk))
 }
 
@@ -220,7 +218,9 @@ mod tests {
     #[test]
     fn decode_split_covers_every_key_in_whole_steps() {
         for n_kv in [1u64, 4, 8, 32, 64] {
-            for keys in [1u64, 15, 31, 32, 33, 300, 500, 512, 1000, 4096, 32768, 131072] {
+            for keys in [
+                1u64, 15, 31, 32, 33, 300, 500, 512, 1000, 4096, 32768, 131072,
+            ] {
                 let (chunk, splits) = decode_split(n_kv, keys);
                 assert_eq!(chunk % 16, 0, "{n_kv} {keys}");
                 assert!(chunk * splits >= keys, "{n_kv} {keys}: keys left over");

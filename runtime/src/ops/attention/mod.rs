@@ -28,8 +28,8 @@ use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape,
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
-use scalar::Operands;
 pub use decode::{decode_split, lanes_per_key, uses_subgroups};
+use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
 pub use shape::{Heads, MAX_HEAD_DIM};
