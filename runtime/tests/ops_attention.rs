@@ -101,6 +101,33 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
     out
 }
 
+/// Records `record_attention` of `q` over the caches (`[q, k, v, out]`) for
+/// `(kv_len, pos0)`, with a scratch of its own.
+fn attend(
+    c: &Ctx,
+    enc: &mut Encoder,
+    [q, k, v, out]: [&GpuTensor; 4],
+    heads: Heads,
+    (kv_len, pos0): (usize, usize),
+    rope: Option<&RopeTable>,
+) -> Result<(), GpuError> {
+    let mut scratch = LinearScratch::new();
+    record_attention(
+        &c.gpu,
+        &c.cache,
+        enc,
+        q,
+        k,
+        v,
+        out,
+        heads,
+        kv_len as u64,
+        pos0 as u64,
+        rope,
+        &mut scratch,
+    )
+}
+
 /// Writes `k`/`v` rows `0..kv_len` into caches of `max_seq` rows in two
 /// appends (as prefill then decode would), then attends `sq` queries at `pos0`.
 fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: usize, seed: u64) {
@@ -132,7 +159,6 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
     let v_cache = nan_tensor(g, &[max_seq as u64, width]);
     let q = upload(g, &[sq as u64, (nh * hd) as u64], &qs);
     let out = nan_tensor(g, &q.shape);
-    let mut scratch = LinearScratch::new();
     run(c, |enc| {
         if split > 0 {
             record_kv_write(enc, &k_lo, &k_cache, 0)?;
@@ -140,19 +166,13 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
         }
         record_kv_write(enc, &k_hi, &k_cache, split as u64)?;
         record_kv_write(enc, &v_hi, &v_cache, split as u64)?;
-        record_attention(
-            g,
-            &c.cache,
+        attend(
+            c,
             enc,
-            &q,
-            &k_cache,
-            &v_cache,
-            &out,
+            [&q, &k_cache, &v_cache, &out],
             heads,
-            kv_len as u64,
-            pos0 as u64,
+            (kv_len, pos0),
             None,
-            &mut scratch,
         )
     });
     let want = attention_ref(&qs, &ks, &vs, heads, kv_len, pos0);
@@ -372,20 +392,7 @@ fn flash_attention_matches_cpu() {
         let q = up(&c, &qs, &[sq as u64, 256], dtype);
         let out = up(&c, &vec![f32::NAN; qs.len()], &[sq as u64, 256], dtype);
         run(&c, |enc| {
-            record_attention(
-                g,
-                &c.cache,
-                enc,
-                &q,
-                &kc,
-                &vc,
-                &out,
-                h,
-                kv_len as u64,
-                pos0 as u64,
-                None,
-                &mut LinearScratch::new(),
-            )
+            attend(&c, enc, [&q, &kc, &vc, &out], h, (kv_len, pos0), None)
         });
         let b = Batch {
             batch: 1,
@@ -466,19 +473,26 @@ fn report_sums(c: &Ctx, test: &str, head_dims: &[u64]) {
     }
 }
 
+/// The test GPU for a decode test, having said which reductions its head
+/// dims take, and the dtypes it runs.
+fn decode_ctx(test: &str) -> Option<(Ctx, Vec<ActDtype>)> {
+    let c = ctx(test)?;
+    report_sums(&c, test, &[32, 64, 80, 128]);
+    let dtypes = dtypes(&c, test);
+    Some((c, dtypes))
+}
+
 /// The decode kernel (one or two query rows at the end of a cache) against
 /// the reference: head_dim 32/64/80/128, GQA groups 1, 4 and 7, 1 to 1100
 /// keys (one split, a partial step, many splits), f32 and f16.
 #[test]
 fn decode_attention_matches_cpu() {
-    const TEST: &str = "decode_attention_matches_cpu";
-    let Some(c) = ctx(TEST) else {
+    let Some((c, dtypes)) = decode_ctx("decode_attention_matches_cpu") else {
         return;
     };
     let g = &c.gpu;
-    report_sums(&c, TEST, &[32, 64, 80, 128]);
     let mut case = 0u64;
-    for dtype in dtypes(&c, TEST) {
+    for dtype in dtypes {
         for (hd, group, n_kv) in [
             (64u64, 1u64, 3u64),
             (80, 4, 2),
@@ -508,20 +522,7 @@ fn decode_attention_matches_cpu() {
                 let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
                 let pos0 = kv_len - sq;
                 run(&c, |enc| {
-                    record_attention(
-                        g,
-                        &c.cache,
-                        enc,
-                        &q,
-                        &kc,
-                        &vc,
-                        &out,
-                        h,
-                        kv_len as u64,
-                        pos0 as u64,
-                        None,
-                        &mut LinearScratch::new(),
-                    )
+                    attend(&c, enc, [&q, &kc, &vc, &out], h, (kv_len, pos0), None)
                 });
                 let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
                 let got = host::read(g, &out).expect("read");
@@ -541,14 +542,12 @@ fn decode_attention_matches_cpu() {
 /// head_dim 36, not a multiple of 8).
 #[test]
 fn rope_in_attention_matches_rope_qk() {
-    const TEST: &str = "rope_in_attention_matches_rope_qk";
-    let Some(c) = ctx(TEST) else {
+    let Some((c, dtypes)) = decode_ctx("rope_in_attention_matches_rope_qk") else {
         return;
     };
     let g = &c.gpu;
-    report_sums(&c, TEST, &[32, 64, 80, 128]);
     let mut case = 0u64;
-    for dtype in dtypes(&c, TEST) {
+    for dtype in dtypes {
         for (hd, group, n_kv, kv_len, sq) in [
             (64u64, 1u64, 2u64, 40usize, 1usize),
             (80, 4, 2, 300, 2),
@@ -595,19 +594,13 @@ fn rope_in_attention_matches_rope_qk() {
                         )?;
                     }
                     record_kv_write(enc, &k_new, &kc, pos0 as u64)?;
-                    record_attention(
-                        g,
-                        &c.cache,
+                    attend(
+                        &c,
                         enc,
-                        &q,
-                        &kc,
-                        &vc,
-                        &out,
+                        [&q, &kc, &vc, &out],
                         h,
-                        kv_len as u64,
-                        pos0 as u64,
+                        (kv_len, pos0),
                         fused.then_some(&table),
-                        &mut LinearScratch::new(),
                     )
                 });
                 let cache_rows = host::read(g, &kc).expect("read")[..kv_len * width].to_vec();

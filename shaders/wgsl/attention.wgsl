@@ -19,22 +19,7 @@
 // splits of attention_decode.wgsl, the decode kernel). Query head h
 // reads kv head h / (n_heads / n_kv) (contiguous groups, HF repeat_kv).
 
-struct Params {
-    sq: u32,
-    n_heads: u32,
-    n_kv: u32,
-    head_dim: u32,
-    kv_len: u32,
-    pos0: u32,
-    scale: f32,
-    // Split-K: keys per split and splits per query row (attend_split,
-    // attend_combine).
-    chunk: u32,
-    splits: u32,
-    kv_rows: u32,
-    causal: u32,
-    _pad2: u32,
-}
+// Params: attention_params.wgsl, before this file.
 
 const WG: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;

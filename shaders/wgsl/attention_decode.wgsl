@@ -22,30 +22,15 @@
 // workgroup's range in the cache (both as rope.wgsl does, f32 arithmetic,
 // rounded to act).
 //
-// q, k, v, out and the Params as attention.wgsl declares them (head_dim a
-// multiple of 4; q, k and v read as vec4).
-
-struct Params {
-    sq: u32,
-    n_heads: u32,
-    n_kv: u32,
-    head_dim: u32,
-    kv_len: u32,
-    pos0: u32,
-    scale: f32,
-    chunk: u32,
-    splits: u32,
-    kv_rows: u32,
-    causal: u32,
-    _pad2: u32,
-}
+// q, k, v, out as attention.wgsl declares them (head_dim a multiple of 4;
+// q, k and v read as vec4), Params in attention_params.wgsl.
 
 const WG: u32 = 128u;
 const MAX_QG: u32 = 8u;
 // vec4s a lane holds of a head row: head_dim <= 256 = 2 · 32 lanes · 4.
 const MAX_SLOTS: u32 = 2u;
-// Keys a key group takes per step (their loads issue together).
-const U: u32 = 4u;
+// Most keys a key group takes per step (U).
+const MAX_U: u32 = 8u;
 // Fewest lanes per key (head_dim <= 16 leaves some idle): at most WG / 8
 // key groups.
 const MAX_KP: u32 = 16u;
@@ -57,6 +42,9 @@ const NEG_BIG: f32 = -3.0e38;
 override HD: u32 = 128u;
 override LPK: u32 = 32u;
 override QG: u32 = 1u;
+// Keys a key group takes per step, their loads issued together (8 where
+// the registers allow, else 4).
+override U: u32 = 4u;
 
 var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<act>>;
@@ -127,8 +115,8 @@ fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let steps = (hi - lo + kp * U - 1u) / (kp * U);
     for (var step = 0u; step < steps; step++) {
         // Key u of this group: lo + (step·U + u)·kp + kg.
-        var kv4: array<vec4<f32>, U * MAX_SLOTS>;
-        var vv4: array<vec4<f32>, U * MAX_SLOTS>;
+        var kv4: array<vec4<f32>, MAX_U * MAX_SLOTS>;
+        var vv4: array<vec4<f32>, MAX_U * MAX_SLOTS>;
         for (var u = 0u; u < U; u++) {
             let j = lo + (step * U + u) * kp + kg;
             for (var sl = 0u; sl < slots; sl++) {
@@ -144,7 +132,7 @@ fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
                 vv4[u * MAX_SLOTS + sl] = vx;
             }
         }
-        var sc: array<f32, U * MAX_QG>;
+        var sc: array<f32, MAX_U * MAX_QG>;
         for (var u = 0u; u < U; u++) {
             var dots: array<f32, MAX_QG>;
             for (var qi = 0u; qi < QG; qi++) {

@@ -22,11 +22,11 @@ use crate::ops::rope::RopeTable;
 /// Queries (heads per kv head × rows) one workgroup takes (`MAX_QG`).
 const MAX_QUERIES: u64 = 8;
 
-/// Invocations per workgroup (`WG`).
-const WG: u64 = 128;
-
-/// Keys a key group takes per step (`U`).
-const STEP_KEYS: u64 = 4;
+/// Keys a key group takes per step (`U`): 8 where a lane holds at most
+/// two query vec4s (the keys' and values' vec4s stay in registers), else 4.
+fn step_keys(vec4s: u64) -> u64 {
+    if vec4s <= 2 { 8 } else { 4 }
+}
 
 /// Workgroups the split aims for at least: two per compute unit of the
 /// largest GPUs (132 on an H100/H200).
@@ -74,14 +74,14 @@ pub fn uses_subgroups(caps: &AdapterCaps, head_dim: u64) -> bool {
 
 /// `(chunk, splits)` for `n_kv` kv heads over `keys` keys: enough splits
 /// for [`TARGET_GROUPS`] workgroups, each at least [`MIN_CHUNK`] keys (where
-/// there are that many) and at most [`MAX_CHUNK`]; chunks are whole steps
-/// of the workgroup's key groups (multiples of 16 keys).
+/// there are that many) and at most [`MAX_CHUNK`]; chunks are multiples of
+/// 16 keys (whole steps of four key groups of 4 keys).
 pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
     let keys = keys.max(1);
     let splits = TARGET_GROUPS
         .div_ceil(n_kv)
         .clamp(keys.div_ceil(MAX_CHUNK), keys.div_ceil(MIN_CHUNK));
-    let chunk = keys.div_ceil(splits).next_multiple_of(STEP_KEYS * WG / 32);
+    let chunk = keys.div_ceil(splits).next_multiple_of(16);
     (chunk, keys.div_ceil(chunk))
 }
 
@@ -100,42 +100,27 @@ pub(super) fn record(
     scratch: &mut LinearScratch,
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
-    let Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = heads;
-    let Operands { q, k, v, out } = *ops;
-    let keys = (span.pos0 + span.sq).min(span.kv_len);
-    let (chunk, splits) = decode_split(n_kv_heads, keys);
-    let max_groups = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
-    if n_kv_heads * splits > max_groups || n_heads > max_groups {
+    let (n_heads, n_kv_heads, head_dim) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
+    let (chunk, splits) = decode_split(n_kv_heads, span.keys());
+    let max_groups = gpu.device.limits().max_compute_workgroups_per_dimension;
+    if n_kv_heads * splits > u64::from(max_groups) || n_heads > u64::from(max_groups) {
         return Err(bad(
             OP,
             format!("{n_kv_heads} kv heads x {splits} splits exceed {max_groups} workgroups"),
         ));
     }
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
-    let params = kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", n_heads)?,
-        to_u32(OP, "n_kv_heads", n_kv_heads)?,
-        to_u32(OP, "head_dim", head_dim)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale.to_bits(),
-        to_u32(OP, "chunk", chunk)?,
-        to_u32(OP, "splits", splits)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        u32::from(span.causal),
-    ]);
+    let params = super::scalar::params(heads, span, chunk, splits)?;
     let subgroups = uses_subgroups(&gpu.caps, head_dim);
     let queries = n_heads / n_kv_heads * span.sq;
+    let lanes = lanes_per_key(head_dim);
+    let slots = head_dim.div_ceil(4).div_ceil(lanes);
     let constants = [
         ("HD", head_dim as f64),
-        ("LPK", lanes_per_key(head_dim) as f64),
+        ("LPK", lanes as f64),
         ("QG", queries as f64),
+        ("U", step_keys(queries * slots) as f64),
     ];
+    let Operands { q, k, v, out } = *ops;
     let cost = super::cost(q, heads, span);
     let part_bytes = span.sq * n_heads * splits * (head_dim + 2) * 4;
     // The kernel binds both; with one split it writes `out` and not `part`.

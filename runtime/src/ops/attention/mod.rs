@@ -122,10 +122,8 @@ pub fn record_attention(
             cache,
             enc,
             table,
-            q,
-            k_cache,
-            heads.n_heads,
-            heads.n_kv_heads,
+            [q, k_cache],
+            (heads.n_heads, heads.n_kv_heads),
             pos0,
         )?;
     }

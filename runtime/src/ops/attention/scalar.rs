@@ -35,9 +35,7 @@ pub(super) fn record(
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
+        n_heads, head_dim, ..
     } = heads;
     let Operands { q, k, v, out } = *ops;
     let rows = span.batch * span.sq;
@@ -50,29 +48,12 @@ pub(super) fn record(
             ),
         ));
     }
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
-    let keys = if span.causal {
-        (span.pos0 + span.sq).min(span.kv_len)
-    } else {
-        span.kv_len
-    };
+    let keys = span.keys();
     let (chunk, splits) = match scratch {
         Some(_) => split_k(n_heads * rows, keys),
         None => (keys, 1),
     };
-    let params = kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", n_heads)?,
-        to_u32(OP, "n_kv_heads", n_kv_heads)?,
-        to_u32(OP, "head_dim", head_dim)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale.to_bits(),
-        to_u32(OP, "chunk", chunk)?,
-        to_u32(OP, "splits", splits)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        u32::from(span.causal),
-    ]);
+    let params = params(heads, span, chunk, splits)?;
     let groups = (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "rows", rows)?);
     let cost = super::cost(q, heads, span);
     let constants = [("HD", head_dim as f64)];
@@ -129,6 +110,31 @@ pub(super) fn record(
         enc,
         dispatch("attend_combine", combine, groups, combine_cost),
     )
+}
+
+/// `attention.wgsl`'s (and `attention_decode.wgsl`'s) params: `chunk` keys
+/// per split, `splits` per query row.
+pub(super) fn params(
+    heads: Heads,
+    span: Span,
+    chunk: u64,
+    splits: u64,
+) -> Result<Vec<u8>, GpuError> {
+    const OP: &str = "attention";
+    let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
+    Ok(kernel::params(&[
+        to_u32(OP, "sq", span.sq)?,
+        to_u32(OP, "n_heads", heads.n_heads)?,
+        to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
+        to_u32(OP, "head_dim", heads.head_dim)?,
+        to_u32(OP, "kv_len", span.kv_len)?,
+        to_u32(OP, "pos0", span.pos0)?,
+        scale.to_bits(),
+        to_u32(OP, "chunk", chunk)?,
+        to_u32(OP, "splits", splits)?,
+        to_u32(OP, "kv_rows", span.kv_rows)?,
+        u32::from(span.causal),
+    ]))
 }
 
 /// Query (head, row) pairs below which the keys are split over workgroups:
