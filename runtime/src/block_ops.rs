@@ -448,7 +448,10 @@ impl BlockCtx<'_> {
         )?)
     }
 
-    /// Causal GQA attention of the query rows at `pos0..` over cache rows `0..kv_len`.
+    /// Causal GQA attention of the query rows at `pos0..` over cache rows
+    /// `0..kv_len`; with `rope`, q and the new cache rows `pos0..` of k are
+    /// rotated first (fused into the decode kernel where it runs; see
+    /// [`crate::ops::attention::record_attention`]).
     #[allow(clippy::too_many_arguments)] // the op's operands
     pub fn attention(
         &mut self,
@@ -459,6 +462,7 @@ impl BlockCtx<'_> {
         heads: crate::ops::attention::Heads,
         kv_len: u64,
         pos0: u64,
+        rope: Option<&crate::ops::rope::RopeTable>,
     ) -> Result<()> {
         let rt = self.runtime();
         let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
@@ -473,6 +477,7 @@ impl BlockCtx<'_> {
             heads,
             kv_len,
             pos0,
+            rope,
             &mut scratch,
         )?)
     }

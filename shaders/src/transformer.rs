@@ -7,7 +7,50 @@ pub const NORM: &str = wgsl!("norm.wgsl");
 /// Hugging Face `rotate_half` RoPE from a host cos/sin table, in place.
 pub const ROPE: &str = wgsl!("rope.wgsl");
 /// Causal grouped-query softmax attention with an online softmax.
-pub const ATTENTION: &str = wgsl!("attention.wgsl");
+pub const ATTENTION: &str = wgsl!("attention_params.wgsl", "attention.wgsl");
+/// Decode attention over a KV cache, coalesced (flash-decoding: keys split
+/// over workgroups, the partials combined by [`ATTENTION`]'s
+/// `attend_combine`), the key groups' sums through workgroup memory.
+pub const ATTENTION_DECODE: &str = wgsl!(
+    "attention_params.wgsl",
+    "attention_decode_workgroup.wgsl",
+    "attention_decode_plain.wgsl",
+    "attention_decode.wgsl"
+);
+/// [`ATTENTION_DECODE`] with subgroup shuffles (needs `SUBGROUP`).
+pub const ATTENTION_DECODE_SUBGROUP: &str = wgsl!(
+    "attention_params.wgsl",
+    "attention_decode_subgroup.wgsl",
+    "attention_decode_plain.wgsl",
+    "attention_decode.wgsl"
+);
+/// [`ATTENTION_DECODE`] with RoPE fused: queries rotated as loaded, the new
+/// key rows rotated in the cache.
+pub const ATTENTION_DECODE_ROPE: &str = wgsl!(
+    "attention_params.wgsl",
+    "attention_decode_workgroup.wgsl",
+    "attention_decode_rope.wgsl",
+    "attention_decode.wgsl"
+);
+/// [`ATTENTION_DECODE_ROPE`] with subgroup shuffles (needs `SUBGROUP`).
+pub const ATTENTION_DECODE_ROPE_SUBGROUP: &str = wgsl!(
+    "attention_params.wgsl",
+    "attention_decode_subgroup.wgsl",
+    "attention_decode_rope.wgsl",
+    "attention_decode.wgsl"
+);
+
+/// The decode attention module: subgroup shuffles or workgroup memory,
+/// RoPE fused or not.
+pub fn attention_decode(subgroups: bool, rope: bool) -> &'static str {
+    match (subgroups, rope) {
+        (false, false) => ATTENTION_DECODE,
+        (true, false) => ATTENTION_DECODE_SUBGROUP,
+        (false, true) => ATTENTION_DECODE_ROPE,
+        (true, true) => ATTENTION_DECODE_ROPE_SUBGROUP,
+    }
+}
+
 /// Flash attention (causal or not, batched) on 16×16×16 f16 cooperative
 /// matrices with f32 sums (needs `SHADER_F16`, `SUBGROUP` and that
 /// `EXPERIMENTAL_COOPERATIVE_MATRIX` configuration); shape by
@@ -45,6 +88,17 @@ pub const ALL: &[(&str, &str)] = &[
     ("norm.wgsl", NORM),
     ("rope.wgsl", ROPE),
     ("attention.wgsl", ATTENTION),
+    ("attention_params.wgsl", ATTENTION),
+    // The decode fragments need the body: listed as its compositions.
+    ("attention_decode.wgsl", ATTENTION_DECODE),
+    ("attention_decode_workgroup.wgsl", ATTENTION_DECODE),
+    ("attention_decode_plain.wgsl", ATTENTION_DECODE),
+    ("attention_decode_subgroup.wgsl", ATTENTION_DECODE_SUBGROUP),
+    ("attention_decode_rope.wgsl", ATTENTION_DECODE_ROPE),
+    (
+        "attention_decode.wgsl [rope, subgroup]",
+        ATTENTION_DECODE_ROPE_SUBGROUP,
+    ),
     ("flash_attention.wgsl", FLASH_ATTENTION16),
     ("flash_attention.wgsl [8x8]", FLASH_ATTENTION8),
     ("embed.wgsl", EMBED),

@@ -15,25 +15,11 @@
 // Past one tile of keys the wide `attend_split` runs instead (reading keys
 // four invocations to a key): decoding has too few (head, row) pairs to
 // fill a GPU, so there the keys are also split over workgroups, and the
-// partial softmaxes combined (`attend_combine`), as flash-decoding does. Query head h
+// partial softmaxes combined (`attend_combine`, which also combines the
+// splits of attention_decode.wgsl, the decode kernel). Query head h
 // reads kv head h / (n_heads / n_kv) (contiguous groups, HF repeat_kv).
 
-struct Params {
-    sq: u32,
-    n_heads: u32,
-    n_kv: u32,
-    head_dim: u32,
-    kv_len: u32,
-    pos0: u32,
-    scale: f32,
-    // Split-K: keys per split and splits per query row (attend_split,
-    // attend_combine).
-    chunk: u32,
-    splits: u32,
-    kv_rows: u32,
-    causal: u32,
-    _pad2: u32,
-}
+// Params: attention_params.wgsl, before this file.
 
 const WG: u32 = 64u;
 const MAX_HEAD_DIM: u32 = 256u;
@@ -324,116 +310,6 @@ fn attend_combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
                 a = a + part[base + 2u + d] * exp(part[base] - mx);
             }
             out[q_base + d] = act(a / l);
-        }
-    }
-}
-
-// Decoding (flash-decoding, keys split over workgroups): workgroup
-// (s·n_kv + g) takes keys s·chunk.. (chunk <= DEC_WG) of kv head g for all
-// the query rows that read it — its group of query heads times the sq rows
-// (at most MAX_QG) — so each key row is read once however many heads share
-// it. One invocation per key computes the key's scores against every query
-// (constant trip counts over HD: the loads issue together); the softmax
-// reductions run over workgroup memory, all queries at once; then one
-// invocation per dimension sums the value rows, consecutive invocations on
-// consecutive dimensions (coalesced). Partials as attend_split writes them,
-// combined by attend_combine.
-const DEC_WG: u32 = 128u;
-const MAX_QG: u32 = 8u;
-// Queries computed per workgroup: nq rounded up to a power of two (the
-// host's choice; a constant so the loops over queries unroll).
-override QG: u32 = 8u;
-
-var<workgroup> dec_q: array<f32, MAX_QG * MAX_HEAD_DIM>;
-var<workgroup> dec_p: array<f32, MAX_QG * DEC_WG>;
-var<workgroup> dec_red: array<f32, MAX_QG * DEC_WG>;
-
-// Tree reduction of dec_red's MAX_QG rows of DEC_WG values (max or sum)
-// into their first elements.
-fn dec_reduce(lid: u32, take_max: bool) {
-    for (var st = DEC_WG / 2u; st > 0u; st = st >> 1u) {
-        workgroupBarrier();
-        if lid < st {
-            for (var qi = 0u; qi < QG; qi++) {
-                let a = dec_red[qi * DEC_WG + lid];
-                let b = dec_red[qi * DEC_WG + lid + st];
-                dec_red[qi * DEC_WG + lid] = select(a + b, max(a, b), take_max);
-            }
-        }
-    }
-    workgroupBarrier();
-}
-
-@compute @workgroup_size(128)
-fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let n_kv = params.n_kv;
-    let g = wid.x % n_kv;
-    let s = wid.x / n_kv;
-    let group = params.n_heads / n_kv;
-    let nq = group * params.sq;
-    let kv_stride = n_kv * HD;
-    // Query qi is row qi / group, head g·group + qi % group.
-    for (var e = lid; e < nq * HD; e += DEC_WG) {
-        let qi = e / HD;
-        let d = e % HD;
-        let h = g * group + qi % group;
-        dec_q[qi * HD + d] = f32(q[((qi / group) * params.n_heads + h) * HD + d]);
-    }
-    workgroupBarrier();
-    let lo = s * params.chunk;
-    let j = lo + lid;
-    let last = visible(params.sq - 1u);
-    var sc = array<f32, MAX_QG>(NEG_BIG, NEG_BIG, NEG_BIG, NEG_BIG, NEG_BIG, NEG_BIG, NEG_BIG, NEG_BIG);
-    if lid < params.chunk && j < last {
-        var dots = array<f32, MAX_QG>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        let k_base = j * kv_stride + g * HD;
-        for (var d = 0u; d < HD; d++) {
-            let kd = f32(k[k_base + d]);
-            for (var qi = 0u; qi < QG; qi++) {
-                dots[qi] += dec_q[qi * HD + d] * kd;
-            }
-        }
-        for (var qi = 0u; qi < nq; qi++) {
-            if j < visible(qi / group) {
-                sc[qi] = dots[qi] * params.scale;
-            }
-        }
-    }
-    for (var qi = 0u; qi < QG; qi++) {
-        dec_red[qi * DEC_WG + lid] = sc[qi];
-    }
-    dec_reduce(lid, true);
-    var m = array<f32, MAX_QG>();
-    for (var qi = 0u; qi < QG; qi++) {
-        m[qi] = dec_red[qi * DEC_WG];
-    }
-    workgroupBarrier();
-    for (var qi = 0u; qi < QG; qi++) {
-        var p = 0.0;
-        if sc[qi] > NEG_BIG {
-            p = exp(sc[qi] - m[qi]);
-        }
-        dec_p[qi * DEC_WG + lid] = p;
-        dec_red[qi * DEC_WG + lid] = p;
-    }
-    dec_reduce(lid, false);
-    let n_keys = min(params.chunk, max(last, lo) - lo);
-    for (var d = lid; d < HD; d += DEC_WG) {
-        var acc = array<f32, MAX_QG>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for (var jj = 0u; jj < n_keys; jj++) {
-            let vd = f32(v[(lo + jj) * kv_stride + g * HD + d]);
-            for (var qi = 0u; qi < QG; qi++) {
-                acc[qi] += dec_p[qi * DEC_WG + jj] * vd;
-            }
-        }
-        for (var qi = 0u; qi < nq; qi++) {
-            let h = g * group + qi % group;
-            let base = (((qi / group) * params.n_heads + h) * params.splits + s) * (HD + 2u);
-            if d == 0u {
-                part[base] = m[qi];
-                part[base + 1u] = dec_red[qi * DEC_WG];
-            }
-            part[base + 2u + d] = acc[qi];
         }
     }
 }

@@ -14,9 +14,10 @@ struct Params {
     n_heads: u32,
     half_dim: u32,
     pos0: u32,
-    // k's heads (rope_qk).
+    // k's heads, and the row of k that is row 0 (rope_qk: k may be a whole
+    // cache, its rows k_row0.. rotated).
     n_kv: u32,
-    _pad0: u32,
+    k_row0: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -78,9 +79,10 @@ fn rope_qk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         x[p.at + params.half_dim] = act(x2 * p.cs.x + x1 * p.cs.y);
     } else if idx < nq + params.rows * params.n_kv * params.half_dim {
         let p = pair(idx - nq, params.n_kv);
-        let x1 = f32(k[p.at]);
-        let x2 = f32(k[p.at + params.half_dim]);
-        k[p.at] = act(x1 * p.cs.x - x2 * p.cs.y);
-        k[p.at + params.half_dim] = act(x2 * p.cs.x + x1 * p.cs.y);
+        let at = p.at + params.k_row0 * params.n_kv * 2u * params.half_dim;
+        let x1 = f32(k[at]);
+        let x2 = f32(k[at + params.half_dim]);
+        k[at] = act(x1 * p.cs.x - x2 * p.cs.y);
+        k[at + params.half_dim] = act(x2 * p.cs.x + x1 * p.cs.y);
     }
 }

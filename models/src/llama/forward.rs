@@ -481,18 +481,12 @@ impl Step<'_> {
             .filter(|_| !self.kv_copies);
         let (k_dst, v_dst) = direct.clone().unwrap_or_else(|| (k.clone(), v.clone()));
         ctx.linears(&[(&qp, &q), (&kp, &k_dst), (&vp, &v_dst)], &h)?;
-        ctx.rope_qk(
-            self.rope,
-            &q,
-            &k_dst,
-            self.heads.n_heads,
-            self.heads.n_kv_heads,
-            self.pos0,
-        )?;
         if direct.is_none() {
             ctx.kv_write(&k, k_cache, self.pos0)?;
             ctx.kv_write(&v, v_cache, self.pos0)?;
         }
+        // RoPE on q and the new cache rows of k, inside the attention
+        // (fused into the decode kernel where it runs).
         ctx.attention(
             &q,
             k_cache,
@@ -501,6 +495,7 @@ impl Step<'_> {
             self.heads,
             self.kv_len,
             self.pos0,
+            Some(self.rope),
         )?;
         ctx.linear(&p("o_proj"), &attn, &o)?;
         let n2 = ctx.weight_tensor(&names::post_norm(l))?;

@@ -128,13 +128,55 @@ pub fn record_rope_qk(
     n_kv_heads: u64,
     pos0: u64,
 ) -> Result<(), GpuError> {
+    let heads = (n_heads, n_kv_heads);
+    record_qk(gpu, cache, enc, table, q, k, heads, pos0, None)
+}
+
+/// [`record_rope_qk`] with k's rows in a KV cache: rotates q
+/// `[seq, n_heads·head_dim]` and rows `pos0..pos0+seq` of `k_cache`
+/// `[max_seq, n_kv·head_dim]` (bound whole, so any row offset works).
+/// `heads`: (query heads, kv heads).
+pub(crate) fn record_rope_q_cache(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    table: &RopeTable,
+    [q, k_cache]: [&GpuTensor; 2],
+    heads: (u64, u64),
+    pos0: u64,
+) -> Result<(), GpuError> {
+    record_qk(gpu, cache, enc, table, q, k_cache, heads, pos0, Some(pos0))
+}
+
+/// q and k's rows `k_row0..` (`None`: k is exactly q's rows) in one launch.
+#[allow(clippy::too_many_arguments)] // the op's operands
+fn record_qk(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    table: &RopeTable,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    (n_heads, n_kv_heads): (u64, u64),
+    pos0: u64,
+    k_row0: Option<u64>,
+) -> Result<(), GpuError> {
     let rows = check(table, "q", q, n_heads, pos0)?;
-    if check(table, "k", k, n_kv_heads, pos0)? != rows || k.dtype != q.dtype {
+    let (k_rows, cols) = rows_cols(OP, "k", k)?;
+    let fits = match k_row0 {
+        None => k_rows == rows,
+        Some(row0) => row0 + rows <= k_rows,
+    };
+    if cols != n_kv_heads * table.head_dim || !fits || k.dtype != q.dtype {
         return Err(bad(
             OP,
             format!(
-                "`k` {:?} {:?} does not have `q`'s {rows} rows of {:?}",
-                k.shape, k.dtype, q.dtype
+                "`k` {:?} {:?} does not hold `q`'s {rows} rows of {:?} (from row {}) as [.., {n_kv_heads} * {}]",
+                k.shape,
+                k.dtype,
+                q.dtype,
+                k_row0.unwrap_or(0),
+                table.head_dim
             ),
         ));
     }
@@ -147,7 +189,7 @@ pub fn record_rope_qk(
         enc,
         table,
         (q, n_heads),
-        Some((k, n_kv_heads)),
+        Some((k, n_kv_heads, k_row0.unwrap_or(0))),
         rows,
         pos0,
     )
@@ -195,12 +237,12 @@ fn record(
     enc: &mut Encoder,
     table: &RopeTable,
     (x, n_heads): (&GpuTensor, u64),
-    k: Option<(&GpuTensor, u64)>,
+    k: Option<(&GpuTensor, u64, u64)>,
     rows: u64,
     pos0: u64,
 ) -> Result<(), GpuError> {
     let half = table.head_dim / 2;
-    let n_kv = k.map_or(0, |(_, n)| n);
+    let (n_kv, k_row0) = k.map_or((0, 0), |(_, n, row0)| (n, row0));
     let items = rows * (n_heads + n_kv) * half;
     to_u32(OP, "rows * heads * head_dim / 2", items)?;
     let _span = tracing::trace_span!("record", op = OP, rows, n_heads, n_kv, pos0).entered();
@@ -210,12 +252,13 @@ fn record(
         to_u32(OP, "head_dim / 2", half)?,
         to_u32(OP, "pos0", pos0)?,
         to_u32(OP, "n_kv_heads", n_kv)?,
+        to_u32(OP, "k_row0", k_row0)?,
     ]);
     let mut bindings = vec![(1, table.table.binding()), (2, x.binding())];
     let mut bytes = x.bytes();
-    if let Some((k, _)) = k {
+    if let Some((k, n_kv, _)) = k {
         bindings.push((3, k.binding()));
-        bytes += k.bytes();
+        bytes += rows * n_kv * table.head_dim * k.dtype.size();
     }
     kernel::record(
         gpu,

@@ -275,6 +275,7 @@ fn attention_with_f16_caches_matches_f32() {
                 heads,
                 kv_len,
                 pos0,
+                None,
                 &mut LinearScratch::new(),
             )
         },

@@ -8,11 +8,13 @@
 
 use crate::ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 use dynvram_runtime::ops::attention::{
-    Heads, Mask, flash_unusable, record_attention, record_flash_attention, record_kv_write,
+    Heads, Mask, flash_unusable, lanes_per_key, record_attention, record_flash_attention,
+    record_kv_write, uses_subgroups,
 };
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::LinearScratch;
+use dynvram_runtime::ops::rope::{RopeTable, record_rope_qk};
 use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
 
 /// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group,
@@ -97,6 +99,33 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
     out
 }
 
+/// Records `record_attention` of `q` over the caches (`[q, k, v, out]`) for
+/// `(kv_len, pos0)`, with a scratch of its own.
+fn attend(
+    c: &Ctx,
+    enc: &mut Encoder,
+    [q, k, v, out]: [&GpuTensor; 4],
+    heads: Heads,
+    (kv_len, pos0): (usize, usize),
+    rope: Option<&RopeTable>,
+) -> Result<(), GpuError> {
+    let mut scratch = LinearScratch::new();
+    record_attention(
+        &c.gpu,
+        &c.cache,
+        enc,
+        q,
+        k,
+        v,
+        out,
+        heads,
+        kv_len as u64,
+        pos0 as u64,
+        rope,
+        &mut scratch,
+    )
+}
+
 /// Writes `k`/`v` rows `0..kv_len` into caches of `max_seq` rows in two
 /// appends (as prefill then decode would), then attends `sq` queries at `pos0`.
 fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: usize, seed: u64) {
@@ -128,7 +157,6 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
     let v_cache = nan_tensor(g, &[max_seq as u64, width]);
     let q = upload(g, &[sq as u64, (nh * hd) as u64], &qs);
     let out = nan_tensor(g, &q.shape);
-    let mut scratch = LinearScratch::new();
     run(c, |enc| {
         if split > 0 {
             record_kv_write(enc, &k_lo, &k_cache, 0)?;
@@ -136,18 +164,13 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
         }
         record_kv_write(enc, &k_hi, &k_cache, split as u64)?;
         record_kv_write(enc, &v_hi, &v_cache, split as u64)?;
-        record_attention(
-            g,
-            &c.cache,
+        attend(
+            c,
             enc,
-            &q,
-            &k_cache,
-            &v_cache,
-            &out,
+            [&q, &k_cache, &v_cache, &out],
             heads,
-            kv_len as u64,
-            pos0 as u64,
-            &mut scratch,
+            (kv_len, pos0),
+            None,
         )
     });
     let want = attention_ref(&qs, &ks, &vs, heads, kv_len, pos0);
@@ -232,6 +255,7 @@ fn attention_rejects_bad_operands() {
             heads,
             kv_len,
             2,
+            None,
             &mut LinearScratch::new(),
         )
     };
@@ -366,19 +390,7 @@ fn flash_attention_matches_cpu() {
         let q = up(&c, &qs, &[sq as u64, 256], dtype);
         let out = up(&c, &vec![f32::NAN; qs.len()], &[sq as u64, 256], dtype);
         run(&c, |enc| {
-            record_attention(
-                g,
-                &c.cache,
-                enc,
-                &q,
-                &kc,
-                &vc,
-                &out,
-                h,
-                kv_len as u64,
-                pos0 as u64,
-                &mut LinearScratch::new(),
-            )
+            attend(&c, enc, [&q, &kc, &vc, &out], h, (kv_len, pos0), None)
         });
         let b = Batch {
             batch: 1,
@@ -419,4 +431,185 @@ fn flash_attention_rejects_bad_operands() {
     assert!(attend(0, Mask::None).contains("batch"));
     // 6 queries over 4 keys cannot be the last positions of the keys.
     assert!(attend(2, Mask::Causal).contains("causal"));
+}
+
+/// A cache `[max_seq, width]` of `dtype` holding `rows` then NaN (rows past
+/// kv_len must never be read).
+fn cache_of(c: &Ctx, rows: &[f32], max_seq: usize, width: usize, dtype: ActDtype) -> GpuTensor {
+    let mut data = rows.to_vec();
+    data.resize(max_seq * width, f32::NAN);
+    up(c, &data, &[max_seq as u64, width as u64], dtype)
+}
+
+/// The dtypes the adapter runs: f32, and f16 where it has SHADER_F16 (else
+/// says so).
+fn dtypes(c: &Ctx, test: &str) -> Vec<ActDtype> {
+    if c.gpu.caps.shader_f16 {
+        vec![ActDtype::F32, ActDtype::F16]
+    } else {
+        eprintln!("{test}: skipped: f16 cases: the adapter lacks SHADER_F16");
+        vec![ActDtype::F32]
+    }
+}
+
+/// Says which reduction the decode kernel uses for each head_dim, and that
+/// the subgroup one is skipped where the adapter cannot run it.
+fn report_sums(c: &Ctx, test: &str, head_dims: &[u64]) {
+    let caps = &c.gpu.caps;
+    for &hd in head_dims {
+        if uses_subgroups(caps, hd) {
+            eprintln!("{test}: head_dim {hd}: subgroup sums");
+        } else {
+            eprintln!(
+                "{test}: head_dim {hd}: skipped: subgroup sums ({} lanes per key; adapter subgroups {}, sizes {}..{}): workgroup sums",
+                lanes_per_key(hd),
+                caps.subgroups,
+                caps.subgroup_min_size,
+                caps.subgroup_max_size
+            );
+        }
+    }
+}
+
+/// The test GPU for a decode test, having said which reductions its head
+/// dims take, and the dtypes it runs.
+fn decode_ctx(test: &str) -> Option<(Ctx, Vec<ActDtype>)> {
+    let c = ctx(test)?;
+    report_sums(&c, test, &[32, 64, 80, 128]);
+    let dtypes = dtypes(&c, test);
+    Some((c, dtypes))
+}
+
+/// The decode kernel (one or two query rows at the end of a cache) against
+/// the reference: head_dim 32/64/80/128, GQA groups 1, 4 and 7, 1 to 1100
+/// keys (one split, a partial step, many splits), f32 and f16.
+#[test]
+fn decode_attention_matches_cpu() {
+    let Some((c, dtypes)) = decode_ctx("decode_attention_matches_cpu") else {
+        return;
+    };
+    let g = &c.gpu;
+    let mut case = 0u64;
+    for dtype in dtypes {
+        for (hd, group, n_kv) in [
+            (64u64, 1u64, 3u64),
+            (80, 4, 2),
+            (128, 7, 2),
+            (128, 1, 4),
+            (64, 7, 1),
+            (32, 4, 2),
+        ] {
+            for (kv_len, sq) in [(1usize, 1usize), (31, 1), (33, 2), (300, 1), (1100, 2)] {
+                // two rows of 7 heads are 14 queries: the scalar kernels'
+                let sq = if group * sq as u64 > 8 { 1 } else { sq };
+                case += 1;
+                let h = Heads {
+                    n_heads: group * n_kv,
+                    n_kv_heads: n_kv,
+                    head_dim: hd,
+                };
+                let (nh, nkv, hdu) = (h.n_heads as usize, n_kv as usize, hd as usize);
+                let max_seq = kv_len + 5;
+                let width = nkv * hdu;
+                let qs = rounded(case * 3, sq * nh * hdu, 1.5, dtype);
+                let ks = rounded(case * 3 + 1, kv_len * width, 1.5, dtype);
+                let vs = rounded(case * 3 + 2, kv_len * width, 2.0, dtype);
+                let kc = cache_of(&c, &ks, max_seq, width, dtype);
+                let vc = cache_of(&c, &vs, max_seq, width, dtype);
+                let q = up(&c, &qs, &[sq as u64, (nh * hdu) as u64], dtype);
+                let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
+                let pos0 = kv_len - sq;
+                run(&c, |enc| {
+                    attend(&c, enc, [&q, &kc, &vc, &out], h, (kv_len, pos0), None)
+                });
+                let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
+                let got = host::read(g, &out).expect("read");
+                let (atol, rtol) = tolerance(dtype);
+                let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}");
+                assert_close(&tag, &got, &want, atol, rtol);
+            }
+        }
+    }
+}
+
+/// RoPE fused into the attention (`record_attention` with a table) against
+/// `record_rope_qk` on q and the new k rows, their copy into the cache, then
+/// the attention: the same output and cache bits. Decoding (the fused
+/// kernel: head_dim 32/64/80/128, groups 1, 4, 7, one split and many), and the
+/// cases it leaves to a RoPE launch of its own (12 queries per kv head;
+/// head_dim 36, not a multiple of 8).
+#[test]
+fn rope_in_attention_matches_rope_qk() {
+    let Some((c, dtypes)) = decode_ctx("rope_in_attention_matches_rope_qk") else {
+        return;
+    };
+    let g = &c.gpu;
+    let mut case = 0u64;
+    for dtype in dtypes {
+        for (hd, group, n_kv, kv_len, sq) in [
+            (64u64, 1u64, 2u64, 40usize, 1usize),
+            (80, 4, 2, 300, 2),
+            (128, 7, 2, 1100, 1),
+            (128, 4, 1, 17, 1),
+            (64, 4, 2, 70, 3),
+            (36, 2, 2, 50, 1),
+            (32, 4, 2, 100, 2),
+        ] {
+            case += 1;
+            let h = Heads {
+                n_heads: group * n_kv,
+                n_kv_heads: n_kv,
+                head_dim: hd,
+            };
+            let (nh, nkv, hdu) = (h.n_heads as usize, n_kv as usize, hd as usize);
+            let (max_seq, width, pos0) = (kv_len + 3, nkv * hdu, kv_len - sq);
+            let table = RopeTable::new(g, 10000.0, hd, max_seq as u64).expect("table");
+            let qs = rounded(case * 5, sq * nh * hdu, 1.5, dtype);
+            let ks = rounded(case * 5 + 1, pos0 * width, 1.5, dtype);
+            let new_k = rounded(case * 5 + 2, sq * width, 1.5, dtype);
+            let vs = rounded(case * 5 + 3, kv_len * width, 2.0, dtype);
+            let q_shape = [sq as u64, (nh * hdu) as u64];
+            let new_shape = [sq as u64, width as u64];
+            let mut results = Vec::new();
+            for fused in [false, true] {
+                let q = up(&c, &qs, &q_shape, dtype);
+                let k_new = up(&c, &new_k, &new_shape, dtype);
+                let kc = cache_of(&c, &ks, max_seq, width, dtype);
+                let vc = cache_of(&c, &vs, max_seq, width, dtype);
+                let out = up(&c, &vec![f32::NAN; qs.len()], &q_shape, dtype);
+                run(&c, |enc| {
+                    if !fused {
+                        record_rope_qk(
+                            g,
+                            &c.cache,
+                            enc,
+                            &table,
+                            &q,
+                            &k_new,
+                            h.n_heads,
+                            n_kv,
+                            pos0 as u64,
+                        )?;
+                    }
+                    record_kv_write(enc, &k_new, &kc, pos0 as u64)?;
+                    attend(
+                        &c,
+                        enc,
+                        [&q, &kc, &vc, &out],
+                        h,
+                        (kv_len, pos0),
+                        fused.then_some(&table),
+                    )
+                });
+                let cache_rows = host::read(g, &kc).expect("read")[..kv_len * width].to_vec();
+                results.push((host::read(g, &out).expect("read"), cache_rows));
+            }
+            let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}");
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&results[0].1), bits(&results[1].1), "{tag}: k cache");
+            assert_eq!(bits(&results[0].0), bits(&results[1].0), "{tag}: output");
+            assert!(results[1].0.iter().all(|v| v.is_finite()), "{tag}");
+            eprintln!("{tag}: fused RoPE bit-identical");
+        }
+    }
 }

@@ -177,6 +177,7 @@ fn tiny_llama_layer0_matches_transformers() {
             heads,
             seq,
             0,
+            None,
             &mut LinearScratch::new(),
         )
     });

@@ -8,12 +8,15 @@
 //! `[rows, n_kv_heads·head_dim]`. Scores are `q·k · head_dim^-0.5`; query
 //! head h reads kv head `h / (n_heads / n_kv_heads)` (HF `repeat_kv`).
 //!
-//! Kernel choice: with f16 activations on an adapter with f16 cooperative
-//! matrices, blocks of query rows run as flash attention on the matrices
-//! (`flash.rs`); decoding's few rows and every other case run the scalar
+//! Kernel choice (one rule, in [`record_attention`]): a cache attention
+//! with at most 8 queries per kv head (decoding) and head_dim a multiple
+//! of 4 runs the decode kernel (`decode.rs`); with f16 activations on an
+//! adapter with f16 cooperative matrices, blocks of query rows run as flash
+//! attention on the matrices (`flash.rs`); every other case runs the scalar
 //! kernels (`scalar.rs`), whose keys split over workgroups when there are
 //! too few rows to fill the GPU.
 
+mod decode;
 mod flash;
 mod scalar;
 mod shape;
@@ -23,7 +26,9 @@ use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
 use crate::ops::linear::LinearScratch;
+use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
+pub use decode::{decode_split, lanes_per_key, uses_subgroups};
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
@@ -47,6 +52,13 @@ pub enum Mask {
 /// Records `out = softmax(q kᵀ · head_dim^-0.5 + causal mask) v` for the
 /// `sq` query rows at positions `pos0..pos0+sq`, over cache rows
 /// `0..kv_len` (which must already hold those positions' keys).
+///
+/// With `rope`, q and the new key rows (cache rows `pos0..pos0+sq` of
+/// `k_cache`) are given unrotated: the op rotates them first, exactly as
+/// [`crate::ops::rope::record_rope_qk`] does, leaving the rotated keys in
+/// the cache — fused into the decode kernel where it runs, else as a
+/// launch of its own that rotates q in place (so q's contents afterwards
+/// are either).
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention(
     gpu: &Gpu,
@@ -59,6 +71,7 @@ pub fn record_attention(
     heads: Heads,
     kv_len: u64,
     pos0: u64,
+    rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
@@ -70,6 +83,20 @@ pub fn record_attention(
                 "queries at positions {pos0}..{} need kv_len >= {} and kv_len {kv_len} <= cache rows {max_seq}",
                 pos0 + sq,
                 pos0 + sq
+            ),
+        ));
+    }
+    if let Some(table) = rope
+        && (table.head_dim != heads.head_dim || pos0 + sq > table.positions)
+    {
+        return Err(bad(
+            OP,
+            format!(
+                "the RoPE table ({} positions, head_dim {}) does not cover positions {pos0}..{} of head_dim {}",
+                table.positions,
+                table.head_dim,
+                pos0 + sq,
+                heads.head_dim
             ),
         ));
     }
@@ -88,6 +115,21 @@ pub fn record_attention(
         v: v_cache,
         out,
     };
+    let fused = rope.filter(|_| decode::unusable(heads, span, true).is_none());
+    if let Some(table) = rope.filter(|_| fused.is_none()) {
+        crate::ops::rope::record_rope_q_cache(
+            gpu,
+            cache,
+            enc,
+            table,
+            [q, k_cache],
+            (heads.n_heads, heads.n_kv_heads),
+            pos0,
+        )?;
+    }
+    if decode::unusable(heads, span, false).is_none() {
+        return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch);
+    }
     if sq >= FLASH_MIN_ROWS
         && let Ok(shape) = flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim)
     {

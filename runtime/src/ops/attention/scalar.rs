@@ -1,8 +1,8 @@
 //! The scalar attention kernels (`attention.wgsl`): one workgroup per
-//! (head, query row) with an online softmax, and for decoding, where few
-//! (head, row) pairs would leave a GPU idle, the keys split over
-//! workgroups and the partial softmaxes combined (flash-decoding). They
-//! run on every adapter and in f32.
+//! (head, query row) with an online softmax, and where few (head, row)
+//! pairs would leave a GPU idle, the keys split over workgroups and the
+//! partial softmaxes combined. They run on every adapter, any head_dim and
+//! in f32; decoding's rows run on `decode.rs` where it can.
 
 use dynvram_shaders::transformer::ATTENTION;
 
@@ -35,9 +35,7 @@ pub(super) fn record(
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
+        n_heads, head_dim, ..
     } = heads;
     let Operands { q, k, v, out } = *ops;
     let rows = span.batch * span.sq;
@@ -50,51 +48,21 @@ pub(super) fn record(
             ),
         ));
     }
-    let scale = (1.0 / (head_dim as f64).sqrt()) as f32;
-    let keys = if span.causal {
-        (span.pos0 + span.sq).min(span.kv_len)
-    } else {
-        span.kv_len
-    };
-    // Decoding's few query rows per kv head: the key-per-invocation kernel
-    // over every head of the group at once.
-    let queries_per_kv = (n_heads / n_kv_heads) * span.sq;
-    let decode = scratch.is_some() && span.batch == 1 && queries_per_kv <= DECODE_MAX_QUERIES;
+    let keys = span.keys();
     let (chunk, splits) = match scratch {
-        Some(_) if decode => decode_split(n_kv_heads, keys),
         Some(_) => split_k(n_heads * rows, keys),
         None => (keys, 1),
     };
-    let params = kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", n_heads)?,
-        to_u32(OP, "n_kv_heads", n_kv_heads)?,
-        to_u32(OP, "head_dim", head_dim)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale.to_bits(),
-        to_u32(OP, "chunk", chunk)?,
-        to_u32(OP, "splits", splits)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        u32::from(span.causal),
-    ]);
+    let params = params(heads, span, chunk, splits)?;
     let groups = (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "rows", rows)?);
     let cost = super::cost(q, heads, span);
     let constants = [("HD", head_dim as f64)];
-    let decode_constants = [
-        ("HD", head_dim as f64),
-        ("QG", queries_per_kv.next_power_of_two() as f64),
-    ];
     let act = q.dtype;
     let dispatch = |entry, bindings, groups, cost| Dispatch {
         shader: "attention.wgsl",
         source: ATTENTION,
         entry,
-        constants: if entry == "attend_decode" {
-            &decode_constants[..]
-        } else {
-            &constants[..]
-        },
+        constants: &constants,
         params: &params,
         bindings,
         groups,
@@ -109,11 +77,10 @@ pub(super) fn record(
         bindings.push((4, out.binding()));
         return kernel::record(gpu, cache, enc, dispatch("attend", bindings, groups, cost));
     };
-    let split_heads = if decode { n_kv_heads } else { n_heads };
-    if split_heads * splits > max_groups {
+    if n_heads * splits > max_groups {
         return Err(bad(
             OP,
-            format!("{split_heads} heads x {splits} splits exceed {max_groups} workgroups"),
+            format!("{n_heads} heads x {splits} splits exceed {max_groups} workgroups"),
         ));
     }
     let part_bytes = rows * n_heads * splits * (head_dim + 2) * 4;
@@ -128,22 +95,12 @@ pub(super) fn record(
     let mut bindings = main_bindings;
     bindings.push((5, part_binding()));
     let split_cost = kernel::Cost::new(cost.bytes - q.bytes(), part_bytes, cost.flops);
-    let (entry, split_groups) = if decode {
-        (
-            "attend_decode",
-            (to_u32(OP, "kv heads * splits", n_kv_heads * splits)?, 1),
-        )
-    } else {
-        (
-            "attend_split",
-            (to_u32(OP, "n_heads * splits", n_heads * splits)?, groups.1),
-        )
-    };
+    let split_groups = (to_u32(OP, "n_heads * splits", n_heads * splits)?, groups.1);
     kernel::record(
         gpu,
         cache,
         enc,
-        dispatch(entry, bindings, split_groups, split_cost),
+        dispatch("attend_split", bindings, split_groups, split_cost),
     )?;
     let combine = vec![(4, out.binding()), (5, part_binding())];
     let combine_cost = kernel::Cost::new(part_bytes, q.bytes(), 3 * part_bytes / 4);
@@ -155,6 +112,31 @@ pub(super) fn record(
     )
 }
 
+/// `attention.wgsl`'s (and `attention_decode.wgsl`'s) params: `chunk` keys
+/// per split, `splits` per query row.
+pub(super) fn params(
+    heads: Heads,
+    span: Span,
+    chunk: u64,
+    splits: u64,
+) -> Result<Vec<u8>, GpuError> {
+    const OP: &str = "attention";
+    let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
+    Ok(kernel::params(&[
+        to_u32(OP, "sq", span.sq)?,
+        to_u32(OP, "n_heads", heads.n_heads)?,
+        to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
+        to_u32(OP, "head_dim", heads.head_dim)?,
+        to_u32(OP, "kv_len", span.kv_len)?,
+        to_u32(OP, "pos0", span.pos0)?,
+        scale.to_bits(),
+        to_u32(OP, "chunk", chunk)?,
+        to_u32(OP, "splits", splits)?,
+        to_u32(OP, "kv_rows", span.kv_rows)?,
+        u32::from(span.causal),
+    ]))
+}
+
 /// Query (head, row) pairs below which the keys are split over workgroups:
 /// fewer would leave most of a large GPU idle.
 const SPLIT_BELOW_PAIRS: u64 = 1024;
@@ -164,28 +146,6 @@ const SPLIT_TARGET_GROUPS: u64 = 2048;
 
 /// Keys per workgroup tile (`attention.wgsl`'s `WG`).
 const KEY_TILE: u64 = 64;
-
-/// Query rows × heads per kv head up to which decoding runs
-/// `attend_decode` (`attention.wgsl`'s `MAX_QG`).
-const DECODE_MAX_QUERIES: u64 = 8;
-
-/// Most keys per `attend_decode` workgroup (`DEC_WG`, one per invocation).
-const DECODE_MAX_CHUNK: u64 = 128;
-
-/// Workgroups `attend_decode` aims for at least: two per compute unit of
-/// the largest GPUs.
-const DECODE_TARGET_GROUPS: u64 = 264;
-
-/// `(chunk, splits)` of `attend_decode` for `n_kv` kv heads over `keys`
-/// keys: the longest chunk up to 128 keys that still gives enough
-/// workgroups, at least 32 keys.
-pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
-    let mut chunk = DECODE_MAX_CHUNK;
-    while chunk > 32 && n_kv * keys.div_ceil(chunk) < DECODE_TARGET_GROUPS {
-        chunk /= 2;
-    }
-    (chunk, keys.div_ceil(chunk).max(1))
-}
 
 /// `(chunk, splits)`: keys per split and splits per query row for `pairs`
 /// (head, row) pairs over at most `keys` visible keys; `(keys, 1)` where
@@ -201,23 +161,7 @@ pub fn split_k(pairs: u64, keys: u64) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_split, split_k};
-
-    #[test]
-    fn decode_split_covers_every_key_in_chunks_of_at_most_128() {
-        for n_kv in [1u64, 8, 32] {
-            for keys in [1u64, 31, 32, 33, 500, 512, 4096, 32768] {
-                let (chunk, splits) = decode_split(n_kv, keys);
-                assert!((32..=128).contains(&chunk), "{n_kv} {keys}");
-                assert!(chunk * splits >= keys && chunk * (splits - 1) < keys);
-            }
-        }
-        // Llama-7B at 512 keys: 32 kv heads x 16 splits of 32 (8 of 64
-        // would be 256 workgroups, under the 264 aimed for).
-        assert_eq!(decode_split(32, 512), (32, 16));
-        assert_eq!(decode_split(32, 1024), (64, 16));
-        assert_eq!(decode_split(8, 32768), (128, 256));
-    }
+    use super::split_k;
 
     #[test]
     fn split_k_covers_every_key_once() {

@@ -59,6 +59,15 @@ pub(super) struct Span {
 }
 
 impl Span {
+    /// Keys the last query row sees (every key without the mask).
+    pub fn keys(self) -> u64 {
+        if self.causal {
+            (self.pos0 + self.sq).min(self.kv_len)
+        } else {
+            self.kv_len
+        }
+    }
+
     /// Keys the query rows see, summed over rows and batch elements.
     pub fn visible_pairs(self) -> u64 {
         let per_element = if self.causal {
