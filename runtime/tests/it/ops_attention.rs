@@ -534,7 +534,12 @@ fn decode_attention_matches_cpu() {
 
 /// RoPE fused into the attention (`record_attention` with a table) against
 /// `record_rope_qk` on q and the new k rows, their copy into the cache, then
-/// the attention: the same output and cache bits. Decoding (the fused
+/// the attention: the same cache bits, both outputs within the module's
+/// tolerance of the reference on rope_qk's queries, and in f32 the same
+/// output bits. (f16 outputs may differ in the last bits: Mesa 26's
+/// lavapipe compiles the two kernels' f16 rounding of the rotated queries
+/// differently — up to 2.5e-4 from the reference either way, within the
+/// 2e-3 tolerance — while Mesa 22's gives the same bits.) Decoding (the fused
 /// kernel: head_dim 32/64/80/128, groups 1, 4, 7, one split and many), and the
 /// cases it leaves to a RoPE launch of its own (12 queries per kv head;
 /// head_dim 36, not a multiple of 8).
@@ -571,6 +576,7 @@ fn rope_in_attention_matches_rope_qk() {
             let q_shape = [sq as u64, (nh * hdu) as u64];
             let new_shape = [sq as u64, width as u64];
             let mut results = Vec::new();
+            let mut q_rot = Vec::new();
             for fused in [false, true] {
                 let q = up(&c, &qs, &q_shape, dtype);
                 let k_new = up(&c, &new_k, &new_shape, dtype);
@@ -603,13 +609,27 @@ fn rope_in_attention_matches_rope_qk() {
                 });
                 let cache_rows = host::read(g, &kc).expect("read")[..kv_len * width].to_vec();
                 results.push((host::read(g, &out).expect("read"), cache_rows));
+                if !fused {
+                    // rope_qk's rotated (and act-rounded) queries.
+                    q_rot = host::read(g, &q).expect("read");
+                }
+            }
+            // Both against the reference on those queries and the cache.
+            let want = attention_ref(&q_rot, &results[0].1, &vs, h, kv_len, pos0);
+            let (atol, rtol) = tolerance(dtype);
+            for (r, name) in results.iter().zip(["rope_qk", "fused"]) {
+                let what = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}: {name}");
+                assert_close(&what, &r.0, &want, atol, rtol);
             }
             let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}");
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&results[0].1), bits(&results[1].1), "{tag}: k cache");
-            assert_eq!(bits(&results[0].0), bits(&results[1].0), "{tag}: output");
             assert!(results[1].0.iter().all(|v| v.is_finite()), "{tag}");
-            eprintln!("{tag}: fused RoPE bit-identical");
+            if dtype == ActDtype::F32 {
+                assert_eq!(bits(&results[0].0), bits(&results[1].0), "{tag}: output");
+            }
+            let same = bits(&results[0].0) == bits(&results[1].0);
+            eprintln!("{tag}: fused RoPE output bit-identical: {same}");
         }
     }
 }
