@@ -20,10 +20,12 @@ mod coop;
 mod fused;
 mod gemv;
 mod norm_quant;
+mod spec;
 pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
 pub use fused::{Fusion, record_linears_fused};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
 pub use norm_quant::{AddNorm, record_add_norm_quant};
+use spec::{ActCodes, FloatWeights, IntEpilogue};
 
 /// Rows of activations up to which every GEMV kernel runs (and activation
 /// rotation and quantization fuse); above, the multi-row GEMV up to
@@ -68,7 +70,7 @@ pub struct RecordOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodesKey {
     x: (wgpu::Buffer, u64),
-    mode: u32,
+    codes: ActCodes,
     group: Option<u32>,
     perm8: bool,
     m: u64,
@@ -209,14 +211,8 @@ fn record(
             r
         }
         KernelChoice::Float => {
-            let wfmt = match weights.format {
-                Format::F32 => 0,
-                Format::F16 => 1,
-                Format::Bf16 => 2,
-                Format::Float8E4m3fn => 3,
-                Format::Float8E5m2 => 4,
-                _ => return Err(choice_err("an integer format needs an integer kernel")),
-            };
+            let wfmt = FloatWeights::of(weights.format)
+                .ok_or_else(|| choice_err("an integer format needs an integer kernel"))?;
             let r = rec.float(encoder, wfmt, x, out, scratch);
             scratch.set_dispatches(dispatches.get());
             r
@@ -350,14 +346,14 @@ fn beyond_u32_indices(m: u64, n: u64, k: u64) -> Option<String> {
 
 /// The integer kernels' specialisation for a format and arithmetic.
 struct IntPath {
-    /// Act quant `MODE`.
-    mode: u32,
+    /// How activations become codes.
+    codes: ActCodes,
     /// Rotation group, for rotated layers.
     group: Option<u32>,
     /// int4 nibble weights.
     w4: bool,
-    /// Epilogue `EPI`.
-    epi: u32,
+    /// The epilogue.
+    epilogue: IntEpilogue,
     /// `SW_PER_ROW`.
     per_row_scale: bool,
 }
@@ -368,20 +364,24 @@ impl IntPath {
     fn of(format: Format, act: ActArith) -> Result<Self, &'static str> {
         Ok(match (format, act) {
             (Format::ConvrotW4a4 { group, .. }, act) => IntPath {
-                mode: if act == ActArith::Int4 { 0 } else { 1 },
+                codes: if act == ActArith::Int4 {
+                    ActCodes::Int4
+                } else {
+                    ActCodes::Int8Convrot
+                },
                 group: Some(group),
                 w4: true,
-                epi: 0,
+                epilogue: IntEpilogue::RowScale,
                 per_row_scale: true,
             },
             (Format::Int8Tensorwise { .. }, ActArith::Int4) => {
                 return Err("int8_tensorwise has int8 activations only");
             }
             (Format::Int8Tensorwise { convrot_group }, ActArith::Int8) => IntPath {
-                mode: 2,
+                codes: ActCodes::Int8Tensorwise,
                 group: convrot_group,
                 w4: false,
-                epi: 1,
+                epilogue: IntEpilogue::TensorScale,
                 per_row_scale: convrot_group.is_some(),
             },
             _ => return Err("a float format has no integer kernel"),
@@ -392,7 +392,7 @@ impl IntPath {
     /// weights' even/odd column pairing of the dot4 kernels).
     fn quant_constants(&self, perm8: bool) -> [(&'static str, f64); 3] {
         [
-            ("MODE", f64::from(self.mode)),
+            ("MODE", f64::from(self.codes as u32)),
             ("INV127", f64::from(1.0f32 / 127.0)),
             ("PERM8", f64::from(u8::from(perm8))),
         ]
@@ -638,14 +638,20 @@ impl Recorder<'_> {
     ) -> Result<(), LinearError> {
         let (gpu, m, n, k) = (self.gpu, self.m, self.weights.n, self.weights.k);
         let coop = self.coop_chosen(|caps| {
-            coop_gemm_unusable(caps, self.weights.k, int.mode == 0, int.w4, self.coop)
+            coop_gemm_unusable(
+                caps,
+                self.weights.k,
+                int.codes == ActCodes::Int4,
+                int.w4,
+                self.coop,
+            )
         })?;
         scratch.set_coop(coop.then_some(self.coop));
         // The codes a previous linear left in the scratch, when they are
         // this input's, quantized the same way (asked for by the caller).
         let codes_key = CodesKey {
             x: (x.buffer.as_ref().clone(), x.offset),
-            mode: int.mode,
+            codes: int.codes,
             group: int.group,
             perm8: int.w4 && !coop,
             m,
@@ -747,7 +753,7 @@ impl Recorder<'_> {
                 encoder,
                 format!(
                     "linear_act_quant|{aq_key}|MODE={}|PERM8={}",
-                    int.mode,
+                    int.codes as u32,
                     int.w4 && !coop
                 ),
                 quant_src,
@@ -764,11 +770,15 @@ impl Recorder<'_> {
         }
         scratch.set_codes_key(Some(codes_key));
         let dummy = scratch.dummy(gpu)?;
-        let epi = if raw { 2 } else { int.epi };
+        let epi = if raw {
+            IntEpilogue::RawAccumulator
+        } else {
+            int.epilogue
+        };
         let has_bias = self.weights.bias.is_some();
         let constants = [
             ("W4", f64::from(u8::from(int.w4))),
-            ("EPI", f64::from(epi)),
+            ("EPI", f64::from(epi as u32)),
             ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
@@ -795,8 +805,8 @@ impl Recorder<'_> {
             (false, _, true) => self.coop_kernel(false, &constants),
         };
         let key = format!(
-            "linear_int_{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}",
-            int.w4, int.per_row_scale
+            "linear_int_{kind}|W4={}|EPI={}|SWR={}|B={has_bias}",
+            int.w4, epi as u32, int.per_row_scale
         );
         let scale = self
             .weights
@@ -856,7 +866,7 @@ impl Recorder<'_> {
     fn float(
         &self,
         encoder: &mut Encoder,
-        wfmt: u32,
+        wfmt: FloatWeights,
         x: &GpuTensor,
         out: &GpuTensor,
         scratch: &mut LinearScratch,
@@ -864,7 +874,7 @@ impl Recorder<'_> {
         let (m, n, k) = (self.m, self.weights.n, self.weights.k);
         let dummy = scratch.dummy(self.gpu)?;
         let has_bias = self.weights.bias.is_some();
-        if wfmt >= 3 && self.weights.scale.is_none() {
+        if wfmt.is_fp8() && self.weights.scale.is_none() {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
@@ -873,7 +883,7 @@ impl Recorder<'_> {
         })?;
         scratch.set_coop(coop.then_some(self.coop));
         let constants = [
-            ("WFMT", f64::from(wfmt)),
+            ("WFMT", f64::from(wfmt as u32)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
         let (source, kind, tile, constants) = match (gemv, coop) {
@@ -891,7 +901,7 @@ impl Recorder<'_> {
             ),
             (false, true) => self.coop_kernel(true, &constants),
         };
-        let key = format!("linear_float_{kind}|WFMT={wfmt}|B={has_bias}");
+        let key = format!("linear_float_{kind}|WFMT={}|B={has_bias}", wfmt as u32);
         for c in self.chunks()? {
             let scale = self
                 .weights

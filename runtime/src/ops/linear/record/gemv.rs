@@ -12,6 +12,7 @@
 
 use dynvram_shaders::linear as shaders;
 
+use super::spec::{FloatWeights, IntEpilogue};
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid, region};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::Cost;
@@ -283,7 +284,7 @@ impl Recorder<'_> {
         shape: GemvShape,
         int: &IntPath,
         fast: bool,
-        epi: u32,
+        epi: IntEpilogue,
         ops: GemvOperands<'_>,
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
@@ -299,12 +300,12 @@ impl Recorder<'_> {
             ((shaders::INT_GEMV_ROWS, shaders::INT_GEMV_ROWS3), "tree")
         };
         let key = format!(
-            "linear_int_gemv_rows|{kind}|W4={}|EPI={epi}|SWR={}|B={has_bias}|R={}|M={}|WGS={}",
-            int.w4, int.per_row_scale, shape.rows, self.m, shape.wgs
+            "linear_int_gemv_rows|{kind}|W4={}|EPI={}|SWR={}|B={has_bias}|R={}|M={}|WGS={}",
+            int.w4, epi as u32, int.per_row_scale, shape.rows, self.m, shape.wgs
         );
         let constants = vec![
             ("W4", f64::from(u8::from(int.w4))),
-            ("EPI", f64::from(epi)),
+            ("EPI", f64::from(epi as u32)),
             ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
@@ -341,16 +342,16 @@ impl Recorder<'_> {
         encoder: &mut Encoder,
         c: &Chunk<'_>,
         shape: GemvShape,
-        wfmt: u32,
+        wfmt: FloatWeights,
         ops: GemvOperands<'_>,
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
         let key = format!(
-            "linear_float_gemv_rows|WFMT={wfmt}|B={has_bias}|R={}|M={}|WGS={}",
-            shape.rows, self.m, shape.wgs
+            "linear_float_gemv_rows|WFMT={}|B={has_bias}|R={}|M={}|WGS={}",
+            wfmt as u32, shape.rows, self.m, shape.wgs
         );
         let constants = vec![
-            ("WFMT", f64::from(wfmt)),
+            ("WFMT", f64::from(wfmt as u32)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
         let bindings = vec![

@@ -95,7 +95,7 @@ pub fn record_add_norm_quant(
     ]);
     let key = format!(
         "linear_add_norm_quant|G={g}|WGS={wgs}|C={chunk}|MODE={}|P={}",
-        int.mode, int.w4
+        int.codes as u32, int.w4
     );
     let params = Params {
         a: m as u32,
@@ -136,7 +136,7 @@ pub fn record_add_norm_quant(
     )?;
     scratch.set_codes_key(Some(CodesKey {
         x: (norm.out.buffer.as_ref().clone(), norm.out.offset),
-        mode: int.mode,
+        codes: int.codes,
         group: int.group,
         perm8: int.w4,
         m,
