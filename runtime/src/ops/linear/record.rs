@@ -459,8 +459,11 @@ fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// `(x, y)` workgroups covering `count` with at most 65535 per dimension.
-fn grid(count: u64) -> (u32, u32) {
+/// `(x, y)` workgroups covering `count` rows (or row groups) with at most
+/// 65535 per dimension: the linear kernels index them as
+/// `wid.x + 65535 · wid.y`, a fixed stride (unlike `ops::kernel::grid`,
+/// whose kernels read the grid's width).
+fn rows_grid(count: u64) -> (u32, u32) {
     let x = count.min(MAX_GROUPS_PER_DIM);
     let y = count.div_ceil(MAX_GROUPS_PER_DIM);
     (x as u32, y as u32)
@@ -764,7 +767,7 @@ impl Recorder<'_> {
                     buf(&scales, 0, m * 4),
                 ],
                 quant_params,
-                grid(m),
+                rows_grid(m),
                 Cost::new(quant_rec.act.size() * m * k, m * kw * 4 + m * 4, 4 * m * k),
             )?;
         }
@@ -831,7 +834,7 @@ impl Recorder<'_> {
                 continue;
             }
             let groups = if gemv {
-                grid(c.rows)
+                rows_grid(c.rows)
             } else {
                 (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
@@ -925,7 +928,7 @@ impl Recorder<'_> {
                 continue;
             }
             let groups = if gemv {
-                grid(c.rows)
+                rows_grid(c.rows)
             } else {
                 (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };

@@ -13,7 +13,7 @@
 use dynvram_shaders::linear as shaders;
 
 use super::spec::{FloatWeights, IntEpilogue};
-use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, grid, region};
+use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, region, rows_grid};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::Cost;
 
@@ -154,7 +154,7 @@ impl Recorder<'_> {
             &constants,
             vec![(0, x), (1, codes), (2, scales), (4, rotated)],
             params,
-            grid(self.m),
+            rows_grid(self.m),
             {
                 let (m, k) = (self.m, self.weights.k);
                 Cost::new(
@@ -229,7 +229,7 @@ impl Recorder<'_> {
                 &constants,
                 bindings,
                 self.gemv_params(c),
-                grid(workgroups),
+                rows_grid(workgroups),
                 cost,
             );
         };
@@ -268,7 +268,7 @@ impl Recorder<'_> {
             &constants,
             bindings,
             self.gemv_params(c),
-            grid(workgroups),
+            rows_grid(workgroups),
             cost,
         )
     }

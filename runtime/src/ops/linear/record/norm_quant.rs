@@ -8,7 +8,7 @@ use dynvram_quant::{KernelChoice, reference::is_power_of_four};
 use dynvram_shaders::linear as shaders;
 
 use super::gemv::FUSED_FIXED_BYTES;
-use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, grid};
+use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, rows_grid};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
@@ -126,7 +126,7 @@ pub fn record_add_norm_quant(
                 (8, norm.out.binding()),
             ],
             immediates: bytemuck::bytes_of(&params),
-            groups: grid(m),
+            groups: rows_grid(m),
             cost: Cost::new(
                 2 * norm.xs.bytes() + norm.weight.bytes(),
                 norm.xs.bytes() + norm.out.bytes() + rot_bytes + m * k + m * 4,
