@@ -9,7 +9,7 @@
 # 2. `dynvram --json generate --profile` resident: bf16 weights with f16 and
 #    f32 compute, int4 (convrot_w4a4) with f16 compute; prompt $PROMPT_LEN
 #    ids, $NEW_TOKENS new tokens, one warm-up.
-# 3. llama.cpp (.peer: ../shared/peer's binaries, make_gguf.py, run.sh) on
+# 3. llama.cpp (.peer: the peer kit of bench/README.md, Peer) on
 #    GGUF files of the same shapes, F16 and Q4_0, pp$PROMPT_LEN / tg$NEW_TOKENS.
 # 4. The table (bench/decode_table.py) and every profile, in $OUT/decode.
 #

@@ -7,7 +7,7 @@ import os
 import sys
 
 out, P, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-HBM = 4.26e12  # measured device copy rate (BENCH.md), bytes/s
+HBM = 4.26e12  # measured device copy rate (PyTorch, BENCHMARKS.md), bytes/s
 
 
 def load(path):

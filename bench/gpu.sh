@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything measured on the GPU machine, in one go (see ../shared/BENCH.md).
+# Everything measured on the GPU machine, in one go (see bench/README.md).
 # Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/
 # (and, for the real-VRAM fault row, the tests crate's test binary in .dev/e2e_tests;
 # for the kernel checks, runtime's test binary in .dev/runtime_tests).

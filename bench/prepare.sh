@@ -22,5 +22,5 @@ strip -o .dev/e2e_tests "$2"
 if [ -d fixtures/conformance ]; then
   rm -rf .dev/conformance && cp -r fixtures/conformance .dev/conformance
 fi
-[ -n "$(ls .gl/*.deb 2>/dev/null)" ] || bash ../shared/tools/vulkan-loader-debs.sh .gl
+[ -n "$(ls .gl/*.deb 2>/dev/null)" ] || bash scripts/vulkan-loader-debs.sh .gl
 du -sh .dev .gl

@@ -1,7 +1,7 @@
 //! The staging ring: a few host-visible `COPY_SRC` buffers that file bytes
 //! are read into (by the reader pool, straight into the mapped
 //! memory) and then copied to their GPU destination with
-//! `copy_buffer_to_buffer`. SPEC §3; default 3 × 64 MiB *(aimdo)*.
+//! `copy_buffer_to_buffer`. Default 3 × 64 MiB *(aimdo)*; docs/behaviour.md, Staging ring.
 //!
 //! Slots are ordinary `MAP_WRITE` buffers ([`HostMemoryChoice::Mapped`], on a
 //! resizable-BAR GPU these are VRAM written over PCIe) or imported host RAM

@@ -1,4 +1,4 @@
-//! Bit reversal, the ordering behind offload balancing ("max scatter", SPEC §3).
+//! Bit reversal, the ordering behind offload balancing ("max scatter", docs/behaviour.md, Pins).
 //!
 //! Giving the `n`-th pinned weight the priority `bit_reverse16(n)` makes the
 //! set of lowest-priority weights a van der Corput subset of execution order:
@@ -21,7 +21,7 @@ pub fn bit_reverse(i: u64, bits: u32) -> u64 {
     }
 }
 
-/// Reverses the low 16 bits of `i` (the pin-priority function of SPEC §3).
+/// Reverses the low 16 bits of `i` (the pin-priority function of docs/behaviour.md, Pins).
 pub fn bit_reverse16(i: u64) -> u16 {
     // The result has at most 16 bits, so the cast is lossless.
     bit_reverse(i, 16) as u16

@@ -1,4 +1,4 @@
-//! The VRAM budget: capacity, reserve, headroom and the deficit rule (SPEC §1).
+//! The VRAM budget: capacity, reserve, headroom and the deficit rule (docs/behaviour.md, Budget).
 //!
 //! Plain numbers in, a decision out. The driver figure comes through the
 //! [`DriverMemory`] trait and the clock is a parameter (`now`), so tests
@@ -129,7 +129,7 @@ pub fn gib(flag: &'static str, value: f64) -> Result<u64, BudgetError> {
     Ok(bytes as u64)
 }
 
-/// The user's settings: the three flags of SPEC §1, in bytes.
+/// The user's settings: the three flags of docs/behaviour.md, Budget, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct BudgetConfig {
     /// `--vram-budget`: an explicit capacity overriding the driver's.
@@ -237,7 +237,7 @@ pub struct DriverReading {
 }
 
 impl DriverReading {
-    /// Free VRAM as the driver sees it (`driver_free` of SPEC §1).
+    /// Free VRAM as the driver sees it (`driver_free` of docs/behaviour.md, Budget).
     pub fn free(&self) -> u64 {
         self.budget.saturating_sub(self.usage)
     }
@@ -278,7 +278,7 @@ pub struct Deficit {
     pub deficit: i128,
 }
 
-/// The deficit rule of SPEC §1, exactly, in signed arithmetic.
+/// The deficit rule (docs/behaviour.md, Budget), exactly, in signed arithmetic.
 pub fn compute_deficit(i: DeficitInputs) -> Deficit {
     let (tracked, size) = (i128::from(i.tracked), i128::from(i.size));
     let simple = tracked + size + i128::from(i.reserve) - i128::from(i.capacity);
@@ -472,7 +472,7 @@ impl Budget {
         })
     }
 
-    /// `max(simple, measured) + headroom` for `size` bytes (SPEC §1). Positive:
+    /// `max(simple, measured) + headroom` for `size` bytes (docs/behaviour.md, Budget). Positive:
     /// free at least this many bytes first.
     pub fn deficit(&mut self, size: u64, now: Instant) -> i128 {
         self.deficit_detail(size, now).deficit

@@ -1,4 +1,4 @@
-//! How a model's weights are laid out over pages (SPEC §2).
+//! How a model's weights are laid out over pages (docs/behaviour.md, Residency).
 //!
 //! Tiny tensors first (all of them are needed by every block and cost little),
 //! then the rest, each group in load order. A tensor no larger than a page

@@ -1,7 +1,7 @@
 //! The ledger: every GPU buffer the workspace creates, by owner class.
 //!
 //! wgpu cannot say what a buffer is for, so the runtime records each
-//! allocation here (SPEC §1). `loaded_vram` counts only the model proper.
+//! allocation here (docs/behaviour.md, Budget). `loaded_vram` counts only the model proper.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -115,7 +115,7 @@ impl Ledger {
         self.per_class[class.slot()]
     }
 
-    /// Bytes currently held by every class (the `tracked_usage` of SPEC §1).
+    /// Bytes currently held by every class (the `tracked_usage` of docs/behaviour.md, Budget).
     pub fn total(&self) -> u64 {
         self.total
     }

@@ -1,4 +1,4 @@
-//! Host RAM copies of streamed weights ("pins", SPEC §3): how many, which tier,
+//! Host RAM copies of streamed weights ("pins", docs/behaviour.md, Pins): how many, which tier,
 //! which to drop when RAM runs short, and which to spread out (max scatter).
 //!
 //! Plain data in (a [`RamReading`], a weight key and size), a [`PinDecision`]

@@ -1,5 +1,5 @@
 //! The single-model plan behind `dynvram plan` and a single-model run: which
-//! weights stay resident and which stream, with no GPU (SPEC §2, issue 4).
+//! weights stay resident and which stream, with no GPU (docs/behaviour.md, Residency; issue 4).
 
 use crate::layout::{Layout, LayoutConfig, LayoutError};
 use crate::residency::Placement;

@@ -1,4 +1,4 @@
-//! Which weight pages stay in VRAM, across several models (SPEC §2).
+//! Which weight pages stay in VRAM, across several models (docs/behaviour.md, Residency).
 //!
 //! Each model has a watermark: pages `0..watermark` are resident, the rest
 //! stream every pass. Models sit on a priority list (registering or running

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-/// How a linear layer's weight is stored (SPEC §5).
+/// How a linear layer's weight is stored (docs/behaviour.md, Formats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]

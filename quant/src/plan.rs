@@ -82,7 +82,7 @@ use crate::format::{Format, LinearDtype};
 /// Picks the kernel for a layer of `format` on an adapter with `caps`, honouring the
 /// user's `--linear-dtype` override.
 ///
-/// The rule (SPEC §5): the *fast* int4-activation kernel needs subgroup operations
+/// The rule (docs/behaviour.md, Kernel choice): the *fast* int4-activation kernel needs subgroup operations
 /// (`caps.subgroups`), for the per-row absmax of the activation quantization and for
 /// the K-split reduction of the dot products. `dot4I8Packed` is core WGSL, so every
 /// adapter can run integer kernels; without subgroups int4 activations run in a

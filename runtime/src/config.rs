@@ -25,7 +25,7 @@ pub struct RuntimeConfig {
     pub reader_threads: usize,
     /// `--drop-behind`: `posix_fadvise(DONTNEED)` after cold reads.
     pub drop_behind: bool,
-    /// Host RAM copies of streamed weights (SPEC §3).
+    /// Host RAM copies of streamed weights (docs/behaviour.md, Pins).
     pub pins: PinSettings,
     /// `--fast-disk`: keep no RAM copy beyond the registrable amount; every
     /// other streamed weight is read from disk each pass.

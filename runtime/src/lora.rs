@@ -1,4 +1,4 @@
-//! Live LoRA patches (SPEC §4): low-rank `A [r, K]`, `B [N, r]` and `alpha`
+//! Live LoRA patches (docs/behaviour.md, LoRA): low-rank `A [r, K]`, `B [N, r]` and `alpha`
 //! per linear layer, applied on the fly after the layer's own kernel:
 //! `y += (alpha / r) · (x Aᵀ) Bᵀ`. Patches are uploaded once when attached,
 //! counted as `patches` in the ledger, and never in `loaded_vram`.

@@ -1,4 +1,4 @@
-//! One pass over a model's blocks with block-level prefetch (SPEC §4).
+//! One pass over a model's blocks with block-level prefetch (docs/behaviour.md, Prefetch).
 //!
 //! Block *i*'s kernels are recorded, then block *i+1*'s streamed weights are
 //! staged into the other transient arena, then block *i*'s encoder is

@@ -1,4 +1,4 @@
-//! Host RAM copies of streamed weights (SPEC §3), carried out on the GPU.
+//! Host RAM copies of streamed weights (docs/behaviour.md, Pins), carried out on the GPU.
 //!
 //! Which weight keeps a copy, in which tier, and which copies are dropped or
 //! (un)registered is [`dynvram_memory::PinPolicy`]'s decision alone; this

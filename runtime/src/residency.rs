@@ -1,4 +1,4 @@
-//! Residency across every model of one runtime (SPEC §2): which weights of
+//! Residency across every model of one runtime (docs/behaviour.md, Residency): which weights of
 //! which model stay in VRAM. The decision belongs to
 //! [`dynvram_memory::Residency`] alone (priority list, watermarks, eviction
 //! order, exhaustion prediction); this module carries it out on the GPU.

@@ -292,7 +292,7 @@ struct LinearFigure {
 }
 
 /// Device-to-device copy bandwidth (read + write bytes per second, the
-/// convention of PyTorch's figure in BENCH.md): the limit a weight stream
+/// convention of PyTorch's device-copy figure in BENCHMARKS.md): the limit a weight stream
 /// is measured against.
 fn copy_baseline(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Result<f64> {
     let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;

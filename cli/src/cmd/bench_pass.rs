@@ -21,7 +21,7 @@ use crate::cmd::synth::DtypeArg;
 use crate::output::{bytes_bar, print_json, size};
 
 /// S1: the streamed pass may take this much longer than the slower of
-/// upload-only and compute-only (`../shared/BENCH.md`).
+/// upload-only and compute-only (target S1, bench/README.md).
 pub const S1_LIMIT: f64 = 1.15;
 
 /// Arguments of `dynvram bench pass`.

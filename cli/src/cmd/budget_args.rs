@@ -6,7 +6,7 @@ use dynvram_loader::{HostMemoryChoice, RingConfig};
 use dynvram_memory::BudgetConfig;
 use dynvram_runtime::{PinSettings, RuntimeConfig};
 
-/// The VRAM budget flags (SPEC §1).
+/// The VRAM budget flags (docs/behaviour.md, Budget).
 #[derive(Debug, Clone, clap::Args)]
 pub struct BudgetArgs {
     /// Explicit VRAM capacity in GiB, overriding the driver's figure. It is

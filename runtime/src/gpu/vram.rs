@@ -1,5 +1,5 @@
 //! Where the VRAM capacity and the driver's own usage figure come from
-//! (SPEC §1), through wgpu-hal: Vulkan `VK_EXT_memory_budget` (else the
+//! (docs/behaviour.md, Budget), through wgpu-hal: Vulkan `VK_EXT_memory_budget` (else the
 //! largest device-local heap), DX12 `QueryVideoMemoryInfo` (local segment) and
 //! Metal's recommended working-set size. GL reports nothing and falls back to
 //! an explicit `--vram-budget` or the adapter's buffer limit.

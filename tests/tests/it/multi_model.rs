@@ -1,4 +1,4 @@
-//! Several models under one runtime share its one budget (SPEC §2, issues 4
+//! Several models under one runtime share its one budget (docs/behaviour.md, Residency; issues 4
 //! and 6): the model that runs goes on top, the lowest-priority other model
 //! yields its top weights when room is short, the active model is evicted
 //! from last, a model that fits beside the others is never reloaded, and a

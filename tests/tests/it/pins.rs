@@ -1,4 +1,4 @@
-//! Pins used by passes (SPEC §3): a pass streaming from registered pins is
+//! Pins used by passes (docs/behaviour.md, Pins): a pass streaming from registered pins is
 //! bit-identical to one reading the file; the pin policy's ceiling and RAM
 //! floor hold under a simulated small machine; outside RAM pressure frees
 //! pins; `--fast-disk` keeps no unregistered RAM copies.

@@ -1,5 +1,5 @@
 //! Quantized and float linear layers on the GPU: `out = x · Wᵀ + b` for every
-//! weight format of SPEC §5, recorded into the caller's command encoder.
+//! weight format (docs/behaviour.md, Formats), recorded into the caller's command encoder.
 //!
 //! Integer formats (convrot_w4a4, int8_tensorwise) run up to three kernels:
 //! the group rotation (radix-4 Hadamard, `linear_rotate.wgsl`) for rotated
