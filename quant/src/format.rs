@@ -75,6 +75,12 @@ pub enum LinearDtype {
     Int8,
 }
 
+/// `true` when `g` is a power of 4 and at least 4: the group sizes the
+/// rotation of `convrot_w4a4` (and rotated `int8_tensorwise`) accepts.
+pub fn is_power_of_four(g: u32) -> bool {
+    g >= 4 && g.is_power_of_two() && g.trailing_zeros().is_multiple_of(2)
+}
+
 #[cfg(test)]
 mod display_tests {
     use super::*;

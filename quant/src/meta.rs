@@ -5,8 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::format::{Format, LinearDtype};
-use crate::reference::is_power_of_four;
+use crate::format::{Format, LinearDtype, is_power_of_four};
 use crate::tensors::{Dtype, TensorList};
 
 /// `convrot_groupsize` when the JSON does not say (ComfyUI's default).

@@ -3,6 +3,7 @@
 //! scales, the exact `i32` accumulator) is exposed so GPU kernels can be compared
 //! piece by piece: codes and accumulators exactly, outputs to float rounding.
 
+pub use crate::format::is_power_of_four;
 use crate::format::Format;
 use crate::layer::QuantLayer;
 use crate::plan::ActArith;
@@ -74,11 +75,6 @@ impl Rotation {
             Rotation::Matmul
         }
     }
-}
-
-/// `true` when `g` is a power of 4 and at least 4.
-pub fn is_power_of_four(g: u32) -> bool {
-    g >= 4 && g.is_power_of_two() && g.trailing_zeros().is_multiple_of(2)
 }
 
 /// The `G x G` Hadamard matrix (row-major): the Kronecker power of
