@@ -3,8 +3,8 @@
 //! scales, the exact `i32` accumulator) is exposed so GPU kernels can be compared
 //! piece by piece: codes and accumulators exactly, outputs to float rounding.
 
-pub use crate::format::is_power_of_four;
 use crate::format::Format;
+pub use crate::format::is_power_of_four;
 use crate::layer::QuantLayer;
 use crate::plan::ActArith;
 use crate::tensors::{Dtype, f32s, floats_to_f32, i8s};

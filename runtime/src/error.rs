@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use crate::gpu::GpuError;
 
+mod linear;
+pub use linear::LinearError;
+
 /// Anything that can go wrong while opening or running a model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -91,7 +94,7 @@ pub enum RuntimeError {
         /// Layer name.
         layer: String,
         /// Why.
-        source: crate::ops::linear::LinearError,
+        source: LinearError,
     },
     /// A tensor's bytes could not be converted for upload.
     #[error("{model}: tensor `{tensor}` has dtype {dtype:?}, which {why}")]

@@ -3,16 +3,13 @@
 //! `y += (alpha / r) · (x Aᵀ) Bᵀ`. Patches are uploaded once when attached,
 //! counted as `patches` in the ledger, and never in `loaded_vram`.
 
-use std::sync::Arc;
-
 use dynvram_memory::OwnerClass;
 use dynvram_quant::{Format, KernelChoice};
 
-use crate::accounting::TrackedBuffer;
+use crate::accounting::{SharedBudget, TrackedBuffer};
 use crate::error::{Result, RuntimeError};
-use crate::model::Model;
+use crate::gpu::Gpu;
 use crate::ops::linear::{LinearWeights, Region, WeightPart};
-use crate::runtime::Runtime;
 
 /// One attached patch.
 #[derive(Debug)]
@@ -66,26 +63,20 @@ impl LoraPatch {
     }
 }
 
-impl Model {
-    /// Attaches (or replaces) a LoRA patch on linear layer `layer`:
-    /// `a` is `[rank, K]`, `b` is `[N, rank]`, row-major `f32`.
-    pub fn attach_lora(
-        &mut self,
-        rt: &Runtime,
+impl LoraPatch {
+    /// Checks the shapes against a layer `[n, k]` and uploads `a` (`[rank, K]`)
+    /// and `b` (`[N, rank]`), row-major `f32`, as `patches` in the ledger.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload(
+        gpu: &Gpu,
+        budget: &SharedBudget,
         layer: &str,
+        (n, k): (usize, usize),
         a: &[f32],
         b: &[f32],
         rank: usize,
         alpha: f32,
-    ) -> Result<()> {
-        let (info, _) = self
-            .layers
-            .get(layer)
-            .ok_or_else(|| RuntimeError::MissingLayer {
-                model: self.path.clone(),
-                layer: layer.to_owned(),
-            })?;
-        let (n, k) = (info.n, info.k);
+    ) -> Result<Self> {
         if rank == 0 || a.len() != rank * k || b.len() != n * rank {
             return Err(RuntimeError::Shape {
                 op: format!("attach_lora({layer})"),
@@ -101,38 +92,24 @@ impl Model {
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
         let upload = |name: &str, data: &[f32]| -> Result<TrackedBuffer> {
             let buf = TrackedBuffer::new(
-                &rt.gpu,
-                &rt.budget,
+                gpu,
+                budget,
                 OwnerClass::Patches,
                 name,
                 data.len() as u64 * 4,
                 usage,
             )?;
-            rt.gpu
-                .queue
+            gpu.queue
                 .write_buffer(&buf.buffer, 0, bytemuck::cast_slice(data));
             Ok(buf)
         };
-        let patch = LoraPatch {
+        Ok(Self {
             a: upload(&format!("{layer}.lora_A"), a)?,
             b: upload(&format!("{layer}.lora_B"), b)?,
             rank: rank as u64,
             n: n as u64,
             k: k as u64,
             scale: alpha / rank as f32,
-        };
-        self.patches.insert(layer.to_owned(), Arc::new(patch));
-        Ok(())
-    }
-
-    /// Detaches the patch of `layer`; returns whether there was one. Its
-    /// buffers (and ledger entries) go when the last pass using them ends.
-    pub fn detach_lora(&mut self, layer: &str) -> bool {
-        self.patches.remove(layer).is_some()
-    }
-
-    /// Layers with a patch attached.
-    pub fn lora_layers(&self) -> Vec<&str> {
-        self.patches.keys().map(String::as_str).collect()
+        })
     }
 }

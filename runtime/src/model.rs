@@ -4,15 +4,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use dynvram_loader::{ModelFiles, TensorInfo};
+use dynvram_loader::{ModelFiles, StagingRing};
 use dynvram_memory::{ModelId, Placement};
 use dynvram_quant::{LinearPlan, QuantLayer};
 
 use crate::error::{Result, RuntimeError};
+use crate::lora::LoraPatch;
 use crate::planning::{ModelPlan, PlanWeight, arena_offsets, arena_size, plan_model};
-use crate::residency::{ModelResidency, SharedRegistry};
+use crate::residency::{ModelResidency, Placed, SharedRegistry};
 use crate::runtime::Runtime;
-use crate::upload::{Upload, upload_kind};
+use crate::upload::{ModelView, Weight, upload_kind};
 
 /// One block of a model: a name and the weights its ops use.
 #[derive(Debug, Clone, Default)]
@@ -41,14 +42,6 @@ pub struct ModelSpec {
 }
 
 #[derive(Debug)]
-pub(crate) struct Weight {
-    pub name: String,
-    pub info: TensorInfo,
-    pub block: usize,
-    pub upload: Upload,
-}
-
-#[derive(Debug)]
 pub(crate) struct Block {
     pub name: String,
     pub weights: Vec<usize>,
@@ -74,7 +67,7 @@ pub struct Model {
     pub(crate) registry: SharedRegistry,
     /// The runtime's pins, so the model's RAM copies go with it.
     pins: std::sync::Arc<std::sync::Mutex<crate::pins::Pins>>,
-    pub(crate) patches: HashMap<String, std::sync::Arc<crate::lora::LoraPatch>>,
+    pub(crate) patches: HashMap<String, std::sync::Arc<LoraPatch>>,
 }
 
 /// Sizes of a model for reports: its residency now (after another model's
@@ -156,11 +149,50 @@ impl Model {
         let gpu = &rt.gpu;
         let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        let placed = crate::residency::acquire(rt, self, &mut ring, &mut enc)?;
+        let placed = self.acquire(rt, &mut ring, &mut enc)?;
         let _span = tracing::info_span!("upload_resident", bytes = placed.loaded_bytes).entered();
         ring.submit(&gpu.queue, enc);
         gpu.wait_idle()?;
         Ok(())
+    }
+
+    /// What moving its weights needs to know of it.
+    pub(crate) fn view(&self) -> ModelView<'_> {
+        ModelView {
+            id: self.id,
+            path: &self.path,
+            files: &self.files,
+            weights: &self.weights,
+            plan_weights: &self.plan_weights,
+            scratch_bytes: self.scratch_bytes,
+        }
+    }
+
+    /// Acquires residency (see `residency::Registry::acquire`), recording
+    /// uploads into `enc`. On error what was recorded is submitted and waited
+    /// for, so the ring and the device stay usable.
+    pub(crate) fn acquire(
+        &self,
+        rt: &Runtime,
+        ring: &mut StagingRing,
+        enc: &mut wgpu::CommandEncoder,
+    ) -> Result<Placed> {
+        let result =
+            crate::residency::lock(&rt.residency).acquire(rt.device(), self.view(), ring, enc);
+        if result.is_err() {
+            let recorded = std::mem::replace(
+                enc,
+                rt.gpu
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("block"),
+                    }),
+            );
+            ring.submit(&rt.gpu.queue, recorded);
+            rt.gpu.wait_idle()?;
+            ring.recycle(&rt.gpu.device)?;
+        }
+        result
     }
 
     /// The file the model was opened from (the first one).
@@ -232,6 +264,56 @@ impl Model {
             pages_resident: residency.as_ref().map_or(0, |r| r.pages_resident),
             pages_total: residency.as_ref().map_or(0, |r| r.pages_total),
         }
+    }
+}
+
+impl Model {
+    /// Attaches (or replaces) a LoRA patch on linear layer `layer`:
+    /// `a` is `[rank, K]`, `b` is `[N, rank]`, row-major `f32`.
+    pub fn attach_lora(
+        &mut self,
+        rt: &Runtime,
+        layer: &str,
+        a: &[f32],
+        b: &[f32],
+        rank: usize,
+        alpha: f32,
+    ) -> Result<()> {
+        let (info, _) = self
+            .layers
+            .get(layer)
+            .ok_or_else(|| RuntimeError::MissingLayer {
+                model: self.path.clone(),
+                layer: layer.to_owned(),
+            })?;
+        let shape = (info.n, info.k);
+        let patch = LoraPatch::upload(&rt.gpu, &rt.budget, layer, shape, a, b, rank, alpha)?;
+        self.patches
+            .insert(layer.to_owned(), std::sync::Arc::new(patch));
+        Ok(())
+    }
+
+    /// Detaches the patch of `layer`; returns whether there was one. Its
+    /// buffers (and ledger entries) go when the last pass using them ends.
+    pub fn detach_lora(&mut self, layer: &str) -> bool {
+        self.patches.remove(layer).is_some()
+    }
+
+    /// Layers with a patch attached.
+    pub fn lora_layers(&self) -> Vec<&str> {
+        self.patches.keys().map(String::as_str).collect()
+    }
+}
+
+impl Runtime {
+    /// Drops every RAM copy of `model` (e.g. before closing it; otherwise
+    /// they stay until RAM pressure or the ceiling frees them, inactive
+    /// models first).
+    pub fn release_pins(&self, model: &Model) {
+        self.pins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unload(model.id);
     }
 }
 

@@ -26,15 +26,15 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use dynvram_loader::StagingRing;
-use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
 use crate::gpu::{CopyCmd, Gpu, TransferQueue};
 use crate::model::Model;
 use crate::ops::encoder::Encoder;
-use crate::pins::{Pins, StreamSources};
+use crate::pins::Pins;
 use crate::residency::{Home, Placed};
 use crate::runtime::Runtime;
+use crate::stats::{PassStats, StreamSources};
 use crate::trace::{Lane, Trace};
 
 /// Blocks per submit when nothing streams: wgpu encodes a command buffer
@@ -43,30 +43,6 @@ use crate::trace::{Lane, Trace};
 /// encoded; a submit every few blocks overlaps encoding with execution, for
 /// ~9 submits per token of a 32-layer model (BENCHMARKS.md, session 7).
 pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
-
-/// Figures of one pass.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct PassStats {
-    /// Weight bytes uploaded during the pass (streamed weights).
-    pub streamed_bytes: u64,
-    /// Weight bytes made resident at the start of the pass (a model taking
-    /// back residency after it yielded to another model).
-    pub loaded_bytes: u64,
-    /// Wall time of the pass, including the final wait for the GPU.
-    pub seconds: f64,
-    /// Submits made (one per block, plus ring flushes).
-    pub submits: u64,
-    /// Times the ring had to wait for a slot's earlier copy.
-    pub ring_stalls: u64,
-    /// Where the streamed bytes came from: registered pins, RAM pins, files.
-    pub sources: StreamSources,
-    /// CPU seconds spent recording the blocks' kernels.
-    pub record_seconds: f64,
-    /// CPU seconds spent staging weights and submitting.
-    pub submit_seconds: f64,
-    /// Seconds waiting for the GPU at the pass's end.
-    pub wait_seconds: f64,
-}
 
 /// A weight's bytes on the GPU.
 #[derive(Debug, Clone)]
@@ -200,7 +176,7 @@ impl Model {
         let new_encoder = || Encoder::new(&gpu.device, "block");
         let mut enc = new_encoder();
         // Residency first: this model goes on top; others yield if it needs room.
-        let placed = crate::residency::acquire(rt, self, &mut ring, enc.commands())?;
+        let placed = self.acquire(rt, &mut ring, enc.commands())?;
         stats.loaded_bytes = placed.loaded_bytes;
         let n = self.blocks.len();
         // Nothing streams: no staging between blocks, fewer submits.
@@ -382,7 +358,16 @@ impl Model {
         for &i in &self.blocks[b].weights {
             if let (Home::Arena(off), Some(arena)) = (&placed.homes[i], arena) {
                 let to_queue = copies.as_deref_mut();
-                sources.add(pins.stage(self, ring, gpu, enc, i, &arena.buffer, *off, to_queue)?);
+                sources.add(pins.stage(
+                    self.view(),
+                    ring,
+                    gpu,
+                    enc,
+                    i,
+                    &arena.buffer,
+                    *off,
+                    to_queue,
+                )?);
             }
         }
         let bytes = sources.total();

@@ -22,33 +22,8 @@ use serde::Serialize;
 use crate::config::{PinSettings, RamFigures};
 use crate::error::Result;
 use crate::gpu::{CopyCmd, Gpu};
-use crate::model::{Model, Weight};
-use crate::upload::{self, Upload};
-
-/// Where the bytes of one pass's streamed weights came from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct StreamSources {
-    /// Copied from registered pins (no CPU copy, no file read).
-    pub registered_pin_bytes: u64,
-    /// Copied from plain-RAM pins through the staging ring (no file read).
-    pub ram_pin_bytes: u64,
-    /// Read from the model's files.
-    pub file_bytes: u64,
-}
-
-impl StreamSources {
-    /// All bytes.
-    pub fn total(&self) -> u64 {
-        self.registered_pin_bytes + self.ram_pin_bytes + self.file_bytes
-    }
-
-    /// Adds `other` into `self`.
-    pub fn add(&mut self, other: Self) {
-        self.registered_pin_bytes += other.registered_pin_bytes;
-        self.ram_pin_bytes += other.ram_pin_bytes;
-        self.file_bytes += other.file_bytes;
-    }
-}
+use crate::stats::StreamSources;
+use crate::upload::{self, ModelView, Upload, Weight};
 
 /// What the runtime's pins hold now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -202,7 +177,7 @@ impl Pins {
     #[allow(clippy::too_many_arguments)]
     pub fn stage(
         &mut self,
-        model: &Model,
+        model: ModelView<'_>,
         ring: &mut StagingRing,
         gpu: &Gpu,
         enc: &mut wgpu::CommandEncoder,
@@ -303,7 +278,7 @@ impl Pins {
     /// move their copies.
     fn apply(
         &mut self,
-        model: &Model,
+        model: ModelView<'_>,
         ring: &StagingRing,
         gpu: &Gpu,
         key: WeightKey,
@@ -352,7 +327,7 @@ impl Pins {
     /// cannot be allocated leaves the weight streaming from the file.
     fn make_copy(
         &mut self,
-        model: &Model,
+        model: ModelView<'_>,
         ring: &StagingRing,
         gpu: &Gpu,
         key: WeightKey,
@@ -389,7 +364,7 @@ impl Pins {
 }
 
 /// A weight's GPU bytes in plain RAM, read by the ring's reader pool.
-fn weight_bytes(model: &Model, w: &Weight, ring: &StagingRing) -> Result<Vec<u8>> {
+fn weight_bytes(model: ModelView<'_>, w: &Weight, ring: &StagingRing) -> Result<Vec<u8>> {
     match w.upload {
         Upload::Raw => {
             let (file, _) = upload::file_of(model, w)?;
@@ -399,22 +374,5 @@ fn weight_bytes(model: &Model, w: &Weight, ring: &StagingRing) -> Result<Vec<u8>
             Ok(bytes)
         }
         Upload::ToF32 => upload::gpu_bytes(model, w),
-    }
-}
-
-impl crate::Runtime {
-    /// What the pins hold now.
-    pub fn pin_report(&self) -> PinReport {
-        self.pins.lock().unwrap_or_else(|e| e.into_inner()).report()
-    }
-
-    /// Drops every RAM copy of `model` (e.g. before closing it; otherwise
-    /// they stay until RAM pressure or the ceiling frees them, inactive
-    /// models first).
-    pub fn release_pins(&self, model: &Model) {
-        self.pins
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unload(model.id);
     }
 }

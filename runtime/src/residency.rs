@@ -26,11 +26,12 @@ use dynvram_loader::StagingRing;
 use dynvram_memory::{LayoutConfig, ModelId, OwnerClass, Placement, Residency};
 use serde::Serialize;
 
-use crate::accounting::TrackedBuffer;
+use crate::accounting::{SharedBudget, TrackedBuffer};
+use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
-use crate::model::Model;
+use crate::gpu::Gpu;
 use crate::planning::{ARENAS, PlanWeight, arena_offsets, arena_size, layout_for, plan_model};
-use crate::runtime::Runtime;
+use crate::upload::ModelView;
 
 /// The registry, shared by the runtime and its models (a model unregisters
 /// itself when dropped).
@@ -38,6 +39,17 @@ pub(crate) type SharedRegistry = Arc<Mutex<Registry>>;
 
 /// Locks the registry, recovering from a poisoned lock (each mutation keeps
 /// policy and buffers consistent before it can fail).
+/// What the registry uses of its runtime (`Runtime::device`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Device<'a> {
+    /// The GPU.
+    pub gpu: &'a Gpu,
+    /// The runtime's budget.
+    pub budget: &'a SharedBudget,
+    /// Its settings.
+    pub config: &'a RuntimeConfig,
+}
+
 pub(crate) fn lock(registry: &SharedRegistry) -> MutexGuard<'_, Registry> {
     registry.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -173,10 +185,10 @@ impl Registry {
     /// policy's plan, frees what it evicted, sizes the arenas, and records
     /// the uploads of newly resident weights into `enc`. On error the
     /// model's residency is released (its next pass starts from nothing).
-    fn acquire(
+    pub(crate) fn acquire(
         &mut self,
-        rt: &Runtime,
-        model: &Model,
+        rt: Device<'_>,
+        model: ModelView<'_>,
         ring: &mut StagingRing,
         enc: &mut wgpu::CommandEncoder,
     ) -> Result<Placed> {
@@ -196,7 +208,7 @@ impl Registry {
             (b.usable(), live)
         };
         let residency_error = |source| RuntimeError::Residency {
-            model: model.path.clone(),
+            model: model.path.to_path_buf(),
             source,
         };
         // Room besides weight pages: the pass's activations (declared, or
@@ -204,7 +216,7 @@ impl Registry {
         let reserve = model.scratch_bytes.max(live);
         let room = plan_model(&model.plan_weights, usable, reserve).map_err(|source| {
             RuntimeError::Plan {
-                model: model.path.clone(),
+                model: model.path.to_path_buf(),
                 source,
             }
         })?;
@@ -269,7 +281,7 @@ impl Registry {
 
     /// Makes the two arenas `bytes` each (none when 0); the old ones are
     /// freed before the new ones are allocated.
-    fn resize_arenas(&mut self, rt: &Runtime, bytes: u64) -> Result<()> {
+    fn resize_arenas(&mut self, rt: Device<'_>, bytes: u64) -> Result<()> {
         if self.arena_bytes == bytes {
             return Ok(());
         }
@@ -302,8 +314,8 @@ impl Registry {
     /// ones keep their buffer, or get one now with its upload recorded.
     fn load(
         &mut self,
-        rt: &Runtime,
-        model: &Model,
+        rt: Device<'_>,
+        model: ModelView<'_>,
         offsets: &[Option<u64>],
         ring: &mut StagingRing,
         enc: &mut wgpu::CommandEncoder,
@@ -312,7 +324,7 @@ impl Registry {
             .models
             .get_mut(&model.id)
             .ok_or_else(|| RuntimeError::Residency {
-                model: model.path.clone(),
+                model: model.path.to_path_buf(),
                 source: dynvram_memory::ResidencyError::UnknownModel { model: model.id },
             })?;
         let mut loaded_bytes = 0;
@@ -320,7 +332,7 @@ impl Registry {
         for ((w, pw), (offset, slot)) in model
             .weights
             .iter()
-            .zip(&model.plan_weights)
+            .zip(model.plan_weights)
             .zip(offsets.iter().zip(&mut entry.buffers))
         {
             let home = match (offset, slot.as_ref()) {
@@ -388,30 +400,4 @@ impl Registry {
             .filter_map(|&id| self.report(id))
             .collect()
     }
-}
-
-/// Acquires residency for `model` (see [`Registry::acquire`]), recording
-/// uploads into `enc`. On error what was recorded is submitted and waited
-/// for, so the ring and the device stay usable.
-pub(crate) fn acquire(
-    rt: &Runtime,
-    model: &Model,
-    ring: &mut StagingRing,
-    enc: &mut wgpu::CommandEncoder,
-) -> Result<Placed> {
-    let result = lock(&rt.residency).acquire(rt, model, ring, enc);
-    if result.is_err() {
-        let recorded = std::mem::replace(
-            enc,
-            rt.gpu
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("block"),
-                }),
-        );
-        ring.submit(&rt.gpu.queue, recorded);
-        rt.gpu.wait_idle()?;
-        ring.recycle(&rt.gpu.device)?;
-    }
-    result
 }

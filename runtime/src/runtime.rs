@@ -11,6 +11,8 @@ use crate::config::RuntimeConfig;
 use crate::error::Result;
 use crate::gpu::{Gpu, read_vram};
 use crate::ops::cache::PipelineCache;
+use crate::pins::PinReport;
+use crate::residency::Device;
 
 /// The composition root applications embed: open it once, then open models.
 #[derive(Debug)]
@@ -51,6 +53,20 @@ pub struct BudgetReport {
 }
 
 impl Runtime {
+    /// The parts of the runtime its residency registry works with.
+    pub(crate) fn device(&self) -> Device<'_> {
+        Device {
+            gpu: &self.gpu,
+            budget: &self.budget,
+            config: &self.config,
+        }
+    }
+
+    /// What the pins hold now.
+    pub fn pin_report(&self) -> PinReport {
+        self.pins.lock().unwrap_or_else(|e| e.into_inner()).report()
+    }
+
     /// Opens the adapter, reads the VRAM capacity (driver figure or
     /// `--vram-budget`), and creates the staging ring.
     pub fn new(config: RuntimeConfig) -> Result<Self> {

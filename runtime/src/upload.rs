@@ -5,11 +5,39 @@
 
 use std::path::Path;
 
-use dynvram_loader::{Dtype, HostBytes, SafetensorsFile, StagingRing, TensorInfo};
+use dynvram_loader::{Dtype, HostBytes, ModelFiles, SafetensorsFile, StagingRing, TensorInfo};
+use dynvram_memory::ModelId;
 
 use crate::error::{Result, RuntimeError};
 use crate::gpu::Gpu;
-use crate::model::{Model, Weight};
+use crate::planning::PlanWeight;
+
+/// One weight of a model: its tensor, its block and how it is uploaded.
+#[derive(Debug)]
+pub(crate) struct Weight {
+    pub name: String,
+    pub info: TensorInfo,
+    pub block: usize,
+    pub upload: Upload,
+}
+
+/// What moving a model's weights (uploads, pins, residency) needs to know
+/// of the model, borrowed from it (`Model::view`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ModelView<'m> {
+    /// Its id under the residency policy.
+    pub id: ModelId,
+    /// The file it was opened from, for errors.
+    pub path: &'m Path,
+    /// Its files.
+    pub files: &'m ModelFiles,
+    /// Its weights, load order.
+    pub weights: &'m [Weight],
+    /// Their sizes on the GPU, load order.
+    pub plan_weights: &'m [PlanWeight],
+    /// Activation bytes a pass needs.
+    pub scratch_bytes: u64,
+}
 
 /// How a tensor's bytes are uploaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +76,7 @@ pub(crate) fn upload_kind(model: &Path, info: &TensorInfo, raw: bool) -> Result<
 /// Records the upload of weight `w` into `dst` at `offset` from its file,
 /// through the staging ring.
 pub(crate) fn stage(
-    model: &Model,
+    model: ModelView<'_>,
     ring: &mut StagingRing,
     gpu: &Gpu,
     enc: &mut wgpu::CommandEncoder,
@@ -79,21 +107,21 @@ pub(crate) fn stage(
 
 /// The file holding weight `w`.
 pub(crate) fn file_of<'m>(
-    model: &'m Model,
+    model: ModelView<'m>,
     w: &Weight,
 ) -> Result<(&'m SafetensorsFile, &'m TensorInfo)> {
     model
         .files
         .get(&w.name)
         .ok_or_else(|| RuntimeError::MissingTensor {
-            model: model.path.clone(),
+            model: model.path.to_path_buf(),
             tensor: w.name.clone(),
         })
 }
 
 /// Weight `w`'s bytes as they go to the GPU (converted to `f32` where its
 /// upload converts), read from its file into RAM.
-pub(crate) fn gpu_bytes(model: &Model, w: &Weight) -> Result<Vec<u8>> {
+pub(crate) fn gpu_bytes(model: ModelView<'_>, w: &Weight) -> Result<Vec<u8>> {
     let (file, _) = file_of(model, w)?;
     let mut raw = vec![0u8; w.info.len() as usize];
     file.read_into(&w.name, 0..w.info.len(), &mut raw)?;

@@ -33,7 +33,10 @@ fn no_module_cycles() {
         }
         let graph = crate_graph(&src);
         for scc in cycles(&graph) {
-            if ALLOWED.iter().any(|(c, m, _)| *c == krate && *m == scc.as_slice()) {
+            if ALLOWED
+                .iter()
+                .any(|(c, m, _)| *c == krate && *m == scc.as_slice())
+            {
                 continue;
             }
             report += &format!("{krate}: cycle between {}\n", scc.join(", "));
@@ -77,11 +80,20 @@ fn parser_sees_every_kind_of_path() {
         "lib.rs",
         "mod a; mod b; mod c; mod d; mod e;\npub use d::{Thing, Other as Renamed};",
     );
-    write("a.rs", "use crate::{b::X, c};\n// crate::e in a comment\nconst S: &str = \"crate::e\";");
+    write(
+        "a.rs",
+        "use crate::{b::X, c};\n// crate::e in a comment\nconst S: &str = \"crate::e\";",
+    );
     write("b/mod.rs", "mod inner;");
     write("b/inner.rs", "fn f() -> super::super::Thing { todo!() }");
-    write("c.rs", "mod m { fn g() { super::super::Renamed::new(); } }\n#[cfg(test)]\nmod tests { use crate::e; }");
-    write("d.rs", "pub struct Thing; pub struct Other; fn h() { crate::a::f(); }");
+    write(
+        "c.rs",
+        "mod m { fn g() { super::super::Renamed::new(); } }\n#[cfg(test)]\nmod tests { use crate::e; }",
+    );
+    write(
+        "d.rs",
+        "pub struct Thing; pub struct Other; fn h() { crate::a::f(); }",
+    );
     write("e.rs", "macro_rules! m { () => { $crate::a::f() } }");
     let g = crate_graph(src);
     let targets = |m: &str| g[m].keys().cloned().collect::<Vec<_>>();
@@ -120,8 +132,13 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// `src/a/b.rs` → `[a, b]`, `src/a/mod.rs` → `[a]`, `src/lib.rs` → `[]`.
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
-    let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
-    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") || parts.last().unwrap() == "mod" {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main")
+        || parts.last().unwrap() == "mod"
+    {
         parts.pop();
     }
     parts
@@ -139,8 +156,10 @@ fn crate_graph(src: &Path) -> Graph {
             (f, m, code)
         })
         .collect();
-    let modules: BTreeSet<String> =
-        parsed.iter().filter_map(|(_, m, _)| m.first().cloned()).collect();
+    let modules: BTreeSet<String> = parsed
+        .iter()
+        .filter_map(|(_, m, _)| m.first().cloned())
+        .collect();
     // Items the root re-exports: `pub use m::{A, B as C}` makes `crate::C` mean `m`.
     let mut reexports = BTreeMap::new();
     for (_, _, code) in parsed.iter().filter(|(_, m, _)| m.is_empty()) {
@@ -148,7 +167,9 @@ fn crate_graph(src: &Path) -> Graph {
             let end = at + code[at..].iter().position(|&c| c == b';').unwrap_or(0);
             let text = String::from_utf8_lossy(&code[at + 3..end]).into_owned();
             let text = text.trim().trim_start_matches("crate::");
-            let Some((first, rest)) = text.split_once("::") else { continue };
+            let Some((first, rest)) = text.split_once("::") else {
+                continue;
+            };
             if !modules.contains(first.trim()) {
                 continue;
             }
@@ -167,11 +188,18 @@ fn crate_graph(src: &Path) -> Graph {
             reexports.get(name).cloned()
         }
     };
-    let mut graph: Graph = modules.iter().map(|m| (m.clone(), BTreeMap::new())).collect();
+    let mut graph: Graph = modules
+        .iter()
+        .map(|m| (m.clone(), BTreeMap::new()))
+        .collect();
     for (file, m, code) in &parsed {
         let Some(from) = m.first() else { continue };
         let inline = inline_modules(code);
-        let rel = file.strip_prefix(src.parent().unwrap()).unwrap().display().to_string();
+        let rel = file
+            .strip_prefix(src.parent().unwrap())
+            .unwrap()
+            .display()
+            .to_string();
         let mut add = |to: Option<String>| {
             if let Some(to) = to.filter(|t| t != from) {
                 let files = graph.get_mut(from).unwrap().entry(to).or_default();
@@ -207,7 +235,11 @@ fn crate_graph(src: &Path) -> Graph {
                     _ => break,
                 }
             }
-            let depth = m.len() + inline.iter().filter(|(s, e)| (*s..*e).contains(&at)).count();
+            let depth = m.len()
+                + inline
+                    .iter()
+                    .filter(|(s, e)| (*s..*e).contains(&at))
+                    .count();
             if up < depth {
                 continue; // still inside this top-level module
             }
@@ -262,8 +294,16 @@ fn skip_ws(code: &[u8], mut i: usize) -> usize {
 }
 
 fn word_at(code: &[u8], i: usize) -> Option<(String, usize)> {
-    let len = code[i.min(code.len())..].iter().take_while(|&&c| is_ident(c)).count();
-    (len > 0).then(|| (String::from_utf8_lossy(&code[i..i + len]).into_owned(), i + len))
+    let len = code[i.min(code.len())..]
+        .iter()
+        .take_while(|&&c| is_ident(c))
+        .count();
+    (len > 0).then(|| {
+        (
+            String::from_utf8_lossy(&code[i..i + len]).into_owned(),
+            i + len,
+        )
+    })
 }
 
 /// Every occurrence of `word` as a whole identifier: (start, end).
@@ -316,15 +356,23 @@ fn strip_tests(code: &[u8]) -> Vec<u8> {
     let attr = b"#[cfg(test)]";
     while let Some(s) = code.windows(attr.len()).position(|w| w == attr) {
         let body = s + attr.len();
-        let semi = code[body..].iter().position(|&c| c == b';').map(|p| body + p);
-        let brace = code[body..].iter().position(|&c| c == b'{').map(|p| body + p);
+        let semi = code[body..]
+            .iter()
+            .position(|&c| c == b';')
+            .map(|p| body + p);
+        let brace = code[body..]
+            .iter()
+            .position(|&c| c == b'{')
+            .map(|p| body + p);
         let end = match (semi, brace) {
             (Some(a), Some(b)) if a < b => a,
             (_, Some(b)) => matching(&code, b),
             (Some(a), None) => a,
             (None, None) => code.len() - 1,
         };
-        code[s..=end].iter_mut().for_each(|c| *c = if *c == b'\n' { b'\n' } else { b' ' });
+        code[s..=end]
+            .iter_mut()
+            .for_each(|c| *c = if *c == b'\n' { b'\n' } else { b' ' });
     }
     code
 }
@@ -343,7 +391,10 @@ fn strip_comments_and_strings(src: &[u8]) -> Vec<u8> {
     while i < src.len() {
         let rest = &src[i..];
         if rest.starts_with(b"//") {
-            let e = rest.iter().position(|&c| c == b'\n').map_or(src.len(), |p| i + p);
+            let e = rest
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(src.len(), |p| i + p);
             blank(&mut out, i, e);
             i = e;
         } else if rest.starts_with(b"/*") {
@@ -393,7 +444,10 @@ fn strip_comments_and_strings(src: &[u8]) -> Vec<u8> {
         } else if rest[0] == b'\'' {
             // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
             let e = if rest.get(1) == Some(&b'\\') {
-                rest[2..].iter().position(|&c| c == b'\'').map(|p| i + 2 + p + 1)
+                rest[2..]
+                    .iter()
+                    .position(|&c| c == b'\'')
+                    .map(|p| i + 2 + p + 1)
             } else {
                 let ch = std::str::from_utf8(&rest[1..rest.len().min(5)])
                     .ok()

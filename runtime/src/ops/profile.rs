@@ -196,7 +196,11 @@ pub struct Profile {
 impl Profile {
     /// Aggregates `samples` of one pass with its CPU figures; `limit` is the
     /// device's measured memory rate in GB/s, if known.
-    pub fn new(samples: &[KernelSample], stats: &crate::PassStats, limit: Option<f64>) -> Self {
+    pub fn new(
+        samples: &[KernelSample],
+        stats: &crate::stats::PassStats,
+        limit: Option<f64>,
+    ) -> Self {
         let mut rows: Vec<ProfileRow> = Vec::new();
         let mut index = std::collections::HashMap::new();
         for s in samples {

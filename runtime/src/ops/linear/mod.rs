@@ -33,12 +33,11 @@
 //! chunks whose offsets keep that alignment.
 
 pub mod conformance;
-mod error;
 mod record;
 mod scratch;
 mod weights;
 
-pub use error::LinearError;
+pub use crate::error::LinearError;
 pub use record::{
     AddNorm, CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, ROWS_GEMV_MAX_M, RecordOptions,
     coop_gemm_unusable, coop_unusable, float_coop_unusable, record_add_norm_quant, record_linear,

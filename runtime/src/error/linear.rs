@@ -1,4 +1,5 @@
-//! Errors of the linear op.
+//! Errors of the linear op (`ops::linear`), here so that `RuntimeError` can
+//! wrap them without the crate's error depending on the ops.
 
 use dynvram_quant::{Format, KernelChoice};
 
