@@ -196,7 +196,7 @@ impl Registry {
         let _span =
             tracing::info_span!("acquire_residency", model = %model.path.display()).entered();
         let (usable, live) = {
-            let b = crate::accounting::lock(&rt.budget);
+            let b = crate::accounting::lock(rt.budget);
             let l = b.ledger();
             let arenas = self.arenas.iter().map(|a| a.size).sum::<u64>();
             // Everything alive that is neither a weight nor our arenas:
@@ -214,7 +214,7 @@ impl Registry {
         // Room besides weight pages: the pass's activations (declared, or
         // what is alive now if more) and the arenas of what must stream.
         let reserve = model.scratch_bytes.max(live);
-        let room = plan_model(&model.plan_weights, usable, reserve).map_err(|source| {
+        let room = plan_model(model.plan_weights, usable, reserve).map_err(|source| {
             RuntimeError::Plan {
                 model: model.path.to_path_buf(),
                 source,
@@ -233,7 +233,7 @@ impl Registry {
             self.drop_evicted(m);
         }
         let streamed = |i: usize| plan.tensors[i] == Placement::Stream;
-        let (offsets, fill) = arena_offsets(&model.plan_weights, streamed);
+        let (offsets, fill) = arena_offsets(model.plan_weights, streamed);
         let placed = self
             .resize_arenas(rt, arena_size(fill))
             .and_then(|()| self.load(rt, model, &offsets, ring, enc));
@@ -296,7 +296,7 @@ impl Registry {
         for a in 0..ARENAS {
             let label = format!("arena {a}");
             self.arenas.push(Arc::new(TrackedBuffer::new_with(
-                &rt.budget,
+                rt.budget,
                 OwnerClass::Transient,
                 &label,
                 bytes,
@@ -343,14 +343,14 @@ impl Registry {
                 (None, Some(buf)) => Home::Resident(buf.clone()),
                 (None, None) => {
                     let buf = Arc::new(TrackedBuffer::new(
-                        &rt.gpu,
-                        &rt.budget,
+                        rt.gpu,
+                        rt.budget,
                         OwnerClass::Weights,
                         &w.name,
                         pw.size,
                         buffer_usage(),
                     )?);
-                    crate::upload::stage(model, ring, &rt.gpu, enc, w, &buf.buffer, 0)?;
+                    crate::upload::stage(model, ring, rt.gpu, enc, w, &buf.buffer, 0)?;
                     loaded_bytes += w.info.len();
                     *slot = Some(buf.clone());
                     Home::Resident(buf)
