@@ -1,4 +1,5 @@
-//! Integration tests of the runtime end to end: streaming, pins, LoRA, several models, faults.
+//! Integration tests of the runtime end to end: streaming, pins, LoRA, several models, faults;
+//! and the workspace's module graph (no import cycles inside a crate).
 //!
 //! One test binary per crate (one link in CI): each module below was its own
 //! binary before; the shared set-up lives in the `*common` modules.
@@ -6,6 +7,7 @@
 mod copy_queue;
 mod faults;
 mod lora;
+mod module_cycles;
 mod multi_model;
 mod pins;
 mod scratch_ledger;
