@@ -82,11 +82,12 @@ use crate::format::{Format, LinearDtype};
 /// Picks the kernel for a layer of `format` on an adapter with `caps`, honouring the
 /// user's `--linear-dtype` override.
 ///
-/// The rule (docs/behaviour.md, Kernel choice): the *fast* int4-activation kernel needs subgroup operations
-/// (`caps.subgroups`), for the per-row absmax of the activation quantization and for
-/// the K-split reduction of the dot products. `dot4I8Packed` is core WGSL, so every
-/// adapter can run integer kernels; without subgroups int4 activations run in a
-/// slower exact portable kernel, used only when int4 is forced.
+/// The rule (docs/behaviour.md, Kernel choice): the *fast* int4-activation kernel
+/// needs subgroup operations (`caps.subgroups`), for the per-row absmax of the
+/// activation quantization and for the K-split reduction of the dot products.
+/// `dot4I8Packed` is core WGSL, so every adapter can run integer kernels; without
+/// subgroups int4 activations run in a slower exact portable kernel, used only
+/// when int4 is forced.
 /// * convrot_w4a4, override `Int8` → int8 activations; override `Int4` → int4 (fast if
 ///   subgroups, else portable); `Auto` → file's `linear_dtype`: `int8` → int8, `int4`/absent
 ///   → int4 fast where subgroups exist, else the int8 fallback (as ComfyUI's CUDA backend

@@ -37,8 +37,6 @@ use crate::upload::ModelView;
 /// itself when dropped).
 pub(crate) type SharedRegistry = Arc<Mutex<Registry>>;
 
-/// Locks the registry, recovering from a poisoned lock (each mutation keeps
-/// policy and buffers consistent before it can fail).
 /// What the registry uses of its runtime (`Runtime::device`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Device<'a> {
@@ -50,6 +48,8 @@ pub(crate) struct Device<'a> {
     pub config: &'a RuntimeConfig,
 }
 
+/// Locks the registry, recovering from a poisoned lock (each mutation keeps
+/// policy and buffers consistent before it can fail).
 pub(crate) fn lock(registry: &SharedRegistry) -> MutexGuard<'_, Registry> {
     registry.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -23,7 +23,8 @@ pub struct Runtime {
     pub(crate) ring: Mutex<StagingRing>,
     pub(crate) config: RuntimeConfig,
     pub(crate) linear_scratch: Mutex<crate::ops::linear::LinearScratch>,
-    /// Which weights of which model are resident (docs/behaviour.md, Residency), shared with the models.
+    /// Which weights of which model are resident (docs/behaviour.md,
+    /// Residency), shared with the models.
     pub(crate) residency: crate::residency::SharedRegistry,
     /// Host RAM copies of streamed weights (docs/behaviour.md, Pins), see `pins.rs`.
     pub(crate) pins: std::sync::Arc<Mutex<crate::pins::Pins>>,

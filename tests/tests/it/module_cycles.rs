@@ -88,7 +88,10 @@ fn parser_sees_every_kind_of_path() {
     write("b/inner.rs", "fn f() -> super::super::Thing { todo!() }");
     write(
         "c.rs",
-        "mod m { fn g() { super::super::Renamed::new(); } }\n#[cfg(test)]\nmod tests { use crate::e; }",
+        concat!(
+            "mod m { fn g() { super::super::Renamed::new(); } }\n",
+            "#[cfg(test)]\nmod tests { use crate::e; }",
+        ),
     );
     write(
         "d.rs",
