@@ -73,8 +73,8 @@ pub fn uses_subgroups(caps: &AdapterCaps, head_dim: u64) -> bool {
 }
 
 /// `(chunk, splits)` for `n_kv` kv heads over `keys` keys: enough splits
-/// for [`TARGET_GROUPS`] workgroups, each at least [`MIN_CHUNK`] keys (where
-/// there are that many) and at most [`MAX_CHUNK`]; chunks are multiples of
+/// for `TARGET_GROUPS` (264) workgroups, each at least `MIN_CHUNK` (32) keys (where
+/// there are that many) and at most `MAX_CHUNK` (512); chunks are multiples of
 /// 16 keys (whole steps of four key groups of 4 keys).
 pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
     let keys = keys.max(1);
