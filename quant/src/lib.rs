@@ -2,17 +2,17 @@
 //! linears and the rule that picks a kernel path for a layer on an adapter.
 //!
 //! Owns: [`Format`] and metadata parsing (`comfy_quant` in all its forms), layout
-//! validation, CPU references, [`plan::LinearPlan`], the quantizer.
+//! validation, CPU references, [`kernel_path::KernelPath`], the quantizer.
 //! Knows nothing of GPU memory policy or wgpu: adapters are described by plain
 //! [`caps::AdapterCaps`]. The quantizer reads and writes files through
 //! `dynvram-loader` (positional reads, the atomic writer).
 
 pub mod caps;
 pub mod format;
+pub mod kernel_path;
 pub mod layer;
 pub mod meta;
 pub mod model_dir;
-pub mod plan;
 pub mod quantize;
 pub mod reference;
 mod safetensors_out;
@@ -21,9 +21,9 @@ pub mod tolerance;
 
 pub use caps::AdapterCaps;
 pub use format::{Format, LinearDtype};
+pub use kernel_path::{ActArith, KernelChoice, KernelPath, LinearDtypeOverride, choose};
 pub use layer::{LayoutError, QuantLayer, discover_layers, validate_layer};
 pub use meta::{LayerMeta, MetaError, MetaSource, layer_meta, parse_comfy_quant};
-pub use plan::{ActArith, KernelChoice, LinearDtypeOverride, LinearPlan, choose};
 pub use quantize::{QuantizeError, QuantizeOptions, QuantizeReport, TargetFormat, quantize_file};
 pub use reference::{LayerBytes, LinearTrace, ReferenceError, reference_linear};
 pub use tensors::{SafeFile, TensorList, TensorTable};

@@ -5,8 +5,8 @@
 
 use crate::format::Format;
 pub use crate::format::is_power_of_four;
+use crate::kernel_path::ActArith;
 use crate::layer::QuantLayer;
-use crate::plan::ActArith;
 use crate::tensors::{Dtype, f32s, floats_to_f32, i8s};
 
 /// Errors of the reference linears: sizes that do not agree with the layer.

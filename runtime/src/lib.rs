@@ -13,6 +13,7 @@ mod activation;
 mod block_ops;
 mod config;
 mod error;
+mod files_list;
 pub mod gpu;
 mod lora;
 mod model;
@@ -24,7 +25,6 @@ mod residency;
 mod runtime;
 mod stats;
 pub mod tensor;
-mod tensors;
 pub mod trace;
 mod upload;
 
@@ -32,6 +32,7 @@ pub use accounting::TrackedBuffer;
 pub use activation::Activation;
 pub use config::{PinSettings, RamFigures, RamReader, RuntimeConfig};
 pub use error::{Result, RuntimeError};
+pub use files_list::FilesList;
 pub use gpu::{AdapterChoice, Gpu, GpuError};
 pub use model::{BlockSpec, Model, ModelReport, ModelSpec, plan_spec};
 pub use pass::{BlockCtx, WeightView};
@@ -40,7 +41,6 @@ pub use residency::ModelResidency;
 pub use runtime::{BudgetReport, Runtime};
 pub use stats::{PassStats, StreamSources};
 pub use tensor::{ActDtype, GpuTensor};
-pub use tensors::FilesList;
 
 /// Re-exported so applications and the models crate need only the runtime.
 pub use dynvram_loader as loader;

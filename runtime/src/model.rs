@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use dynvram_loader::{ModelFiles, StagingRing};
 use dynvram_memory::{ModelId, Placement};
-use dynvram_quant::{LinearPlan, QuantLayer};
+use dynvram_quant::{KernelPath, QuantLayer};
 
 use crate::error::{Result, RuntimeError};
 use crate::lora::LoraPatch;
@@ -56,7 +56,7 @@ pub struct Model {
     pub(crate) files: ModelFiles,
     pub(crate) weights: Vec<Weight>,
     pub(crate) by_name: HashMap<String, usize>,
-    pub(crate) layers: HashMap<String, (QuantLayer, LinearPlan)>,
+    pub(crate) layers: HashMap<String, (QuantLayer, KernelPath)>,
     pub(crate) blocks: Vec<Block>,
     pub(crate) plan: ModelPlan,
     /// Sizes on the GPU, load order (what the policy and the plan see).
@@ -212,7 +212,7 @@ impl Model {
     }
 
     /// The kernel plan of a linear layer.
-    pub fn linear_plan(&self, layer: &str) -> Option<&LinearPlan> {
+    pub fn kernel_path(&self, layer: &str) -> Option<&KernelPath> {
         self.layers.get(layer).map(|(_, p)| p)
     }
 
@@ -366,7 +366,7 @@ struct Collected {
 
 /// Every weight the blocks declare, in execution order, each layer validated.
 fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collected> {
-    let list = crate::tensors::FilesList::new(files);
+    let list = crate::files_list::FilesList::new(files);
     let mut weights = Vec::new();
     let mut by_name = HashMap::new();
     let mut layers = HashMap::new();

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use dynvram_quant::{Format, LinearDtype, LinearDtypeOverride, LinearPlan, plan};
+use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::gpu::{AdapterSummary, enumerate_adapters};
 use dynvram_runtime::ops::linear::{CoopShape, coop_unusable};
 use serde::Serialize;
@@ -25,7 +25,7 @@ pub struct Args {
 struct Probed {
     #[serde(flatten)]
     adapter: AdapterSummary,
-    kernel_paths: Vec<(String, LinearPlan)>,
+    kernel_paths: Vec<(String, KernelPath)>,
 }
 
 /// The formats a probe reports, with their display names.
@@ -72,7 +72,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         .map(|adapter| {
             let kernel_paths = formats()
                 .into_iter()
-                .map(|(name, f)| (name.to_owned(), plan::choose(f, &adapter.caps, over)))
+                .map(|(name, f)| (name.to_owned(), kernel_path::choose(f, &adapter.caps, over)))
                 .collect();
             Probed {
                 adapter,

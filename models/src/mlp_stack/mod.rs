@@ -161,7 +161,7 @@ pub fn gelu_tanh(h: f32) -> f32 {
 }
 
 /// The activation arithmetic a kernel plan uses, for the CPU reference.
-pub fn plan_act(kernel: KernelChoice) -> Option<ActArith> {
+pub fn kernel_act(kernel: KernelChoice) -> Option<ActArith> {
     match kernel {
         KernelChoice::Integer { act, .. } => Some(act),
         KernelChoice::Float => None,
@@ -299,7 +299,9 @@ impl Probe {
 
     fn acts(&self, model: &dynvram_runtime::Model) -> Vec<[Option<ActArith>; 2]> {
         (0..self.shape.blocks)
-            .map(|i| layer_names(i).map(|l| model.linear_plan(&l).and_then(|p| plan_act(p.kernel))))
+            .map(|i| {
+                layer_names(i).map(|l| model.kernel_path(&l).and_then(|p| kernel_act(p.kernel)))
+            })
             .collect()
     }
 

@@ -69,7 +69,7 @@ impl std::fmt::Display for KernelChoice {
 
 /// The decision for one layer on one adapter, with the reason in words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LinearPlan {
+pub struct KernelPath {
     /// The kernel.
     pub kernel: KernelChoice,
     /// Why, for `dynvram probe` and logs.
@@ -95,7 +95,7 @@ use crate::format::{Format, LinearDtype};
 /// * int8_tensorwise → int8 activations (fast variant where subgroups exist); the
 ///   override does not apply (its weights are int8, its arithmetic is fixed).
 /// * float8 and plain weights → float GEMM.
-pub fn choose(format: Format, caps: &AdapterCaps, ov: LinearDtypeOverride) -> LinearPlan {
+pub fn choose(format: Format, caps: &AdapterCaps, ov: LinearDtypeOverride) -> KernelPath {
     let fast = caps.subgroups;
     let sub = if fast {
         "adapter has subgroups for the fast kernel"
@@ -173,7 +173,7 @@ pub fn choose(format: Format, caps: &AdapterCaps, ov: LinearDtypeOverride) -> Li
                 "float: unquantized weight converted to f32, f32 multiply".to_owned(),
             ),
         };
-    LinearPlan { kernel, reason }
+    KernelPath { kernel, reason }
 }
 
 #[cfg(test)]
