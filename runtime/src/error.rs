@@ -60,6 +60,15 @@ pub enum RuntimeError {
         /// The name asked for.
         tensor: String,
     },
+    /// A model used with a runtime other than the one it was opened on
+    /// (its weights, ids and budget belong to that one).
+    #[error(
+        "{model}: the model was opened on another runtime; open it again on this one to use it here"
+    )]
+    ForeignModel {
+        /// The model's file.
+        model: PathBuf,
+    },
     /// The model has no linear layer of that name.
     #[error("{model}: no linear layer `{layer}` (a `{layer}.weight` of 2 dimensions)")]
     MissingLayer {

@@ -168,6 +168,19 @@ impl Model {
         }
     }
 
+    /// Fails unless `rt` is the runtime this model was opened on: model ids
+    /// count per runtime, so another runtime's registry could hold a model
+    /// of the same id.
+    pub(crate) fn check_runtime(&self, rt: &Runtime) -> Result<()> {
+        if std::sync::Arc::ptr_eq(&self.registry, &rt.residency) {
+            Ok(())
+        } else {
+            Err(RuntimeError::ForeignModel {
+                model: self.path.clone(),
+            })
+        }
+    }
+
     /// Acquires residency (see `residency::Registry::acquire`), recording
     /// uploads into `enc`. On error what was recorded is submitted and waited
     /// for, so the ring and the device stay usable.
@@ -279,6 +292,7 @@ impl Model {
         rank: usize,
         alpha: f32,
     ) -> Result<()> {
+        self.check_runtime(rt)?;
         let (info, _) = self
             .layers
             .get(layer)

@@ -163,6 +163,7 @@ impl Model {
         mut body: impl FnMut(&mut BlockCtx<'_>) -> Result<()>,
     ) -> Result<PassStats> {
         let _span = tracing::info_span!("pass", blocks = self.blocks.len()).entered();
+        self.check_runtime(rt)?;
         let gpu = &*rt.gpu;
         gpu.check_health()?;
         let mut local = Trace::disabled();

@@ -324,3 +324,30 @@ fn a_yielded_model_that_cannot_reload_fails_alone_and_the_other_still_runs() {
     drop(mb);
     assert_eq!(rt.budget_report().tracked, 0);
 }
+
+/// A model used with another runtime than its own is refused, naming the
+/// file, even where that runtime holds a model of the same id; both
+/// runtimes' own models still run right afterwards.
+#[test]
+fn a_model_run_on_another_runtime_is_refused() {
+    let name = "a_model_run_on_another_runtime_is_refused";
+    if test_gpu(name, any_adapter).is_none() {
+        return;
+    }
+    let files = pair();
+    let (a, b) = (Subject::new(&files.a), Subject::new(&files.b));
+    let (ref_a, ref_b) = (a.reference(), b.reference());
+    let (rt1, rt2) = (runtime(1 << 30), runtime(1 << 30));
+    let (ma, mb) = (a.open(&rt1), b.open(&rt2));
+    assert_eq!(
+        ma.id(),
+        mb.id(),
+        "each runtime numbers its models from the same start"
+    );
+    let err = mlp_stack::forward_gpu(&rt2, &ma, &a.x, ROWS, None).expect_err("foreign runtime");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("another runtime"), "{msg}");
+    assert!(msg.contains("a.safetensors"), "{msg}");
+    a.run(&rt1, &ma, &ref_a);
+    b.run(&rt2, &mb, &ref_b);
+}
