@@ -5,7 +5,7 @@
 # for the kernel checks, runtime's test binary in .dev/runtime_tests).
 # Correctness first (probe, conformance, run), then timings; every output
 # lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
-#   PARTS="check linear torch pass s2 rss upload faults llama tune" bash bench/gpu.sh
+#   PARTS="check sweep linear torch pass s2 rss upload faults llama tune" bash bench/gpu.sh
 # (NO_COPY_QUEUE=1 adds the pass on wgpu's queue; COOP_SHAPES lists the
 # cooperative GEMM shapes timed beside dot4.)
 set -uo pipefail
@@ -30,12 +30,20 @@ if want check; then
   step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
   step run;          $d run $b 2>&1 | tee "$out/run.txt"
   if [ -x .dev/runtime_tests ]; then
-    # The linear kernels against the CPU reference on this GPU, the
-    # cooperative-matrix GEMM required (16x16 tensor cores on NVIDIA).
-    step "linear property tests (cooperative matrices required)"
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/runtime_tests linear_random:: > "$out/linear_random.txt" 2>&1
-    grep -E "panicked|failed:|^test |test result" "$out/linear_random.txt" | cut -c1-400
+    # The linear kernels (cooperative-matrix GEMM required: 16x16 tensor
+    # cores on NVIDIA) and the attention kernels (the decode kernel's
+    # 32-lane subgroup sums, which no software adapter has) against the
+    # CPU reference on this GPU.
+    step "linear and attention property tests (cooperative matrices required)"
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/runtime_tests \
+      linear_random:: f16_linear:: ops_attention:: --nocapture > "$out/runtime_tests.txt" 2>&1
+    grep -E "panicked|failed:|^test |test result|subgroup sums" "$out/runtime_tests.txt" | cut -c1-400
   fi
+fi
+if want sweep; then
+  step "cooperative GEMM shapes (bench/coop_sweep.sh)"
+  OUT="$out" bash bench/coop_sweep.sh > /dev/null 2>&1
+  grep -E "TFLOP|coop-matrix" "$out/coop_sweep.txt" | cut -c1-200
 fi
 if want linear; then
   # The layer shapes N x K at one M.
