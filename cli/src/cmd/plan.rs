@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use dynvram_memory::{Budget, CapacitySource, Placement};
+use dynvram_models::flux::{self, FluxCheckpoint};
 use dynvram_models::llama::{Checkpoint, Limits};
 use dynvram_models::mlp_stack;
 use dynvram_runtime::ModelSpec;
@@ -41,8 +42,10 @@ Examples:
   dynvram plan stack.safetensors --vram-budget 1 --tensors")]
 pub struct Args {
     /// A Hugging Face checkpoint folder (config.json with
-    /// model.safetensors or a sharded index), its index json, or a
-    /// safetensors file of MLP blocks (`blocks.{i}.mlp.fc1/fc2`).
+    /// model.safetensors or a sharded index), its index json, a Flux
+    /// transformer (a single file in Black Forest Labs' or ComfyUI's key
+    /// layout, or a folder with its config.json and model.safetensors), or
+    /// a safetensors file of MLP blocks (`blocks.{i}.mlp.fc1/fc2`).
     model: PathBuf,
     #[command(flatten)]
     pub(crate) budget: BudgetArgs,
@@ -55,6 +58,13 @@ pub struct Args {
     /// the model's context (max_position_embeddings) or 4096, the smaller.
     #[arg(long, value_name = "TOKENS")]
     context: Option<usize>,
+    /// Flux: image tokens of a step (packed 2×2 latent patches; 4096 is
+    /// 1024×1024 pixels).
+    #[arg(long, default_value_t = 4096, value_name = "TOKENS")]
+    image_tokens: usize,
+    /// Flux: text tokens of a step.
+    #[arg(long, default_value_t = 512, value_name = "TOKENS")]
+    text_tokens: usize,
     /// Host-to-GPU rate for streamed weights, in GB/s (10^9 bytes).
     #[arg(long, default_value_t = DEFAULT_PCIE_GBPS, value_name = "GB/S")]
     pcie_gbps: f64,
@@ -86,9 +96,9 @@ struct BlockRow {
 #[derive(Debug, Serialize)]
 struct Report {
     model: PathBuf,
-    /// `llama checkpoint` or `mlp stack`.
+    /// `llama checkpoint`, `flux transformer` or `mlp stack`.
     kind: &'static str,
-    /// What one pass is: `token` (decode) or `pass`.
+    /// What one pass is: `token` (decode), `step` (a Flux forward) or `pass`.
     unit: &'static str,
     capacity: u64,
     reserve: u64,
@@ -168,6 +178,53 @@ fn checkpoint_target(args: &Args) -> anyhow::Result<Target> {
     })
 }
 
+fn flux_target(args: &Args) -> anyhow::Result<Target> {
+    let ckpt = FluxCheckpoint::open(&args.model)
+        .with_context(|| format!("opening {}", args.model.display()))?;
+    let (img_len, txt_len) = (args.image_tokens, args.text_tokens);
+    if img_len == 0 || txt_len == 0 {
+        anyhow::bail!("--image-tokens {img_len} and --text-tokens {txt_len} must be at least 1");
+    }
+    let shape = flux::Shape {
+        batch: 1,
+        img_len,
+        txt_len,
+    };
+    let c = &ckpt.config;
+    Ok(Target {
+        // f16 activations, as `dit` takes them on GPUs with SHADER_F16.
+        spec: ckpt.spec(shape, dynvram_runtime::ActDtype::F16),
+        kind: "flux transformer",
+        unit: "step",
+        describe: format!(
+            "Flux, {} double and {} single blocks, hidden {}{}; one step over {img_len} image and {txt_len} text tokens, f16 activations",
+            c.depth,
+            c.depth_single_blocks,
+            c.hidden_size,
+            if ckpt.inferred {
+                " (inferred from the shapes)"
+            } else {
+                ""
+            },
+        ),
+    })
+}
+
+/// A Flux transformer: a file (or a folder's model.safetensors) whose keys
+/// are Black Forest Labs' (`double_blocks.0.img_attn.qkv.weight`, maybe
+/// under ComfyUI's prefix).
+fn is_flux(path: &Path) -> bool {
+    let file = if path.is_dir() {
+        path.join("model.safetensors")
+    } else {
+        path.to_owned()
+    };
+    file.extension().is_some_and(|e| e == "safetensors")
+        && dynvram_runtime::loader::ModelFiles::open(&file).is_ok_and(|files| {
+            flux::detect_prefix(&dynvram_runtime::FilesList::new(&files)).is_some()
+        })
+}
+
 fn stack_target(args: &Args) -> anyhow::Result<Target> {
     let probe = mlp_stack::Probe::open(&args.model)?;
     let rows = probe.rows(args.rows.unwrap_or(4));
@@ -211,7 +268,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             "`dynvram plan` needs --vram-budget GIB (it runs without a GPU, so it cannot ask the driver)"
         );
     };
-    let target = if is_checkpoint(&args.model) {
+    let target = if is_flux(&args.model) {
+        flux_target(&args)?
+    } else if is_checkpoint(&args.model) {
         checkpoint_target(&args)?
     } else {
         stack_target(&args)?

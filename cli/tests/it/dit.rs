@@ -321,3 +321,46 @@ fn quantized_flux_is_close(flags: &[&str], least: f64) -> bool {
     assert!(cosine > least, "{format}: cosine {cosine}");
     true
 }
+
+/// `plan` on a Flux transformer (folder or its model.safetensors) without a
+/// GPU: one step's blocks (embedders, the double and single blocks, the
+/// final layer), all resident under a large budget, some streamed under a
+/// small one; bad token counts are refused naming the flag.
+#[test]
+fn plan_takes_flux_files() {
+    let plan = |model: &Path, budget: &str, tokens: &str| {
+        let o = Command::cargo_bin("dynvram")
+            .expect("binary")
+            .args([
+                "--json",
+                "plan",
+                "--reserve-vram",
+                "0",
+                "--vram-budget",
+                budget,
+            ])
+            .args(["--image-tokens", tokens, "--text-tokens", "16"])
+            .arg(model)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        o.status
+            .success()
+            .then(|| serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"))
+            .ok_or(err)
+    };
+    for model in [tiny(), tiny().join("model.safetensors")] {
+        let all = plan(&model, "1", "64").expect("plan");
+        assert_eq!(all["kind"], "flux transformer", "{all}");
+        assert_eq!(all["unit"], "step");
+        // embed, 2 double, 2 single, final_layer (tiny-flux's config.json).
+        assert_eq!(all["blocks"].as_array().map(Vec::len), Some(6), "{all}");
+        assert_eq!(all["streamed_bytes_per_pass"], 0, "{all}");
+        let tight = plan(&model, "0.004", "64").expect("plan");
+        let streamed = tight["streamed_bytes_per_pass"].as_u64().unwrap_or(0);
+        assert!(streamed > 0, "{tight}");
+        assert_eq!(tight["weight_bytes"], all["weight_bytes"]);
+        let err = plan(&model, "1", "0").expect_err("no image tokens");
+        assert!(err.contains("--image-tokens"), "{err}");
+    }
+}

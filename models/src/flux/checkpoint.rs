@@ -133,7 +133,12 @@ impl FluxCheckpoint {
             let c = path.join("config.json");
             (w, c.is_file().then_some(c))
         } else if path.is_file() {
-            (path.to_owned(), None)
+            // A folder's model.safetensors takes the folder's config.json,
+            // as the folder itself would.
+            let beside = path.parent().map(|d| d.join("config.json")).filter(|c| {
+                path.file_name().is_some_and(|n| n == "model.safetensors") && c.is_file()
+            });
+            (path.to_owned(), beside)
         } else {
             return Err(FluxError::Weights {
                 path: path.to_owned(),
