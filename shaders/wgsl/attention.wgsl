@@ -18,6 +18,8 @@
 // partial softmaxes combined (`attend_combine`, which also combines the
 // splits of attention_decode.wgsl, the decode kernel). Query head h
 // reads kv head h / (n_heads / n_kv) (contiguous groups, HF repeat_kv).
+//
+// needs: Params
 
 // Params: attention_params.wgsl, before this file.
 

@@ -24,6 +24,9 @@
 //
 // q, k, v, out as attention.wgsl declares them (head_dim a multiple of 4;
 // q, k and v read as vec4), Params in attention_params.wgsl.
+//
+// needs: Params, group_sum, k, load_q, rope_new_keys
+// provides: HD, LPK, MAX_KP, MAX_QG, QG, WG, params, q
 
 const WG: u32 = 128u;
 const MAX_QG: u32 = 8u;

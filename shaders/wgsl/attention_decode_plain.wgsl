@@ -1,4 +1,7 @@
 // attention_decode.wgsl without RoPE: q and the cache as they are.
+//
+// needs: q
+// provides: k, load_q, rope_new_keys
 
 @group(0) @binding(2) var<storage, read> k: array<vec4<act>>;
 

@@ -3,6 +3,9 @@
 // the queries are rotated as they are loaded, and the new key rows
 // pos0..pos0+sq of the workgroup's key range are rotated in the cache
 // (written back rounded to act) before any key is read. Needs HD % 8 == 0.
+//
+// needs: HD, WG, params, q
+// provides: k, load_q, rope_new_keys
 
 @group(0) @binding(2) var<storage, read_write> k: array<vec4<act>>;
 @group(0) @binding(6) var<storage, read> table: array<vec2<f32>>;

@@ -3,6 +3,9 @@
 // invocations, laid out along local_invocation_index as every driver does
 // for a one-dimensional workgroup). A butterfly: every lane ends with the
 // same bits (each step adds the same two values, in either order).
+//
+// needs: LPK, MAX_QG, QG
+// provides: group_sum
 
 fn group_sum(lid: u32, x: array<f32, MAX_QG>) -> array<f32, MAX_QG> {
     var y = x;

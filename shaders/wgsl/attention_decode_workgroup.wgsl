@@ -3,6 +3,9 @@
 // QG lanes of each group (LPK >= MAX_QG) add one query's LPK values, and
 // every lane reads the sums back. Called by every invocation in uniform
 // control flow.
+//
+// needs: LPK, MAX_KP, MAX_QG, QG, WG
+// provides: group_sum
 
 var<workgroup> gs_in: array<f32, WG * MAX_QG>;
 var<workgroup> gs_out: array<f32, MAX_KP * MAX_QG>;

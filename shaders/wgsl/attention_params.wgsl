@@ -1,5 +1,7 @@
 // The params of attention.wgsl and attention_decode.wgsl (one host
 // layout for both, and for attend_combine after either).
+//
+// provides: Params
 struct Params {
     sq: u32,
     n_heads: u32,

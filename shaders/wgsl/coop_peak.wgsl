@@ -8,6 +8,8 @@
 //   B tiles per four products, as the GEMM's inner loop does.
 // The sums are stored, so nothing can be dropped.
 // Dispatch: any number of workgroups of SG * NSG invocations.
+//
+// needs: CM, cm_a, cm_b, cm_c
 
 override SG: u32 = 32u;
 override ITERS: u32 = 4096u;

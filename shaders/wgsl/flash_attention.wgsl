@@ -26,6 +26,8 @@
 // overwrite the keys while the probabilities are written. The score matrix
 // never reaches memory. Query head h reads kv head h / (n_heads / n_kv)
 // (HF repeat_kv).
+//
+// needs: CM, cm_a, cm_b, cm_c
 
 struct Params {
     sq: u32,

@@ -3,6 +3,9 @@
 // its absmax, then codes packed four per u32 (byte 0 = first column) for
 // dot4I8Packed. The body provides `act_value(row_base, col) -> f32`, the (rotated) input
 // at flat index i, computed in f32.
+//
+// needs: act_value
+// provides: qp, write_codes
 
 // 0: int4, s = max(absmax, 1e-10) / 7, codes in [-7, 7]
 // 1: int8 (convrot_w4a4, CUDA), s = max(absmax * (1/127), 1e-30), [-128, 127]

@@ -3,6 +3,9 @@
 // per row: absmax, then the row's scale and codes. Rows run over
 // wid.x + 65535 * wid.y. The input is `act` (f32 or f16); the scale and
 // codes are computed in f32.
+//
+// needs: WG, qp, wg_max_f32, write_codes
+// provides: act_value
 
 @group(0) @binding(0) var<storage, read> x: array<act>;
 

@@ -12,6 +12,9 @@
 // them. With f32 activations every value is the same bit for bit; with f16,
 // NVIDIA's and Mesa 26's compilers round some norm outputs of the two
 // kernels one ulp apart (tested to that bound).
+//
+// needs: GV_FADD, GV_UMAX, fht, gv_out, gv_tree, qp, write_codes
+// provides: G, WGS, act_value, fht_v
 
 // The group size: a power of 4 dividing K; 1 (no stage) for unrotated layers.
 override G: u32 = 256u;

@@ -8,6 +8,10 @@
 // A slot's global reads (`fetch_*`) return raw values, decoded only when
 // stored (`put_*`), so that the reads of the next K step stay in flight
 // while this step multiplies.
+//
+// needs: A_SLOTS, B_SLOTS, PITCH, WFMT, a_sh, a_slot, b_sh, b_slot, bf16_pair
+// needs: f16_pair, fp8_quad, p, store, w, weight_scale, x
+// provides: emit, fetch_a, fetch_b, put_a, put_b
 
 // Four activation columns.
 alias a_raw = vec4<f16>;

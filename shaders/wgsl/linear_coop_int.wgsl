@@ -8,6 +8,10 @@
 // A slot's global reads (`fetch_*`) return raw words, unpacked only when
 // stored (`put_*`), so that the reads of the next K step stay in flight
 // while this step multiplies.
+//
+// needs: A_SLOTS, B_SLOTS, PITCH, W4, a_sh, a_slot, b_sh, b_slot, p, store, w
+// needs: xq
+// provides: emit, fetch_a, fetch_b, put_a, put_b
 
 // Four activation codes.
 alias a_raw = u32;

@@ -3,6 +3,9 @@
 // of strides 1, 4, 16, … G/4 in the CUDA kernels' order, bit for bit the
 // same f32 sums. The body declares `var<workgroup> fht_v: array<f32, …>`
 // and the override G (a power of 4).
+//
+// needs: G, fht_v
+// provides: fht
 
 // Transforms, in place, every group of G consecutive values of
 // fht_v[0..len) (len a multiple of G); invocation `lid` of `threads` takes

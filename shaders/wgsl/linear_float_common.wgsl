@@ -5,6 +5,9 @@
 // before the f32 product (ComfyUI dequantizes, then runs an f32 GEMM).
 // K must be a multiple of 4 (four columns per decoded vec4). x and out are
 // `act` (f32 or f16); products and sums are f32.
+//
+// provides: HAS_BIAS, WFMT, bf16_pair, bias, f16_pair, fp8_quad, out, p, store
+// provides: w, w_scale, weight_quad, weight_scale, x
 
 // 0: f32, 1: f16, 2: bf16, 3: float8_e4m3fn, 4: float8_e5m2.
 override WFMT: u32 = 0u;

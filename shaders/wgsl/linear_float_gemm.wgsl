@@ -2,6 +2,8 @@
 // workgroup computes a 32 x 32 output tile (4 x 4 per invocation), staging 32
 // rows x 32 columns of activations and decoded weights per step.
 // Dispatch: (ceil(N / 32), ceil(M / 32), 1).
+//
+// needs: p, store, weight_quad, x
 
 const TILE: u32 = 32u;
 const TKQ: u32 = 8u;

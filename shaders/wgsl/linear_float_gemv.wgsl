@@ -2,6 +2,8 @@
 // linear_float_common.wgsl. One 64-wide workgroup per weight row n; each
 // invocation decodes 4 columns at a time, consecutive invocations reading
 // consecutive words. Rows n run over wid.x + 65535 * wid.y.
+//
+// needs: WG, p, store, weight_quad, wg_sum_f32, x
 
 const MAX_M: u32 = 8u;
 

@@ -16,6 +16,11 @@
 // linear_float_gemv.wgsl otherwise). Rows run over
 // (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16, ROWS * MR <= 64
 // (twice ROWS with GLU).
+//
+// needs: GLU, GV_FADD, HAS_BIAS, WFMT, bf16_pair, f16_pair, fp8_quad, gv_out
+// needs: gv_tree, p, seg_at, seg_bias, seg_col, seg_out, seg_parts, seg_rows
+// needs: seg_w, silu_mul, w_scale, x
+// provides: ROWS, WGS, wv
 
 override ROWS: u32 = 8u;
 override MR: u32 = 1u;

@@ -15,6 +15,9 @@
 // are issued into registers before this step's products, so their latency
 // hides behind the matrix work.
 // Dispatch: (ceil(N / TILE_N), ceil(M / TILE_M), 1).
+//
+// needs: CM, cm_a, cm_b, cm_c, emit, fetch_a, fetch_b, out, p, put_a, put_b
+// provides: A_SLOTS, B_SLOTS, PITCH, a_sh, a_slot, b_sh, b_slot
 
 override SG: u32 = 32u;
 // The workgroup shape. Constants, not overrides, because they size

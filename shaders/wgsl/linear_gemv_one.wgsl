@@ -2,6 +2,9 @@
 // weight, bound as the body's `wv`, `w_scale`, `bias` and `out` (a chunk of
 // a layer's rows: output column n_base + n, row stride out_stride).
 // linear_gemv_three.wgsl is the fused variant with the same functions.
+//
+// needs: bias, out, p, w_scale, wv
+// provides: SEGS, seg_bias, seg_col, seg_out, seg_rows, seg_scale, seg_w
 
 const SEGS: u32 = 1u;
 

@@ -1,6 +1,9 @@
 // Shared by the multi-row GEMV bodies (linear_*_gemv_rows.wgsl), after a
 // weights fragment (linear_gemv_one.wgsl or linear_gemv_three.wgsl): which
 // weight and rows a workgroup takes, and the fused SwiGLU output.
+//
+// needs: ROWS, SEGS, p
+// provides: GLU, seg_at, seg_parts, silu_mul
 
 // Fused gate/up: every workgroup reads the same ROWS rows of weight 0 (gate)
 // and weight 1 (up) and writes silu(gate) · up to weight 0's output.

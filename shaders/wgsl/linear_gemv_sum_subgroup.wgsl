@@ -4,6 +4,8 @@
 // a subgroup size or layout. Every invocation of the WGS-wide workgroup
 // (WGS >= 64) calls it in uniform control flow; afterwards gv_result(v) is
 // total v.
+//
+// provides: gemv_sum_i32, gv_result
 
 var<workgroup> gv_atomic: array<atomic<i32>, 64>;
 

@@ -5,6 +5,9 @@
 // are bound at 10..17 (p.n1, p.n2 rows, outputs of row stride p.n1, p.n2).
 // Unused weights are bound to weight 0's buffers. Same functions as
 // linear_gemv_one.wgsl.
+//
+// needs: bias, out, p, w_scale, wv
+// provides: SEGS, seg_bias, seg_col, seg_out, seg_rows, seg_scale, seg_w
 
 const SEGS: u32 = 3u;
 

@@ -6,6 +6,9 @@
 // count is ceil(count · WGS / GV_SLOTS) · (log2(WGS) + 2). Every invocation
 // must call it in uniform control flow. Needs WGS (the body's workgroup
 // size, a power of two in 64..=1024).
+//
+// needs: WGS
+// provides: GV_FADD, GV_IADD, GV_UMAX, gv_out, gv_tree
 
 const GV_SLOTS: u32 = 1024u;
 // Ops: wrapping i32/u32 add, f32 add, u32 max (the max of non-negative f32

@@ -12,6 +12,9 @@
 //   ones; the activation words of those 8 columns come in the matching
 //   even/odd order (act quant PERM8), and the sum is shifted right by 4 at the
 //   end (exact: every product is a multiple of 16; |acc| < 2^31 for K <= 131072).
+//
+// provides: EPI, HAS_BIAS, W4, bias, int_value, out, p, scale_at, store
+// provides: unscale_acc, w, w4_even, w4_odd, w_scale, xq
 
 // int4 nibble weights (true) or int8 weights.
 override W4: bool = true;

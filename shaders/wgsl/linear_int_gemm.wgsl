@@ -3,6 +3,8 @@
 // stages 32 rows x 32 words (128 columns) of activations and of weights
 // (int4 words already split into even/odd i8 words) in workgroup memory.
 // Dispatch: (ceil(N / 32), ceil(M / 32), 1).
+//
+// needs: W4, p, store, unscale_acc, w, w4_even, w4_odd, xq
 
 const TILE: u32 = 32u;
 const TKW: u32 = 32u;

@@ -3,6 +3,8 @@
 // row with consecutive invocations reading consecutive u32 words (coalesced),
 // keeps one i32 accumulator per activation row, and reduces them across the
 // workgroup. Rows n run over wid.x + 65535 * wid.y.
+//
+// needs: W4, WG, p, store, unscale_acc, w, w4_even, w4_odd, wg_sum_i32, xq
 
 const MAX_M: u32 = 8u;
 

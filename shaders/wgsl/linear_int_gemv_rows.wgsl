@@ -19,6 +19,11 @@
 // Rows run over (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16 and ROWS * MR <= 64
 // (twice ROWS with GLU; fixed-size arrays the compiler keeps in registers once the loops over
 // the override constants unroll).
+//
+// needs: EPI, GLU, HAS_BIAS, W4, gemv_sum_i32, gv_result, int_value, p
+// needs: scale_at, seg_at, seg_bias, seg_col, seg_out, seg_parts, seg_rows
+// needs: seg_scale, seg_w, silu_mul, unscale_acc, w4_even, w4_odd
+// provides: ROWS, WGS, wv
 
 // Output rows per workgroup.
 override ROWS: u32 = 8u;

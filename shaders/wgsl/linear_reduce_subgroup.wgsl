@@ -4,6 +4,8 @@
 // the integer sum and the absmax, which are exact in any order: each subgroup
 // reduces in registers, then one lane per subgroup folds its partial into a
 // workgroup atomic. The f32 sum keeps the portable tree (its order matters).
+//
+// provides: WG, wg_max_f32, wg_sum_i32
 
 const WG: u32 = 64u;
 

@@ -2,6 +2,8 @@
 // (no subgroups). Prepended to kernel bodies that call `wg_sum_i32`,
 // `wg_sum_f32` or `wg_max_f32`; every invocation of the 64-wide workgroup
 // must call them in uniform control flow, and all get the result.
+//
+// provides: WG, wg_max_f32, wg_sum_f32, wg_sum_i32
 
 const WG: u32 = 64u;
 

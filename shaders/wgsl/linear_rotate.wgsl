@@ -4,6 +4,9 @@
 // (group, row); the group lives in workgroup memory.
 // Dispatch: (K / G, rows, 1). Reads `act` (f32 or f16), writes f32, so the
 // activation quantization after it sees the exact f32 sums.
+//
+// needs: fht
+// provides: G, fht_v
 
 // The group size: a power of 4, 4 <= G <= 4096.
 override G: u32 = 256u;

@@ -10,6 +10,9 @@
 // With M <= 8 only M workgroups run, so the kernel is latency-bound: the
 // host gives it the adapter's largest workgroup and as much workgroup memory
 // as it has (FHT_CHUNK), so each chunk's loads are all in flight at once.
+//
+// needs: GV_UMAX, fht, gv_out, gv_tree, qp, write_codes
+// provides: G, WGS, act_value, fht_v
 
 // The group size: a power of 4, G <= FHT_CHUNK; G = 1 (no stage) copies x
 // to y unrotated, for unrotated layers.

@@ -3,4 +3,5 @@
 //! One test binary per crate (one link in CI): each module below was its own
 //! binary before; the shared set-up lives in the `*common` modules.
 
+mod fragments;
 mod validate;
