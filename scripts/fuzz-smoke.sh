@@ -42,9 +42,11 @@ for t in $targets; do
 done
 echo "=== proptest: CLI argument vectors (${ARGS_CASES:-5000} cases) ==="
 # In the main workspace, without the fuzz build's RUSTC_BOOTSTRAP (cargo
-# would rebuild everything for it).
+# would rebuild everything for it), selecting the whole workspace as the
+# test stage did (`-p` would unify features differently and rebuild wgpu
+# and every crate above it).
 (cd .. && env -u RUSTC_BOOTSTRAP PROPTEST_CASES="${ARGS_CASES:-5000}" \
-    cargo test -q -p dynvram-cli --bin dynvram args_proptest) || failed+=("cli-args-proptest")
+    cargo test -q --workspace --bin dynvram args_proptest) || failed+=("cli-args-proptest")
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzz smoke FAILED: ${failed[*]}" >&2
     exit 1
