@@ -27,7 +27,7 @@ step() { echo; echo "=== $* === ($(date +%T), ${SECONDS}s in)"; }
 want() { [[ $parts == *" $1 "* ]]; }
 if want check; then
   step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
-  step conformance;  $d conformance .dev/conformance $b 2>&1 | tail -4
+  step conformance;  $d conformance fixtures/conformance $b 2>&1 | tail -4
   step run;          $d run $b 2>&1 | tee "$out/run.txt"
   if [ -x .dev/runtime_tests ]; then
     # The linear kernels (cooperative-matrix GEMM required: 16x16 tensor

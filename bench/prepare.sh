@@ -8,19 +8,18 @@
 #                       module, cooperative matrices required)
 # .dev/e2e_tests        the tests crate's tests (gpu.sh `faults`: real VRAM
 #                       exhaustion)
-# .dev/conformance      fixtures/conformance (gpu.sh `check`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .dev
 cargo build --release --bin dynvram
-strip -o .dev/dynvram target/release/dynvram
+strip -o .dev/dynvram "${CARGO_TARGET_DIR:-target}/release/dynvram"
 # The test binaries cargo test builds (the workspace as a whole: selecting a
 # subset unifies features differently and rebuilds wgpu).
 set -- $(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py runtime tests)
 strip -o .dev/runtime_tests "$1"
 strip -o .dev/e2e_tests "$2"
-if [ -d fixtures/conformance ]; then
-  rm -rf .dev/conformance && cp -r fixtures/conformance .dev/conformance
-fi
+# (gpu.sh `check` reads the goldens from fixtures/conformance, which travels
+# with the checkout.)
+rm -rf .dev/conformance
 [ -n "$(ls .gl/*.deb 2>/dev/null)" ] || bash scripts/vulkan-loader-debs.sh .gl
 du -sh .dev .gl
