@@ -6,7 +6,7 @@ use dynvram_quant::KernelChoice;
 use crate::error::Result;
 use crate::ops::elementwise::{self, Unary};
 use crate::ops::linear::{
-    AddNorm, Fusion, LinearWeights, RecordOptions, Region, WeightPart, record_add_norm_quant,
+    AddNorm, Fold, Fusion, LinearWeights, RecordOptions, Region, WeightPart, record_add_norm_quant,
     record_linear, record_linear_with, record_linears_fused,
 };
 use crate::pass::BlockCtx;
@@ -47,7 +47,7 @@ impl BlockCtx<'_> {
     /// `x` where they were quantized the same way, so the input is rotated
     /// and quantized once.
     pub fn linears(&mut self, layers: &[(&str, &GpuTensor)], x: &GpuTensor) -> Result<()> {
-        if self.try_fused(Fuse::Stack(layers), x)? {
+        if self.try_fused(Fuse::Stack(layers), x, &Fold::default())? {
             return Ok(());
         }
         let quantized = std::mem::take(&mut self.quantized);
@@ -70,7 +70,7 @@ impl BlockCtx<'_> {
         [gate_out, up_out]: [&GpuTensor; 2],
         out: &GpuTensor,
     ) -> Result<()> {
-        if self.try_fused(Fuse::Glu([gate, up], out), x)? {
+        if self.try_fused(Fuse::Glu([gate, up], out), x, &Fold::default())? {
             return Ok(());
         }
         // try_fused took `quantized` only if it recorded.
@@ -78,10 +78,15 @@ impl BlockCtx<'_> {
         self.swiglu(gate_out, up_out, out)
     }
 
-    /// Records `layers` as one fused launch and returns `true`, or records
-    /// nothing and returns `false` (a LoRA patch, differing kernel choices,
-    /// or what [`record_linears_fused`] refuses).
-    fn try_fused(&mut self, layers: Fuse<'_>, x: &GpuTensor) -> Result<bool> {
+    /// Records `layers` as one fused launch (with `fold`) and returns
+    /// `true`, or records nothing and returns `false` (a LoRA patch,
+    /// differing kernel choices, or what [`record_linears_fused`] refuses).
+    pub(crate) fn try_fused(
+        &mut self,
+        layers: Fuse<'_>,
+        x: &GpuTensor,
+        fold: &Fold<'_>,
+    ) -> Result<bool> {
         let names: Vec<&str> = match layers {
             Fuse::Stack(l) => l.iter().map(|(name, _)| *name).collect(),
             Fuse::Glu(names, _) => names.to_vec(),
@@ -131,6 +136,7 @@ impl BlockCtx<'_> {
             x,
             &mut scratch,
             &opts,
+            fold,
         )
         .map_err(|source| crate::RuntimeError::Linear {
             layer: names.join("+"),
@@ -144,7 +150,7 @@ impl BlockCtx<'_> {
 
     /// Layer `layer`'s weights as the linear kernels take them, and the
     /// kernel path the model's plan chose for it.
-    fn layer_weights(&self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
+    pub(crate) fn layer_weights(&self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
         let model = self.model();
         let (info, plan) =
             model
@@ -289,7 +295,7 @@ impl BlockCtx<'_> {
 }
 
 /// Layers [`BlockCtx::try_fused`] records as one launch.
-enum Fuse<'a> {
+pub(crate) enum Fuse<'a> {
     /// Each into its own output.
     Stack(&'a [(&'a str, &'a GpuTensor)]),
     /// Gate and up into one SwiGLU output.

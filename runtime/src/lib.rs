@@ -10,6 +10,7 @@
 
 mod accounting;
 mod activation;
+mod block_folds;
 mod block_ops;
 mod config;
 mod error;
@@ -30,6 +31,7 @@ mod upload;
 
 pub use accounting::TrackedBuffer;
 pub use activation::Activation;
+pub use block_folds::RmsNormOf;
 pub use config::{PinSettings, RamFigures, RamReader, RuntimeConfig};
 pub use error::{Result, RuntimeError};
 pub use files_list::FilesList;

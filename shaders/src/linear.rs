@@ -298,6 +298,17 @@ pub const FLOAT_GEMV_ROWS: &str = wgsl!(
     "linear_float_common.wgsl",
     "linear_gemv_one.wgsl",
     "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_plain.wgsl",
+    "linear_float_gemv_rows.wgsl"
+);
+/// [`FLOAT_GEMV_ROWS`] RMS-normalising its activation rows on the way in
+/// (the norm weight at binding 7, eps in the params).
+pub const FLOAT_GEMV_ROWS_NORM: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_float_common.wgsl",
+    "linear_gemv_one.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_norm.wgsl",
     "linear_float_gemv_rows.wgsl"
 );
 /// [`FLOAT_GEMV_ROWS`] over up to three weights of one input in one launch
@@ -307,6 +318,16 @@ pub const FLOAT_GEMV_ROWS3: &str = wgsl!(
     "linear_float_common.wgsl",
     "linear_gemv_three.wgsl",
     "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_plain.wgsl",
+    "linear_float_gemv_rows.wgsl"
+);
+/// [`FLOAT_GEMV_ROWS3`] RMS-normalising its activation rows on the way in.
+pub const FLOAT_GEMV_ROWS3_NORM: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_float_common.wgsl",
+    "linear_gemv_three.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_norm.wgsl",
     "linear_float_gemv_rows.wgsl"
 );
 /// Float-weight tiled GEMM.
@@ -357,6 +378,11 @@ pub const ALL: &[(&str, &str)] = &[
         INT_GEMV_ROWS_SUBGROUP,
     ),
     ("linear_float_gemv_rows.wgsl", FLOAT_GEMV_ROWS),
+    ("linear_float_gemv_rows.wgsl [norm]", FLOAT_GEMV_ROWS_NORM),
+    ("linear_float_gemv_rows.wgsl [fused, norm]", FLOAT_GEMV_ROWS3_NORM),
+    // The input fragments need a body: listed as their compositions.
+    ("linear_gemv_in_plain.wgsl", FLOAT_GEMV_ROWS),
+    ("linear_gemv_in_norm.wgsl", FLOAT_GEMV_ROWS_NORM),
     // The weights fragments need a body: listed as their compositions.
     ("linear_gemv_one.wgsl", FLOAT_GEMV_ROWS),
     ("linear_gemv_three.wgsl", FLOAT_GEMV_ROWS3),

@@ -26,7 +26,9 @@ struct Params {
     // (linear_gemv_three.wgsl); unused elsewhere.
     n1: u32,
     n2: u32,
-    _pad0: u32,
+    // eps of the RMS norm linear_gemv_in_norm.wgsl folds in (f32 bits);
+    // unused elsewhere.
+    eps_bits: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

@@ -17,14 +17,20 @@
 // (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16, ROWS * MR <= 64
 // (twice ROWS with GLU).
 //
-// needs: GLU, GV_FADD, HAS_BIAS, WFMT, bf16_pair, f16_pair, fp8_quad, gv_out
-// needs: gv_tree, p, seg_at, seg_bias, seg_col, seg_out, seg_parts, seg_rows
-// needs: seg_w, silu_mul, w_scale, x
-// provides: ROWS, WGS, wv
+// Activations come through an input fragment (linear_gemv_in_plain.wgsl as
+// stored, linear_gemv_in_norm.wgsl RMS-normalised); RESID adds the result
+// to `out` (the residual stream) instead of writing it.
+//
+// needs: GLU, GV_FADD, HAS_BIAS, WFMT, bf16_pair, f16_pair, fp8_quad, gv_in
+// needs: gv_in_begin, gv_out, gv_tree, p, seg_at, seg_bias, seg_col, seg_get
+// needs: seg_out, seg_parts, seg_rows, seg_w, silu_mul, w_scale
+// provides: MR, ROWS, WGS, wv
 
 override ROWS: u32 = 8u;
 override MR: u32 = 1u;
 override WGS: u32 = 256u;
+// out += the result (a residual add in the epilogue) instead of out = it.
+override RESID: bool = false;
 
 @group(0) @binding(6) var<storage, read> wv: array<vec4<u32>>;
 
@@ -76,6 +82,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var i = 0u; i < parts * ROWS * MR; i++) {
         acc[i] = 0.0;
     }
+    gv_in_begin(lid);
     for (var q = lid; q < wq_row; q += WGS) {
         // Weight h's row r is raw[h * ROWS + r].
         var raw: array<vec4<u32>, 16>;
@@ -87,7 +94,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         }
         for (var m = 0u; m < MR; m++) {
             for (var j = 0u; j < nv; j++) {
-                let a = vec4<f32>(x[m * kq + nv * q + j]);
+                let a = gv_in(m, nv * q + j);
                 for (var r = 0u; r < parts * ROWS; r++) {
                     acc[r * MR + m] += dot(a, decode(raw[r], j));
                 }
@@ -108,6 +115,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if GLU {
                 let up = act(with_bias(1u, col, bitcast<f32>(gv_out[ROWS * MR + lid])));
                 seg_out(0u, m, col, silu_mul(v, up));
+            } else if RESID {
+                // The residual add as elementwise.wgsl makes it after the
+                // linear's rounded output.
+                seg_out(seg, m, col, act(f32(seg_get(seg, m, col)) + f32(v)));
             } else {
                 seg_out(seg, m, col, v);
             }

@@ -4,7 +4,8 @@
 // linear_gemv_three.wgsl is the fused variant with the same functions.
 //
 // needs: bias, out, p, w_scale, wv
-// provides: SEGS, seg_bias, seg_col, seg_out, seg_rows, seg_scale, seg_w
+// provides: SEGS, seg_bias, seg_col, seg_get, seg_out, seg_rows, seg_scale
+// provides: seg_w
 
 const SEGS: u32 = 1u;
 
@@ -31,4 +32,8 @@ fn seg_bias(s: u32, col: u32) -> f32 {
 
 fn seg_out(s: u32, m: u32, col: u32, v: act) {
     out[m * p.out_stride + col] = v;
+}
+
+fn seg_get(s: u32, m: u32, col: u32) -> act {
+    return out[m * p.out_stride + col];
 }

@@ -7,7 +7,8 @@
 // linear_gemv_one.wgsl.
 //
 // needs: bias, out, p, w_scale, wv
-// provides: SEGS, seg_bias, seg_col, seg_out, seg_rows, seg_scale, seg_w
+// provides: SEGS, seg_bias, seg_col, seg_get, seg_out, seg_rows, seg_scale
+// provides: seg_w
 
 const SEGS: u32 = 3u;
 
@@ -90,6 +91,20 @@ fn seg_out(s: u32, m: u32, col: u32, v: act) {
         }
         default: {
             out2[m * p.n2 + col] = v;
+        }
+    }
+}
+
+fn seg_get(s: u32, m: u32, col: u32) -> act {
+    switch s {
+        case 0u: {
+            return out[m * p.out_stride + col];
+        }
+        case 1u: {
+            return out1[m * p.n1 + col];
+        }
+        default: {
+            return out2[m * p.n2 + col];
         }
     }
 }

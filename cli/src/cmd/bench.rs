@@ -13,7 +13,7 @@ use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choos
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
-    CoopShape, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
+    CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
     WeightPart, record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
@@ -611,6 +611,7 @@ fn time_case(
                     &x,
                     &mut scratch,
                     opts,
+                    &Fold::default(),
                 )?;
                 anyhow::ensure!(
                     fused,

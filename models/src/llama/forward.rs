@@ -1,12 +1,14 @@
 //! One forward pass of a Llama-family decoder on the runtime: the token
 //! gather, one block per decoder layer with its KV cache, and the head.
 
+use std::cell::Cell;
+
 use dynvram_runtime::loader::{Dtype, ModelFiles};
 use dynvram_runtime::ops::attention::Heads;
 use dynvram_runtime::ops::rope::RopeTable;
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, RmsNormOf, Runtime, RuntimeError,
 };
 
 use super::checkpoint::{Checkpoint, Limits, names};
@@ -307,6 +309,7 @@ impl Llama {
         let step = Step {
             // Captures read the residual stream after each layer whole.
             defer_residual: !opts.capture,
+            pending: Cell::new(false),
             kv_copies: opts.kv_copies,
             align: u64::from(rt.gpu().device.limits().min_storage_buffer_offset_alignment),
             config: c,
@@ -332,7 +335,7 @@ impl Llama {
                 }
                 Ok(())
             } else {
-                if step.defer_residual && layers > 0 {
+                if step.pending.replace(false) {
                     ctx.add_assign(&x, &view_rows(&set.o, seq))?;
                 }
                 let (src, out) = match last {
@@ -344,11 +347,19 @@ impl Llama {
                 };
                 let (hx, hh) = (view_rows(&src.x, out), view_rows(&src.h, out));
                 let w = ctx.weight_tensor(names::FINAL_NORM)?;
-                ctx.rms_norm(&hx, &w, &hh, step.config.rms_norm_eps)?;
-                if let Some(cap) = capture.get(layers) {
-                    ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
-                }
-                ctx.linear(self.lm_head, &hh, &view_rows(&src.logits, out))
+                let logits = view_rows(&src.logits, out);
+                let norm = RmsNormOf {
+                    x: &hx,
+                    weight: &w,
+                    eps: step.config.rms_norm_eps,
+                    out: &hh,
+                };
+                let Some(cap) = capture.get(layers) else {
+                    return ctx.normed_linears(&norm, &[(self.lm_head, &logits)]);
+                };
+                ctx.rms_norm(&hx, &w, &hh, norm.eps)?;
+                ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
+                ctx.linear(self.lm_head, &hh, &logits)
             }
         })?;
         let rows = match last {
@@ -418,10 +429,12 @@ fn view_rows(t: &GpuTensor, rows: usize) -> GpuTensor {
 
 /// What a decoder layer's block needs.
 struct Step<'a> {
-    /// Each layer's last residual add (its MLP output, left in `o`) is made
-    /// by the next layer's first norm, in one launch with it, and by the
-    /// head after the last layer.
+    /// A layer's last residual add (its MLP output, left in `o`) may be
+    /// made by the next layer's first norm, in one launch with it, or by
+    /// the head after the last layer.
     defer_residual: bool,
+    /// `o` holds such an add not yet made.
+    pending: Cell<bool>,
     /// The device's storage-binding offset alignment: new k/v rows are
     /// written straight into the caches where their offset allows.
     align: u64,
@@ -460,11 +473,12 @@ impl Step<'_> {
 
         let n1 = ctx.weight_tensor(&names::input_norm(l))?;
         let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
-        if self.defer_residual && l > 0 {
-            ctx.add_rms_norm_for(&x, &o, &n1, &h, eps, &qp)?;
-        } else {
-            ctx.rms_norm(&x, &n1, &h, eps)?;
-        }
+        let norm = |weight| RmsNormOf {
+            x: &x,
+            weight,
+            eps,
+            out: &h,
+        };
         let in_cache = |cache: &GpuTensor| {
             let row = cache.shape.get(1).copied().unwrap_or(0) * cache.dtype.size();
             let offset = cache.offset + self.pos0 * row;
@@ -480,7 +494,13 @@ impl Step<'_> {
             .zip(in_cache(v_cache))
             .filter(|_| !self.kv_copies);
         let (k_dst, v_dst) = direct.clone().unwrap_or_else(|| (k.clone(), v.clone()));
-        ctx.linears(&[(&qp, &q), (&kp, &k_dst), (&vp, &v_dst)], &h)?;
+        let qkv = [(&qp[..], &q), (&kp[..], &k_dst), (&vp[..], &v_dst)];
+        if self.pending.replace(false) {
+            ctx.add_rms_norm_for(&x, &o, &n1, &h, eps, &qp)?;
+            ctx.linears(&qkv, &h)?;
+        } else {
+            ctx.normed_linears(&norm(&n1), &qkv)?;
+        }
         if direct.is_none() {
             ctx.kv_write(&k, k_cache, self.pos0)?;
             ctx.kv_write(&v, v_cache, self.pos0)?;
@@ -497,15 +517,26 @@ impl Step<'_> {
             self.pos0,
             Some(self.rope),
         )?;
-        ctx.linear(&p("o_proj"), &attn, &o)?;
         let n2 = ctx.weight_tensor(&names::post_norm(l))?;
-        let (gp, up_p) = (p("gate_proj"), p("up_proj"));
-        ctx.add_rms_norm_for(&x, &o, &n2, &h, eps, &gp)?;
-        ctx.linears_swiglu([&gp, &up_p], &h, [&gate, &up], &act)?;
-        ctx.linear(&p("down_proj"), &act, &o)?;
-        if self.defer_residual {
+        let (op, gp, up_p, dp) = (p("o_proj"), p("gate_proj"), p("up_proj"), p("down_proj"));
+        // Float layers at decode sizes take the residual add and the next
+        // norm in their own launches; else the add is made by the norm's
+        // launch (with the rotation and quantization of integer layers).
+        let m = self.seq as u64;
+        if ctx.folds(&op, m)? && ctx.folds(&gp, m)? && ctx.folds(&up_p, m)? {
+            ctx.linear_add(&op, &attn, &x, &o)?;
+            ctx.normed_linears_swiglu(&norm(&n2), [&gp, &up_p], [&gate, &up], &act)?;
+        } else {
+            ctx.linear(&op, &attn, &o)?;
+            ctx.add_rms_norm_for(&x, &o, &n2, &h, eps, &gp)?;
+            ctx.linears_swiglu([&gp, &up_p], &h, [&gate, &up], &act)?;
+        }
+        // The next layer's q/k/v are taken to be like this one's.
+        if self.defer_residual && !(ctx.folds(&dp, m)? && ctx.folds(&qp, m)?) {
+            ctx.linear(&dp, &act, &o)?;
+            self.pending.set(true);
             return Ok(());
         }
-        ctx.add_assign(&x, &o)
+        ctx.linear_add(&dp, &act, &x, &o)
     }
 }

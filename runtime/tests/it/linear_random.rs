@@ -23,7 +23,7 @@ use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::linear::{
-    AddNorm, CoopShape, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights,
+    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights,
     RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
     record_linears_fused,
 };
@@ -864,6 +864,7 @@ fn fused_linears_match_separate_ones() {
                     &xt,
                     &mut env.scratch,
                     &RecordOptions::default(),
+                    &Fold::default(),
                 )
                 .expect("record fused");
                 assert!(done, "{what}: not fused");
@@ -917,6 +918,7 @@ fn fused_linears_match_separate_ones() {
         &xt,
         &mut env.scratch,
         &RecordOptions::default(),
+        &Fold::default(),
     )
     .expect("fp8");
     assert!(!done, "fp8 weights were fused");

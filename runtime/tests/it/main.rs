@@ -8,6 +8,7 @@ mod f16_ops;
 mod gpu_open;
 mod linear_common;
 mod linear_conformance;
+mod linear_folds;
 mod linear_random;
 mod ops_attention;
 mod ops_common;

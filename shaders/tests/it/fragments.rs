@@ -222,7 +222,11 @@ fn every_fragment_declares_what_it_needs_and_provides() {
                 .lines()
                 .filter(|l| !(l.starts_with("// needs: ") || l.starts_with("// provides: ")))
                 .collect();
-            let lead = body.iter().take_while(|l| l.starts_with("//")).count();
+            let mut lead = body.iter().take_while(|l| l.starts_with("//")).count();
+            // The old headers' separator line stays the separator.
+            while lead > 0 && body[lead - 1] == "//" {
+                lead -= 1;
+            }
             let mut out: Vec<String> = body[..lead].iter().map(|s| s.to_string()).collect();
             if lead > 0 && !want.is_empty() {
                 out.push("//".into());

@@ -17,11 +17,13 @@ use crate::ops::launch::{Cost, Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
 mod coop;
+mod fold;
 mod fused;
 mod gemv;
 mod norm_quant;
 mod spec;
 pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
+pub use fold::{Fold, NormFold, fold_unusable, record_linear_folded};
 pub use fused::{Fusion, record_linears_fused};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
 pub use norm_quant::{AddNorm, record_add_norm_quant};
@@ -121,12 +123,23 @@ pub fn record_linear_with(
     opts: &RecordOptions,
 ) -> Result<(), LinearError> {
     record(
-        gpu, cache, encoder, weights, choice, x, out, scratch, opts, None,
+        gpu,
+        cache,
+        encoder,
+        weights,
+        choice,
+        x,
+        out,
+        scratch,
+        opts,
+        None,
+        &Fold::default(),
     )
 }
 
 /// [`record_linear_with`], with more weights of the same input in the
-/// multi-row GEMV's launch where `fused` (checked by [`fused`]).
+/// multi-row GEMV's launch where `fused` (checked by [`fused`]) and the
+/// neighbouring ops of `fold` (checked here by [`fold_unusable`]).
 #[allow(clippy::too_many_arguments)]
 fn record(
     gpu: &Gpu,
@@ -139,6 +152,7 @@ fn record(
     scratch: &mut LinearScratch,
     opts: &RecordOptions,
     fused: Option<&fused::Fused<'_>>,
+    fold: &Fold<'_>,
 ) -> Result<(), LinearError> {
     let (n, k) = (weights.n, weights.k);
     let _span =
@@ -146,6 +160,20 @@ fn record(
     let limit = gpu.caps.max_storage_binding;
     let align = u64::from(gpu.device.limits().min_storage_buffer_offset_alignment);
     let m = check_operands(weights, x, out, limit, align)?;
+    if let Some(why) = fold_unusable(gpu, weights, choice, m, fold) {
+        return Err(LinearError::Unsupported {
+            what: format!("a folded norm or residual add: {why}"),
+            n,
+            k,
+        });
+    }
+    if fold.residual && fused.is_some() {
+        return Err(LinearError::Unsupported {
+            what: "a residual add folded into fused linears".into(),
+            n,
+            k,
+        });
+    }
     for (w, o) in fused.iter().flat_map(|f| &f.more) {
         check_operands(w, x, o, limit, align)?;
     }
@@ -185,6 +213,7 @@ fn record(
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         reuse_codes: opts.reuse_codes,
         fused,
+        fold: *fold,
         dispatches: &dispatches,
     };
     let unsupported = |what: String| LinearError::Unsupported { what, n, k };
@@ -438,6 +467,8 @@ struct Recorder<'a> {
     reuse_codes: bool,
     /// More weights in the multi-row GEMV's launch.
     fused: Option<&'a fused::Fused<'a>>,
+    /// Ops folded into the multi-row GEMV's launch.
+    fold: Fold<'a>,
     /// Dispatches recorded so far.
     dispatches: &'a Cell<u32>,
 }

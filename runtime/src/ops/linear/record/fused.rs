@@ -11,7 +11,7 @@
 
 use dynvram_quant::{Format, KernelChoice};
 
-use super::{GemvShape, ROWS_GEMV_MAX_M, RecordOptions, gemv, record};
+use super::{Fold, GemvShape, ROWS_GEMV_MAX_M, RecordOptions, fold_unusable, gemv, record};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
@@ -58,6 +58,7 @@ pub fn record_linears_fused(
     x: &GpuTensor,
     scratch: &mut LinearScratch,
     opts: &RecordOptions,
+    fold: &Fold<'_>,
 ) -> Result<bool, LinearError> {
     let (first, out, fused) = match fusion {
         Fusion::Stack(layers) => match layers {
@@ -80,7 +81,11 @@ pub fn record_linears_fused(
             },
         ),
     };
-    if let Some(why) = unfusable(gpu, first, &fused, choice, x, opts) {
+    let m = x.numel() / first.k.max(1);
+    if let Some(why) = unfusable(gpu, first, &fused, choice, x, opts)
+        .or_else(|| fold.residual.then_some("a residual add is folded into one layer only"))
+        .or_else(|| fold_unusable(gpu, first, choice, m, fold))
+    {
         tracing::trace!(why, "linears recorded one by one");
         return Ok(false);
     }
@@ -95,6 +100,7 @@ pub fn record_linears_fused(
         scratch,
         opts,
         Some(&fused),
+        fold,
     )?;
     Ok(true)
 }

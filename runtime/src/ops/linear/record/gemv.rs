@@ -181,7 +181,11 @@ impl Recorder<'_> {
             c: self.weights.k as u32,
             d: if fused { 0 } else { c.first_row as u32 },
             e: if fused { c.rows } else { self.weights.n } as u32,
-            pad: [rows[0], rows[1], 0],
+            pad: [
+                rows[0],
+                rows[1],
+                self.fold.norm.map_or(0, |n| n.eps.to_bits()),
+            ],
         }
     }
 
@@ -346,30 +350,46 @@ impl Recorder<'_> {
         ops: GemvOperands<'_>,
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
+        let (norm, resid) = (self.fold.norm, self.fold.residual);
         let key = format!(
-            "linear_float_gemv_rows|WFMT={}|B={has_bias}|R={}|M={}|WGS={}",
-            wfmt as u32, shape.rows, self.m, shape.wgs
+            "linear_float_gemv_rows|WFMT={}|B={has_bias}|R={}|M={}|WGS={}|NORM={}|RESID={resid}",
+            wfmt as u32,
+            shape.rows,
+            self.m,
+            shape.wgs,
+            norm.is_some()
         );
         let constants = vec![
             ("WFMT", f64::from(wfmt as u32)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
+            ("RESID", f64::from(u8::from(resid))),
         ];
-        let bindings = vec![
+        let mut bindings = vec![
             (1, ops.scale.clone()),
             (2, ops.bias.clone()),
             (3, ops.x.clone()),
             (4, ops.out.clone()),
         ];
+        let sources = match norm {
+            Some(n) => {
+                bindings.push((7, n.weight.binding()));
+                (shaders::FLOAT_GEMV_ROWS_NORM, shaders::FLOAT_GEMV_ROWS3_NORM)
+            }
+            None => (shaders::FLOAT_GEMV_ROWS, shaders::FLOAT_GEMV_ROWS3),
+        };
+        // The residual is read as well as written; the norm reads its weight.
+        let extra = u64::from(resid) * self.m * self.weights.n * self.act.size()
+            + norm.map_or(0, |n| n.weight.bytes());
         self.gemv_rows_launch(
             encoder,
             c,
             shape,
-            (shaders::FLOAT_GEMV_ROWS, shaders::FLOAT_GEMV_ROWS3),
+            sources,
             key,
             constants,
             bindings,
             ((6, buf(c.buffer, c.offset, c.size)), &ops),
-            self.m * self.weights.k * self.act.size(),
+            self.m * self.weights.k * self.act.size() + extra,
             false,
         )
     }

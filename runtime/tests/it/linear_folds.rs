@@ -1,0 +1,336 @@
+//! The RMS norm and the residual add folded into float multi-row GEMVs
+//! (`Fold`) against the same ops as separate launches: the residual add
+//! bit for bit; the folded norm within the rounding of the norm's output
+//! (its sum of squares runs in each GEMV workgroup's order, not the norm
+//! kernel's), for one layer, q/k/v stacked and gate/up with SwiGLU, f32 and
+//! f16 activations, weights f32/f16/bf16, M from 1 to past the one-row
+//! GEMV's limit; and what cannot fold is refused before anything is
+//! recorded.
+
+use crate::linear_common::HostLayer;
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_runtime::gpu::testing::test_gpu;
+use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::elementwise::{record_add_inplace, record_swiglu};
+use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_runtime::ops::host;
+use dynvram_runtime::ops::linear::{
+    Fold, Fusion, LinearScratch, LinearWeights, NormFold, RecordOptions, fold_unusable,
+    record_linear_folded, record_linear_with, record_linears_fused,
+};
+use dynvram_runtime::ops::norm::record_rms_norm;
+use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const EPS: f32 = 1e-5;
+
+struct Env {
+    gpu: Gpu,
+    cache: PipelineCache,
+    scratch: LinearScratch,
+}
+
+fn env(test: &str) -> Option<Env> {
+    test_gpu(test, |_| Ok(())).map(|gpu| Env {
+        gpu,
+        cache: PipelineCache::default(),
+        scratch: LinearScratch::new(),
+    })
+}
+
+fn random(rng: &mut ChaCha8Rng, n: usize, range: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+fn dtypes(env: &Env) -> Vec<ActDtype> {
+    let mut d = vec![ActDtype::F32];
+    if env.gpu.caps.shader_f16 {
+        d.push(ActDtype::F16);
+    }
+    d
+}
+
+/// `|y - e| <= rel · max|e|` elementwise.
+fn assert_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
+    assert_eq!(y.len(), e.len(), "{what}: lengths");
+    let scale = e.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = y
+        .iter()
+        .zip(e)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst <= rel * scale,
+        "{what}: max |y - e| = {worst:e} > {rel:e} · {scale:e}"
+    );
+}
+
+#[test]
+fn folded_norm_matches_norm_then_linears() {
+    let Some(mut env) = env("folded_norm_matches_norm_then_linears") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(31);
+    for dtype in dtypes(&env) {
+        // The norm's output is rounded to `dtype`; one ulp of it moves a
+        // K-long dot product by about that much relative to its scale.
+        let rel = match dtype {
+            ActDtype::F32 => 1e-5,
+            ActDtype::F16 => 4e-3,
+        };
+        for (format, k) in [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)] {
+            for (i, m) in [1usize, 3, 8, 20].into_iter().enumerate() {
+                let what = format!("{format:?} {dtype:?} M={m} K={k}");
+                let bias = i % 2 == 0;
+                let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]
+                    .iter()
+                    .map(|&n| HostLayer::random(&mut rng, format, n, k, bias))
+                    .collect();
+                let w: Vec<LinearWeights> = hosts
+                    .iter()
+                    .map(|h| LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("up"))
+                    .collect();
+                let g = &env.gpu;
+                let mut xs = random(&mut rng, m * k, 3.0);
+                xs[k / 2] = 50.0;
+                let xs = host::upload(g, "xs", &xs, vec![m as u64, k as u64], dtype).expect("x");
+                let nw = random(&mut rng, k, 1.5);
+                let nw = host::upload(g, "nw", &nw, vec![k as u64], ActDtype::F32).expect("w");
+                let h = host::zeros(g, "h", vec![m as u64, k as u64], dtype).expect("h");
+                let outs = |g: &Gpu| -> Vec<GpuTensor> {
+                    w.iter()
+                        .map(|w| host::zeros(g, "out", vec![m as u64, w.n], dtype).expect("o"))
+                        .collect()
+                };
+                // Separate: the norm, the five linears, SwiGLU of 3 and 4.
+                let (sep, sep_glu) = (outs(g), outs(g).swap_remove(3));
+                let mut enc = Encoder::new(&g.device, "test");
+                record_rms_norm(g, &env.cache, &mut enc, &xs, &nw, &h, EPS).expect("norm");
+                for (w, o) in w.iter().zip(&sep) {
+                    record_linear_with(
+                        g,
+                        &env.cache,
+                        &mut enc,
+                        w,
+                        KernelChoice::Float,
+                        &h,
+                        o,
+                        &mut env.scratch,
+                        &RecordOptions::default(),
+                    )
+                    .expect("linear");
+                }
+                record_swiglu(g, &env.cache, &mut enc, &sep[3], &sep[4], &sep_glu)
+                    .expect("swiglu");
+                g.queue.submit([enc.finish()]);
+                // Folded: layer 0 alone, 1 and 2 stacked, gate/up (3, 4) with
+                // SwiGLU, all reading the residual stream itself.
+                let (fol, fol_glu) = (outs(g), outs(g).swap_remove(3));
+                let fold = Fold {
+                    norm: Some(NormFold {
+                        weight: &nw,
+                        eps: EPS,
+                    }),
+                    residual: false,
+                };
+                let mut enc = Encoder::new(&g.device, "test");
+                record_linear_folded(
+                    g,
+                    &env.cache,
+                    &mut enc,
+                    &w[0],
+                    KernelChoice::Float,
+                    &xs,
+                    &fol[0],
+                    &mut env.scratch,
+                    &fold,
+                )
+                .expect("folded linear");
+                assert_eq!(env.scratch.last_dispatches(), 1, "{what}: one launch");
+                let stack = [(&w[1], &fol[1]), (&w[2], &fol[2])];
+                let glu = Fusion::Glu {
+                    gate: &w[3],
+                    up: &w[4],
+                    out: &fol_glu,
+                };
+                for fusion in [Fusion::Stack(&stack), glu] {
+                    let done = record_linears_fused(
+                        g,
+                        &env.cache,
+                        &mut enc,
+                        fusion,
+                        KernelChoice::Float,
+                        &xs,
+                        &mut env.scratch,
+                        &RecordOptions::default(),
+                        &fold,
+                    )
+                    .expect("folded fused");
+                    assert!(done, "{what}: not fused");
+                }
+                g.queue.submit([enc.finish()]);
+                let read = |t: &GpuTensor| host::read(g, t).expect("read");
+                for i in 0..3 {
+                    assert_close(
+                        &format!("{what}: layer {i}"),
+                        &read(&fol[i]),
+                        &read(&sep[i]),
+                        rel,
+                    );
+                }
+                assert_close(
+                    &format!("{what}: SwiGLU"),
+                    &read(&fol_glu),
+                    &read(&sep_glu),
+                    2.0 * rel,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn folded_residual_add_matches_linear_then_add() {
+    let Some(mut env) = env("folded_residual_add_matches_linear_then_add") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(32);
+    for dtype in dtypes(&env) {
+        for (format, k) in [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)] {
+            for (i, m) in [1usize, 2, 8, 32].into_iter().enumerate() {
+                let what = format!("{format:?} {dtype:?} M={m} K={k}");
+                let n = [29, 64, 3, 130][i];
+                let hl = HostLayer::random(&mut rng, format, n, k, i % 2 == 1);
+                let w = LinearWeights::upload(&env.gpu, &hl.meta, hl.bytes()).expect("up");
+                let g = &env.gpu;
+                let shape = |c: usize| vec![m as u64, c as u64];
+                let x = random(&mut rng, m * k, 2.0);
+                let x = host::upload(g, "x", &x, shape(k), dtype).expect("x");
+                let r0 = random(&mut rng, m * n, 8.0);
+                let (ra, rb) = (
+                    host::upload(g, "resid", &r0, shape(n), dtype).expect("r"),
+                    host::upload(g, "resid", &r0, shape(n), dtype).expect("r"),
+                );
+                let tmp = host::zeros(g, "tmp", shape(n), dtype).expect("tmp");
+                let mut enc = Encoder::new(&g.device, "test");
+                record_linear_with(
+                    g,
+                    &env.cache,
+                    &mut enc,
+                    &w,
+                    KernelChoice::Float,
+                    &x,
+                    &tmp,
+                    &mut env.scratch,
+                    &RecordOptions::default(),
+                )
+                .expect("linear");
+                record_add_inplace(g, &env.cache, &mut enc, &ra, &tmp).expect("add");
+                let fold = Fold {
+                    norm: None,
+                    residual: true,
+                };
+                record_linear_folded(
+                    g,
+                    &env.cache,
+                    &mut enc,
+                    &w,
+                    KernelChoice::Float,
+                    &x,
+                    &rb,
+                    &mut env.scratch,
+                    &fold,
+                )
+                .expect("folded");
+                g.queue.submit([enc.finish()]);
+                let bits = |t: &GpuTensor| -> Vec<u32> {
+                    let v = host::read(g, t).expect("read");
+                    v.iter().map(|f| f.to_bits()).collect()
+                };
+                assert_eq!(bits(&rb), bits(&ra), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn what_cannot_fold_is_refused() {
+    let Some(mut env) = env("what_cannot_fold_is_refused") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(33);
+    let g = &env.gpu;
+    let (k, n) = (64usize, 16usize);
+    let mut up = |format| {
+        let h = HostLayer::random(&mut rng, format, n, k, false);
+        LinearWeights::upload(g, &h.meta, h.bytes()).expect("up")
+    };
+    let bf16 = up(Format::Bf16);
+    let w4 = up(Format::ConvrotW4a4 {
+        group: 16,
+        linear_dtype: LinearDtype::Int4,
+    });
+    let nw = host::upload(g, "nw", &vec![1.0; k], vec![k as u64], ActDtype::F32).expect("w");
+    let short = host::upload(g, "nw", &vec![1.0; 8], vec![8], ActDtype::F32).expect("w");
+    let norm = |weight| Fold {
+        norm: Some(NormFold { weight, eps: EPS }),
+        residual: false,
+    };
+    let resid = Fold {
+        norm: None,
+        residual: true,
+    };
+    let int4 = KernelChoice::Integer {
+        act: ActArith::Int4,
+        fast: false,
+    };
+    let float = KernelChoice::Float;
+    assert_eq!(fold_unusable(g, &bf16, float, 1, &norm(&nw)), None);
+    assert_eq!(fold_unusable(g, &bf16, float, 32, &resid), None);
+    assert_eq!(fold_unusable(g, &bf16, float, 40, &Fold::default()), None);
+    for (w, choice, m, fold) in [
+        (&w4, int4, 1, norm(&nw)),
+        (&bf16, float, 33, resid),
+        (&bf16, float, 1, norm(&short)),
+    ] {
+        let why = fold_unusable(g, w, choice, m, &fold).expect("refused");
+        let x = host::zeros(g, "x", vec![m, k as u64], ActDtype::F32).expect("x");
+        let out = host::zeros(g, "out", vec![m, n as u64], ActDtype::F32).expect("o");
+        let mut enc = Encoder::new(&g.device, "test");
+        let err = record_linear_folded(
+            g,
+            &env.cache,
+            &mut enc,
+            w,
+            choice,
+            &x,
+            &out,
+            &mut env.scratch,
+            &fold,
+        )
+        .expect_err("folded where it cannot");
+        assert!(err.to_string().contains(why), "{err} / {why}");
+    }
+    // A residual add is one layer's: fused linears refuse it (nothing
+    // recorded, the caller records them one by one).
+    let x = host::zeros(g, "x", vec![1, k as u64], ActDtype::F32).expect("x");
+    let outs: Vec<GpuTensor> = (0..2)
+        .map(|_| host::zeros(g, "o", vec![1, n as u64], ActDtype::F32).expect("o"))
+        .collect();
+    let stack = [(&bf16, &outs[0]), (&bf16, &outs[1])];
+    let mut enc = Encoder::new(&g.device, "test");
+    let done = record_linears_fused(
+        g,
+        &env.cache,
+        &mut enc,
+        Fusion::Stack(&stack),
+        float,
+        &x,
+        &mut env.scratch,
+        &RecordOptions::default(),
+        &resid,
+    )
+    .expect("refusal is not an error");
+    assert!(!done, "a residual add was folded into fused linears");
+}
