@@ -379,7 +379,10 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     ("linear_float_gemv_rows.wgsl", FLOAT_GEMV_ROWS),
     ("linear_float_gemv_rows.wgsl [norm]", FLOAT_GEMV_ROWS_NORM),
-    ("linear_float_gemv_rows.wgsl [fused, norm]", FLOAT_GEMV_ROWS3_NORM),
+    (
+        "linear_float_gemv_rows.wgsl [fused, norm]",
+        FLOAT_GEMV_ROWS3_NORM,
+    ),
     // The input fragments need a body: listed as their compositions.
     ("linear_gemv_in_plain.wgsl", FLOAT_GEMV_ROWS),
     ("linear_gemv_in_norm.wgsl", FLOAT_GEMV_ROWS_NORM),

@@ -13,8 +13,8 @@ use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choos
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
-    CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions, Region,
-    WeightPart, record_linear_with, record_linears_fused, row_bytes,
+    CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
+    Region, WeightPart, record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};

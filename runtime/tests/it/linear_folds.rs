@@ -121,8 +121,7 @@ fn folded_norm_matches_norm_then_linears() {
                     )
                     .expect("linear");
                 }
-                record_swiglu(g, &env.cache, &mut enc, &sep[3], &sep[4], &sep_glu)
-                    .expect("swiglu");
+                record_swiglu(g, &env.cache, &mut enc, &sep[3], &sep[4], &sep_glu).expect("swiglu");
                 g.queue.submit([enc.finish()]);
                 // Folded: layer 0 alone, 1 and 2 stacked, gate/up (3, 4) with
                 // SwiGLU, all reading the residual stream itself.
@@ -272,7 +271,7 @@ fn what_cannot_fold_is_refused() {
         linear_dtype: LinearDtype::Int4,
     });
     let nw = host::upload(g, "nw", &vec![1.0; k], vec![k as u64], ActDtype::F32).expect("w");
-    let short = host::upload(g, "nw", &vec![1.0; 8], vec![8], ActDtype::F32).expect("w");
+    let short = host::upload(g, "nw", &[1.0; 8], vec![8], ActDtype::F32).expect("w");
     let norm = |weight| Fold {
         norm: Some(NormFold { weight, eps: EPS }),
         residual: false,

@@ -23,8 +23,8 @@ use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::conformance::upload_f32;
 use dynvram_runtime::ops::linear::{
-    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch, LinearWeights,
-    RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
+    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearScratch,
+    LinearWeights, RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
     record_linears_fused,
 };
 use dynvram_runtime::ops::norm::record_add_rms_norm;

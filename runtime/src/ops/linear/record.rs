@@ -572,7 +572,13 @@ impl Recorder<'_> {
         for (w, _) in self.fused.iter().flat_map(|f| &f.more) {
             n = format!("{n}+{}", w.n);
         }
-        let label = format!("{kernel} {n}x{} m={}", self.weights.k, self.m);
+        let mut label = format!("{kernel} {n}x{} m={}", self.weights.k, self.m);
+        if self.fold.norm.is_some() {
+            label.push_str(" +norm");
+        }
+        if self.fold.residual {
+            label.push_str(" +residual");
+        }
         launch(
             self.gpu,
             self.cache,

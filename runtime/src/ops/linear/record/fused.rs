@@ -83,7 +83,10 @@ pub fn record_linears_fused(
     };
     let m = x.numel() / first.k.max(1);
     if let Some(why) = unfusable(gpu, first, &fused, choice, x, opts)
-        .or_else(|| fold.residual.then_some("a residual add is folded into one layer only"))
+        .or_else(|| {
+            fold.residual
+                .then_some("a residual add is folded into one layer only")
+        })
         .or_else(|| fold_unusable(gpu, first, choice, m, fold))
     {
         tracing::trace!(why, "linears recorded one by one");

@@ -373,7 +373,10 @@ impl Recorder<'_> {
         let sources = match norm {
             Some(n) => {
                 bindings.push((7, n.weight.binding()));
-                (shaders::FLOAT_GEMV_ROWS_NORM, shaders::FLOAT_GEMV_ROWS3_NORM)
+                (
+                    shaders::FLOAT_GEMV_ROWS_NORM,
+                    shaders::FLOAT_GEMV_ROWS3_NORM,
+                )
             }
             None => (shaders::FLOAT_GEMV_ROWS, shaders::FLOAT_GEMV_ROWS3),
         };
