@@ -1,11 +1,13 @@
 //! The RMS norm and the residual add folded into float multi-row GEMVs
 //! (`Fold`) against the same ops as separate launches: the residual add
-//! bit for bit; the folded norm within the rounding of the norm's output
-//! (its sum of squares runs in each GEMV workgroup's order, not the norm
-//! kernel's), for one layer, q/k/v stacked and gate/up with SwiGLU, f32 and
-//! f16 activations, weights f32/f16/bf16, M from 1 to past the one-row
-//! GEMV's limit; and what cannot fold is refused before anything is
-//! recorded.
+//! bit for bit in f32 and within one rounding in f16 (Mesa 26's compiler
+//! may skip the f16 round trip of the linear's output before the add); the
+//! folded norm within the rounding of the norm's output (the folded GEMV
+//! scales its dot products by the norm factor instead of reading rounded
+//! normalised values, and sums the squares in its own order), for one
+//! layer, q/k/v stacked and gate/up with SwiGLU, f32 and f16 activations,
+//! weights f32/f16/bf16; and what cannot fold is refused before anything
+//! is recorded.
 
 use crate::linear_common::HostLayer;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
@@ -80,7 +82,7 @@ fn folded_norm_matches_norm_then_linears() {
             ActDtype::F16 => 4e-3,
         };
         for (format, k) in [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)] {
-            for (i, m) in [1usize, 3, 8, 20].into_iter().enumerate() {
+            for (i, m) in [1usize, 2, 3, 4].into_iter().enumerate() {
                 let what = format!("{format:?} {dtype:?} M={m} K={k}");
                 let bias = i % 2 == 0;
                 let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]
@@ -243,11 +245,22 @@ fn folded_residual_add_matches_linear_then_add() {
                 )
                 .expect("folded");
                 g.queue.submit([enc.finish()]);
-                let bits = |t: &GpuTensor| -> Vec<u32> {
-                    let v = host::read(g, t).expect("read");
-                    v.iter().map(|f| f.to_bits()).collect()
-                };
-                assert_eq!(bits(&rb), bits(&ra), "{what}");
+                let (got, want) = (
+                    host::read(g, &rb).expect("r"),
+                    host::read(g, &ra).expect("r"),
+                );
+                if dtype == ActDtype::F32 {
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{what}");
+                } else {
+                    // The linear's output and the sum each rounded to f16
+                    // once: within an ulp of each (the output is about
+                    // |sum - resid|).
+                    for ((a, b), r) in got.iter().zip(&want).zip(&r0) {
+                        let tol = (b.abs() + (b - r).abs()) * 2f32.powi(-10) + 1e-6;
+                        assert!((a - b).abs() <= tol, "{what}: {a} vs {b}");
+                    }
+                }
             }
         }
     }
@@ -291,6 +304,7 @@ fn what_cannot_fold_is_refused() {
     for (w, choice, m, fold) in [
         (&w4, int4, 1, norm(&nw)),
         (&bf16, float, 33, resid),
+        (&bf16, float, 5, norm(&nw)),
         (&bf16, float, 1, norm(&short)),
     ] {
         let why = fold_unusable(g, w, choice, m, &fold).expect("refused");

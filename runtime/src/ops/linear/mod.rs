@@ -39,9 +39,9 @@ mod weights;
 
 pub use crate::error::LinearError;
 pub use record::{
-    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, NormFold, ROWS_GEMV_MAX_M,
-    RecordOptions, coop_gemm_unusable, coop_unusable, float_coop_unusable, fold_unusable,
-    record_add_norm_quant, record_linear, record_linear_folded, record_linear_with,
+    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, NORM_FOLD_MAX_M, NormFold,
+    ROWS_GEMV_MAX_M, RecordOptions, coop_gemm_unusable, coop_unusable, float_coop_unusable,
+    fold_unusable, record_add_norm_quant, record_linear, record_linear_folded, record_linear_with,
     record_linears_fused,
 };
 pub use scratch::LinearScratch;

@@ -5,10 +5,12 @@
 //! Why: a decode step is a chain of dependent launches, and on the H200 a
 //! launch's fixed cost (ramp-up, drain, the barrier before the next) is
 //! ~10 µs under timestamps — the norm launches alone were 12 % of a bf16
-//! token (run I, 63 launches). Folded, every GEMV workgroup recomputes its
-//! rows' norm factors from the residual stream (K values from cache, one
-//! workgroup reduction) before its weight stream, and the layer's output is
-//! added into the residual stream where it is written.
+//! token (run I, 63 launches). Folded, the GEMV multiplies the weights with
+//! `norm_w · x` and scales each output row by the norm's `1/√(mean(x²) +
+//! eps)`, whose sums of squares every workgroup gathers from the values it
+//! loads anyway and reduces with its accumulators (`linear_gemv_in_norm.wgsl`);
+//! the layer's output is added into the residual stream where it is
+//! written.
 
 use dynvram_quant::KernelChoice;
 
@@ -48,9 +50,14 @@ impl Fold<'_> {
     }
 }
 
+/// Most activation rows a folded norm takes: its per-row sums of squares
+/// ride in the GEMV's final reduction beside the accumulators (64 values).
+pub const NORM_FOLD_MAX_M: u64 = 4;
+
 /// Why `fold` cannot go into this linear's launch (`None`: it can): only
 /// the float multi-row GEMV (M ≤ 32, 16-byte weight rows, K a multiple of
-/// 4, one binding per weight) takes folds.
+/// 4, one binding per weight) takes folds, a norm up to
+/// [`NORM_FOLD_MAX_M`] rows.
 pub fn fold_unusable(
     gpu: &Gpu,
     weights: &LinearWeights,
@@ -66,6 +73,8 @@ pub fn fold_unusable(
         Some("only float layers fold a norm or a residual add")
     } else if m == 0 || m > ROWS_GEMV_MAX_M {
         Some("M is above the multi-row GEMV's")
+    } else if fold.norm.is_some() && m > NORM_FOLD_MAX_M {
+        Some("M is above the folded norm's 4 rows")
     } else if !gemv::rows_aligned(weights.row_bytes()) || !weights.k.is_multiple_of(4) {
         Some("weight rows do not start on 16 bytes")
     } else if weights.parts.len() != 1 || !whole {
