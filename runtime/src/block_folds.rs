@@ -4,7 +4,7 @@
 //! separate launches, so callers write one sequence for every format.
 
 use crate::error::Result;
-use crate::ops::linear::{Fold, NormFold, fold_unusable, record_linear_folded};
+use crate::ops::linear::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable, record_linear_folded};
 use crate::pass::BlockCtx;
 use crate::tensor::GpuTensor;
 
@@ -33,11 +33,11 @@ impl RmsNormOf<'_> {
 }
 
 impl BlockCtx<'_> {
-    /// Whether linear layer `layer` takes a norm or a residual add in its
+    /// Whether linear layer `layer` takes a norm and a residual add in its
     /// own launch at `m` rows (no LoRA patch, a float kernel, the
-    /// multi-row GEMV).
+    /// multi-row GEMV, `m` within [`NORM_FOLD_MAX_M`]).
     pub fn folds(&self, layer: &str, m: u64) -> Result<bool> {
-        if self.model().patches.contains_key(layer) {
+        if m > NORM_FOLD_MAX_M || self.model().patches.contains_key(layer) {
             return Ok(false);
         }
         let (weights, choice) = self.layer_weights(layer)?;
