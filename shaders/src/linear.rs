@@ -418,10 +418,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_rotate_quant.wgsl", ROTATE_QUANT),
     ("linear_add_norm_quant.wgsl", ADD_NORM_QUANT),
     ("linear_rq_subgroup.wgsl", ROTATE_QUANT_SUBGROUP),
-    (
-        "linear_rotate_quant_subgroup.wgsl",
-        ROTATE_QUANT_SUBGROUP,
-    ),
+    ("linear_rotate_quant_subgroup.wgsl", ROTATE_QUANT_SUBGROUP),
     (
         "linear_add_norm_quant_subgroup.wgsl",
         ADD_NORM_QUANT_SUBGROUP,

@@ -323,7 +323,8 @@ fn fast_rotate_quant_matches_the_reference_at_every_workgroup_size() {
     let limits = env.gpu.device.limits();
     let max = limits.max_compute_invocations_per_workgroup;
     // The kernel holds the row, one pad word per 16 values, in workgroup memory.
-    let fits = |k: usize| 4 * (k + k / 16 + 2) <= limits.max_compute_workgroup_storage_size as usize;
+    let fits =
+        |k: usize| 4 * (k + k / 16 + 2) <= limits.max_compute_workgroup_storage_size as usize;
     // (format, K, workgroup sizes)
     let cases = [
         (w4(256), 11008, vec![256, 512, 1024]),

@@ -137,9 +137,9 @@ pub(super) fn fast_quant_wgs(
     if !gpu.caps.subgroups || g > FAST_MAX_GROUP || k == 0 || k > u64::from(u32::MAX / 2) {
         return None;
     }
-    let wgs = asked.or_else(quant_wgs_from_env).unwrap_or_else(|| {
-        k.div_ceil(16).next_power_of_two().clamp(256, 1024) as u32
-    });
+    let wgs = asked
+        .or_else(quant_wgs_from_env)
+        .unwrap_or_else(|| k.div_ceil(16).next_power_of_two().clamp(256, 1024) as u32);
     let max = limits.max_compute_invocations_per_workgroup.min(1024);
     let bytes = 4 * (k + k / 16 + 2 + words_per_invocation * u64::from(wgs));
     (wgs.is_power_of_two()
