@@ -28,6 +28,24 @@ pub const ADD_NORM_QUANT: &str = wgsl!(
     "linear_add_norm_quant.wgsl"
 );
 
+/// [`ROTATE_QUANT`]'s fast variant (needs `SUBGROUP`): the FHT in registers,
+/// two stages per barrier, and the absmax by subgroupMax + atomicMax; the
+/// same outputs bit for bit (G <= 256, the whole row in workgroup memory).
+pub const ROTATE_QUANT_SUBGROUP: &str = wgsl!(
+    "linear_rq_subgroup.wgsl",
+    "linear_act_codes.wgsl",
+    "linear_rotate_quant_subgroup.wgsl"
+);
+
+/// [`ADD_NORM_QUANT`]'s fast variant (needs `SUBGROUP`): the norm's sum of
+/// squares in its order with one barrier, the rotation as
+/// [`ROTATE_QUANT_SUBGROUP`]'s; the same outputs bit for bit.
+pub const ADD_NORM_QUANT_SUBGROUP: &str = wgsl!(
+    "linear_rq_subgroup.wgsl",
+    "linear_act_codes.wgsl",
+    "linear_add_norm_quant_subgroup.wgsl"
+);
+
 /// Per-row activation quantization with workgroup-memory reductions.
 pub const ACT_QUANT: &str = wgsl!(
     "linear_reduce_workgroup.wgsl",
@@ -399,4 +417,10 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_act_codes.wgsl", ACT_QUANT),
     ("linear_rotate_quant.wgsl", ROTATE_QUANT),
     ("linear_add_norm_quant.wgsl", ADD_NORM_QUANT),
+    ("linear_rq_subgroup.wgsl", ROTATE_QUANT_SUBGROUP),
+    ("linear_rotate_quant_subgroup.wgsl", ROTATE_QUANT_SUBGROUP),
+    (
+        "linear_add_norm_quant_subgroup.wgsl",
+        ADD_NORM_QUANT_SUBGROUP,
+    ),
 ];

@@ -97,6 +97,11 @@ pub struct LinearArgs {
     /// Invocations per workgroup of the small-M GEMV (with --gemv-rows).
     #[arg(long, default_value_t = 256)]
     gemv_wgs: u32,
+    /// Invocations per workgroup of the fast fused rotate/quantize kernel
+    /// (M <= 8, integer formats; default: per K, or `DYNVRAM_QUANT_WGS`);
+    /// for tuning.
+    #[arg(long)]
+    quant_wgs: Option<u32>,
     /// Time several weights of the shape as one launch: `stack` three (like
     /// q/k/v), `glu` two with SwiGLU (like gate/up); figures count all their
     /// bytes. Needs a shape the fused GEMV takes (M <= 32, not fp8).
@@ -658,6 +663,7 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
             rows,
             wgs: a.gemv_wgs,
         }),
+        quant_wgs: a.quant_wgs,
         ..Default::default()
     };
     // (copy engine, shader copy, shader read-only) GB/s.

@@ -38,6 +38,8 @@ struct Run {
     out: Vec<f32>,
     codes: Vec<i8>,
     scales: Vec<f32>,
+    /// The rotated input's bits (rotated layers).
+    rotated: Vec<u32>,
 }
 
 struct Env {
@@ -86,7 +88,17 @@ impl Env {
         .expect("record");
         self.gpu.queue.submit([enc.finish()]);
         let out = self.gpu.read_f32(&out.buffer, 0, m * n).expect("read out");
-        let (mut codes, mut scales) = (Vec::new(), Vec::new());
+        let (mut codes, mut scales, mut rotated) = (Vec::new(), Vec::new(), Vec::new());
+        let group = match w.format {
+            Format::ConvrotW4a4 { group, .. } => Some(group),
+            Format::Int8Tensorwise { convrot_group } => convrot_group,
+            _ => None,
+        };
+        if let (KernelChoice::Integer { .. }, Some(_)) = (choice, group) {
+            let buf = self.scratch.rotated().expect("rotated input");
+            let r = self.gpu.read_f32(buf, 0, m * k).expect("read rotated");
+            rotated = r.iter().map(|v| v.to_bits()).collect();
+        }
         if let KernelChoice::Integer { .. } = choice {
             let words = self
                 .gpu
@@ -110,7 +122,12 @@ impl Env {
                 .read_f32(self.scratch.act_scales().expect("scales"), 0, m)
                 .expect("scales");
         }
-        Run { out, codes, scales }
+        Run {
+            out,
+            codes,
+            scales,
+            rotated,
+        }
     }
 }
 
@@ -176,6 +193,10 @@ fn check_integer(
             ..opts
         },
     );
+    if group.is_some() {
+        let e: Vec<u32> = x_in.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(raw.rotated, e, "{what}: rotated input");
+    }
     assert_eq!(raw.codes, q.codes, "{what}: activation codes");
     assert_eq!(raw.scales, q.scales, "{what}: activation scales");
     let gpu_acc: Vec<i32> = raw.out.iter().map(|v| v.to_bits() as i32).collect();
@@ -272,6 +293,60 @@ fn integer_paths_match_the_reference() {
             for &act in &acts {
                 for fast in fast_variants(&env) {
                     check_integer(&mut env, &h, act, fast, &x, RecordOptions::default());
+                }
+            }
+        }
+    }
+}
+
+/// The fast fused rotate/quantize kernel (subgroups, M <= 8) at every
+/// workgroup size it takes, on rows of one to four 16-value blocks per
+/// invocation, K a power of two or not (11008 = 43 groups of 256, the
+/// Llama-7B down projection's): rotated input, codes, scales and outputs
+/// equal the reference's bit for bit (as check_integer checks), so the
+/// portable kernel's too.
+#[test]
+fn fast_rotate_quant_matches_the_reference_at_every_workgroup_size() {
+    let Some(mut env) = env("fast_rotate_quant_matches_the_reference_at_every_workgroup_size")
+    else {
+        return;
+    };
+    if !env.gpu.caps.subgroups {
+        eprintln!("no subgroups: nothing to check");
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(31);
+    let w4 = |group| Format::ConvrotW4a4 {
+        group,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let limits = env.gpu.device.limits();
+    let max = limits.max_compute_invocations_per_workgroup;
+    // The kernel holds the row, one pad word per 16 values, in workgroup memory.
+    let fits =
+        |k: usize| 4 * (k + k / 16 + 2) <= limits.max_compute_workgroup_storage_size as usize;
+    // (format, K, workgroup sizes)
+    let cases = [
+        (w4(256), 11008, vec![256, 512, 1024]),
+        (w4(256), 4096, vec![64, 128, 256, 1024]),
+        (w4(64), 2368, vec![64, 256]),
+        (w4(16), 1040, vec![64]),
+    ];
+    for (format, k, sizes) in cases {
+        if !fits(k) {
+            eprintln!("K = {k}: the row does not fit the workgroup memory");
+            continue;
+        }
+        for (j, m) in [1usize, 3].into_iter().enumerate() {
+            let h = HostLayer::random(&mut rng, format, 9, k, j == 0);
+            let x = random_x(&mut rng, m, k);
+            for &wgs in sizes.iter().filter(|&&w| w <= max) {
+                let opts = RecordOptions {
+                    quant_wgs: Some(wgs),
+                    ..RecordOptions::default()
+                };
+                for act in [ActArith::Int4, ActArith::Int8] {
+                    check_integer(&mut env, &h, act, true, &x, opts);
                 }
             }
         }
@@ -948,6 +1023,7 @@ fn add_norm_quant_matches_norm_then_linear() {
     let cases = [
         (w4(16), int(ActArith::Int4), 96),
         (w4(256), int(ActArith::Int8), 4096),
+        (w4(64), int(ActArith::Int4), 2816),
         (
             Format::Int8Tensorwise {
                 convrot_group: None,
@@ -967,10 +1043,29 @@ fn add_norm_quant_matches_norm_then_linear() {
     let up = |gpu: &Gpu, d: &[f32], s: &[u64], dt| {
         host::upload(gpu, "t", d, s.to_vec(), dt).expect("upload")
     };
-    for (format, choice, k) in cases {
+    // The fused norm's kernel: portable, and (subgroups) fast; the
+    // separate linear always the portable one.
+    let fused_choices = |choice: KernelChoice| {
+        let KernelChoice::Integer { act, .. } = choice else {
+            unreachable!()
+        };
+        fast_variants(&env)
+            .into_iter()
+            .map(move |fast| KernelChoice::Integer { act, fast })
+            .collect::<Vec<_>>()
+    };
+    let cases: Vec<_> = cases
+        .into_iter()
+        .flat_map(|(format, choice, k)| {
+            fused_choices(choice)
+                .into_iter()
+                .map(move |fused| (format, choice, fused, k))
+        })
+        .collect();
+    for (format, choice, fused_choice, k) in cases {
         for &dtype in &dtypes {
             for m in [1usize, 3] {
-                let what = format!("{format:?} {choice:?} {dtype:?} M={m} K={k}");
+                let what = format!("{format:?} {fused_choice:?} {dtype:?} M={m} K={k}");
                 let h = HostLayer::random(&mut rng, format, 24, k, m == 3);
                 let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
                 let xs0 = random_x(&mut rng, m, k);
@@ -990,6 +1085,7 @@ fn add_norm_quant_matches_norm_then_linear() {
                 // codes the fused norm left; then its codes and output.
                 let linear =
                     |env: &mut Env, enc: &mut Encoder, x: &GpuTensor, out: &GpuTensor, reuse| {
+                        let choice = if reuse { fused_choice } else { choice };
                         let opts = RecordOptions {
                             reuse_codes: reuse,
                             ..RecordOptions::default()
@@ -1028,7 +1124,7 @@ fn add_norm_quant_matches_norm_then_linear() {
                     &mut enc,
                     &norm,
                     &w,
-                    choice,
+                    fused_choice,
                     &mut env.scratch,
                 )
                 .expect("fused norm");
@@ -1037,6 +1133,12 @@ fn add_norm_quant_matches_norm_then_linear() {
                 assert_eq!(env.scratch.last_dispatches(), 1, "{what}: quantized again");
                 env.gpu.queue.submit([enc.finish()]);
                 let codes_f = codes(&env);
+                let rotated = |env: &Env| {
+                    let buf = env.scratch.rotated().expect("rotated");
+                    let r = env.gpu.read_f32(buf, 0, (m * k) as u64).expect("read");
+                    r.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                };
+                let rot_f = rotated(&env);
                 // The norm alone, and the linear alone on the fused norm's output.
                 let (xs_s, h_s, out_s) = tensors(&env);
                 let mut enc = Encoder::new(&env.gpu.device, "test");
@@ -1055,6 +1157,7 @@ fn add_norm_quant_matches_norm_then_linear() {
                 if dtype == ActDtype::F32 {
                     assert_eq!(a, b, "{what}: norm output");
                     assert_eq!(codes(&env), codes_f, "{what}: codes");
+                    assert_eq!(rotated(&env), rot_f, "{what}: rotated input");
                     let (y, e) = (read_bits(&env, &out_f), read_bits(&env, &out_s));
                     assert_eq!(y, e, "{what}: linear output");
                 } else {

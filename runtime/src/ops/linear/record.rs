@@ -66,6 +66,10 @@ pub struct RecordOptions {
     /// used where they were quantized the same way, instead of quantizing
     /// again. Only for linears recorded back to back on one input.
     pub reuse_codes: bool,
+    /// Invocations per workgroup of the fast fused rotate/quantize kernel
+    /// (M <= 8, `fast` integer kernels) instead of its default or
+    /// `DYNVRAM_QUANT_WGS` (for tuning; a power of two in 64..=1024).
+    pub quant_wgs: Option<u32>,
 }
 
 /// What activation codes in the scratch were made from and how.
@@ -223,6 +227,7 @@ fn record(
             .coop
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         reuse_codes: opts.reuse_codes,
+        quant_wgs: opts.quant_wgs,
         fused,
         fold: *fold,
         dispatches: &dispatches,
@@ -476,6 +481,8 @@ struct Recorder<'a> {
     coop: CoopShape,
     /// [`RecordOptions::reuse_codes`].
     reuse_codes: bool,
+    /// [`RecordOptions::quant_wgs`].
+    quant_wgs: Option<u32>,
     /// More weights in the multi-row GEMV's launch.
     fused: Option<&'a fused::Fused<'a>>,
     /// Ops folded into the multi-row GEMV's launch.
@@ -790,6 +797,7 @@ impl Recorder<'_> {
             self.rotate_quant(
                 encoder,
                 g,
+                fast,
                 &quant_constants,
                 quant_params,
                 [

@@ -101,6 +101,54 @@ fn fused_shape(limits: &wgpu::Limits) -> (u32, u32) {
     (wgs, floor_pow2(words).min(FUSED_MAX_CHUNK))
 }
 
+/// Largest group the fast fused kernels rotate (stages 1..=64 in registers).
+const FAST_MAX_GROUP: u32 = 256;
+
+/// Invocations per workgroup of the fast fused rotate/quantize kernels asked
+/// for by the environment variable `DYNVRAM_QUANT_WGS` (a tuning knob, read
+/// once), where it parses.
+pub fn quant_wgs_from_env() -> Option<u32> {
+    static WGS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *WGS.get_or_init(|| {
+        std::env::var("DYNVRAM_QUANT_WGS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// Workgroup size of the fast (subgroup) fused rotate/quantize kernels
+/// (`linear_rotate_quant_subgroup.wgsl`, `linear_add_norm_quant_subgroup.wgsl`)
+/// for rows of `k` values rotated in groups of `g`, or `None` where they
+/// cannot run: no subgroups, a group above 256, a row (padded by 1/16)
+/// beyond the workgroup memory, or a size outside the adapter's limits or
+/// the kernels' (at most 4 blocks of 16 values per invocation).
+/// `asked` (else [`quant_wgs_from_env`]) overrides the default: the
+/// smallest power of two in 256..=1024 giving every invocation at most one
+/// block of 16 values (256 at K = 4096, 1024 at K = 11008).
+/// `words_per_invocation` more workgroup words per invocation are needed.
+pub(super) fn fast_quant_wgs(
+    gpu: &crate::gpu::Gpu,
+    k: u64,
+    g: u32,
+    asked: Option<u32>,
+    words_per_invocation: u64,
+) -> Option<u32> {
+    let limits = gpu.device.limits();
+    if !gpu.caps.subgroups || g > FAST_MAX_GROUP || k == 0 || k > u64::from(u32::MAX / 2) {
+        return None;
+    }
+    let wgs = asked
+        .or_else(quant_wgs_from_env)
+        .unwrap_or_else(|| k.div_ceil(16).next_power_of_two().clamp(256, 1024) as u32);
+    let max = limits.max_compute_invocations_per_workgroup.min(1024);
+    let bytes = 4 * (k + k / 16 + 2 + words_per_invocation * u64::from(wgs));
+    (wgs.is_power_of_two()
+        && (64..=max).contains(&wgs)
+        && k.div_ceil(16 * u64::from(wgs)) <= 4
+        && bytes <= u64::from(limits.max_compute_workgroup_storage_size))
+    .then_some(wgs)
+}
+
 /// Whether rows of `row_bytes` bytes can be read as 16-byte quads.
 pub(super) fn rows_aligned(row_bytes: u64) -> bool {
     row_bytes.is_multiple_of(16)
@@ -131,14 +179,57 @@ impl Recorder<'_> {
     /// The fused rotation + quantization (`linear_rotate_quant.wgsl`), one
     /// workgroup per row: bindings 0 x, 1 codes, 2 code scales, 3 params,
     /// 4 the rotated input (f32, written for the codes and for inspection).
+    ///
+    /// `fast` (the adapter has subgroups): `linear_rotate_quant_subgroup.wgsl`
+    /// where [`fast_quant_wgs`] allows it, the same outputs bit for bit.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn rotate_quant(
         &self,
         encoder: &mut Encoder,
         g: u32,
+        fast: bool,
         quant_constants: &[(&str, f64)],
         params: Params,
         [x, codes, scales, rotated]: [wgpu::BindingResource<'_>; 4],
     ) -> Result<(), LinearError> {
+        let (m, k) = (self.m, self.weights.k);
+        let cost = Cost::new(
+            m * k * self.act.size(),
+            m * k * 4 + m * k + m * 4,
+            m * k * 2 * u64::from(g.max(2).ilog2()),
+        );
+        let fast_wgs = if fast {
+            let wgs = fast_quant_wgs(self.gpu, k, g, self.quant_wgs, 0);
+            if wgs.is_none() && self.quant_wgs.is_some() {
+                return Err(self.unsupported(format!(
+                    "fast rotate/quantize workgroup size {:?} unusable at K = {k}, G = {g}",
+                    self.quant_wgs
+                )));
+            }
+            wgs
+        } else {
+            None
+        };
+        if let Some(wgs) = fast_wgs {
+            let mut constants = quant_constants.to_vec();
+            constants.extend([
+                ("G", f64::from(g)),
+                ("WGS", f64::from(wgs)),
+                ("ROW_MAX", k as f64),
+                ("FHT_WORDS", (k + k / 16 + 1) as f64),
+            ]);
+            let key = format!("linear_rotate_quant|sg|G={g}|WGS={wgs}|K={k}|{quant_constants:?}");
+            return self.dispatch_at(
+                encoder,
+                key,
+                shaders::ROTATE_QUANT_SUBGROUP,
+                &constants,
+                vec![(0, x), (1, codes), (2, scales), (4, rotated)],
+                params,
+                rows_grid(m),
+                cost,
+            );
+        }
         let (wgs, chunk) = fused_shape(&self.gpu.device.limits());
         let mut constants = quant_constants.to_vec();
         constants.extend([
@@ -154,15 +245,8 @@ impl Recorder<'_> {
             &constants,
             vec![(0, x), (1, codes), (2, scales), (4, rotated)],
             params,
-            rows_grid(self.m),
-            {
-                let (m, k) = (self.m, self.weights.k);
-                Cost::new(
-                    m * k * self.act.size(),
-                    m * k * 4 + m * k + m * 4,
-                    m * k * 2 * u64::from(g.max(2).ilog2()),
-                )
-            },
+            rows_grid(m),
+            cost,
         )
     }
 

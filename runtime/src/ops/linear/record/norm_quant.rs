@@ -7,7 +7,7 @@
 use dynvram_quant::{KernelChoice, reference::is_power_of_four};
 use dynvram_shaders::linear as shaders;
 
-use super::gemv::FUSED_FIXED_BYTES;
+use super::gemv::{FUSED_FIXED_BYTES, fast_quant_wgs};
 use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, rows_grid};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
@@ -38,7 +38,10 @@ pub struct AddNorm<'a> {
 /// `reuse_codes` take those codes. Returns `false` and records nothing
 /// where they cannot be fused (a float kernel, M above the GEMVs', a row
 /// larger than the adapter's workgroup memory, a workgroup size other than
-/// the norm's); the caller records the norm alone.
+/// the norm's); the caller records the norm alone. A `fast` choice takes
+/// `linear_add_norm_quant_subgroup.wgsl` where the adapter has subgroups of
+/// one size and the row fits (the same outputs bit for bit; its workgroup
+/// size from `DYNVRAM_QUANT_WGS` or `fast_quant_wgs`'s default).
 #[allow(clippy::too_many_arguments)]
 pub fn record_add_norm_quant(
     gpu: &Gpu,
@@ -58,7 +61,7 @@ pub fn record_add_norm_quant(
         norm.out,
         norm.eps,
     )?;
-    let KernelChoice::Integer { act, .. } = choice else {
+    let KernelChoice::Integer { act, fast } = choice else {
         return Ok(false);
     };
     let Ok(int) = IntPath::of(first.format, act) else {
@@ -67,18 +70,35 @@ pub fn record_add_norm_quant(
     let g = int.group.unwrap_or(1);
     let limits = gpu.device.limits();
     let wgs = norm_wg(gpu, m);
-    let chunk = k.next_power_of_two().max(u64::from(wgs));
-    let fits = chunk * 4 + u64::from(FUSED_FIXED_BYTES)
-        <= u64::from(limits.max_compute_workgroup_storage_size);
     let grouped = g == 1 || (is_power_of_four(g) && k.is_multiple_of(u64::from(g)));
     if first.k != k
         || m > GEMV_MAX_M
         || m > MAX_GROUPS_PER_DIM
         || !k.is_multiple_of(4)
         || wgs < 64
-        || !fits
         || !grouped
     {
+        return Ok(false);
+    }
+    // The fast variant: the norm's sums of squares in the order of its
+    // `wgs` invocations, by `fast_wgs` ones.
+    let sg = gpu.caps.subgroup_min_size;
+    let fast_wgs = (fast
+        && gpu.caps.subgroups
+        && sg == gpu.caps.subgroup_max_size
+        && sg.is_power_of_two())
+    .then(|| fast_quant_wgs(gpu, k, g, None, 1))
+    .flatten()
+    .filter(|&f| {
+        // Logical invocations per invocation, their values in registers,
+        // and the tree's last stages per lane.
+        let per = wgs / f;
+        f <= wgs && per <= 16 && u64::from(per) * k.div_ceil(u64::from(wgs)) <= 64 && f / sg <= 32
+    });
+    let chunk = k.next_power_of_two().max(u64::from(wgs));
+    let fits = chunk * 4 + u64::from(FUSED_FIXED_BYTES)
+        <= u64::from(limits.max_compute_workgroup_storage_size);
+    if fast_wgs.is_none() && !fits {
         return Ok(false);
     }
     let kw = k / 4;
@@ -88,15 +108,35 @@ pub fn record_add_norm_quant(
     let scales = scratch.scales(gpu, m * 4)?;
     // The multi-row GEMVs at M <= 8 pair int4 weights' even/odd columns.
     let mut constants = int.quant_constants(int.w4).to_vec();
-    constants.extend([
-        ("G", f64::from(g)),
-        ("WGS", f64::from(wgs)),
-        ("FHT_CHUNK", chunk as f64),
-    ]);
-    let key = format!(
-        "linear_add_norm_quant|G={g}|WGS={wgs}|C={chunk}|MODE={}|P={}",
-        int.codes as u32, int.w4
-    );
+    let (source, key) = match fast_wgs {
+        Some(f) => {
+            constants.extend([
+                ("G", f64::from(g)),
+                ("WGS", f64::from(f)),
+                ("ROW_MAX", k as f64),
+                ("FHT_WORDS", (k + k / 16 + 1) as f64),
+                ("NW", f64::from(wgs)),
+                ("SG", f64::from(sg)),
+            ]);
+            let key = format!(
+                "linear_add_norm_quant|sg|G={g}|WGS={f}|K={k}|NW={wgs}|SG={sg}|MODE={}|P={}",
+                int.codes as u32, int.w4
+            );
+            (shaders::ADD_NORM_QUANT_SUBGROUP, key)
+        }
+        None => {
+            constants.extend([
+                ("G", f64::from(g)),
+                ("WGS", f64::from(wgs)),
+                ("FHT_CHUNK", chunk as f64),
+            ]);
+            let key = format!(
+                "linear_add_norm_quant|G={g}|WGS={wgs}|C={chunk}|MODE={}|P={}",
+                int.codes as u32, int.w4
+            );
+            (shaders::ADD_NORM_QUANT, key)
+        }
+    };
     let params = Params {
         a: m as u32,
         b: k as u32,
@@ -112,7 +152,7 @@ pub fn record_add_norm_quant(
         Launch {
             key: &key,
             label: &format!("add_rms_norm+rotate_quant {k} m={m}"),
-            source: shaders::ADD_NORM_QUANT,
+            source,
             entry: "main",
             constants: &constants,
             act: norm.xs.dtype,
