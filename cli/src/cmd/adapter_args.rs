@@ -41,7 +41,9 @@ impl AdapterArgs {
 
 /// The device options from `DYNVRAM_COPY_QUEUE` (auto, off, family0,
 /// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
-/// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none): the one place the
+/// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
+/// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
+/// for tuning): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {
@@ -59,5 +61,8 @@ pub fn gpu_options() -> GpuOptions {
         copy_queue: var("DYNVRAM_COPY_QUEUE", d.copy_queue),
         coop_matrix: std::env::var("DYNVRAM_COOP_MATRIX").as_deref() != Ok("off"),
         shader_checks: var("DYNVRAM_SHADER_CHECKS", d.shader_checks),
+        quant_wgs: std::env::var("DYNVRAM_QUANT_WGS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok()),
     }
 }

@@ -50,6 +50,8 @@ pub struct Gpu {
     uncaptured: Arc<Mutex<Option<String>>>,
     /// naga's runtime checks for every module this device compiles.
     shader_checks: ShaderChecks,
+    /// [`GpuOptions::quant_wgs`].
+    quant_wgs: Option<u32>,
 }
 
 impl Gpu {
@@ -158,7 +160,13 @@ impl Gpu {
             lost,
             uncaptured,
             shader_checks: options.shader_checks,
+            quant_wgs: options.quant_wgs,
         })
+    }
+
+    /// [`GpuOptions::quant_wgs`] of this device.
+    pub fn quant_wgs(&self) -> Option<u32> {
+        self.quant_wgs
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -444,6 +452,10 @@ pub struct GpuOptions {
     pub coop_matrix: bool,
     /// naga's runtime checks for our kernels.
     pub shader_checks: ShaderChecks,
+    /// Invocations per workgroup of the fast fused rotate/quantize kernels
+    /// instead of their default per K (tuning; where the size does not fit,
+    /// the default runs).
+    pub quant_wgs: Option<u32>,
 }
 
 impl Default for GpuOptions {
@@ -452,6 +464,7 @@ impl Default for GpuOptions {
             copy_queue: CopyQueueMode::Auto,
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
+            quant_wgs: None,
         }
     }
 }

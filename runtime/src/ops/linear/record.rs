@@ -68,7 +68,7 @@ pub struct RecordOptions {
     pub reuse_codes: bool,
     /// Invocations per workgroup of the fast fused rotate/quantize kernel
     /// (M <= 8, `fast` integer kernels) instead of its default or
-    /// `DYNVRAM_QUANT_WGS` (for tuning; a power of two in 64..=1024).
+    /// `GpuOptions::quant_wgs` (for tuning; a power of two in 64..=1024).
     pub quant_wgs: Option<u32>,
 }
 

@@ -104,25 +104,13 @@ fn fused_shape(limits: &wgpu::Limits) -> (u32, u32) {
 /// Largest group the fast fused kernels rotate (stages 1..=64 in registers).
 const FAST_MAX_GROUP: u32 = 256;
 
-/// Invocations per workgroup of the fast fused rotate/quantize kernels asked
-/// for by the environment variable `DYNVRAM_QUANT_WGS` (a tuning knob, read
-/// once), where it parses.
-pub fn quant_wgs_from_env() -> Option<u32> {
-    static WGS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    *WGS.get_or_init(|| {
-        std::env::var("DYNVRAM_QUANT_WGS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-    })
-}
-
 /// Workgroup size of the fast (subgroup) fused rotate/quantize kernels
 /// (`linear_rotate_quant_subgroup.wgsl`, `linear_add_norm_quant_subgroup.wgsl`)
 /// for rows of `k` values rotated in groups of `g`, or `None` where they
 /// cannot run: no subgroups, a group above 256, a row (padded by 1/16)
 /// beyond the workgroup memory, or a size outside the adapter's limits or
 /// the kernels' (at most 4 blocks of 16 values per invocation).
-/// `asked` (else [`quant_wgs_from_env`]) overrides the default: the
+/// `asked` (else the device's [`crate::gpu::GpuOptions::quant_wgs`]) overrides the default: the
 /// smallest power of two in 256..=1024 giving every invocation at most one
 /// block of 16 values (256 at K = 4096, 1024 at K = 11008).
 /// `words_per_invocation` more workgroup words per invocation are needed.
@@ -138,7 +126,7 @@ pub(super) fn fast_quant_wgs(
         return None;
     }
     let wgs = asked
-        .or_else(quant_wgs_from_env)
+        .or(gpu.quant_wgs())
         .unwrap_or_else(|| k.div_ceil(16).next_power_of_two().clamp(256, 1024) as u32);
     let max = limits.max_compute_invocations_per_workgroup.min(1024);
     let bytes = 4 * (k + k / 16 + 2 + words_per_invocation * u64::from(wgs));

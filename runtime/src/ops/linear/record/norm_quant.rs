@@ -41,7 +41,7 @@ pub struct AddNorm<'a> {
 /// the norm's); the caller records the norm alone. A `fast` choice takes
 /// `linear_add_norm_quant_subgroup.wgsl` where the adapter has subgroups of
 /// one size and the row fits (the same outputs bit for bit; its workgroup
-/// size from `DYNVRAM_QUANT_WGS` or `fast_quant_wgs`'s default).
+/// size from `GpuOptions::quant_wgs` or `fast_quant_wgs`'s default).
 #[allow(clippy::too_many_arguments)]
 pub fn record_add_norm_quant(
     gpu: &Gpu,
