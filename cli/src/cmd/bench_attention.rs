@@ -157,7 +157,17 @@ pub fn run(a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
         println!(
             "{:>6} {:>5} {:>4} {:>4}  {:<12} {:>6} {:>6} {:>5} {:>4} {:>9} {:>8}",
-            "keys", "heads", "kv", "hd", "tuning", "splits", "chunk", "wgs", "disp", "us", "KV GB/s"
+            "keys",
+            "heads",
+            "kv",
+            "hd",
+            "tuning",
+            "splits",
+            "chunk",
+            "wgs",
+            "disp",
+            "us",
+            "KV GB/s"
         );
     }
     let cache = PipelineCache::default();
@@ -186,7 +196,11 @@ pub fn run(a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
                                 f.launches.map_or("-".into(), |l| l.to_string()),
                                 f.us,
                                 f.kv_gb_per_s,
-                                if f.kernel == "decode" { "" } else { "  (scalar kernels)" }
+                                if f.kernel == "decode" {
+                                    ""
+                                } else {
+                                    "  (scalar kernels)"
+                                }
                             );
                         }
                         report.figures.push(f);
@@ -311,8 +325,7 @@ impl Case {
             splits,
             chunk,
             workgroups: h.n_kv_heads * splits,
-            launches: decode
-                .then_some(1 + u32::from(splits > 1) + u32::from(rope_launch)),
+            launches: decode.then_some(1 + u32::from(splits > 1) + u32::from(rope_launch)),
             us: per * 1e6,
             kv_gb_per_s: kv_bytes as f64 / per / 1e9,
         }))

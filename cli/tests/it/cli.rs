@@ -259,7 +259,10 @@ fn bench_attention_reports_each_tuning() {
             assert_eq!(f["kernel"], "decode", "{f}");
             assert!(f["us"].as_f64().is_some_and(|us| us > 0.0), "{f}");
             assert!(f["kv_gb_per_s"].as_f64().is_some_and(|g| g > 0.0), "{f}");
-            assert_eq!(f["workgroups"].as_u64(), f["splits"].as_u64().map(|s| 2 * s));
+            assert_eq!(
+                f["workgroups"].as_u64(),
+                f["splits"].as_u64().map(|s| 2 * s)
+            );
             (
                 f["tuning"].as_str().expect("tuning"),
                 f["splits"].as_u64().expect("splits"),

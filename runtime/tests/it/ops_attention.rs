@@ -156,10 +156,12 @@ fn attend_tuned(
 
 /// The decode tunings the decode tests run: the default (128 invocations,
 /// the split policy, key groups merged one at a time), then workgroups of
-/// 32 to 1024 invocations with forced single and multiple splits, another
-/// split target, and merges of several and of all key groups a round.
+/// 32 to 1024 invocations with forced single and multiple splits and
+/// merges of one, several and all key groups a round (1024s2m4 where the
+/// adapter's workgroup memory cannot take all 32 key groups of 1024s1m32,
+/// as llvmpipe's GL cannot).
 fn tunings() -> Vec<DecodeTuning> {
-    ["128x264", "1024s1m32", "512x32", "256s3m4", "32s1", "64s5m2"]
+    ["128x264", "1024s1m32", "1024s2m4", "256s3m4", "32s1"]
         .iter()
         .map(|t| t.parse().expect("tuning"))
         .collect()

@@ -228,9 +228,7 @@ impl FromStr for DecodeTuning {
         t.workgroup = match u32::try_from(fields[0].1) {
             Ok(wg) if wg.is_power_of_two() && (32..=1024).contains(&wg) => wg,
             _ => {
-                return Err(bad(
-                    "the workgroup size must be a power of two, 32 to 1024",
-                ));
+                return Err(bad("the workgroup size must be a power of two, 32 to 1024"));
             }
         };
         // Tags in this order, each at most once; `x` or `s`, not both.
@@ -498,7 +496,12 @@ mod tests {
         assert_eq!((all.workgroup, all.splits, all.merge), (1024, Some(1), 32));
         let target = t("256x132m4").expect("parses");
         assert_eq!(
-            (target.workgroup, target.target_groups, target.splits, target.merge),
+            (
+                target.workgroup,
+                target.target_groups,
+                target.splits,
+                target.merge
+            ),
             (256, 132, None, 4)
         );
         assert_eq!(t("64m2").expect("parses").target_groups, 264);
@@ -525,7 +528,10 @@ mod tests {
             ("128m99999999999", "out of range"),
         ] {
             let err = t(bad).expect_err(bad);
-            assert!(err.contains(why) && err.contains("WG[xTARGET"), "{bad}: {err}");
+            assert!(
+                err.contains(why) && err.contains("WG[xTARGET"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -570,21 +576,29 @@ mod tests {
         let mut limits = wgpu::Limits::default();
         limits.max_compute_workgroup_size_x = 1024;
         let t = |s: &str| s.parse::<DecodeTuning>().expect(s);
-        assert_eq!(DecodeTuning::default().unusable(&caps, &limits, 128, 8), None);
+        assert_eq!(
+            DecodeTuning::default().unusable(&caps, &limits, 128, 8),
+            None
+        );
         // workgroup memory (no subgroups): 1024 lanes staging 8 queries,
         // 39 KiB
         assert!(t("1024s1").unusable(&caps, &limits, 128, 8).is_some());
         assert_eq!(t("1024s1").unusable(&caps, &limits, 128, 1), None);
         // all 32 key groups' outputs of 8 queries: 130 KiB; of 1: 18 KiB
         let all = t("1024s1m32");
-        assert_eq!(all.workgroup_bytes(128, 8, true), 2 * 4 * 32 * 8 + 16 * 32 * 8 * 32);
+        assert_eq!(
+            all.workgroup_bytes(128, 8, true),
+            2 * 4 * 32 * 8 + 16 * 32 * 8 * 32
+        );
         assert!(all.unusable(&caps, &limits, 128, 8).is_some());
         caps.subgroups = true;
         caps.subgroup_min_size = 32;
         assert_eq!(all.unusable(&caps, &limits, 128, 1), None);
         // the adapter's invocations
         limits.max_compute_workgroup_size_x = 256;
-        let err = t("512s1").unusable(&caps, &limits, 128, 1).expect("too wide");
+        let err = t("512s1")
+            .unusable(&caps, &limits, 128, 1)
+            .expect("too wide");
         assert!(err.contains("256"), "{err}");
         let zero = DecodeTuning {
             merge: 0,
