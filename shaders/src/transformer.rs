@@ -51,6 +51,38 @@ pub fn attention_decode(subgroups: bool, rope: bool) -> &'static str {
     }
 }
 
+/// The sizes of a decode attention module's workgroup ([`with_decode_shape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecodeShape {
+    /// Invocations per workgroup (`WG`): a power of two, at least `LPK`.
+    pub wg: u32,
+    /// Key groups, `WG / LPK` (`MAX_KP`).
+    pub key_groups: u32,
+    /// Key groups merged per round (`MERGE`), 1 to `key_groups`.
+    pub merge: u32,
+    /// Queries per workgroup (`QG`, sizes the workgroup-memory sums).
+    pub queries: u32,
+    /// Head dimension (`HD`).
+    pub head_dim: u32,
+}
+
+/// A decode attention module ([`attention_decode`]) with its workgroup
+/// sizes written in (they size workgroup arrays and `@workgroup_size`, so
+/// they are text): `subgroups` must be the one the module was chosen with.
+pub fn with_decode_shape(source: &str, subgroups: bool, s: DecodeShape) -> String {
+    let acc4 = s.merge * s.queries * s.head_dim.div_ceil(4);
+    let mut consts = vec![
+        ("WG", 128, s.wg),
+        ("MAX_KP", 4, s.key_groups),
+        ("MERGE", 1, s.merge),
+        ("ACC4", 32, acc4),
+    ];
+    if !subgroups {
+        consts.push(("GS_QG", 8, s.queries));
+    }
+    crate::with_consts(source, &consts)
+}
+
 /// Flash attention (causal or not, batched) on 16×16×16 f16 cooperative
 /// matrices with f32 sums (needs `SHADER_F16`, `SUBGROUP` and that
 /// `EXPERIMENTAL_COOPERATIVE_MATRIX` configuration); shape by

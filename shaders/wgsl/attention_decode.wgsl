@@ -16,6 +16,12 @@
 // output, else the partial (m, l, acc) goes to `part` as attention.wgsl's
 // attend_split writes it, for attend_combine.
 //
+// WG, MAX_KP, ACC4 and MERGE size the workgroup and its arrays, so they are
+// text the host writes in (`with_consts`): WG invocations (a power of two,
+// at least LPK), MAX_KP = WG / LPK key groups, MERGE key groups merged per
+// round (1: one at a time; up to MAX_KP: all in one), ACC4 = MERGE · QG ·
+// HD / 4 vec4s of partial outputs. The defaults below are one valid set.
+//
 // The fragment before this file also binds k (read-only, or read-write
 // where RoPE is fused) and defines `load_q`, which rotates the queries as
 // it loads them, and `rope_new_keys`, which rotates the new key rows of the
@@ -30,13 +36,14 @@
 
 const WG: u32 = 128u;
 const MAX_QG: u32 = 8u;
+// Key groups (WG / LPK), those merged per round, and the vec4s they hold.
+const MAX_KP: u32 = 4u;
+const MERGE: u32 = 1u;
+const ACC4: u32 = 32u;
 // vec4s a lane holds of a head row: head_dim <= 256 = 2 · 32 lanes · 4.
 const MAX_SLOTS: u32 = 2u;
 // Most keys a key group takes per step (U).
 const MAX_U: u32 = 8u;
-// Fewest lanes per key (head_dim <= 16 leaves some idle): at most WG / 8
-// key groups.
-const MAX_KP: u32 = 16u;
 const NEG_BIG: f32 = -3.0e38;
 
 // Head dimension, lanes per key (8, 16 or 32), queries per workgroup
@@ -58,7 +65,7 @@ var<immediate> params: Params;
 // The merge of the key groups: their maxima and sums, then the outputs.
 var<workgroup> dec_m: array<f32, MAX_KP * MAX_QG>;
 var<workgroup> dec_l: array<f32, MAX_KP * MAX_QG>;
-var<workgroup> dec_acc: array<vec4<f32>, MAX_QG * MAX_SLOTS * 32>;
+var<workgroup> dec_acc: array<vec4<f32>, ACC4>;
 
 // Keys 0..limit are visible to query row r (causal, within kv_len).
 fn dec_visible(r: u32) -> u32 {
@@ -77,7 +84,7 @@ fn dec_max(qi: u32, kp: u32) -> f32 {
     return mx;
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let n_kv = params.n_kv;
     let g = wid.x % n_kv;
@@ -202,23 +209,40 @@ fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
             dec_l[kg * MAX_QG + qi] = l[qi] * f;
         }
     }
-    for (var t = 0u; t < kp; t++) {
-        if kg == t {
+    // In rounds of MERGE key groups: each writes its outputs to a region of
+    // dec_acc, the first region adding to the sum so far, then the regions
+    // are added to the first in group order (the same sums, in the same
+    // order, whatever MERGE).
+    let span = QG * hd4;
+    for (var t0 = 0u; t0 < kp; t0 += MERGE) {
+        let region = kg - t0;
+        if kg >= t0 && region < MERGE {
             for (var qi = 0u; qi < QG; qi++) {
                 for (var sl = 0u; sl < slots; sl++) {
                     let d4 = lane + sl * LPK;
                     if d4 < hd4 {
                         let at = qi * hd4 + d4;
                         var a = acc[qi * MAX_SLOTS + sl];
-                        if t > 0u {
+                        if region == 0u && t0 > 0u {
                             a = dec_acc[at] + a;
                         }
-                        dec_acc[at] = a;
+                        dec_acc[region * span + at] = a;
                     }
                 }
             }
         }
         workgroupBarrier();
+        let regions = min(MERGE, kp - t0);
+        if regions > 1u {
+            for (var e = lid; e < span; e += WG) {
+                var a = dec_acc[e];
+                for (var i = 1u; i < regions; i++) {
+                    a += dec_acc[i * span + e];
+                }
+                dec_acc[e] = a;
+            }
+            workgroupBarrier();
+        }
     }
     // Outputs (or partials), consecutive invocations on consecutive vec4s.
     for (var e = lid; e < QG * hd4; e += WG) {

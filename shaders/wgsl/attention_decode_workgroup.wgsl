@@ -7,7 +7,11 @@
 // needs: LPK, MAX_KP, MAX_QG, QG, WG
 // provides: group_sum
 
-var<workgroup> gs_in: array<f32, WG * MAX_QG>;
+// Queries gs_in holds per invocation (QG, written in by the host as text:
+// it sizes the array).
+const GS_QG: u32 = 8u;
+
+var<workgroup> gs_in: array<f32, WG * GS_QG>;
 var<workgroup> gs_out: array<f32, MAX_KP * MAX_QG>;
 
 fn group_sum(lid: u32, x: array<f32, MAX_QG>) -> array<f32, MAX_QG> {

@@ -43,6 +43,9 @@ pub enum BenchCommand {
     /// GEMM and flash-attention kernels), operands in registers and fed
     /// from workgroup memory.
     Coop(crate::cmd::bench_coop::CoopArgs),
+    /// Decode attention (one query row over a KV cache, RoPE fused) per
+    /// decode tuning: workgroup size, split policy or forced splits, merge.
+    Attention(crate::cmd::bench_attention::AttentionArgs),
 }
 
 /// Arguments of `dynvram bench upload`.
@@ -184,6 +187,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
         BenchCommand::Pass(a) => crate::cmd::bench_pass::run(a, json),
         BenchCommand::Dispatch(a) => crate::cmd::bench_dispatch::run(a, json),
         BenchCommand::Coop(a) => crate::cmd::bench_coop::run(a, json),
+        BenchCommand::Attention(a) => crate::cmd::bench_attention::run(a, json),
     }
 }
 

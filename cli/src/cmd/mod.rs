@@ -2,6 +2,7 @@
 
 pub mod adapter_args;
 pub mod bench;
+pub mod bench_attention;
 pub mod bench_coop;
 pub mod bench_dispatch;
 pub mod bench_pass;

@@ -221,6 +221,71 @@ fn bench_dispatch_reports_each_layout() {
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--launches"));
 }
 
+/// `bench attention` times a tiny decode attention per tuning (the
+/// default policy, one forced split, several with a merge of two) with its
+/// splits and launches, and refuses a bad tuning as a flag error.
+#[test]
+fn bench_attention_reports_each_tuning() {
+    let name = "bench_attention_reports_each_tuning";
+    let args = [
+        "--json",
+        "bench",
+        "attention",
+        "--keys",
+        "40",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--head-dim",
+        "32",
+        "--f32",
+        "--tunings",
+        "128x264,64s1,128s3m2",
+        "--reps",
+        "1",
+    ];
+    let Some(out) = output_or_skip(name, dynvram().args(args)) else {
+        return;
+    };
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert_eq!(report["rope"], true, "{report}");
+    let figures = report["figures"].as_array().expect("figures");
+    let skipped = report["skipped"].as_array().expect("skipped");
+    assert!(skipped.is_empty(), "{report}");
+    let got: Vec<(&str, u64, u64)> = figures
+        .iter()
+        .map(|f| {
+            assert_eq!(f["kernel"], "decode", "{f}");
+            assert!(f["us"].as_f64().is_some_and(|us| us > 0.0), "{f}");
+            assert!(f["kv_gb_per_s"].as_f64().is_some_and(|g| g > 0.0), "{f}");
+            assert_eq!(
+                f["workgroups"].as_u64(),
+                f["splits"].as_u64().map(|s| 2 * s)
+            );
+            (
+                f["tuning"].as_str().expect("tuning"),
+                f["splits"].as_u64().expect("splits"),
+                f["launches"].as_u64().expect("launches"),
+            )
+        })
+        .collect();
+    // 40 keys over 2 kv heads: the policy's 2 splits of 32 keys; forced
+    // 1; forced 3 of 16.
+    assert_eq!(
+        got,
+        [("128x264", 2, 2), ("64s1", 1, 1), ("128s3m2", 3, 2)],
+        "{report}"
+    );
+    let bad = dynvram()
+        .args(["bench", "attention", "--tunings", "128x264,100s1"])
+        .output()
+        .expect("bench attention");
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("power of two"), "{stderr}");
+}
+
 /// A closed stdout ends the program by SIGPIPE, as command-line tools do
 /// (it panicked at `println!`), and an absurd `--max-new-tokens` is a flag
 /// error, not an overflow.

@@ -8,8 +8,8 @@
 
 use crate::ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
 use dynvram_runtime::ops::attention::{
-    Heads, Mask, flash_unusable, lanes_per_key, record_attention, record_flash_attention,
-    record_kv_write, uses_subgroups,
+    DecodeTuning, Heads, Mask, decode_unusable, flash_unusable, lanes_per_key, record_attention,
+    record_attention_with, record_flash_attention, record_kv_write, uses_subgroups,
 };
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
@@ -124,6 +124,78 @@ fn attend(
         rope,
         &mut scratch,
     )
+}
+
+/// [`attend`] with the decode kernel shaped and split by `tuning`.
+fn attend_tuned(
+    c: &Ctx,
+    enc: &mut Encoder,
+    [q, k, v, out]: [&GpuTensor; 4],
+    heads: Heads,
+    (kv_len, pos0): (usize, usize),
+    rope: Option<&RopeTable>,
+    tuning: &DecodeTuning,
+) -> Result<(), GpuError> {
+    let mut scratch = LinearScratch::new();
+    record_attention_with(
+        &c.gpu,
+        &c.cache,
+        enc,
+        q,
+        k,
+        v,
+        out,
+        heads,
+        kv_len as u64,
+        pos0 as u64,
+        rope,
+        &mut scratch,
+        tuning,
+    )
+}
+
+/// The decode tunings the decode tests run: the default (128 invocations,
+/// the split policy, key groups merged one at a time), then workgroups of
+/// 32 to 1024 invocations with forced single and multiple splits and
+/// merges of one, several and all key groups a round (1024s2m4 where the
+/// adapter's workgroup memory cannot take all 32 key groups of 1024s1m32,
+/// as llvmpipe's GL cannot).
+fn tunings() -> Vec<DecodeTuning> {
+    ["128x264", "1024s1m32", "1024s2m4", "256s3m4", "32s1"]
+        .iter()
+        .map(|t| t.parse().expect("tuning"))
+        .collect()
+}
+
+/// Whether the decode kernel runs `heads` over `sq` rows with `tuning` on
+/// this adapter; where it does not fit, records why in `skipped` (the
+/// decode tests say so at the end).
+fn tuning_fits(
+    c: &Ctx,
+    tuning: &DecodeTuning,
+    heads: Heads,
+    sq: usize,
+    skipped: &mut std::collections::BTreeSet<String>,
+) -> bool {
+    let queries = heads.n_heads / heads.n_kv_heads * sq as u64;
+    if decode_unusable(heads, sq as u64, false).is_some() {
+        // The scalar kernels: the tuning is not read.
+        return true;
+    }
+    match tuning.unusable(&c.gpu.caps, &c.gpu.device.limits(), heads.head_dim, queries) {
+        None => true,
+        Some(why) => {
+            skipped.insert(format!("tuning {tuning}: {why}"));
+            false
+        }
+    }
+}
+
+/// Says which tunings some case skipped, and why.
+fn report_skipped(test: &str, skipped: &std::collections::BTreeSet<String>) {
+    for why in skipped {
+        eprintln!("{test}: skipped: {why}");
+    }
 }
 
 /// Writes `k`/`v` rows `0..kv_len` into caches of `max_seq` rows in two
@@ -482,13 +554,15 @@ fn decode_ctx(test: &str) -> Option<(Ctx, Vec<ActDtype>)> {
 
 /// The decode kernel (one or two query rows at the end of a cache) against
 /// the reference: head_dim 32/64/80/128, GQA groups 1, 4 and 7, 1 to 1100
-/// keys (one split, a partial step, many splits), f32 and f16.
+/// keys (one split, a partial step, many splits), f32 and f16, each with
+/// every tuning of [`tunings`] that fits the adapter.
 #[test]
 fn decode_attention_matches_cpu() {
     let Some((c, dtypes)) = decode_ctx("decode_attention_matches_cpu") else {
         return;
     };
     let g = &c.gpu;
+    let (tunings, mut skipped) = (tunings(), Default::default());
     let mut case = 0u64;
     for dtype in dtypes {
         for (hd, group, n_kv) in [
@@ -517,19 +591,26 @@ fn decode_attention_matches_cpu() {
                 let kc = cache_of(&c, &ks, max_seq, width, dtype);
                 let vc = cache_of(&c, &vs, max_seq, width, dtype);
                 let q = up(&c, &qs, &[sq as u64, (nh * hdu) as u64], dtype);
-                let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
                 let pos0 = kv_len - sq;
-                run(&c, |enc| {
-                    attend(&c, enc, [&q, &kc, &vc, &out], h, (kv_len, pos0), None)
-                });
                 let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
-                let got = host::read(g, &out).expect("read");
                 let (atol, rtol) = tolerance(dtype);
-                let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}");
-                assert_close(&tag, &got, &want, atol, rtol);
+                for tuning in &tunings {
+                    if !tuning_fits(&c, tuning, h, sq, &mut skipped) {
+                        continue;
+                    }
+                    let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
+                    run(&c, |enc| {
+                        let ops = [&q, &kc, &vc, &out];
+                        attend_tuned(&c, enc, ops, h, (kv_len, pos0), None, tuning)
+                    });
+                    let got = host::read(g, &out).expect("read");
+                    let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq} tuning {tuning}");
+                    assert_close(&tag, &got, &want, atol, rtol);
+                }
             }
         }
     }
+    report_skipped("decode_attention_matches_cpu", &skipped);
 }
 
 /// RoPE fused into the attention (`record_attention` with a table) against
@@ -542,13 +623,15 @@ fn decode_attention_matches_cpu() {
 /// 2e-3 tolerance — while Mesa 22's gives the same bits.) Decoding (the fused
 /// kernel: head_dim 32/64/80/128, groups 1, 4, 7, one split and many), and the
 /// cases it leaves to a RoPE launch of its own (12 queries per kv head;
-/// head_dim 36, not a multiple of 8).
+/// head_dim 36, not a multiple of 8); each with every tuning of [`tunings`]
+/// that fits the adapter.
 #[test]
 fn rope_in_attention_matches_rope_qk() {
     let Some((c, dtypes)) = decode_ctx("rope_in_attention_matches_rope_qk") else {
         return;
     };
     let g = &c.gpu;
+    let (tunings, mut skipped) = (tunings(), Default::default());
     let mut case = 0u64;
     for dtype in dtypes {
         for (hd, group, n_kv, kv_len, sq) in [
@@ -575,61 +658,105 @@ fn rope_in_attention_matches_rope_qk() {
             let vs = rounded(case * 5 + 3, kv_len * width, 2.0, dtype);
             let q_shape = [sq as u64, (nh * hdu) as u64];
             let new_shape = [sq as u64, width as u64];
-            let mut results = Vec::new();
-            let mut q_rot = Vec::new();
-            for fused in [false, true] {
-                let q = up(&c, &qs, &q_shape, dtype);
-                let k_new = up(&c, &new_k, &new_shape, dtype);
-                let kc = cache_of(&c, &ks, max_seq, width, dtype);
-                let vc = cache_of(&c, &vs, max_seq, width, dtype);
-                let out = up(&c, &vec![f32::NAN; qs.len()], &q_shape, dtype);
-                run(&c, |enc| {
-                    if !fused {
-                        record_rope_qk(
-                            g,
-                            &c.cache,
-                            enc,
-                            &table,
-                            &q,
-                            &k_new,
-                            h.n_heads,
-                            n_kv,
-                            pos0 as u64,
-                        )?;
-                    }
-                    record_kv_write(enc, &k_new, &kc, pos0 as u64)?;
-                    attend(
-                        &c,
-                        enc,
-                        [&q, &kc, &vc, &out],
-                        h,
-                        (kv_len, pos0),
-                        fused.then_some(&table),
-                    )
-                });
-                let cache_rows = host::read(g, &kc).expect("read")[..kv_len * width].to_vec();
-                results.push((host::read(g, &out).expect("read"), cache_rows));
-                if !fused {
-                    // rope_qk's rotated (and act-rounded) queries.
-                    q_rot = host::read(g, &q).expect("read");
+            for tuning in &tunings {
+                if !tuning_fits(&c, tuning, h, sq, &mut skipped) {
+                    continue;
                 }
+                let mut results = Vec::new();
+                let mut q_rot = Vec::new();
+                for fused in [false, true] {
+                    let q = up(&c, &qs, &q_shape, dtype);
+                    let k_new = up(&c, &new_k, &new_shape, dtype);
+                    let kc = cache_of(&c, &ks, max_seq, width, dtype);
+                    let vc = cache_of(&c, &vs, max_seq, width, dtype);
+                    let out = up(&c, &vec![f32::NAN; qs.len()], &q_shape, dtype);
+                    run(&c, |enc| {
+                        if !fused {
+                            record_rope_qk(
+                                g,
+                                &c.cache,
+                                enc,
+                                &table,
+                                &q,
+                                &k_new,
+                                h.n_heads,
+                                n_kv,
+                                pos0 as u64,
+                            )?;
+                        }
+                        record_kv_write(enc, &k_new, &kc, pos0 as u64)?;
+                        attend_tuned(
+                            &c,
+                            enc,
+                            [&q, &kc, &vc, &out],
+                            h,
+                            (kv_len, pos0),
+                            fused.then_some(&table),
+                            tuning,
+                        )
+                    });
+                    let cache_rows = host::read(g, &kc).expect("read")[..kv_len * width].to_vec();
+                    results.push((host::read(g, &out).expect("read"), cache_rows));
+                    if !fused {
+                        // rope_qk's rotated (and act-rounded) queries.
+                        q_rot = host::read(g, &q).expect("read");
+                    }
+                }
+                // Both against the reference on those queries and the cache.
+                let want = attention_ref(&q_rot, &results[0].1, &vs, h, kv_len, pos0);
+                let (atol, rtol) = tolerance(dtype);
+                for (r, name) in results.iter().zip(["rope_qk", "fused"]) {
+                    let what = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq} {tuning}: {name}");
+                    assert_close(&what, &r.0, &want, atol, rtol);
+                }
+                let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq} tuning {tuning}");
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&results[0].1), bits(&results[1].1), "{tag}: k cache");
+                assert!(results[1].0.iter().all(|v| v.is_finite()), "{tag}");
+                if dtype == ActDtype::F32 {
+                    assert_eq!(bits(&results[0].0), bits(&results[1].0), "{tag}: output");
+                }
+                let same = bits(&results[0].0) == bits(&results[1].0);
+                eprintln!("{tag}: fused RoPE output bit-identical: {same}");
             }
-            // Both against the reference on those queries and the cache.
-            let want = attention_ref(&q_rot, &results[0].1, &vs, h, kv_len, pos0);
-            let (atol, rtol) = tolerance(dtype);
-            for (r, name) in results.iter().zip(["rope_qk", "fused"]) {
-                let what = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}: {name}");
-                assert_close(&what, &r.0, &want, atol, rtol);
-            }
-            let tag = format!("{dtype:?} {h:?} kv_len {kv_len} sq {sq}");
-            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&results[0].1), bits(&results[1].1), "{tag}: k cache");
-            assert!(results[1].0.iter().all(|v| v.is_finite()), "{tag}");
-            if dtype == ActDtype::F32 {
-                assert_eq!(bits(&results[0].0), bits(&results[1].0), "{tag}: output");
-            }
-            let same = bits(&results[0].0) == bits(&results[1].0);
-            eprintln!("{tag}: fused RoPE output bit-identical: {same}");
         }
+    }
+    report_skipped("rope_in_attention_matches_rope_qk", &skipped);
+}
+
+/// A tuning the adapter cannot run is an error where the decode kernel
+/// would take it (and read by nothing where the scalar kernels run).
+#[test]
+fn decode_rejects_unfit_tunings() {
+    let Some(c) = ctx("decode_rejects_unfit_tunings") else {
+        return;
+    };
+    let g = &c.gpu;
+    let h = Heads {
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 64,
+    };
+    let q = nan_tensor(g, &[1, 256]);
+    let kc = nan_tensor(g, &[16, 128]);
+    let out = nan_tensor(g, &[1, 256]);
+    let mut enc = Encoder::new(&g.device, "test");
+    for bad in [
+        DecodeTuning {
+            workgroup: 96,
+            ..DecodeTuning::default()
+        },
+        DecodeTuning {
+            workgroup: 4096,
+            ..DecodeTuning::default()
+        },
+        DecodeTuning {
+            merge: 0,
+            ..DecodeTuning::default()
+        },
+    ] {
+        let err = attend_tuned(&c, &mut enc, [&q, &kc, &kc, &out], h, (9, 8), None, &bad)
+            .expect_err("an unfit tuning");
+        assert!(err.to_string().contains("decode tuning"), "{err}");
     }
 }

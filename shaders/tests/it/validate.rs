@@ -126,3 +126,40 @@ fn coop_gemm_shapes_generate_and_validate() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Decode attention modules with their workgroup sizes written in validate
+/// for every module variant (sums on subgroups or workgroup memory, RoPE
+/// fused or not), workgroups of 32 to 1024 invocations and merges of one
+/// key group to all.
+#[test]
+fn decode_attention_shapes_generate_and_validate() {
+    use dynvram_shaders::transformer::{DecodeShape, attention_decode, with_decode_shape};
+    let mut failures = Vec::new();
+    for (subgroups, rope) in [(false, false), (true, false), (false, true), (true, true)] {
+        let src = attention_decode(subgroups, rope);
+        for (wg, lpk, merge, queries, head_dim) in [
+            (128u32, 32u32, 1u32, 1u32, 128u32),
+            (32, 32, 1, 8, 256),
+            (256, 16, 4, 4, 64),
+            (512, 32, 16, 2, 128),
+            (1024, 32, 32, 1, 128),
+            (1024, 8, 1, 8, 32),
+        ] {
+            let shape = DecodeShape {
+                wg,
+                key_groups: wg / lpk,
+                merge,
+                queries,
+                head_dim,
+            };
+            let text = with_decode_shape(src, subgroups, shape);
+            for text in [text.clone(), dynvram_shaders::with_f16_activations(&text)] {
+                let name = format!("attention_decode {subgroups} {rope} {shape:?}");
+                if let Err(e) = validate(&name, &text) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -6,9 +6,19 @@
 //! dimensions in vec4s (coalesced), the lanes of a key summed by subgroup
 //! shuffles where the adapter has them, else through workgroup memory.
 //! Optionally rotates the queries and the new key rows (RoPE) on the way.
+//!
+//! The workgroup size, the merge of its key groups and the split policy are
+//! a [`DecodeTuning`] (its default: 128 invocations, splits for 264
+//! workgroups, key groups merged one at a time), so that a tool can time
+//! others on a real GPU.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Mutex, OnceLock};
 
 use dynvram_quant::AdapterCaps;
-use dynvram_shaders::transformer::{ATTENTION, attention_decode};
+use dynvram_shaders::transformer::{ATTENTION, DecodeShape, attention_decode, with_decode_shape};
 
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
@@ -16,6 +26,7 @@ use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};
+use crate::ops::launch::{Launch, launch};
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 
@@ -28,17 +39,222 @@ fn step_keys(vec4s: u64) -> u64 {
     if vec4s <= 2 { 8 } else { 4 }
 }
 
-/// Workgroups the split aims for at least: two per compute unit of the
-/// largest GPUs (132 on an H100/H200).
-const TARGET_GROUPS: u64 = 264;
+/// How decode attention shapes its workgroups and splits its keys over
+/// them: [`record_attention_with`](super::record_attention_with) takes one,
+/// [`record_attention`](super::record_attention) the default (today's
+/// policy, chosen on an H200). A tuning is text too ([`FromStr`], the
+/// syntax `bench attention --tunings` takes):
+///
+/// `WG[xTARGET | sSPLITS][mMERGE]` — `WG` invocations per workgroup; then
+/// either `xTARGET`, splits aiming for `TARGET` workgroups (the default
+/// policy with another target), or `sSPLITS`, exactly `SPLITS` splits
+/// (fewer where the keys run out: `s1` is one split, no combine launch);
+/// then optionally `mMERGE`, key groups merged per round at the end (1: one
+/// at a time; more than the workgroup has: all at once). `128x264` is the
+/// default; `1024s1m32` one workgroup of 1024 per kv head merged in one
+/// round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeTuning {
+    /// Invocations per workgroup: a power of two, 32 to 1024, at most the
+    /// adapter's `max_compute_invocations_per_workgroup` (128).
+    pub workgroup: u32,
+    /// Workgroups the split aims for at least (264: two per compute unit
+    /// of the largest GPUs, 132 on an H100/H200).
+    pub target_groups: u64,
+    /// Exactly this many splits instead of the policy (`None`: the policy);
+    /// fewer where there are fewer 16-key steps.
+    pub splits: Option<u64>,
+    /// Fewest keys per split where there are more keys than that (32:
+    /// below, each key group would take less than two steps).
+    pub min_chunk: u64,
+    /// Most keys per split (512: long caches get more workgroups rather
+    /// than longer serial loops).
+    pub max_chunk: u64,
+    /// Key groups merged per round of the workgroup's final merge (1: one
+    /// at a time, a barrier each; up to all of them in one round, which
+    /// needs workgroup memory for all their outputs).
+    pub merge: u32,
+}
 
-/// Fewest keys per split where there are more keys than that: below,
-/// each key group would take less than two steps.
-const MIN_CHUNK: u64 = 32;
+impl Default for DecodeTuning {
+    fn default() -> Self {
+        Self {
+            workgroup: 128,
+            target_groups: 264,
+            splits: None,
+            min_chunk: 32,
+            max_chunk: 512,
+            merge: 1,
+        }
+    }
+}
 
-/// Most keys per split: long caches get more workgroups rather than longer
-/// serial loops.
-const MAX_CHUNK: u64 = 512;
+impl DecodeTuning {
+    /// `(chunk, splits)` for `n_kv` kv heads over `keys` keys: `splits`
+    /// where forced, else enough for `target_groups` workgroups, each at
+    /// least `min_chunk` keys (where there are that many) and at most
+    /// `max_chunk`; chunks are multiples of 16 keys (whole steps of four key
+    /// groups of 4 keys), and no split is empty.
+    pub fn split(&self, n_kv: u64, keys: u64) -> (u64, u64) {
+        let keys = keys.max(1);
+        let splits = match self.splits {
+            Some(s) => s.max(1),
+            None => {
+                let lo = keys.div_ceil(self.max_chunk.max(1));
+                let hi = keys.div_ceil(self.min_chunk.max(1)).max(lo);
+                self.target_groups.div_ceil(n_kv.max(1)).clamp(lo, hi)
+            }
+        };
+        let chunk = keys.div_ceil(splits).next_multiple_of(16);
+        (chunk, keys.div_ceil(chunk))
+    }
+
+    /// Why this tuning cannot run on an adapter of `caps` and `limits` for
+    /// `queries` queries per kv head of `head_dim` (`None`: it can).
+    pub fn unusable(
+        &self,
+        caps: &AdapterCaps,
+        limits: &wgpu::Limits,
+        head_dim: u64,
+        queries: u64,
+    ) -> Option<String> {
+        let wg = self.workgroup;
+        if !wg.is_power_of_two() || !(32..=1024).contains(&wg) {
+            return Some(format!(
+                "a workgroup of {wg} invocations (want a power of two, 32 to 1024)"
+            ));
+        }
+        let max = caps
+            .max_invocations_per_workgroup
+            .min(limits.max_compute_workgroup_size_x);
+        if wg > max {
+            return Some(format!(
+                "a workgroup of {wg} invocations exceeds the adapter's {max}"
+            ));
+        }
+        if self.merge == 0 {
+            return Some("a merge of 0 key groups per round (want at least 1)".into());
+        }
+        let bytes = self.workgroup_bytes(head_dim, queries, uses_subgroups(caps, head_dim));
+        if bytes > u64::from(caps.max_workgroup_storage) {
+            return Some(format!(
+                "{bytes} bytes of workgroup memory ({wg} invocations merging {} key groups a round) exceed the adapter's {}",
+                self.shape(head_dim, queries).merge,
+                caps.max_workgroup_storage
+            ));
+        }
+        None
+    }
+
+    /// The module's sizes for `queries` queries per workgroup of `head_dim`.
+    fn shape(&self, head_dim: u64, queries: u64) -> DecodeShape {
+        let key_groups = (u64::from(self.workgroup) / lanes_per_key(head_dim)).max(1) as u32;
+        DecodeShape {
+            wg: self.workgroup,
+            key_groups,
+            merge: self.merge.clamp(1, key_groups),
+            queries: queries as u32,
+            head_dim: head_dim as u32,
+        }
+    }
+
+    /// Workgroup memory of the module (`attention_decode*.wgsl`'s arrays)
+    /// for `queries` queries per workgroup of `head_dim`: the key groups'
+    /// maxima and sums, the outputs of the key groups merged per round,
+    /// and where the lanes' sums run through workgroup memory (not
+    /// `subgroups`), their staging.
+    pub fn workgroup_bytes(&self, head_dim: u64, queries: u64, subgroups: bool) -> u64 {
+        let s = self.shape(head_dim, queries);
+        let kp = u64::from(s.key_groups);
+        let mut bytes =
+            2 * 4 * kp * MAX_QUERIES + 16 * u64::from(s.merge) * queries * head_dim.div_ceil(4);
+        if !subgroups {
+            bytes += 4 * (u64::from(s.wg) * queries + kp * MAX_QUERIES);
+        }
+        bytes
+    }
+}
+
+impl fmt::Display for DecodeTuning {
+    /// The [`FromStr`] syntax (without the chunk bounds).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.workgroup)?;
+        match self.splits {
+            Some(s) => write!(f, "s{s}")?,
+            None => write!(f, "x{}", self.target_groups)?,
+        }
+        if self.merge != 1 {
+            write!(f, "m{}", self.merge)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for DecodeTuning {
+    type Err = String;
+
+    /// `WG[xTARGET | sSPLITS][mMERGE]`, see [`DecodeTuning`]; the chunk
+    /// bounds are the default's.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            format!(
+                "bad decode tuning `{text}`: {why} (want WG[xTARGET|sSPLITS][mMERGE], e.g. 128x264, 512s1, 1024s1m32)"
+            )
+        };
+        // The numbers, each after its one-letter tag (the first after none).
+        let mut fields: Vec<(char, u64)> = Vec::new();
+        let (mut tag, mut rest) = (' ', text.trim());
+        loop {
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            let (digits, tail) = rest.split_at(end);
+            let n = digits.parse::<u64>().map_err(|_| {
+                bad(if digits.is_empty() {
+                    "a number is missing"
+                } else {
+                    "a number is out of range"
+                })
+            })?;
+            fields.push((tag, n));
+            let mut chars = tail.chars();
+            match chars.next() {
+                Some(c) => tag = c.to_ascii_lowercase(),
+                None => break,
+            }
+            rest = chars.as_str();
+        }
+        let mut t = Self::default();
+        t.workgroup = match u32::try_from(fields[0].1) {
+            Ok(wg) if wg.is_power_of_two() && (32..=1024).contains(&wg) => wg,
+            _ => {
+                return Err(bad("the workgroup size must be a power of two, 32 to 1024"));
+            }
+        };
+        // Tags in this order, each at most once; `x` or `s`, not both.
+        let mut seen = 0;
+        for &(tag, n) in &fields[1..] {
+            let rank = match tag {
+                'x' | 's' => 1,
+                'm' => 2,
+                other => return Err(bad(&format!("unknown tag `{other}`"))),
+            };
+            if rank <= seen {
+                return Err(bad(&format!("`{tag}` repeated or out of order")));
+            }
+            seen = rank;
+            if n == 0 {
+                return Err(bad(&format!("`{tag}` needs a number of at least 1")));
+            }
+            match tag {
+                'x' => t.target_groups = n,
+                's' => t.splits = Some(n),
+                _ => t.merge = u32::try_from(n).map_err(|_| bad("the merge is out of range"))?,
+            }
+        }
+        Ok(t)
+    }
+}
 
 /// Why the decode kernel cannot take this attention (`None`: it can).
 /// `rope`: with RoPE fused.
@@ -72,22 +288,35 @@ pub fn uses_subgroups(caps: &AdapterCaps, head_dim: u64) -> bool {
     caps.subgroups && u64::from(caps.subgroup_min_size) >= lanes_per_key(head_dim)
 }
 
-/// `(chunk, splits)` for `n_kv` kv heads over `keys` keys: enough splits
-/// for `TARGET_GROUPS` (264) workgroups, each at least `MIN_CHUNK` (32) keys (where
-/// there are that many) and at most `MAX_CHUNK` (512); chunks are multiples of
-/// 16 keys (whole steps of four key groups of 4 keys).
+/// `(chunk, splits)` for `n_kv` kv heads over `keys` keys with the
+/// default [`DecodeTuning`]: enough splits for 264 workgroups, each at
+/// least 32 keys (where there are that many) and at most 512; chunks are
+/// multiples of 16 keys.
 pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
-    let keys = keys.max(1);
-    let splits = TARGET_GROUPS
-        .div_ceil(n_kv)
-        .clamp(keys.div_ceil(MAX_CHUNK), keys.div_ceil(MIN_CHUNK));
-    let chunk = keys.div_ceil(splits).next_multiple_of(16);
-    (chunk, keys.div_ceil(chunk))
+    DecodeTuning::default().split(n_kv, keys)
 }
 
-/// Records the decode kernel for `span` (checked: [`unusable`] is `None`),
-/// then the combine where the keys split; with `rope`, q is read rotated
-/// and cache rows `pos0..pos0+sq` of k are rotated in place.
+/// The decode module for `subgroups`/`rope` with `shape` written in, made
+/// once per process and shape (a record per layer and token must not
+/// rewrite the text).
+fn decode_source(subgroups: bool, rope: bool, shape: DecodeShape) -> &'static str {
+    type Sources = Mutex<HashMap<(bool, bool, DecodeShape), &'static str>>;
+    static SOURCES: OnceLock<Sources> = OnceLock::new();
+    let mut map = SOURCES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    map.entry((subgroups, rope, shape)).or_insert_with(|| {
+        // A few shapes per process (head dims × queries × tunings): kept.
+        let text = with_decode_shape(attention_decode(subgroups, rope), subgroups, shape);
+        Box::leak(text.into_boxed_str())
+    })
+}
+
+/// Records the decode kernel for `span` (checked: [`unusable`] is `None`)
+/// shaped and split by `tuning`, then the combine where the keys split;
+/// with `rope`, q is read rotated and cache rows `pos0..pos0+sq` of k are
+/// rotated in place.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub(super) fn record(
     gpu: &Gpu,
@@ -98,11 +327,17 @@ pub(super) fn record(
     span: Span,
     rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
+    tuning: &DecodeTuning,
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (n_heads, n_kv_heads, head_dim) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
-    let (chunk, splits) = decode_split(n_kv_heads, span.keys());
-    let max_groups = gpu.device.limits().max_compute_workgroups_per_dimension;
+    let queries = n_heads / n_kv_heads * span.sq;
+    let limits = gpu.device.limits();
+    if let Some(why) = tuning.unusable(&gpu.caps, &limits, head_dim, queries) {
+        return Err(bad(OP, format!("decode tuning {tuning}: {why}")));
+    }
+    let (chunk, splits) = tuning.split(n_kv_heads, span.keys());
+    let max_groups = limits.max_compute_workgroups_per_dimension;
     if n_kv_heads * splits > u64::from(max_groups) || n_heads > u64::from(max_groups) {
         return Err(bad(
             OP,
@@ -111,7 +346,6 @@ pub(super) fn record(
     }
     let params = super::scalar::params(heads, span, chunk, splits)?;
     let subgroups = uses_subgroups(&gpu.caps, head_dim);
-    let queries = n_heads / n_kv_heads * span.sq;
     let lanes = lanes_per_key(head_dim);
     let slots = head_dim.div_ceil(4).div_ceil(lanes);
     let constants = [
@@ -142,23 +376,31 @@ pub(super) fn record(
     } else {
         kernel::Cost::new(cost.bytes + rope_bytes, 0, cost.flops)
     };
-    kernel::record(
+    let shape = tuning.shape(head_dim, queries);
+    let name = if rope.is_some() {
+        "attention_decode.wgsl+rope"
+    } else {
+        "attention_decode.wgsl"
+    };
+    // The text constants beside the overrides: (WG, key groups, merge).
+    let key = format!(
+        "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode:{constants:?}",
+        shape.wg, shape.key_groups, shape.merge
+    );
+    launch(
         gpu,
         cache,
         enc,
-        Dispatch {
-            shader: if rope.is_some() {
-                "attention_decode.wgsl+rope"
-            } else {
-                "attention_decode.wgsl"
-            },
-            source: attention_decode(subgroups, rope.is_some()),
+        Launch {
+            key: &key,
+            label: "attend_decode",
+            source: decode_source(subgroups, rope.is_some(), shape),
             entry: "attend_decode",
             constants: &constants,
-            params: &params,
-            bindings,
-            groups: (to_u32(OP, "kv heads * splits", n_kv_heads * splits)?, 1),
             act: q.dtype,
+            bindings,
+            immediates: &params,
+            groups: (to_u32(OP, "kv heads * splits", n_kv_heads * splits)?, 1),
             cost: decode_cost,
         },
     )?;
@@ -198,7 +440,7 @@ fn part_binding(part: &wgpu::Buffer, bytes: u64) -> wgpu::BindingResource<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_split, lanes_per_key};
+    use super::{AdapterCaps, DecodeTuning, decode_split, lanes_per_key};
 
     #[test]
     fn decode_split_covers_every_key_in_whole_steps() {
@@ -241,5 +483,127 @@ mod tests {
         assert_eq!(lanes_per_key(80), 32);
         assert_eq!(lanes_per_key(64), 16);
         assert_eq!(lanes_per_key(16), 8);
+    }
+
+    #[test]
+    fn tunings_parse_print_and_reject_bad_text() {
+        let t = |s: &str| s.parse::<DecodeTuning>();
+        assert_eq!(t("128x264"), Ok(DecodeTuning::default()));
+        assert_eq!(t(" 128 "), Ok(DecodeTuning::default()));
+        let one = t("512s1").expect("parses");
+        assert_eq!((one.workgroup, one.splits, one.merge), (512, Some(1), 1));
+        let all = t("1024S1M32").expect("parses");
+        assert_eq!((all.workgroup, all.splits, all.merge), (1024, Some(1), 32));
+        let target = t("256x132m4").expect("parses");
+        assert_eq!(
+            (
+                target.workgroup,
+                target.target_groups,
+                target.splits,
+                target.merge
+            ),
+            (256, 132, None, 4)
+        );
+        assert_eq!(t("64m2").expect("parses").target_groups, 264);
+        for s in ["128x264", "512s1", "1024s1m32", "256x132m4", "32s7m2"] {
+            assert_eq!(t(s).expect(s).to_string(), s);
+        }
+        for (bad, why) in [
+            ("", "missing"),
+            ("x264", "missing"),
+            ("128x", "missing"),
+            ("100x264", "power of two"),
+            ("2048", "power of two"),
+            ("16", "power of two"),
+            ("128x0", "at least 1"),
+            ("128s0", "at least 1"),
+            ("128m0", "at least 1"),
+            ("128x264s1", "out of order"),
+            ("128s1x264", "out of order"),
+            ("128m2x264", "out of order"),
+            ("128x2x3", "out of order"),
+            ("128y3", "unknown tag"),
+            ("128x-3", "missing"),
+            ("128x99999999999999999999", "out of range"),
+            ("128m99999999999", "out of range"),
+        ] {
+            let err = t(bad).expect_err(bad);
+            assert!(
+                err.contains(why) && err.contains("WG[xTARGET"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn tuned_splits_cover_every_key() {
+        let one = DecodeTuning {
+            splits: Some(1),
+            ..DecodeTuning::default()
+        };
+        assert_eq!(one.split(32, 8192), (8192, 1));
+        assert_eq!(one.split(32, 1), (16, 1));
+        assert_eq!(one.split(8, 500), (512, 1));
+        // more splits than 16-key steps: fewer, none empty
+        let many = DecodeTuning {
+            splits: Some(64),
+            ..DecodeTuning::default()
+        };
+        assert_eq!(many.split(4, 100), (16, 7));
+        assert_eq!(many.split(4, 4096), (64, 64));
+        // another target: 32 workgroups of 32 kv heads is one split where
+        // the chunk bound allows
+        let target = DecodeTuning {
+            target_groups: 32,
+            ..DecodeTuning::default()
+        };
+        assert_eq!(target.split(32, 512), (512, 1));
+        assert_eq!(target.split(32, 2048), (512, 4));
+        for t in [one, many, target, DecodeTuning::default()] {
+            for keys in [1u64, 17, 300, 1100, 9000] {
+                let (chunk, splits) = t.split(8, keys);
+                assert!(chunk % 16 == 0 && chunk * splits >= keys, "{t} {keys}");
+                assert!(chunk * (splits - 1) < keys, "{t} {keys}: an empty split");
+            }
+        }
+    }
+
+    #[test]
+    fn tunings_fit_the_adapter() {
+        let mut caps = AdapterCaps::baseline("test", "vulkan");
+        caps.max_invocations_per_workgroup = 1024;
+        caps.max_workgroup_storage = 32 << 10;
+        let mut limits = wgpu::Limits::default();
+        limits.max_compute_workgroup_size_x = 1024;
+        let t = |s: &str| s.parse::<DecodeTuning>().expect(s);
+        assert_eq!(
+            DecodeTuning::default().unusable(&caps, &limits, 128, 8),
+            None
+        );
+        // workgroup memory (no subgroups): 1024 lanes staging 8 queries,
+        // 39 KiB
+        assert!(t("1024s1").unusable(&caps, &limits, 128, 8).is_some());
+        assert_eq!(t("1024s1").unusable(&caps, &limits, 128, 1), None);
+        // all 32 key groups' outputs of 8 queries: 130 KiB; of 1: 18 KiB
+        let all = t("1024s1m32");
+        assert_eq!(
+            all.workgroup_bytes(128, 8, true),
+            2 * 4 * 32 * 8 + 16 * 32 * 8 * 32
+        );
+        assert!(all.unusable(&caps, &limits, 128, 8).is_some());
+        caps.subgroups = true;
+        caps.subgroup_min_size = 32;
+        assert_eq!(all.unusable(&caps, &limits, 128, 1), None);
+        // the adapter's invocations
+        limits.max_compute_workgroup_size_x = 256;
+        let err = t("512s1")
+            .unusable(&caps, &limits, 128, 1)
+            .expect("too wide");
+        assert!(err.contains("256"), "{err}");
+        let zero = DecodeTuning {
+            merge: 0,
+            ..DecodeTuning::default()
+        };
+        assert!(zero.unusable(&caps, &limits, 128, 1).is_some());
     }
 }

@@ -28,7 +28,7 @@ use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape,
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
-pub use decode::{decode_split, lanes_per_key, uses_subgroups};
+pub use decode::{DecodeTuning, decode_split, lanes_per_key, uses_subgroups};
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
@@ -59,6 +59,9 @@ pub enum Mask {
 /// the cache — fused into the decode kernel where it runs, else as a
 /// launch of its own that rotates q in place (so q's contents afterwards
 /// are either).
+///
+/// The decode kernel runs with the default [`DecodeTuning`];
+/// [`record_attention_with`] takes another.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention(
     gpu: &Gpu,
@@ -73,6 +76,44 @@ pub fn record_attention(
     pos0: u64,
     rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
+) -> Result<(), GpuError> {
+    record_attention_with(
+        gpu,
+        cache,
+        enc,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        heads,
+        kv_len,
+        pos0,
+        rope,
+        scratch,
+        &DecodeTuning::default(),
+    )
+}
+
+/// [`record_attention`] with the decode kernel's workgroup size, merge and
+/// split policy from `tuning` (for tools and tests that time or check
+/// others; it is an error where the decode kernel runs and the tuning
+/// does not fit the adapter, see [`DecodeTuning::unusable`]). The other
+/// kernels do not read it.
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_attention_with(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k_cache: &GpuTensor,
+    v_cache: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    kv_len: u64,
+    pos0: u64,
+    rope: Option<&RopeTable>,
+    scratch: &mut LinearScratch,
+    tuning: &DecodeTuning,
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (sq, max_seq) = check(OP, q, k_cache, v_cache, out, heads)?;
@@ -128,7 +169,7 @@ pub fn record_attention(
         )?;
     }
     if decode::unusable(heads, span, false).is_none() {
-        return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch);
+        return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch, tuning);
     }
     if sq >= FLASH_MIN_ROWS
         && let Ok(shape) = flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim)
@@ -205,6 +246,21 @@ pub fn flash_unusable(
     head_dim: u64,
 ) -> Option<String> {
     flash::flash_shape(caps, act, head_dim).err()
+}
+
+/// Why `sq` query rows over a cache with `heads` would not run on the
+/// decode kernel (with RoPE fused where `rope`), or `None` when they would
+/// (and take its [`DecodeTuning`]).
+pub fn decode_unusable(heads: Heads, sq: u64, rope: bool) -> Option<String> {
+    let span = Span {
+        batch: 1,
+        sq,
+        kv_rows: sq,
+        kv_len: sq,
+        pos0: 0,
+        causal: true,
+    };
+    decode::unusable(heads, span, rope)
 }
 
 /// Checks the operands of both forms; returns the rows of q and of k.
