@@ -224,12 +224,15 @@ impl FromStr for DecodeTuning {
             }
             rest = chars.as_str();
         }
-        let mut t = Self::default();
-        t.workgroup = match u32::try_from(fields[0].1) {
+        let workgroup = match u32::try_from(fields[0].1) {
             Ok(wg) if wg.is_power_of_two() && (32..=1024).contains(&wg) => wg,
             _ => {
                 return Err(bad("the workgroup size must be a power of two, 32 to 1024"));
             }
+        };
+        let mut t = Self {
+            workgroup,
+            ..Self::default()
         };
         // Tags in this order, each at most once; `x` or `s`, not both.
         let mut seen = 0;
@@ -573,8 +576,10 @@ mod tests {
         let mut caps = AdapterCaps::baseline("test", "vulkan");
         caps.max_invocations_per_workgroup = 1024;
         caps.max_workgroup_storage = 32 << 10;
-        let mut limits = wgpu::Limits::default();
-        limits.max_compute_workgroup_size_x = 1024;
+        let mut limits = wgpu::Limits {
+            max_compute_workgroup_size_x: 1024,
+            ..Default::default()
+        };
         let t = |s: &str| s.parse::<DecodeTuning>().expect(s);
         assert_eq!(
             DecodeTuning::default().unusable(&caps, &limits, 128, 8),
