@@ -22,11 +22,9 @@
 // to `out` (the residual stream) instead of writing it.
 //
 // needs: GLU, GV_FADD, HAS_BIAS, WFMT, bf16_pair, f16_pair, fp8_quad, gv_in
-// needs: gv_in_put, gv_in_scale, gv_in_sums, gv_out, gv_tree, p, seg_at
-// needs: seg_bias, seg_col, seg_get, seg_out, seg_parts, seg_rows, seg_w
-// needs: silu_mul, w_scale
+// needs: gv_in_begin, gv_out, gv_tree, p, seg_at, seg_bias, seg_col, seg_get
+// needs: seg_out, seg_parts, seg_rows, seg_w, silu_mul, w_scale
 // provides: MR, ROWS, WGS, wv
-//
 
 override ROWS: u32 = 8u;
 override MR: u32 = 1u;
@@ -84,6 +82,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var i = 0u; i < parts * ROWS * MR; i++) {
         acc[i] = 0.0;
     }
+    gv_in_begin(lid);
     for (var q = lid; q < wq_row; q += WGS) {
         // Weight h's row r is raw[h * ROWS + r].
         var raw: array<vec4<u32>, 16>;
@@ -106,20 +105,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var i = 0u; i < parts * ROWS * MR; i++) {
         bits[i] = bitcast<u32>(acc[i]);
     }
-    // The input fragment's own sums (the norm's sums of squares) ride
-    // along in the same reduction.
-    let n_acc = parts * ROWS * MR;
-    gv_in_put(&bits, n_acc);
-    gv_tree(&bits, n_acc + gv_in_sums(), lid, GV_FADD);
+    gv_tree(&bits, parts * ROWS * MR, lid, GV_FADD);
     if lid < ROWS * MR {
         let r = lid / MR;
         let m = lid % MR;
         if n0 + r < rows {
             let col = seg_col(seg, n0 + r);
-            let s = gv_in_scale(n_acc, m);
-            let v = act(with_bias(seg, col, s * bitcast<f32>(gv_out[lid])));
+            let v = act(with_bias(seg, col, bitcast<f32>(gv_out[lid])));
             if GLU {
-                let up = act(with_bias(1u, col, s * bitcast<f32>(gv_out[ROWS * MR + lid])));
+                let up = act(with_bias(1u, col, bitcast<f32>(gv_out[ROWS * MR + lid])));
                 seg_out(0u, m, col, silu_mul(v, up));
             } else if RESID {
                 // The residual add as elementwise.wgsl makes it after the

@@ -16,7 +16,8 @@ use dynvram_quant::reference::{
 };
 use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
+use dynvram_runtime::gpu::testing::{any_adapter, test_gpu, test_gpu_with};
+use dynvram_runtime::gpu::{AdapterChoice, GpuOptions};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::elementwise::record_swiglu;
 use dynvram_runtime::ops::encoder::Encoder;
@@ -229,6 +230,23 @@ fn check_float(env: &mut Env, h: &HostLayer, x: &[f32], opts: RecordOptions) {
 
 fn env(test: &str) -> Option<Env> {
     test_gpu(test, any_adapter).map(|gpu| Env {
+        gpu,
+        cache: PipelineCache::default(),
+        scratch: LinearScratch::new(),
+    })
+}
+
+/// [`env`] with the fast fused rotate/quantize kernels asked for at
+/// `quant_wgs` invocations (by default they run only past K = 4096).
+fn env_with_quant_wgs(test: &str, quant_wgs: u32) -> Option<Env> {
+    let choice = AdapterChoice {
+        options: GpuOptions {
+            quant_wgs: Some(quant_wgs),
+            ..GpuOptions::default()
+        },
+        ..AdapterChoice::default()
+    };
+    test_gpu_with(test, &choice, any_adapter).map(|gpu| Env {
         gpu,
         cache: PipelineCache::default(),
         scratch: LinearScratch::new(),
@@ -1011,7 +1029,7 @@ fn fused_linears_match_separate_ones() {
 /// values of the two kernels differently; Mesa 22's agree).
 #[test]
 fn add_norm_quant_matches_norm_then_linear() {
-    let Some(mut env) = env("add_norm_quant_matches_norm_then_linear") else {
+    let Some(mut env) = env_with_quant_wgs("add_norm_quant_matches_norm_then_linear", 256) else {
         return;
     };
     let mut rng = ChaCha8Rng::seed_from_u64(21);
@@ -1169,9 +1187,30 @@ fn add_norm_quant_matches_norm_then_linear() {
                             "{what}: norm output {i}: {x:#x} vs {y:#x}"
                         );
                     }
-                    let y = host::read(&env.gpu, &out_f).expect("read");
-                    let e = host::read(&env.gpu, &out_s).expect("read");
-                    assert_close(&what, &y, &e, 4e-3);
+                    // The fused kernel quantizes its f32 norm output, the
+                    // separate linear the f16-rounded one: a value at a
+                    // rounding tie may take the next code (the H200 met one
+                    // at K = 2816). Few codes, each one step; where all
+                    // agree, the outputs within f16 rounding.
+                    let (cs, cf) = (codes(&env), codes_f.clone());
+                    let off: Vec<usize> = (0..cs.len()).filter(|&i| cs[i] != cf[i]).collect();
+                    assert!(
+                        off.len() <= (m * k).div_ceil(256),
+                        "{what}: {} codes differ",
+                        off.len()
+                    );
+                    for &i in &off {
+                        let (a, b) = (cs[i] as i8, cf[i] as i8);
+                        assert!(
+                            (a as i32 - b as i32).abs() <= 1,
+                            "{what}: code {i}: {a} vs {b}"
+                        );
+                    }
+                    if off.is_empty() {
+                        let y = host::read(&env.gpu, &out_f).expect("read");
+                        let e = host::read(&env.gpu, &out_s).expect("read");
+                        assert_close(&what, &y, &e, 4e-3);
+                    }
                 }
             }
         }

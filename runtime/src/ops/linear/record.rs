@@ -197,17 +197,6 @@ fn record(
         gemv = gemv.halved(m);
     }
     let rows_gemv = m <= ROWS_GEMV_MAX_M && gemv::rows_aligned(weights.row_bytes());
-    let parts = if fused.is_some_and(|f| f.glu) { 2 } else { 1 };
-    if fold.norm.is_some() && parts * u64::from(gemv.rows) * m + m > 64 {
-        return Err(LinearError::Unsupported {
-            what: format!(
-                "a folded norm with {} GEMV rows per workgroup at M = {m}: its sums do not fit the reduction",
-                gemv.rows
-            ),
-            n,
-            k,
-        });
-    }
     if rows_gemv {
         gemv.check(m, max_invocations)
             .map_err(|what| LinearError::Unsupported { what, n, k })?;

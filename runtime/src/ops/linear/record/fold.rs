@@ -5,12 +5,14 @@
 //! Why: a decode step is a chain of dependent launches, and on the H200 a
 //! launch's fixed cost (ramp-up, drain, the barrier before the next) is
 //! ~10 µs under timestamps — the norm launches alone were 12 % of a bf16
-//! token (run I, 63 launches). Folded, the GEMV multiplies the weights with
-//! `norm_w · x` and scales each output row by the norm's `1/√(mean(x²) +
-//! eps)`, whose sums of squares every workgroup gathers from the values it
-//! loads anyway and reduces with its accumulators (`linear_gemv_in_norm.wgsl`);
-//! the layer's output is added into the residual stream where it is
-//! written.
+//! token (run I, 63 launches). Folded, every GEMV workgroup computes its
+//! rows' `1/√(mean(x²) + eps)` from the residual stream in a prologue (K
+//! values from cache, one workgroup reduction) and reads `act(w · (x · r))`
+//! as its activations (`linear_gemv_in_norm.wgsl`); the layer's output is
+//! added into the residual stream where it is written. (A variant that
+//! factored `r` out of the dot products and reduced the sums of squares
+//! with the accumulators ran the fused gate/up launch 50 % slower on the
+//! H200, run K: the prologue stays.)
 
 use dynvram_quant::KernelChoice;
 
@@ -50,8 +52,8 @@ impl Fold<'_> {
     }
 }
 
-/// Most activation rows a folded norm takes: its per-row sums of squares
-/// ride in the GEMV's final reduction beside the accumulators (64 values).
+/// Most activation rows a folded norm takes: decode sizes (a larger batch
+/// amortises the norm's own launch).
 pub const NORM_FOLD_MAX_M: u64 = 4;
 
 /// Why `fold` cannot go into this linear's launch (`None`: it can): only

@@ -101,6 +101,10 @@ fn fused_shape(limits: &wgpu::Limits) -> (u32, u32) {
     (wgs, floor_pow2(words).min(FUSED_MAX_CHUNK))
 }
 
+/// Rows longer than this take the fast fused kernels unasked (see
+/// [`fast_quant_wgs`]).
+const FAST_DEFAULT_MIN_K: u64 = 4096;
+
 /// Largest group the fast fused kernels rotate (stages 1..=64 in registers).
 const FAST_MAX_GROUP: u32 = 256;
 
@@ -110,9 +114,13 @@ const FAST_MAX_GROUP: u32 = 256;
 /// cannot run: no subgroups, a group above 256, a row (padded by 1/16)
 /// beyond the workgroup memory, or a size outside the adapter's limits or
 /// the kernels' (at most 4 blocks of 16 values per invocation).
-/// `asked` (else the device's [`crate::gpu::GpuOptions::quant_wgs`]) overrides the default: the
+/// `asked` (else the device's [`crate::gpu::GpuOptions::quant_wgs`]) asks
+/// for them at that size; unasked they run only past K = 4096, at the
 /// smallest power of two in 256..=1024 giving every invocation at most one
-/// block of 16 values (256 at K = 4096, 1024 at K = 11008).
+/// block of 16 values (1024 at K = 11008): on the H200 (run K, decode
+/// profile) the fast rotate/quantize took 19 µs against the portable
+/// kernel's 16 at K = 4096 but 19 against 22 at K = 11008, and the fast
+/// add + norm + rotate/quantize 34 µs against 18 at K = 4096.
 /// `words_per_invocation` more workgroup words per invocation are needed.
 pub(super) fn fast_quant_wgs(
     gpu: &crate::gpu::Gpu,
@@ -125,9 +133,13 @@ pub(super) fn fast_quant_wgs(
     if !gpu.caps.subgroups || g > FAST_MAX_GROUP || k == 0 || k > u64::from(u32::MAX / 2) {
         return None;
     }
-    let wgs = asked
-        .or(gpu.quant_wgs())
-        .unwrap_or_else(|| k.div_ceil(16).next_power_of_two().clamp(256, 1024) as u32);
+    let wgs = match asked.or(gpu.quant_wgs()) {
+        Some(wgs) => wgs,
+        None if k > FAST_DEFAULT_MIN_K => {
+            k.div_ceil(16).next_power_of_two().clamp(256, 1024) as u32
+        }
+        None => return None,
+    };
     let max = limits.max_compute_invocations_per_workgroup.min(1024);
     let bytes = 4 * (k + k / 16 + 2 + words_per_invocation * u64::from(wgs));
     (wgs.is_power_of_two()
