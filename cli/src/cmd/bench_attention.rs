@@ -50,11 +50,11 @@ pub struct AttentionArgs {
     /// `TARGET` workgroups (the runtime's policy: 32 to 512 keys a split), or
     /// `sSPLITS` forces that many splits (`s1`: one workgroup per kv head,
     /// no combine launch); `mMERGE` merges that many key groups a round at
-    /// the end of a workgroup (default 1, one at a time, as the runtime
-    /// does; more than the workgroup has: all at once). `128x264` is the
+    /// the end of a workgroup (without `m`: 1, one at a time; more than the
+    /// workgroup has: all at once). `128x264m4` is the
     /// runtime's default.
     #[arg(long, value_delimiter = ',', value_parser = str::parse::<DecodeTuning>,
-          default_value = "128x264,256x132,512x32,1024x32,512s1,1024s1,1024s1m32")]
+          default_value = "128x264m4,128x264,256x132,512x32,1024x32,512s1,1024s1,1024s1m32")]
     tunings: Vec<DecodeTuning>,
     /// Attentions per submit (the median of 5 submits is reported).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
