@@ -18,8 +18,10 @@
 // G <= 256, K a multiple of G and 4; NW, WGS powers of two, WGS <= NW,
 // NW / WGS <= 16, (NW / WGS) · ceil(ROW_MAX / NW) <= 64, WGS / SG <= 32.
 //
-// needs: qp, rq_amax, rq_at, rq_fht16, rq_max_add, rq_max_init, write_codes
-// provides: G, act_value
+// needs: qp, rq_amax, rq_at, rq_fht16, rq_max_add, rq_max_init
+// needs: rq_stages_16_64, write_codes
+// provides: G, WGS, act_value, fht_v, y
+//
 //
 
 override G: u32 = 256u;
@@ -183,26 +185,7 @@ fn main(
     }
     if G > 16u {
         workgroupBarrier();
-        for (var u = 0u; u < units; u++) {
-            let unit = lid + u * WGS;
-            let first = (unit / 16u) * 256u + unit % 16u;
-            var v: array<f32, 16>;
-            for (var j = 0u; j < 16u; j++) {
-                let i = first + 16u * j;
-                if i < k {
-                    v[j] = fht_v[rq_at(i)];
-                }
-            }
-            rq_fht16(&v, 16u);
-            for (var j = 0u; j < 16u; j++) {
-                let i = first + 16u * j;
-                if i < k {
-                    fht_v[rq_at(i)] = v[j];
-                    y[base + i] = v[j];
-                    m = max(m, abs(v[j]));
-                }
-            }
-        }
+        m = rq_stages_16_64(lid, units, k, base, m);
     }
     rq_max_add(m);
     workgroupBarrier();

@@ -11,8 +11,10 @@
 //   3. barrier; scale and codes from workgroup memory (write_codes).
 // G <= 256 (a power of 4, 1 for unrotated layers), K a multiple of G and 4.
 //
-// needs: qp, rq_amax, rq_at, rq_fht16, rq_max_add, rq_max_init, write_codes
-// provides: G, act_value
+// needs: qp, rq_amax, rq_at, rq_fht16, rq_max_add, rq_max_init
+// needs: rq_stages_16_64, write_codes
+// provides: G, WGS, act_value, fht_v, y
+//
 //
 
 override G: u32 = 256u;
@@ -77,26 +79,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     // values before the other invocations read them.
     workgroupBarrier();
     if G > 16u {
-        for (var u = 0u; u < units; u++) {
-            let unit = lid + u * WGS;
-            let first = (unit / 16u) * 256u + unit % 16u;
-            var v: array<f32, 16>;
-            for (var j = 0u; j < 16u; j++) {
-                let i = first + 16u * j;
-                if i < k {
-                    v[j] = fht_v[rq_at(i)];
-                }
-            }
-            rq_fht16(&v, 16u);
-            for (var j = 0u; j < 16u; j++) {
-                let i = first + 16u * j;
-                if i < k {
-                    fht_v[rq_at(i)] = v[j];
-                    y[base + i] = v[j];
-                    m = max(m, abs(v[j]));
-                }
-            }
-        }
+        m = rq_stages_16_64(lid, units, k, base, m);
     }
     rq_max_add(m);
     workgroupBarrier();

@@ -12,8 +12,9 @@
 // The absmax: subgroupMax, then one workgroup atomicMax per subgroup
 // (exact in any order).
 //
-// needs: G
-// provides: rq_amax, rq_at, rq_fht16, rq_max_add, rq_max_init
+// needs: G, WGS, fht_v, y
+// provides: rq_amax, rq_at, rq_fht16, rq_max_add, rq_max_init, rq_stages_16_64
+//
 
 var<workgroup> rq_amax: atomic<u32>;
 
@@ -63,4 +64,33 @@ fn rq_max_add(m: f32) {
     if subgroupExclusiveAdd(1u) == 0u {
         atomicMax(&rq_amax, bitcast<u32>(s));
     }
+}
+
+// Stages 16 and 64 of every 256-block of the row in workgroup memory, on
+// the 16 values r + 16j of each block this invocation's `units` take; the
+// rotated values go back to workgroup memory and to y (from `base`), and
+// the running absmax `m` is returned updated.
+fn rq_stages_16_64(lid: u32, units: u32, k: u32, base: u32, m_in: f32) -> f32 {
+    var m = m_in;
+    for (var u = 0u; u < units; u++) {
+        let unit = lid + u * WGS;
+        let first = (unit / 16u) * 256u + unit % 16u;
+        var v: array<f32, 16>;
+        for (var j = 0u; j < 16u; j++) {
+            let i = first + 16u * j;
+            if i < k {
+                v[j] = fht_v[rq_at(i)];
+            }
+        }
+        rq_fht16(&v, 16u);
+        for (var j = 0u; j < 16u; j++) {
+            let i = first + 16u * j;
+            if i < k {
+                fht_v[rq_at(i)] = v[j];
+                y[base + i] = v[j];
+                m = max(m, abs(v[j]));
+            }
+        }
+    }
+    return m;
 }
