@@ -32,7 +32,7 @@ use regex::Regex;
 use crate::convrot_rows::{ConvrotRows, block_for};
 use crate::format::{Format, LinearDtype};
 use crate::meta::comfy_quant_json;
-use crate::reference::{Rotation, f32_to_e4m3fn, is_power_of_four, pack_int4, rotate};
+use crate::reference::{f32_to_e4m3fn, is_power_of_four};
 use crate::safetensors_out::{self, OutTensor, Source, WriteFault};
 use crate::tensors::{Dtype, f32_bytes, floats_into_f32, floats_to_f32};
 
@@ -204,16 +204,29 @@ pub struct QuantizeReport {
 /// `convrot_w4a4` weight quantization (kitchen `quantize_convrot_w4a4_weight`):
 /// rotate rows in groups (`W · Hᵀ`, matmul order), `s[n] = max(absmax, 1e-10) / 7`,
 /// `q = clamp(rhe(W_rot / s), -7, 7)`, nibbles packed low = even column.
-/// Returns (`[N, K/2]` bytes, `[N]` scales). `k` must be a multiple of `group`.
+/// Returns (`[N, K/2]` bytes, `[N]` scales); `None` unless `group` is a power
+/// of 4 dividing `k` and `w` holds whole rows.
 pub fn quantize_convrot_w4a4_weight(
     w: &[f32],
     k: usize,
     group: u32,
 ) -> Option<(Vec<u8>, Vec<f32>)> {
-    // H is symmetric, so rotating by Hᵀ is the same product as the activation rotation.
-    let rot = rotate(w, k, group, Rotation::Matmul).ok()?;
-    let q = crate::reference::quantize_act_int4(&rot, k);
-    Some((pack_int4(&q.codes), q.scales))
+    // H is symmetric, so rotating by Hᵀ is the same product as the activation
+    // rotation (`rotate`, `quantize_act_int4`, `pack_int4`), done row by row.
+    let fits = is_power_of_four(group) && k.is_multiple_of(group as usize);
+    if !fits || k == 0 || !w.len().is_multiple_of(k) {
+        return None;
+    }
+    let n = w.len() / k;
+    let rows = ConvrotRows::new(group, block_for(n, k, group));
+    let mut rot = vec![0.0f32; k];
+    let mut packed = vec![0u8; w.len() / 2];
+    let scales = w
+        .chunks_exact(k)
+        .zip(packed.chunks_exact_mut(k / 2))
+        .map(|(row, p)| rows.row(row, &mut rot, p))
+        .collect();
+    Some((packed, scales))
 }
 
 /// `int8_tensorwise` weight quantization (kitchen `quantize_int8_tensorwise`):

@@ -12,16 +12,15 @@
 //!   a 16 x 16 table for the two low digits (one row of 16 lanes per `j`)
 //!   and a `G/16 x G/16` table for the rest (one scalar per lane group):
 //!   kilobytes in L1 instead of the `G x G` matrix;
-//! - columns are summed in tiles of 64 held in registers across a whole
-//!   block of `j`, compiled for AVX-512 or AVX2 where the CPU has them.
+//! - with AVX-512 or AVX2 (chosen at run time), columns are summed in tiles
+//!   of 128 or 64 held in registers across a block of `j`, and the `hi`
+//!   sign is folded into the accumulators (see [`x86`]): one add per
+//!   register and term.
 
 use crate::reference::hadamard_scale;
 
 /// Columns of one lane group: the two low base-4 digits of a column.
 const LANES: usize = 16;
-
-/// Lane groups summed together (64 columns: 4 AVX-512 or 8 AVX2 registers).
-const TILE: usize = 4;
 
 /// The sign bit of an `f32`.
 const SIGN: u32 = 0x8000_0000;
@@ -58,6 +57,8 @@ pub(crate) struct MatmulRotation {
     lo: [[u32; LANES]; LANES],
     /// Sign bits of `H_{G/16}`, row-major: the other digits.
     hi: Vec<u32>,
+    /// Where the block sums run.
+    isa: Isa,
 }
 
 impl MatmulRotation {
@@ -65,7 +66,9 @@ impl MatmulRotation {
     /// terms; `None` for groups under 16 (too small to be worth it).
     pub(crate) fn new(group: u32, block: usize) -> Option<Self> {
         let g = group as usize;
-        if g < LANES || !crate::reference::is_power_of_four(group) || block == 0 {
+        let block = block.min(g);
+        // Blocks are whole lane groups of rows (128 or G in practice).
+        if g < LANES || !crate::reference::is_power_of_four(group) || block % LANES != 0 {
             return None;
         }
         let mut lo = [[0; LANES]; LANES];
@@ -78,10 +81,11 @@ impl MatmulRotation {
         let hi = (0..gh * gh).map(|i| h_sign(i / gh, i % gh, gh)).collect();
         Some(Self {
             g,
-            block: block.min(g),
+            block,
             scale: hadamard_scale(group),
             lo,
             hi,
+            isa: Isa::detect(),
         })
     }
 
@@ -92,86 +96,207 @@ impl MatmulRotation {
             x.len().is_multiple_of(self.g),
             "not a whole number of groups"
         );
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU has AVX-512F (checked just above).
-                return unsafe { self.rotate_avx512(x, out) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked just above).
-                return unsafe { self.rotate_avx2(x, out) };
-            }
-        }
-        self.rotate_portable(x, out);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    fn rotate_avx512(&self, x: &[f32], out: &mut [f32]) {
-        self.rotate_portable(x, out);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn rotate_avx2(&self, x: &[f32], out: &mut [f32]) {
-        self.rotate_portable(x, out);
-    }
-
-    /// The rotation in plain Rust, inlined into each `target_feature`
-    /// wrapper so it is vectorized for that instruction set.
-    #[inline(always)]
-    fn rotate_portable(&self, x: &[f32], out: &mut [f32]) {
         let mut scaled = vec![0u32; self.g];
         for (src, dst) in x.chunks_exact(self.g).zip(out.chunks_exact_mut(self.g)) {
             // `v · ±scale` is `±(v · scale)` exactly: rounding is symmetric.
             for (s, &v) in scaled.iter_mut().zip(src) {
                 *s = (v * self.scale).to_bits();
             }
-            self.rotate_group(&scaled, dst);
-        }
-    }
-
-    /// One group: `scaled` holds `v · scale` as bits.
-    #[inline(always)]
-    fn rotate_group(&self, scaled: &[u32], dst: &mut [f32]) {
-        // `dst` starts at +0.0 as torch's accumulator does (0.0 + -0.0 is
-        // +0.0), then takes the block sums in order.
-        dst.fill(0.0);
-        for (b, terms) in scaled.chunks(self.block).enumerate() {
-            let first = b * self.block;
-            if self.g >= TILE * LANES {
-                for (t, d) in dst.chunks_exact_mut(TILE * LANES).enumerate() {
-                    self.block_tile::<TILE>(terms, first, t * TILE, d);
-                }
-            } else {
-                for (t, d) in dst.chunks_exact_mut(LANES).enumerate() {
-                    self.block_tile::<1>(terms, first, t, d);
-                }
+            // `dst` starts at +0.0 as torch's accumulator does (0.0 + -0.0
+            // is +0.0), then takes the block sums in order.
+            dst.fill(0.0);
+            for (b, terms) in scaled.chunks(self.block).enumerate() {
+                self.add_block_sum(terms, b * self.block / LANES, dst);
             }
         }
     }
 
-    /// Adds to `dst` (columns of lane groups `gh0..gh0 + T`) the block sum
-    /// of `terms` (rows `first..`), each column summed left to right.
-    #[inline(always)]
-    fn block_tile<const T: usize>(&self, terms: &[u32], first: usize, gh0: usize, dst: &mut [f32]) {
+    /// Adds to `dst` the block sum of `terms` (`v · scale` as bits, rows
+    /// from `first · 16` on), each column summed left to right.
+    fn add_block_sum(&self, terms: &[u32], first: usize, dst: &mut [f32]) {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Isa::Avx512` is only chosen when the CPU has AVX-512F.
+            Isa::Avx512 => unsafe { x86::block_avx512(self, terms, first, dst) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2.
+            Isa::Avx2 => unsafe { x86::block_avx2(self, terms, first, dst) },
+            Isa::Portable => self.block_portable(terms, first, dst),
+        }
+    }
+
+    /// [`Self::add_block_sum`] in plain Rust, a lane group at a time.
+    fn block_portable(&self, terms: &[u32], first: usize, dst: &mut [f32]) {
         let gh = self.g / LANES;
-        let mut acc = [[0.0f32; LANES]; T];
-        for (jj, &v) in terms.iter().enumerate() {
-            let j = first + jj;
-            let lo = &self.lo[j % LANES];
-            let hi = &self.hi[(j / LANES) * gh + gh0..][..T];
-            for (a, &h) in acc.iter_mut().zip(hi) {
-                let s = v ^ h;
-                for (x, &l) in a.iter_mut().zip(lo) {
-                    *x += f32::from_bits(s ^ l);
+        for (gi, d) in dst.chunks_exact_mut(LANES).enumerate() {
+            let mut acc = [0.0f32; LANES];
+            for (jh, vals) in terms.chunks_exact(LANES).enumerate() {
+                let h = self.hi[(first + jh) * gh + gi];
+                for (lo, &v) in self.lo.iter().zip(vals) {
+                    for (a, &l) in acc.iter_mut().zip(lo) {
+                        *a += f32::from_bits(v ^ h ^ l);
+                    }
+                }
+            }
+            for (x, &a) in d.iter_mut().zip(&acc) {
+                *x += a;
+            }
+        }
+    }
+}
+
+/// The instruction set the block sums run on, chosen once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Portable,
+}
+
+impl Isa {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
+/// The block sums with x86 intrinsics: a tile of lane groups is summed in
+/// registers (autovectorized, the accumulators went through the stack).
+///
+/// Each accumulator holds its column sums times the current sign `σ` of its
+/// lane group (the `hi` entry, constant for 16 rows): adding `σ·t` to `s`
+/// is adding `t` to `σ·s`, exactly (rounding is symmetric), so a row costs
+/// one add per register and a change of `σ` one sign flip. (Only the sign of
+/// an exact-zero partial can differ, and `dst`'s `+0.0 + ±0.0` erases it.)
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{LANES, MatmulRotation};
+
+    /// `dst += ` block sum, tiles of 8 lane groups (8 of the 32 registers).
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn block_avx512(rot: &MatmulRotation, terms: &[u32], first: usize, dst: &mut [f32]) {
+        let gh = rot.g / LANES;
+        let tile = [8, 4, 1].into_iter().find(|t| gh.is_multiple_of(*t));
+        for (i, d) in dst.chunks_exact_mut(LANES * tile.unwrap_or(1)).enumerate() {
+            match tile {
+                Some(8) => tile_avx512::<8>(rot, terms, first, i * 8, d),
+                Some(4) => tile_avx512::<4>(rot, terms, first, i * 4, d),
+                _ => tile_avx512::<1>(rot, terms, first, i, d),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn flip512(a: __m512, sign: u32) -> __m512 {
+        let s = _mm512_set1_epi32(sign as i32);
+        _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), s))
+    }
+
+    /// Lane groups `g0..g0 + T` of `dst`, one register each.
+    #[target_feature(enable = "avx512f")]
+    fn tile_avx512<const T: usize>(
+        rot: &MatmulRotation,
+        terms: &[u32],
+        first: usize,
+        g0: usize,
+        dst: &mut [f32],
+    ) {
+        let gh = rot.g / LANES;
+        let mut acc = [_mm512_setzero_ps(); T];
+        let mut sign = [0u32; T];
+        for (jh, vals) in terms.chunks_exact(LANES).enumerate() {
+            let hi = &rot.hi[(first + jh) * gh + g0..][..T];
+            for ((a, s), &h) in acc.iter_mut().zip(&mut sign).zip(hi) {
+                *a = flip512(*a, *s ^ h);
+                *s = h;
+            }
+            for (lo, &v) in rot.lo.iter().zip(vals) {
+                // SAFETY: `lo` is 16 `u32`s, 64 bytes; the load takes any alignment.
+                let lo = unsafe { _mm512_loadu_si512(lo.as_ptr().cast()) };
+                let t = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_set1_epi32(v as i32), lo));
+                for a in acc.iter_mut() {
+                    *a = _mm512_add_ps(*a, t);
                 }
             }
         }
-        for (d, a) in dst.chunks_exact_mut(LANES).zip(&acc) {
-            for (x, &p) in d.iter_mut().zip(a) {
-                *x += p;
+        for ((d, a), s) in dst.chunks_exact_mut(LANES).zip(acc).zip(sign) {
+            let p = d.as_mut_ptr();
+            // SAFETY: `d` is 16 `f32`s; the load and store take any alignment.
+            unsafe { _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), flip512(a, s))) };
+        }
+    }
+
+    /// `dst += ` block sum, tiles of 4 lane groups (8 of the 16 registers).
+    #[target_feature(enable = "avx2")]
+    pub(super) fn block_avx2(rot: &MatmulRotation, terms: &[u32], first: usize, dst: &mut [f32]) {
+        let gh = rot.g / LANES;
+        let four = gh.is_multiple_of(4);
+        for (i, d) in dst
+            .chunks_exact_mut(LANES * if four { 4 } else { 1 })
+            .enumerate()
+        {
+            if four {
+                tile_avx2::<4>(rot, terms, first, i * 4, d);
+            } else {
+                tile_avx2::<1>(rot, terms, first, i, d);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn flip256(a: __m256, sign: u32) -> __m256 {
+        _mm256_xor_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(sign as i32)))
+    }
+
+    /// Lane groups `g0..g0 + T` of `dst`, two registers each.
+    #[target_feature(enable = "avx2")]
+    fn tile_avx2<const T: usize>(
+        rot: &MatmulRotation,
+        terms: &[u32],
+        first: usize,
+        g0: usize,
+        dst: &mut [f32],
+    ) {
+        let gh = rot.g / LANES;
+        let mut acc = [[_mm256_setzero_ps(); 2]; T];
+        let mut sign = [0u32; T];
+        for (jh, vals) in terms.chunks_exact(LANES).enumerate() {
+            let hi = &rot.hi[(first + jh) * gh + g0..][..T];
+            for ((a, s), &h) in acc.iter_mut().zip(&mut sign).zip(hi) {
+                *a = a.map(|r| flip256(r, *s ^ h));
+                *s = h;
+            }
+            for (lo, &v) in rot.lo.iter().zip(vals) {
+                let v = _mm256_set1_epi32(v as i32);
+                // SAFETY: `lo` is 16 `u32`s, two 32-byte halves; the loads take any alignment.
+                let lo = unsafe {
+                    let p = lo.as_ptr().cast::<__m256i>();
+                    [_mm256_loadu_si256(p), _mm256_loadu_si256(p.add(1))]
+                };
+                let t = lo.map(|l| _mm256_castsi256_ps(_mm256_xor_si256(v, l)));
+                for a in acc.iter_mut() {
+                    a[0] = _mm256_add_ps(a[0], t[0]);
+                    a[1] = _mm256_add_ps(a[1], t[1]);
+                }
+            }
+        }
+        for ((d, a), s) in dst.chunks_exact_mut(LANES).zip(acc).zip(sign) {
+            for (half, r) in d.chunks_exact_mut(LANES / 2).zip(a) {
+                let p = half.as_mut_ptr();
+                // SAFETY: `half` is 8 `f32`s; the load and store take any alignment.
+                unsafe { _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), flip256(r, s))) };
             }
         }
     }
@@ -220,8 +345,33 @@ mod tests {
             .collect()
     }
 
+    /// Small values from a few binades: many sums cancel to exact zeros
+    /// (of either sign on the way) and hit ties.
+    fn cancelling(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1.5e-7][(s >> 20) as usize % 8]
+            })
+            .collect()
+    }
+
+    /// Every instruction set this CPU has gives the naive rotation's bits.
     #[test]
     fn fast_rotation_is_bit_identical_to_the_naive_one() {
+        let mut isas = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                isas.push(Isa::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                isas.push(Isa::Avx2);
+            }
+        }
         for (g, block, rows) in [
             (16u32, 128, 5),
             (64, 128, 3),
@@ -231,16 +381,25 @@ mod tests {
             (4096, 128, 1),
             (64, 16, 2),
         ] {
-            let x = awkward(g as usize * rows, u64::from(g) * 7 + block as u64);
-            let rot = MatmulRotation::new(g, block).expect("g >= 16");
-            let mut fast = vec![1.0; x.len()];
-            rot.rotate_into(&x, &mut fast);
-            let naive = rotate_matmul_naive(&x, g, block);
-            let mut portable = vec![1.0; x.len()];
-            rot.rotate_portable(&x, &mut portable);
-            for (i, ((a, b), c)) in fast.iter().zip(&naive).zip(&portable).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "g {g} block {block} at {i}");
-                assert_eq!(c.to_bits(), b.to_bits(), "portable, g {g} at {i}");
+            let seed = u64::from(g) * 7 + block as u64;
+            for x in [
+                awkward(g as usize * rows, seed),
+                cancelling(g as usize * rows, seed),
+            ] {
+                let naive = rotate_matmul_naive(&x, g, block);
+                let mut rot = MatmulRotation::new(g, block).expect("g >= 16");
+                for &isa in &isas {
+                    rot.isa = isa;
+                    let mut fast = vec![1.0; x.len()];
+                    rot.rotate_into(&x, &mut fast);
+                    for (i, (a, b)) in fast.iter().zip(&naive).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "{isa:?} g {g} block {block} at {i}"
+                        );
+                    }
+                }
             }
         }
     }
