@@ -599,6 +599,7 @@ pub fn quantize_file(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     });
+    tracing::debug!("layers quantized, writing");
     safetensors_out::write(&mut dst, &file, &out, metadata).map_err(|fault| match fault {
         WriteFault::Output(e) => QuantizeError::File(dst.error(e)),
         WriteFault::Input(e) => QuantizeError::File(e),
