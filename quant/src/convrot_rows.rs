@@ -59,10 +59,6 @@ impl ConvrotRows {
 fn quantize_pack(rot: &[f32], packed: &mut [u8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { quantize_pack_avx512(rot, packed) };
-        }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
             return unsafe { quantize_pack_avx2(rot, packed) };
@@ -72,18 +68,12 @@ fn quantize_pack(rot: &[f32], packed: &mut [u8]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn quantize_pack_avx512(rot: &[f32], packed: &mut [u8]) -> f32 {
-    quantize_pack_portable(rot, packed)
-}
-
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn quantize_pack_avx2(rot: &[f32], packed: &mut [u8]) -> f32 {
     quantize_pack_portable(rot, packed)
 }
 
-/// Inlined into each `target_feature` wrapper so it is vectorized there
+/// Inlined into the `target_feature` wrapper so it is vectorized there
 /// (`round_ties_even` is one instruction from SSE4.1 on, a libm call before).
 #[inline(always)]
 fn quantize_pack_portable(rot: &[f32], packed: &mut [u8]) -> f32 {

@@ -12,8 +12,8 @@
 //!   a 16 x 16 table for the two low digits (one row of 16 lanes per `j`)
 //!   and a `G/16 x G/16` table for the rest (one scalar per lane group):
 //!   kilobytes in L1 instead of the `G x G` matrix;
-//! - with AVX-512 or AVX2 (chosen at run time), columns are summed in tiles
-//!   of 128 or 64 held in registers across a block of `j`, and the `hi`
+//! - with AVX2 (chosen at run time), columns are summed in tiles of 64
+//!   held in registers across a block of `j`, and the `hi`
 //!   sign is folded into the accumulators (see [`x86`]): one add per
 //!   register and term.
 
@@ -68,7 +68,7 @@ impl MatmulRotation {
         let g = group as usize;
         let block = block.min(g);
         // Blocks are whole lane groups of rows (128 or G in practice).
-        if g < LANES || !crate::reference::is_power_of_four(group) || block % LANES != 0 {
+        if g < LANES || !crate::reference::is_power_of_four(group) || !block.is_multiple_of(LANES) {
             return None;
         }
         let mut lo = [[0; LANES]; LANES];
@@ -116,9 +116,6 @@ impl MatmulRotation {
     fn add_block_sum(&self, terms: &[u32], first: usize, dst: &mut [f32]) {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Isa::Avx512` is only chosen when the CPU has AVX-512F.
-            Isa::Avx512 => unsafe { x86::block_avx512(self, terms, first, dst) },
-            #[cfg(target_arch = "x86_64")]
             // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2.
             Isa::Avx2 => unsafe { x86::block_avx2(self, terms, first, dst) },
             Isa::Portable => self.block_portable(terms, first, dst),
@@ -149,8 +146,6 @@ impl MatmulRotation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Isa {
     #[cfg(target_arch = "x86_64")]
-    Avx512,
-    #[cfg(target_arch = "x86_64")]
     Avx2,
     Portable,
 }
@@ -159,9 +154,6 @@ impl Isa {
     fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
             if std::arch::is_x86_feature_detected!("avx2") {
                 return Isa::Avx2;
             }
@@ -183,60 +175,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{LANES, MatmulRotation};
-
-    /// `dst += ` block sum, tiles of 8 lane groups (8 of the 32 registers).
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn block_avx512(rot: &MatmulRotation, terms: &[u32], first: usize, dst: &mut [f32]) {
-        let gh = rot.g / LANES;
-        let tile = [8, 4, 1].into_iter().find(|t| gh.is_multiple_of(*t));
-        for (i, d) in dst.chunks_exact_mut(LANES * tile.unwrap_or(1)).enumerate() {
-            match tile {
-                Some(8) => tile_avx512::<8>(rot, terms, first, i * 8, d),
-                Some(4) => tile_avx512::<4>(rot, terms, first, i * 4, d),
-                _ => tile_avx512::<1>(rot, terms, first, i, d),
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    fn flip512(a: __m512, sign: u32) -> __m512 {
-        let s = _mm512_set1_epi32(sign as i32);
-        _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), s))
-    }
-
-    /// Lane groups `g0..g0 + T` of `dst`, one register each.
-    #[target_feature(enable = "avx512f")]
-    fn tile_avx512<const T: usize>(
-        rot: &MatmulRotation,
-        terms: &[u32],
-        first: usize,
-        g0: usize,
-        dst: &mut [f32],
-    ) {
-        let gh = rot.g / LANES;
-        let mut acc = [_mm512_setzero_ps(); T];
-        let mut sign = [0u32; T];
-        for (jh, vals) in terms.chunks_exact(LANES).enumerate() {
-            let hi = &rot.hi[(first + jh) * gh + g0..][..T];
-            for ((a, s), &h) in acc.iter_mut().zip(&mut sign).zip(hi) {
-                *a = flip512(*a, *s ^ h);
-                *s = h;
-            }
-            for (lo, &v) in rot.lo.iter().zip(vals) {
-                // SAFETY: `lo` is 16 `u32`s, 64 bytes; the load takes any alignment.
-                let lo = unsafe { _mm512_loadu_si512(lo.as_ptr().cast()) };
-                let t = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_set1_epi32(v as i32), lo));
-                for a in acc.iter_mut() {
-                    *a = _mm512_add_ps(*a, t);
-                }
-            }
-        }
-        for ((d, a), s) in dst.chunks_exact_mut(LANES).zip(acc).zip(sign) {
-            let p = d.as_mut_ptr();
-            // SAFETY: `d` is 16 `f32`s; the load and store take any alignment.
-            unsafe { _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), flip512(a, s))) };
-        }
-    }
 
     /// `dst += ` block sum, tiles of 4 lane groups (8 of the 16 registers).
     #[target_feature(enable = "avx2")]
@@ -365,9 +303,6 @@ mod tests {
         let mut isas = vec![Isa::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                isas.push(Isa::Avx512);
-            }
             if std::arch::is_x86_feature_detected!("avx2") {
                 isas.push(Isa::Avx2);
             }
