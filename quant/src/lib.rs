@@ -8,6 +8,7 @@
 //! `dynvram-loader` (positional reads, the atomic writer).
 
 pub mod caps;
+mod convrot_rows;
 pub mod format;
 pub mod kernel_path;
 pub mod layer;
@@ -15,6 +16,7 @@ pub mod meta;
 pub mod model_dir;
 pub mod quantize;
 pub mod reference;
+mod rotation;
 mod safetensors_out;
 pub mod tensors;
 pub mod tolerance;

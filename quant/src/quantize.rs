@@ -29,13 +29,12 @@ use dynvram_loader::{LoadError, SafetensorsFile};
 use rayon::prelude::*;
 use regex::Regex;
 
+use crate::convrot_rows::{ConvrotRows, block_for};
 use crate::format::{Format, LinearDtype};
 use crate::meta::comfy_quant_json;
-use crate::reference::{
-    Rotation, f32_to_e4m3fn, is_power_of_four, pack_int4, rotate, rotate_matmul_blocked,
-};
+use crate::reference::{f32_to_e4m3fn, is_power_of_four};
 use crate::safetensors_out::{self, OutTensor, Source, WriteFault};
-use crate::tensors::{Dtype, f32_bytes, floats_to_f32};
+use crate::tensors::{Dtype, f32_bytes, floats_into_f32, floats_to_f32};
 
 /// Errors of the quantizer; each names the file or layer concerned.
 #[derive(Debug, thiserror::Error)]
@@ -205,16 +204,29 @@ pub struct QuantizeReport {
 /// `convrot_w4a4` weight quantization (kitchen `quantize_convrot_w4a4_weight`):
 /// rotate rows in groups (`W · Hᵀ`, matmul order), `s[n] = max(absmax, 1e-10) / 7`,
 /// `q = clamp(rhe(W_rot / s), -7, 7)`, nibbles packed low = even column.
-/// Returns (`[N, K/2]` bytes, `[N]` scales). `k` must be a multiple of `group`.
+/// Returns (`[N, K/2]` bytes, `[N]` scales); `None` unless `group` is a power
+/// of 4 dividing `k` and `w` holds whole rows.
 pub fn quantize_convrot_w4a4_weight(
     w: &[f32],
     k: usize,
     group: u32,
 ) -> Option<(Vec<u8>, Vec<f32>)> {
-    // H is symmetric, so rotating by Hᵀ is the same product as the activation rotation.
-    let rot = rotate(w, k, group, Rotation::Matmul).ok()?;
-    let q = crate::reference::quantize_act_int4(&rot, k);
-    Some((pack_int4(&q.codes), q.scales))
+    // H is symmetric, so rotating by Hᵀ is the same product as the activation
+    // rotation (`rotate`, `quantize_act_int4`, `pack_int4`), done row by row.
+    let fits = is_power_of_four(group) && k.is_multiple_of(group as usize);
+    if !fits || k == 0 || !w.len().is_multiple_of(k) {
+        return None;
+    }
+    let n = w.len() / k;
+    let rows = ConvrotRows::new(group, block_for(n, k, group));
+    let mut rot = vec![0.0f32; k];
+    let mut packed = vec![0u8; w.len() / 2];
+    let scales = w
+        .chunks_exact(k)
+        .zip(packed.chunks_exact_mut(k / 2))
+        .map(|(row, p)| rows.row(row, &mut rot, p))
+        .collect();
+    Some((packed, scales))
 }
 
 /// `int8_tensorwise` weight quantization (kitchen `quantize_int8_tensorwise`):
@@ -267,40 +279,122 @@ fn misfit(target: TargetFormat, n: usize, k: usize) -> Option<String> {
     None
 }
 
-/// Rows per parallel piece of a weight: at least two (a piece of one row
-/// would otherwise be summed in a GEMV's order; see
-/// [`rotate_matmul_blocked`]), about four pieces per core.
+/// Rows per parallel piece of a weight: about four pieces per core (the
+/// pieces of a layer finish together), each of at least ~64 Ki values (the
+/// scheduling and read costs stay small).
 fn rows_per_piece(n: usize, k: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let by_cores = n.div_ceil(threads * 4);
-    // Pieces of at least ~64 Ki values keep the scheduling cost small.
-    by_cores.max((1 << 16) / k.max(1)).max(2)
+    by_cores.max((1 << 16) / k.max(1)).max(1)
 }
 
 /// [`quantize_convrot_w4a4_weight`] on all cores, the same bytes.
+#[cfg(test)]
 fn convrot_parallel(w: &[f32], n: usize, k: usize, group: u32) -> (Vec<u8>, Vec<f32>) {
-    // The order the whole-tensor rotation would sum in.
-    let block = if n * k == group as usize {
-        group as usize
-    } else {
-        128
-    };
-    let rows = rows_per_piece(n, k);
-    let pieces: Vec<(Vec<u8>, Vec<f32>)> = w
-        .par_chunks(rows * k)
-        .map(|piece| {
-            let rot = rotate_matmul_blocked(piece, group, block);
-            let q = crate::reference::quantize_act_int4(&rot, k);
-            (pack_int4(&q.codes), q.scales)
-        })
-        .collect();
-    let mut packed = Vec::with_capacity(n * k / 2);
-    let mut scales = Vec::with_capacity(n);
-    for (p, s) in pieces {
-        packed.extend_from_slice(&p);
-        scales.extend_from_slice(&s);
-    }
+    let rows = ConvrotRows::new(group, block_for(n, k, group));
+    let mut packed = vec![0u8; n * k / 2];
+    let mut scales = vec![0.0f32; n];
+    packed
+        .par_chunks_mut(k / 2)
+        .zip(scales.par_iter_mut())
+        .zip(w.par_chunks(k))
+        .with_min_len(rows_per_piece(n, k))
+        .for_each_init(
+            || vec![0.0f32; k],
+            |rot, ((p, s), row)| *s = rows.row(row, rot, p),
+        );
     (packed, scales)
+}
+
+/// Scratch of one convrot task: the piece as read, one row as `f32`, its rotation.
+#[derive(Default)]
+struct RowScratch {
+    bytes: Vec<u8>,
+    row: Vec<f32>,
+    rot: Vec<f32>,
+}
+
+/// The first non-finite element seen: (flat index, value).
+type FirstBad = Option<(usize, f32)>;
+
+/// convrot_w4a4 of the weight `name` straight from the file, on all cores:
+/// each task reads a piece of rows, converts, checks, rotates and packs it
+/// row by row, so reading overlaps the math and the tensor is never held
+/// as `f32`. The same bytes as [`quantize_convrot_w4a4_weight`].
+fn convrot_streamed(
+    file: &SafetensorsFile,
+    name: &str,
+    shape: (Dtype, usize, usize),
+    group: u32,
+    opts: &QuantizeOptions,
+) -> Result<(Vec<u8>, Vec<f32>), QuantizeError> {
+    let (dtype, n, k) = shape;
+    let elem = (dtype.bitsize() / 8).max(1);
+    let rows = ConvrotRows::new(group, block_for(n, k, group));
+    let per_piece = rows_per_piece(n, k);
+    let mut packed = vec![0u8; n * k / 2];
+    let mut scales = vec![0.0f32; n];
+    let piece = |scratch: &mut RowScratch,
+                 (i, (packed, scales)): (usize, (&mut [u8], &mut [f32]))|
+     -> Result<FirstBad, LoadError> {
+        let first_row = i * per_piece;
+        let at = (first_row * k * elem) as u64;
+        scratch.bytes.resize(scales.len() * k * elem, 0);
+        file.read_into(
+            name,
+            at..at + scratch.bytes.len() as u64,
+            &mut scratch.bytes,
+        )?;
+        scratch.row.resize(k, 0.0);
+        scratch.rot.resize(k, 0.0);
+        let outs = packed.chunks_exact_mut(k / 2).zip(scales.iter_mut());
+        for (r, (src, (p, s))) in scratch.bytes.chunks_exact(k * elem).zip(outs).enumerate() {
+            floats_into_f32(dtype, src, &mut scratch.row);
+            if !opts.allow_nonfinite
+                && let Some(c) = scratch.row.iter().position(|v| !v.is_finite())
+            {
+                return Ok(Some(((first_row + r) * k + c, scratch.row[c])));
+            }
+            *s = rows.row(&scratch.row, &mut scratch.rot, p);
+        }
+        Ok(None)
+    };
+    let bad = packed
+        .par_chunks_mut(per_piece * k / 2)
+        .zip(scales.par_chunks_mut(per_piece))
+        .enumerate()
+        .map_init(RowScratch::default, piece)
+        .try_reduce(|| None, |a, b| Ok(first_bad(a, b)))?;
+    if let Some((index, value)) = bad {
+        return Err(non_finite(file, name, k, index, value));
+    }
+    Ok((packed, scales))
+}
+
+/// The earlier of two first non-finite elements.
+fn first_bad(a: FirstBad, b: FirstBad) -> FirstBad {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if x.0 <= y.0 { x } else { y }),
+        (x, y) => x.or(y),
+    }
+}
+
+/// The error for a non-finite element at flat `index` of `tensor`.
+fn non_finite(
+    file: &SafetensorsFile,
+    tensor: &str,
+    k: usize,
+    index: usize,
+    value: f32,
+) -> QuantizeError {
+    QuantizeError::NonFinite {
+        path: file.path().to_owned(),
+        tensor: tensor.to_owned(),
+        index,
+        row: index / k.max(1),
+        column: index % k.max(1),
+        value,
+    }
 }
 
 /// Largest |value|, on all cores.
@@ -313,53 +407,99 @@ fn absmax_parallel(w: &[f32]) -> f32 {
 /// Quantizes one layer's float weight into its new tensors (weight, scale,
 /// comfy_quant), on all cores; the same bytes as the single-threaded
 /// `quantize_*_weight` functions.
+#[cfg(test)]
 fn quantize_layer(
     target: TargetFormat,
     w: &[f32],
     n: usize,
     k: usize,
 ) -> Vec<(&'static str, OutTensor)> {
-    let (wt, st) = match target {
+    match target {
         TargetFormat::ConvrotW4a4 { group, .. } => {
-            // `misfit` has checked k % group == 0.
             let (packed, scales) = convrot_parallel(w, n, k, group);
-            (
-                OutTensor::owned(Dtype::I8, vec![n, k / 2], packed),
-                OutTensor::owned(Dtype::F32, vec![n], f32_bytes(&scales)),
-            )
+            convrot_tensors(target, n, k, packed, &scales)
         }
-        TargetFormat::Int8Tensorwise => {
-            let s = (absmax_parallel(w) / 127.0).max(1e-30);
-            let q: Vec<u8> = w
-                .par_iter()
-                .map(|&v| (v / s).round_ties_even().clamp(-128.0, 127.0) as i8 as u8)
-                .collect();
-            (
-                OutTensor::owned(Dtype::I8, vec![n, k], q),
-                OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec()),
-            )
-        }
-        TargetFormat::Float8E4m3fn => {
-            let s = absmax_parallel(w) / 448.0;
-            let q: Vec<u8> = if s == 0.0 {
-                vec![0; w.len()]
-            } else {
-                let inv = 1.0 / s;
-                w.par_iter()
-                    .map(|&v| f32_to_e4m3fn((v * inv).clamp(-448.0, 448.0)))
-                    .collect()
-            };
-            (
-                OutTensor::owned(Dtype::F8_E4M3, vec![n, k], q),
-                OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec()),
-            )
-        }
+        _ => scalar_scaled_layer(target, w, n, k),
+    }
+}
+
+/// The new tensors of a convrot_w4a4 layer from its packed codes and scales.
+fn convrot_tensors(
+    target: TargetFormat,
+    n: usize,
+    k: usize,
+    packed: Vec<u8>,
+    scales: &[f32],
+) -> Vec<(&'static str, OutTensor)> {
+    let wt = OutTensor::owned(Dtype::I8, vec![n, k / 2], packed);
+    let st = OutTensor::owned(Dtype::F32, vec![n], f32_bytes(scales));
+    layer_tensors(target, wt, st)
+}
+
+/// An `int8_tensorwise` or `float8_e4m3fn` layer (one scale for the
+/// tensor), on all cores.
+fn scalar_scaled_layer(
+    target: TargetFormat,
+    w: &[f32],
+    n: usize,
+    k: usize,
+) -> Vec<(&'static str, OutTensor)> {
+    let (wt, s) = if target == TargetFormat::Int8Tensorwise {
+        let s = (absmax_parallel(w) / 127.0).max(1e-30);
+        let q: Vec<u8> = w
+            .par_iter()
+            .map(|&v| (v / s).round_ties_even().clamp(-128.0, 127.0) as i8 as u8)
+            .collect();
+        (OutTensor::owned(Dtype::I8, vec![n, k], q), s)
+    } else {
+        let s = absmax_parallel(w) / 448.0;
+        let q: Vec<u8> = if s == 0.0 {
+            vec![0; w.len()]
+        } else {
+            let inv = 1.0 / s;
+            w.par_iter()
+                .map(|&v| f32_to_e4m3fn((v * inv).clamp(-448.0, 448.0)))
+                .collect()
+        };
+        (OutTensor::owned(Dtype::F8_E4M3, vec![n, k], q), s)
     };
+    let st = OutTensor::owned(Dtype::F32, vec![], s.to_le_bytes().to_vec());
+    layer_tensors(target, wt, st)
+}
+
+/// A layer's weight and scale with its `comfy_quant` tensor.
+fn layer_tensors(
+    target: TargetFormat,
+    wt: OutTensor,
+    st: OutTensor,
+) -> Vec<(&'static str, OutTensor)> {
     let json = comfy_quant_json(target.format())
         .unwrap_or_default()
         .into_bytes();
     let jt = OutTensor::owned(Dtype::U8, vec![json.len()], json);
     vec![("weight", wt), ("weight_scale", st), ("comfy_quant", jt)]
+}
+
+/// Quantizes the weight of `layer` from `file` into its new tensors.
+fn quantize_from_file(
+    file: &SafetensorsFile,
+    layer: &str,
+    shape: (Dtype, usize, usize),
+    opts: &QuantizeOptions,
+) -> Result<Vec<(&'static str, OutTensor)>, QuantizeError> {
+    let name = format!("{layer}.weight");
+    let (dtype, n, k) = shape;
+    Ok(match opts.target {
+        // `misfit` has checked k % group == 0.
+        TargetFormat::ConvrotW4a4 { group, .. } => {
+            let (packed, scales) = convrot_streamed(file, &name, shape, group, opts)?;
+            convrot_tensors(opts.target, n, k, packed, &scales)
+        }
+        target => {
+            let w = read_weight(file, &name, dtype, k, opts)?;
+            scalar_scaled_layer(target, &w, n, k)
+        }
+    })
 }
 
 /// Quantizes `input` into `output` (see the module docs). `progress(done, total, layer)`
@@ -431,8 +571,7 @@ pub fn quantize_file(
                 });
             }
             None => {
-                let w = read_weight(&file, &format!("{layer}.weight"), *dtype, *k, opts)?;
-                for (suffix, t) in quantize_layer(opts.target, &w, *n, *k) {
+                for (suffix, t) in quantize_from_file(&file, layer, (*dtype, *n, *k), opts)? {
                     out.insert(format!("{layer}.{suffix}"), t);
                 }
                 report.quantized.push(layer.clone());
@@ -460,6 +599,7 @@ pub fn quantize_file(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     });
+    tracing::debug!("layers quantized, writing");
     safetensors_out::write(&mut dst, &file, &out, metadata).map_err(|fault| match fault {
         WriteFault::Output(e) => QuantizeError::File(dst.error(e)),
         WriteFault::Input(e) => QuantizeError::File(e),
@@ -504,14 +644,7 @@ fn read_weight(
     if !opts.allow_nonfinite
         && let Some(index) = w.par_iter().position_first(|v| !v.is_finite())
     {
-        return Err(QuantizeError::NonFinite {
-            path: file.path().to_owned(),
-            tensor: name.to_owned(),
-            index,
-            row: index / k.max(1),
-            column: index % k.max(1),
-            value: w[index],
-        });
+        return Err(non_finite(file, name, k, index, w[index]));
     }
     Ok(w)
 }
@@ -567,6 +700,53 @@ mod tests {
             assert_eq!(bytes(&out[0].1), q.as_slice());
             assert_eq!(bytes(&out[1].1), s.to_le_bytes().as_slice());
         }
+    }
+
+    /// A bf16 file quantized piece by piece as it is read gives the bytes of
+    /// the one-thread reference, and the first non-finite element over all
+    /// pieces is the one named.
+    #[test]
+    fn streamed_convrot_matches_the_serial_quantizer() {
+        let (n, k, group) = (300, 1024, 256);
+        let w: Vec<f32> = weights(n, k)
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_f32())
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (input, out) = (dir.path().join("in.safetensors"), dir.path().join("o"));
+        let write = |w: &[f32]| {
+            let bytes: Vec<u8> = w
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect();
+            let view = safetensors::tensor::TensorView::new(Dtype::BF16, vec![n, k], &bytes)
+                .expect("view");
+            safetensors::serialize_to_file([("l.weight", view)], None, &input).expect("write");
+        };
+        write(&w);
+        let target = TargetFormat::ConvrotW4a4 {
+            group,
+            linear_dtype: LinearDtype::Int4,
+        };
+        let opts = QuantizeOptions::new(target, None, None).expect("opts");
+        quantize_file(&input, &out, &opts, &mut |_, _, _| {}).expect("quantize");
+        let buf = std::fs::read(&out).expect("read");
+        let file = crate::SafeFile::parse(&buf).expect("parse");
+        let (packed, scales) = quantize_convrot_w4a4_weight(&w, k, group).expect("fits");
+        assert_eq!(file.data("l.weight").expect("weight"), packed.as_slice());
+        assert_eq!(
+            file.data("l.weight_scale").expect("scale"),
+            f32_bytes(&scales).as_slice()
+        );
+        let mut bad = w.clone();
+        bad[250 * k + 3] = f32::NAN;
+        bad[70 * k + 9] = f32::INFINITY;
+        write(&bad);
+        let e = quantize_file(&input, &out, &opts, &mut |_, _, _| {}).expect_err("inf");
+        assert!(
+            e.to_string().contains(&format!("element {} ", 70 * k + 9)),
+            "{e}"
+        );
     }
 
     /// ComfyUI's high-precision layers match the default keep pattern;

@@ -7,6 +7,7 @@ use crate::format::Format;
 pub use crate::format::is_power_of_four;
 use crate::kernel_path::ActArith;
 use crate::layer::QuantLayer;
+use crate::rotation::MatmulRotation;
 use crate::tensors::{Dtype, f32s, floats_to_f32, i8s};
 
 /// Errors of the reference linears: sizes that do not agree with the layer.
@@ -82,8 +83,8 @@ impl Rotation {
 /// Every entry is exactly `±2^-k`. Symmetric, and `H·H = I`.
 pub fn hadamard(g: u32) -> Vec<f32> {
     const H4: [[i8; 4]; 4] = [[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, 1], [-1, 1, 1, 1]];
+    let scale = hadamard_scale(g);
     let g = g as usize;
-    let scale = 1.0 / (g as f32).sqrt();
     let mut h = vec![0.0f32; g * g];
     for i in 0..g {
         for j in 0..g {
@@ -100,6 +101,12 @@ pub fn hadamard(g: u32) -> Vec<f32> {
         }
     }
     h
+}
+
+/// `1/√G`: the magnitude of every entry of the `G x G` Hadamard matrix (a
+/// power of 2 for a power of 4).
+pub(crate) fn hadamard_scale(g: u32) -> f32 {
+    1.0 / (g as f32).sqrt()
 }
 
 fn check_group(group: u32, k: usize) -> Result<(), ReferenceError> {
@@ -136,6 +143,18 @@ pub fn rotate_matmul(x: &[f32], group: u32) -> Vec<f32> {
 /// GEMM, `group` for a GEMV (callers that split a GEMM's rows into pieces
 /// keep the GEMM's order this way, even for a piece of one row).
 pub(crate) fn rotate_matmul_blocked(x: &[f32], group: u32, block: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    match MatmulRotation::new(group, block) {
+        Some(rot) => rot.rotate_into(x, &mut out),
+        None => out = rotate_matmul_naive(x, group, block),
+    }
+    out
+}
+
+/// [`rotate_matmul_blocked`] straight from the definition, with the `G x G`
+/// matrix: the fallback for groups under 16 and the oracle of
+/// [`MatmulRotation`]'s tests.
+pub(crate) fn rotate_matmul_naive(x: &[f32], group: u32, block: usize) -> Vec<f32> {
     let g = group as usize;
     let h = hadamard(group);
     let mut out = vec![0.0f32; x.len()];

@@ -189,6 +189,35 @@ pub fn floats_to_f32(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
     }
 }
 
+/// [`floats_to_f32`] into `dst` (one `f32` per element of `bytes`, the same
+/// values); `false` for other dtypes.
+pub(crate) fn floats_into_f32(dtype: Dtype, bytes: &[u8], dst: &mut [f32]) -> bool {
+    match dtype {
+        Dtype::F32 => convert_into(bytes.chunks_exact(4), dst, |c| {
+            f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+        }),
+        Dtype::F16 => convert_into(bytes.chunks_exact(2), dst, |c| {
+            half::f16::from_le_bytes([c[0], c[1]]).to_f32()
+        }),
+        Dtype::BF16 => convert_into(bytes.chunks_exact(2), dst, |c| {
+            half::bf16::from_le_bytes([c[0], c[1]]).to_f32()
+        }),
+        _ => return false,
+    }
+    true
+}
+
+fn convert_into<'a>(
+    src: std::slice::ChunksExact<'a, u8>,
+    dst: &mut [f32],
+    f: impl Fn(&'a [u8]) -> f32,
+) {
+    debug_assert_eq!(src.len(), dst.len());
+    for (d, c) in dst.iter_mut().zip(src) {
+        *d = f(c);
+    }
+}
+
 /// `f32`s as little-endian bytes.
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

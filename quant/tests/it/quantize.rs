@@ -190,6 +190,17 @@ fn quantized_files_load_back_and_validate() {
             file.data("norm.weight").expect("norm"),
             f32_bytes(&data["norm.weight"]).as_slice()
         );
+        if let TargetFormat::ConvrotW4a4 { group, .. } = target {
+            for l in ["a", "b"] {
+                let w = &data[&format!("{l}.weight")];
+                let k = w.len() / if l == "a" { 32 } else { 16 };
+                let (packed, scales) = quantize_convrot_w4a4_weight(w, k, group).expect("fits");
+                let got = file.data(&format!("{l}.weight")).expect("weight");
+                assert_eq!(got, packed.as_slice(), "{l} {target:?}");
+                let got = file.data(&format!("{l}.weight_scale")).expect("scale");
+                assert_eq!(got, f32_bytes(&scales).as_slice(), "{l} {target:?}");
+            }
+        }
         let layers = discover_layers(&file).expect("written file validates");
         for l in &layers {
             // Quantized output close to the float product (quantization error only).
