@@ -7,7 +7,7 @@ use crate::format::Format;
 pub use crate::format::is_power_of_four;
 use crate::kernel_path::ActArith;
 use crate::layer::QuantLayer;
-use crate::rotation::MatmulRotation;
+use crate::rotation::{MatmulRotation, hadamard_scale};
 use crate::tensors::{Dtype, f32s, floats_to_f32, i8s};
 
 /// Errors of the reference linears: sizes that do not agree with the layer.
@@ -101,12 +101,6 @@ pub fn hadamard(g: u32) -> Vec<f32> {
         }
     }
     h
-}
-
-/// `1/√G`: the magnitude of every entry of the `G x G` Hadamard matrix (a
-/// power of 2 for a power of 4).
-pub(crate) fn hadamard_scale(g: u32) -> f32 {
-    1.0 / (g as f32).sqrt()
 }
 
 fn check_group(group: u32, k: usize) -> Result<(), ReferenceError> {

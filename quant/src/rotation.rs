@@ -17,7 +17,7 @@
 //!   sign is folded into the accumulators (see [`x86`]): one add per
 //!   register and term.
 
-use crate::reference::hadamard_scale;
+use crate::format::is_power_of_four;
 
 /// Columns of one lane group: the two low base-4 digits of a column.
 const LANES: usize = 16;
@@ -68,7 +68,7 @@ impl MatmulRotation {
         let g = group as usize;
         let block = block.min(g);
         // Blocks are whole lane groups of rows (128 or G in practice).
-        if g < LANES || !crate::reference::is_power_of_four(group) || !block.is_multiple_of(LANES) {
+        if g < LANES || !is_power_of_four(group) || !block.is_multiple_of(LANES) {
             return None;
         }
         let mut lo = [[0; LANES]; LANES];
@@ -238,6 +238,12 @@ mod x86 {
             }
         }
     }
+}
+
+/// `1/√G`: the magnitude of every entry of the `G x G` Hadamard matrix (a
+/// power of 2 for a power of 4).
+pub(crate) fn hadamard_scale(g: u32) -> f32 {
+    1.0 / (g as f32).sqrt()
 }
 
 #[cfg(test)]
