@@ -542,15 +542,18 @@ fn random_weights(
     })
 }
 
-fn activation(
+/// A `[rows, cols]` tensor of `dtype` holding values in [-1, 1): a fixed
+/// pattern per `seed` (the benches' activations, caches and outputs).
+pub(crate) fn activation(
     gpu: &Gpu,
     label: &str,
     rows: u64,
     cols: u64,
     dtype: ActDtype,
+    seed: u64,
 ) -> anyhow::Result<GpuTensor> {
     let data: Vec<f32> = (0..rows * cols)
-        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .map(|i| (((i + seed * 101) * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
     Ok(dynvram_runtime::ops::host::upload(
         gpu,
@@ -578,10 +581,10 @@ fn time_case(
     let weights: Vec<LinearWeights> = (1..=fuse.weights())
         .map(|seed| random_weights(gpu, format, n, k, seed))
         .collect::<Result<_, _>>()?;
-    let x = activation(gpu, "bench.x", m, k, act)?;
+    let x = activation(gpu, "bench.x", m, k, act, 0)?;
     let outs: Vec<GpuTensor> = weights
         .iter()
-        .map(|_| activation(gpu, "bench.out", m, n, act))
+        .map(|_| activation(gpu, "bench.out", m, n, act, 0))
         .collect::<Result<_, _>>()?;
     let cache = PipelineCache::default();
     let mut scratch = LinearScratch::new();

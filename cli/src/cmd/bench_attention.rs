@@ -17,7 +17,7 @@ use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
-use crate::cmd::bench::{median_seconds, submit_timed};
+use crate::cmd::bench::{activation, median_seconds, submit_timed};
 use crate::output::print_json;
 
 /// Arguments of `dynvram bench attention`.
@@ -246,10 +246,10 @@ enum Timed {
 impl Case {
     fn new(gpu: &Gpu, heads: Heads, keys: u64, act: ActDtype, rope: bool) -> anyhow::Result<Self> {
         let width = heads.n_kv_heads * heads.head_dim;
-        let q = tensor(gpu, "bench.q", 1, heads.n_heads * heads.head_dim, act, 1)?;
-        let k = tensor(gpu, "bench.k_cache", keys, width, act, 2)?;
-        let v = tensor(gpu, "bench.v_cache", keys, width, act, 3)?;
-        let out = tensor(gpu, "bench.out", 1, heads.n_heads * heads.head_dim, act, 4)?;
+        let q = activation(gpu, "bench.q", 1, heads.n_heads * heads.head_dim, act, 1)?;
+        let k = activation(gpu, "bench.k_cache", keys, width, act, 2)?;
+        let v = activation(gpu, "bench.v_cache", keys, width, act, 3)?;
+        let out = activation(gpu, "bench.out", 1, heads.n_heads * heads.head_dim, act, 4)?;
         let rope = rope
             .then(|| RopeTable::new(gpu, 10000.0, heads.head_dim, keys))
             .transpose()?;
@@ -330,26 +330,4 @@ impl Case {
             kv_gb_per_s: kv_bytes as f64 / per / 1e9,
         }))
     }
-}
-
-/// A `[rows, cols]` tensor of `act` holding values in [-1, 1) (a pattern
-/// per `seed`).
-fn tensor(
-    gpu: &Gpu,
-    label: &str,
-    rows: u64,
-    cols: u64,
-    act: ActDtype,
-    seed: u64,
-) -> anyhow::Result<GpuTensor> {
-    let data: Vec<f32> = (0..rows * cols)
-        .map(|i| (((i + seed * 101) * 7919) % 1000) as f32 / 500.0 - 1.0)
-        .collect();
-    Ok(dynvram_runtime::ops::host::upload(
-        gpu,
-        label,
-        &data,
-        vec![rows, cols],
-        act,
-    )?)
 }
