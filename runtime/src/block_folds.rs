@@ -40,6 +40,14 @@ impl BlockCtx<'_> {
         if m > NORM_FOLD_MAX_M || self.model().patches.contains_key(layer) {
             return Ok(false);
         }
+        // Integer layers never fold: answered without building the weights.
+        if self
+            .model()
+            .kernel_path(layer)
+            .is_some_and(|p| !matches!(p.kernel, dynvram_quant::KernelChoice::Float))
+        {
+            return Ok(false);
+        }
         let (weights, choice) = self.layer_weights(layer)?;
         let any = Fold {
             norm: None,

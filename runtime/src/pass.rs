@@ -41,7 +41,9 @@ use crate::trace::{Lane, Trace};
 /// at submit (~1.6 µs of CPU a launch on the H200, `bench dispatch`), so one
 /// submit per pass would leave the GPU idle until the whole pass is
 /// encoded; a submit every few blocks overlaps encoding with execution, for
-/// ~9 submits per token of a 32-layer model (BENCHMARKS.md, session 7).
+/// ~9 submits per token of a 32-layer model (BENCHMARKS.md, session 7). The
+/// first goes after block 1 (the embedding and the first layer), so the GPU
+/// starts early in each step.
 pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
 
 /// A weight's bytes on the GPU.
@@ -258,7 +260,7 @@ impl Model {
             stats.record_seconds += recording.elapsed().as_secs_f64();
             // Resident: a submit every few blocks, so the GPU starts on the
             // first blocks while the CPU records (and wgpu encodes) the rest.
-            if resident && result.is_ok() && i + 1 < n && (i + 1) % RESIDENT_SUBMIT_BLOCKS != 0 {
+            if resident && result.is_ok() && i + 1 < n && i % RESIDENT_SUBMIT_BLOCKS != 1 {
                 trace.end(
                     t,
                     Lane::Compute,
