@@ -533,7 +533,7 @@ impl Step<'_> {
         let (k_dst, v_dst) = direct.clone().unwrap_or_else(|| (k.clone(), v.clone()));
         let qkv = [(&qp[..], &q), (&kp[..], &k_dst), (&vp[..], &v_dst)];
         if self.pending.replace(false) {
-            ctx.add_rms_norm_for(&x, &o, &n1, &h, eps, &qp)?;
+            ctx.add_rms_norm_for(&x, &o, &n1, &h, eps, qp)?;
             ctx.linears(&qkv, &h)?;
         } else {
             ctx.normed_linears(&norm(&n1), &qkv)?;
@@ -560,20 +560,20 @@ impl Step<'_> {
         // norm in their own launches; else the add is made by the norm's
         // launch (with the rotation and quantization of integer layers).
         let m = self.seq as u64;
-        if ctx.folds(&op, m)? && ctx.folds(&gp, m)? && ctx.folds(&up_p, m)? {
-            ctx.linear_add(&op, &attn, &x, &o)?;
-            ctx.normed_linears_swiglu(&norm(&n2), [&gp, &up_p], [&gate, &up], &act)?;
+        if ctx.folds(op, m)? && ctx.folds(gp, m)? && ctx.folds(up_p, m)? {
+            ctx.linear_add(op, &attn, &x, &o)?;
+            ctx.normed_linears_swiglu(&norm(&n2), [gp, up_p], [&gate, &up], &act)?;
         } else {
-            ctx.linear(&op, &attn, &o)?;
-            ctx.add_rms_norm_for(&x, &o, &n2, &h, eps, &gp)?;
-            ctx.linears_swiglu([&gp, &up_p], &h, [&gate, &up], &act)?;
+            ctx.linear(op, &attn, &o)?;
+            ctx.add_rms_norm_for(&x, &o, &n2, &h, eps, gp)?;
+            ctx.linears_swiglu([gp, up_p], &h, [&gate, &up], &act)?;
         }
         // The next layer's q/k/v are taken to be like this one's.
-        if self.defer_residual && !(ctx.folds(&dp, m)? && ctx.folds(&qp, m)?) {
-            ctx.linear(&dp, &act, &o)?;
+        if self.defer_residual && !(ctx.folds(dp, m)? && ctx.folds(qp, m)?) {
+            ctx.linear(dp, &act, &o)?;
             self.pending.set(true);
             return Ok(());
         }
-        ctx.linear_add(&dp, &act, &x, &o)
+        ctx.linear_add(dp, &act, &x, &o)
     }
 }
