@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
-use wgpu::WriteOnly;
+use crate::write_only::WriteOnlyBytes;
 
 use crate::error::{LoadError, Result};
 use crate::source::ByteSource;
@@ -77,7 +77,7 @@ impl Task {
                 // other task's part, and the caller does not touch it until
                 // this task reports completion.
                 let dst =
-                    unsafe { WriteOnly::new(NonNull::slice_from_raw_parts(self.dst, self.len)) };
+                    unsafe { WriteOnlyBytes::new(NonNull::slice_from_raw_parts(self.dst, self.len)) };
                 let r = source.read_at(self.offset, dst);
                 if r.is_ok() && self.drop_behind {
                     source.drop_behind(self.offset, self.len as u64);
@@ -153,7 +153,7 @@ impl ReaderPool {
         &self,
         source: &dyn ByteSource,
         src_offset: u64,
-        mut dst: WriteOnly<'_, [u8]>,
+        mut dst: WriteOnlyBytes<'_>,
     ) -> Result<()> {
         let len = dst.len();
         let task_size = self.config.task_size;
@@ -169,7 +169,7 @@ impl ReaderPool {
                 NonNull::from(source),
             )
         };
-        let base = dst.as_raw_element_ptr();
+        let base = dst.as_raw_ptr();
         let failed = Arc::new(AtomicUsize::new(usize::MAX));
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let mut sent = 0usize;
@@ -213,14 +213,14 @@ impl ReaderPool {
         src_offset: u64,
         dst: &mut [u8],
     ) -> Result<()> {
-        self.read(source, src_offset, WriteOnly::from_mut(dst))
+        self.read(source, src_offset, WriteOnlyBytes::from_mut(dst))
     }
 
     fn read_inline(
         &self,
         source: &dyn ByteSource,
         src_offset: u64,
-        mut dst: WriteOnly<'_, [u8]>,
+        mut dst: WriteOnlyBytes<'_>,
     ) -> Result<()> {
         let len = dst.len();
         for start in (0..len).step_by(self.config.task_size) {
