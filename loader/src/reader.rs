@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender};
 use crate::write_only::WriteOnlyBytes;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::error::{LoadError, Result};
 use crate::source::ByteSource;
@@ -76,8 +76,9 @@ impl Task {
                 // SAFETY: `dst` is valid for `len` writes, disjoint from every
                 // other task's part, and the caller does not touch it until
                 // this task reports completion.
-                let dst =
-                    unsafe { WriteOnlyBytes::new(NonNull::slice_from_raw_parts(self.dst, self.len)) };
+                let dst = unsafe {
+                    WriteOnlyBytes::new(NonNull::slice_from_raw_parts(self.dst, self.len))
+                };
                 let r = source.read_at(self.offset, dst);
                 if r.is_ok() && self.drop_behind {
                     source.drop_behind(self.offset, self.len as u64);

@@ -32,7 +32,10 @@ pub fn conformance() -> PathBuf {
 /// The tiny Llama with transformers' outputs (`fixtures/tiny-llama`).
 #[track_caller]
 pub fn tiny_llama() -> PathBuf {
-    dir("tiny-llama", &["model.safetensors", "reference.safetensors"])
+    dir(
+        "tiny-llama",
+        &["model.safetensors", "reference.safetensors"],
+    )
 }
 
 /// The tiny Flux with diffusers' outputs (`fixtures/tiny-flux`).

@@ -56,6 +56,16 @@ pub fn needs_f16(c: &AdapterCaps) -> Result<(), String> {
     }
 }
 
+/// A `needs` for the tests of the typed error on adapters without
+/// `SHADER_F16`.
+pub fn lacks_f16(c: &AdapterCaps) -> Result<(), String> {
+    if c.shader_f16 {
+        Err("adapter has SHADER_F16".into())
+    } else {
+        Ok(())
+    }
+}
+
 /// Whether the test adapter opens (for tests that open their own runtime;
 /// `skipped: …` said otherwise).
 pub fn have_gpu(test: &str) -> bool {

@@ -13,6 +13,14 @@ pub fn coop_required() -> bool {
     std::env::var("DYNVRAM_REQUIRE_COOP").is_ok_and(|v| v == "1")
 }
 
+/// A cooperative-matrix path the adapter does not take (`msg` says which
+/// and why): a failure under [`coop_required`], else said on stderr.
+#[track_caller]
+pub fn coop_skipped(msg: &str) {
+    assert!(!coop_required(), "{msg}");
+    eprintln!("{msg}");
+}
+
 /// No GPU adapter for `test` (`why` says what failed): a failure under
 /// [`gpu_required`], else `skipped: …` on stderr and `None`.
 #[track_caller]

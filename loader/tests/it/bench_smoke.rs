@@ -27,5 +27,9 @@ fn host_figures_run_on_a_small_file() {
         runs += 1;
         if runs == 2 { Err("second run") } else { Ok(()) }
     });
-    assert_eq!((err, runs), (Err("second run"), 2), "an error stops the runs");
+    assert_eq!(
+        (err, runs),
+        (Err("second run"), 2),
+        "an error stops the runs"
+    );
 }

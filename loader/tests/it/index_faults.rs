@@ -1,9 +1,9 @@
 //! Every malformed-header case gives the right error, naming the file, the
 //! tensor and the sizes; nothing panics (issue 8's fault matrix, file rows).
 
+use dynvram_loader::{Dtype, LoadError, SafetensorsFile};
 use dynvram_test_support::random;
 use dynvram_test_support::safetensors::{file_bytes, raw_file, write_bytes};
-use dynvram_loader::{Dtype, LoadError, SafetensorsFile};
 use proptest::prelude::*;
 
 fn open_bytes(

@@ -1,9 +1,9 @@
 //! A model over several files: index.json with `weight_map`, a list of files,
 //! and the errors for a broken index.
 
+use dynvram_loader::{LoadError, ModelFiles};
 use dynvram_test_support::random;
 use dynvram_test_support::safetensors::{file_bytes, write_bytes};
-use dynvram_loader::{LoadError, ModelFiles};
 
 fn shards(dir: &std::path::Path) {
     write_bytes(
@@ -42,7 +42,10 @@ fn index_json_maps_names_to_shards() {
         assert_eq!(m.len(), 3);
         let (file, info) = m.get("l1.weight").expect("l1.weight");
         assert!(file.path().ends_with("m-00002-of-00002.safetensors"));
-        assert_eq!(file.bytes(&info.name).expect("bytes"), &random::bytes(7, 3)[..]);
+        assert_eq!(
+            file.bytes(&info.name).expect("bytes"),
+            &random::bytes(7, 3)[..]
+        );
         assert_eq!(m.tensors().count(), 3);
         assert!(m.get("nope").is_none());
     }

@@ -1,9 +1,9 @@
 //! The reader pool reads files bit-exactly in 2 MiB (or smaller) tasks and
 //! reports a short read for a file truncated after it was opened.
 
+use dynvram_loader::{ByteSource, FileRange, HostBytes, LoadError, ReaderConfig, ReaderPool};
 use dynvram_test_support::random;
 use dynvram_test_support::safetensors::write_bytes;
-use dynvram_loader::{ByteSource, FileRange, HostBytes, LoadError, ReaderConfig, ReaderPool};
 
 fn range<'a>(
     file: &'a std::fs::File,

@@ -8,7 +8,11 @@ use dynvram_loader::{NotReady, Placement, RingSlots, SlotState};
 #[test]
 fn shape_is_rounded() {
     let r = RingSlots::new(0, 5);
-    assert_eq!((r.len(), r.slot_size()), (1, 4096), "at least one 4 KiB slot");
+    assert_eq!(
+        (r.len(), r.slot_size()),
+        (1, 4096),
+        "at least one 4 KiB slot"
+    );
     assert_eq!(RingSlots::new(3, 4097).slot_size(), 4100, "rounded up to 4");
 }
 
@@ -73,7 +77,11 @@ fn slots_cycle_through_submit_and_ready() {
     assert_eq!(r.state(0), SlotState::Ready);
     assert_eq!(r.take(), Ok(0));
     r.ready(0);
-    assert_eq!(r.state(0), SlotState::Filling, "ready() leaves a filling slot");
+    assert_eq!(
+        r.state(0),
+        SlotState::Filling,
+        "ready() leaves a filling slot"
+    );
     let c = r.counters();
     assert_eq!((c.slots_used, c.flushes, c.stalls), (3, 1, 1));
     assert_eq!(c.stall_time, Duration::from_millis(3));

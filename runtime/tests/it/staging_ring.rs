@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::common::{device_buffer, pattern, read_back, test_device, valid_file, write};
-use dynvram_loader::{
-    HostBytes, LoadError, PinnedBuffer, ReaderConfig, ReaderPool, RingConfig, SafetensorsFile,
-    StagingRing,
-};
+use dynvram_runtime::gpu::{GpuError, PinnedBuffer, RingConfig, StagingRing, UploadError};
+use dynvram_runtime::loader::{HostBytes, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
+use dynvram_test_support::gpu::{device_buffer, read_back, test_device};
+use dynvram_test_support::random;
+use dynvram_test_support::safetensors::{file_bytes, write_bytes};
 
 const SLOT: u64 = 64 << 10;
 
@@ -37,14 +37,14 @@ fn file_tensors_larger_and_smaller_than_a_slot() {
     let Some((device, queue)) = test_device("file_tensors_larger_and_smaller_than_a_slot") else {
         return;
     };
-    let big = pattern(3 * SLOT as usize + 1234, 1); // spans four slots
-    let small = pattern(1001, 2); // not a multiple of 4
-    let tiny = pattern(5, 3);
+    let big = random::bytes(3 * SLOT as usize + 1234, 1); // spans four slots
+    let small = random::bytes(1001, 2); // not a multiple of 4
+    let tiny = random::bytes(5, 3);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
+    let path = write_bytes(
         dir.path(),
         "m.safetensors",
-        &valid_file(&[
+        &file_bytes(&[
             ("big", "U8", vec![big.len()], big.clone()),
             ("small", "U8", vec![small.len()], small.clone()),
             ("tiny", "U8", vec![tiny.len()], tiny.clone()),
@@ -114,7 +114,7 @@ fn streaming_more_than_the_ring_stalls_and_stays_exact() {
         return;
     };
     let mut ring = small_ring(&device, 2);
-    let data = pattern(10 * SLOT as usize - 8, 4);
+    let data = random::bytes(10 * SLOT as usize - 8, 4);
     let dst = device_buffer(&device, data.len() as u64);
     // One upload and submit per half slot, as the runtime would per block:
     // the first ten without recycling (every reuse after the first two slots
@@ -151,12 +151,12 @@ fn read_error_leaves_the_ring_usable() {
     let Some((device, queue)) = test_device("read_error_leaves_the_ring_usable") else {
         return;
     };
-    let data = pattern(200_000, 5);
+    let data = random::bytes(200_000, 5);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
+    let path = write_bytes(
         dir.path(),
         "m.safetensors",
-        &valid_file(&[("w", "U8", vec![data.len()], data.clone())]),
+        &file_bytes(&[("w", "U8", vec![data.len()], data.clone())]),
     );
     let file = SafetensorsFile::open(&path).expect("open");
     std::fs::OpenOptions::new()
@@ -177,11 +177,14 @@ fn read_error_leaves_the_ring_usable() {
             0,
         )
         .expect_err("truncated file");
-    assert!(matches!(err, LoadError::ShortRead { .. }), "{err}");
+    assert!(
+        matches!(err, UploadError::Load(LoadError::ShortRead { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("`w`"), "{err}");
     ring.submit(&queue, encoder);
     // Another source goes through the same ring afterwards.
-    let other = pattern(150_000, 6);
+    let other = random::bytes(150_000, 6);
     let mut encoder = device.create_command_encoder(&Default::default());
     ring.upload(&device, &queue, &mut encoder, &HostBytes(&other), &dst, 0)
         .expect("upload");
@@ -209,7 +212,10 @@ fn bad_destinations_are_errors() {
                 offset,
             )
             .expect_err("must not fit");
-        assert!(matches!(err, LoadError::Gpu { .. }), "{err}");
+        assert!(
+            matches!(err, UploadError::Gpu(GpuError::Upload { .. })),
+            "{err}"
+        );
     }
     ring.submit(&queue, encoder);
 }
@@ -219,12 +225,12 @@ fn registered_pin_copies_without_cpu() {
     let Some((device, queue)) = test_device("registered_pin_copies_without_cpu") else {
         return;
     };
-    let data = pattern(300_001, 7);
+    let data = random::bytes(300_001, 7);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
+    let path = write_bytes(
         dir.path(),
         "m.safetensors",
-        &valid_file(&[("w", "U8", vec![data.len()], data.clone())]),
+        &file_bytes(&[("w", "U8", vec![data.len()], data.clone())]),
     );
     let file = SafetensorsFile::open(&path).expect("open");
     let pool = ReaderPool::new(ReaderConfig::default()).expect("pool");

@@ -7,9 +7,9 @@
 //! `test_gpu` and stay small (the built-in MLP, one pass).
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::common::{builtin_model, runtime};
 use dynvram_loader::{FileRange, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_models::mlp_stack::{self, MlpError, Probe, builtin};
 use dynvram_quant::meta::HEADER_KEY;
@@ -19,19 +19,16 @@ use dynvram_quant::{
     LayoutError, LinearDtype, MetaError, TensorTable, discover_layers, parse_comfy_quant,
     validate_layer,
 };
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{GpuError, Model, Runtime, RuntimeConfig, RuntimeError, plan_spec};
+use dynvram_test_support::gpu::have_gpu;
+use dynvram_test_support::safetensors::raw_file;
 
 // ---------------------------------------------------------------- helpers
 
 /// Writes a safetensors file from a header JSON value and a data section,
 /// exactly as given (no validation: the point is to write broken files).
 fn write_raw(path: &Path, header: &serde_json::Value, data: &[u8]) {
-    let h = header.to_string().into_bytes();
-    let mut f = File::create(path).expect("create");
-    f.write_all(&(h.len() as u64).to_le_bytes()).expect("write");
-    f.write_all(&h).expect("write");
-    f.write_all(data).expect("write");
+    std::fs::write(path, raw_file(&header.to_string(), data)).expect("write");
 }
 
 /// A valid two-tensor file: `a` F32 [4] at [0,16), `b` F32 [2,2] at [16,32).
@@ -55,15 +52,6 @@ fn names_all(text: &str, needles: &[&str]) {
     for n in needles {
         assert!(text.contains(n), "error text lacks `{n}`: {text}");
     }
-}
-
-fn builtin_model() -> PathBuf {
-    builtin::ensure_cached_in(&std::env::temp_dir().join("dynvram-test-cache"))
-        .expect("write the built-in model")
-}
-
-fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
 }
 
 /// Opens the cached built-in model in a fresh runtime with room for all of
@@ -566,7 +554,7 @@ fn interrupted_quantize_leaves_no_partial_output() {
 #[test]
 fn file_truncated_mid_stream_is_a_short_read_and_other_models_still_run() {
     let name = "file_truncated_mid_stream_is_a_short_read_and_other_models_still_run";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -611,7 +599,7 @@ fn file_truncated_mid_stream_is_a_short_read_and_other_models_still_run() {
 #[test]
 fn budget_below_the_largest_tensor_refuses_and_other_models_still_run() {
     let name = "budget_below_the_largest_tensor_refuses_and_other_models_still_run";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -634,7 +622,7 @@ fn budget_below_the_largest_tensor_refuses_and_other_models_still_run() {
 #[test]
 fn gpu_allocation_failure_is_an_error_and_the_runtime_stays_usable() {
     let name = "gpu_allocation_failure_is_an_error_and_the_runtime_stays_usable";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -681,7 +669,7 @@ fn real_vram_exhaustion_is_an_error_and_the_runtime_recovers() {
         eprintln!("{name}: skipped: opt-in (DYNVRAM_REAL_OOM=1), for a real GPU");
         return;
     }
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -718,7 +706,7 @@ fn wgpu_storage() -> wgpu::BufferUsages {
 #[test]
 fn device_lost_fails_every_call_with_the_reason_and_other_runtimes_still_run() {
     let name = "device_lost_fails_every_call_with_the_reason_and_other_runtimes_still_run";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -773,7 +761,7 @@ fn a_long_non_ascii_comfy_quant_value_is_an_error_not_a_panic() {
 fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_another_model() {
     let name =
         "file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_another_model";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
