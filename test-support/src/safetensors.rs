@@ -172,3 +172,40 @@ pub fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     path
 }
+
+/// Writes `dir/m.safetensors` holding `data` as one U8 tensor `w` and
+/// returns its path.
+#[track_caller]
+pub fn one_tensor_file(dir: &Path, data: &[u8]) -> PathBuf {
+    let bytes = file_bytes(&[("w", "U8", vec![data.len()], data.to_vec())]);
+    write_bytes(dir, "m.safetensors", &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Dtype, Tensor, file_bytes, get, read, write_bytes, write_f32};
+
+    #[test]
+    fn written_tensors_read_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.safetensors");
+        write_f32(&path, &[("x", vec![2, 2], vec![1.0, -2.0, 3.5, 0.25])]);
+        let t = read(&path);
+        let x = get(&t, "x");
+        assert_eq!((x.dtype, x.shape_u64()), (Dtype::F32, vec![2, 2]));
+        assert_eq!(x.values, [1.0, -2.0, 3.5, 0.25]);
+        let ids: Vec<u8> = [7i64, 300].iter().flat_map(|i| i.to_le_bytes()).collect();
+        let p = write_bytes(
+            dir.path(),
+            "ids.safetensors",
+            &file_bytes(&[("ids", "I64", vec![2], ids)]),
+        );
+        assert_eq!(get(&read(&p), "ids").ids_u32(), [7, 300]);
+        let bf = Tensor::new(
+            Dtype::BF16,
+            vec![1],
+            half::bf16::from_f32(1.5).to_le_bytes().to_vec(),
+        );
+        assert_eq!(bf.values, [1.5]);
+    }
+}

@@ -60,3 +60,33 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (na * nb).max(1e-30)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{assert_close, assert_close_rel, cosine};
+
+    #[test]
+    fn close_values_pass() {
+        assert_close("a", &[1.0, -2.0], &[1.0 + 1e-7, -2.0], 1e-6, 0.0);
+        assert_close_rel("b", &[10.0, 0.5], &[10.0, 0.501], 1e-3);
+        assert!((cosine(&[1.0, 0.0], &[2.0, 0.0]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    #[should_panic(expected = "element 1")]
+    fn a_far_value_fails() {
+        assert_close("a", &[1.0, 3.0], &[1.0, 2.0], 1e-3, 1e-3);
+    }
+
+    #[test]
+    #[should_panic(expected = "not finite")]
+    fn a_nan_fails_the_relative_check() {
+        assert_close_rel("b", &[f32::NAN, 1.0], &[0.0, 1.0], 1e-3);
+    }
+
+    #[test]
+    #[should_panic(expected = "values, expected")]
+    fn a_length_mismatch_fails() {
+        assert_close_rel("c", &[1.0], &[1.0, 2.0], 1.0);
+    }
+}

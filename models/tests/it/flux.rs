@@ -25,6 +25,20 @@ use dynvram_test_support::tolerance::{assert_close_rel, cosine, max_abs};
 /// ≤ 1e-3 × max|reference| in f32 (issue 19).
 const REL: f32 = 1e-3;
 
+/// The tiny-flux fixture's inputs, for `ckpt` (the fixture or a copy).
+fn tiny_inputs(ckpt: &FluxCheckpoint) -> FluxInputs {
+    FluxInputs::from_file(
+        &fixtures::tiny_flux().join("inputs.safetensors"),
+        &ckpt.config,
+    )
+    .expect("inputs")
+}
+
+/// What diffusers computed for the tiny-flux fixture (`out`, intermediates).
+fn tiny_reference() -> HashMap<String, Tensor> {
+    safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))
+}
+
 /// Writes `tensors` (renamed by `rename`; `None` drops one) as a safetensors file.
 fn write_st(
     path: &Path,
@@ -86,12 +100,8 @@ fn check_tiny(test: &str, quarter: bool) -> Option<Vec<f32>> {
     }
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
     assert!(!ckpt.inferred);
-    let inputs = FluxInputs::from_file(
-        &fixtures::tiny_flux().join("inputs.safetensors"),
-        &ckpt.config,
-    )
-    .expect("inputs");
-    let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
+    let inputs = tiny_inputs(&ckpt);
+    let reference = tiny_reference();
     let got = run(&ckpt, &inputs, quarter, ActDtype::F32, true);
     assert_eq!(got.captures.len(), 8);
     if quarter {
@@ -129,13 +139,8 @@ fn tiny_flux_f16_is_close() {
     };
     drop(gpu);
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
-    let inputs = FluxInputs::from_file(
-        &fixtures::tiny_flux().join("inputs.safetensors"),
-        &ckpt.config,
-    )
-    .expect("inputs");
-    let want =
-        &safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))["out"].values;
+    let inputs = tiny_inputs(&ckpt);
+    let want = &tiny_reference()["out"].values;
     let got = run(&ckpt, &inputs, false, ActDtype::F16, false).out;
     assert_close_rel("out (f16)", &got, want, 3e-2);
     let cos = cosine(&got, want);
@@ -173,14 +178,9 @@ fn comfy_prefixed_checkpoint_runs() {
     .expect("config");
     let ckpt = FluxCheckpoint::open(dir.path()).expect("prefixed checkpoint opens");
     assert_eq!(ckpt.names.prefix, COMFY_PREFIX);
-    let inputs = FluxInputs::from_file(
-        &fixtures::tiny_flux().join("inputs.safetensors"),
-        &ckpt.config,
-    )
-    .expect("inputs");
+    let inputs = tiny_inputs(&ckpt);
     let got = run(&ckpt, &inputs, false, ActDtype::F32, false);
-    let want =
-        &safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))["out"].values;
+    let want = &tiny_reference()["out"].values;
     assert_close_rel("out (prefixed)", &got.out, want, REL);
 }
 
@@ -463,19 +463,14 @@ fn attention(
 #[test]
 fn cpu_reference_matches_fixture() {
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
-    let inputs = FluxInputs::from_file(
-        &fixtures::tiny_flux().join("inputs.safetensors"),
-        &ckpt.config,
-    )
-    .expect("inputs");
+    let inputs = tiny_inputs(&ckpt);
     let w = safetensors::read(&fixtures::tiny_flux().join("model.safetensors"));
     let cpu = CpuFlux {
         w: &w,
         c: &ckpt.config,
         prefix: "",
     };
-    let want =
-        &safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))["out"].values;
+    let want = &tiny_reference()["out"].values;
     assert_close_rel("cpu out", &cpu.forward(&inputs), want, 1e-4);
 }
 
@@ -904,13 +899,8 @@ fn comfy_mixed_quant_checkpoint_runs() {
         Format::Float8E4m3fn
     ));
     assert!(matches!(fmt("img_in"), Format::Bf16));
-    let inputs = FluxInputs::from_file(
-        &fixtures::tiny_flux().join("inputs.safetensors"),
-        &ckpt.config,
-    )
-    .expect("inputs");
-    let want =
-        &safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))["out"].values;
+    let inputs = tiny_inputs(&ckpt);
+    let want = &tiny_reference()["out"].values;
     let resident = run(&ckpt, &inputs, false, ActDtype::F32, false).out;
     let streamed = run(&ckpt, &inputs, true, ActDtype::F32, false).out;
     assert!(

@@ -9,7 +9,9 @@ use dynvram_runtime::gpu::{PinnedBuffer, RingConfig, StagingRing};
 use dynvram_runtime::loader::{HostBytes, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_test_support::gpu::{bare_device, device_buffer, read_back};
 use dynvram_test_support::random;
-use dynvram_test_support::safetensors::{file_bytes, write_bytes};
+use dynvram_test_support::safetensors::{one_tensor_file, write_bytes};
+
+use crate::staging_ring::upload_in_pieces;
 
 /// A Vulkan device with the import extension, or `None` (skipped) where the
 /// Vulkan adapter lacks it.
@@ -123,11 +125,7 @@ fn pins_and_ring_slots_use_imported_memory() {
     };
     let data = random::bytes(300_001, 14);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write_bytes(
-        dir.path(),
-        "m.safetensors",
-        &file_bytes(&[("w", "U8", vec![data.len()], data.clone())]),
-    );
+    let path = one_tensor_file(dir.path(), &data);
     let file = SafetensorsFile::open(&path).expect("open");
     let pool = pool();
     let pin =
@@ -155,23 +153,19 @@ fn pins_and_ring_slots_use_imported_memory() {
     assert_eq!(ring.memory(), HostMemory::Imported);
     let big = random::bytes(10 * slot as usize - 8, 15);
     let dst = device_buffer(&device, big.len() as u64);
-    let piece = (slot / 2) as usize;
-    for (i, part) in big.chunks(piece).enumerate() {
-        let mut enc = device.create_command_encoder(&Default::default());
-        ring.upload(
-            &device,
-            &queue,
-            &mut enc,
-            &HostBytes(part),
-            &dst,
-            (i * piece) as u64,
-        )
-        .expect("upload");
-        ring.submit(&queue, enc);
-        if i % 3 == 0 {
-            ring.recycle(&device).expect("recycle");
-        }
-    }
+    upload_in_pieces(
+        &mut ring,
+        &device,
+        &queue,
+        &big,
+        &dst,
+        slot / 2,
+        |i, ring| {
+            if i % 3 == 0 {
+                ring.recycle(&device).expect("recycle");
+            }
+        },
+    );
     assert_eq!(read_back(&device, &queue, &dst, big.len() as u64), big);
     let c = ring.counters();
     assert_eq!(

@@ -103,30 +103,17 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
 }
 
 /// Records `record_attention` of `q` over the caches (`[q, k, v, out]`) for
-/// `(kv_len, pos0)`, with a scratch of its own.
+/// `(kv_len, pos0)`, with a scratch of its own: [`attend_tuned`] with the
+/// default tuning, which is what `record_attention` passes.
 fn attend(
     c: &Ctx,
     enc: &mut Encoder,
-    [q, k, v, out]: [&GpuTensor; 4],
+    ops: [&GpuTensor; 4],
     heads: Heads,
-    (kv_len, pos0): (usize, usize),
+    lens: (usize, usize),
     rope: Option<&RopeTable>,
 ) -> Result<(), GpuError> {
-    let mut scratch = LinearScratch::new();
-    record_attention(
-        &c.gpu,
-        &c.cache,
-        enc,
-        q,
-        k,
-        v,
-        out,
-        heads,
-        kv_len as u64,
-        pos0 as u64,
-        rope,
-        &mut scratch,
-    )
+    attend_tuned(c, enc, ops, heads, lens, rope, &DecodeTuning::default())
 }
 
 /// [`attend`] with the decode kernel shaped and split by `tuning`.

@@ -7,7 +7,7 @@ use dynvram_runtime::gpu::{GpuError, PinnedBuffer, RingConfig, StagingRing, Uplo
 use dynvram_runtime::loader::{HostBytes, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_test_support::gpu::{device_buffer, read_back, test_device};
 use dynvram_test_support::random;
-use dynvram_test_support::safetensors::{file_bytes, write_bytes};
+use dynvram_test_support::safetensors::{file_bytes, one_tensor_file, write_bytes};
 
 const SLOT: u64 = 64 << 10;
 
@@ -30,6 +30,28 @@ fn small_ring(device: &wgpu::Device, slots: usize) -> StagingRing {
         pool,
     )
     .expect("ring")
+}
+
+/// Uploads `data` to `dst` in parts of `piece` bytes, one upload and submit
+/// each, as the runtime does per block; `after(i, ring)` runs after part
+/// `i`'s submit.
+pub fn upload_in_pieces(
+    ring: &mut StagingRing,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    data: &[u8],
+    dst: &wgpu::Buffer,
+    piece: u64,
+    mut after: impl FnMut(usize, &mut StagingRing),
+) {
+    for (i, part) in data.chunks(piece as usize).enumerate() {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        let offset = i as u64 * piece;
+        ring.upload(device, queue, &mut encoder, &HostBytes(part), dst, offset)
+            .expect("upload");
+        ring.submit(queue, encoder);
+        after(i, ring);
+    }
 }
 
 #[test]
@@ -119,26 +141,22 @@ fn streaming_more_than_the_ring_stalls_and_stays_exact() {
     // One upload and submit per half slot, as the runtime would per block:
     // the first ten without recycling (every reuse after the first two slots
     // waits), the last ten after a wait and a recycle at each sync point.
-    let piece = (SLOT / 2) as usize;
-    for (i, part) in data.chunks(piece).enumerate() {
-        let mut encoder = device.create_command_encoder(&Default::default());
-        ring.upload(
-            &device,
-            &queue,
-            &mut encoder,
-            &HostBytes(part),
-            &dst,
-            (i * piece) as u64,
-        )
-        .expect("upload");
-        ring.submit(&queue, encoder);
-        if i >= 9 {
-            device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .expect("poll");
-            ring.recycle(&device).expect("recycle");
-        }
-    }
+    upload_in_pieces(
+        &mut ring,
+        &device,
+        &queue,
+        &data,
+        &dst,
+        SLOT / 2,
+        |i, ring| {
+            if i >= 9 {
+                device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .expect("poll");
+                ring.recycle(&device).expect("recycle");
+            }
+        },
+    );
     assert_eq!(read_back(&device, &queue, &dst, data.len() as u64), data);
     let c = ring.counters();
     assert_eq!(c.slots_used, 20, "each submit starts a new slot: {c:?}");
@@ -153,11 +171,7 @@ fn read_error_leaves_the_ring_usable() {
     };
     let data = random::bytes(200_000, 5);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write_bytes(
-        dir.path(),
-        "m.safetensors",
-        &file_bytes(&[("w", "U8", vec![data.len()], data.clone())]),
-    );
+    let path = one_tensor_file(dir.path(), &data);
     let file = SafetensorsFile::open(&path).expect("open");
     std::fs::OpenOptions::new()
         .write(true)
@@ -227,11 +241,7 @@ fn registered_pin_copies_without_cpu() {
     };
     let data = random::bytes(300_001, 7);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write_bytes(
-        dir.path(),
-        "m.safetensors",
-        &file_bytes(&[("w", "U8", vec![data.len()], data.clone())]),
-    );
+    let path = one_tensor_file(dir.path(), &data);
     let file = SafetensorsFile::open(&path).expect("open");
     let pool = ReaderPool::new(ReaderConfig::default()).expect("pool");
     let pin = PinnedBuffer::create(&device, "pin w", &pool, &file.source("w").expect("src"))
