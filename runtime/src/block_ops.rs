@@ -152,16 +152,15 @@ impl BlockCtx<'_> {
     /// kernel path the model's plan chose for it.
     pub(crate) fn layer_weights(&self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
         let model = self.model();
-        let (info, plan) =
-            model
-                .layers
-                .get(layer)
-                .ok_or_else(|| crate::RuntimeError::MissingLayer {
-                    model: model.path().to_owned(),
-                    layer: layer.to_owned(),
-                })?;
-        let region = |name: &str| -> Result<Region> {
-            let w = self.weight(name)?;
+        let l = model
+            .layers
+            .get(layer)
+            .ok_or_else(|| crate::RuntimeError::MissingLayer {
+                model: model.path().to_owned(),
+                layer: layer.to_owned(),
+            })?;
+        let region = |i: usize| -> Result<Region> {
+            let w = self.weight_at(i)?;
             Ok(Region {
                 buffer: std::sync::Arc::new(w.buffer.clone()),
                 offset: w.offset,
@@ -169,17 +168,17 @@ impl BlockCtx<'_> {
             })
         };
         let weights = LinearWeights {
-            format: info.format,
-            n: info.n as u64,
-            k: info.k as u64,
+            format: l.info.format,
+            n: l.info.n as u64,
+            k: l.info.k as u64,
             parts: vec![WeightPart {
-                region: region(&info.weight)?,
-                rows: info.n as u64,
+                region: region(l.weight)?,
+                rows: l.info.n as u64,
             }],
-            scale: info.scale.as_deref().map(region).transpose()?,
-            bias: info.bias.as_deref().map(region).transpose()?,
+            scale: l.scale.map(region).transpose()?,
+            bias: l.bias.map(region).transpose()?,
         };
-        Ok((weights, plan.kernel))
+        Ok((weights, l.path.kernel))
     }
 
     fn linear_with(
@@ -191,7 +190,7 @@ impl BlockCtx<'_> {
     ) -> Result<()> {
         let model = self.model();
         let (weights, kernel) = self.layer_weights(layer)?;
-        let info = &model.layers[layer].0;
+        let info = &model.layers[layer].info;
         let rt = self.runtime();
         let patch = model.patches.get(layer).cloned();
         let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());

@@ -42,6 +42,18 @@ pub struct ModelSpec {
     pub scratch_bytes: u64,
 }
 
+/// A linear layer as the model opened it: its description, the kernel path
+/// chosen for it, and its tensors' indices in [`Model`]'s weights (found
+/// once here, not by name on every launch).
+#[derive(Debug)]
+pub(crate) struct Linear {
+    pub info: QuantLayer,
+    pub path: KernelPath,
+    pub weight: usize,
+    pub scale: Option<usize>,
+    pub bias: Option<usize>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Block {
     pub name: String,
@@ -57,7 +69,7 @@ pub struct Model {
     pub(crate) files: ModelFiles,
     pub(crate) weights: Vec<Weight>,
     pub(crate) by_name: HashMap<String, usize>,
-    pub(crate) layers: HashMap<String, (QuantLayer, KernelPath)>,
+    pub(crate) layers: HashMap<String, Linear>,
     pub(crate) blocks: Vec<Block>,
     pub(crate) plan: ModelPlan,
     /// Sizes on the GPU, load order (what the policy and the plan see).
@@ -110,10 +122,18 @@ impl Model {
         let layers = c
             .layers
             .into_iter()
-            .map(|(name, layer)| {
-                let plan =
-                    dynvram_quant::choose(layer.format, &rt.gpu.caps, rt.config.linear_dtype);
-                (name, (layer, plan))
+            .map(|(name, info)| {
+                let path = dynvram_quant::choose(info.format, &rt.gpu.caps, rt.config.linear_dtype);
+                // `collect` added every tensor a layer names.
+                let index = |t: &String| c.by_name[t];
+                let linear = Linear {
+                    weight: index(&info.weight),
+                    scale: info.scale.as_ref().map(index),
+                    bias: info.bias.as_ref().map(index),
+                    info,
+                    path,
+                };
+                (name, linear)
             })
             .collect();
         let plan_weights = plan_weights(&c.weights);
@@ -227,12 +247,12 @@ impl Model {
 
     /// The kernel plan of a linear layer.
     pub fn kernel_path(&self, layer: &str) -> Option<&KernelPath> {
-        self.layers.get(layer).map(|(_, p)| p)
+        self.layers.get(layer).map(|l| &l.path)
     }
 
     /// The layer description (format, N, K) of a linear layer.
     pub fn linear_layer(&self, layer: &str) -> Option<&QuantLayer> {
-        self.layers.get(layer).map(|(l, _)| l)
+        self.layers.get(layer).map(|l| &l.info)
     }
 
     /// Its id under the runtime's residency policy.
@@ -294,13 +314,13 @@ impl Model {
         alpha: f32,
     ) -> Result<()> {
         self.check_runtime(rt)?;
-        let (info, _) = self
-            .layers
-            .get(layer)
-            .ok_or_else(|| RuntimeError::MissingLayer {
-                model: self.path.clone(),
-                layer: layer.to_owned(),
-            })?;
+        let Linear { info, .. } =
+            self.layers
+                .get(layer)
+                .ok_or_else(|| RuntimeError::MissingLayer {
+                    model: self.path.clone(),
+                    layer: layer.to_owned(),
+                })?;
         let shape = (info.n, info.k);
         let patch = LoraPatch::upload(&rt.gpu, &rt.budget, layer, shape, a, b, rank, alpha)?;
         self.patches

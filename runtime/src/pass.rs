@@ -105,6 +105,11 @@ impl<'a> BlockCtx<'a> {
     pub fn weight(&self, name: &str) -> Result<WeightView<'a>> {
         self.model.weight_view(self.placed, name, self.block)
     }
+
+    /// [`Self::weight`] by index into the model's weights.
+    pub(crate) fn weight_at(&self, i: usize) -> Result<WeightView<'a>> {
+        self.model.weight_view_at(self.placed, i, self.block)
+    }
 }
 
 impl Model {
@@ -122,13 +127,23 @@ impl Model {
                 model: self.path.clone(),
                 tensor: name.to_owned(),
             })?;
+        self.weight_view_at(placed, i, block)
+    }
+
+    /// [`Self::weight_view`] of weight `i` (an index into `weights`).
+    pub(crate) fn weight_view_at<'a>(
+        &'a self,
+        placed: &'a Placed,
+        i: usize,
+        block: usize,
+    ) -> Result<WeightView<'a>> {
         let w = &self.weights[i];
         let (buffer, offset) = match placed.homes[i] {
             Home::Resident(ref r) => (&*r.buffer, 0),
             Home::Arena(off) => {
                 if w.block != block {
                     return Err(RuntimeError::NotInBlock {
-                        tensor: name.to_owned(),
+                        tensor: w.name.clone(),
                         block,
                         block_name: self
                             .blocks
@@ -245,7 +260,7 @@ impl Model {
                 trace.end(
                     t,
                     Lane::Compute,
-                    &format!("record {}", self.blocks[i].name),
+                    format_args!("record {}", self.blocks[i].name),
                     0,
                 );
                 continue;
@@ -254,7 +269,7 @@ impl Model {
             trace.end(
                 t,
                 Lane::Compute,
-                &format!("record {}", self.blocks[i].name),
+                format_args!("record {}", self.blocks[i].name),
                 0,
             );
             if result.is_ok() && i + 1 < n && !resident {
@@ -287,7 +302,7 @@ impl Model {
             trace.end(
                 t,
                 Lane::Submit,
-                &format!("submit {}", self.blocks[i].name),
+                format_args!("submit {}", self.blocks[i].name),
                 0,
             );
             stats.submit_seconds += submitting.elapsed().as_secs_f64();
@@ -373,13 +388,13 @@ impl Model {
         stats.streamed_bytes += bytes;
         stats.sources.add(sources);
         let name = &self.blocks[b].name;
-        trace.end(t, Lane::Upload, &format!("stage {name}"), bytes);
+        trace.end(t, Lane::Upload, format_args!("stage {name}"), bytes);
         let after = ring.counters();
         if after.stalls > before.stalls {
             let waits = after.stalls - before.stalls;
             trace.record_ended(
                 Lane::Stall,
-                &format!("{name}: waited {waits} time(s) for a ring slot still in flight"),
+                format_args!("{name}: waited {waits} time(s) for a ring slot still in flight"),
                 after.stall_time.saturating_sub(before.stall_time),
             );
         }
@@ -391,7 +406,12 @@ impl Model {
             ("files", sources.file_bytes),
         ] {
             if n > 0 {
-                trace.end(t, Lane::Upload, &format!("{name}: {n} B from {from}"), 0);
+                trace.end(
+                    t,
+                    Lane::Upload,
+                    format_args!("{name}: {n} B from {from}"),
+                    0,
+                );
             }
         }
         Ok(())
@@ -423,7 +443,12 @@ impl CopyQueueState {
         let bytes = batch.iter().map(|c| c.size).sum();
         let after = self.readers[b % self.readers.len()];
         self.pending = Some(q.submit(batch, after)?);
-        trace.end(t, Lane::Upload, &format!("copy queue: block {b}"), bytes);
+        trace.end(
+            t,
+            Lane::Upload,
+            format_args!("copy queue: block {b}"),
+            bytes,
+        );
         Ok(())
     }
 

@@ -57,7 +57,14 @@ pub(crate) struct Pins {
     policy: Option<PinPolicy>,
     ram: RamFigures,
     copies: HashMap<WeightKey, HostCopy>,
+    /// When `/proc/meminfo` was last read by [`Self::begin_pass`].
+    last_system_read: Option<std::time::Instant>,
 }
+
+/// Passes closer together than this (decode steps) share one reading of
+/// the system's RAM figures: a few tens of µs each, where RAM pressure from
+/// other programs changes over seconds.
+const SYSTEM_RAM_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for Pins {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,6 +83,7 @@ impl Pins {
             policy: None,
             ram: settings.ram.clone(),
             copies: HashMap::new(),
+            last_system_read: None,
         };
         if !settings.enabled {
             return pins;
@@ -117,6 +125,19 @@ impl Pins {
         let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
             return;
         };
+        if matches!(self.ram, RamFigures::System) {
+            let now = std::time::Instant::now();
+            if self
+                .last_system_read
+                .is_some_and(|t| now.duration_since(t) < SYSTEM_RAM_READ_EVERY)
+            {
+                if let Some(p) = &mut self.policy {
+                    p.set_active(Some(model));
+                }
+                return;
+            }
+            self.last_system_read = Some(now);
+        }
         let ram = self.read_ram(pinned);
         let Some(p) = &mut self.policy else {
             return;

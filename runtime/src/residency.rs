@@ -75,6 +75,8 @@ struct Entry {
     path: PathBuf,
     /// Resident buffer of each weight (load order), `None` while it streams.
     buffers: Vec<Option<Arc<TrackedBuffer>>>,
+    /// The last plan's inputs (usable, reserve) and its arena bytes.
+    planned: Option<(u64, u64, u64)>,
 }
 
 impl Entry {
@@ -165,6 +167,7 @@ impl Registry {
             Entry {
                 path: path.to_owned(),
                 buffers: vec![None; weights.len()],
+                planned: None,
             },
         );
         Ok(id)
@@ -213,15 +216,10 @@ impl Registry {
         // Room besides weight pages: the pass's activations (declared, or
         // what is alive now if more) and the arenas of what must stream.
         let reserve = model.scratch_bytes.max(live);
-        let room = plan_model(model.plan_weights, usable, reserve).map_err(|source| {
-            RuntimeError::Plan {
-                model: model.path.to_path_buf(),
-                source,
-            }
-        })?;
+        let arena_bytes = self.arena_bytes_for(model, usable, reserve)?;
         let limit = usable
             .saturating_sub(reserve)
-            .saturating_sub(ARENAS.saturating_mul(room.arena_bytes));
+            .saturating_sub(ARENAS.saturating_mul(arena_bytes));
         let plan = self
             .policy
             .begin_pass_within(id, limit)
@@ -256,6 +254,28 @@ impl Registry {
                 Err(e)
             }
         }
+    }
+
+    /// The arena size `model`'s plan needs under `usable` bytes with
+    /// `reserve` held back: planned once per (usable, reserve) and model,
+    /// not on every pass (a decode step is a pass).
+    fn arena_bytes_for(&mut self, model: ModelView<'_>, usable: u64, reserve: u64) -> Result<u64> {
+        let entry = self.models.get_mut(&model.id);
+        if let Some(&(u, r, bytes)) = entry.as_ref().and_then(|e| e.planned.as_ref())
+            && (u, r) == (usable, reserve)
+        {
+            return Ok(bytes);
+        }
+        let room = plan_model(model.plan_weights, usable, reserve).map_err(|source| {
+            RuntimeError::Plan {
+                model: model.path.to_path_buf(),
+                source,
+            }
+        })?;
+        if let Some(e) = entry {
+            e.planned = Some((usable, reserve, room.arena_bytes));
+        }
+        Ok(room.arena_bytes)
     }
 
     /// Drops the buffers of `m`'s weights that its watermark no longer covers.

@@ -75,11 +75,12 @@ impl Trace {
         Instant::now()
     }
 
-    /// Records a span that started at `t`.
-    pub fn end(&mut self, t: Instant, lane: Lane, name: &str, bytes: u64) {
+    /// Records a span that started at `t` (`name` is formatted only when
+    /// the trace is on: pass `format_args!` on hot paths).
+    pub fn end(&mut self, t: Instant, lane: Lane, name: impl std::fmt::Display, bytes: u64) {
         if self.enabled {
             self.events.push(Event {
-                name: name.to_owned(),
+                name: name.to_string(),
                 lane,
                 start_us: t.duration_since(self.origin).as_secs_f64() * 1e6,
                 dur_us: t.elapsed().as_secs_f64() * 1e6,
@@ -90,12 +91,17 @@ impl Trace {
 
     /// Records a span of `dur` that ended now (a wait measured elsewhere,
     /// such as the staging ring's stall time).
-    pub fn record_ended(&mut self, lane: Lane, name: &str, dur: std::time::Duration) {
+    pub fn record_ended(
+        &mut self,
+        lane: Lane,
+        name: impl std::fmt::Display,
+        dur: std::time::Duration,
+    ) {
         if self.enabled {
             let end = self.origin.elapsed().as_secs_f64() * 1e6;
             let dur_us = dur.as_secs_f64() * 1e6;
             self.events.push(Event {
-                name: name.to_owned(),
+                name: name.to_string(),
                 lane,
                 start_us: (end - dur_us).max(0.0),
                 dur_us,

@@ -157,8 +157,41 @@ pub struct Llama {
     lm_head: &'static str,
     rope: RopeTable,
     kv: Vec<(Activation, Activation)>,
+    /// Each layer's tensor names, formatted once (not per decode step).
+    names: Vec<LayerNames>,
     sets: Vec<Acts>,
     host_embed: Option<HostEmbed>,
+}
+
+/// One decoder layer's tensor and linear names.
+#[derive(Debug)]
+struct LayerNames {
+    input_norm: String,
+    post_norm: String,
+    q: String,
+    k: String,
+    v: String,
+    o: String,
+    gate: String,
+    up: String,
+    down: String,
+}
+
+impl LayerNames {
+    fn new(l: usize) -> Self {
+        let p = |name: &str| names::proj(l, name);
+        Self {
+            input_norm: names::input_norm(l),
+            post_norm: names::post_norm(l),
+            q: p("q_proj"),
+            k: p("k_proj"),
+            v: p("v_proj"),
+            o: p("o_proj"),
+            gate: p("gate_proj"),
+            up: p("up_proj"),
+            down: p("down_proj"),
+        }
+    }
 }
 
 impl Llama {
@@ -218,6 +251,7 @@ impl Llama {
         } else {
             None
         };
+        let names = (0..c.num_hidden_layers).map(LayerNames::new).collect();
         Ok(Self {
             lm_head: ckpt.lm_head(),
             config: c,
@@ -225,6 +259,7 @@ impl Llama {
             dtype,
             rope,
             kv,
+            names,
             sets: Vec::new(),
             host_embed,
         })
@@ -320,6 +355,7 @@ impl Llama {
             heads,
             rope: &self.rope,
             kv: &self.kv,
+            names: &self.names,
         };
         let stats = model.run_pass(rt, opts.trace, |ctx| {
             let b = ctx.index();
@@ -448,6 +484,7 @@ struct Step<'a> {
     heads: Heads,
     rope: &'a RopeTable,
     kv: &'a [(Activation, Activation)],
+    names: &'a [LayerNames],
 }
 
 impl Step<'_> {
@@ -467,12 +504,12 @@ impl Step<'_> {
             r(&s.o),
         );
         let (gate, up, act) = (r(&s.gate), r(&s.up), r(&s.act));
-        let p = |name: &str| names::proj(l, name);
+        let names = &self.names[l];
         let eps = self.config.rms_norm_eps;
         let (k_cache, v_cache) = &self.kv[l];
 
-        let n1 = ctx.weight_tensor(&names::input_norm(l))?;
-        let (qp, kp, vp) = (p("q_proj"), p("k_proj"), p("v_proj"));
+        let n1 = ctx.weight_tensor(&names.input_norm)?;
+        let (qp, kp, vp) = (&names.q, &names.k, &names.v);
         let norm = |weight| RmsNormOf {
             x: &x,
             weight,
@@ -517,8 +554,8 @@ impl Step<'_> {
             self.pos0,
             Some(self.rope),
         )?;
-        let n2 = ctx.weight_tensor(&names::post_norm(l))?;
-        let (op, gp, up_p, dp) = (p("o_proj"), p("gate_proj"), p("up_proj"), p("down_proj"));
+        let n2 = ctx.weight_tensor(&names.post_norm)?;
+        let (op, gp, up_p, dp) = (&names.o, &names.gate, &names.up, &names.down);
         // Float layers at decode sizes take the residual add and the next
         // norm in their own launches; else the add is made by the norm's
         // launch (with the rotation and quantization of integer layers).

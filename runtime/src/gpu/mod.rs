@@ -62,7 +62,13 @@ pub struct Gpu {
     shader_checks: ShaderChecks,
     /// [`GpuOptions::quant_wgs`].
     quant_wgs: Option<u32>,
+    /// The `MAP_READ` buffer of small read-backs (a decode step's logits),
+    /// kept so each does not create (and validate) one.
+    readback: Mutex<Option<wgpu::Buffer>>,
 }
+
+/// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
+const KEPT_READBACK_BYTES: u64 = 1 << 20;
 
 impl Gpu {
     /// Opens a device on the adapter `choice` selects, with every optional
@@ -171,6 +177,7 @@ impl Gpu {
             uncaptured,
             shader_checks: options.shader_checks,
             quant_wgs: options.quant_wgs,
+            readback: Mutex::new(None),
         })
     }
 
@@ -343,11 +350,23 @@ impl Gpu {
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>, GpuError> {
-        let staging = self.create_buffer(
-            "readback",
-            size,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        )?;
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        // One read-back at a time holds the kept buffer; others make their own.
+        let mut kept = (size <= KEPT_READBACK_BYTES)
+            .then(|| self.readback.try_lock().ok())
+            .flatten();
+        let staging = match kept.as_deref_mut() {
+            Some(Some(b)) => b.clone(),
+            Some(slot) => {
+                let b = self.create_buffer("readback", KEPT_READBACK_BYTES, usage)?;
+                *slot = Some(b.clone());
+                b
+            }
+            None => self.create_buffer("readback", size, usage)?,
+        };
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -355,7 +374,7 @@ impl Gpu {
             });
         enc.copy_buffer_to_buffer(src, offset, &staging, 0, size);
         self.queue.submit([enc.finish()]);
-        let slice = staging.slice(..);
+        let slice = staging.slice(..size);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);

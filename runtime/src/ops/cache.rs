@@ -13,6 +13,8 @@ use crate::tensor::ActDtype;
 #[derive(Debug, Default)]
 pub struct PipelineCache {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// The f16-activation variants by their f32 key (see [`Self::get_act`]).
+    f16: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// Bind groups by pipeline and buffers (see [`Self::bind_group`]).
     bind_groups: Mutex<BindGroups>,
     /// Timestamps and costs of launches while profiling.
@@ -69,17 +71,17 @@ impl PipelineCache {
             ActDtype::F32 => self.get(gpu, key, source, entry, constants),
             ActDtype::F16 => {
                 check_act_dtype(gpu, key, act)?;
-                let key = format!("{key}|f16");
-                if let Some(p) = self
-                    .pipelines
-                    .lock()
-                    .ok()
-                    .and_then(|m| m.get(&key).cloned())
-                {
+                // Looked up by the caller's key: no `key|f16` string is
+                // built on the hot path once the pipeline exists.
+                if let Some(p) = self.f16.lock().ok().and_then(|m| m.get(key).cloned()) {
                     return Ok(p);
                 }
                 let source = dynvram_shaders::with_f16_activations(source);
-                self.get(gpu, &key, &source, entry, constants)
+                let p = self.get(gpu, &format!("{key}|f16"), &source, entry, constants)?;
+                if let Ok(mut m) = self.f16.lock() {
+                    m.insert(key.to_owned(), p.clone());
+                }
+                Ok(p)
             }
         }
     }

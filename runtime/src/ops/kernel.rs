@@ -181,7 +181,7 @@ pub(crate) fn record(
         enc,
         Launch {
             key: &key,
-            label: d.entry,
+            label: &d.entry,
             source: d.source,
             entry: d.entry,
             constants: d.constants,

@@ -37,13 +37,13 @@ impl Cost {
 }
 
 /// One kernel launch.
-#[derive(Debug)]
 pub(crate) struct Launch<'a> {
     /// Pipeline key: the shader, entry and every specialisation that changes
     /// the compiled code (constants, activation type is added here).
     pub key: &'a str,
-    /// What the profile calls it (the op and its variant).
-    pub label: &'a str,
+    /// What the profile calls it (the op and its variant): formatted only
+    /// while profiling, so pass `&format_args!(..)` rather than a `String`.
+    pub label: &'a dyn std::fmt::Display,
     /// WGSL source.
     pub source: &'a str,
     /// Entry point.

@@ -59,13 +59,13 @@ impl PipelineCache {
     pub(crate) fn profile_slot(
         &self,
         gpu: &Gpu,
-        label: &str,
+        label: &dyn std::fmt::Display,
         cost: Cost,
     ) -> Option<(wgpu::QuerySet, u32)> {
         let mut guard = self.profile.lock().ok()?;
         let rec = guard.as_mut()?;
         let i = rec.launches.len() as u32 * 2;
-        rec.launches.push((label.to_owned(), cost));
+        rec.launches.push((label.to_string(), cost));
         if !rec.timestamps {
             return None;
         }

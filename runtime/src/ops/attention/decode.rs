@@ -402,7 +402,7 @@ pub(super) fn record(
         enc,
         Launch {
             key: &key,
-            label: "attend_decode",
+            label: &"attend_decode",
             source: decode_source(subgroups, rope.is_some(), shape),
             entry: "attend_decode",
             constants: &constants,

@@ -141,7 +141,7 @@ pub(super) fn record(
         enc,
         Launch {
             key: &key,
-            label: "flash_attention",
+            label: &"flash_attention",
             source: &source,
             entry: "main",
             constants: &constants,

@@ -574,18 +574,10 @@ impl Recorder<'_> {
         groups: (u32, u32),
         cost: Cost,
     ) -> Result<(), LinearError> {
-        let kernel = key.split('|').next().unwrap_or(&key);
-        let mut n = self.weights.n.to_string();
-        for (w, _) in self.fused.iter().flat_map(|f| &f.more) {
-            n = format!("{n}+{}", w.n);
-        }
-        let mut label = format!("{kernel} {n}x{} m={}", self.weights.k, self.m);
-        if self.fold.norm.is_some() {
-            label.push_str(" +norm");
-        }
-        if self.fold.residual {
-            label.push_str(" +residual");
-        }
+        let label = LaunchLabel {
+            kernel: key.split('|').next().unwrap_or(&key),
+            rec: self,
+        };
         launch(
             self.gpu,
             self.cache,
@@ -1000,6 +992,31 @@ impl Recorder<'_> {
                 groups,
                 self.chunk_cost(&c, x.bytes()),
             )?;
+        }
+        Ok(())
+    }
+}
+
+/// A linear launch's profile label (`kernel NxK m=M`, with `+N` for each
+/// fused layer and the folds), formatted only while profiling.
+struct LaunchLabel<'r, 'a> {
+    kernel: &'r str,
+    rec: &'r Recorder<'a>,
+}
+
+impl std::fmt::Display for LaunchLabel<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.rec;
+        write!(f, "{} {}", self.kernel, r.weights.n)?;
+        for (w, _) in r.fused.iter().flat_map(|x| &x.more) {
+            write!(f, "+{}", w.n)?;
+        }
+        write!(f, "x{} m={}", r.weights.k, r.m)?;
+        if r.fold.norm.is_some() {
+            f.write_str(" +norm")?;
+        }
+        if r.fold.residual {
+            f.write_str(" +residual")?;
         }
         Ok(())
     }

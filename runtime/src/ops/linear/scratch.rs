@@ -40,6 +40,9 @@ pub struct LinearScratch {
     coop: Option<CoopShape>,
 }
 
+/// Scratch buffers up to this size grow geometrically (see `ensure`).
+const GROW_GEOMETRIC_MAX: u64 = 16 << 20;
+
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
@@ -55,6 +58,18 @@ fn ensure(
     if let Some(s) = slot.as_ref().filter(|s| s.buffer.size() >= bytes) {
         return Ok(s.buffer.clone());
     }
+    // Grown by half again at least: a freed buffer empties the bind-group
+    // cache (`PipelineCache::bind_group`), so growing a little at a time
+    // (decode attention's partials, as the context grows) would rebuild
+    // every bind group each time.
+    // Large buffers (prefill's rotated input) grow exactly: the budget
+    // reserved for them is what they need.
+    let grown = slot.as_ref().map_or(0, |s| s.buffer.size() / 256 * 384);
+    let bytes = if grown <= GROW_GEOMETRIC_MAX {
+        bytes.max(grown)
+    } else {
+        bytes
+    };
     // Free the smaller one first: the ledger never holds both (recorded
     // dispatches keep the old buffer alive on their own).
     *slot = None;

@@ -151,7 +151,7 @@ pub fn record_add_norm_quant(
         enc,
         Launch {
             key: &key,
-            label: &format!("add_rms_norm+rotate_quant {k} m={m}"),
+            label: &format_args!("add_rms_norm+rotate_quant {k} m={m}"),
             source,
             entry: "main",
             constants: &constants,
