@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-/// What went wrong while indexing, reading or uploading tensor bytes.
+/// What went wrong while indexing or reading tensor bytes.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// An operating-system call on a file failed (open, stat, map, spawn…).
@@ -238,15 +238,6 @@ pub enum LoadError {
     /// The reader pool's threads are gone.
     #[error("reader pool is shut down")]
     PoolShutDown,
-    /// A GPU-side precondition or operation failed (buffer sizes, alignment,
-    /// mapping, allocation).
-    #[error("GPU {what}: {message}")]
-    Gpu {
-        /// The operation and buffer.
-        what: String,
-        /// The details.
-        message: String,
-    },
 }
 
 /// Shorthand used throughout the crate.

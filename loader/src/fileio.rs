@@ -2,14 +2,14 @@
 //!
 //! All tensor bytes that are streamed go through [`pread_exact`]: unlike
 //! touching a memory map, a file truncated underneath us gives a short read
-//! (an error) instead of SIGBUS. The destination is a [`wgpu::WriteOnly`] so the
+//! (an error) instead of SIGBUS. The destination is a [`WriteOnlyBytes`] so the
 //! same code writes into a mapped staging slot (never read back: it may be
 //! write-combined) or into ordinary memory.
 
 use std::fs::File;
 use std::io;
 
-use wgpu::WriteOnly;
+use crate::write_only::WriteOnlyBytes;
 
 /// How a positional read ended when it did not fill the destination.
 #[derive(Debug)]
@@ -25,20 +25,20 @@ pub(crate) enum ReadFault {
 pub(crate) fn pread_exact(
     file: &File,
     offset: u64,
-    mut dst: WriteOnly<'_, [u8]>,
+    mut dst: WriteOnlyBytes<'_>,
 ) -> Result<(), ReadFault> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let mut got: u64 = 0;
     while !dst.is_empty() {
         let want = dst.len().min(1 << 30);
-        let ptr = dst.as_raw_element_ptr().as_ptr();
+        let ptr = dst.as_raw_ptr().as_ptr();
         let Ok(at) = libc::off_t::try_from(offset + got) else {
             let error = io::Error::new(io::ErrorKind::InvalidInput, "offset exceeds off_t");
             return Err(ReadFault::Os { got, error });
         };
         // SAFETY: `ptr` is valid for writes of `dst.len() >= want` bytes (the
-        // `WriteOnly` contract) and nothing else accesses that memory while
+        // `WriteOnlyBytes` contract) and nothing else accesses that memory while
         // `dst` is borrowed here; pread only writes into it.
         let n = unsafe { libc::pread(fd, ptr.cast(), want, at) };
         if n < 0 {
@@ -64,7 +64,7 @@ pub(crate) fn pread_exact(
 pub(crate) fn pread_exact(
     file: &File,
     offset: u64,
-    mut dst: WriteOnly<'_, [u8]>,
+    mut dst: WriteOnlyBytes<'_>,
 ) -> Result<(), ReadFault> {
     #[cfg(windows)]
     use std::os::windows::fs::FileExt;

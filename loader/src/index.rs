@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::error::{LoadError, Result};
 use crate::fileio::{self, Hint, ReadFault};
 use crate::source::FileRange;
+use crate::write_only::WriteOnlyBytes;
 
 /// Largest header accepted (the safetensors crate's own limit).
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
@@ -217,7 +218,7 @@ impl SafetensorsFile {
             });
         }
         let at = info.range.start + range.start;
-        fileio::pread_exact(&self.file, at, wgpu::WriteOnly::from_mut(dst)).map_err(|fault| {
+        fileio::pread_exact(&self.file, at, WriteOnlyBytes::from_mut(dst)).map_err(|fault| {
             match fault {
                 ReadFault::Short { got } => LoadError::ShortRead {
                     file: self.path.clone(),
@@ -257,7 +258,7 @@ fn read_header(path: &Path, file: &File, file_len: u64) -> Result<Vec<u8>> {
     }
     let read = |offset: u64, dst: &mut [u8]| {
         let want = dst.len();
-        fileio::pread_exact(file, offset, wgpu::WriteOnly::from_mut(dst)).map_err(|fault| {
+        fileio::pread_exact(file, offset, WriteOnlyBytes::from_mut(dst)).map_err(|fault| {
             let source = match fault {
                 ReadFault::Short { got } => std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,

@@ -1,37 +1,38 @@
-//! dynvram-loader: the safetensors index and the host side of uploads.
+//! dynvram-loader: the safetensors index and the file side of uploads. Pure
+//! file I/O: no GPU API, so everything here builds and is tested without one.
 //!
 //! - [`SafetensorsFile`] / [`ModelFiles`]: validated tensor index over a
 //!   read-only map; streamed bytes are read with `pread` (no SIGBUS on a
 //!   truncated file).
-//! - [`ReaderPool`]: reads split into 2 MiB tasks over reader threads.
-//! - [`StagingRing`]: mapped staging slots, file → slot → `copy_buffer_to_buffer`.
-//! - [`PinnedBuffer`]: registered pins, copied to the GPU with no CPU copy.
-//! - [`hostmem`]: buffers guaranteed to be host RAM (`VK_EXT_external_memory_host`).
+//! - [`ReaderPool`]: reads split into 2 MiB tasks over reader threads, into
+//!   [`WriteOnlyBytes`] (a mapped staging slot, or ordinary memory).
+//! - [`RingSlots`]: the staging ring's bookkeeping (slot states, placement,
+//!   counters); the slots' GPU memory is `dynvram_runtime::gpu`'s.
 //! - [`atomic`]: every file dynvram writes, through a temp file and a rename.
-//! - [`bench`](mod@bench): the measurements behind `dynvram bench upload`.
+//! - [`bench`](mod@bench): the host-side measurements of `dynvram bench upload`.
 
 pub mod atomic;
 pub mod bench;
 mod error;
 mod fileio;
-mod gpu;
-pub mod hostmem;
 mod index;
-mod pinned;
 mod reader;
 mod ring;
 mod source;
+mod write_only;
 
 pub use error::{LoadError, Result};
-pub use hostmem::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
 pub use index::{
     MAX_HEADER_LEN, ModelFiles, ParsedHeader, SafetensorsFile, TensorInfo, byte_count, parse_header,
 };
-pub use pinned::PinnedBuffer;
 pub use reader::{DEFAULT_TASK_SIZE, DEFAULT_THREADS, ReaderConfig, ReaderPool};
-pub use ring::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, RingConfig, RingCounters, StagingRing};
+pub use ring::{
+    DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, NotReady, Placement, RingCounters, RingSlots, SlotState,
+    align4,
+};
 pub use safetensors::Dtype;
 pub use source::{ByteSource, FileRange, HostBytes};
+pub use write_only::WriteOnlyBytes;
 
 /// Drops a file's pages from the OS page cache (`posix_fadvise(DONTNEED)` on
 /// Linux; a no-op elsewhere), so the next read is cold.

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
+use crate::write_only::WriteOnlyBytes;
 use crossbeam_channel::{Receiver, Sender};
-use wgpu::WriteOnly;
 
 use crate::error::{LoadError, Result};
 use crate::source::ByteSource;
@@ -76,8 +76,9 @@ impl Task {
                 // SAFETY: `dst` is valid for `len` writes, disjoint from every
                 // other task's part, and the caller does not touch it until
                 // this task reports completion.
-                let dst =
-                    unsafe { WriteOnly::new(NonNull::slice_from_raw_parts(self.dst, self.len)) };
+                let dst = unsafe {
+                    WriteOnlyBytes::new(NonNull::slice_from_raw_parts(self.dst, self.len))
+                };
                 let r = source.read_at(self.offset, dst);
                 if r.is_ok() && self.drop_behind {
                     source.drop_behind(self.offset, self.len as u64);
@@ -153,7 +154,7 @@ impl ReaderPool {
         &self,
         source: &dyn ByteSource,
         src_offset: u64,
-        mut dst: WriteOnly<'_, [u8]>,
+        mut dst: WriteOnlyBytes<'_>,
     ) -> Result<()> {
         let len = dst.len();
         let task_size = self.config.task_size;
@@ -169,7 +170,7 @@ impl ReaderPool {
                 NonNull::from(source),
             )
         };
-        let base = dst.as_raw_element_ptr();
+        let base = dst.as_raw_ptr();
         let failed = Arc::new(AtomicUsize::new(usize::MAX));
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let mut sent = 0usize;
@@ -213,14 +214,14 @@ impl ReaderPool {
         src_offset: u64,
         dst: &mut [u8],
     ) -> Result<()> {
-        self.read(source, src_offset, WriteOnly::from_mut(dst))
+        self.read(source, src_offset, WriteOnlyBytes::from_mut(dst))
     }
 
     fn read_inline(
         &self,
         source: &dyn ByteSource,
         src_offset: u64,
-        mut dst: WriteOnly<'_, [u8]>,
+        mut dst: WriteOnlyBytes<'_>,
     ) -> Result<()> {
         let len = dst.len();
         for start in (0..len).step_by(self.config.task_size) {

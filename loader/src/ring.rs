@@ -1,86 +1,51 @@
-//! The staging ring: a few host-visible `COPY_SRC` buffers that file bytes
-//! are read into (by the reader pool, straight into the mapped
-//! memory) and then copied to their GPU destination with
-//! `copy_buffer_to_buffer`. Default 3 × 64 MiB *(aimdo)*; docs/behaviour.md, Staging ring.
-//!
-//! Slots are ordinary `MAP_WRITE` buffers ([`HostMemoryChoice::Mapped`], on a
-//! resizable-BAR GPU these are VRAM written over PCIe) or imported host RAM
-//! ([`HostMemoryChoice::Host`], `VK_EXT_external_memory_host`, falling back
-//! to mapped buffers where the device cannot import). Imported slots are
-//! always writable: instead of a re-map, a slot becomes ready again when the
-//! queue reports its submission done.
+//! The staging ring's bookkeeping: which slot is filled, recorded, in flight
+//! or ready, where the next bytes go in the slot being filled, and what the
+//! ring has done ([`RingCounters`]). Pure: the slots' memory, the copies and
+//! the waits are the GPU side's (`dynvram_runtime::gpu::StagingRing`), which
+//! asks [`RingSlots`] what to do and tells it what happened. Default
+//! 3 × 64 MiB *(aimdo)*; docs/behaviour.md, Staging ring.
 //!
 //! # Protocol
 //!
-//! A slot is *ready* (mapped, empty), *filling* (mapped, the current slot),
-//! *recorded* (unmapped, its copies sit in an encoder that is not yet
-//! submitted) or *in flight* (submitted, `map_async` requested).
+//! A slot is [`Ready`](SlotState::Ready) (mapped, empty),
+//! [`Filling`](SlotState::Filling) (mapped, the current slot),
+//! [`Recorded`](SlotState::Recorded) (unmapped, its copies sit in an encoder
+//! that is not yet submitted) or [`InFlight`](SlotState::InFlight)
+//! (submitted, waiting to be writable again).
 //!
-//! 1. [`StagingRing::upload`] reads into the current slot and records the
-//!    copy into the caller's encoder. The current slot is retired (unmapped)
-//!    once it passes ¾ full; larger uploads continue in the next slot.
-//! 2. Before submitting that encoder, call [`StagingRing::prepare_submit`]
-//!    (retires the current slot: a new submit always starts a new slot);
-//!    after `queue.submit`, call [`StagingRing::submitted`] with its index,
-//!    which re-maps every recorded slot with `map_async` (imported slots:
-//!    waits for `on_submitted_work_done`).
-//!    [`StagingRing::submit`] does all three.
-//! 3. Taking a slot that is still in flight waits for its copy (a *stall*,
-//!    counted with its time). Call [`StagingRing::recycle`] at each sync
-//!    point so slots whose copies are done are taken without a stall. Taking a slot whose copies are still in the
-//!    caller's unsubmitted encoder (one recording larger than the whole ring)
-//!    submits that encoder and continues in a fresh one (a *flush*, counted).
+//! 1. Without a current slot, the GPU side looks at [`RingSlots::next`]: a
+//!    `Recorded` one means every slot's copies are in the caller's encoder,
+//!    which is submitted first (a *flush*, [`RingSlots::count_flush`]); an
+//!    `InFlight` one is waited for (a *stall*, [`RingSlots::count_stall`])
+//!    and marked [`ready`](RingSlots::ready); then [`RingSlots::take`] makes
+//!    it the current slot.
+//! 2. [`RingSlots::place`] says where the next bytes of an upload go in the
+//!    current slot; [`RingSlots::record`] books them once copied and says
+//!    whether the slot has passed ¾ full, when it is retired
+//!    ([`RingSlots::retire_current`]); larger uploads continue in the next.
+//! 3. Before a submit the current slot is retired (a new submit always
+//!    starts a new slot); after it, [`RingSlots::submit_recorded`] puts every
+//!    recorded slot in flight.
 //!
-//! Uploads are padded to 4 bytes (wgpu's copy alignment): the destination
-//! offset must be a multiple of 4 and the destination must have room for the
-//! padded length; the padding bytes are zeros.
+//! Uploads are padded to 4 bytes (the GPU's copy alignment): each placement
+//! carries its padded length, and the padding bytes are zeros.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
-
-use crate::error::{LoadError, Result};
-use crate::gpu::{self, align4};
-use crate::hostmem::{self, HostMemory, HostMemoryChoice, ImportedBuffer};
-use crate::reader::ReaderPool;
-use crate::source::ByteSource;
+use std::time::Duration;
 
 /// Default slot count *(aimdo)*.
 pub const DEFAULT_SLOTS: usize = 3;
 /// Default slot size: 64 MiB *(aimdo)*.
 pub const DEFAULT_SLOT_SIZE: u64 = 64 << 20;
 
-const MAP_PENDING: u8 = 0;
-const MAP_OK: u8 = 1;
-const MAP_FAILED: u8 = 2;
-
-/// Shape of the ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingConfig {
-    /// Number of slots (at least 1).
-    pub slots: usize,
-    /// Bytes per slot (rounded up to 4, at least 4 KiB).
-    pub slot_size: u64,
-    /// Mapped wgpu buffers or imported host RAM.
-    pub memory: HostMemoryChoice,
-}
-
-impl Default for RingConfig {
-    fn default() -> Self {
-        Self {
-            slots: DEFAULT_SLOTS,
-            slot_size: DEFAULT_SLOT_SIZE,
-            memory: HostMemoryChoice::default(),
-        }
-    }
-}
+/// The smallest slot: smaller sizes are rounded up to it.
+const MIN_SLOT_SIZE: u64 = 4096;
 
 /// What the ring has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingCounters {
     /// Source bytes staged (without padding).
     pub bytes_staged: u64,
-    /// `copy_buffer_to_buffer` commands recorded.
+    /// Copy commands recorded.
     pub copies: u64,
     /// Times a slot was taken for filling.
     pub slots_used: u64,
@@ -93,113 +58,108 @@ pub struct RingCounters {
     pub flushes: u64,
 }
 
+impl RingCounters {
+    /// What was done between `earlier` and `self` (counters are cumulative).
+    pub fn since(&self, earlier: &RingCounters) -> RingCounters {
+        RingCounters {
+            bytes_staged: self.bytes_staged - earlier.bytes_staged,
+            copies: self.copies - earlier.copies,
+            slots_used: self.slots_used - earlier.slots_used,
+            stalls: self.stalls - earlier.stalls,
+            stall_time: self.stall_time - earlier.stall_time,
+            flushes: self.flushes - earlier.flushes,
+        }
+    }
+}
+
+/// Where one slot is in the protocol (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SlotState {
+pub enum SlotState {
+    /// Writable and empty.
     Ready,
+    /// The current slot, being written.
     Filling,
+    /// Holds bytes whose copies are recorded but not submitted.
     Recorded,
+    /// Its copies are submitted; writable again once they have run.
     InFlight,
 }
 
-#[derive(Debug)]
-enum SlotMemory {
-    Mapped {
-        buffer: wgpu::Buffer,
-        /// The whole slot's mapped range while `Filling`.
-        view: Option<wgpu::BufferViewMut>,
-    },
-    Imported(ImportedBuffer),
+/// Where the next bytes of an upload go: `len` bytes at `offset` of slot
+/// `slot`, copied as `padded` bytes (`len` rounded up to 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The slot (the current one).
+    pub slot: usize,
+    /// Byte offset in the slot.
+    pub offset: u64,
+    /// Source bytes that go there.
+    pub len: u64,
+    /// Bytes copied: `len` rounded up to 4 (the tail is zeros).
+    pub padded: u64,
 }
 
-#[derive(Debug)]
+/// Why a slot cannot be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("staging slot {slot} to fill is {state:?}, not ready")]
+pub struct NotReady {
+    /// The slot.
+    pub slot: usize,
+    /// Its state.
+    pub state: SlotState,
+}
+
+#[derive(Debug, Clone, Copy)]
 struct Slot {
-    memory: SlotMemory,
-    fill: u64,
     state: SlotState,
-    map_status: Arc<AtomicU8>,
-    submission: Option<wgpu::SubmissionIndex>,
+    fill: u64,
 }
 
-/// The staging ring (see the module docs for the protocol).
-#[derive(Debug)]
-pub struct StagingRing {
-    config: RingConfig,
-    pool: Arc<ReaderPool>,
+/// The state of every slot of a staging ring (module docs).
+#[derive(Debug, Clone)]
+pub struct RingSlots {
+    slot_size: u64,
     slots: Vec<Slot>,
-    memory: HostMemory,
     current: Option<usize>,
     next: usize,
     counters: RingCounters,
 }
 
-impl StagingRing {
-    /// Creates the slots (mapped, ready) on `device`; reads go through `pool`.
-    pub fn new(device: &wgpu::Device, config: RingConfig, pool: Arc<ReaderPool>) -> Result<Self> {
-        let config = RingConfig {
-            slots: config.slots.max(1),
-            slot_size: align4(config.slot_size.max(4096)),
-            ..config
+impl RingSlots {
+    /// `slots` ready slots (at least 1) of `slot_size` bytes (rounded up to
+    /// 4, at least 4 KiB).
+    pub fn new(slots: usize, slot_size: u64) -> Self {
+        let slot = Slot {
+            state: SlotState::Ready,
+            fill: 0,
         };
-        let label = |i| format!("dynvram staging slot {i}");
-        let imported = match config.memory {
-            HostMemoryChoice::Host => (0..config.slots)
-                .map(|i| hostmem::import_anonymous(device, &label(i), config.slot_size))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .inspect_err(|e| tracing::info!(%e, "staging ring uses mapped buffers"))
-                .ok(),
-            HostMemoryChoice::Mapped => None,
-        };
-        let memory = if imported.is_some() {
-            HostMemory::Imported
-        } else {
-            HostMemory::Mapped
-        };
-        let memories = match imported {
-            Some(bufs) => bufs.into_iter().map(SlotMemory::Imported).collect(),
-            None => (0..config.slots)
-                .map(|i| {
-                    Ok(SlotMemory::Mapped {
-                        buffer: gpu::create_mapped_staging(device, &label(i), config.slot_size)?,
-                        view: None,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
-        };
-        let slots = memories
-            .into_iter()
-            .map(|memory| Slot {
-                memory,
-                fill: 0,
-                state: SlotState::Ready,
-                map_status: Arc::new(AtomicU8::new(MAP_OK)),
-                submission: None,
-            })
-            .collect();
-        tracing::debug!(
-            slots = config.slots,
-            slot_size = config.slot_size,
-            %memory,
-            "staging ring created"
-        );
-        Ok(Self {
-            config,
-            pool,
-            slots,
-            memory,
+        Self {
+            slot_size: align4(slot_size.max(MIN_SLOT_SIZE)),
+            slots: vec![slot; slots.max(1)],
             current: None,
             next: 0,
             counters: RingCounters::default(),
-        })
+        }
     }
 
-    /// The ring's shape (after rounding).
-    pub fn config(&self) -> RingConfig {
-        self.config
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
     }
 
-    /// Which memory the slots are in.
-    pub fn memory(&self) -> HostMemory {
-        self.memory
+    /// Always false: a ring has at least one slot.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Bytes per slot (after rounding).
+    pub fn slot_size(&self) -> u64 {
+        self.slot_size
+    }
+
+    /// The state of slot `i`.
+    pub fn state(&self, i: usize) -> SlotState {
+        self.slots[i].state
     }
 
     /// Counters since creation.
@@ -207,167 +167,27 @@ impl StagingRing {
         self.counters
     }
 
-    /// The reader pool the ring reads with.
-    pub fn pool(&self) -> &Arc<ReaderPool> {
-        &self.pool
+    /// The slot being filled, if any.
+    pub fn current(&self) -> Option<usize> {
+        self.current
     }
 
-    /// Stages all of `source` and records copies of it into `dst` at
-    /// `dst_offset` in `encoder`. The bytes are in `dst` once the encoder
-    /// (possibly replaced by a fresh one after a flush, see the module docs)
-    /// has been submitted and has executed. On error, `dst` holds partial
-    /// data but the ring stays usable.
-    #[allow(clippy::too_many_arguments)]
-    pub fn upload(
-        &mut self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        encoder: &mut wgpu::CommandEncoder,
-        source: &dyn ByteSource,
-        dst: &wgpu::Buffer,
-        dst_offset: u64,
-    ) -> Result<()> {
-        let len = source.len();
-        gpu::check_copy(dst, dst_offset, len)?;
-        let _span = tracing::debug_span!("ring_upload", bytes = len, dst_offset).entered();
-        let mut done = 0u64;
-        while done < len {
-            let i = self.current_slot(device, queue, encoder)?;
-            let slot = &mut self.slots[i];
-            let fill = slot.fill;
-            let chunk = (len - done).min(self.config.slot_size - fill);
-            let padded = align4(chunk);
-            let Some(mut view) = slot.view() else {
-                return Err(internal("filling slot has no writable view"));
-            };
-            let (start, end) = (fill as usize, (fill + chunk) as usize);
-            self.pool.read(source, done, view.slice(start..end))?;
-            if padded > chunk {
-                view.slice(end..(fill + padded) as usize).fill(0);
-            }
-            encoder.copy_buffer_to_buffer(slot.buffer(), fill, dst, dst_offset + done, padded);
-            slot.fill += padded;
-            done += chunk;
-            self.counters.bytes_staged += chunk;
-            self.counters.copies += 1;
-            if slot.fill * 4 > self.config.slot_size * 3 {
-                self.retire_current();
-            }
-        }
-        Ok(())
+    /// The slot [`Self::take`] takes next.
+    pub fn next(&self) -> usize {
+        self.next
     }
 
-    /// Retires the current slot so the encoder can be submitted (a mapped
-    /// buffer cannot be used by a submit). Call before `queue.submit`.
-    pub fn prepare_submit(&mut self) {
-        self.retire_current();
-    }
-
-    /// Re-maps every slot recorded before the submit `index` (imported
-    /// slots: asks the queue to report the submission done); they become
-    /// reusable once the GPU has executed their copies.
-    pub fn submitted(&mut self, queue: &wgpu::Queue, index: &wgpu::SubmissionIndex) {
-        for slot in self
-            .slots
-            .iter_mut()
-            .filter(|s| s.state == SlotState::Recorded)
-        {
-            slot.map_status.store(MAP_PENDING, Ordering::Release);
-            let status = slot.map_status.clone();
-            match &slot.memory {
-                SlotMemory::Mapped { buffer, .. } => {
-                    buffer.map_async(wgpu::MapMode::Write, .., move |r| {
-                        status.store(
-                            if r.is_ok() { MAP_OK } else { MAP_FAILED },
-                            Ordering::Release,
-                        );
-                    });
-                }
-                SlotMemory::Imported(_) => {
-                    queue.on_submitted_work_done(move || status.store(MAP_OK, Ordering::Release));
-                }
-            }
-            slot.state = SlotState::InFlight;
-            slot.submission = Some(index.clone());
-        }
-    }
-
-    /// `prepare_submit`, `queue.submit(encoder)`, `submitted`.
-    pub fn submit(
-        &mut self,
-        queue: &wgpu::Queue,
-        encoder: wgpu::CommandEncoder,
-    ) -> wgpu::SubmissionIndex {
-        let _span = tracing::debug_span!("ring_submit").entered();
-        self.prepare_submit();
-        let index = queue.submit([encoder.finish()]);
-        self.submitted(queue, &index);
-        index
-    }
-
-    /// Marks in-flight slots whose copies have finished as ready, without
-    /// blocking. Call at a sync point; taking a slot does it too.
-    pub fn recycle(&mut self, device: &wgpu::Device) -> Result<()> {
-        device.poll(wgpu::PollType::Poll).map_err(poll_error)?;
-        (0..self.slots.len()).try_for_each(|i| self.promote(i))
-    }
-
-    /// Marks in-flight slot `i` ready if its re-map has completed.
-    fn promote(&mut self, i: usize) -> Result<()> {
-        let slot = &mut self.slots[i];
-        if slot.state == SlotState::InFlight {
-            match slot.map_status.load(Ordering::Acquire) {
-                MAP_OK => {
-                    slot.state = SlotState::Ready;
-                    slot.submission = None;
-                }
-                MAP_FAILED => return Err(map_failed()),
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// The filling slot, taking the next one if there is none.
-    fn current_slot(
-        &mut self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        encoder: &mut wgpu::CommandEncoder,
-    ) -> Result<usize> {
-        if let Some(i) = self.current {
-            return Ok(i);
-        }
+    /// Makes the next slot the current one (empty, filling). It must be
+    /// ready: flushing a recorded slot or waiting for one in flight is the
+    /// caller's, before.
+    pub fn take(&mut self) -> Result<usize, NotReady> {
         let i = self.next;
-        if self.slots[i].state == SlotState::Recorded {
-            // Every slot's copies are in this encoder: submit it and go on in
-            // a fresh one.
-            tracing::debug!("staging ring exhausted within one recording: flushing");
-            let full = std::mem::replace(
-                encoder,
-                device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("dynvram upload (after ring flush)"),
-                }),
-            );
-            self.submit(queue, full);
-            self.counters.flushes += 1;
-        }
-        if self.slots[i].state == SlotState::InFlight {
-            self.wait_mapped(device, i)?;
-        }
         let slot = &mut self.slots[i];
         if slot.state != SlotState::Ready {
-            return Err(internal("slot to fill is not ready"));
-        }
-        if let SlotMemory::Mapped { buffer, view } = &mut slot.memory {
-            *view = Some(
-                buffer
-                    .get_mapped_range_mut(..)
-                    .map_err(|e| LoadError::Gpu {
-                        what: format!("map staging slot {i}"),
-                        message: e.to_string(),
-                    })?,
-            );
+            return Err(NotReady {
+                slot: i,
+                state: slot.state,
+            });
         }
         slot.state = SlotState::Filling;
         slot.fill = 0;
@@ -377,85 +197,73 @@ impl StagingRing {
         Ok(i)
     }
 
-    /// Waits until in-flight slot `i` is mapped again. Counted as a stall:
-    /// the ring had not seen the slot's copy finish (a [`Self::recycle`] at
-    /// the sync point before would have), so it had to ask the GPU here. Only
-    /// slot `i` changes state, so the count depends on the call sequence, not
-    /// on GPU timing.
-    fn wait_mapped(&mut self, device: &wgpu::Device, i: usize) -> Result<()> {
-        let _span = tracing::debug_span!("ring_stall", slot = i).entered();
-        let started = Instant::now();
-        let waits = [
-            wgpu::PollType::Poll,
-            wgpu::PollType::Wait {
-                submission_index: self.slots[i].submission.clone(),
-                timeout: None,
-            },
-            wgpu::PollType::wait_indefinitely(),
-        ];
-        for wait in waits {
-            device.poll(wait).map_err(poll_error)?;
-            self.promote(i)?;
-            if self.slots[i].state != SlotState::InFlight {
-                break;
+    /// Where up to `remaining` bytes go in the current slot: as many as it
+    /// has room for. `None` without a current slot.
+    pub fn place(&self, remaining: u64) -> Option<Placement> {
+        let slot = self.current?;
+        let offset = self.slots[slot].fill;
+        let len = remaining.min(self.slot_size - offset);
+        Some(Placement {
+            slot,
+            offset,
+            len,
+            padded: align4(len),
+        })
+    }
+
+    /// Books `placement` as staged and its copy as recorded. Returns true
+    /// when the slot has passed ¾ full and is to be retired.
+    pub fn record(&mut self, placement: Placement) -> bool {
+        let slot = &mut self.slots[placement.slot];
+        slot.fill += placement.padded;
+        self.counters.bytes_staged += placement.len;
+        self.counters.copies += 1;
+        slot.fill * 4 > self.slot_size * 3
+    }
+
+    /// Retires the current slot (filling → recorded) and returns it, so the
+    /// GPU side can unmap it.
+    pub fn retire_current(&mut self) -> Option<usize> {
+        let i = self.current.take()?;
+        self.slots[i].state = SlotState::Recorded;
+        Some(i)
+    }
+
+    /// Puts every recorded slot in flight (their encoder was submitted) and
+    /// returns them.
+    pub fn submit_recorded(&mut self) -> Vec<usize> {
+        let mut submitted = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.state == SlotState::Recorded {
+                slot.state = SlotState::InFlight;
+                submitted.push(i);
             }
         }
+        submitted
+    }
+
+    /// Marks in-flight slot `i` ready (its copies have run). Any other state
+    /// is left as it is.
+    pub fn ready(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if slot.state == SlotState::InFlight {
+            slot.state = SlotState::Ready;
+        }
+    }
+
+    /// Counts a wait for an in-flight slot that took `waited`.
+    pub fn count_stall(&mut self, waited: Duration) {
         self.counters.stalls += 1;
-        self.counters.stall_time += started.elapsed();
-        if self.slots[i].state == SlotState::InFlight {
-            return Err(internal(
-                "staging slot still unmapped after its submission finished",
-            ));
-        }
-        Ok(())
+        self.counters.stall_time += waited;
     }
 
-    fn retire_current(&mut self) {
-        if let Some(i) = self.current.take() {
-            let slot = &mut self.slots[i];
-            if let SlotMemory::Mapped { buffer, view } = &mut slot.memory {
-                *view = None;
-                buffer.unmap();
-            }
-            slot.state = SlotState::Recorded;
-        }
+    /// Counts an early submit of the caller's encoder.
+    pub fn count_flush(&mut self) {
+        self.counters.flushes += 1;
     }
 }
 
-impl Slot {
-    fn buffer(&self) -> &wgpu::Buffer {
-        match &self.memory {
-            SlotMemory::Mapped { buffer, .. } => buffer,
-            SlotMemory::Imported(b) => b.buffer(),
-        }
-    }
-
-    /// The whole slot, writable, while it is being filled.
-    fn view(&mut self) -> Option<wgpu::WriteOnly<'_, [u8]>> {
-        match &mut self.memory {
-            SlotMemory::Mapped { view, .. } => view.as_mut().map(|v| v.slice(..)),
-            SlotMemory::Imported(b) => b.write_view(),
-        }
-    }
-}
-
-fn poll_error(e: wgpu::PollError) -> LoadError {
-    LoadError::Gpu {
-        what: "wait for staging copies".into(),
-        message: e.to_string(),
-    }
-}
-
-fn map_failed() -> LoadError {
-    LoadError::Gpu {
-        what: "re-map staging slot".into(),
-        message: "map_async failed (device lost?)".into(),
-    }
-}
-
-fn internal(message: &str) -> LoadError {
-    LoadError::Gpu {
-        what: "staging ring".into(),
-        message: message.into(),
-    }
+/// Rounds `n` up to the GPU's copy alignment (4 bytes).
+pub fn align4(n: u64) -> u64 {
+    n.div_ceil(4) * 4
 }

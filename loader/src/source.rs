@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use wgpu::WriteOnly;
+use crate::write_only::WriteOnlyBytes;
 
 use crate::error::{LoadError, Result};
 use crate::fileio::{self, Hint, ReadFault};
@@ -21,7 +21,7 @@ pub trait ByteSource: Sync {
     }
 
     /// Writes bytes `[offset, offset + dst.len())` of this source into `dst`.
-    fn read_at(&self, offset: u64, dst: WriteOnly<'_, [u8]>) -> Result<()>;
+    fn read_at(&self, offset: u64, dst: WriteOnlyBytes<'_>) -> Result<()>;
 
     /// Tells the OS that `[offset, offset + len)` will not be read again soon
     /// (drop-behind after a cold read). Default: nothing to drop.
@@ -52,7 +52,7 @@ impl ByteSource for FileRange<'_> {
         self.len
     }
 
-    fn read_at(&self, offset: u64, dst: WriteOnly<'_, [u8]>) -> Result<()> {
+    fn read_at(&self, offset: u64, dst: WriteOnlyBytes<'_>) -> Result<()> {
         let want = dst.len() as u64;
         if offset.checked_add(want).is_none_or(|end| end > self.len) {
             return Err(LoadError::RangeOutsideTensor {
@@ -105,7 +105,7 @@ impl ByteSource for HostBytes<'_> {
         self.0.len() as u64
     }
 
-    fn read_at(&self, offset: u64, mut dst: WriteOnly<'_, [u8]>) -> Result<()> {
+    fn read_at(&self, offset: u64, mut dst: WriteOnlyBytes<'_>) -> Result<()> {
         let want = dst.len();
         let part = usize::try_from(offset)
             .ok()

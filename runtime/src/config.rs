@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use dynvram_loader::RingConfig;
+use crate::gpu::RingConfig;
 use dynvram_memory::{BudgetConfig, PinError, RamReading};
 use dynvram_quant::LinearDtypeOverride;
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::gpu::GpuError;
+use crate::gpu::{GpuError, UploadError};
 
 mod linear;
 pub use linear::LinearError;
@@ -117,6 +117,16 @@ pub enum RuntimeError {
         /// What was expected.
         why: String,
     },
+}
+
+/// A failed upload is the loader's error (reading) or the GPU's.
+impl From<UploadError> for RuntimeError {
+    fn from(e: UploadError) -> Self {
+        match e {
+            UploadError::Load(e) => Self::Load(e),
+            UploadError::Gpu(e) => Self::Gpu(e),
+        }
+    }
 }
 
 /// Shorthand.

@@ -4,9 +4,11 @@
 //! budget, and runs their blocks with streamed weights prefetched between
 //! submits.
 //!
-//! Owns: the wgpu device and error capture ([`gpu`]), GPU ops ([`ops`]),
-//! models and their residency ([`Model`]), passes with prefetch (`Model::run_pass`, [`PassStats`]),
-//! accounting. Knows nothing of model architectures.
+//! Owns: the wgpu device, error capture and the GPU side of uploads
+//! (host-memory import, pinned buffers, the staging ring's slots: [`gpu`];
+//! the file side is [`loader`]'s); GPU ops ([`ops`]); models and their
+//! residency ([`Model`]); passes with prefetch (`Model::run_pass`,
+//! [`PassStats`]); accounting. Knows nothing of model architectures.
 
 mod accounting;
 mod activation;

@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use dynvram_loader::{ModelFiles, StagingRing};
+use dynvram_loader::ModelFiles;
 use dynvram_memory::{ModelId, Placement};
 use dynvram_quant::{KernelPath, QuantLayer};
 
 use crate::error::{Result, RuntimeError};
+use crate::gpu::StagingRing;
 use crate::lora::LoraPatch;
 use crate::planning::{ModelPlan, PlanWeight, arena_offsets, arena_size, plan_model};
 use crate::residency::{ModelResidency, Placed, SharedRegistry};

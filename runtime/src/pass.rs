@@ -25,10 +25,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use dynvram_loader::StagingRing;
-
 use crate::error::{Result, RuntimeError};
-use crate::gpu::{CopyCmd, Gpu, TransferQueue};
+use crate::gpu::{CopyCmd, Gpu, StagingRing, TransferQueue};
 use crate::model::Model;
 use crate::ops::encoder::Encoder;
 use crate::pins::Pins;

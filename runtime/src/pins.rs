@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use dynvram_loader::{HostBytes, PinnedBuffer, StagingRing};
+use dynvram_loader::HostBytes;
 use dynvram_memory::{
     CopySource, ModelId, PinAction, PinConfig, PinPolicy, PinTier, ProcMeminfo, RamReading,
     RamSource, WeightKey,
@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::config::{PinSettings, RamFigures};
 use crate::error::Result;
-use crate::gpu::{CopyCmd, Gpu};
+use crate::gpu::{CopyCmd, Gpu, HostMemory, PinnedBuffer, StagingRing, UploadError};
 use crate::stats::StreamSources;
 use crate::upload::{self, ModelView, Upload, Weight};
 
@@ -171,9 +171,7 @@ impl Pins {
         let (mut imported, mut mapped, mut ram) = (0, 0, 0);
         for c in self.copies.values() {
             match c {
-                HostCopy::Registered(p) if p.memory() == dynvram_loader::HostMemory::Imported => {
-                    imported += 1
-                }
+                HostCopy::Registered(p) if p.memory() == HostMemory::Imported => imported += 1,
                 HostCopy::Registered(_) => mapped += 1,
                 HostCopy::Ram(_) => ram += 1,
             }
@@ -274,7 +272,7 @@ impl Pins {
         // On another queue family only imported pins (made concurrent over
         // both families) may be read by the copy queue.
         let readable = |pin: &PinnedBuffer| {
-            pin.memory() == dynvram_loader::HostMemory::Imported
+            pin.memory() == HostMemory::Imported
                 || gpu.transfer_queue().is_some_and(|q| !q.cross_family())
         };
         let copies = copies.filter(|_| existed);
@@ -375,7 +373,7 @@ impl Pins {
                 self.copies.insert(key, c);
             }
             // Out of host-visible memory: stream this weight instead.
-            Err(e @ dynvram_loader::LoadError::Gpu { .. }) => {
+            Err(e @ UploadError::Gpu(_)) => {
                 tracing::warn!(%e, "pin allocation failed: the weight streams from its file");
             }
             Err(e) => return Err(e.into()),

@@ -22,14 +22,13 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dynvram_loader::StagingRing;
 use dynvram_memory::{LayoutConfig, ModelId, OwnerClass, Placement, Residency};
 use serde::Serialize;
 
 use crate::accounting::{SharedBudget, TrackedBuffer};
 use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, StagingRing};
 use crate::planning::{ARENAS, PlanWeight, arena_offsets, arena_size, layout_for, plan_model};
 use crate::upload::ModelView;
 

@@ -2,14 +2,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use dynvram_loader::{ReaderConfig, ReaderPool, StagingRing};
+use dynvram_loader::{ReaderConfig, ReaderPool};
 use dynvram_memory::{Budget, CapacitySource};
 use serde::Serialize;
 
 use crate::accounting::SharedBudget;
 use crate::config::RuntimeConfig;
 use crate::error::Result;
-use crate::gpu::{Gpu, read_vram};
+use crate::gpu::{Gpu, StagingRing, read_vram};
 use crate::ops::cache::PipelineCache;
 use crate::pins::PinReport;
 use crate::residency::Device;

@@ -5,11 +5,11 @@
 
 use std::path::Path;
 
-use dynvram_loader::{Dtype, HostBytes, ModelFiles, SafetensorsFile, StagingRing, TensorInfo};
+use dynvram_loader::{Dtype, HostBytes, ModelFiles, SafetensorsFile, TensorInfo};
 use dynvram_memory::ModelId;
 
 use crate::error::{Result, RuntimeError};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, StagingRing};
 use crate::planning::PlanWeight;
 
 /// One weight of a model: its tensor, its block and how it is uploaded.

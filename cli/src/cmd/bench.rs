@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dynvram_loader::bench::{UploadBenchOptions, run_upload};
-use dynvram_loader::hostmem::mapped_staging_memory;
-use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, RingConfig};
+use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS};
 use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
+use dynvram_runtime::gpu::RingConfig;
+use dynvram_runtime::gpu::host_memory::mapped_staging_memory;
+use dynvram_runtime::gpu::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
@@ -194,7 +195,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
 #[derive(Debug, Serialize)]
 struct UploadJson {
     figures: Vec<UploadFigure>,
-    staging_memory: Option<dynvram_loader::hostmem::StagingPlacement>,
+    staging_memory: Option<dynvram_runtime::gpu::host_memory::StagingPlacement>,
     host_import: bool,
     notes: Vec<String>,
 }

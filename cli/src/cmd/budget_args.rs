@@ -2,8 +2,8 @@
 //! ComfyUI; and the host-memory flags beside them (`--fast-disk`, pins,
 //! staging memory).
 
-use dynvram_loader::{HostMemoryChoice, RingConfig};
 use dynvram_memory::BudgetConfig;
+use dynvram_runtime::gpu::{HostMemoryChoice, RingConfig};
 use dynvram_runtime::{PinSettings, RuntimeConfig};
 
 /// The VRAM budget flags (docs/behaviour.md, Budget).

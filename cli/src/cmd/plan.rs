@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use dynvram_memory::{Budget, CapacitySource, Placement};
-use dynvram_models::flux::{self, FluxCheckpoint};
+use dynvram_models::flux::{self, DetectedFlux, FluxCheckpoint};
 use dynvram_models::llama::{Checkpoint, Limits};
 use dynvram_models::mlp_stack;
 use dynvram_runtime::ModelSpec;
@@ -178,8 +178,9 @@ fn checkpoint_target(args: &Args) -> anyhow::Result<Target> {
     })
 }
 
-fn flux_target(args: &Args) -> anyhow::Result<Target> {
-    let ckpt = FluxCheckpoint::open(&args.model)
+fn flux_target(args: &Args, found: DetectedFlux) -> anyhow::Result<Target> {
+    let ckpt = found
+        .open()
         .with_context(|| format!("opening {}", args.model.display()))?;
     let (img_len, txt_len) = (args.image_tokens, args.text_tokens);
     if img_len == 0 || txt_len == 0 {
@@ -210,19 +211,15 @@ fn flux_target(args: &Args) -> anyhow::Result<Target> {
     })
 }
 
-/// A Flux transformer: a file (or a folder's model.safetensors) whose keys
-/// are Black Forest Labs' (`double_blocks.0.img_attn.qkv.weight`, maybe
-/// under ComfyUI's prefix).
-fn is_flux(path: &Path) -> bool {
-    let file = if path.is_dir() {
-        path.join("model.safetensors")
-    } else {
-        path.to_owned()
-    };
-    file.extension().is_some_and(|e| e == "safetensors")
-        && dynvram_runtime::loader::ModelFiles::open(&file).is_ok_and(|files| {
-            flux::detect_prefix(&dynvram_runtime::FilesList::new(&files)).is_some()
-        })
+/// A Flux transformer: a `.safetensors` file (or a folder's
+/// model.safetensors) whose keys are Black Forest Labs'
+/// (`double_blocks.0.img_attn.qkv.weight`, maybe under ComfyUI's prefix).
+fn detect_flux(path: &Path) -> Option<DetectedFlux> {
+    // Not a shard index (whose shards would all be opened to find out).
+    let safetensors = path.is_dir() || path.extension().is_some_and(|e| e == "safetensors");
+    safetensors
+        .then(|| FluxCheckpoint::detect(path).ok())
+        .flatten()
 }
 
 fn stack_target(args: &Args) -> anyhow::Result<Target> {
@@ -268,8 +265,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             "`dynvram plan` needs --vram-budget GIB (it runs without a GPU, so it cannot ask the driver)"
         );
     };
-    let target = if is_flux(&args.model) {
-        flux_target(&args)?
+    let target = if let Some(found) = detect_flux(&args.model) {
+        flux_target(&args, found)?
     } else if is_checkpoint(&args.model) {
         checkpoint_target(&args)?
     } else {

@@ -114,19 +114,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         println!(
             "  GEMM past the GEMVs: {}",
             match coop_unusable(c, coop_shape) {
-                None => {
-                    let CoopShape {
-                        sg_m,
-                        sg_n,
-                        bk,
-                        wm,
-                        wn,
-                    } = coop_shape;
-                    format!(
-                        "cooperative matrices {e}x{e}x{e}, {sg_m}x{sg_n} subgroups of {wm}x{wn} accumulators x {bk} columns (integer layers within 2^24, exact; float layers with f16 activations)",
-                        e = c.coop_matrix_edge
-                    )
-                }
+                None => format!(
+                    "cooperative matrices {e}x{e}x{e}, shape {coop_shape} (SG_MxSG_NxBKxWMxWN, as --coop-shapes takes it; integer layers within 2^24, exact; float layers with f16 activations)",
+                    e = c.coop_matrix_edge
+                ),
                 Some(why) => format!("tiled (dot4 for integer layers): {why}"),
             }
         );

@@ -2,26 +2,16 @@
 //! sets `CARGO_BIN_EXE_dynvram`).
 
 use assert_cmd::Command;
+use dynvram_test_support::skip::skip_without_adapter;
 
-fn dynvram() -> Command {
-    let mut c = Command::cargo_bin("dynvram").expect("binary");
-    c.env(
-        "DYNVRAM_CACHE",
-        std::env::temp_dir().join("dynvram-test-cache"),
-    );
-    c
-}
+use crate::common::dynvram;
 
 /// The command's successful output; None (and a `skipped:` line) where no
 /// GPU adapter is found and none is required.
 fn output_or_skip(name: &str, cmd: &mut Command) -> Option<std::process::Output> {
     let out = cmd.output().expect("spawn dynvram");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && stderr.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("{name}: skipped: no GPU adapter");
+    if !out.status.success() && skip_without_adapter(name, &stderr) {
         return None;
     }
     assert!(out.status.success(), "{name}: dynvram failed: {stderr}");

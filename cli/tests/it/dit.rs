@@ -3,44 +3,29 @@
 //! `--vram-budget` (weights streamed); `--steps` against the same Euler
 //! loop run through the models API; a clear error for bad inputs.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use assert_cmd::Command;
 use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs};
 use dynvram_runtime::{ActDtype, Model, Runtime, RuntimeConfig};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::safetensors::{self, Tensor};
+use dynvram_test_support::skip::skip_without_adapter;
+use dynvram_test_support::tolerance::{assert_close_rel, cosine};
 
-const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-flux");
+use crate::common::dynvram;
 
-fn tiny() -> PathBuf {
-    PathBuf::from(TINY)
-}
-
-fn read_f32(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
-    let bytes = std::fs::read(path).expect("read");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    st.tensors()
-        .into_iter()
-        .map(|(n, v)| {
-            assert_eq!(v.dtype(), safetensors::Dtype::F32, "{n}");
-            let values = v
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            (n, (v.shape().to_vec(), values))
-        })
-        .collect()
+/// `out` of a safetensors file of F32 tensors.
+fn out_of(path: &Path) -> Tensor {
+    safetensors::read(path).remove("out").expect("tensor `out`")
 }
 
 /// Runs `dynvram --json dit TINY …extra`; the JSON report, or the stderr
 /// of a failure (None: no adapter and none required).
 fn dit(inputs: &Path, out: &Path, extra: &[&str]) -> Option<Result<serde_json::Value, String>> {
-    let o = Command::cargo_bin("dynvram")
-        .expect("binary")
+    let o = dynvram()
         .arg("--json")
         .arg("dit")
-        .arg(TINY)
+        .arg(fixtures::tiny_flux())
         .arg("--inputs")
         .arg(inputs)
         .arg("--out")
@@ -53,31 +38,16 @@ fn dit(inputs: &Path, out: &Path, extra: &[&str]) -> Option<Result<serde_json::V
         return Some(Ok(serde_json::from_slice(&o.stdout).expect("json report")));
     }
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    if err.contains("no GPU adapter") && std::env::var("DYNVRAM_REQUIRE_GPU").is_err() {
-        eprintln!("skipped: no GPU adapter");
+    if skip_without_adapter("dit", &err) {
         return None;
     }
     Some(Err(err))
 }
 
-fn assert_close_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let max = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(
-        err <= rel * max,
-        "{what}: max abs error {err:.3e} > {rel} × {max:.3e}"
-    );
-    eprintln!("{what}: max abs error {err:.3e}");
-}
-
 #[test]
 fn dit_tiny_flux_matches_reference_resident_and_streamed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let want = &read_f32(&tiny().join("reference.safetensors"))["out"];
+    let want = out_of(&fixtures::tiny_flux().join("reference.safetensors"));
     // Default budget (all resident), then 0.0035 GiB (an explicit budget
     // is all of it, no reserve): room for the scratch, two arenas and a
     // few of the 3.6 MiB of weights, the rest streamed.
@@ -99,7 +69,11 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
         ("streamed", vec!["--vram-budget", "0.0035"]),
     ] {
         let out = dir.path().join(format!("{name}.safetensors"));
-        let Some(report) = dit(&tiny().join("inputs.safetensors"), &out, &extra) else {
+        let Some(report) = dit(
+            &fixtures::tiny_flux().join("inputs.safetensors"),
+            &out,
+            &extra,
+        ) else {
             return;
         };
         let report = report.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -111,9 +85,9 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
             assert_eq!(streamed, 0, "{report}");
         }
         assert_eq!(report["passes"], if name == "resident" { 2 } else { 1 });
-        let got = &read_f32(&out)["out"];
-        assert_eq!(got.0, want.0);
-        assert_close_rel(name, &got.1, &want.1, 1e-3);
+        let got = out_of(&out);
+        assert_eq!(got.shape, want.shape);
+        assert_close_rel(name, &got.values, &want.values, 1e-3);
     }
     let svg = std::fs::read_to_string(&svg).expect("timeline written");
     assert!(svg.starts_with("<svg") || svg.contains("<svg"), "{svg:.80}");
@@ -131,16 +105,16 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
 fn dit_steps_is_the_euler_loop() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("out.safetensors");
-    let inputs_path = tiny().join("inputs.safetensors");
+    let inputs_path = fixtures::tiny_flux().join("inputs.safetensors");
     let Some(report) = dit(&inputs_path, &out, &["--steps", "2", "--no-shift"]) else {
         return;
     };
     let report = report.expect("dit --steps");
     assert_eq!(report["passes"], 2);
     assert_eq!(report["sigmas"], serde_json::json!([1.0, 0.5, 0.0]));
-    let got = &read_f32(&out)["out"].1;
+    let got = &out_of(&out).values;
 
-    let ckpt = FluxCheckpoint::open(&tiny()).expect("open");
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("open");
     let mut inputs = FluxInputs::from_file(&inputs_path, &ckpt.config).expect("inputs");
     let rt = Runtime::new(RuntimeConfig::default()).expect("runtime");
     let model = Model::open(&rt, &ckpt.spec(inputs.shape, ActDtype::F32)).expect("model");
@@ -161,35 +135,17 @@ fn dit_steps_is_the_euler_loop() {
 fn dit_bad_inputs_fail_clearly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = dir.path().join("bad.safetensors");
-    let ins = read_f32(&tiny().join("inputs.safetensors"));
-    let renamed: Vec<(String, Vec<usize>, Vec<u8>)> = ins
-        .iter()
-        .map(|(n, (s, v))| {
-            let name = if n == "img" {
-                "latent".into()
-            } else {
-                n.clone()
-            };
-            (
-                name,
-                s.clone(),
-                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            )
-        })
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = renamed
-        .iter()
-        .map(|(n, s, b)| {
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
-                .expect("view");
-            (n.clone(), view)
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &bad).expect("write");
-    let o = Command::cargo_bin("dynvram")
-        .expect("binary")
+    let ins = safetensors::read(&fixtures::tiny_flux().join("inputs.safetensors"));
+    safetensors::write(
+        &bad,
+        ins.iter().map(|(n, t)| {
+            let name = if n == "img" { "latent" } else { n };
+            (name.to_owned(), t)
+        }),
+    );
+    let o = dynvram()
         .arg("dit")
-        .arg(TINY)
+        .arg(fixtures::tiny_flux())
         .arg("--inputs")
         .arg(&bad)
         .arg("--out")
@@ -207,8 +163,7 @@ fn dit_bad_inputs_fail_clearly() {
 #[test]
 fn synth_flux_refuses_llama_flags() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let o = Command::cargo_bin("dynvram")
-        .expect("binary")
+    let o = dynvram()
         .arg("synth")
         .arg(dir.path().join("flux"))
         .args(["--like", "flux-dev", "--layers", "2"])
@@ -248,20 +203,22 @@ fn quantized_flux_is_close(flags: &[&str], least: f64) -> bool {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = dir.path().join(format!("tiny-{format}"));
     std::fs::create_dir(&model).expect("mkdir");
-    std::fs::copy(tiny().join("config.json"), model.join("config.json")).expect("config");
-    let q = Command::cargo_bin("dynvram")
-        .expect("binary")
+    std::fs::copy(
+        fixtures::tiny_flux().join("config.json"),
+        model.join("config.json"),
+    )
+    .expect("config");
+    let q = dynvram()
         .arg("quantize")
-        .arg(tiny().join("model.safetensors"))
+        .arg(fixtures::tiny_flux().join("model.safetensors"))
         .arg(model.join("model.safetensors"))
         .args(["--format", format])
         .args(more)
         .output()
         .expect("runs");
     assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
-    let bytes = std::fs::read(model.join("model.safetensors")).expect("read");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    let dtype = |n: &str| st.tensor(n).unwrap_or_else(|e| panic!("{n}: {e}")).dtype();
+    let st = safetensors::read(&model.join("model.safetensors"));
+    let dtype = |n: &str| safetensors::get(&st, n).dtype;
     for kept in [
         "img_in.weight",
         "txt_in.weight",
@@ -287,36 +244,25 @@ fn quantized_flux_is_close(flags: &[&str], least: f64) -> bool {
         );
     }
     let out = dir.path().join("out.safetensors");
-    let o = Command::cargo_bin("dynvram")
-        .expect("binary")
+    let o = dynvram()
         .arg("--json")
         .arg("dit")
         .arg(&model)
         .arg("--inputs")
-        .arg(tiny().join("inputs.safetensors"))
+        .arg(fixtures::tiny_flux().join("inputs.safetensors"))
         .arg("--out")
         .arg(&out)
         .args(["--compute-dtype", "f32"])
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
-    if !o.status.success()
-        && err.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("skipped: no GPU adapter");
+    if !o.status.success() && skip_without_adapter(format, &err) {
         return false;
     }
     assert!(o.status.success(), "{err}");
-    let got = &read_f32(&out)["out"].1;
-    let want = &read_f32(&tiny().join("reference.safetensors"))["out"].1;
-    let dot: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| f64::from(*a) * f64::from(*b))
-        .sum();
-    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let cosine = dot / (norm(got) * norm(want));
+    let got = out_of(&out).values;
+    let want = out_of(&fixtures::tiny_flux().join("reference.safetensors")).values;
+    let cosine = cosine(&got, &want);
     eprintln!("{format} Flux vs bf16 reference: cosine {cosine:.5}");
     assert!(cosine > least, "{format}: cosine {cosine}");
     true
@@ -329,8 +275,7 @@ fn quantized_flux_is_close(flags: &[&str], least: f64) -> bool {
 #[test]
 fn plan_takes_flux_files() {
     let plan = |model: &Path, budget: &str, tokens: &str| {
-        let o = Command::cargo_bin("dynvram")
-            .expect("binary")
+        let o = dynvram()
             .args([
                 "--json",
                 "plan",
@@ -349,7 +294,10 @@ fn plan_takes_flux_files() {
             .then(|| serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"))
             .ok_or(err)
     };
-    for model in [tiny(), tiny().join("model.safetensors")] {
+    for model in [
+        fixtures::tiny_flux(),
+        fixtures::tiny_flux().join("model.safetensors"),
+    ] {
         let all = plan(&model, "1", "64").expect("plan");
         assert_eq!(all["kind"], "flux transformer", "{all}");
         assert_eq!(all["unit"], "step");

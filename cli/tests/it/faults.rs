@@ -5,8 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use safetensors::Dtype;
-use safetensors::tensor::TensorView;
+use dynvram_test_support::safetensors::write_f32;
 
 fn bin() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("dynvram"))
@@ -20,22 +19,6 @@ fn temp_files(dir: &Path) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains(".tmp"))
         .collect()
-}
-
-fn f32_file(path: &Path, tensors: &[(&str, Vec<usize>, Vec<f32>)]) {
-    let bytes: Vec<Vec<u8>> = tensors
-        .iter()
-        .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = tensors
-        .iter()
-        .zip(&bytes)
-        .map(|((n, s, _), b)| {
-            let view = TensorView::new(Dtype::F32, s.clone(), b).expect("view");
-            (n.to_string(), view)
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, path).expect("write");
 }
 
 /// SIGINT or SIGTERM while `quantize` works: the process exits with the
@@ -193,7 +176,7 @@ fn quantize_refuses_nonfinite_weights_unless_allowed() {
     let output = dir.path().join("q.safetensors");
     let mut w = vec![0.5f32; 4 * 64];
     w[70] = f32::NAN;
-    f32_file(&input, &[("lin.weight", vec![4, 64], w)]);
+    write_f32(&input, &[("lin.weight", vec![4, 64], w)]);
     let run = |extra: &[&str]| {
         bin()
             .args(["quantize", "--format", "float8_e4m3fn"])
@@ -240,7 +223,7 @@ fn run_refuses_a_gapped_stack_or_a_misshapen_input() {
             .iter()
             .map(|(n, s)| (n.as_str(), s.clone(), vec![0.1; s.iter().product()]))
             .collect();
-        f32_file(&path, &t);
+        write_f32(&path, &t);
     };
     let run = || bin().arg("run").arg(&path).output().expect("run");
     write(block(0).into_iter().chain(block(2)).collect());

@@ -4,25 +4,20 @@
 //! `models/tests/it/llama_f16.rs`), and a clear error naming SHADER_F16 where
 //! it has not.
 
-use std::path::PathBuf;
+use dynvram_test_support::fixtures;
+use dynvram_test_support::skip::skip_without_adapter;
 
-use assert_cmd::Command;
+use crate::common::dynvram;
 
-const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-llama");
 /// `input_ids_p0` of tiny-llama's reference.safetensors.
 const PROMPT: &str = "37,235,908,72,767,905,715";
 
 /// Greedy ids of `generate --json` with `dtype`, or the failure's stderr.
 fn generate(dtype: &str) -> Result<Vec<u64>, String> {
-    let out = Command::cargo_bin("dynvram")
-        .expect("binary")
-        .env(
-            "DYNVRAM_CACHE",
-            std::env::temp_dir().join("dynvram-test-cache"),
-        )
+    let out = dynvram()
         .arg("--json")
         .arg("generate")
-        .arg(TINY)
+        .arg(fixtures::tiny_llama())
         .args(["--prompt-ids", PROMPT, "--max-new-tokens", "16"])
         .args(["--compute-dtype", dtype])
         .output()
@@ -42,16 +37,9 @@ fn generate(dtype: &str) -> Result<Vec<u64>, String> {
 #[test]
 fn generate_f16_matches_f32_or_names_shader_f16() {
     let test = "generate_f16_matches_f32_or_names_shader_f16";
-    assert!(
-        PathBuf::from(TINY).join("model.safetensors").is_file(),
-        "{test}: no {TINY} (fixtures/ is part of the repository)"
-    );
     let f32_ids = match generate("f32") {
         Ok(ids) => ids,
-        Err(e) if e.contains("no GPU adapter") && std::env::var("DYNVRAM_REQUIRE_GPU").is_err() => {
-            eprintln!("{test}: skipped: no GPU adapter");
-            return;
-        }
+        Err(e) if skip_without_adapter(test, &e) => return,
         Err(e) => panic!("{test}: f32 run failed: {e}"),
     };
     assert_eq!(f32_ids.len(), 16);

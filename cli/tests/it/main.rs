@@ -1,7 +1,9 @@
 //! Integration tests of the `dynvram` command line, run as a process.
 //!
 //! One test binary per crate (one link in CI): each module below was its own
-//! binary before; the shared set-up lives in the `*common` modules.
+//! binary before; the set-up shared with other crates' tests lives in
+//! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
+//! modules.
 
 mod cli;
 mod common;

@@ -1,8 +1,9 @@
 //! Every malformed-header case gives the right error, naming the file, the
 //! tensor and the sizes; nothing panics (issue 8's fault matrix, file rows).
 
-use crate::common::{pattern, raw_file, valid_file, write};
 use dynvram_loader::{Dtype, LoadError, SafetensorsFile};
+use dynvram_test_support::random;
+use dynvram_test_support::safetensors::{file_bytes, raw_file, write_bytes};
 use proptest::prelude::*;
 
 fn open_bytes(
@@ -13,7 +14,7 @@ fn open_bytes(
     Result<SafetensorsFile, LoadError>,
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(dir.path(), "model.safetensors", bytes);
+    let path = write_bytes(dir.path(), "model.safetensors", bytes);
     let r = SafetensorsFile::open(&path);
     (dir, path, r)
 }
@@ -36,9 +37,9 @@ fn expect_error(bytes: &[u8], needles: &[&str]) -> LoadError {
 
 #[test]
 fn valid_file_indexes_and_reads() {
-    let w = pattern(24, 1);
-    let b = pattern(6, 2);
-    let bytes = valid_file(&[
+    let w = random::bytes(24, 1);
+    let b = random::bytes(6, 2);
+    let bytes = file_bytes(&[
         ("w", "F32", vec![2, 3], w.clone()),
         ("b", "F16", vec![3], b.clone()),
         ("empty", "BF16", vec![0, 4], vec![]),
@@ -75,7 +76,7 @@ fn valid_file_indexes_and_reads() {
 
 #[test]
 fn files_written_by_the_safetensors_crate_open() {
-    let data = pattern(64, 3);
+    let data = random::bytes(64, 3);
     let view = safetensors::tensor::TensorView::new(Dtype::I8, vec![8, 8], &data).expect("view");
     let bytes = safetensors::serialize([("x", view)], None).expect("serialize");
     let (_dir, _path, r) = open_bytes(&bytes);
@@ -225,8 +226,8 @@ fn overlapping_tensors() {
 
 #[test]
 fn truncated_after_open_is_an_error_not_sigbus() {
-    let w = pattern(4096, 4);
-    let bytes = valid_file(&[("w", "U8", vec![4096], w)]);
+    let w = random::bytes(4096, 4);
+    let bytes = file_bytes(&[("w", "U8", vec![4096], w)]);
     let (_dir, path, r) = open_bytes(&bytes);
     let f = r.expect("opens");
     let cut = bytes.len() as u64 - 1000;
@@ -270,9 +271,9 @@ proptest! {
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         cut in prop::option::of(any::<prop::sample::Index>()),
     ) {
-        let mut bytes = valid_file(&[
-            ("a.weight", "F16", vec![4, 4], pattern(32, 5)),
-            ("a.bias", "F32", vec![4], pattern(16, 6)),
+        let mut bytes = file_bytes(&[
+            ("a.weight", "F16", vec![4, 4], random::bytes(32, 5)),
+            ("a.bias", "F32", vec![4], random::bytes(16, 6)),
             ("a.comfy_quant", "U8", vec![5], b"{\"a\"}".to_vec()),
         ]);
         let header_end = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default()) as usize;

@@ -1,22 +1,23 @@
 //! A model over several files: index.json with `weight_map`, a list of files,
 //! and the errors for a broken index.
 
-use crate::common::{pattern, valid_file, write};
 use dynvram_loader::{LoadError, ModelFiles};
+use dynvram_test_support::random;
+use dynvram_test_support::safetensors::{file_bytes, write_bytes};
 
 fn shards(dir: &std::path::Path) {
-    write(
+    write_bytes(
         dir,
         "m-00001-of-00002.safetensors",
-        &valid_file(&[
-            ("l0.weight", "U8", vec![10], pattern(10, 1)),
-            ("l0.bias", "U8", vec![3], pattern(3, 2)),
+        &file_bytes(&[
+            ("l0.weight", "U8", vec![10], random::bytes(10, 1)),
+            ("l0.bias", "U8", vec![3], random::bytes(3, 2)),
         ]),
     );
-    write(
+    write_bytes(
         dir,
         "m-00002-of-00002.safetensors",
-        &valid_file(&[("l1.weight", "U8", vec![7], pattern(7, 3))]),
+        &file_bytes(&[("l1.weight", "U8", vec![7], random::bytes(7, 3))]),
     );
 }
 
@@ -24,7 +25,7 @@ fn shards(dir: &std::path::Path) {
 fn index_json_maps_names_to_shards() {
     let dir = tempfile::tempdir().expect("tempdir");
     shards(dir.path());
-    let index = write(
+    let index = write_bytes(
         dir.path(),
         "model.safetensors.index.json",
         br#"{
@@ -41,7 +42,10 @@ fn index_json_maps_names_to_shards() {
         assert_eq!(m.len(), 3);
         let (file, info) = m.get("l1.weight").expect("l1.weight");
         assert!(file.path().ends_with("m-00002-of-00002.safetensors"));
-        assert_eq!(file.bytes(&info.name).expect("bytes"), &pattern(7, 3)[..]);
+        assert_eq!(
+            file.bytes(&info.name).expect("bytes"),
+            &random::bytes(7, 3)[..]
+        );
         assert_eq!(m.tensors().count(), 3);
         assert!(m.get("nope").is_none());
     }
@@ -53,10 +57,10 @@ fn list_of_files_and_duplicates() {
     shards(dir.path());
     let m = ModelFiles::open(dir.path()).expect("directory of shards");
     assert_eq!(m.len(), 3);
-    let dup = write(
+    let dup = write_bytes(
         dir.path(),
         "dup.safetensors",
-        &valid_file(&[("l0.bias", "U8", vec![1], vec![9])]),
+        &file_bytes(&[("l0.bias", "U8", vec![1], vec![9])]),
     );
     let err = ModelFiles::from_files([dir.path().join("m-00001-of-00002.safetensors"), dup])
         .expect_err("duplicate name");
@@ -68,7 +72,7 @@ fn list_of_files_and_duplicates() {
 fn broken_indexes() {
     let dir = tempfile::tempdir().expect("tempdir");
     shards(dir.path());
-    let missing = write(
+    let missing = write_bytes(
         dir.path(),
         "a.index.json",
         br#"{"weight_map": {"l9.weight": "m-00001-of-00002.safetensors"}}"#,
@@ -79,12 +83,12 @@ fn broken_indexes() {
         err.to_string().contains("l9.weight") && err.to_string().contains("m-00001"),
         "{err}"
     );
-    let bad = write(dir.path(), "b.index.json", br#"{"weight_map": 3}"#);
+    let bad = write_bytes(dir.path(), "b.index.json", br#"{"weight_map": 3}"#);
     assert!(matches!(
         ModelFiles::open(&bad),
         Err(LoadError::BadIndex { .. })
     ));
-    let escape = write(
+    let escape = write_bytes(
         dir.path(),
         "c.index.json",
         br#"{"weight_map": {"x": "../x.safetensors"}}"#,
@@ -93,7 +97,7 @@ fn broken_indexes() {
         ModelFiles::open(&escape),
         Err(LoadError::BadIndex { .. })
     ));
-    let absent = write(
+    let absent = write_bytes(
         dir.path(),
         "d.index.json",
         br#"{"weight_map": {"x": "gone.safetensors"}}"#,

@@ -1,8 +1,9 @@
 //! The reader pool reads files bit-exactly in 2 MiB (or smaller) tasks and
 //! reports a short read for a file truncated after it was opened.
 
-use crate::common::{pattern, write};
 use dynvram_loader::{ByteSource, FileRange, HostBytes, LoadError, ReaderConfig, ReaderPool};
+use dynvram_test_support::random;
+use dynvram_test_support::safetensors::write_bytes;
 
 fn range<'a>(
     file: &'a std::fs::File,
@@ -22,8 +23,8 @@ fn range<'a>(
 #[test]
 fn reads_odd_sizes_bit_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let data = pattern((5 << 20) + 12_345, 7);
-    let path = write(dir.path(), "blob", &data);
+    let data = random::bytes((5 << 20) + 12_345, 7);
+    let path = write_bytes(dir.path(), "blob", &data);
     let file = std::fs::File::open(&path).expect("open");
     for config in [
         ReaderConfig::default(),
@@ -63,7 +64,7 @@ fn reads_odd_sizes_bit_exactly() {
 
 #[test]
 fn host_bytes_source() {
-    let data = pattern(3 << 20, 8);
+    let data = random::bytes(3 << 20, 8);
     let pool = ReaderPool::new(ReaderConfig::default()).expect("pool");
     let mut dst = vec![0u8; data.len() - 5];
     pool.read_into(&HostBytes(&data), 5, &mut dst)
@@ -78,8 +79,8 @@ fn host_bytes_source() {
 #[test]
 fn truncated_after_open_reports_short_read() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let data = pattern(7 << 20, 9);
-    let path = write(dir.path(), "blob", &data);
+    let data = random::bytes(7 << 20, 9);
+    let path = write_bytes(dir.path(), "blob", &data);
     let file = std::fs::File::open(&path).expect("open");
     let src = range(&file, &path, 0, data.len() as u64);
     std::fs::OpenOptions::new()

@@ -116,12 +116,85 @@ pub struct FluxCheckpoint {
     files: ModelFiles,
 }
 
+/// Flux weights found at a path, before the config is read:
+/// [`FluxCheckpoint::detect`]'s answer, opened by [`DetectedFlux::open`]
+/// without reading the header again.
+#[derive(Debug)]
+pub struct DetectedFlux {
+    path: PathBuf,
+    weights: PathBuf,
+    config_file: Option<PathBuf>,
+    files: ModelFiles,
+    prefix: String,
+}
+
+impl DetectedFlux {
+    /// The weights file (a folder's `model.safetensors`, or the file given).
+    pub fn weights(&self) -> &Path {
+        &self.weights
+    }
+
+    /// The prefix the BFL keys sit under (`""` or e.g. [`COMFY_PREFIX`]).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The checkpoint: the config from `config.json` or inferred from the
+    /// shapes, checked against every tensor a pass uses.
+    pub fn open(self) -> Result<FluxCheckpoint, FluxError> {
+        let _span = tracing::info_span!("flux_open", path = %self.path.display()).entered();
+        let Self {
+            path,
+            weights,
+            config_file,
+            files,
+            prefix,
+        } = self;
+        let names = Names { prefix };
+        let list = FilesList::new(&files);
+        let (config, inferred) = match &config_file {
+            Some(c) => (FluxConfig::from_file(c)?, false),
+            None => {
+                let config = infer_config(&list, &names).map_err(|why| FluxError::Weights {
+                    path: weights.clone(),
+                    why,
+                })?;
+                config.validate().map_err(|why| FluxError::Weights {
+                    path: weights.clone(),
+                    why: format!("the shapes match no Flux variant: {why}"),
+                })?;
+                (config, true)
+            }
+        };
+        drop(list);
+        let ckpt = FluxCheckpoint {
+            path,
+            config,
+            inferred,
+            weights: vec![weights],
+            names,
+            files,
+        };
+        ckpt.check()?;
+        Ok(ckpt)
+    }
+}
+
 impl FluxCheckpoint {
     /// Opens a `.safetensors` file (config inferred, or from a
     /// `config.json` beside it when `path` is a folder's `model.safetensors`)
-    /// or a folder (`config.json` and `model.safetensors`).
+    /// or a folder (`config.json` and `model.safetensors`):
+    /// [`Self::detect`], then [`DetectedFlux::open`].
     pub fn open(path: &Path) -> Result<Self, FluxError> {
-        let _span = tracing::info_span!("flux_open", path = %path.display()).entered();
+        Self::detect(path)?.open()
+    }
+
+    /// Whether `path` holds Flux weights: the weights file (a folder's
+    /// `model.safetensors`) indexed, with BFL keys under some prefix
+    /// ([`detect_prefix`]), and the `config.json` that goes with it. Reads
+    /// the header only; the error says why `path` is not Flux.
+    pub fn detect(path: &Path) -> Result<DetectedFlux, FluxError> {
+        let _span = tracing::debug_span!("flux_detect", path = %path.display()).entered();
         let (weights, config_file) = if path.is_dir() {
             let w = path.join("model.safetensors");
             if !w.is_file() {
@@ -146,40 +219,19 @@ impl FluxCheckpoint {
             });
         };
         let files = ModelFiles::open(&weights).map_err(RuntimeError::from)?;
-        let list = FilesList::new(&files);
-        let names = Names {
-            prefix: detect_prefix(&list).ok_or_else(|| FluxError::Weights {
-                path: weights.clone(),
-                why: "no Flux tensors: found no `img_in.weight` nor \
-                      `double_blocks.0.img_attn.qkv.weight` under any prefix"
-                    .into(),
-            })?,
-        };
-        let (config, inferred) = match &config_file {
-            Some(c) => (FluxConfig::from_file(c)?, false),
-            None => {
-                let config = infer_config(&list, &names).map_err(|why| FluxError::Weights {
-                    path: weights.clone(),
-                    why,
-                })?;
-                config.validate().map_err(|why| FluxError::Weights {
-                    path: weights.clone(),
-                    why: format!("the shapes match no Flux variant: {why}"),
-                })?;
-                (config, true)
-            }
-        };
-        drop(list);
-        let ckpt = Self {
+        let prefix = detect_prefix(&FilesList::new(&files)).ok_or_else(|| FluxError::Weights {
+            path: weights.clone(),
+            why: "no Flux tensors: found no `img_in.weight` nor \
+                  `double_blocks.0.img_attn.qkv.weight` under any prefix"
+                .into(),
+        })?;
+        Ok(DetectedFlux {
             path: path.to_owned(),
-            config,
-            inferred,
-            weights: vec![weights],
-            names,
+            weights,
+            config_file,
             files,
-        };
-        ckpt.check()?;
-        Ok(ckpt)
+            prefix,
+        })
     }
 
     /// The opened weight files.

@@ -19,7 +19,9 @@ mod forward;
 mod inputs;
 pub mod synth;
 
-pub use checkpoint::{COMFY_PREFIX, FluxCheckpoint, Names, detect_prefix, infer_config};
+pub use checkpoint::{
+    COMFY_PREFIX, DetectedFlux, FluxCheckpoint, Names, detect_prefix, infer_config,
+};
 pub use config::FluxConfig;
 pub use forward::{Flux, FluxForward, ForwardOptions, scratch_bytes};
 pub use inputs::{FluxInputs, NAMES as INPUT_NAMES};

@@ -16,144 +16,39 @@ use dynvram_models::flux::{
     COMFY_PREFIX, Flux, FluxCheckpoint, FluxConfig, FluxError, FluxInputs, ForwardOptions, Shape,
 };
 use dynvram_models::llama::synth::SynthOptions;
-use dynvram_runtime::memory::BudgetConfig;
-use dynvram_runtime::{ActDtype, Model, Runtime, RuntimeConfig};
-
-/// The fixture, inside the repository (issue 16).
-const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-flux");
+use dynvram_runtime::{ActDtype, Model};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::gpu::{have_gpu, needs_f16, quarter_budget, runtime, test_gpu};
+use dynvram_test_support::safetensors::{self, Tensor};
+use dynvram_test_support::tolerance::{assert_close_rel, cosine, max_abs};
 
 /// ≤ 1e-3 × max|reference| in f32 (issue 19).
 const REL: f32 = 1e-3;
 
-fn tiny() -> PathBuf {
-    PathBuf::from(TINY)
+/// The tiny-flux fixture's inputs, for `ckpt` (the fixture or a copy).
+fn tiny_inputs(ckpt: &FluxCheckpoint) -> FluxInputs {
+    FluxInputs::from_file(
+        &fixtures::tiny_flux().join("inputs.safetensors"),
+        &ckpt.config,
+    )
+    .expect("inputs")
 }
 
-fn have_gpu(test: &str) -> bool {
-    dynvram_runtime::gpu::testing::test_gpu(test, dynvram_runtime::gpu::testing::any_adapter)
-        .is_some()
-}
-
-/// A tensor of a safetensors file as f32.
-#[derive(Debug, Clone)]
-struct T {
-    dtype: safetensors::Dtype,
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-    values: Vec<f32>,
-}
-
-fn read_st(path: &Path) -> HashMap<String, T> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    st.tensors()
-        .into_iter()
-        .map(|(name, v)| {
-            let d = v.data();
-            let values = match v.dtype() {
-                safetensors::Dtype::F32 => d
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                safetensors::Dtype::BF16 => d
-                    .chunks_exact(2)
-                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                other => panic!("{name}: {other:?}"),
-            };
-            (
-                name,
-                T {
-                    dtype: v.dtype(),
-                    shape: v.shape().to_vec(),
-                    bytes: d.to_vec(),
-                    values,
-                },
-            )
-        })
-        .collect()
+/// What diffusers computed for the tiny-flux fixture (`out`, intermediates).
+fn tiny_reference() -> HashMap<String, Tensor> {
+    safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))
 }
 
 /// Writes `tensors` (renamed by `rename`; `None` drops one) as a safetensors file.
-fn write_st(path: &Path, tensors: &HashMap<String, T>, rename: impl Fn(&str) -> Option<String>) {
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
-        .filter_map(|(n, t)| {
-            let name = rename(n)?;
-            let view = safetensors::tensor::TensorView::new(t.dtype, t.shape.clone(), &t.bytes)
-                .expect("view");
-            Some((name, view))
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, path).expect("write safetensors");
-}
-
-fn write_inputs(path: &Path, inputs: &[(&str, Vec<usize>, Vec<f32>)]) {
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = inputs
-        .iter()
-        .map(|(n, s, v)| {
-            (
-                n.to_string(),
-                s.clone(),
-                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            )
-        })
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-        .iter()
-        .map(|(n, s, b)| {
-            (
-                n.clone(),
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
-                    .expect("view"),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, path).expect("write inputs");
-}
-
-fn max_abs(v: &[f32]) -> f32 {
-    v.iter().fold(0f32, |m, x| m.max(x.abs()))
-}
-
-fn assert_close_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    let tol = rel * max_abs(want);
-    assert!(
-        err <= tol && got.iter().all(|v| v.is_finite()),
-        "{what}: max abs error {err:.3e} > {tol:.3e} ({rel} × max|ref| {:.3e})",
-        max_abs(want)
+fn write_st(
+    path: &Path,
+    tensors: &HashMap<String, Tensor>,
+    rename: impl Fn(&str) -> Option<String>,
+) {
+    safetensors::write(
+        path,
+        tensors.iter().filter_map(|(n, t)| Some((rename(n)?, t))),
     );
-    eprintln!("{what}: max abs error {err:.3e} (tolerance {tol:.3e})");
-}
-
-fn runtime(vram_budget: Option<u64>) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        budget: BudgetConfig {
-            vram_budget,
-            ..BudgetConfig::default()
-        },
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime opens")
-}
-
-/// A capacity that keeps at most a quarter of the weights resident: the
-/// reserve, the scratch, two arenas of the largest block, a quarter.
-fn quarter_budget(ckpt: &FluxCheckpoint, shape: Shape, dtype: ActDtype) -> u64 {
-    let spec = ckpt.spec(shape, dtype);
-    let (_, weights) = dynvram_runtime::plan_spec(&spec, u64::MAX).expect("plan");
-    let model: u64 = weights.iter().map(|w| w.size).sum();
-    let mut per_block = HashMap::new();
-    for w in &weights {
-        *per_block.entry(w.block).or_insert(0u64) += w.size.next_multiple_of(256);
-    }
-    let arena = per_block.values().copied().max().unwrap_or(0);
-    BudgetConfig::default().reserve + spec.scratch_bytes + 2 * arena + model / 4
 }
 
 /// Runs one forward of `inputs` on `ckpt`; `quarter`: under a budget that
@@ -165,7 +60,7 @@ fn run(
     dtype: ActDtype,
     capture: bool,
 ) -> dynvram_models::flux::FluxForward {
-    let budget = quarter.then(|| quarter_budget(ckpt, inputs.shape, dtype));
+    let budget = quarter.then(|| quarter_budget(&ckpt.spec(inputs.shape, dtype)));
     let rt = runtime(budget);
     let model = Model::open(&rt, &ckpt.spec(inputs.shape, dtype)).expect("model opens");
     let report = model.report();
@@ -203,11 +98,10 @@ fn check_tiny(test: &str, quarter: bool) -> Option<Vec<f32>> {
     if !have_gpu(test) {
         return None;
     }
-    let ckpt = FluxCheckpoint::open(&tiny()).expect("tiny-flux opens");
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
     assert!(!ckpt.inferred);
-    let inputs =
-        FluxInputs::from_file(&tiny().join("inputs.safetensors"), &ckpt.config).expect("inputs");
-    let reference = read_st(&tiny().join("reference.safetensors"));
+    let inputs = tiny_inputs(&ckpt);
+    let reference = tiny_reference();
     let got = run(&ckpt, &inputs, quarter, ActDtype::F32, true);
     assert_eq!(got.captures.len(), 8);
     if quarter {
@@ -240,34 +134,17 @@ fn tiny_flux_streamed_matches_reference() {
 #[test]
 fn tiny_flux_f16_is_close() {
     let test = "tiny_flux_f16_is_close";
-    let Some(gpu) = dynvram_runtime::gpu::testing::test_gpu(test, |c| {
-        if c.shader_f16 {
-            Ok(())
-        } else {
-            Err("adapter lacks SHADER_F16".into())
-        }
-    }) else {
+    let Some(gpu) = test_gpu(test, needs_f16) else {
         return;
     };
     drop(gpu);
-    let ckpt = FluxCheckpoint::open(&tiny()).expect("tiny-flux opens");
-    let inputs =
-        FluxInputs::from_file(&tiny().join("inputs.safetensors"), &ckpt.config).expect("inputs");
-    let want = &read_st(&tiny().join("reference.safetensors"))["out"].values;
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
+    let inputs = tiny_inputs(&ckpt);
+    let want = &tiny_reference()["out"].values;
     let got = run(&ckpt, &inputs, false, ActDtype::F16, false).out;
     assert_close_rel("out (f16)", &got, want, 3e-2);
     let cos = cosine(&got, want);
     assert!(cos >= 0.999, "cosine {cos}");
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b)).max(1e-30)
 }
 
 /// ComfyUI's full-checkpoint layout: every key under
@@ -281,7 +158,7 @@ fn comfy_prefixed_checkpoint_runs() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let tensors = read_st(&tiny().join("model.safetensors"));
+    let tensors = safetensors::read(&fixtures::tiny_flux().join("model.safetensors"));
     let mut with_vae = tensors.clone();
     with_vae.insert(
         "first_stage_model.decoder.conv_in.weight".into(),
@@ -294,13 +171,16 @@ fn comfy_prefixed_checkpoint_runs() {
             format!("{COMFY_PREFIX}{n}")
         })
     });
-    std::fs::copy(tiny().join("config.json"), dir.path().join("config.json")).expect("config");
+    std::fs::copy(
+        fixtures::tiny_flux().join("config.json"),
+        dir.path().join("config.json"),
+    )
+    .expect("config");
     let ckpt = FluxCheckpoint::open(dir.path()).expect("prefixed checkpoint opens");
     assert_eq!(ckpt.names.prefix, COMFY_PREFIX);
-    let inputs =
-        FluxInputs::from_file(&tiny().join("inputs.safetensors"), &ckpt.config).expect("inputs");
+    let inputs = tiny_inputs(&ckpt);
     let got = run(&ckpt, &inputs, false, ActDtype::F32, false);
-    let want = &read_st(&tiny().join("reference.safetensors"))["out"].values;
+    let want = &tiny_reference()["out"].values;
     assert_close_rel("out (prefixed)", &got.out, want, REL);
 }
 
@@ -308,7 +188,7 @@ fn comfy_prefixed_checkpoint_runs() {
 
 /// `bfl_forward` of the fixture's `generate.py` on the CPU in f64 sums.
 struct CpuFlux<'a> {
-    w: &'a HashMap<String, T>,
+    w: &'a HashMap<String, Tensor>,
     c: &'a FluxConfig,
     prefix: &'a str,
 }
@@ -582,16 +462,15 @@ fn attention(
 /// configurations' checks lean on it.
 #[test]
 fn cpu_reference_matches_fixture() {
-    let ckpt = FluxCheckpoint::open(&tiny()).expect("tiny-flux opens");
-    let inputs =
-        FluxInputs::from_file(&tiny().join("inputs.safetensors"), &ckpt.config).expect("inputs");
-    let w = read_st(&tiny().join("model.safetensors"));
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
+    let inputs = tiny_inputs(&ckpt);
+    let w = safetensors::read(&fixtures::tiny_flux().join("model.safetensors"));
     let cpu = CpuFlux {
         w: &w,
         c: &ckpt.config,
         prefix: "",
     };
-    let want = &read_st(&tiny().join("reference.safetensors"))["out"].values;
+    let want = &tiny_reference()["out"].values;
     assert_close_rel("cpu out", &cpu.forward(&inputs), want, 1e-4);
 }
 
@@ -695,7 +574,7 @@ fn check_against_cpu(
     let (path, ckpt) = synth_ckpt(dir.path(), c, "", true, 7);
     assert_eq!(&ckpt.config, c);
     let inputs = make_inputs(c, batch, grid, txt_len, 11);
-    let w = read_st(&path);
+    let w = safetensors::read(&path);
     let want = CpuFlux {
         w: &w,
         c,
@@ -757,7 +636,7 @@ fn prefixed_single_file_infers_config() {
         return;
     }
     let inputs = make_inputs(&c, 1, (2, 3), 4, 5);
-    let w = read_st(&dir.path().join("model.safetensors"));
+    let w = safetensors::read(&dir.path().join("model.safetensors"));
     let want = CpuFlux {
         w: &w,
         c: &c,
@@ -785,8 +664,9 @@ fn open_err(path: &Path) -> String {
 fn bad_checkpoints_are_refused_clearly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let tensors = read_st(&tiny().join("model.safetensors"));
-    let config = std::fs::read_to_string(tiny().join("config.json")).expect("config");
+    let tensors = safetensors::read(&fixtures::tiny_flux().join("model.safetensors"));
+    let config =
+        std::fs::read_to_string(fixtures::tiny_flux().join("config.json")).expect("config");
     // A double block missing.
     std::fs::write(d.join("config.json"), &config).expect("config");
     write_st(&d.join("model.safetensors"), &tensors, |n| {
@@ -850,7 +730,7 @@ fn bad_checkpoints_are_refused_clearly() {
 fn input_err(c: &FluxConfig, inputs: &[(&str, Vec<usize>, Vec<f32>)]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("in.safetensors");
-    write_inputs(&path, inputs);
+    safetensors::write_f32(&path, inputs);
     match FluxInputs::from_file(&path, c) {
         Ok(_) => panic!("inputs accepted"),
         Err(FluxError::Input(s)) => {
@@ -863,9 +743,9 @@ fn input_err(c: &FluxConfig, inputs: &[(&str, Vec<usize>, Vec<f32>)]) -> String 
 
 #[test]
 fn bad_inputs_are_refused_clearly() {
-    let ckpt = FluxCheckpoint::open(&tiny()).expect("tiny-flux opens");
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
     let c = &ckpt.config;
-    let r = read_st(&tiny().join("inputs.safetensors"));
+    let r = safetensors::read(&fixtures::tiny_flux().join("inputs.safetensors"));
     let good: Vec<(&str, Vec<usize>, Vec<f32>)> = dynvram_models::flux::INPUT_NAMES
         .iter()
         .map(|&n| (n, r[n].shape.clone(), r[n].values.clone()))
@@ -934,15 +814,7 @@ fn bad_inputs_are_refused_clearly() {
                 v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             )
         };
-        m.insert(
-            n.to_string(),
-            T {
-                dtype,
-                shape: s.clone(),
-                bytes,
-                values: vec![],
-            },
-        );
+        m.insert(n.to_string(), Tensor::new(dtype, s.clone(), bytes));
     }
     write_st(&path, &m, |n| Some(n.to_owned()));
     match FluxInputs::from_file(&path, c) {
@@ -986,7 +858,7 @@ fn comfy_mixed_quant_checkpoint_runs() {
             TargetFormat::Float8E4m3fn,
         ),
     ];
-    let mut src = tiny().join("model.safetensors");
+    let mut src = fixtures::tiny_flux().join("model.safetensors");
     for (i, (only, target)) in steps.into_iter().enumerate() {
         let out = d.join(format!("step{i}.safetensors"));
         let opts = QuantizeOptions::new(target, Some(only), None).expect("options");
@@ -996,10 +868,16 @@ fn comfy_mixed_quant_checkpoint_runs() {
     }
     let mixed = d.join("comfy");
     std::fs::create_dir(&mixed).expect("mkdir");
-    write_st(&mixed.join("model.safetensors"), &read_st_raw(&src), |n| {
-        Some(format!("{COMFY_PREFIX}{n}"))
-    });
-    std::fs::copy(tiny().join("config.json"), mixed.join("config.json")).expect("config");
+    write_st(
+        &mixed.join("model.safetensors"),
+        &safetensors::read(&src),
+        |n| Some(format!("{COMFY_PREFIX}{n}")),
+    );
+    std::fs::copy(
+        fixtures::tiny_flux().join("config.json"),
+        mixed.join("config.json"),
+    )
+    .expect("config");
     let ckpt = FluxCheckpoint::open(&mixed).expect("mixed checkpoint opens");
     let files = ckpt.files();
     let list = dynvram_runtime::FilesList::new(files);
@@ -1021,9 +899,8 @@ fn comfy_mixed_quant_checkpoint_runs() {
         Format::Float8E4m3fn
     ));
     assert!(matches!(fmt("img_in"), Format::Bf16));
-    let inputs =
-        FluxInputs::from_file(&tiny().join("inputs.safetensors"), &ckpt.config).expect("inputs");
-    let want = &read_st(&tiny().join("reference.safetensors"))["out"].values;
+    let inputs = tiny_inputs(&ckpt);
+    let want = &tiny_reference()["out"].values;
     let resident = run(&ckpt, &inputs, false, ActDtype::F32, false).out;
     let streamed = run(&ckpt, &inputs, true, ActDtype::F32, false).out;
     assert!(
@@ -1044,26 +921,6 @@ fn comfy_mixed_quant_checkpoint_runs() {
     );
     // Weight quantization moves the output; a broken layer moves it far more.
     assert!(cos > 0.99 && err < 0.15 * max_abs(want), "{err} {cos}");
-}
-
-/// Every tensor as stored (any dtype), for renaming.
-fn read_st_raw(path: &Path) -> HashMap<String, T> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    st.tensors()
-        .into_iter()
-        .map(|(name, v)| {
-            (
-                name,
-                T {
-                    dtype: v.dtype(),
-                    shape: v.shape().to_vec(),
-                    bytes: v.data().to_vec(),
-                    values: vec![],
-                },
-            )
-        })
-        .collect()
 }
 
 /// `synth --like flux-dev|flux-schnell` shapes: FLUX.1's 11.9 G parameters

@@ -12,21 +12,15 @@
 //! that step, which is what f16 rounding can flip (the smallest margin over
 //! the 16 steps is printed: 3.6e-3 on lavapipe, and every id matched).
 
-use crate::llama_common::{get, ids, max_abs, read_safetensors, runtime, tiny_dir};
 use dynvram_models::llama::{Checkpoint, Limits, Llama, argmax};
-use dynvram_runtime::gpu::testing::test_gpu;
 use dynvram_runtime::{ActDtype, GpuError, Model, RuntimeError};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::gpu::{lacks_f16, needs_f16, runtime, test_gpu};
+use dynvram_test_support::safetensors::{self, get};
+use dynvram_test_support::tolerance::max_abs;
 
 const LOGITS_REL: f32 = 8.0 / 2048.0;
 const NEW_TOKENS: usize = 16;
-
-fn needs_f16(c: &dynvram_runtime::quant::AdapterCaps) -> Result<(), String> {
-    if c.shader_f16 {
-        Ok(())
-    } else {
-        Err("adapter lacks SHADER_F16".into())
-    }
-}
 
 /// Max |a − b| / max|b|.
 fn rel_err(a: &[f32], b: &[f32]) -> f32 {
@@ -54,16 +48,14 @@ fn margin(row: &[f32]) -> f32 {
 #[test]
 fn tiny_llama_f16_activations_match_the_f32_reference() {
     let test = "tiny_llama_f16_activations_match_the_f32_reference";
-    let Some(dir) = tiny_dir(test) else {
-        return;
-    };
+    let dir = fixtures::tiny_llama();
     if test_gpu(test, needs_f16).is_none() {
         return;
     }
-    let reference = read_safetensors(&dir.join("reference.safetensors"));
+    let reference = safetensors::read(&dir.join("reference.safetensors"));
     let prompts = [
-        ids(get(&reference, "input_ids_p0")),
-        ids(get(&reference, "input_ids_p1")),
+        get(&reference, "input_ids_p0").ids_u32(),
+        get(&reference, "input_ids_p1").ids_u32(),
     ];
     let ckpt = Checkpoint::open(&dir).expect("tiny-llama opens");
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
@@ -112,7 +104,7 @@ fn tiny_llama_f16_activations_match_the_f32_reference() {
             &mut |_| {},
         )
         .expect("generate");
-    let want = ids(get(&reference, "greedy_ids_p0"));
+    let want = get(&reference, "greedy_ids_p0").ids_u32();
     let want_logits = &get(&reference, "greedy_logits_p0").values;
     if let Some(s) = g.tokens.iter().zip(&want).position(|(a, b)| a != b) {
         let row = &want_logits[s * vocab..(s + 1) * vocab];
@@ -136,14 +128,8 @@ fn tiny_llama_f16_activations_match_the_f32_reference() {
 #[test]
 fn f16_without_shader_f16_is_a_typed_error() {
     let test = "f16_without_shader_f16_is_a_typed_error (llama)";
-    let Some(dir) = tiny_dir(test) else {
-        return;
-    };
-    let lacks = |c: &dynvram_runtime::quant::AdapterCaps| match needs_f16(c) {
-        Ok(()) => Err("adapter has SHADER_F16".to_owned()),
-        Err(_) => Ok(()),
-    };
-    if test_gpu(test, lacks).is_none() {
+    let dir = fixtures::tiny_llama();
+    if test_gpu(test, lacks_f16).is_none() {
         return;
     }
     let ckpt = Checkpoint::open(&dir).expect("opens");

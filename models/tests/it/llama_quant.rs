@@ -2,17 +2,19 @@
 //! crate (int8_tensorwise, convrot_w4a4): it runs, and its logits stay close
 //! to the f32 reference. Prints cosine similarity and top-1 agreement.
 
-use crate::llama_common;
-
-use crate::llama_common::{cosine, get, ids, open, read_safetensors, runtime, tiny_dir};
+use crate::llama_common::open;
 use dynvram_models::llama::{Checkpoint, Limits, argmax};
 use dynvram_runtime::quant::LinearDtype;
 use dynvram_runtime::quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::gpu::{have_gpu, runtime};
+use dynvram_test_support::safetensors::{self, get};
+use dynvram_test_support::tolerance::cosine;
 
 /// (cosine, top-1 agreement) of the prompts' logits against `logits_f32_*`.
 fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {
-    let dir = tiny_dir(test)?;
-    if !llama_common::have_gpu(test) {
+    let dir = fixtures::tiny_llama();
+    if !have_gpu(test) {
         return None;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -33,10 +35,10 @@ fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {
     );
     std::fs::copy(dir.join("config.json"), tmp.path().join("config.json")).expect("config copy");
 
-    let reference = read_safetensors(&dir.join("reference.safetensors"));
+    let reference = safetensors::read(&dir.join("reference.safetensors"));
     let prompts = [
-        ids(get(&reference, "input_ids_p0")),
-        ids(get(&reference, "input_ids_p1")),
+        get(&reference, "input_ids_p0").ids_u32(),
+        get(&reference, "input_ids_p1").ids_u32(),
     ];
     let ckpt = Checkpoint::open(tmp.path()).expect("quantized checkpoint opens");
     let limits = Limits {

@@ -2,11 +2,12 @@
 //! tied embeddings, f16 weights, the transformers 4 `rope_theta` key), run
 //! on the GPU and checked against a plain f32 CPU forward written here.
 
-use crate::llama_common;
-
-use crate::llama_common::{Tensor, assert_close_rel, open, read_safetensors, runtime};
+use crate::llama_common::open;
 use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
 use dynvram_models::llama::{Checkpoint, Limits, LlamaConfig, argmax};
+use dynvram_test_support::gpu::{have_gpu, runtime};
+use dynvram_test_support::safetensors::{self, Tensor, get};
+use dynvram_test_support::tolerance::assert_close_rel;
 use serde_json::json;
 
 const REL: f32 = 1e-3;
@@ -41,7 +42,7 @@ struct Cpu<'a> {
 
 impl Cpu<'_> {
     fn t(&self, name: &str) -> &[f32] {
-        &llama_common::get(self.w, name).values
+        &get(self.w, name).values
     }
 
     /// `x [rows, k] · W[n, k]ᵀ + b`.
@@ -160,7 +161,7 @@ impl Cpu<'_> {
 #[test]
 fn qwen2_style_synth_matches_cpu_reference() {
     let test = "qwen2_style_synth_matches_cpu_reference";
-    if !llama_common::have_gpu(test) {
+    if !have_gpu(test) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -178,7 +179,7 @@ fn qwen2_style_synth_matches_cpu_reference() {
         report.files
     );
     let ckpt = Checkpoint::open(dir.path()).expect("opens");
-    let weights = read_safetensors(&dir.path().join("model.safetensors"));
+    let weights = safetensors::read(&dir.path().join("model.safetensors"));
     matches_cpu(&ckpt, &weights);
 }
 
@@ -188,7 +189,7 @@ fn qwen2_style_synth_matches_cpu_reference() {
 #[test]
 fn explicit_head_dim_from_shards_matches_cpu_reference() {
     let test = "explicit_head_dim_from_shards_matches_cpu_reference";
-    if !llama_common::have_gpu(test) {
+    if !have_gpu(test) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -206,7 +207,7 @@ fn explicit_head_dim_from_shards_matches_cpu_reference() {
     assert_eq!((ckpt.config.head_dim, ckpt.config.q_width()), (32, 128));
     let mut weights = std::collections::HashMap::new();
     for f in ckpt.files().files() {
-        weights.extend(read_safetensors(f.path()));
+        weights.extend(safetensors::read(f.path()));
     }
     assert_eq!(
         weights["model.layers.0.self_attn.q_proj.weight"].shape,
@@ -276,14 +277,14 @@ fn synth_shards_with_an_index() {
         ..opts
     };
     synth::write_checkpoint(single.path(), &config(), opts1, &mut |_, _| {}).expect("synth");
-    let a = read_safetensors(&single.path().join("model.safetensors"));
+    let a = safetensors::read(&single.path().join("model.safetensors"));
     let name = "model.layers.2.mlp.down_proj.weight";
     let shard = ckpt
         .files()
         .get(name)
         .map(|(f, _)| f.path().to_owned())
         .expect("in a shard");
-    let b = read_safetensors(&shard);
+    let b = safetensors::read(&shard);
     assert_eq!(a[name].values, b[name].values);
 }
 

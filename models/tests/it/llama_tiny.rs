@@ -3,12 +3,12 @@
 //! generations, fully resident and with three quarters of the weights
 //! streamed (both must give bit-identical output).
 
-use crate::llama_common;
-
-use crate::llama_common::{
-    assert_close_rel, get, ids, open, quarter_budget, read_safetensors, runtime, tiny_dir,
-};
+use crate::llama_common::open;
 use dynvram_models::llama::{Checkpoint, ForwardOptions, Limits};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::gpu::{have_gpu, quarter_budget, runtime};
+use dynvram_test_support::safetensors::{self, get};
+use dynvram_test_support::tolerance::assert_close_rel;
 
 /// ≤ 1e-3 × max|reference| (issue 9).
 const REL: f32 = 1e-3;
@@ -24,14 +24,14 @@ struct Outputs {
 }
 
 fn run(test: &str, quarter: bool) -> Option<Outputs> {
-    let dir = tiny_dir(test)?;
-    if !llama_common::have_gpu(test) {
+    let dir = fixtures::tiny_llama();
+    if !have_gpu(test) {
         return None;
     }
-    let reference = read_safetensors(&dir.join("reference.safetensors"));
+    let reference = safetensors::read(&dir.join("reference.safetensors"));
     let prompts = [
-        ids(get(&reference, "input_ids_p0")),
-        ids(get(&reference, "input_ids_p1")),
+        get(&reference, "input_ids_p0").ids_u32(),
+        get(&reference, "input_ids_p1").ids_u32(),
     ];
     let ckpt = Checkpoint::open(&dir).expect("tiny-llama opens");
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
@@ -39,7 +39,7 @@ fn run(test: &str, quarter: bool) -> Option<Outputs> {
         max_seq: longest + NEW_TOKENS,
         max_rows: longest,
     };
-    let budget = quarter.then(|| quarter_budget(&ckpt, limits));
+    let budget = quarter.then(|| quarter_budget(&ckpt.spec(limits)));
     let rt = runtime(budget);
     let (model, mut llama) = open(&rt, &ckpt, limits);
     let report = model.report();
@@ -122,7 +122,7 @@ fn run(test: &str, quarter: bool) -> Option<Outputs> {
         let g = llama
             .generate(&rt, &model, prompt, NEW_TOKENS, &[], false, &mut |_| {})
             .expect("generate");
-        let want = ids(get(&reference, &format!("greedy_ids_p{p}")));
+        let want = get(&reference, &format!("greedy_ids_p{p}")).ids_u32();
         assert_eq!(g.tokens, want, "greedy ids of prompt {p}");
         let want_logits = &get(&reference, &format!("greedy_logits_p{p}")).values;
         let vocab = ckpt.config.vocab_size;
@@ -159,10 +159,8 @@ fn tiny_llama_matches_transformers_resident_and_at_quarter_budget() {
 #[test]
 fn bad_input_is_an_error() {
     let test = "bad_input_is_an_error";
-    let Some(dir) = tiny_dir(test) else {
-        return;
-    };
-    if !llama_common::have_gpu(test) {
+    let dir = fixtures::tiny_llama();
+    if !have_gpu(test) {
         return;
     }
     let ckpt = Checkpoint::open(&dir).expect("opens");

@@ -1,27 +1,13 @@
 //! The CPU references against every golden case in `fixtures/conformance`
 //! (README §7 tolerance rule), including the intermediate codes and accumulators.
 
-use std::path::PathBuf;
-
 use dynvram_quant::reference::{ActQuant, integer_linear_from_codes, quantize_act_for};
 use dynvram_quant::tensors::{f32s, i8s, i32s};
 use dynvram_quant::tolerance::{Comparison, FlipAllowance, compare};
 use dynvram_quant::{
     ActArith, Format, LayerBytes, QuantLayer, SafeFile, discover_layers, reference_linear,
 };
-
-fn conformance_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../fixtures/conformance"
-    ));
-    assert!(
-        dir.join("manifest.json").is_file(),
-        "no conformance folder at {} (fixtures/ is part of the repository)",
-        dir.display()
-    );
-    Some(dir)
-}
+use dynvram_test_support::fixtures;
 
 fn manifest(dir: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest.json readable");
@@ -158,7 +144,7 @@ fn check_integer_path(
 
 #[test]
 fn single_layer_cases_match_golden_outputs() {
-    let Some(dir) = conformance_dir() else { return };
+    let dir = fixtures::conformance();
     let man = manifest(&dir);
     let cases = man["cases"].as_array().expect("cases array");
     let mut checked = 0;
@@ -214,7 +200,7 @@ fn gelu_tanh(h: f32) -> f32 {
 
 #[test]
 fn stack_mixed_end_to_end() {
-    let Some(dir) = conformance_dir() else { return };
+    let dir = fixtures::conformance();
     let buf = std::fs::read(dir.join("stack_mixed.safetensors")).expect("stack file");
     let file = SafeFile::parse(&buf).expect("parses");
     let layers = discover_layers(&file).expect("layers validate");

@@ -2,7 +2,6 @@
 //! files, and files it writes load back and validate.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use dynvram_quant::quantize::{
     quantize_convrot_w4a4_weight, quantize_float8_e4m3fn_weight, quantize_int8_tensorwise_weight,
@@ -12,23 +11,11 @@ use dynvram_quant::{
     Format, LayerBytes, LinearDtype, QuantizeOptions, SafeFile, TargetFormat, TensorList,
     discover_layers, quantize_file, reference_linear,
 };
-
-fn conformance_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../fixtures/conformance"
-    ));
-    assert!(
-        dir.join("manifest.json").is_file(),
-        "no conformance folder at {} (fixtures/ is part of the repository)",
-        dir.display()
-    );
-    Some(dir)
-}
+use dynvram_test_support::fixtures;
 
 #[test]
 fn quantizer_reproduces_kitchen_weights_bit_exactly() {
-    let Some(dir) = conformance_dir() else { return };
+    let dir = fixtures::conformance();
     let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest");
     let man: serde_json::Value = serde_json::from_str(&text).expect("json");
     let mut checked = 0;

@@ -41,7 +41,7 @@ pub struct AdapterSummary {
     pub vram: Option<super::VramReading>,
     /// Where ordinary mapped staging buffers land (Vulkan): host RAM, or BAR
     /// (device-local memory that counts against VRAM).
-    pub staging_memory: Option<dynvram_loader::hostmem::StagingPlacement>,
+    pub staging_memory: Option<super::host_memory::StagingPlacement>,
     /// `VK_EXT_external_memory_host` is offered: pins and staging slots can
     /// be imported host RAM.
     pub host_import: bool,
@@ -161,9 +161,9 @@ pub fn enumerate_adapters(choice: &AdapterChoice) -> Result<Vec<AdapterSummary>,
                     .to_owned(),
                 caps: adapter_caps(a),
                 vram: super::read_vram(a),
-                staging_memory: dynvram_loader::hostmem::mapped_staging_memory(a),
-                host_import: dynvram_loader::hostmem::adapter_supports_import(a),
-                copy_queue_family: dynvram_loader::hostmem::adapter_copy_queue(
+                staging_memory: super::host_memory::mapped_staging_memory(a),
+                host_import: super::device_open::adapter_supports_import(a),
+                copy_queue_family: super::device_open::adapter_copy_queue(
                     a,
                     choice.options.copy_queue,
                 )

@@ -108,4 +108,26 @@ pub enum GpuError {
         /// wgpu's message.
         message: String,
     },
+    /// A GPU step of moving host bytes to the GPU failed: a staging slot or
+    /// pin (allocation, mapping), a copy's destination (alignment, usage,
+    /// room), or waiting for staged copies.
+    #[error("GPU {what}: {message}")]
+    Upload {
+        /// The operation and buffer.
+        what: String,
+        /// The details.
+        message: String,
+    },
+}
+
+/// What can go wrong moving bytes from a file to the GPU: reading them (the
+/// loader's error, naming file and tensor) or the GPU side.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// Reading the bytes failed.
+    #[error(transparent)]
+    Load(#[from] dynvram_loader::LoadError),
+    /// The GPU side failed (usually [`GpuError::Upload`]).
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
 }

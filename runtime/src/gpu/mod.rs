@@ -1,4 +1,6 @@
-//! The wgpu side of the runtime: adapter choice, device, error capture.
+//! The wgpu side of the runtime: adapter choice, device, error capture, and
+//! the GPU side of uploads (host-memory import, pinned buffers, the staging
+//! ring's slots, the upload benchmark).
 //!
 //! Every buffer and pipeline the workspace creates goes through [`Gpu`], so
 //! out-of-memory and validation errors come back as [`GpuError`] values instead
@@ -6,20 +8,28 @@
 
 mod adapter;
 mod caps;
+pub mod device_open;
 mod error;
-pub mod testing;
+pub mod host_memory;
+mod pinned_buffer;
+mod staging;
+mod staging_ring;
 #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
 mod transfer;
 #[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
 #[path = "transfer_none.rs"]
 mod transfer;
 mod transfer_cmd;
+pub mod upload_bench;
 mod vram;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::caps_of;
-pub use dynvram_loader::hostmem::CopyQueueMode;
-pub use error::GpuError;
+pub use device_open::CopyQueueMode;
+pub use error::{GpuError, UploadError};
+pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
+pub use pinned_buffer::PinnedBuffer;
+pub use staging_ring::{RingConfig, StagingRing};
 pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 
@@ -123,12 +133,12 @@ impl Gpu {
         // (pins and staging slots in imported host RAM); wgpu's own
         // `request_device` elsewhere.
         let (device, queue, extras) =
-            dynvram_loader::hostmem::request_device(&adapter, &desc, options.copy_queue).map_err(
-                |e| GpuError::RequestDevice {
+            device_open::request_device(&adapter, &desc, options.copy_queue).map_err(|e| {
+                GpuError::RequestDevice {
                     adapter: info.name.clone(),
                     message: e.to_string(),
-                },
-            )?;
+                }
+            })?;
         let host_import = extras.host_import;
         let transfer = open_transfer_queue(&device, &queue, extras.copy_queue, options.copy_queue);
         let lost = Arc::new(Mutex::new(None));

@@ -141,7 +141,7 @@ impl TransferQueue {
             let kernels = raw.create_semaphore(&info, None);
             match (copies, kernels) {
                 (Ok(copies), Ok(kernels)) => Ok(Self {
-                    families: dynvram_loader::hostmem::shared_families(device),
+                    families: super::device_open::shared_families(device),
                     memory,
                     device: raw,
                     queue: Mutex::new(vk_queue),

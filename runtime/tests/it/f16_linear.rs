@@ -12,7 +12,7 @@
 //! f16 ulp of the f32 result (relative for normal values, the subnormal
 //! spacing's half below), plus the f32 deviation.
 
-use crate::linear_common::HostLayer;
+use crate::linear_common::{Env, HostLayer, env};
 
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
@@ -20,38 +20,18 @@ use dynvram_quant::reference::{
 };
 use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_runtime::gpu::testing::test_gpu;
-use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ActDtype;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host::{self, round_to};
 use dynvram_runtime::ops::linear::{
     CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights, RecordOptions,
     coop_unusable, record_linear_with,
 };
-use dynvram_runtime::{ActDtype, Gpu};
+use dynvram_test_support::gpu::needs_f16;
+use dynvram_test_support::random::activations;
+use dynvram_test_support::skip::coop_skipped;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-struct Env {
-    gpu: Gpu,
-    cache: PipelineCache,
-    scratch: LinearScratch,
-}
-
-fn env(test: &str) -> Option<Env> {
-    test_gpu(test, |c| {
-        if c.shader_f16 {
-            Ok(())
-        } else {
-            Err("adapter lacks SHADER_F16".into())
-        }
-    })
-    .map(|gpu| Env {
-        gpu,
-        cache: PipelineCache::default(),
-        scratch: LinearScratch::new(),
-    })
-}
 
 /// Output, activation codes (column order) and scales of one f16 run.
 struct Run {
@@ -61,11 +41,11 @@ struct Run {
 }
 
 impl Env {
-    fn run(&mut self, h: &HostLayer, choice: KernelChoice, x: &[f32]) -> Run {
-        self.run_with(h, choice, x, &RecordOptions::default())
+    fn run_f16(&mut self, h: &HostLayer, choice: KernelChoice, x: &[f32]) -> Run {
+        self.run_f16_with(h, choice, x, &RecordOptions::default())
     }
 
-    fn run_with(
+    fn run_f16_with(
         &mut self,
         h: &HostLayer,
         choice: KernelChoice,
@@ -92,30 +72,10 @@ impl Env {
         .expect("record");
         self.gpu.queue.submit([enc.finish()]);
         let y = host::read(&self.gpu, &out).expect("read out");
-        let (mut codes, mut scales) = (Vec::new(), Vec::new());
-        if let KernelChoice::Integer { .. } = choice {
-            let words = self
-                .gpu
-                .read_back(self.scratch.act_codes().expect("codes"), 0, m * k)
-                .expect("codes");
-            let paired = matches!(h.meta.format, Format::ConvrotW4a4 { .. })
-                && !self.scratch.last_used_coop();
-            codes = vec![0i8; (m * k) as usize];
-            for (i, &b) in words.iter().enumerate() {
-                let (row, within) = (i / k as usize, i % k as usize);
-                let (word, byte) = (within / 4, within % 4);
-                let col = if paired {
-                    (word / 2) * 8 + word % 2 + 2 * byte
-                } else {
-                    within
-                };
-                codes[row * k as usize + col] = b as i8;
-            }
-            scales = self
-                .gpu
-                .read_f32(self.scratch.act_scales().expect("scales"), 0, m)
-                .expect("scales");
-        }
+        let (codes, scales) = match choice {
+            KernelChoice::Integer { .. } => self.act_codes_and_scales(h.meta.format, m, k),
+            _ => (Vec::new(), Vec::new()),
+        };
         Run {
             out: y,
             codes,
@@ -141,24 +101,19 @@ fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
     eprintln!("{what}: worst |diff| / tolerance = {worst:.3}");
 }
 
+/// [`activations`] rounded to f16: the reference sees exactly what the GPU
+/// holds.
 fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
-    let mut x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2.0..2.0)).collect();
-    x[k / 3] = 40.0;
-    // Rounded to f16 first: the reference sees exactly what the GPU holds.
+    let x = activations(rng, m, k);
     x.iter().map(|&v| round_to(v, ActDtype::F16)).collect()
-}
-
-fn fast_variants(env: &Env) -> Vec<bool> {
-    if env.gpu.caps.subgroups {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
 }
 
 #[test]
 fn integer_paths_with_f16_activations_match_the_reference() {
-    let Some(mut env) = env("integer_paths_with_f16_activations_match_the_reference") else {
+    let Some(mut env) = env(
+        "integer_paths_with_f16_activations_match_the_reference",
+        needs_f16,
+    ) else {
         return;
     };
     let mut rng = ChaCha8Rng::seed_from_u64(17);
@@ -214,9 +169,9 @@ fn integer_paths_with_f16_activations_match_the_reference() {
                     }
                     _ => epilogue_tensorwise(&acc, &q.scales, &s_w, n, h.bias_f32().as_deref()),
                 };
-                for fast in fast_variants(&env) {
+                for fast in env.fast_variants() {
                     let what = format!("{format:?} {act:?} fast={fast} M={m} N={n} K={k}");
-                    let r = env.run(&h, KernelChoice::Integer { act, fast }, &x);
+                    let r = env.run_f16(&h, KernelChoice::Integer { act, fast }, &x);
                     assert_eq!(r.codes, q.codes, "{what}: activation codes");
                     assert_eq!(r.scales, q.scales, "{what}: activation scales");
                     assert_f16_close(&what, &r.out, &e, 1e-6);
@@ -228,7 +183,10 @@ fn integer_paths_with_f16_activations_match_the_reference() {
 
 #[test]
 fn float_paths_with_f16_activations_match_the_reference() {
-    let Some(mut env) = env("float_paths_with_f16_activations_match_the_reference") else {
+    let Some(mut env) = env(
+        "float_paths_with_f16_activations_match_the_reference",
+        needs_f16,
+    ) else {
         return;
     };
     let mut rng = ChaCha8Rng::seed_from_u64(18);
@@ -246,7 +204,7 @@ fn float_paths_with_f16_activations_match_the_reference() {
             let x = random_x(&mut rng, m, k);
             let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
             let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
-            let y = env.run(&h, KernelChoice::Float, &x).out;
+            let y = env.run_f16(&h, KernelChoice::Float, &x).out;
             assert_f16_close(&format!("{format:?} M={m} N={n} K={k}"), &y, &e, 1e-5);
         }
     }
@@ -259,13 +217,12 @@ fn float_paths_with_f16_activations_match_the_reference() {
 /// failure.
 #[test]
 fn float_coop_gemm_matches_the_reference() {
-    let Some(mut env) = env("float_coop_gemm_matches_the_reference") else {
+    let Some(mut env) = env("float_coop_gemm_matches_the_reference", needs_f16) else {
         return;
     };
     if let Some(why) = coop_unusable(&env.gpu.caps, CoopShape::default()) {
         let msg = format!("float_coop_gemm_matches_the_reference: skipped: {why}");
-        assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
-        eprintln!("{msg}");
+        coop_skipped(&msg);
         return;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(19);
@@ -297,7 +254,7 @@ fn float_coop_gemm_matches_the_reference() {
                     coop: shape,
                     ..coop
                 };
-                let y = env.run_with(&h, KernelChoice::Float, &x, &opts).out;
+                let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
                 assert!(env.scratch.last_used_coop(), "{format:?}: ran tiled");
                 let what = format!("coop {shape:?} {format:?} M={m} N={n} K={k}");
                 assert_f16_close(&what, &y, &e, 1e-5);
@@ -307,7 +264,7 @@ fn float_coop_gemm_matches_the_reference() {
     // f32 weights would round: refused when forced, tiled when automatic.
     let h = HostLayer::random(&mut rng, Format::F32, 20, 64, false);
     let x = random_x(&mut rng, 40, 64);
-    env.run(&h, KernelChoice::Float, &x);
+    env.run_f16(&h, KernelChoice::Float, &x);
     assert!(
         !env.scratch.last_used_coop(),
         "f32 weights took the coop GEMM"
@@ -333,7 +290,7 @@ fn float_coop_gemm_matches_the_reference() {
 
 #[test]
 fn f16_operands_that_do_not_fit_are_errors() {
-    let Some(env) = env("f16_operands_that_do_not_fit_are_errors") else {
+    let Some(env) = env("f16_operands_that_do_not_fit_are_errors", needs_f16) else {
         return;
     };
     let mut rng = ChaCha8Rng::seed_from_u64(19);

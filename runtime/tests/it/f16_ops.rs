@@ -16,7 +16,10 @@
 
 use std::sync::Arc;
 
-use dynvram_runtime::gpu::testing::test_gpu;
+use crate::ops_common::{Ctx, ctx_with, read, run, up, zeros};
+use dynvram_test_support::gpu::{lacks_f16, needs_f16, test_gpu};
+use dynvram_test_support::random::uniform_seeded;
+
 use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::elementwise::{
@@ -28,58 +31,17 @@ use dynvram_runtime::ops::host::{self, round_to};
 use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::norm::{record_layer_norm, record_rms_norm};
 use dynvram_runtime::ops::rope::{RopeTable, record_rope};
-use dynvram_runtime::{ActDtype, Gpu, GpuError, GpuTensor};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
 
 const F32_SLACK: f32 = 2e-6;
 
-struct Ctx {
-    gpu: Gpu,
-    cache: PipelineCache,
-}
-
-fn needs_f16(c: &dynvram_runtime::quant::AdapterCaps) -> Result<(), String> {
-    if c.shader_f16 {
-        Ok(())
-    } else {
-        Err("adapter lacks SHADER_F16".into())
-    }
-}
-
+/// The test GPU, if it has `SHADER_F16`.
 fn ctx(test: &str) -> Option<Ctx> {
-    test_gpu(test, needs_f16).map(|gpu| Ctx {
-        gpu,
-        cache: PipelineCache::default(),
-    })
-}
-
-fn random(seed: u64, n: usize, range: f32) -> Vec<f32> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..n).map(|_| rng.random_range(-range..range)).collect()
+    ctx_with(test, needs_f16)
 }
 
 fn f16_rounded(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| round_to(x, ActDtype::F16)).collect()
-}
-
-fn up(c: &Ctx, data: &[f32], shape: &[u64], dtype: ActDtype) -> GpuTensor {
-    host::upload(&c.gpu, "input", data, shape.to_vec(), dtype).expect("upload")
-}
-
-fn zeros(c: &Ctx, shape: &[u64], dtype: ActDtype) -> GpuTensor {
-    host::zeros(&c.gpu, "out", shape.to_vec(), dtype).expect("zeros")
-}
-
-fn read(c: &Ctx, t: &GpuTensor) -> Vec<f32> {
-    host::read(&c.gpu, t).expect("read")
-}
-
-fn run(c: &Ctx, f: impl FnOnce(&mut Encoder) -> Result<(), GpuError>) {
-    let mut enc = Encoder::new(&c.gpu.device, "test");
-    f(&mut enc).expect("record");
-    c.gpu.queue.submit([enc.finish()]);
-    c.gpu.wait_idle().expect("wait");
 }
 
 /// The tolerance rule of the module doc.
@@ -117,7 +79,7 @@ fn compare(
             .collect();
         let out = zeros(c, out_shape, dtype);
         run(c, |enc| f(enc, &ins, &out));
-        results.push(read(c, &out));
+        results.push(read(&c.gpu, &out));
     }
     assert_f16_close(what, &results[1], &results[0]);
 }
@@ -131,8 +93,8 @@ fn elementwise_ops_in_f16_match_f32() {
     // 1001 elements: an odd f16 count (the binding ends on a half word).
     let shape = [7u64, 143];
     let n = 1001;
-    let a = random(1, n, 6.0);
-    let b = random(2, n, 3.0);
+    let a = uniform_seeded(1, n, 6.0);
+    let b = uniform_seeded(2, n, 3.0);
     for op in [Unary::GeluTanh, Unary::Silu, Unary::Scale(0.37)] {
         compare(
             &c,
@@ -183,13 +145,13 @@ fn norms_in_f16_match_f32() {
     let (g, k) = (&c.gpu, &c.cache);
     for (rows, cols) in [(1u64, 256u64), (5, 771)] {
         let n = (rows * cols) as usize;
-        let x = random(3, n, 4.0);
+        let x = uniform_seeded(3, n, 4.0);
         let shape = [rows, cols];
         // Norm weights and biases stay f32 whatever the activations are.
         let w = host::upload(
             g,
             "w",
-            &random(4, cols as usize, 1.5),
+            &uniform_seeded(4, cols as usize, 1.5),
             vec![cols],
             ActDtype::F32,
         )
@@ -197,7 +159,7 @@ fn norms_in_f16_match_f32() {
         let b = host::upload(
             g,
             "b",
-            &random(5, cols as usize, 0.5),
+            &uniform_seeded(5, cols as usize, 0.5),
             vec![cols],
             ActDtype::F32,
         )
@@ -228,7 +190,7 @@ fn rope_in_f16_matches_f32() {
     let table = RopeTable::new(g, 10000.0, 64, 300).expect("table");
     let (seq, heads) = (9u64, 3u64);
     let shape = [seq, heads * 64];
-    let x = random(6, (seq * heads * 64) as usize, 3.0);
+    let x = uniform_seeded(6, (seq * heads * 64) as usize, 3.0);
     compare(&c, "rope", &[(&x, &shape)], &shape, |e, i, o| {
         e.commands()
             .copy_buffer_to_buffer(&i[0].buffer, 0, &o.buffer, 0, o.buffer.size());
@@ -249,9 +211,9 @@ fn attention_with_f16_caches_matches_f32() {
     };
     let (max_seq, kv_len, sq, pos0) = (140u64, 131u64, 5u64, 126u64);
     let width = 2 * 32;
-    let q = random(7, (sq * 8 * 32) as usize, 1.5);
-    let kk = random(8, (kv_len * width) as usize, 1.5);
-    let v = random(9, (kv_len * width) as usize, 2.0);
+    let q = uniform_seeded(7, (sq * 8 * 32) as usize, 1.5);
+    let kk = uniform_seeded(8, (kv_len * width) as usize, 1.5);
+    let v = uniform_seeded(9, (kv_len * width) as usize, 2.0);
     let (qs, ks) = ([sq, 8 * 32], [kv_len, width]);
     compare(
         &c,
@@ -289,7 +251,7 @@ fn embed_into_f16_rounds_the_table_values() {
     };
     let (g, k) = (&c.gpu, &c.cache);
     let (vocab, hidden) = (50u64, 33u64);
-    let values = random(10, (vocab * hidden) as usize, 2.0);
+    let values = uniform_seeded(10, (vocab * hidden) as usize, 2.0);
     let table =
         host::upload(g, "table", &values, vec![vocab, hidden], ActDtype::F32).expect("table");
     let ids: Vec<u32> = vec![3, 49, 0, 17, 3];
@@ -322,7 +284,7 @@ fn embed_into_f16_rounds_the_table_values() {
             &out,
         )
     });
-    let got = read(&c, &out);
+    let got = read(&c.gpu, &out);
     let want: Vec<f32> = ids
         .iter()
         .flat_map(|&i| {
@@ -358,13 +320,7 @@ fn mixed_dtypes_are_rejected() {
 /// [`GpuError::NoShaderF16`], both when allocating and when recording.
 #[test]
 fn f16_without_shader_f16_is_a_typed_error() {
-    let Some(gpu) = test_gpu("f16_without_shader_f16_is_a_typed_error", |c| {
-        if c.shader_f16 {
-            Err("adapter has SHADER_F16".into())
-        } else {
-            Ok(())
-        }
-    }) else {
+    let Some(gpu) = test_gpu("f16_without_shader_f16_is_a_typed_error", lacks_f16) else {
         return;
     };
     let e = host::upload(&gpu, "x", &[1.0; 8], vec![8], ActDtype::F16).expect_err("no f16");

@@ -1,6 +1,6 @@
 //! The device opens and its caps are read on the selected adapter.
 
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
+use dynvram_test_support::gpu::{any_adapter, test_gpu};
 
 #[test]
 fn device_opens_and_round_trips_a_buffer() {

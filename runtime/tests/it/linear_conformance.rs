@@ -1,23 +1,17 @@
 //! Every golden case of `fixtures/conformance` on the test adapter, with the
 //! path the kernel choice picks, and with int4 and int8 forced.
 
-use std::path::Path;
-
 use dynvram_quant::LinearDtypeOverride;
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::linear::conformance::run_dir;
-
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/conformance");
+use dynvram_test_support::fixtures;
+use dynvram_test_support::gpu::{any_adapter, test_gpu};
 
 fn check(test: &str, ov: LinearDtypeOverride) {
-    assert!(
-        Path::new(DIR).join("manifest.json").exists(),
-        "{test}: {DIR} is absent (fixtures/ is part of the repository)"
-    );
+    let dir = fixtures::conformance();
     let Some(gpu) = test_gpu(test, any_adapter) else {
         return;
     };
-    let reports = run_dir(&gpu, Path::new(DIR), ov).expect("conformance cases run");
+    let reports = run_dir(&gpu, &dir, ov).expect("conformance cases run");
     assert!(
         reports.len() >= 15,
         "expected every case, got {}",

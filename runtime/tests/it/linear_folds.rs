@@ -9,72 +9,30 @@
 //! weights f32/f16/bf16; and what cannot fold is refused before anything
 //! is recorded.
 
-use crate::linear_common::HostLayer;
+use crate::linear_common::{HostLayer, env};
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_runtime::gpu::testing::test_gpu;
-use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::elementwise::{record_add_inplace, record_swiglu};
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::{
-    Fold, Fusion, LinearScratch, LinearWeights, NormFold, RecordOptions, fold_unusable,
-    record_linear_folded, record_linear_with, record_linears_fused,
+    Fold, Fusion, LinearWeights, NormFold, RecordOptions, fold_unusable, record_linear_folded,
+    record_linear_with, record_linears_fused,
 };
 use dynvram_runtime::ops::norm::record_rms_norm;
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use dynvram_test_support::gpu::any_adapter;
+use dynvram_test_support::random::{rng, uniform};
+use dynvram_test_support::tolerance::assert_close_rel;
 
 const EPS: f32 = 1e-5;
 
-struct Env {
-    gpu: Gpu,
-    cache: PipelineCache,
-    scratch: LinearScratch,
-}
-
-fn env(test: &str) -> Option<Env> {
-    test_gpu(test, |_| Ok(())).map(|gpu| Env {
-        gpu,
-        cache: PipelineCache::default(),
-        scratch: LinearScratch::new(),
-    })
-}
-
-fn random(rng: &mut ChaCha8Rng, n: usize, range: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-range..range)).collect()
-}
-
-fn dtypes(env: &Env) -> Vec<ActDtype> {
-    let mut d = vec![ActDtype::F32];
-    if env.gpu.caps.shader_f16 {
-        d.push(ActDtype::F16);
-    }
-    d
-}
-
-/// `|y - e| <= rel · max|e|` elementwise.
-fn assert_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
-    assert_eq!(y.len(), e.len(), "{what}: lengths");
-    let scale = e.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let worst = y
-        .iter()
-        .zip(e)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    assert!(
-        worst <= rel * scale,
-        "{what}: max |y - e| = {worst:e} > {rel:e} · {scale:e}"
-    );
-}
-
 #[test]
 fn folded_norm_matches_norm_then_linears() {
-    let Some(mut env) = env("folded_norm_matches_norm_then_linears") else {
+    let Some(mut env) = env("folded_norm_matches_norm_then_linears", any_adapter) else {
         return;
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(31);
-    for dtype in dtypes(&env) {
+    let mut rng = rng(31);
+    for dtype in env.act_dtypes() {
         // The norm's output is rounded to `dtype`; one ulp of it moves a
         // K-long dot product by about that much relative to its scale.
         let rel = match dtype {
@@ -94,10 +52,10 @@ fn folded_norm_matches_norm_then_linears() {
                     .map(|h| LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("up"))
                     .collect();
                 let g = &env.gpu;
-                let mut xs = random(&mut rng, m * k, 3.0);
+                let mut xs = uniform(&mut rng, m * k, 3.0);
                 xs[k / 2] = 50.0;
                 let xs = host::upload(g, "xs", &xs, vec![m as u64, k as u64], dtype).expect("x");
-                let nw = random(&mut rng, k, 1.5);
+                let nw = uniform(&mut rng, k, 1.5);
                 let nw = host::upload(g, "nw", &nw, vec![k as u64], ActDtype::F32).expect("w");
                 let h = host::zeros(g, "h", vec![m as u64, k as u64], dtype).expect("h");
                 let outs = |g: &Gpu| -> Vec<GpuTensor> {
@@ -173,14 +131,14 @@ fn folded_norm_matches_norm_then_linears() {
                 g.queue.submit([enc.finish()]);
                 let read = |t: &GpuTensor| host::read(g, t).expect("read");
                 for i in 0..3 {
-                    assert_close(
+                    assert_close_rel(
                         &format!("{what}: layer {i}"),
                         &read(&fol[i]),
                         &read(&sep[i]),
                         rel,
                     );
                 }
-                assert_close(
+                assert_close_rel(
                     &format!("{what}: SwiGLU"),
                     &read(&fol_glu),
                     &read(&sep_glu),
@@ -193,11 +151,11 @@ fn folded_norm_matches_norm_then_linears() {
 
 #[test]
 fn folded_residual_add_matches_linear_then_add() {
-    let Some(mut env) = env("folded_residual_add_matches_linear_then_add") else {
+    let Some(mut env) = env("folded_residual_add_matches_linear_then_add", any_adapter) else {
         return;
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(32);
-    for dtype in dtypes(&env) {
+    let mut rng = rng(32);
+    for dtype in env.act_dtypes() {
         for (format, k) in [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)] {
             for (i, m) in [1usize, 2, 8, 32].into_iter().enumerate() {
                 let what = format!("{format:?} {dtype:?} M={m} K={k}");
@@ -206,9 +164,9 @@ fn folded_residual_add_matches_linear_then_add() {
                 let w = LinearWeights::upload(&env.gpu, &hl.meta, hl.bytes()).expect("up");
                 let g = &env.gpu;
                 let shape = |c: usize| vec![m as u64, c as u64];
-                let x = random(&mut rng, m * k, 2.0);
+                let x = uniform(&mut rng, m * k, 2.0);
                 let x = host::upload(g, "x", &x, shape(k), dtype).expect("x");
-                let r0 = random(&mut rng, m * n, 8.0);
+                let r0 = uniform(&mut rng, m * n, 8.0);
                 let (ra, rb) = (
                     host::upload(g, "resid", &r0, shape(n), dtype).expect("r"),
                     host::upload(g, "resid", &r0, shape(n), dtype).expect("r"),
@@ -268,10 +226,10 @@ fn folded_residual_add_matches_linear_then_add() {
 
 #[test]
 fn what_cannot_fold_is_refused() {
-    let Some(mut env) = env("what_cannot_fold_is_refused") else {
+    let Some(mut env) = env("what_cannot_fold_is_refused", any_adapter) else {
         return;
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(33);
+    let mut rng = rng(33);
     let g = &env.gpu;
     let (k, n) = (64usize, 16usize);
     let mut up = |format| {

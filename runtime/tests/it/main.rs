@@ -1,11 +1,15 @@
-//! Integration tests of the GPU ops and linear kernels against CPU references and goldens.
+//! Integration tests of the GPU ops and linear kernels against CPU references and goldens,
+//! and of the GPU side of uploads (host-memory import, pins, the staging ring).
 //!
 //! One test binary per crate (one link in CI): each module below was its own
-//! binary before; the shared set-up lives in the `*common` modules.
+//! binary before; the set-up shared with other crates' tests lives in
+//! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
+//! modules.
 
 mod f16_linear;
 mod f16_ops;
 mod gpu_open;
+mod host_memory;
 mod linear_common;
 mod linear_conformance;
 mod linear_folds;
@@ -18,3 +22,5 @@ mod ops_embed;
 mod ops_norm;
 mod ops_rope;
 mod ops_tiny_llama;
+mod staging_ring;
+mod upload_bench;

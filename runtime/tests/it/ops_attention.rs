@@ -6,7 +6,7 @@
 //! cooperative matrices where the adapter has them, in f16; the scalar
 //! kernels otherwise) on awkward row and key counts.
 
-use crate::ops_common::{Ctx, assert_close, ctx, nan_tensor, random, read, run, upload};
+use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
 use dynvram_runtime::ops::attention::{
     DecodeTuning, Heads, Mask, decode_unusable, flash_unusable, lanes_per_key, record_attention,
     record_attention_with, record_flash_attention, record_kv_write, uses_subgroups,
@@ -16,6 +16,9 @@ use dynvram_runtime::ops::host;
 use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::rope::{RopeTable, record_rope_qk};
 use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
+use dynvram_test_support::random::nonzero;
+use dynvram_test_support::skip::coop_skipped;
+use dynvram_test_support::tolerance::assert_close;
 
 /// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group,
 /// over cache rows `0..kv_len`, queries at `pos0..`.
@@ -100,30 +103,17 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
 }
 
 /// Records `record_attention` of `q` over the caches (`[q, k, v, out]`) for
-/// `(kv_len, pos0)`, with a scratch of its own.
+/// `(kv_len, pos0)`, with a scratch of its own: [`attend_tuned`] with the
+/// default tuning, which is what `record_attention` passes.
 fn attend(
     c: &Ctx,
     enc: &mut Encoder,
-    [q, k, v, out]: [&GpuTensor; 4],
+    ops: [&GpuTensor; 4],
     heads: Heads,
-    (kv_len, pos0): (usize, usize),
+    lens: (usize, usize),
     rope: Option<&RopeTable>,
 ) -> Result<(), GpuError> {
-    let mut scratch = LinearScratch::new();
-    record_attention(
-        &c.gpu,
-        &c.cache,
-        enc,
-        q,
-        k,
-        v,
-        out,
-        heads,
-        kv_len as u64,
-        pos0 as u64,
-        rope,
-        &mut scratch,
-    )
+    attend_tuned(c, enc, ops, heads, lens, rope, &DecodeTuning::default())
 }
 
 /// [`attend`] with the decode kernel shaped and split by `tuning`.
@@ -208,9 +198,9 @@ fn check(c: &Ctx, heads: Heads, max_seq: usize, kv_len: usize, sq: usize, pos0: 
         heads.head_dim as usize,
     );
     // range 1.5 with hd 64 gives peaked softmax rows, not uniform ones
-    let qs = random(seed, sq * nh * hd, 1.5);
-    let ks = random(seed + 1, kv_len * nkv * hd, 1.5);
-    let vs = random(seed + 2, kv_len * nkv * hd, 2.0);
+    let qs = nonzero(seed, sq * nh * hd, 1.5);
+    let ks = nonzero(seed + 1, kv_len * nkv * hd, 1.5);
+    let vs = nonzero(seed + 2, kv_len * nkv * hd, 2.0);
     let width = (nkv * hd) as u64;
     let split = kv_len / 2;
     let k_lo = upload(g, &[split as u64, width], &ks[..split * nkv * hd]);
@@ -352,13 +342,9 @@ fn attention_rejects_bad_operands() {
     assert!(err.to_string().contains("14..17"), "{err}");
 }
 
-fn up(c: &Ctx, data: &[f32], shape: &[u64], dtype: ActDtype) -> GpuTensor {
-    host::upload(&c.gpu, "input", data, shape.to_vec(), dtype).expect("upload")
-}
-
 /// Inputs as the kernel sees them (rounded to `dtype`).
 fn rounded(seed: u64, n: usize, range: f32, dtype: ActDtype) -> Vec<f32> {
-    random(seed, n, range)
+    nonzero(seed, n, range)
         .into_iter()
         .map(|x| host::round_to(x, dtype))
         .collect()
@@ -391,8 +377,7 @@ fn flash_attention_matches_cpu() {
         None => eprintln!("flash_attention_matches_cpu: f16 runs as flash attention"),
         Some(why) => {
             let msg = format!("flash_attention_matches_cpu: f16 on the scalar kernels: {why}");
-            assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
-            eprintln!("{msg}");
+            coop_skipped(&msg);
         }
     }
     let heads = |n_heads, n_kv_heads, head_dim| Heads {

@@ -5,12 +5,14 @@
 //! stay NaN. Also the host tables (timestep embedding, n-axis RoPE) and the
 //! operand checks.
 
-use crate::ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
+use crate::ops_common::{ctx, nan_tensor, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::dit::{
     Block, GatherOp, Joint, record_ada_norm, record_gated_add, record_gather, record_qk_place,
     rope_table, timestep_embedding,
 };
+use dynvram_test_support::random::nonzero;
+use dynvram_test_support::tolerance::assert_close;
 
 /// (batch, rows per batch element, columns, chunks of the modulation).
 const SHAPES: &[(u64, u64, u64, u64)] = &[
@@ -55,11 +57,11 @@ fn ada_norm_matches_reference() {
     let g = &c.gpu;
     for (i, &(batch, per, cols, chunks)) in SHAPES.iter().enumerate() {
         let rows = batch * per;
-        let xs: Vec<f32> = random(i as u64, (rows * cols) as usize, 3.0)
+        let xs: Vec<f32> = nonzero(i as u64, (rows * cols) as usize, 3.0)
             .iter()
             .map(|v| v + 0.7) // a non-zero mean
             .collect();
-        let ms = random(100 + i as u64, (batch * chunks * cols) as usize, 1.5);
+        let ms = nonzero(100 + i as u64, (batch * chunks * cols) as usize, 1.5);
         let shift_scale = [chunks - 1, (chunks / 2).min(chunks - 1)];
         let x = upload(g, &[rows, cols], &xs);
         let m = upload(g, &[batch, chunks * cols], &ms);
@@ -93,10 +95,10 @@ fn gated_add_matches_reference() {
     for (i, &(batch, per, cols, chunks)) in SHAPES.iter().enumerate() {
         let rows = batch * per;
         let (xs, ys) = (
-            random(i as u64, (rows * cols) as usize, 3.0),
-            random(50 + i as u64, (rows * cols) as usize, 2.0),
+            nonzero(i as u64, (rows * cols) as usize, 3.0),
+            nonzero(50 + i as u64, (rows * cols) as usize, 2.0),
         );
-        let ms = random(100 + i as u64, (batch * chunks * cols) as usize, 1.5);
+        let ms = nonzero(100 + i as u64, (batch * chunks * cols) as usize, 1.5);
         let gate = chunks / 2;
         let (x, y, m) = (
             upload(g, &[rows, cols], &xs),
@@ -146,12 +148,12 @@ fn qk_place_matches_reference() {
         let col0 = col_unit * width;
         let rows = batch * per;
         let drows = batch * dper;
-        let srcs = random(i as u64, (rows * src_cols) as usize, 3.0);
-        let ws: Vec<f32> = random(7 + i as u64, hd as usize, 1.0)
+        let srcs = nonzero(i as u64, (rows * src_cols) as usize, 3.0);
+        let ws: Vec<f32> = nonzero(7 + i as u64, hd as usize, 1.0)
             .iter()
             .map(|v| 1.5 + v * 0.5)
             .collect();
-        let angles = random(9 + i as u64, (drows * hd / 2) as usize, 3.0);
+        let angles = nonzero(9 + i as u64, (drows * hd / 2) as usize, 3.0);
         let pes: Vec<f32> = angles.iter().flat_map(|a| [a.cos(), a.sin()]).collect();
         let src = upload(g, &[rows, src_cols], &srcs);
         let w = upload(g, &[hd], &ws);
@@ -225,7 +227,7 @@ fn gather_matches_reference() {
     ];
     for (i, &(batch, s, d, rows, cols)) in cases.iter().enumerate() {
         for op in [GatherOp::Copy, GatherOp::GeluTanh] {
-            let srcs = random(i as u64, (batch * s[0] * s[1]) as usize, 4.0);
+            let srcs = nonzero(i as u64, (batch * s[0] * s[1]) as usize, 4.0);
             let src = upload(g, &[batch * s[0], s[1]], &srcs);
             let dst = nan_tensor(g, &[batch * d[0], d[1]]);
             let side = |t, v: [u64; 4]| Block {

@@ -1,11 +1,13 @@
 //! RMSNorm and LayerNorm against a CPU reference (f64) over row lengths
 //! that are not multiples of the workgroup size.
 
-use crate::ops_common::{assert_close, ctx, nan_tensor, random, read, run, upload};
+use crate::ops_common::{ctx, nan_tensor, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::elementwise::record_add_inplace;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::norm::{record_add_rms_norm, record_layer_norm, record_rms_norm};
+use dynvram_test_support::random::nonzero;
+use dynvram_test_support::tolerance::assert_close;
 
 const ROWS: &[u64] = &[1, 19];
 const COLS: &[u64] = &[1, 33, 256, 1000, 4099];
@@ -57,8 +59,11 @@ fn add_rms_norm_equals_add_then_norm() {
         for &cols in COLS {
             let shape = [rows, cols];
             let n = (rows * cols) as usize;
-            let (xs, ds) = (random(rows + cols, n, 3.0), random(rows * cols + 5, n, 2.0));
-            let ws = random(cols + 3, cols as usize, 1.5);
+            let (xs, ds) = (
+                nonzero(rows + cols, n, 3.0),
+                nonzero(rows * cols + 5, n, 2.0),
+            );
+            let ws = nonzero(cols + 3, cols as usize, 1.5);
             let (x1, x2, d, w) = (
                 upload(g, &shape, &xs),
                 upload(g, &shape, &xs),
@@ -102,9 +107,9 @@ fn norms_match_cpu() {
     for &rows in ROWS {
         for &cols in COLS {
             let shape = [rows, cols];
-            let xs = random(rows * 7919 + cols, (rows * cols) as usize, 3.0);
-            let ws = random(cols + 1, cols as usize, 1.5);
-            let bs = random(cols + 2, cols as usize, 0.5);
+            let xs = nonzero(rows * 7919 + cols, (rows * cols) as usize, 3.0);
+            let ws = nonzero(cols + 1, cols as usize, 1.5);
+            let bs = nonzero(cols + 2, cols as usize, 0.5);
             let (x, w, b) = (
                 upload(g, &shape, &xs),
                 upload(g, &[cols], &ws),

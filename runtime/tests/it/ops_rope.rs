@@ -1,10 +1,12 @@
 //! RoPE (HF rotate_half) against a CPU reference for seq 1 and 19, 8 query /
 //! 2 kv heads, head_dim 32 and 64, positions starting at 0 and mid-cache.
 
-use crate::ops_common::{assert_close, ctx, random, read, run, upload};
+use crate::ops_common::{ctx, read, run, upload};
 use dynvram_runtime::GpuError;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope, record_rope_qk};
+use dynvram_test_support::random::nonzero;
+use dynvram_test_support::tolerance::assert_close;
 
 /// `x · cos + rotate_half(x) · sin` per head, rotate_half(x) = cat(−x[d/2:], x[:d/2]).
 fn rope_ref(x: &[f32], n_heads: usize, hd: usize, pos0: usize, table: &[f32]) -> Vec<f32> {
@@ -64,8 +66,8 @@ fn rope_matches_cpu() {
         let table = RopeTable::from_inv_freq(g, &freqs, positions, 1.0).expect("table");
         let host = cos_sin_table(&freqs, positions, 1.0);
         for (seq, pos0) in [(1usize, 0usize), (1, 40), (19, 0), (19, 23)] {
-            let qs = random((hd * 100 + seq + pos0) as u64, seq * n_heads * hd, 2.0);
-            let ks = random((hd * 1000 + seq + pos0) as u64, seq * n_kv * hd, 2.0);
+            let qs = nonzero((hd * 100 + seq + pos0) as u64, seq * n_heads * hd, 2.0);
+            let ks = nonzero((hd * 1000 + seq + pos0) as u64, seq * n_kv * hd, 2.0);
             let q = upload(g, &[seq as u64, (n_heads * hd) as u64], &qs);
             let k = upload(g, &[seq as u64, (n_kv * hd) as u64], &ks);
             run(&c, |enc| {

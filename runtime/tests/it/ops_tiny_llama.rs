@@ -2,61 +2,50 @@
 //! the activations transformers recorded (reference.safetensors): embedding
 //! (bf16 table), input RMSNorm, RoPE tables and rotated q/k, GQA attention.
 
-use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use crate::ops_common::{
-    StTensor, assert_close, ctx, nan_tensor, read, read_safetensors, run, upload, upload_bytes,
-};
+use crate::ops_common::{ctx, nan_tensor, read, run, upload, upload_bytes};
 use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
 use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
 use dynvram_runtime::ops::linear::LinearScratch;
 use dynvram_runtime::ops::norm::record_rms_norm;
 use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope_qk};
 use dynvram_runtime::{ActDtype, GpuTensor};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::safetensors::{self, Dtype, Tensor, get};
+use dynvram_test_support::tolerance::assert_close;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/tiny-llama");
 const N_HEADS: u64 = 8;
 const N_KV: u64 = 2;
 const HEAD_DIM: u64 = 32;
 const THETA: f32 = 10000.0;
 const EPS: f32 = 1e-5;
 
-fn get<'a>(m: &'a HashMap<String, StTensor>, name: &str) -> &'a StTensor {
-    m.get(name)
-        .unwrap_or_else(|| panic!("tensor `{name}` missing"))
-}
-
-fn f32_tensor(g: &dynvram_runtime::Gpu, t: &StTensor) -> GpuTensor {
-    upload(g, &t.shape, &t.f32())
+fn f32_tensor(g: &dynvram_runtime::Gpu, t: &Tensor) -> GpuTensor {
+    upload(g, &t.shape_u64(), &t.values)
 }
 
 #[test]
 fn tiny_llama_layer0_matches_transformers() {
-    let dir = Path::new(DIR);
-    assert!(
-        dir.join("reference.safetensors").exists() && dir.join("model.safetensors").exists(),
-        "{DIR} has no reference/model safetensors (fixtures/ is part of the repository)"
-    );
+    let dir = fixtures::tiny_llama();
     let Some(c) = ctx("tiny_llama_layer0_matches_transformers") else {
         return;
     };
     let g = &c.gpu;
-    let reference = read_safetensors(&dir.join("reference.safetensors"));
-    let model = read_safetensors(&dir.join("model.safetensors"));
+    let reference = safetensors::read(&dir.join("reference.safetensors"));
+    let model = safetensors::read(&dir.join("model.safetensors"));
 
     // RoPE frequencies and tables, host side, against torch's f32 values
     let freqs = inv_freq(THETA, HEAD_DIM as usize);
     assert_close(
         "rope_inv_freq",
         &freqs,
-        &get(&reference, "rope_inv_freq").f32(),
+        &get(&reference, "rope_inv_freq").values,
         0.0,
         2.4e-7,
     );
     let cos_ref = get(&reference, "rope_cos");
-    let positions = cos_ref.shape[0];
+    let positions = cos_ref.shape_u64()[0];
     let table = cos_sin_table(&freqs, positions, 1.0);
     let half = (HEAD_DIM / 2) as usize;
     // reference layout [pos, head_dim] = cat(f, f); ours [pos, half, (cos, sin)]
@@ -67,23 +56,23 @@ fn tiny_llama_layer0_matches_transformers() {
             })
             .collect()
     };
-    assert_close("rope_cos", &spread(0), &cos_ref.f32(), 1e-6, 0.0);
+    assert_close("rope_cos", &spread(0), &cos_ref.values, 1e-6, 0.0);
     assert_close(
         "rope_sin",
         &spread(1),
-        &get(&reference, "rope_sin").f32(),
+        &get(&reference, "rope_sin").values,
         1e-6,
         0.0,
     );
 
     // embedding from the bf16 checkpoint table
-    let ids = get(&reference, "input_ids_p0").ids();
+    let ids = get(&reference, "input_ids_p0").ids_u32();
     let seq = ids.len() as u64;
     let emb = get(&model, "model.embed_tokens.weight");
-    assert_eq!(emb.dtype, "BF16");
+    assert_eq!(emb.dtype, Dtype::BF16);
     let emb_buf = upload_bytes(g, "embed_tokens", &emb.bytes);
     let ids_buf = upload_bytes(g, "ids", bytemuck::cast_slice(&ids));
-    let hidden = emb.shape[1];
+    let hidden = emb.shape_u64()[1];
     let x = nan_tensor(g, &[seq, hidden]);
     let normed = nan_tensor(g, &[seq, hidden]);
     let ln_w = f32_tensor(g, get(&model, "model.layers.0.input_layernorm.weight"));
@@ -91,7 +80,7 @@ fn tiny_llama_layer0_matches_transformers() {
         let table = EmbedTable {
             buffer: &emb_buf,
             offset: 0,
-            vocab: emb.shape[0],
+            vocab: emb.shape_u64()[0],
             hidden,
             dtype: TableDtype::Bf16,
         };
@@ -106,11 +95,11 @@ fn tiny_llama_layer0_matches_transformers() {
     assert_close(
         "hidden_embed_p0",
         &read(g, &x),
-        &get(&reference, "hidden_embed_p0").f32(),
+        &get(&reference, "hidden_embed_p0").values,
         0.0,
         0.0,
     );
-    let ln_ref = get(&reference, "layer0.input_layernorm_p0").f32();
+    let ln_ref = get(&reference, "layer0.input_layernorm_p0").values.clone();
     assert_close(
         "layer0.input_layernorm_p0",
         &read(g, &normed),
@@ -129,14 +118,14 @@ fn tiny_llama_layer0_matches_transformers() {
     assert_close(
         "layer0.q_rope_p0",
         &read(g, &q),
-        &get(&reference, "layer0.q_rope_p0").f32(),
+        &get(&reference, "layer0.q_rope_p0").values,
         1e-5,
         0.0,
     );
     assert_close(
         "layer0.k_rope_p0",
         &read(g, &k),
-        &get(&reference, "layer0.k_rope_p0").f32(),
+        &get(&reference, "layer0.k_rope_p0").values,
         1e-5,
         0.0,
     );
@@ -184,7 +173,7 @@ fn tiny_llama_layer0_matches_transformers() {
     assert_close(
         "layer0.attn_out_p0",
         &read(g, &out),
-        &get(&reference, "layer0.attn_out_p0").f32(),
+        &get(&reference, "layer0.attn_out_p0").values,
         1e-5,
         0.0,
     );

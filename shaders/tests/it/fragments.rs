@@ -159,6 +159,10 @@ fn headers() -> BTreeMap<String, (Vec<String>, Vec<String>)> {
     files.extend(modules.iter().flatten().cloned());
     let parsed: BTreeMap<String, Names> =
         files.iter().map(|f| (f.clone(), names(&read(f)))).collect();
+    // Each file's free names, computed once (every partner's are asked for
+    // each of its names).
+    let free: BTreeMap<&String, BTreeSet<String>> =
+        parsed.iter().map(|(f, n)| (f, n.free())).collect();
     files
         .iter()
         .map(|f| {
@@ -168,16 +172,15 @@ fn headers() -> BTreeMap<String, (Vec<String>, Vec<String>)> {
                 .flatten()
                 .filter(|g| *g != f)
                 .collect();
-            let mine = &parsed[f];
-            let needs = mine
-                .free()
-                .into_iter()
-                .filter(|x| partners.iter().any(|g| parsed[*g].globals.contains(x)))
+            let needs = free[f]
+                .iter()
+                .filter(|x| partners.iter().any(|g| parsed[*g].globals.contains(*x)))
+                .cloned()
                 .collect();
-            let provides = mine
+            let provides = parsed[f]
                 .globals
                 .iter()
-                .filter(|x| partners.iter().any(|g| parsed[*g].free().contains(*x)))
+                .filter(|x| partners.iter().any(|g| free[*g].contains(*x)))
                 .cloned()
                 .collect();
             (f.clone(), (needs, provides))

@@ -8,10 +8,11 @@
 //! recording, timeline semaphores and ordering, without the concurrency.
 
 use dynvram_models::mlp_stack::{self, Probe, builtin};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu_with};
 use dynvram_runtime::gpu::{CopyQueueMode, GpuOptions};
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{AdapterChoice, Model, Runtime, RuntimeConfig};
+use dynvram_test_support::fixtures;
+use dynvram_test_support::gpu::{any_adapter, test_gpu_with};
 
 /// The copy queue where the adapter has one, else the same path on wgpu's
 /// queue.
@@ -48,8 +49,8 @@ fn copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead() {
         return;
     }
     drop(gpu);
-    let file = builtin::ensure_cached_in(&std::env::temp_dir().join("dynvram-test-cache"))
-        .expect("write the built-in model");
+    let file =
+        builtin::ensure_cached_in(&fixtures::test_cache()).expect("write the built-in model");
     let probe = Probe::open(&file).expect("probe");
     let rows = 3;
     let x = probe.input(rows);

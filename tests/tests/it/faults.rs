@@ -7,9 +7,9 @@
 //! `test_gpu` and stay small (the built-in MLP, one pass).
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::common::{builtin_model, runtime};
 use dynvram_loader::{FileRange, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_models::mlp_stack::{self, MlpError, Probe, builtin};
 use dynvram_quant::meta::HEADER_KEY;
@@ -19,19 +19,16 @@ use dynvram_quant::{
     LayoutError, LinearDtype, MetaError, TensorTable, discover_layers, parse_comfy_quant,
     validate_layer,
 };
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{GpuError, Model, Runtime, RuntimeConfig, RuntimeError, plan_spec};
+use dynvram_test_support::gpu::have_gpu;
+use dynvram_test_support::safetensors::raw_file;
 
 // ---------------------------------------------------------------- helpers
 
 /// Writes a safetensors file from a header JSON value and a data section,
 /// exactly as given (no validation: the point is to write broken files).
 fn write_raw(path: &Path, header: &serde_json::Value, data: &[u8]) {
-    let h = header.to_string().into_bytes();
-    let mut f = File::create(path).expect("create");
-    f.write_all(&(h.len() as u64).to_le_bytes()).expect("write");
-    f.write_all(&h).expect("write");
-    f.write_all(data).expect("write");
+    std::fs::write(path, raw_file(&header.to_string(), data)).expect("write");
 }
 
 /// A valid two-tensor file: `a` F32 [4] at [0,16), `b` F32 [2,2] at [16,32).
@@ -57,13 +54,21 @@ fn names_all(text: &str, needles: &[&str]) {
     }
 }
 
-fn builtin_model() -> PathBuf {
-    builtin::ensure_cached_in(&std::env::temp_dir().join("dynvram-test-cache"))
-        .expect("write the built-in model")
+/// `assert_error!(err, Pattern, [needles])`: `err` is of the kind the
+/// pattern matches and its text names every needle.
+macro_rules! assert_error {
+    ($err:expr, $kind:pat, $needles:expr) => {{
+        let err = &$err;
+        assert!(matches!(err, $kind), "{err:?}");
+        names_all(&err.to_string(), &$needles);
+    }};
 }
 
-fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
+/// Writes `header` and `data` to `path` as a (broken) safetensors file and
+/// returns the error opening it gives.
+fn refused(path: &Path, header: &serde_json::Value, data: &[u8]) -> LoadError {
+    write_raw(path, header, data);
+    open_err(path)
 }
 
 /// Opens the cached built-in model in a fresh runtime with room for all of
@@ -105,19 +110,19 @@ fn truncated_file_is_refused_at_open_naming_tensor_and_sizes() {
     let f = File::options().write(true).open(&path).expect("open");
     f.set_len(full - 8).expect("truncate");
     let err = open_err(&path);
-    assert!(
-        matches!(err, LoadError::OffsetsOutOfRange { .. }),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &["ok.safetensors", "tensor `b`", "[16, 32)", "24 bytes"],
+    assert_error!(
+        err,
+        LoadError::OffsetsOutOfRange { .. },
+        ["ok.safetensors", "tensor `b`", "[16, 32)", "24 bytes"]
     );
     // Cut below the 8-byte length prefix.
     f.set_len(5).expect("truncate");
     let err = open_err(&path);
-    assert!(matches!(err, LoadError::TooShort { len: 5, .. }), "{err:?}");
-    names_all(&err.to_string(), &["ok.safetensors", "5 bytes"]);
+    assert_error!(
+        err,
+        LoadError::TooShort { len: 5, .. },
+        ["ok.safetensors", "5 bytes"]
+    );
 }
 
 #[test]
@@ -128,24 +133,18 @@ fn header_length_past_the_end_is_refused() {
     bytes.extend_from_slice(b"{\"a\":{}}");
     std::fs::write(&path, &bytes).expect("write");
     let err = open_err(&path);
-    assert!(
-        matches!(
-            err,
-            LoadError::HeaderPastEnd {
-                header_len: 1000,
-                file_len: 16,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &[
+    assert_error!(
+        err,
+        LoadError::HeaderPastEnd {
+            header_len: 1000,
+            file_len: 16,
+            ..
+        },
+        [
             "long-header.safetensors",
             "header length 1000",
             "file length 16",
-        ],
+        ]
     );
     // A length no real header has is refused before allocating it.
     std::fs::write(&path, u64::MAX.to_le_bytes()).expect("write");
@@ -167,12 +166,11 @@ fn overlapping_offsets_are_refused_naming_both_tensors() {
         "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
         "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
     });
-    write_raw(&path, &header, &[0u8; 24]);
-    let err = open_err(&path);
-    assert!(matches!(err, LoadError::Overlap { .. }), "{err:?}");
-    names_all(
-        &err.to_string(),
-        &["overlap.safetensors", "`b` [8, 24)", "`a` [0, 16)"],
+    let err = refused(&path, &header, &[0u8; 24]);
+    assert_error!(
+        err,
+        LoadError::Overlap { .. },
+        ["overlap.safetensors", "`b` [8, 24)", "`a` [0, 16)"]
     );
 }
 
@@ -184,15 +182,11 @@ fn out_of_range_or_backwards_offsets_are_refused() {
         let header = serde_json::json!({
             "w": {"dtype": "U8", "shape": [64], "data_offsets": offsets},
         });
-        write_raw(&path, &header, &[0u8; 32]);
-        let err = open_err(&path);
-        assert!(
-            matches!(err, LoadError::OffsetsOutOfRange { .. }),
-            "{err:?}"
-        );
-        names_all(
-            &err.to_string(),
-            &["range.safetensors", "tensor `w`", needle, "32 bytes"],
+        let err = refused(&path, &header, &[0u8; 32]);
+        assert_error!(
+            err,
+            LoadError::OffsetsOutOfRange { .. },
+            ["range.safetensors", "tensor `w`", needle, "32 bytes"]
         );
     }
 }
@@ -204,40 +198,32 @@ fn dtype_shape_mismatch_with_byte_count_is_refused() {
     let header = serde_json::json!({
         "w": {"dtype": "F16", "shape": [3, 5], "data_offsets": [0, 32]},
     });
-    write_raw(&path, &header, &[0u8; 32]);
-    let err = open_err(&path);
-    assert!(
-        matches!(
-            err,
-            LoadError::ByteCountMismatch {
-                expected: 30,
-                actual: 32,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &[
+    let err = refused(&path, &header, &[0u8; 32]);
+    assert_error!(
+        err,
+        LoadError::ByteCountMismatch {
+            expected: 30,
+            actual: 32,
+            ..
+        },
+        [
             "mismatch.safetensors",
             "`w`",
             "F16",
             "[3, 5]",
             "30 bytes",
             "32 bytes",
-        ],
+        ]
     );
     // An element count that overflows is refused too, not wrapped.
     let header = serde_json::json!({
         "w": {"dtype": "F32", "shape": [u64::MAX, 4], "data_offsets": [0, 32]},
     });
-    write_raw(&path, &header, &[0u8; 32]);
-    let err = open_err(&path);
-    assert!(matches!(err, LoadError::BadShape { .. }), "{err:?}");
-    names_all(
-        &err.to_string(),
-        &["mismatch.safetensors", "`w`", "overflows"],
+    let err = refused(&path, &header, &[0u8; 32]);
+    assert_error!(
+        err,
+        LoadError::BadShape { .. },
+        ["mismatch.safetensors", "`w`", "overflows"]
     );
 }
 
@@ -257,18 +243,18 @@ fn file_truncated_while_open_gives_short_read_not_sigbus() {
     let err = file
         .read_into("b", 0..16, &mut dst)
         .expect_err("bytes are gone");
-    assert!(
-        matches!(err, LoadError::ShortRead { got: 0, .. }),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &["ok.safetensors", "tensor `b`", "expected 16 bytes, got 0"],
+    assert_error!(
+        err,
+        LoadError::ShortRead { got: 0, .. },
+        ["ok.safetensors", "tensor `b`", "expected 16 bytes, got 0"]
     );
     // The mapped path refuses instead of touching pages past the new end.
     let err = file.bytes("a").expect_err("file changed");
-    assert!(matches!(err, LoadError::FileChanged { .. }), "{err:?}");
-    names_all(&err.to_string(), &["ok.safetensors", "changed"]);
+    assert_error!(
+        err,
+        LoadError::FileChanged { .. },
+        ["ok.safetensors", "changed"]
+    );
     // The reader pool path (what streaming uses) reports the same fault.
     let pool = ReaderPool::new(ReaderConfig::default()).expect("pool");
     let err = pool
@@ -296,17 +282,14 @@ fn os_read_error_from_the_reader_pool_names_file_tensor_and_offset() {
     let err = pool
         .read_into(&source, 0, &mut dst)
         .expect_err("write-only fd");
-    assert!(
-        matches!(err, LoadError::Read { offset: 4096, .. }),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &[
+    assert_error!(
+        err,
+        LoadError::Read { offset: 4096, .. },
+        [
             "write-only.safetensors",
             "tensor `blk.fc.weight`",
             "offset 4096",
-        ],
+        ]
     );
     // The pool survives the failure and still reads a good source.
     let good = File::open(&path).expect("open");
@@ -330,10 +313,10 @@ fn quantized_layer_missing_its_scale_is_named() {
         false,
     );
     let err = validate_layer(&t, "blk.fc").expect_err("no scale");
-    assert!(matches!(err, LayoutError::Missing { .. }), "{err:?}");
-    names_all(
-        &err.to_string(),
-        &["blk.fc", "blk.fc.weight_scale", "convrot_w4a4"],
+    assert_error!(
+        err,
+        LayoutError::Missing { .. },
+        ["blk.fc", "blk.fc.weight_scale", "convrot_w4a4"]
     );
     // The same table with the scale validates (the test can fail).
     let ok = w4a4_table(
@@ -350,25 +333,20 @@ fn bad_comfy_quant_json_in_every_form_is_named() {
     // Per-layer tensor bytes.
     for bad in [&b"{\"format\": "[..], b"\xff\xfe", b"[1, 2]", b"{}"] {
         let err = parse_comfy_quant("blk.fc", bad).expect_err("bad JSON");
-        assert!(
-            matches!(
-                err,
-                MetaError::Json { .. }
-                    | MetaError::NotObject { .. }
-                    | MetaError::MissingFormat { .. }
-            ),
-            "{err:?}"
+        assert_error!(
+            err,
+            MetaError::Json { .. } | MetaError::NotObject { .. } | MetaError::MissingFormat { .. },
+            ["blk.fc"]
         );
-        names_all(&err.to_string(), &["blk.fc"]);
     }
     // The same through a file's tensor list.
     let t = w4a4_table(64, 256, "{\"format\": ", true);
     let err = validate_layer(&t, "blk.fc").expect_err("bad JSON");
-    assert!(
-        matches!(err, LayoutError::Meta(MetaError::Json { .. })),
-        "{err:?}"
+    assert_error!(
+        err,
+        LayoutError::Meta(MetaError::Json { .. }),
+        ["layer blk.fc", "not valid JSON"]
     );
-    names_all(&err.to_string(), &["layer blk.fc", "not valid JSON"]);
     // The header's `_quantization_metadata`.
     let mut t = TensorTable::default();
     t.push("blk.fc.weight", Dtype::I8, &[64, 128]);
@@ -378,11 +356,11 @@ fn bad_comfy_quant_json_in_every_form_is_named() {
     ] {
         t.metadata = Some([(HEADER_KEY.to_owned(), doc.to_owned())].into());
         let err = discover_layers(&t).expect_err("bad header");
-        assert!(
-            matches!(err, LayoutError::Meta(MetaError::BadHeader { .. })),
-            "{err:?}"
+        assert_error!(
+            err,
+            LayoutError::Meta(MetaError::BadHeader { .. }),
+            [HEADER_KEY, needle]
         );
-        names_all(&err.to_string(), &[HEADER_KEY, needle]);
     }
     // A bad value for a known key names the key and the value.
     let err = parse_comfy_quant(
@@ -396,8 +374,11 @@ fn bad_comfy_quant_json_in_every_form_is_named() {
 #[test]
 fn unknown_format_is_named_with_the_known_ones() {
     let err = parse_comfy_quant("blk.fc", br#"{"format": "nvfp4"}"#).expect_err("unknown");
-    assert!(matches!(err, MetaError::UnknownFormat { .. }), "{err:?}");
-    names_all(&err.to_string(), &["blk.fc", "\"nvfp4\"", "convrot_w4a4"]);
+    assert_error!(
+        err,
+        MetaError::UnknownFormat { .. },
+        ["blk.fc", "\"nvfp4\"", "convrot_w4a4"]
+    );
     // And in the header form.
     let mut t = TensorTable::default();
     t.push("blk.fc.weight", Dtype::I8, &[64, 128]);
@@ -422,20 +403,14 @@ fn k_not_divisible_by_the_group_size_is_named() {
         true,
     );
     let err = validate_layer(&t, "blk.fc").expect_err("K % 256 != 0");
-    assert!(
-        matches!(
-            err,
-            LayoutError::Grouping {
-                k: 192,
-                multiple: 256,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &["blk.fc", "K = 192", "multiple of 256", "convrot_groupsize"],
+    assert_error!(
+        err,
+        LayoutError::Grouping {
+            k: 192,
+            multiple: 256,
+            ..
+        },
+        ["blk.fc", "K = 192", "multiple of 256", "convrot_groupsize"]
     );
     // A group size that is no power of 4 is refused before any shape check.
     let t = w4a4_table(
@@ -528,8 +503,7 @@ fn interrupted_quantize_leaves_no_partial_output() {
         .set_len(len - 100)
         .expect("truncate");
     let err = quantize_file(&input, &output, &opts, &mut |_, _, _| {}).expect_err("truncated");
-    assert!(matches!(err, QuantizeError::File(_)), "{err:?}");
-    names_all(&err.to_string(), &["in.safetensors"]);
+    assert_error!(err, QuantizeError::File(_), ["in.safetensors"]);
     assert!(!output.exists(), "no output for a bad input");
     assert_eq!(leftovers(dir.path()), Vec::<String>::new());
 
@@ -542,8 +516,7 @@ fn interrupted_quantize_leaves_no_partial_output() {
     let err = quantize_file(&input, &output, &opts, &mut |done, _, _| seen = done)
         .expect_err("rename over a folder");
     assert_eq!(seen, 1, "the layer was quantized before the failure");
-    assert!(matches!(err, QuantizeError::File(_)), "{err:?}");
-    names_all(&err.to_string(), &["out.safetensors"]);
+    assert_error!(err, QuantizeError::File(_), ["out.safetensors"]);
     assert!(
         output.join("keep").exists() && output.is_dir(),
         "output untouched"
@@ -566,7 +539,7 @@ fn interrupted_quantize_leaves_no_partial_output() {
 #[test]
 fn file_truncated_mid_stream_is_a_short_read_and_other_models_still_run() {
     let name = "file_truncated_mid_stream_is_a_short_read_and_other_models_still_run";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -611,21 +584,21 @@ fn file_truncated_mid_stream_is_a_short_read_and_other_models_still_run() {
 #[test]
 fn budget_below_the_largest_tensor_refuses_and_other_models_still_run() {
     let name = "budget_below_the_largest_tensor_refuses_and_other_models_still_run";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
     let probe = Probe::open(&file).expect("probe");
     let rt = runtime(256 << 10);
     let err = Model::open(&rt, &probe.spec(2)).expect_err("256 KiB holds no weight");
-    assert!(matches!(err, RuntimeError::Plan { .. }), "{err:?}");
-    names_all(
-        &err.to_string(),
-        &[
+    assert_error!(
+        err,
+        RuntimeError::Plan { .. },
+        [
             ".safetensors",
             "budget too small",
             "usable VRAM is 256.00 KiB",
-        ],
+        ]
     );
     assert_eq!(rt.budget_report().tracked, 0, "nothing was allocated");
     second_model_still_runs();
@@ -634,7 +607,7 @@ fn budget_below_the_largest_tensor_refuses_and_other_models_still_run() {
 #[test]
 fn gpu_allocation_failure_is_an_error_and_the_runtime_stays_usable() {
     let name = "gpu_allocation_failure_is_an_error_and_the_runtime_stays_usable";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -647,10 +620,10 @@ fn gpu_allocation_failure_is_an_error_and_the_runtime_stays_usable() {
         .gpu()
         .create_buffer("fault.huge", max + 1, wgpu_storage())
         .expect_err("over max_buffer_size");
-    assert!(matches!(err, GpuError::BufferTooLarge { .. }), "{err:?}");
-    names_all(
-        &err.to_string(),
-        &["fault.huge", &(max + 1).to_string(), &max.to_string()],
+    assert_error!(
+        err,
+        GpuError::BufferTooLarge { .. },
+        ["fault.huge", &(max + 1).to_string(), &max.to_string()]
     );
     // Through the ledger: an activation larger than the budget is refused
     // before the driver sees it.
@@ -681,7 +654,7 @@ fn real_vram_exhaustion_is_an_error_and_the_runtime_recovers() {
         eprintln!("{name}: skipped: opt-in (DYNVRAM_REAL_OOM=1), for a real GPU");
         return;
     }
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -699,10 +672,10 @@ fn real_vram_exhaustion_is_an_error_and_the_runtime_recovers() {
         assert!(held.len() < 1024, "no out-of-memory error after 1 TiB");
     };
     eprintln!("{name}: refused after {} GiB: {err}", held.len());
-    assert!(matches!(err, GpuError::OutOfMemory { .. }), "{err:?}");
-    names_all(
-        &err.to_string(),
-        &[&format!("oom.{}", held.len()), &GIB.to_string()],
+    assert_error!(
+        err,
+        GpuError::OutOfMemory { .. },
+        [&format!("oom.{}", held.len()), &GIB.to_string()]
     );
     drop(held);
     let model = Model::open(&rt, &probe.spec(rows)).expect("open after exhaustion");
@@ -718,7 +691,7 @@ fn wgpu_storage() -> wgpu::BufferUsages {
 #[test]
 fn device_lost_fails_every_call_with_the_reason_and_other_runtimes_still_run() {
     let name = "device_lost_fails_every_call_with_the_reason_and_other_runtimes_still_run";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -765,15 +738,18 @@ fn a_long_non_ascii_comfy_quant_value_is_an_error_not_a_panic() {
     // long value inside a multi-byte character and panicked.
     let json = format!("\"{}\"", "é".repeat(40));
     let err = parse_comfy_quant("blk.fc", json.as_bytes()).expect_err("not an object");
-    assert!(matches!(err, MetaError::NotObject { .. }), "{err:?}");
-    names_all(&err.to_string(), &["blk.fc", "must be a JSON object", "…"]);
+    assert_error!(
+        err,
+        MetaError::NotObject { .. },
+        ["blk.fc", "must be a JSON object", "…"]
+    );
 }
 
 #[test]
 fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_another_model() {
     let name =
         "file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_another_model";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -810,16 +786,10 @@ fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_anoth
         .set_len(len / 2)
         .expect("truncate");
     let err = mlp_stack::forward_gpu(&rt, &model, &x, rows, None).expect_err("bytes are gone");
-    assert!(
-        matches!(
-            err,
-            MlpError::Runtime(RuntimeError::Load(LoadError::ShortRead { .. }))
-        ),
-        "{err:?}"
-    );
-    names_all(
-        &err.to_string(),
-        &["doomed.safetensors", "short read", "tensor `"],
+    assert_error!(
+        err,
+        MlpError::Runtime(RuntimeError::Load(LoadError::ShortRead { .. })),
+        ["doomed.safetensors", "short read", "tensor `"]
     );
     rt.release_pins(&model);
     drop(model);

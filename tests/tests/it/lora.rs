@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{BlockSpec, Model, ModelSpec, Runtime, RuntimeConfig};
+use dynvram_test_support::gpu::have_gpu;
 use safetensors::{Dtype, tensor::TensorView};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -21,7 +21,7 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 #[test]
 fn lora_patch_matches_cpu_reference_and_is_not_loaded_vram() {
     let name = "lora_patch_matches_cpu_reference_and_is_not_loaded_vram";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let (m, k, n, r) = (3usize, 96usize, 40usize, 4usize);

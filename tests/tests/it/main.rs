@@ -2,8 +2,10 @@
 //! and the workspace's module graph (no import cycles inside a crate).
 //!
 //! One test binary per crate (one link in CI): each module below was its own
-//! binary before; the shared set-up lives in the `*common` modules.
+//! binary before; the set-up shared with other crates' tests lives in
+//! `dynvram-test-support`.
 
+mod common;
 mod copy_queue;
 mod faults;
 mod lora;

@@ -7,18 +7,15 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::common::runtime;
 use dynvram_models::mlp_stack::{self, Probe, builtin};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
-use dynvram_runtime::{Model, PassStats, Runtime, RuntimeConfig};
+use dynvram_runtime::{Model, PassStats, Runtime};
+use dynvram_test_support::gpu::have_gpu;
 use safetensors::{Dtype, tensor::TensorView};
 
 const ROWS: usize = 2;
 const HIDDEN: usize = 256;
 const FFN: usize = 1024;
-
-fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
-}
 
 /// Writes an MLP stack of `blocks` blocks with seeded weights, stored as
 /// `dtype` (F32 or F16), and f32 biases.
@@ -142,7 +139,7 @@ fn ledger_agrees(rt: &Runtime, models: &[&Model]) {
 #[test]
 fn two_models_that_do_not_fit_together_take_turns() {
     let name = "two_models_that_do_not_fit_together_take_turns";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let files = pair();
@@ -208,7 +205,7 @@ fn two_models_that_do_not_fit_together_take_turns() {
 #[test]
 fn the_active_model_streams_what_does_not_fit_and_takes_all_room_first() {
     let name = "the_active_model_streams_what_does_not_fit_and_takes_all_room_first";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let files = pair();
@@ -264,7 +261,7 @@ fn the_active_model_streams_what_does_not_fit_and_takes_all_room_first() {
 #[test]
 fn models_that_fit_together_are_never_evicted_or_reloaded() {
     let name = "models_that_fit_together_are_never_evicted_or_reloaded";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let files = pair();
@@ -287,7 +284,7 @@ fn models_that_fit_together_are_never_evicted_or_reloaded() {
 #[test]
 fn a_yielded_model_that_cannot_reload_fails_alone_and_the_other_still_runs() {
     let name = "a_yielded_model_that_cannot_reload_fails_alone_and_the_other_still_runs";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let files = pair();
@@ -331,7 +328,7 @@ fn a_yielded_model_that_cannot_reload_fails_alone_and_the_other_still_runs() {
 #[test]
 fn a_model_run_on_another_runtime_is_refused() {
     let name = "a_model_run_on_another_runtime_is_refused";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let files = pair();

@@ -3,19 +3,14 @@
 //! floor hold under a simulated small machine; outside RAM pressure frees
 //! pins; `--fast-disk` keeps no unregistered RAM copies.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::common::builtin_model;
 use dynvram_memory::{GIB, MIB, RamReading};
-use dynvram_models::mlp_stack::{self, Probe, builtin};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
+use dynvram_models::mlp_stack::{self, Probe};
 use dynvram_runtime::{Model, PinSettings, RamFigures, RamReader, Runtime, RuntimeConfig};
-
-fn builtin_model() -> PathBuf {
-    builtin::ensure_cached_in(&std::env::temp_dir().join("dynvram-test-cache"))
-        .expect("write the built-in model")
-}
+use dynvram_test_support::gpu::{any_adapter, have_gpu, test_gpu};
 
 fn runtime(vram_budget: u64, pins: PinSettings, fast_disk: bool) -> Runtime {
     Runtime::new(RuntimeConfig {
@@ -202,7 +197,7 @@ fn pins_respect_the_ceiling_and_floor_of_a_small_simulated_machine() {
 #[test]
 fn fast_disk_keeps_no_unregistered_ram_copies() {
     let name = "fast_disk_keeps_no_unregistered_ram_copies";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let s = setup();
@@ -244,7 +239,7 @@ fn fast_disk_keeps_no_unregistered_ram_copies() {
 #[test]
 fn outside_ram_pressure_frees_pins_at_the_next_pass() {
     let name = "outside_ram_pressure_frees_pins_at_the_next_pass";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let s = setup();

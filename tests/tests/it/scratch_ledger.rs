@@ -5,14 +5,14 @@ use std::collections::HashMap;
 
 use dynvram_quant::LinearDtype;
 use dynvram_quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::{BlockSpec, Model, ModelSpec, Runtime, RuntimeConfig};
+use dynvram_test_support::gpu::have_gpu;
 use safetensors::{Dtype, tensor::TensorView};
 
 #[test]
 fn linear_scratch_is_in_the_ledger() {
     let name = "linear_scratch_is_in_the_ledger";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let (m, k, n) = (40usize, 1024usize, 64usize);

@@ -2,26 +2,15 @@
 //! same model fully resident; the run streams exactly what `plan` predicts;
 //! an impossible budget is a clear error before any work.
 
-use std::path::PathBuf;
-
-use dynvram_models::mlp_stack::{self, Probe, builtin};
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
-use dynvram_runtime::{Model, Runtime, RuntimeConfig, RuntimeError, plan_spec};
-
-fn builtin_model() -> PathBuf {
-    // One cache for every test binary in this run (the file is written atomically).
-    builtin::ensure_cached_in(&std::env::temp_dir().join("dynvram-test-cache"))
-        .expect("write the built-in model")
-}
-
-fn runtime(vram_budget: u64) -> Runtime {
-    Runtime::new(RuntimeConfig::with_vram(vram_budget)).expect("runtime")
-}
+use crate::common::{builtin_model, runtime};
+use dynvram_models::mlp_stack::{self, Probe};
+use dynvram_runtime::{Model, RuntimeError, plan_spec};
+use dynvram_test_support::gpu::have_gpu;
 
 #[test]
 fn streamed_pass_is_bit_identical_to_resident_pass_and_matches_plan() {
     let name = "streamed_pass_is_bit_identical_to_resident_pass_and_matches_plan";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -78,7 +67,7 @@ fn streamed_pass_is_bit_identical_to_resident_pass_and_matches_plan() {
 #[test]
 fn budget_below_largest_tensor_is_a_clear_error_before_any_work() {
     let name = "budget_below_largest_tensor_is_a_clear_error_before_any_work";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();
@@ -97,7 +86,7 @@ fn budget_below_largest_tensor_is_a_clear_error_before_any_work() {
 #[test]
 fn trace_shows_next_block_staged_before_this_block_is_submitted() {
     let name = "trace_shows_next_block_staged_before_this_block_is_submitted";
-    if test_gpu(name, any_adapter).is_none() {
+    if !have_gpu(name) {
         return;
     }
     let file = builtin_model();

@@ -6,14 +6,13 @@
 use std::path::Path;
 
 use assert_cmd::Command;
+use dynvram_test_support::fixtures;
+use dynvram_test_support::skip::skip_without_adapter;
 
 /// The `dynvram` binary with the tests' cache folder and no `RUST_LOG`.
 pub fn dynvram() -> Command {
     let mut c = Command::cargo_bin("dynvram").expect("binary");
-    c.env(
-        "DYNVRAM_CACHE",
-        std::env::temp_dir().join("dynvram-test-cache"),
-    );
+    c.env("DYNVRAM_CACHE", fixtures::test_cache());
     c.env_remove("RUST_LOG");
     c
 }
@@ -40,7 +39,8 @@ pub fn synth_tiny(dir: &Path) {
     assert!(dir.join("tokenizer.json").is_file());
 }
 
-/// `generate DIR ARGS`; None (and a `skipped:` line) without a GPU adapter.
+/// `generate DIR ARGS`; None (and a `skipped:` line) without a GPU adapter
+/// where none is required.
 pub fn generate(test: &str, dir: &Path, args: &[&str]) -> Option<std::process::Output> {
     let out = dynvram()
         .arg("generate")
@@ -49,11 +49,7 @@ pub fn generate(test: &str, dir: &Path, args: &[&str]) -> Option<std::process::O
         .output()
         .expect("generate");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && stderr.contains("no GPU adapter")
-        && std::env::var("DYNVRAM_REQUIRE_GPU").is_err()
-    {
-        eprintln!("{test}: skipped: no GPU adapter");
+    if !out.status.success() && skip_without_adapter(test, &stderr) {
         return None;
     }
     assert!(out.status.success(), "{test}: generate failed: {stderr}");

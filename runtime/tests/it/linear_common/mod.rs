@@ -1,12 +1,91 @@
-//! The random layer shared by the linear GPU tests (`linear_random`,
-//! `f16_linear`): one generator, so both draw the same layers.
+//! What the linear GPU tests share (`linear_random`, `f16_linear`,
+//! `linear_folds`): the test GPU with its pipeline cache and scratch, and
+//! the random layer (one generator, so all draw the same layers).
 #![allow(dead_code)] // each test file uses a different subset
 
 use dynvram_quant::reference::LayerBytes;
 use dynvram_quant::tensors::Dtype;
-use dynvram_quant::{Format, QuantLayer};
+use dynvram_quant::{AdapterCaps, Format, QuantLayer};
+use dynvram_runtime::gpu::AdapterChoice;
+use dynvram_runtime::ops::cache::PipelineCache;
+use dynvram_runtime::ops::linear::LinearScratch;
+use dynvram_runtime::{ActDtype, Gpu};
+use dynvram_test_support::gpu::test_gpu_with;
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
+
+/// The test GPU with what recording linears needs.
+pub struct Env {
+    pub gpu: Gpu,
+    pub cache: PipelineCache,
+    pub scratch: LinearScratch,
+}
+
+/// The test GPU on an adapter `needs` accepts (None = skipped, reported).
+pub fn env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
+    env_with(test, &AdapterChoice::default(), needs)
+}
+
+/// [`env`] on the adapter and with the device options of `choice`.
+pub fn env_with(
+    test: &str,
+    choice: &AdapterChoice,
+    needs: impl Fn(&AdapterCaps) -> Result<(), String>,
+) -> Option<Env> {
+    test_gpu_with(test, choice, needs).map(|gpu| Env {
+        gpu,
+        cache: PipelineCache::default(),
+        scratch: LinearScratch::new(),
+    })
+}
+
+impl Env {
+    /// The `fast` variants of the integer kernels the adapter runs (the
+    /// subgroup ones where it has subgroups).
+    pub fn fast_variants(&self) -> Vec<bool> {
+        if self.gpu.caps.subgroups {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
+    }
+
+    /// The activation dtypes the adapter runs: f32, and f16 with SHADER_F16.
+    pub fn act_dtypes(&self) -> Vec<ActDtype> {
+        let mut d = vec![ActDtype::F32];
+        if self.gpu.caps.shader_f16 {
+            d.push(ActDtype::F16);
+        }
+        d
+    }
+
+    /// The activation codes (in column order) and per-row scales the last
+    /// integer linear of `format` over an `[m, k]` input left in the
+    /// scratch.
+    pub fn act_codes_and_scales(&self, format: Format, m: u64, k: u64) -> (Vec<i8>, Vec<f32>) {
+        let words = self
+            .gpu
+            .read_back(self.scratch.act_codes().expect("codes"), 0, m * k)
+            .expect("codes");
+        let paired = matches!(format, Format::ConvrotW4a4 { .. }) && !self.scratch.last_used_coop();
+        let mut codes = vec![0i8; (m * k) as usize];
+        for (i, &b) in words.iter().enumerate() {
+            let (row, within) = (i / k as usize, i % k as usize);
+            let (word, byte) = (within / 4, within % 4);
+            let col = if paired {
+                (word / 2) * 8 + word % 2 + 2 * byte
+            } else {
+                within
+            };
+            codes[row * k as usize + col] = b as i8;
+        }
+        let scales = self
+            .gpu
+            .read_f32(self.scratch.act_scales().expect("scales"), 0, m)
+            .expect("scales");
+        (codes, scales)
+    }
+}
 
 /// A random layer: weight bytes, f32 scale bytes, optional f32 bias bytes.
 pub struct HostLayer {

@@ -1,16 +1,16 @@
-//! Shared helpers of the `ops_*` GPU tests: upload, read back, run one
-//! encoder, random data, tolerances, and a small safetensors reader.
+//! Shared helpers of the `ops_*` GPU tests: the test GPU with a pipeline
+//! cache, upload, read back, run one encoder. Random data, tolerances and
+//! safetensors reading are `dynvram_test_support`'s.
 #![allow(dead_code)] // each test file uses a different subset
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use dynvram_runtime::gpu::testing::{any_adapter, test_gpu};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_runtime::ops::host;
+use dynvram_runtime::quant::AdapterCaps;
 use dynvram_runtime::{ActDtype, Gpu, GpuError, GpuTensor};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use dynvram_test_support::gpu::{any_adapter, test_gpu};
 
 /// An opened test GPU with a pipeline cache.
 pub struct Ctx {
@@ -20,7 +20,12 @@ pub struct Ctx {
 
 /// Opens the test adapter (None = skipped, already reported).
 pub fn ctx(test: &str) -> Option<Ctx> {
-    test_gpu(test, any_adapter).map(|gpu| Ctx {
+    ctx_with(test, any_adapter)
+}
+
+/// [`ctx`] on an adapter `needs` accepts.
+pub fn ctx_with(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Ctx> {
+    test_gpu(test, needs).map(|gpu| Ctx {
         gpu,
         cache: PipelineCache::default(),
     })
@@ -62,10 +67,9 @@ pub fn nan_tensor(gpu: &Gpu, shape: &[u64]) -> GpuTensor {
     upload(gpu, shape, &vec![f32::NAN; n])
 }
 
-/// The tensor's values.
+/// The tensor's values (f16 ones widened).
 pub fn read(gpu: &Gpu, t: &GpuTensor) -> Vec<f32> {
-    gpu.read_f32(&t.buffer, t.offset / 4, t.numel())
-        .expect("read back")
+    host::read(gpu, t).expect("read back")
 }
 
 /// Records with `f` into one encoder, submits and waits.
@@ -76,94 +80,12 @@ pub fn run(c: &Ctx, f: impl FnOnce(&mut Encoder) -> Result<(), GpuError>) {
     c.gpu.wait_idle().expect("wait");
 }
 
-/// Seeded random values in ±[0.05, range], never zero.
-pub fn random(seed: u64, n: usize, range: f32) -> Vec<f32> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..n)
-        .map(|_| {
-            let m: f32 = rng.random_range(0.05..range);
-            if rng.random_bool(0.5) { m } else { -m }
-        })
-        .collect()
+/// A tensor of `dtype` holding `data` (rounded to `dtype`).
+pub fn up(c: &Ctx, data: &[f32], shape: &[u64], dtype: ActDtype) -> GpuTensor {
+    host::upload(&c.gpu, "input", data, shape.to_vec(), dtype).expect("upload")
 }
 
-/// Asserts `|got − want| ≤ atol + rtol·|want|` everywhere.
-pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let mut worst = (0usize, 0.0f32);
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let err = (g - w).abs();
-        assert!(
-            err <= atol + rtol * w.abs(),
-            "{what}: element {i}: got {g}, want {w} (|diff| {err} > {atol} + {rtol}·|want|)"
-        );
-        if err > worst.1 {
-            worst = (i, err);
-        }
-    }
-    eprintln!("{what}: max |diff| {:.3e} at {}", worst.1, worst.0);
-}
-
-/// One tensor of a safetensors file.
-pub struct StTensor {
-    pub dtype: String,
-    pub shape: Vec<u64>,
-    pub bytes: Vec<u8>,
-}
-
-impl StTensor {
-    /// Values as f32 (F32 as is, BF16 widened exactly).
-    pub fn f32(&self) -> Vec<f32> {
-        match self.dtype.as_str() {
-            "F32" => bytemuck::pod_collect_to_vec(&self.bytes),
-            "BF16" => self
-                .bytes
-                .chunks_exact(2)
-                .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
-                .collect(),
-            d => panic!("f32 of dtype {d}"),
-        }
-    }
-
-    /// I64 values as u32 ids.
-    pub fn ids(&self) -> Vec<u32> {
-        assert_eq!(self.dtype, "I64");
-        self.bytes
-            .chunks_exact(8)
-            .map(|b| u32::try_from(i64::from_le_bytes(b.try_into().expect("8 bytes"))).expect("id"))
-            .collect()
-    }
-}
-
-/// Every tensor of a safetensors file (small test files only).
-pub fn read_safetensors(path: &std::path::Path) -> HashMap<String, StTensor> {
-    let data = std::fs::read(path).expect("read safetensors");
-    let n = u64::from_le_bytes(data[..8].try_into().expect("header length")) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&data[8..8 + n]).expect("header json");
-    let body = &data[8 + n..];
-    let mut out = HashMap::new();
-    for (name, v) in header.as_object().expect("header object") {
-        if name == "__metadata__" {
-            continue;
-        }
-        let offs = &v["data_offsets"];
-        let (a, b) = (
-            offs[0].as_u64().expect("offset") as usize,
-            offs[1].as_u64().expect("offset") as usize,
-        );
-        out.insert(
-            name.clone(),
-            StTensor {
-                dtype: v["dtype"].as_str().expect("dtype").to_owned(),
-                shape: v["shape"]
-                    .as_array()
-                    .expect("shape")
-                    .iter()
-                    .map(|d| d.as_u64().expect("dim"))
-                    .collect(),
-                bytes: body[a..b].to_vec(),
-            },
-        );
-    }
-    out
+/// A zeroed tensor of `dtype`.
+pub fn zeros(c: &Ctx, shape: &[u64], dtype: ActDtype) -> GpuTensor {
+    host::zeros(&c.gpu, "out", shape.to_vec(), dtype).expect("zeros")
 }

@@ -4,16 +4,18 @@
 //! alone: no CPU copy, DMA at PCIe speed.
 //!
 //! The memory is imported host RAM where the device can import it
-//! ([`crate::hostmem`]); elsewhere an ordinary mapped buffer, which on a
+//! ([`super::host_memory`]); elsewhere an ordinary mapped buffer, which on a
 //! resizable-BAR GPU is device-local (then the "pin" costs VRAM: the
 //! [`PinnedBuffer::memory`] flag says which). Which weights get one is
 //! policy (the memory crate); this is the mechanism.
 
-use crate::error::{LoadError, Result};
-use crate::gpu::{self, align4};
-use crate::hostmem::{self, HostMemory, ImportError, ImportedBuffer};
-use crate::reader::ReaderPool;
-use crate::source::ByteSource;
+use dynvram_loader::{ByteSource, ReaderPool, align4};
+
+use super::error::{GpuError, UploadError};
+use super::host_memory::{self, HostMemory, ImportError, ImportedBuffer};
+use super::staging::{self, write_only};
+
+type Result<T, E = UploadError> = std::result::Result<T, E>;
 
 #[derive(Debug)]
 enum Backing {
@@ -38,7 +40,7 @@ impl PinnedBuffer {
         pool: &ReaderPool,
         source: &dyn ByteSource,
     ) -> Result<Self> {
-        match hostmem::import_anonymous(device, label, align4(source.len()).max(4)) {
+        match host_memory::import_anonymous(device, label, align4(source.len()).max(4)) {
             Ok(buffer) => Self::fill_imported(buffer, pool, source),
             Err(ImportError::Unsupported(_)) => Self::create_mapped(device, label, pool, source),
             Err(e) => {
@@ -58,15 +60,15 @@ impl PinnedBuffer {
         let len = source.len();
         let _span = tracing::debug_span!("pin_register", label, bytes = len).entered();
         let padded = align4(len).max(4);
-        let buffer = gpu::create_mapped_staging(device, label, padded)?;
+        let buffer = staging::create_mapped_staging(device, label, padded)?;
         let filled = {
             let mut view = buffer
                 .get_mapped_range_mut(..)
-                .map_err(|e| LoadError::Gpu {
+                .map_err(|e| GpuError::Upload {
                     what: format!("map pinned buffer `{label}` ({padded} bytes)"),
                     message: e.to_string(),
                 })?;
-            let result = pool.read(source, 0, view.slice(..len as usize));
+            let result = pool.read(source, 0, write_only(view.slice(..len as usize)));
             view.slice(len as usize..).fill(0);
             result
         };
@@ -86,10 +88,11 @@ impl PinnedBuffer {
         let len = source.len();
         let _span = tracing::debug_span!("pin_register", bytes = len, imported = true).entered();
         let Some(mut view) = buffer.write_view() else {
-            return Err(LoadError::Gpu {
+            return Err(GpuError::Upload {
                 what: "fill pinned buffer".into(),
                 message: "imported memory is read-only".into(),
-            });
+            }
+            .into());
         };
         pool.read(source, 0, view.slice(..len as usize))?;
         view.slice(len as usize..).fill(0);
@@ -105,7 +108,7 @@ impl PinnedBuffer {
         encoder: &mut wgpu::CommandEncoder,
         dst: &wgpu::Buffer,
         dst_offset: u64,
-    ) -> Result<()> {
+    ) -> Result<(), GpuError> {
         self.copy_range_to(encoder, 0, self.len, dst, dst_offset)
     }
 
@@ -118,7 +121,7 @@ impl PinnedBuffer {
         len: u64,
         dst: &wgpu::Buffer,
         dst_offset: u64,
-    ) -> Result<()> {
+    ) -> Result<(), GpuError> {
         let padded = self.check_range(offset, len, dst, dst_offset)?;
         encoder.copy_buffer_to_buffer(self.buffer(), offset, dst, dst_offset, padded);
         Ok(())
@@ -134,14 +137,14 @@ impl PinnedBuffer {
         len: u64,
         dst: &wgpu::Buffer,
         dst_offset: u64,
-    ) -> Result<u64> {
-        let padded = gpu::check_copy(dst, dst_offset, len)?;
+    ) -> Result<u64, GpuError> {
+        let padded = staging::check_copy(dst, dst_offset, len)?;
         if !offset.is_multiple_of(4)
             || offset
                 .checked_add(padded)
                 .is_none_or(|e| e > self.buffer().size())
         {
-            return Err(LoadError::Gpu {
+            return Err(GpuError::Upload {
                 what: format!("copy from pinned buffer of {} bytes", self.len),
                 message: format!("range [{offset}, +{len}) is unaligned or outside it"),
             });

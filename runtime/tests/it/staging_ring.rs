@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::common::{device_buffer, pattern, read_back, test_device, valid_file, write};
-use dynvram_loader::{
-    HostBytes, LoadError, PinnedBuffer, ReaderConfig, ReaderPool, RingConfig, SafetensorsFile,
-    StagingRing,
-};
+use dynvram_runtime::gpu::{GpuError, PinnedBuffer, RingConfig, StagingRing, UploadError};
+use dynvram_runtime::loader::{HostBytes, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
+use dynvram_test_support::gpu::{device_buffer, read_back, test_device};
+use dynvram_test_support::random;
+use dynvram_test_support::safetensors::{file_bytes, one_tensor_file, write_bytes};
 
 const SLOT: u64 = 64 << 10;
 
@@ -32,19 +32,41 @@ fn small_ring(device: &wgpu::Device, slots: usize) -> StagingRing {
     .expect("ring")
 }
 
+/// Uploads `data` to `dst` in parts of `piece` bytes, one upload and submit
+/// each, as the runtime does per block; `after(i, ring)` runs after part
+/// `i`'s submit.
+pub fn upload_in_pieces(
+    ring: &mut StagingRing,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    data: &[u8],
+    dst: &wgpu::Buffer,
+    piece: u64,
+    mut after: impl FnMut(usize, &mut StagingRing),
+) {
+    for (i, part) in data.chunks(piece as usize).enumerate() {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        let offset = i as u64 * piece;
+        ring.upload(device, queue, &mut encoder, &HostBytes(part), dst, offset)
+            .expect("upload");
+        ring.submit(queue, encoder);
+        after(i, ring);
+    }
+}
+
 #[test]
 fn file_tensors_larger_and_smaller_than_a_slot() {
     let Some((device, queue)) = test_device("file_tensors_larger_and_smaller_than_a_slot") else {
         return;
     };
-    let big = pattern(3 * SLOT as usize + 1234, 1); // spans four slots
-    let small = pattern(1001, 2); // not a multiple of 4
-    let tiny = pattern(5, 3);
+    let big = random::bytes(3 * SLOT as usize + 1234, 1); // spans four slots
+    let small = random::bytes(1001, 2); // not a multiple of 4
+    let tiny = random::bytes(5, 3);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
+    let path = write_bytes(
         dir.path(),
         "m.safetensors",
-        &valid_file(&[
+        &file_bytes(&[
             ("big", "U8", vec![big.len()], big.clone()),
             ("small", "U8", vec![small.len()], small.clone()),
             ("tiny", "U8", vec![tiny.len()], tiny.clone()),
@@ -114,31 +136,27 @@ fn streaming_more_than_the_ring_stalls_and_stays_exact() {
         return;
     };
     let mut ring = small_ring(&device, 2);
-    let data = pattern(10 * SLOT as usize - 8, 4);
+    let data = random::bytes(10 * SLOT as usize - 8, 4);
     let dst = device_buffer(&device, data.len() as u64);
     // One upload and submit per half slot, as the runtime would per block:
     // the first ten without recycling (every reuse after the first two slots
     // waits), the last ten after a wait and a recycle at each sync point.
-    let piece = (SLOT / 2) as usize;
-    for (i, part) in data.chunks(piece).enumerate() {
-        let mut encoder = device.create_command_encoder(&Default::default());
-        ring.upload(
-            &device,
-            &queue,
-            &mut encoder,
-            &HostBytes(part),
-            &dst,
-            (i * piece) as u64,
-        )
-        .expect("upload");
-        ring.submit(&queue, encoder);
-        if i >= 9 {
-            device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .expect("poll");
-            ring.recycle(&device).expect("recycle");
-        }
-    }
+    upload_in_pieces(
+        &mut ring,
+        &device,
+        &queue,
+        &data,
+        &dst,
+        SLOT / 2,
+        |i, ring| {
+            if i >= 9 {
+                device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .expect("poll");
+                ring.recycle(&device).expect("recycle");
+            }
+        },
+    );
     assert_eq!(read_back(&device, &queue, &dst, data.len() as u64), data);
     let c = ring.counters();
     assert_eq!(c.slots_used, 20, "each submit starts a new slot: {c:?}");
@@ -151,13 +169,9 @@ fn read_error_leaves_the_ring_usable() {
     let Some((device, queue)) = test_device("read_error_leaves_the_ring_usable") else {
         return;
     };
-    let data = pattern(200_000, 5);
+    let data = random::bytes(200_000, 5);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
-        dir.path(),
-        "m.safetensors",
-        &valid_file(&[("w", "U8", vec![data.len()], data.clone())]),
-    );
+    let path = one_tensor_file(dir.path(), &data);
     let file = SafetensorsFile::open(&path).expect("open");
     std::fs::OpenOptions::new()
         .write(true)
@@ -177,11 +191,14 @@ fn read_error_leaves_the_ring_usable() {
             0,
         )
         .expect_err("truncated file");
-    assert!(matches!(err, LoadError::ShortRead { .. }), "{err}");
+    assert!(
+        matches!(err, UploadError::Load(LoadError::ShortRead { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("`w`"), "{err}");
     ring.submit(&queue, encoder);
     // Another source goes through the same ring afterwards.
-    let other = pattern(150_000, 6);
+    let other = random::bytes(150_000, 6);
     let mut encoder = device.create_command_encoder(&Default::default());
     ring.upload(&device, &queue, &mut encoder, &HostBytes(&other), &dst, 0)
         .expect("upload");
@@ -209,7 +226,10 @@ fn bad_destinations_are_errors() {
                 offset,
             )
             .expect_err("must not fit");
-        assert!(matches!(err, LoadError::Gpu { .. }), "{err}");
+        assert!(
+            matches!(err, UploadError::Gpu(GpuError::Upload { .. })),
+            "{err}"
+        );
     }
     ring.submit(&queue, encoder);
 }
@@ -219,13 +239,9 @@ fn registered_pin_copies_without_cpu() {
     let Some((device, queue)) = test_device("registered_pin_copies_without_cpu") else {
         return;
     };
-    let data = pattern(300_001, 7);
+    let data = random::bytes(300_001, 7);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
-        dir.path(),
-        "m.safetensors",
-        &valid_file(&[("w", "U8", vec![data.len()], data.clone())]),
-    );
+    let path = one_tensor_file(dir.path(), &data);
     let file = SafetensorsFile::open(&path).expect("open");
     let pool = ReaderPool::new(ReaderConfig::default()).expect("pool");
     let pin = PinnedBuffer::create(&device, "pin w", &pool, &file.source("w").expect("src"))

@@ -4,16 +4,19 @@
 
 use std::sync::Arc;
 
-use crate::common::{device_buffer, device_on, pattern, read_back, valid_file, write};
-use dynvram_loader::hostmem::{self, HostMemory, HostMemoryChoice, ImportError};
-use dynvram_loader::{
-    HostBytes, PinnedBuffer, ReaderConfig, ReaderPool, RingConfig, SafetensorsFile, StagingRing,
-};
+use dynvram_runtime::gpu::host_memory::{self, HostMemory, HostMemoryChoice, ImportError};
+use dynvram_runtime::gpu::{PinnedBuffer, RingConfig, StagingRing};
+use dynvram_runtime::loader::{HostBytes, ReaderConfig, ReaderPool, SafetensorsFile};
+use dynvram_test_support::gpu::{bare_device, device_buffer, read_back};
+use dynvram_test_support::random;
+use dynvram_test_support::safetensors::{one_tensor_file, write_bytes};
+
+use crate::staging_ring::upload_in_pieces;
 
 /// A Vulkan device with the import extension, or `None` (skipped) where the
 /// Vulkan adapter lacks it.
 fn import_device(test: &str) -> Option<(wgpu::Device, wgpu::Queue)> {
-    let (device, queue, enabled) = device_on(test, wgpu::Backends::VULKAN)?;
+    let (device, queue, enabled) = bare_device(test, wgpu::Backends::VULKAN)?;
     if !enabled {
         eprintln!("{test}: skipped: the Vulkan adapter lacks VK_EXT_external_memory_host");
         return None;
@@ -49,10 +52,10 @@ fn imported_anonymous_memory_round_trips() {
     let Some((device, queue)) = import_device("imported_anonymous_memory_round_trips") else {
         return;
     };
-    let align = hostmem::import_alignment(&device).expect("alignment");
+    let align = host_memory::import_alignment(&device).expect("alignment");
     assert!(align.is_power_of_two() && align >= 4096, "{align}");
-    let data = pattern(1_000_003, 11);
-    let mut buf = hostmem::import_anonymous(&device, "round trip", data.len() as u64)
+    let data = random::bytes(1_000_003, 11);
+    let mut buf = host_memory::import_anonymous(&device, "round trip", data.len() as u64)
         .expect("import anonymous memory");
     assert!(buf.len() >= data.len() && (buf.len() as u64).is_multiple_of(align));
     assert_eq!(buf.buffer().usage(), wgpu::BufferUsages::COPY_SRC);
@@ -66,7 +69,7 @@ fn imported_anonymous_memory_round_trips() {
         &data[..1_000_000]
     );
     // The CPU writes again after the copy finished: the GPU sees the new bytes.
-    let again = pattern(4096, 12);
+    let again = random::bytes(4096, 12);
     buf.write_view()
         .expect("writable")
         .slice(8192..8192 + 4096)
@@ -86,15 +89,16 @@ fn imported_file_map_copies_page_cache_bytes() {
     let Some((device, queue)) = import_device("imported_file_map_copies_page_cache_bytes") else {
         return;
     };
-    let align = hostmem::import_alignment(&device).expect("alignment") as usize;
-    let data = pattern(3 * align + 100, 13);
+    let align = host_memory::import_alignment(&device).expect("alignment") as usize;
+    let data = random::bytes(3 * align + 100, 13);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(dir.path(), "blob.bin", &data);
+    let path = write_bytes(dir.path(), "blob.bin", &data);
     let file = std::fs::File::open(&path).expect("open");
     // SAFETY: the test owns the file and does not change it while mapped.
     let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.expect("mmap"));
-    let buf = hostmem::import_mapping(&device, "file", map.clone(), align as u64, 2 * align as u64)
-        .expect("import file map");
+    let buf =
+        host_memory::import_mapping(&device, "file", map.clone(), align as u64, 2 * align as u64)
+            .expect("import file map");
     assert_eq!(buf.len(), 2 * align);
     let mut buf = buf;
     assert!(buf.write_view().is_none(), "a file map is read-only");
@@ -104,8 +108,9 @@ fn imported_file_map_copies_page_cache_bytes() {
     );
     // Unaligned and out-of-range requests are errors naming the range.
     for (offset, len) in [(1, align), (0, 4 * align), (0, 0)] {
-        let err = hostmem::import_mapping(&device, "bad", map.clone(), offset as u64, len as u64)
-            .expect_err("bad range");
+        let err =
+            host_memory::import_mapping(&device, "bad", map.clone(), offset as u64, len as u64)
+                .expect_err("bad range");
         assert!(
             matches!(err, ImportError::Failed { step: "range", .. }),
             "{err}"
@@ -118,13 +123,9 @@ fn pins_and_ring_slots_use_imported_memory() {
     let Some((device, queue)) = import_device("pins_and_ring_slots_use_imported_memory") else {
         return;
     };
-    let data = pattern(300_001, 14);
+    let data = random::bytes(300_001, 14);
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(
-        dir.path(),
-        "m.safetensors",
-        &valid_file(&[("w", "U8", vec![data.len()], data.clone())]),
-    );
+    let path = one_tensor_file(dir.path(), &data);
     let file = SafetensorsFile::open(&path).expect("open");
     let pool = pool();
     let pin =
@@ -150,25 +151,21 @@ fn pins_and_ring_slots_use_imported_memory() {
     )
     .expect("ring");
     assert_eq!(ring.memory(), HostMemory::Imported);
-    let big = pattern(10 * slot as usize - 8, 15);
+    let big = random::bytes(10 * slot as usize - 8, 15);
     let dst = device_buffer(&device, big.len() as u64);
-    let piece = (slot / 2) as usize;
-    for (i, part) in big.chunks(piece).enumerate() {
-        let mut enc = device.create_command_encoder(&Default::default());
-        ring.upload(
-            &device,
-            &queue,
-            &mut enc,
-            &HostBytes(part),
-            &dst,
-            (i * piece) as u64,
-        )
-        .expect("upload");
-        ring.submit(&queue, enc);
-        if i % 3 == 0 {
-            ring.recycle(&device).expect("recycle");
-        }
-    }
+    upload_in_pieces(
+        &mut ring,
+        &device,
+        &queue,
+        &big,
+        &dst,
+        slot / 2,
+        |i, ring| {
+            if i % 3 == 0 {
+                ring.recycle(&device).expect("recycle");
+            }
+        },
+    );
     assert_eq!(read_back(&device, &queue, &dst, big.len() as u64), big);
     let c = ring.counters();
     assert_eq!(
@@ -188,14 +185,14 @@ fn pins_and_ring_slots_use_imported_memory() {
 #[test]
 fn gl_falls_back_to_mapped_buffers() {
     let Some((device, queue, enabled)) =
-        device_on("gl_falls_back_to_mapped_buffers", wgpu::Backends::GL)
+        bare_device("gl_falls_back_to_mapped_buffers", wgpu::Backends::GL)
     else {
         return;
     };
     assert!(!enabled, "GL has no host-memory import");
-    let err = hostmem::import_anonymous(&device, "gl", 4096).expect_err("unsupported on GL");
+    let err = host_memory::import_anonymous(&device, "gl", 4096).expect_err("unsupported on GL");
     assert!(matches!(err, ImportError::Unsupported(_)), "{err}");
-    let data = pattern(70_001, 16);
+    let data = random::bytes(70_001, 16);
     let pool = pool();
     let pin = PinnedBuffer::create(&device, "gl pin", &pool, &HostBytes(&data)).expect("pin");
     assert_eq!(pin.memory(), HostMemory::Mapped);
