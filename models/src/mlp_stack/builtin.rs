@@ -51,24 +51,6 @@ pub fn random_normal(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
 }
 
-/// Where the built-in model is cached: `$DYNVRAM_CACHE`, else
-/// `$XDG_CACHE_HOME/dynvram`, else `~/.cache/dynvram`, else the temp dir.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("DYNVRAM_CACHE") {
-        return d.into();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("dynvram")
-}
-
-/// The cached built-in model, generated on first use.
-pub fn ensure_cached() -> std::io::Result<PathBuf> {
-    ensure_cached_in(&cache_dir())
-}
-
 /// The built-in model cached in `dir`, generated on first use.
 pub fn ensure_cached_in(dir: &Path) -> std::io::Result<PathBuf> {
     let path = dir.join(format!(
