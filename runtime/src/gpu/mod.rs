@@ -26,6 +26,7 @@ pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
+use dynvram_shaders::flash::FlashTuning;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -52,6 +53,8 @@ pub struct Gpu {
     shader_checks: ShaderChecks,
     /// [`GpuOptions::quant_wgs`].
     quant_wgs: Option<u32>,
+    /// [`GpuOptions::flash`].
+    flash: Option<FlashTuning>,
 }
 
 impl Gpu {
@@ -161,12 +164,18 @@ impl Gpu {
             uncaptured,
             shader_checks: options.shader_checks,
             quant_wgs: options.quant_wgs,
+            flash: options.flash,
         })
     }
 
     /// [`GpuOptions::quant_wgs`] of this device.
     pub fn quant_wgs(&self) -> Option<u32> {
         self.quant_wgs
+    }
+
+    /// [`GpuOptions::flash`] of this device.
+    pub fn flash_tuning(&self) -> Option<FlashTuning> {
+        self.flash
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -456,6 +465,10 @@ pub struct GpuOptions {
     /// instead of their default per K (tuning; where the size does not fit,
     /// the default runs).
     pub quant_wgs: Option<u32>,
+    /// Flash attention's workgroup shape instead of its default per
+    /// adapter and head dimension (tuning; where it does not fit a launch,
+    /// the default runs).
+    pub flash: Option<FlashTuning>,
 }
 
 impl Default for GpuOptions {
@@ -465,6 +478,7 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
+            flash: None,
         }
     }
 }
