@@ -32,7 +32,6 @@ macro_rules! wgsl {
 }
 
 pub mod bench;
-pub mod flash;
 pub mod linear;
 pub mod transformer;
 

@@ -43,8 +43,7 @@ impl AdapterArgs {
 /// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
-/// for tuning) and `DYNVRAM_FLASH` (flash attention's workgroup shape, a
-/// `FlashTuning` such as `64x64w4c2`, for tuning): the one place the
+/// for tuning): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {
@@ -65,10 +64,5 @@ pub fn gpu_options() -> GpuOptions {
         quant_wgs: std::env::var("DYNVRAM_QUANT_WGS")
             .ok()
             .and_then(|v| v.trim().parse().ok()),
-        flash: std::env::var("DYNVRAM_FLASH").ok().and_then(|v| {
-            v.parse()
-                .map_err(|e: String| tracing::warn!("DYNVRAM_FLASH: {e}; using the default"))
-                .ok()
-        }),
     }
 }

@@ -36,7 +36,6 @@ pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
-use dynvram_shaders::flash::FlashTuning;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -66,8 +65,6 @@ pub struct Gpu {
     /// The `MAP_READ` buffer of small read-backs (a decode step's logits),
     /// kept so each does not create (and validate) one.
     readback: Mutex<Option<wgpu::Buffer>>,
-    /// [`GpuOptions::flash`].
-    flash: Option<FlashTuning>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -181,18 +178,12 @@ impl Gpu {
             shader_checks: options.shader_checks,
             quant_wgs: options.quant_wgs,
             readback: Mutex::new(None),
-            flash: options.flash,
         })
     }
 
     /// [`GpuOptions::quant_wgs`] of this device.
     pub fn quant_wgs(&self) -> Option<u32> {
         self.quant_wgs
-    }
-
-    /// [`GpuOptions::flash`] of this device.
-    pub fn flash_tuning(&self) -> Option<FlashTuning> {
-        self.flash
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -494,10 +485,6 @@ pub struct GpuOptions {
     /// instead of their default per K (tuning; where the size does not fit,
     /// the default runs).
     pub quant_wgs: Option<u32>,
-    /// Flash attention's workgroup shape instead of its default per
-    /// adapter and head dimension (tuning; where it does not fit a launch,
-    /// the default runs).
-    pub flash: Option<FlashTuning>,
 }
 
 impl Default for GpuOptions {
@@ -507,7 +494,6 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
-            flash: None,
         }
     }
 }
