@@ -4,7 +4,9 @@
 //! separate launches, so callers write one sequence for every format.
 
 use crate::error::Result;
-use crate::ops::linear::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable, record_linear_folded};
+use crate::ops::linear::{
+    Fold, NORM_FOLD_MAX_M, NormFold, RecordOptions, fold_unusable, record_linear_folded,
+};
 use crate::pass::BlockCtx;
 use crate::tensor::GpuTensor;
 
@@ -34,18 +36,10 @@ impl RmsNormOf<'_> {
 
 impl BlockCtx<'_> {
     /// Whether linear layer `layer` takes a norm and a residual add in its
-    /// own launch at `m` rows (no LoRA patch, a float kernel, the
-    /// multi-row GEMV, `m` within [`NORM_FOLD_MAX_M`]).
+    /// own launch at `m` rows (no LoRA patch, the multi-row GEMV, `m`
+    /// within [`NORM_FOLD_MAX_M`]; see [`fold_unusable`]).
     pub fn folds(&self, layer: &str, m: u64) -> Result<bool> {
         if m > NORM_FOLD_MAX_M || self.model().patches.contains_key(layer) {
-            return Ok(false);
-        }
-        // Integer layers never fold: answered without building the weights.
-        if self
-            .model()
-            .kernel_path(layer)
-            .is_some_and(|p| !matches!(p.kernel, dynvram_quant::KernelChoice::Float))
-        {
             return Ok(false);
         }
         let (weights, choice) = self.layer_weights(layer)?;
@@ -73,8 +67,9 @@ impl BlockCtx<'_> {
         if self.try_fused(super::block_ops::Fuse::Stack(layers), norm.x, &fold)? {
             return Ok(());
         }
-        for (layer, out) in layers {
-            self.linear_folded(layer, norm.x, out, &fold)?;
+        // Integer layers after the first take the rotated rows it left.
+        for (i, (layer, out)) in layers.iter().enumerate() {
+            self.linear_folded(layer, norm.x, out, &fold, i > 0)?;
         }
         Ok(())
     }
@@ -114,7 +109,7 @@ impl BlockCtx<'_> {
                 norm: None,
                 residual: true,
             };
-            return self.linear_folded(layer, x, resid, &fold);
+            return self.linear_folded(layer, x, resid, &fold, false);
         }
         self.linear(layer, x, tmp)?;
         self.add_assign(resid, tmp)
@@ -130,6 +125,7 @@ impl BlockCtx<'_> {
         x: &GpuTensor,
         out: &GpuTensor,
         fold: &Fold<'_>,
+        reuse_codes: bool,
     ) -> Result<()> {
         self.quantized = false;
         let (weights, choice) = self.layer_weights(layer)?;
@@ -145,6 +141,10 @@ impl BlockCtx<'_> {
             out,
             &mut scratch,
             fold,
+            &RecordOptions {
+                reuse_codes,
+                ..RecordOptions::default()
+            },
         )
         .map_err(|source| crate::RuntimeError::Linear {
             layer: layer.to_owned(),

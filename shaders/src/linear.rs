@@ -9,11 +9,17 @@
 /// Group rotation (radix-4 fast Hadamard transform), dispatch `(K/G, rows)`.
 pub const ROTATE: &str = wgsl!("linear_fht.wgsl", "linear_rotate.wgsl");
 
+/// Rotation (with an optional RMS norm before it) of small-M rows over many
+/// workgroups, each chunk's absmax beside: the input of [`INT_GEMV_ROWS_ROT`].
+/// Dispatch `(chunks, rows)`.
+pub const ROTATE_MAX: &str = wgsl!("linear_fht.wgsl", "linear_rotate_max.wgsl");
+
 /// Rotation and activation quantization in one dispatch (one workgroup per
 /// row, for small M; G <= 1024).
 pub const ROTATE_QUANT: &str = wgsl!(
     "linear_gemv_tree.wgsl",
     "linear_fht.wgsl",
+    "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_rotate_quant.wgsl"
 );
@@ -24,6 +30,7 @@ pub const ROTATE_QUANT: &str = wgsl!(
 pub const ADD_NORM_QUANT: &str = wgsl!(
     "linear_gemv_tree.wgsl",
     "linear_fht.wgsl",
+    "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_add_norm_quant.wgsl"
 );
@@ -33,6 +40,7 @@ pub const ADD_NORM_QUANT: &str = wgsl!(
 /// same outputs bit for bit (G <= 256, the whole row in workgroup memory).
 pub const ROTATE_QUANT_SUBGROUP: &str = wgsl!(
     "linear_rq_subgroup.wgsl",
+    "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_rotate_quant_subgroup.wgsl"
 );
@@ -42,6 +50,7 @@ pub const ROTATE_QUANT_SUBGROUP: &str = wgsl!(
 /// [`ROTATE_QUANT_SUBGROUP`]'s; the same outputs bit for bit.
 pub const ADD_NORM_QUANT_SUBGROUP: &str = wgsl!(
     "linear_rq_subgroup.wgsl",
+    "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_add_norm_quant_subgroup.wgsl"
 );
@@ -49,12 +58,14 @@ pub const ADD_NORM_QUANT_SUBGROUP: &str = wgsl!(
 /// Per-row activation quantization with workgroup-memory reductions.
 pub const ACT_QUANT: &str = wgsl!(
     "linear_reduce_workgroup.wgsl",
+    "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_act_quant.wgsl"
 );
 /// Per-row activation quantization with subgroup reductions (needs `SUBGROUP`).
 pub const ACT_QUANT_SUBGROUP: &str = wgsl!(
     "linear_reduce_subgroup.wgsl",
+    "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_act_quant.wgsl"
 );
@@ -281,6 +292,7 @@ pub const INT_GEMV_ROWS: &str = wgsl!(
     "linear_int_common.wgsl",
     "linear_gemv_one.wgsl",
     "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_codes.wgsl",
     "linear_int_gemv_rows.wgsl"
 );
 /// [`INT_GEMV_ROWS`] with subgroup sums (needs `SUBGROUP`).
@@ -289,6 +301,7 @@ pub const INT_GEMV_ROWS_SUBGROUP: &str = wgsl!(
     "linear_int_common.wgsl",
     "linear_gemv_one.wgsl",
     "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_codes.wgsl",
     "linear_int_gemv_rows.wgsl"
 );
 /// [`INT_GEMV_ROWS`] over up to three weights of one input in one launch
@@ -299,6 +312,7 @@ pub const INT_GEMV_ROWS3: &str = wgsl!(
     "linear_int_common.wgsl",
     "linear_gemv_three.wgsl",
     "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_codes.wgsl",
     "linear_int_gemv_rows.wgsl"
 );
 /// [`INT_GEMV_ROWS3`] with subgroup sums (needs `SUBGROUP`).
@@ -307,6 +321,50 @@ pub const INT_GEMV_ROWS3_SUBGROUP: &str = wgsl!(
     "linear_int_common.wgsl",
     "linear_gemv_three.wgsl",
     "linear_gemv_rows_common.wgsl",
+    "linear_gemv_in_codes.wgsl",
+    "linear_int_gemv_rows.wgsl"
+);
+/// [`INT_GEMV_ROWS`] making its activation codes itself from the rotated
+/// rows and chunk maxima [`ROTATE_MAX`] left (binding 8 rows, 9 maxima).
+pub const INT_GEMV_ROWS_ROT: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_gemv_sum_tree.wgsl",
+    "linear_int_common.wgsl",
+    "linear_gemv_one.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_codes.wgsl",
+    "linear_gemv_in_rotated.wgsl",
+    "linear_int_gemv_rows.wgsl"
+);
+/// [`INT_GEMV_ROWS_ROT`] with subgroup sums (needs `SUBGROUP`).
+pub const INT_GEMV_ROWS_ROT_SUBGROUP: &str = wgsl!(
+    "linear_gemv_sum_subgroup.wgsl",
+    "linear_int_common.wgsl",
+    "linear_gemv_one.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_codes.wgsl",
+    "linear_gemv_in_rotated.wgsl",
+    "linear_int_gemv_rows.wgsl"
+);
+/// [`INT_GEMV_ROWS3`] making its activation codes itself.
+pub const INT_GEMV_ROWS3_ROT: &str = wgsl!(
+    "linear_gemv_tree.wgsl",
+    "linear_gemv_sum_tree.wgsl",
+    "linear_int_common.wgsl",
+    "linear_gemv_three.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_codes.wgsl",
+    "linear_gemv_in_rotated.wgsl",
+    "linear_int_gemv_rows.wgsl"
+);
+/// [`INT_GEMV_ROWS3_ROT`] with subgroup sums (needs `SUBGROUP`).
+pub const INT_GEMV_ROWS3_ROT_SUBGROUP: &str = wgsl!(
+    "linear_gemv_sum_subgroup.wgsl",
+    "linear_int_common.wgsl",
+    "linear_gemv_three.wgsl",
+    "linear_gemv_rows_common.wgsl",
+    "linear_codes.wgsl",
+    "linear_gemv_in_rotated.wgsl",
     "linear_int_gemv_rows.wgsl"
 );
 /// Float-weight GEMV (M <= 8), ROWS rows per workgroup with 16-byte loads
@@ -369,6 +427,22 @@ pub const ALL: &[(&str, &str)] = &[
         wgsl!("linear_float_common.wgsl"),
     ),
     ("linear_rotate.wgsl", ROTATE),
+    ("linear_rotate_max.wgsl", ROTATE_MAX),
+    ("linear_codes.wgsl", wgsl!("linear_codes.wgsl")),
+    ("linear_gemv_in_codes.wgsl", INT_GEMV_ROWS),
+    ("linear_gemv_in_rotated.wgsl", INT_GEMV_ROWS_ROT),
+    (
+        "linear_int_gemv_rows.wgsl [rotated, subgroup]",
+        INT_GEMV_ROWS_ROT_SUBGROUP,
+    ),
+    (
+        "linear_int_gemv_rows.wgsl [fused, rotated]",
+        INT_GEMV_ROWS3_ROT,
+    ),
+    (
+        "linear_int_gemv_rows.wgsl [fused, rotated, subgroup]",
+        INT_GEMV_ROWS3_ROT_SUBGROUP,
+    ),
     ("linear_act_quant.wgsl", ACT_QUANT),
     ("linear_act_quant.wgsl [subgroup]", ACT_QUANT_SUBGROUP),
     ("linear_int_gemv.wgsl", INT_GEMV),

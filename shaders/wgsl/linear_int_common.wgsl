@@ -13,8 +13,9 @@
 //   even/odd order (act quant PERM8), and the sum is shifted right by 4 at the
 //   end (exact: every product is a multiple of 16; |acc| < 2^31 for K <= 131072).
 //
-// provides: EPI, HAS_BIAS, W4, bias, int_value, out, p, scale_at, store
-// provides: unscale_acc, w, w4_even, w4_odd, w_scale, xq
+// provides: EPI, HAS_BIAS, W4, bias, int_value_sx, out, p, scale_at, store
+// provides: unscale_acc, w, w4_even, w4_odd, w_scale, x_scale, xq
+//
 
 // int4 nibble weights (true) or int8 weights.
 override W4: bool = true;
@@ -71,10 +72,14 @@ fn unscale_acc(acc: i32) -> i32 {
 // The epilogue of activation row m: the exact accumulator to f32 with the
 // weight scale `sw` of its column (and `b`, its bias where HAS_BIAS).
 fn int_value(m: u32, acc: i32, sw: f32, b: f32) -> f32 {
+    return int_value_sx(x_scale[m], acc, sw, b);
+}
+
+// int_value with the activation row's code scale `sx`.
+fn int_value_sx(sx: f32, acc: i32, sw: f32, b: f32) -> f32 {
     if EPI == 2u {
         return bitcast<f32>(acc);
     }
-    let sx = x_scale[m];
     var r: f32;
     if EPI == 0u {
         r = (f32(acc) * sx) * sw;

@@ -12,18 +12,25 @@
 // into one launch) and linear_gemv_rows_common.wgsl say which rows of which
 // weight a workgroup takes.
 //
-// The weight and codes are bound again as vec4<u32> (bindings 7 and 8; the
-// common fragment's u32 views, bindings 0 and 3, stay unused): every weight
+// The activation codes come through an input fragment
+// (linear_gemv_in_codes.wgsl as a quantization kernel left them,
+// linear_gemv_in_rotated.wgsl made here from rotated rows); RESID adds the
+// result to `out` (the residual stream) instead of writing it.
+//
+// The weight is bound again as vec4<u32> (binding 7; the common fragment's
+// u32 views, bindings 0 and 3, stay unused): every weight
 // row must start on 16 bytes, i.e. K % 32 == 0 for int4 and K % 16 == 0 for
 // int8 (the host uses linear_int_gemv.wgsl otherwise).
 // Rows run over (wid.x + 65535 * wid.y) * ROWS; ROWS <= 16 and ROWS * MR <= 64
 // (twice ROWS with GLU; fixed-size arrays the compiler keeps in registers once the loops over
 // the override constants unroll).
 //
-// needs: EPI, GLU, HAS_BIAS, W4, gemv_sum_i32, gv_result, int_value, p
-// needs: scale_at, seg_at, seg_bias, seg_col, seg_out, seg_parts, seg_rows
-// needs: seg_scale, seg_w, silu_mul, unscale_acc, w4_even, w4_odd
-// provides: ROWS, WGS, wv
+// needs: EPI, GLU, HAS_BIAS, W4, gemv_sum_i32, gv_code_scale, gv_codes
+// needs: gv_codes_begin, gv_result, int_value_sx, p, scale_at, seg_at
+// needs: seg_bias, seg_col, seg_get, seg_out, seg_parts, seg_rows, seg_scale
+// needs: seg_w, silu_mul, unscale_acc, w4_even, w4_odd
+// provides: MR, ROWS, WGS, wv
+//
 
 // Output rows per workgroup.
 override ROWS: u32 = 8u;
@@ -33,8 +40,10 @@ override MR: u32 = 1u;
 // Invocations per workgroup (a power of two, 64..=1024).
 override WGS: u32 = 256u;
 
+// out += the result (a residual add in the epilogue) instead of out = it.
+override RESID: bool = false;
+
 @group(0) @binding(7) var<storage, read> wv: array<vec4<u32>>;
-@group(0) @binding(8) var<storage, read> xv: array<vec4<u32>>;
 
 fn dot_w4(a: vec4<u32>, b: vec4<u32>, raw: vec4<u32>) -> i32 {
     return dot4I8Packed(a.x, w4_even(raw.x)) + dot4I8Packed(a.y, w4_odd(raw.x))
@@ -55,9 +64,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let n0 = at.y;
     let rows = seg_rows(seg);
     let parts = seg_parts();
-    // 16-byte quads per activation-code row and per weight row.
-    let xq_row = p.k / 16u;
-    var wq_row = xq_row;
+    gv_codes_begin(lid);
+    // 16-byte quads per weight row.
+    var wq_row = p.k / 16u;
     if W4 {
         wq_row = p.k / 32u;
     }
@@ -78,13 +87,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var m = 0u; m < MR; m++) {
             if W4 {
                 // Weight quad q holds columns 32q..32q+31: code quads 2q, 2q+1.
-                let a = xv[m * xq_row + 2u * q];
-                let b = xv[m * xq_row + 2u * q + 1u];
+                let a = gv_codes(m, 2u * q);
+                let b = gv_codes(m, 2u * q + 1u);
                 for (var r = 0u; r < parts * ROWS; r++) {
                     acc[r * MR + m] += dot_w4(a, b, raw[r]);
                 }
             } else {
-                let a = xv[m * xq_row + q];
+                let a = gv_codes(m, q);
                 for (var r = 0u; r < parts * ROWS; r++) {
                     acc[r * MR + m] += dot_w8(a, raw[r]);
                 }
@@ -104,6 +113,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if GLU {
                 let up = act(seg_value(1u, m, col, gv_result(ROWS * MR + lid)));
                 seg_out(0u, m, col, silu_mul(v, up));
+            } else if RESID {
+                // The residual add as elementwise.wgsl makes it after the
+                // linear's rounded output.
+                seg_out(seg, m, col, act(f32(seg_get(seg, m, col)) + f32(v)));
             } else {
                 seg_out(seg, m, col, v);
             }
@@ -117,5 +130,5 @@ fn seg_value(seg: u32, m: u32, col: u32, acc: i32) -> f32 {
     if HAS_BIAS && EPI != 2u {
         b = seg_bias(seg, col);
     }
-    return int_value(m, acc, seg_scale(seg, scale_at(col)), b);
+    return int_value_sx(gv_code_scale(m), acc, seg_scale(seg, scale_at(col)), b);
 }

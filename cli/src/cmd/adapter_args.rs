@@ -43,7 +43,8 @@ impl AdapterArgs {
 /// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
-/// for tuning): the one place the
+/// for tuning) and `DYNVRAM_SPREAD_QUANT` (0 keeps the integer GEMVs'
+/// quantization launch, to compare): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {
@@ -64,5 +65,6 @@ pub fn gpu_options() -> GpuOptions {
         quant_wgs: std::env::var("DYNVRAM_QUANT_WGS")
             .ok()
             .and_then(|v| v.trim().parse().ok()),
+        spread_quant: std::env::var("DYNVRAM_SPREAD_QUANT").as_deref() != Ok("0"),
     }
 }

@@ -62,6 +62,8 @@ pub struct Gpu {
     shader_checks: ShaderChecks,
     /// [`GpuOptions::quant_wgs`].
     quant_wgs: Option<u32>,
+    /// [`GpuOptions::spread_quant`].
+    spread_quant: bool,
     /// The `MAP_READ` buffer of small read-backs (a decode step's logits),
     /// kept so each does not create (and validate) one.
     readback: Mutex<Option<wgpu::Buffer>>,
@@ -177,6 +179,7 @@ impl Gpu {
             uncaptured,
             shader_checks: options.shader_checks,
             quant_wgs: options.quant_wgs,
+            spread_quant: options.spread_quant,
             readback: Mutex::new(None),
         })
     }
@@ -184,6 +187,11 @@ impl Gpu {
     /// [`GpuOptions::quant_wgs`] of this device.
     pub fn quant_wgs(&self) -> Option<u32> {
         self.quant_wgs
+    }
+
+    /// [`GpuOptions::spread_quant`] of this device.
+    pub fn spread_quant(&self) -> bool {
+        self.spread_quant
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -485,6 +493,11 @@ pub struct GpuOptions {
     /// instead of their default per K (tuning; where the size does not fit,
     /// the default runs).
     pub quant_wgs: Option<u32>,
+    /// Integer GEMVs at decode sizes make their activation codes themselves
+    /// from rows rotated over many workgroups (`linear_rotate_max.wgsl`),
+    /// instead of after a one-workgroup-per-row quantization launch; false
+    /// keeps the launch (to compare; the codes are the same bit for bit).
+    pub spread_quant: bool,
 }
 
 impl Default for GpuOptions {
@@ -494,6 +507,7 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
+            spread_quant: true,
         }
     }
 }

@@ -104,6 +104,7 @@ fn folded_norm_matches_norm_then_linears() {
                     &fol[0],
                     &mut env.scratch,
                     &fold,
+                    &RecordOptions::default(),
                 )
                 .expect("folded linear");
                 assert_eq!(env.scratch.last_dispatches(), 1, "{what}: one launch");
@@ -200,6 +201,7 @@ fn folded_residual_add_matches_linear_then_add() {
                     &rb,
                     &mut env.scratch,
                     &fold,
+                    &RecordOptions::default(),
                 )
                 .expect("folded");
                 g.queue.submit([enc.finish()]);
@@ -259,8 +261,11 @@ fn what_cannot_fold_is_refused() {
     assert_eq!(fold_unusable(g, &bf16, float, 1, &norm(&nw)), None);
     assert_eq!(fold_unusable(g, &bf16, float, 32, &resid), None);
     assert_eq!(fold_unusable(g, &bf16, float, 40, &Fold::default()), None);
+    // Integer layers fold through the spread quantization (M <= 8).
+    assert_eq!(fold_unusable(g, &w4, int4, 1, &norm(&nw)), None);
+    assert_eq!(fold_unusable(g, &w4, int4, 8, &resid), None);
     for (w, choice, m, fold) in [
-        (&w4, int4, 1, norm(&nw)),
+        (&w4, int4, 9, resid),
         (&bf16, float, 33, resid),
         (&bf16, float, 5, norm(&nw)),
         (&bf16, float, 1, norm(&short)),
@@ -279,6 +284,7 @@ fn what_cannot_fold_is_refused() {
             &out,
             &mut env.scratch,
             &fold,
+            &RecordOptions::default(),
         )
         .expect_err("folded where it cannot");
         assert!(err.to_string().contains(why), "{err} / {why}");

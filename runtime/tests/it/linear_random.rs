@@ -96,7 +96,9 @@ impl Env {
             let r = self.gpu.read_f32(buf, 0, m * k).expect("read rotated");
             rotated = r.iter().map(|v| v.to_bits()).collect();
         }
-        if let KernelChoice::Integer { .. } = choice {
+        // Only a quantization launch leaves codes (small M makes them in
+        // the GEMV unless asked to quantize apart).
+        if let (KernelChoice::Integer { .. }, true) = (choice, opts.quantize_apart) {
             (codes, scales) = self.act_codes_and_scales(w.format, m, k);
         }
         Run {
@@ -146,17 +148,34 @@ fn check_integer(
         x,
         RecordOptions {
             raw_accumulator: true,
+            quantize_apart: true,
             ..opts
         },
     );
+    let e_rot: Vec<u32> = x_in.iter().map(|v| v.to_bits()).collect();
     if group.is_some() {
-        let e: Vec<u32> = x_in.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(raw.rotated, e, "{what}: rotated input");
+        assert_eq!(raw.rotated, e_rot, "{what}: rotated input");
     }
     assert_eq!(raw.codes, q.codes, "{what}: activation codes");
     assert_eq!(raw.scales, q.scales, "{what}: activation scales");
     let gpu_acc: Vec<i32> = raw.out.iter().map(|v| v.to_bits() as i32).collect();
     assert_eq!(gpu_acc, acc, "{what}: accumulators");
+    // Small M codes the spread-rotated rows in the GEMV: the same
+    // rotation and accumulators bit for bit.
+    let spread = env.run(
+        &w,
+        choice,
+        x,
+        RecordOptions {
+            raw_accumulator: true,
+            ..opts
+        },
+    );
+    if group.is_some() {
+        assert_eq!(spread.rotated, e_rot, "{what}: spread rotated input");
+    }
+    let gpu_acc: Vec<i32> = spread.out.iter().map(|v| v.to_bits() as i32).collect();
+    assert_eq!(gpu_acc, acc, "{what}: spread accumulators");
     let y = env.run(&w, choice, x, opts).out;
     let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
     let bias: Option<Vec<f32>> = h.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b));

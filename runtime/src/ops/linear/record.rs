@@ -22,6 +22,7 @@ mod fused;
 mod gemv;
 mod norm_quant;
 mod spec;
+mod spread;
 pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
 pub use fold::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable, record_linear_folded};
 pub use fused::{Fusion, record_linears_fused};
@@ -70,6 +71,10 @@ pub struct RecordOptions {
     /// (M <= 8, `fast` integer kernels) instead of its default or
     /// `GpuOptions::quant_wgs` (for tuning; a power of two in 64..=1024).
     pub quant_wgs: Option<u32>,
+    /// Integer GEMVs at decode sizes read codes a quantization launch wrote
+    /// ([`LinearScratch::act_codes`] then holds them) even where they would
+    /// make them from spread-rotated rows (`GpuOptions::spread_quant`).
+    pub quantize_apart: bool,
 }
 
 /// What activation codes in the scratch were made from and how.
@@ -81,6 +86,10 @@ pub struct CodesKey {
     perm8: bool,
     m: u64,
     k: u64,
+    /// The norm folded in before the rotation: its weight and eps bits.
+    norm: Option<((wgpu::Buffer, u64), u32)>,
+    /// Rotated rows and chunk maxima (the GEMV makes the codes), not codes.
+    spread: bool,
 }
 
 /// Records `out = x · Wᵀ + b` into `encoder` with the kernels of `choice`.
@@ -217,6 +226,7 @@ fn record(
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
+        spread: !opts.quantize_apart && gpu.spread_quant(),
         fused,
         fold: *fold,
         dispatches: &dispatches,
@@ -472,6 +482,9 @@ struct Recorder<'a> {
     reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
     quant_wgs: Option<u32>,
+    /// Integer GEMVs may make their codes from spread-rotated rows
+    /// (`spread::SpreadQuant`).
+    spread: bool,
     /// More weights in the multi-row GEMV's launch.
     fused: Option<&'a fused::Fused<'a>>,
     /// Ops folded into the multi-row GEMV's launch.
@@ -686,6 +699,11 @@ impl Recorder<'_> {
             )
         })?;
         scratch.set_coop(coop.then_some(self.coop));
+        let epi = if raw {
+            IntEpilogue::RawAccumulator
+        } else {
+            int.epilogue
+        };
         // The codes a previous linear left in the scratch, when they are
         // this input's, quantized the same way (asked for by the caller).
         let codes_key = CodesKey {
@@ -695,8 +713,23 @@ impl Recorder<'_> {
             perm8: int.w4 && !coop,
             m,
             k,
+            norm: None,
+            spread: false,
         };
         let reuse = self.reuse_codes && scratch.codes_key() == Some(&codes_key);
+        // Codes a quantization launch left (`record_add_norm_quant`) are
+        // taken as they are; else small M spreads the quantization.
+        if let Some(s) = self
+            .spread_shape(int.group.unwrap_or(1))
+            .filter(|_| !coop && !reuse)
+        {
+            return self.integer_spread(encoder, int, fast, s, x, out, scratch, epi);
+        }
+        if self.fold.norm.is_some() {
+            return Err(self.unsupported(
+                "a folded norm before an integer linear needs the spread quantization".into(),
+            ));
+        }
         let rot_bytes = m * k * 4;
         // The rotation writes f32, so the quantization after it reads f32.
         let mut quant_rec = *self;
@@ -810,11 +843,6 @@ impl Recorder<'_> {
         }
         scratch.set_codes_key(Some(codes_key));
         let dummy = scratch.dummy(gpu)?;
-        let epi = if raw {
-            IntEpilogue::RawAccumulator
-        } else {
-            int.epilogue
-        };
         let has_bias = self.weights.bias.is_some();
         let constants = [
             ("W4", f64::from(u8::from(int.w4))),
@@ -864,8 +892,10 @@ impl Recorder<'_> {
                     scale: region(scale),
                     bias,
                     out: out.binding(),
-                    x: buf(&scales, 0, m * 4),
-                    codes: Some(buf(&codes, 0, m * kw * 4)),
+                    input: gemv::GemvInput::Codes {
+                        codes: buf(&codes, 0, m * kw * 4),
+                        scales: buf(&scales, 0, m * 4),
+                    },
                 };
                 self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
                 continue;
@@ -958,8 +988,7 @@ impl Recorder<'_> {
                     scale,
                     bias,
                     out: out.binding(),
-                    x: x.binding(),
-                    codes: None,
+                    input: gemv::GemvInput::Float(x.binding()),
                 };
                 self.float_gemv_rows(encoder, &c, shape, wfmt, ops)?;
                 continue;

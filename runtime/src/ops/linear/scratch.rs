@@ -29,6 +29,7 @@ pub struct LinearScratch {
     x_rot: Option<Slot>,
     codes: Option<Slot>,
     scales: Option<Slot>,
+    chunk_max: Option<Slot>,
     dummy: Option<Slot>,
     partials: Option<Slot>,
     /// What the codes hold (see [`super::RecordOptions::reuse_codes`]).
@@ -155,6 +156,22 @@ impl LinearScratch {
             self.budget.as_ref(),
             gpu,
             "linear.act_scales",
+            bytes,
+        )
+    }
+
+    /// The rotated rows' chunk maxima (`linear_rotate_max.wgsl`), at least
+    /// `bytes` long.
+    pub(super) fn chunk_max(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.chunk_max,
+            self.budget.as_ref(),
+            gpu,
+            "linear.chunk_max",
             bytes,
         )
     }

@@ -1,6 +1,6 @@
-//! Neighbouring ops folded into a float multi-row GEMV (decode): the RMS
-//! norm of its input as a prologue, the residual add of its output as an
-//! epilogue.
+//! Neighbouring ops folded into a multi-row GEMV (decode): the RMS norm of
+//! its input as a prologue (integer layers: into the spread rotation before
+//! them, `spread.rs`), the residual add of its output as an epilogue.
 //!
 //! Why: a decode step is a chain of dependent launches, and on the H200 a
 //! launch's fixed cost (ramp-up, drain, the barrier before the next) is
@@ -17,7 +17,7 @@
 use dynvram_quant::KernelChoice;
 
 use super::gemv::{self, ROWS_GEMV_MAX_M};
-use super::{LinearError, LinearWeights, RecordOptions, record};
+use super::{GEMV_MAX_M, IntPath, LinearError, LinearWeights, RecordOptions, record};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
@@ -57,9 +57,10 @@ impl Fold<'_> {
 pub const NORM_FOLD_MAX_M: u64 = 4;
 
 /// Why `fold` cannot go into this linear's launch (`None`: it can): only
-/// the float multi-row GEMV (M ≤ 32, 16-byte weight rows, K a multiple of
-/// 4, one binding per weight) takes folds, a norm up to
-/// [`NORM_FOLD_MAX_M`] rows.
+/// the multi-row GEMVs (M ≤ 32, 16-byte weight rows, K a multiple of 4, one
+/// binding per weight) take folds, a norm up to [`NORM_FOLD_MAX_M`] rows;
+/// integer layers only with the spread quantization
+/// (`GpuOptions::spread_quant`), whose rotation launch takes the norm.
 pub fn fold_unusable(
     gpu: &Gpu,
     weights: &LinearWeights,
@@ -71,13 +72,24 @@ pub fn fold_unusable(
         return None;
     }
     let whole = weights.n * weights.row_bytes() <= gpu.caps.max_storage_binding;
-    if !matches!(choice, KernelChoice::Float) {
-        Some("only float layers fold a norm or a residual add")
-    } else if m == 0 || m > ROWS_GEMV_MAX_M {
+    let integer = match choice {
+        KernelChoice::Float => false,
+        KernelChoice::Integer { act, .. } => {
+            if IntPath::of(weights.format, act).is_err() {
+                return Some("the format has no integer kernel");
+            }
+            true
+        }
+    };
+    if integer && !gpu.spread_quant() {
+        Some("integer layers fold only with the spread quantization, which is off")
+    } else if m == 0 || m > ROWS_GEMV_MAX_M || (integer && m > GEMV_MAX_M) {
         Some("M is above the multi-row GEMV's")
     } else if fold.norm.is_some() && m > NORM_FOLD_MAX_M {
         Some("M is above the folded norm's 4 rows")
-    } else if !gemv::rows_aligned(weights.row_bytes()) || !weights.k.is_multiple_of(4) {
+    } else if !gemv::rows_aligned(weights.row_bytes())
+        || !weights.k.is_multiple_of(if integer { 16 } else { 4 })
+    {
         Some("weight rows do not start on 16 bytes")
     } else if weights.parts.len() != 1 || !whole {
         Some("the weight is split across bindings")
@@ -93,7 +105,9 @@ pub fn fold_unusable(
 
 /// Records `out = x · Wᵀ + b` with `fold` in the same launch; an error
 /// where [`fold_unusable`] says why not (check it first and record the
-/// norm or the add separately there).
+/// norm or the add separately there). `opts.reuse_codes` lets an integer
+/// linear take the rotated rows the one before it left for the same input
+/// and norm.
 #[allow(clippy::too_many_arguments)]
 pub fn record_linear_folded(
     gpu: &Gpu,
@@ -105,18 +119,9 @@ pub fn record_linear_folded(
     out: &GpuTensor,
     scratch: &mut LinearScratch,
     fold: &Fold<'_>,
+    opts: &RecordOptions,
 ) -> Result<(), LinearError> {
     record(
-        gpu,
-        cache,
-        encoder,
-        weights,
-        choice,
-        x,
-        out,
-        scratch,
-        &RecordOptions::default(),
-        None,
-        fold,
+        gpu, cache, encoder, weights, choice, x, out, scratch, opts, None, fold,
     )
 }

@@ -154,16 +154,31 @@ pub(super) fn rows_aligned(row_bytes: u64) -> bool {
     row_bytes.is_multiple_of(16)
 }
 
-/// The scale, bias and output bindings shared by both kernels, plus the
-/// integer path's code and code-scale buffers.
+/// The scale, bias and output bindings shared by both kernels, and the
+/// activations.
 pub(super) struct GemvOperands<'a> {
     pub scale: wgpu::BindingResource<'a>,
     pub bias: wgpu::BindingResource<'a>,
     pub out: wgpu::BindingResource<'a>,
-    /// `x` (float path) or the code scales (integer path).
-    pub x: wgpu::BindingResource<'a>,
-    /// The packed activation codes (integer path).
-    pub codes: Option<wgpu::BindingResource<'a>>,
+    pub input: GemvInput<'a>,
+}
+
+/// What a multi-row GEMV reads as its activations.
+pub(super) enum GemvInput<'a> {
+    /// `x` itself (the float kernel).
+    Float(wgpu::BindingResource<'a>),
+    /// Packed codes and per-row code scales a quantization launch wrote.
+    Codes {
+        codes: wgpu::BindingResource<'a>,
+        scales: wgpu::BindingResource<'a>,
+    },
+    /// Rows rotated over many workgroups and the maxima of their `chunk`s
+    /// (`linear_rotate_max.wgsl`): the GEMV makes the codes itself.
+    Rotated {
+        rows: wgpu::BindingResource<'a>,
+        chunk_max: wgpu::BindingResource<'a>,
+        chunk: u32,
+    },
 }
 
 impl Recorder<'_> {
@@ -362,8 +377,9 @@ impl Recorder<'_> {
     }
 
     /// One chunk of an integer layer through the multi-row GEMV: bindings
-    /// 1 scale, 2 bias, 4 code scales, 5 out, 6 params, 7 weight quads,
-    /// 8 code quads (the common fragment's u32 views 0 and 3 are unused).
+    /// 1 scale, 2 bias, 5 out, 7 weight quads; 4 code scales and 8 code
+    /// quads, or 8 rotated rows and 9 their chunk maxima (the common
+    /// fragment's u32 views 0 and 3 are unused).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn int_gemv_rows(
         &self,
@@ -376,38 +392,66 @@ impl Recorder<'_> {
         ops: GemvOperands<'_>,
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
-        let (sources, kind) = if fast {
-            (
-                (
-                    shaders::INT_GEMV_ROWS_SUBGROUP,
-                    shaders::INT_GEMV_ROWS3_SUBGROUP,
-                ),
-                "sg",
-            )
-        } else {
-            ((shaders::INT_GEMV_ROWS, shaders::INT_GEMV_ROWS3), "tree")
-        };
-        let key = format!(
-            "linear_int_gemv_rows|{kind}|W4={}|EPI={}|SWR={}|B={has_bias}|R={}|M={}|WGS={}",
-            int.w4, epi as u32, int.per_row_scale, shape.rows, self.m, shape.wgs
-        );
-        let constants = vec![
+        let mut bindings = vec![
+            (1, ops.scale.clone()),
+            (2, ops.bias.clone()),
+            (5, ops.out.clone()),
+        ];
+        let mut constants = vec![
             ("W4", f64::from(u8::from(int.w4))),
             ("EPI", f64::from(epi as u32)),
             ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
+            ("RESID", f64::from(u8::from(self.fold.residual))),
         ];
-        let codes = ops
-            .codes
-            .clone()
-            .ok_or_else(|| self.unsupported("the integer GEMV needs activation codes".into()))?;
-        let bindings = vec![
-            (1, ops.scale.clone()),
-            (2, ops.bias.clone()),
-            (4, ops.x.clone()),
-            (5, ops.out.clone()),
-            (8, codes),
-        ];
+        let (sources, input, x_bytes) = match &ops.input {
+            GemvInput::Codes { codes, scales } => {
+                bindings.extend([(4, scales.clone()), (8, codes.clone())]);
+                let sources = if fast {
+                    (
+                        shaders::INT_GEMV_ROWS_SUBGROUP,
+                        shaders::INT_GEMV_ROWS3_SUBGROUP,
+                    )
+                } else {
+                    (shaders::INT_GEMV_ROWS, shaders::INT_GEMV_ROWS3)
+                };
+                (sources, 0, self.m * (self.weights.k + 4))
+            }
+            GemvInput::Rotated {
+                rows,
+                chunk_max,
+                chunk,
+            } => {
+                bindings.extend([(8, rows.clone()), (9, chunk_max.clone())]);
+                constants.extend(int.quant_constants(int.w4).iter().take(2));
+                constants.push(("QCHUNK", f64::from(*chunk)));
+                let sources = if fast {
+                    (
+                        shaders::INT_GEMV_ROWS_ROT_SUBGROUP,
+                        shaders::INT_GEMV_ROWS3_ROT_SUBGROUP,
+                    )
+                } else {
+                    (shaders::INT_GEMV_ROWS_ROT, shaders::INT_GEMV_ROWS3_ROT)
+                };
+                let maxima = self.weights.k.div_ceil(u64::from(*chunk));
+                (sources, *chunk, self.m * 4 * (self.weights.k + maxima))
+            }
+            GemvInput::Float(_) => {
+                return Err(self.unsupported("the integer GEMV needs activation codes".into()));
+            }
+        };
+        let kind = if fast { "sg" } else { "tree" };
+        let key = format!(
+            "linear_int_gemv_rows|{kind}|W4={}|EPI={}|SWR={}|B={has_bias}|R={}|M={}|WGS={}|RESID={}|QIN={input}|MODE={}",
+            int.w4,
+            epi as u32,
+            int.per_row_scale,
+            shape.rows,
+            self.m,
+            shape.wgs,
+            self.fold.residual,
+            int.codes as u32
+        );
         self.gemv_rows_launch(
             encoder,
             c,
@@ -417,7 +461,7 @@ impl Recorder<'_> {
             constants,
             bindings,
             ((7, buf(c.buffer, c.offset, c.size)), &ops),
-            self.m * (self.weights.k + 4),
+            x_bytes,
             true,
         )
     }
@@ -448,10 +492,13 @@ impl Recorder<'_> {
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
             ("RESID", f64::from(u8::from(resid))),
         ];
+        let GemvInput::Float(x) = &ops.input else {
+            return Err(self.unsupported("the float GEMV reads its activations as stored".into()));
+        };
         let mut bindings = vec![
             (1, ops.scale.clone()),
             (2, ops.bias.clone()),
-            (3, ops.x.clone()),
+            (3, x.clone()),
             (4, ops.out.clone()),
         ];
         let sources = match norm {

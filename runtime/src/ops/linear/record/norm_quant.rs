@@ -181,6 +181,8 @@ pub fn record_add_norm_quant(
         perm8: int.w4,
         m,
         k,
+        norm: None,
+        spread: false,
     }));
     scratch.set_dispatches(1);
     Ok(true)

@@ -1,0 +1,179 @@
+//! Activation quantization spread over the GPU for the integer multi-row
+//! GEMVs at decode sizes: `linear_rotate_max.wgsl` rotates the rows (after
+//! the folded RMS norm, if any) over many workgroups and leaves each
+//! chunk's absmax; the GEMV (`linear_gemv_in_rotated.wgsl`) takes the row's
+//! scale from those maxima and codes the values as it reads them.
+//!
+//! Why: the per-row scale needs the whole rotated row, so the fused
+//! kernels give a row one workgroup; at M = 1 that is one busy SM for
+//! 15–34 µs before every quantized linear (run N3 on the H200: 127 such
+//! launches, 2.2 ms of a 5.4 ms int4 token under timestamps). Spread, the
+//! rotation is a few microseconds of latency, and the codes — the same bits
+//! as the quantization kernels write — cost each GEMV workgroup a few
+//! arithmetic instructions per value it already streams.
+
+use super::gemv::{GemvInput, GemvOperands};
+use super::spec::IntEpilogue;
+use super::{
+    CodesKey, GEMV_MAX_M, IntPath, LinearError, MAX_GROUP, MAX_GROUPS_PER_DIM, Params, Recorder,
+    buf, region,
+};
+use crate::ops::encoder::Encoder;
+use crate::ops::launch::Cost;
+use crate::ops::linear::LinearScratch;
+use crate::tensor::GpuTensor;
+use dynvram_shaders::linear as shaders;
+
+/// Invocations per rotation workgroup (fewer where the adapter allows fewer).
+const WGS: u32 = 256;
+
+/// Values per rotation workgroup (a larger group takes a workgroup of its
+/// own): 4 per invocation, one load round trip; K = 4096 is 4 workgroups a
+/// row, K = 11008 eleven.
+const CHUNK_MIN: u32 = 1024;
+
+/// The rotation's shape on this adapter.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Spread {
+    wgs: u32,
+    chunk: u32,
+}
+
+impl Recorder<'_> {
+    /// The spread quantization's shape for rotation group `g` (1: none), or
+    /// `None` where the integer GEMV reads codes a quantization launch
+    /// wrote: not asked for, above the GEMVs' M, no multi-row GEMV, or a
+    /// group or row the rotation kernel cannot take.
+    pub(super) fn spread_shape(&self, g: u32) -> Option<Spread> {
+        let limits = self.gpu.device.limits();
+        let max = limits.max_compute_invocations_per_workgroup;
+        let wgs = WGS.min(if max == 0 { 0 } else { 1 << max.ilog2() });
+        let chunk = g.max(CHUNK_MIN);
+        let k = self.weights.k;
+        let grouped = g == 1
+            || (dynvram_quant::reference::is_power_of_four(g)
+                && g <= MAX_GROUP
+                && k.is_multiple_of(u64::from(g)));
+        let fits = 4 * (u64::from(chunk) + 2 * u64::from(wgs))
+            <= u64::from(limits.max_compute_workgroup_storage_size);
+        (self.spread
+            && self.gemv.is_some()
+            && (1..=GEMV_MAX_M).contains(&self.m)
+            && k.is_multiple_of(16)
+            && grouped
+            && wgs >= 64
+            && fits
+            && k.div_ceil(u64::from(chunk)) <= MAX_GROUPS_PER_DIM)
+            .then_some(Spread { wgs, chunk })
+    }
+
+    /// An integer layer through the rotation and the GEMVs that code its
+    /// output (shape `s`, from [`Self::spread_shape`]); the rotation is
+    /// skipped where the scratch holds this input's already
+    /// ([`super::RecordOptions::reuse_codes`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn integer_spread(
+        &self,
+        encoder: &mut Encoder,
+        int: &IntPath,
+        fast: bool,
+        s: Spread,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+        epi: IntEpilogue,
+    ) -> Result<(), LinearError> {
+        let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
+        let g = int.group.unwrap_or(1);
+        let chunks = k.div_ceil(u64::from(s.chunk));
+        let norm = self.fold.norm;
+        let key = CodesKey {
+            x: (x.buffer.as_ref().clone(), x.offset),
+            codes: int.codes,
+            group: int.group,
+            perm8: false,
+            m,
+            k,
+            norm: norm.map(|n| {
+                (
+                    (n.weight.buffer.as_ref().clone(), n.weight.offset),
+                    n.eps.to_bits(),
+                )
+            }),
+            spread: true,
+        };
+        let reuse = self.reuse_codes && scratch.codes_key() == Some(&key);
+        let rows = scratch.x_rot(gpu, m * k * 4)?;
+        let chunk_max = scratch.chunk_max(gpu, m * chunks * 4)?;
+        let dummy = scratch.dummy(gpu)?;
+        if !reuse {
+            let norm_w = norm.map_or(buf(&dummy, 0, 16), |n| n.weight.binding());
+            let key = format!(
+                "linear_rotate_max|G={g}|WGS={}|C={}|NORM={}",
+                s.wgs,
+                s.chunk,
+                norm.is_some()
+            );
+            self.dispatch(
+                encoder,
+                key,
+                shaders::ROTATE_MAX,
+                &[
+                    ("G", f64::from(g)),
+                    ("WGS", f64::from(s.wgs)),
+                    ("CHUNK", f64::from(s.chunk)),
+                    ("NORM", f64::from(u8::from(norm.is_some()))),
+                ],
+                vec![
+                    x.binding(),
+                    buf(&rows, 0, m * k * 4),
+                    buf(&chunk_max, 0, m * chunks * 4),
+                    norm_w,
+                ],
+                Params {
+                    a: m as u32,
+                    b: k as u32,
+                    c: chunks as u32,
+                    d: norm.map_or(0, |n| n.eps.to_bits()),
+                    e: 0,
+                    pad: [0; 3],
+                },
+                (chunks as u32, m as u32),
+                Cost::new(
+                    // Every workgroup of a normed row reads the whole row.
+                    m * k * x.dtype.size() * if norm.is_some() { chunks + 1 } else { 1 },
+                    m * (k + chunks) * 4,
+                    m * k * 2 * u64::from(g.max(2).ilog2()),
+                ),
+            )?;
+        }
+        scratch.set_codes_key(Some(key));
+        let scale = self
+            .weights
+            .scale
+            .as_ref()
+            .ok_or_else(|| self.unsupported("integer formats need a weight_scale".into()))?;
+        let shape = self
+            .gemv
+            .ok_or_else(|| self.unsupported("the spread quantization needs the GEMV".into()))?;
+        for c in self.chunks()? {
+            let bias = self
+                .weights
+                .bias
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
+            let ops = GemvOperands {
+                scale: region(scale),
+                bias,
+                out: out.binding(),
+                input: GemvInput::Rotated {
+                    rows: buf(&rows, 0, m * k * 4),
+                    chunk_max: buf(&chunk_max, 0, m * chunks * 4),
+                    chunk: s.chunk,
+                },
+            };
+            self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
+        }
+        Ok(())
+    }
+}

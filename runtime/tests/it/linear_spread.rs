@@ -1,0 +1,273 @@
+//! The spread quantization of integer layers at decode sizes
+//! (`linear_rotate_max.wgsl` + the GEMV coding the rotated rows itself)
+//! with the folds it takes: the residual add in the GEMV's epilogue bit for
+//! bit against the linear then the add (f32); the RMS norm in the rotation
+//! launch against the norm kernel then the linears quantized apart (the
+//! norm's sum of squares in another order moves a normalised value by an
+//! ulp or so, which can move a code by one: most outputs equal, all close);
+//! one rotation for linears that share an input and norm; rows longer than
+//! a rotation chunk and not a multiple of it.
+
+use crate::linear_common::{HostLayer, env};
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_runtime::ops::elementwise::{record_add_inplace, record_swiglu};
+use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_runtime::ops::host;
+use dynvram_runtime::ops::linear::{
+    Fold, Fusion, LinearWeights, NormFold, RecordOptions, record_linear_folded, record_linear_with,
+    record_linears_fused,
+};
+use dynvram_runtime::ops::norm::record_rms_norm;
+use dynvram_runtime::{ActDtype, GpuTensor};
+use dynvram_test_support::gpu::any_adapter;
+use dynvram_test_support::random::{rng, uniform};
+
+const EPS: f32 = 1e-5;
+
+/// Integer formats, their activation arithmetic and a K (a multiple of 32
+/// and of the group; 1088 spans two rotation chunks, the second partial).
+fn cases() -> Vec<(Format, ActArith, usize)> {
+    let w4 = |group| Format::ConvrotW4a4 {
+        group,
+        linear_dtype: LinearDtype::Int4,
+    };
+    vec![
+        (w4(16), ActArith::Int4, 96),
+        (w4(64), ActArith::Int4, 1088),
+        (w4(64), ActArith::Int8, 256),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: Some(16),
+            },
+            ActArith::Int8,
+            1088,
+        ),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            ActArith::Int8,
+            160,
+        ),
+    ]
+}
+
+fn apart() -> RecordOptions {
+    RecordOptions {
+        quantize_apart: true,
+        ..RecordOptions::default()
+    }
+}
+
+#[test]
+fn spread_residual_add_matches_linear_then_add() {
+    let Some(mut env) = env("spread_residual_add_matches_linear_then_add", any_adapter) else {
+        return;
+    };
+    let mut rng = rng(41);
+    for (format, act, k) in cases() {
+        for fast in env.fast_variants() {
+            for (i, m) in [1usize, 3, 8].into_iter().enumerate() {
+                let what = format!("{format:?} {act:?} fast={fast} M={m} K={k}");
+                let n = [29, 64, 130][i];
+                let hl = HostLayer::random(&mut rng, format, n, k, i % 2 == 1);
+                let w = LinearWeights::upload(&env.gpu, &hl.meta, hl.bytes()).expect("up");
+                let g = &env.gpu;
+                let choice = KernelChoice::Integer { act, fast };
+                let shape = |c: usize| vec![m as u64, c as u64];
+                let x = uniform(&mut rng, m * k, 2.0);
+                let x = host::upload(g, "x", &x, shape(k), ActDtype::F32).expect("x");
+                let r0 = uniform(&mut rng, m * n, 8.0);
+                let ra = host::upload(g, "resid", &r0, shape(n), ActDtype::F32).expect("r");
+                let rb = host::upload(g, "resid", &r0, shape(n), ActDtype::F32).expect("r");
+                let tmp = host::zeros(g, "tmp", shape(n), ActDtype::F32).expect("tmp");
+                let mut enc = Encoder::new(&g.device, "test");
+                record_linear_with(
+                    g,
+                    &env.cache,
+                    &mut enc,
+                    &w,
+                    choice,
+                    &x,
+                    &tmp,
+                    &mut env.scratch,
+                    &apart(),
+                )
+                .expect("linear");
+                record_add_inplace(g, &env.cache, &mut enc, &ra, &tmp).expect("add");
+                let fold = Fold {
+                    norm: None,
+                    residual: true,
+                };
+                record_linear_folded(
+                    g,
+                    &env.cache,
+                    &mut enc,
+                    &w,
+                    choice,
+                    &x,
+                    &rb,
+                    &mut env.scratch,
+                    &fold,
+                    &RecordOptions::default(),
+                )
+                .expect("folded");
+                assert_eq!(
+                    env.scratch.last_dispatches(),
+                    2,
+                    "{what}: rotation and GEMV"
+                );
+                g.queue.submit([enc.finish()]);
+                let bits = |t: &GpuTensor| {
+                    let v = host::read(g, t).expect("read");
+                    v.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+                };
+                assert_eq!(bits(&rb), bits(&ra), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn spread_norm_matches_norm_then_linears() {
+    let Some(mut env) = env("spread_norm_matches_norm_then_linears", any_adapter) else {
+        return;
+    };
+    let mut rng = rng(42);
+    for dtype in env.act_dtypes() {
+        for (format, act, k) in cases() {
+            for fast in env.fast_variants() {
+                for m in [1usize, 4] {
+                    let what = format!("{format:?} {act:?} {dtype:?} fast={fast} M={m} K={k}");
+                    let choice = KernelChoice::Integer { act, fast };
+                    let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]
+                        .iter()
+                        .map(|&n| HostLayer::random(&mut rng, format, n, k, m == 1))
+                        .collect();
+                    let w: Vec<LinearWeights> = hosts
+                        .iter()
+                        .map(|h| LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("up"))
+                        .collect();
+                    let g = &env.gpu;
+                    let mut xs = uniform(&mut rng, m * k, 3.0);
+                    xs[k / 2] = 40.0;
+                    let xs =
+                        host::upload(g, "xs", &xs, vec![m as u64, k as u64], dtype).expect("x");
+                    let nw = uniform(&mut rng, k, 1.5);
+                    let nw = host::upload(g, "nw", &nw, vec![k as u64], ActDtype::F32).expect("w");
+                    let h = host::zeros(g, "h", vec![m as u64, k as u64], dtype).expect("h");
+                    let outs = || -> Vec<GpuTensor> {
+                        w.iter()
+                            .map(|w| host::zeros(g, "out", vec![m as u64, w.n], dtype).expect("o"))
+                            .collect()
+                    };
+                    // Apart: the norm, the five linears, SwiGLU of 3 and 4.
+                    let (sep, sep_glu) = (outs(), outs().swap_remove(3));
+                    let mut enc = Encoder::new(&g.device, "test");
+                    record_rms_norm(g, &env.cache, &mut enc, &xs, &nw, &h, EPS).expect("norm");
+                    for (w, o) in w.iter().zip(&sep) {
+                        record_linear_with(
+                            g,
+                            &env.cache,
+                            &mut enc,
+                            w,
+                            choice,
+                            &h,
+                            o,
+                            &mut env.scratch,
+                            &apart(),
+                        )
+                        .expect("linear");
+                    }
+                    record_swiglu(g, &env.cache, &mut enc, &sep[3], &sep[4], &sep_glu)
+                        .expect("swiglu");
+                    // Spread: layer 0 alone, 1 with the rows 0 left, 1 and 2
+                    // stacked, gate/up with SwiGLU, all on the residual stream.
+                    let (fol, fol_glu) = (outs(), outs().swap_remove(3));
+                    let fold = Fold {
+                        norm: Some(NormFold {
+                            weight: &nw,
+                            eps: EPS,
+                        }),
+                        residual: false,
+                    };
+                    for (i, reuse) in [(0, false), (1, true)] {
+                        record_linear_folded(
+                            g,
+                            &env.cache,
+                            &mut enc,
+                            &w[i],
+                            choice,
+                            &xs,
+                            &fol[i],
+                            &mut env.scratch,
+                            &fold,
+                            &RecordOptions {
+                                reuse_codes: reuse,
+                                ..RecordOptions::default()
+                            },
+                        )
+                        .expect("folded linear");
+                        let want = if reuse { 1 } else { 2 };
+                        assert_eq!(env.scratch.last_dispatches(), want, "{what}: layer {i}");
+                    }
+                    let stack_out = outs();
+                    let stack = [(&w[1], &stack_out[1]), (&w[2], &stack_out[2])];
+                    let glu = Fusion::Glu {
+                        gate: &w[3],
+                        up: &w[4],
+                        out: &fol_glu,
+                    };
+                    for fusion in [Fusion::Stack(&stack), glu] {
+                        let done = record_linears_fused(
+                            g,
+                            &env.cache,
+                            &mut enc,
+                            fusion,
+                            choice,
+                            &xs,
+                            &mut env.scratch,
+                            &RecordOptions::default(),
+                            &fold,
+                        )
+                        .expect("folded fused");
+                        assert!(done, "{what}: not fused");
+                    }
+                    g.queue.submit([enc.finish()]);
+                    let read = |t: &GpuTensor| host::read(g, t).expect("read");
+                    let pairs = [
+                        ("layer 0", read(&fol[0]), read(&sep[0])),
+                        ("layer 1", read(&fol[1]), read(&sep[1])),
+                        ("stacked 1", read(&stack_out[1]), read(&sep[1])),
+                        ("stacked 2", read(&stack_out[2]), read(&sep[2])),
+                        ("SwiGLU", read(&fol_glu), read(&sep_glu)),
+                    ];
+                    for (name, got, want) in pairs {
+                        close_but_for_a_code(&format!("{what}: {name}"), &got, &want);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Most values equal (within f32/f16 rounding of the same codes), the rest
+/// within what one code step of a few values can move them.
+fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let max = want.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-6);
+    let mut off = 0;
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(a.is_finite(), "{what}: [{i}] = {a}");
+        let d = (a - b).abs();
+        assert!(d <= 0.1 * max, "{what}: [{i}] {a} vs {b} (max |out| {max})");
+        if d > 2e-3 * max {
+            off += 1;
+        }
+    }
+    assert!(
+        off * 5 <= got.len().max(5),
+        "{what}: {off} of {} values differ beyond rounding",
+        got.len()
+    );
+}
