@@ -11,12 +11,10 @@ use dynvram_test_support::gpu::{have_gpu, runtime};
 use dynvram_test_support::safetensors::{self, get};
 use dynvram_test_support::tolerance::cosine;
 
-/// (cosine, top-1 agreement) of the prompts' logits against `logits_f32_*`.
-fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {
+/// The tiny-llama checkpoint with its projections quantized to `target`,
+/// in a temporary directory.
+fn quantized(target: TargetFormat) -> tempfile::TempDir {
     let dir = fixtures::tiny_llama();
-    if !have_gpu(test) {
-        return None;
-    }
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("model.safetensors");
     let opts = QuantizeOptions::new(target, Some(r"_proj$"), None).expect("options");
@@ -34,7 +32,16 @@ fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {
         report.skipped
     );
     std::fs::copy(dir.join("config.json"), tmp.path().join("config.json")).expect("config copy");
+    tmp
+}
 
+/// (cosine, top-1 agreement) of the prompts' logits against `logits_f32_*`.
+fn quantized_agreement(test: &str, target: TargetFormat) -> Option<(f64, f64)> {
+    let dir = fixtures::tiny_llama();
+    if !have_gpu(test) {
+        return None;
+    }
+    let tmp = quantized(target);
     let reference = safetensors::read(&dir.join("reference.safetensors"));
     let prompts = [
         get(&reference, "input_ids_p0").ids_u32(),
@@ -92,4 +99,53 @@ fn tiny_llama_convrot_w4a4_stays_close() {
             "convrot_w4a4: cosine {cos}, top-1 {top1}"
         );
     }
+}
+
+/// Decode steps (M = 1) of the int4 model with the spread quantization
+/// (the norm folded into the rotation launch, the residual add into the
+/// GEMV) and with the quantization launches: the same codes but where the
+/// norm's sum of squares, taken in another order, moves one by a step.
+#[test]
+fn int4_decode_spread_matches_quantization_launches() {
+    let test = "int4_decode_spread_matches_quantization_launches";
+    if !have_gpu(test) {
+        return;
+    }
+    let tmp = quantized(TargetFormat::ConvrotW4a4 {
+        group: 64,
+        linear_dtype: LinearDtype::Int4,
+    });
+    let ckpt = Checkpoint::open(tmp.path()).expect("quantized checkpoint opens");
+    let reference = safetensors::read(&fixtures::tiny_llama().join("reference.safetensors"));
+    let prompt = get(&reference, "input_ids_p0").ids_u32();
+    let limits = Limits {
+        max_seq: 32,
+        max_rows: 19,
+    };
+    let steps = |spread| {
+        let mut config = dynvram_runtime::RuntimeConfig::default();
+        config.adapter.options.spread_quant = Some(spread);
+        let rt = dynvram_runtime::Runtime::new(config).expect("runtime opens");
+        let (model, mut llama) = open(&rt, &ckpt, limits);
+        let g = llama
+            .generate_with(
+                &rt,
+                &model,
+                &prompt,
+                6,
+                &[],
+                true,
+                &mut |r| argmax(r),
+                &mut |_| {},
+            )
+            .expect("generate");
+        (g.tokens, g.step_logits)
+    };
+    let (spread, launches) = (steps(true), steps(false));
+    assert_eq!(spread.1.len(), launches.1.len(), "steps");
+    for (i, (a, b)) in spread.1.iter().zip(&launches.1).enumerate() {
+        let cos = cosine(a, b);
+        assert!(cos > 0.999, "step {i}: logits cosine {cos}");
+    }
+    assert_eq!(spread.0[0], launches.0[0], "first token");
 }

@@ -160,6 +160,10 @@ impl Gpu {
             }
         }));
         let caps = caps_of(&adapter, &device);
+        // On a CPU adapter every workgroup's coding is real time.
+        let spread_quant = options
+            .spread_quant
+            .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
         tracing::info!(
             adapter = %info.name,
             backend = ?info.backend,
@@ -179,7 +183,7 @@ impl Gpu {
             uncaptured,
             shader_checks: options.shader_checks,
             quant_wgs: options.quant_wgs,
-            spread_quant: options.spread_quant,
+            spread_quant,
             readback: Mutex::new(None),
         })
     }
@@ -495,9 +499,11 @@ pub struct GpuOptions {
     pub quant_wgs: Option<u32>,
     /// Integer GEMVs at decode sizes make their activation codes themselves
     /// from rows rotated over many workgroups (`linear_rotate_max.wgsl`),
-    /// instead of after a one-workgroup-per-row quantization launch; false
-    /// keeps the launch (to compare; the codes are the same bit for bit).
-    pub spread_quant: bool,
+    /// instead of after a one-workgroup-per-row quantization launch (the
+    /// codes are the same bit for bit). `None`: on, except on CPU adapters
+    /// (lavapipe, WARP), where every workgroup's coding costs real time
+    /// (2–3× slower GEMVs on lavapipe); `Some(false)` keeps the launch.
+    pub spread_quant: Option<bool>,
 }
 
 impl Default for GpuOptions {
@@ -507,7 +513,7 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
-            spread_quant: true,
+            spread_quant: None,
         }
     }
 }

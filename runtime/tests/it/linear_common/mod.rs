@@ -22,8 +22,11 @@ pub struct Env {
 }
 
 /// The test GPU on an adapter `needs` accepts (None = skipped, reported).
+/// The spread quantization is on even on CPU adapters, to be tested there.
 pub fn env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
-    env_with(test, &AdapterChoice::default(), needs)
+    let mut choice = AdapterChoice::default();
+    choice.options.spread_quant = Some(true);
+    env_with(test, &choice, needs)
 }
 
 /// [`env`] on the adapter and with the device options of `choice`.
