@@ -7,8 +7,9 @@
 // order where W4), with no single-workgroup quantization launch before the
 // GEMV. Each quad is coded once per workgroup.
 //
-// needs: MR, W4, code_of, code_scale, p
+// needs: MR, W4, code_of_inv, code_scale, p
 // provides: gv_code_scale, gv_codes, gv_codes_begin
+//
 //
 
 // linear_rotate_max.wgsl's CHUNK: values per absmax.
@@ -17,8 +18,8 @@ override QCHUNK: u32 = 1024u;
 @group(0) @binding(8) var<storage, read> yv: array<vec4<f32>>;
 @group(0) @binding(9) var<storage, read> pmax: array<u32>;
 
-// (scale, lowest code, highest code) of each activation row.
-var<workgroup> gv_sc: array<vec3<f32>, 8>;
+// (scale, lowest code, highest code, 1 / scale) of each activation row.
+var<workgroup> gv_sc: array<vec4<f32>, 8>;
 
 // Every invocation calls it first, in uniform control flow.
 fn gv_codes_begin(lid: u32) {
@@ -28,17 +29,18 @@ fn gv_codes_begin(lid: u32) {
         for (var c = 0u; c < chunks; c++) {
             a = max(a, pmax[lid * chunks + c]);
         }
-        gv_sc[lid] = code_scale(bitcast<f32>(a));
+        let sc = code_scale(bitcast<f32>(a));
+        gv_sc[lid] = vec4<f32>(sc, 1.0 / sc.x);
     }
     workgroupBarrier();
 }
 
-fn codes4(v: vec4<f32>, sc: vec3<f32>) -> vec4<i32> {
+fn codes4(v: vec4<f32>, sc: vec4<f32>) -> vec4<i32> {
     return vec4<i32>(
-        code_of(v.x, sc.x, sc.y, sc.z),
-        code_of(v.y, sc.x, sc.y, sc.z),
-        code_of(v.z, sc.x, sc.y, sc.z),
-        code_of(v.w, sc.x, sc.y, sc.z),
+        code_of_inv(v.x, sc.x, sc.w, sc.y, sc.z),
+        code_of_inv(v.y, sc.x, sc.w, sc.y, sc.z),
+        code_of_inv(v.z, sc.x, sc.w, sc.y, sc.z),
+        code_of_inv(v.w, sc.x, sc.w, sc.y, sc.z),
     );
 }
 

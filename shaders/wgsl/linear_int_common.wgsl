@@ -40,7 +40,8 @@ struct Params {
     // (linear_gemv_three.wgsl); unused elsewhere.
     n1: u32,
     n2: u32,
-    _pad0: u32,
+    // 1.0 as f32 bits (the multi-row GEMV's residual add).
+    one_bits: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

@@ -115,8 +115,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 seg_out(0u, m, col, silu_mul(v, up));
             } else if RESID {
                 // The residual add as elementwise.wgsl makes it after the
-                // linear's rounded output.
-                seg_out(seg, m, col, act(f32(seg_get(seg, m, col)) + f32(v)));
+                // linear's rounded output; the product by a runtime 1 keeps
+                // a compiler from fusing the epilogue's last product into
+                // the add (one rounding fewer than the separate add).
+                let one = bitcast<f32>(p.one_bits);
+                seg_out(seg, m, col, act(f32(seg_get(seg, m, col)) + f32(v) * one));
             } else {
                 seg_out(seg, m, col, v);
             }

@@ -1059,8 +1059,10 @@ fn add_norm_quant_matches_norm_then_linear() {
                 let linear =
                     |env: &mut Env, enc: &mut Encoder, x: &GpuTensor, out: &GpuTensor, reuse| {
                         let choice = if reuse { fused_choice } else { choice };
+                        // Quantized apart: the codes are compared.
                         let opts = RecordOptions {
                             reuse_codes: reuse,
+                            quantize_apart: true,
                             ..RecordOptions::default()
                         };
                         record_linear_with(

@@ -236,14 +236,14 @@ fn spread_norm_matches_norm_then_linears() {
                     g.queue.submit([enc.finish()]);
                     let read = |t: &GpuTensor| host::read(g, t).expect("read");
                     let pairs = [
-                        ("layer 0", read(&fol[0]), read(&sep[0])),
-                        ("layer 1", read(&fol[1]), read(&sep[1])),
-                        ("stacked 1", read(&stack_out[1]), read(&sep[1])),
-                        ("stacked 2", read(&stack_out[2]), read(&sep[2])),
-                        ("SwiGLU", read(&fol_glu), read(&sep_glu)),
+                        ("layer 0", read(&fol[0]), read(&sep[0]), w[0].n),
+                        ("layer 1", read(&fol[1]), read(&sep[1]), w[1].n),
+                        ("stacked 1", read(&stack_out[1]), read(&sep[1]), w[1].n),
+                        ("stacked 2", read(&stack_out[2]), read(&sep[2]), w[2].n),
+                        ("SwiGLU", read(&fol_glu), read(&sep_glu), w[3].n),
                     ];
-                    for (name, got, want) in pairs {
-                        close_but_for_a_code(&format!("{what}: {name}"), &got, &want);
+                    for (name, got, want, n) in pairs {
+                        close_but_for_a_code(&format!("{what}: {name}"), &got, &want, n as usize);
                     }
                 }
             }
@@ -251,23 +251,29 @@ fn spread_norm_matches_norm_then_linears() {
     }
 }
 
-/// Most values equal (within f32/f16 rounding of the same codes), the rest
-/// within what one code step of a few values can move them.
-fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32]) {
+/// Outputs equal (within f32/f16 rounding of the same codes) but for a few
+/// rows — a code moved by one moves its whole row, at most a tenth of the
+/// largest output — and all finite.
+fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32], n: usize) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     let max = want.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-6);
-    let mut off = 0;
-    for (i, (a, b)) in got.iter().zip(want).enumerate() {
-        assert!(a.is_finite(), "{what}: [{i}] = {a}");
-        let d = (a - b).abs();
-        assert!(d <= 0.1 * max, "{what}: [{i}] {a} vs {b} (max |out| {max})");
-        if d > 2e-3 * max {
-            off += 1;
+    let mut rows_off = 0;
+    for (r, (a, b)) in got.chunks(n).zip(want.chunks(n)).enumerate() {
+        let mut off = false;
+        for (i, (a, b)) in a.iter().zip(b).enumerate() {
+            assert!(a.is_finite(), "{what}: [{r}, {i}] = {a}");
+            let d = (a - b).abs();
+            assert!(
+                d <= 0.1 * max,
+                "{what}: [{r}, {i}] {a} vs {b} (max |out| {max})"
+            );
+            off |= d > 2e-3 * max;
         }
+        rows_off += usize::from(off);
     }
+    let rows = got.len() / n;
     assert!(
-        off * 5 <= got.len().max(5),
-        "{what}: {off} of {} values differ beyond rounding",
-        got.len()
+        rows_off <= (rows / 2).max(1),
+        "{what}: {rows_off} of {rows} rows differ beyond rounding"
     );
 }

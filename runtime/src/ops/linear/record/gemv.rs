@@ -266,8 +266,10 @@ impl Recorder<'_> {
     }
 
     /// Params of a multi-row GEMV launch over chunk `c` (and, fused, the
-    /// other weights' rows in `n1`, `n2`; outputs of their own).
-    fn gemv_params(&self, c: &Chunk<'_>) -> Params {
+    /// other weights' rows in `n1`, `n2`; outputs of their own); the last
+    /// word is the folded norm's eps (float) or 1.0 (integer: its residual
+    /// add's runtime 1), as f32 bits.
+    fn gemv_params(&self, c: &Chunk<'_>, integer: bool) -> Params {
         let mut rows = [0u32; 2];
         let more = self.fused.map_or(&[][..], |f| &f.more[..]);
         for (r, (w, _)) in rows.iter_mut().zip(more) {
@@ -283,7 +285,11 @@ impl Recorder<'_> {
             pad: [
                 rows[0],
                 rows[1],
-                self.fold.norm.map_or(0, |n| n.eps.to_bits()),
+                if integer {
+                    1f32.to_bits()
+                } else {
+                    self.fold.norm.map_or(0, |n| n.eps.to_bits())
+                },
             ],
         }
     }
@@ -331,7 +337,7 @@ impl Recorder<'_> {
                 source,
                 &constants,
                 bindings,
-                self.gemv_params(c),
+                self.gemv_params(c, integer),
                 rows_grid(workgroups),
                 cost,
             );
@@ -370,7 +376,7 @@ impl Recorder<'_> {
             fused_source,
             &constants,
             bindings,
-            self.gemv_params(c),
+            self.gemv_params(c, integer),
             rows_grid(workgroups),
             cost,
         )
