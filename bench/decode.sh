@@ -14,8 +14,8 @@
 # 4. The table (bench/decode_table.py) and every profile, in $OUT/decode.
 #
 # Settings: DYNVRAM (.dev/dynvram), LAYERS (32), PROMPT_LEN (512),
-# NEW_TOKENS (64), INT4 (1), INT4_APART (0: 1 also runs int4 with
-# DYNVRAM_SPREAD_QUANT=0), PEER (1), OUT (bench-out), PARTS ("dyn peer").
+# NEW_TOKENS (64), INT4 (1), INT4_SPREAD (0: 1 also runs int4 with
+# DYNVRAM_SPREAD_QUANT=1), PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -65,9 +65,9 @@ if [[ " $parts " == *" peer "* ]]; then
 fi
 if [[ " $parts " == *" dyn "* ]] && [ "${INT4:-1}" = 1 ]; then
     run int4-f16 "$q" --compute-dtype f16
-    if [ "${INT4_APART:-0}" = 1 ]; then
-        # The quantization launches instead of the spread quantization.
-        DYNVRAM_SPREAD_QUANT=0 run int4-f16-apart "$q" --compute-dtype f16
+    if [ "${INT4_SPREAD:-0}" = 1 ]; then
+        # The spread quantization instead of the quantization launches.
+        DYNVRAM_SPREAD_QUANT=1 run int4-f16-spread "$q" --compute-dtype f16
     fi
 fi
 step "table"

@@ -124,7 +124,7 @@ fn int4_decode_spread_matches_quantization_launches() {
     };
     let steps = |spread| {
         let mut config = dynvram_runtime::RuntimeConfig::default();
-        config.adapter.options.spread_quant = Some(spread);
+        config.adapter.options.spread_quant = spread;
         let rt = dynvram_runtime::Runtime::new(config).expect("runtime opens");
         let (model, mut llama) = open(&rt, &ckpt, limits);
         let g = llama

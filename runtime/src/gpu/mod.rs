@@ -160,10 +160,6 @@ impl Gpu {
             }
         }));
         let caps = caps_of(&adapter, &device);
-        // On a CPU adapter every workgroup's coding is real time.
-        let spread_quant = options
-            .spread_quant
-            .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
         tracing::info!(
             adapter = %info.name,
             backend = ?info.backend,
@@ -183,7 +179,7 @@ impl Gpu {
             uncaptured,
             shader_checks: options.shader_checks,
             quant_wgs: options.quant_wgs,
-            spread_quant,
+            spread_quant: options.spread_quant,
             readback: Mutex::new(None),
         })
     }
@@ -500,10 +496,13 @@ pub struct GpuOptions {
     /// Integer GEMVs at decode sizes make their activation codes themselves
     /// from rows rotated over many workgroups (`linear_rotate_max.wgsl`),
     /// instead of after a one-workgroup-per-row quantization launch (the
-    /// codes are the same bit for bit). `None`: on, except on CPU adapters
-    /// (lavapipe, WARP), where every workgroup's coding costs real time
-    /// (2–3× slower GEMVs on lavapipe); `Some(false)` keeps the launch.
-    pub spread_quant: Option<bool>,
+    /// codes are the same bit for bit), and integer layers fold the norm
+    /// and the residual add. Off by default:
+    /// measured slower on the H200 (session 13: a linear 7–50 % slower,
+    /// the GEMVs 2–2.5× slower for the coding every workgroup repeats, more
+    /// than the spread rotation saves), and on lavapipe; kept for adapters
+    /// where a launch costs more than arithmetic.
+    pub spread_quant: bool,
 }
 
 impl Default for GpuOptions {
@@ -513,7 +512,7 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
-            spread_quant: None,
+            spread_quant: false,
         }
     }
 }

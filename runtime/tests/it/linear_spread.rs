@@ -243,7 +243,13 @@ fn spread_norm_matches_norm_then_linears() {
                         ("SwiGLU", read(&fol_glu), read(&sep_glu), w[3].n),
                     ];
                     for (name, got, want, n) in pairs {
-                        close_but_for_a_code(&format!("{what}: {name}"), &got, &want, n as usize);
+                        close_but_for_a_code(
+                            &format!("{what}: {name}"),
+                            &got,
+                            &want,
+                            n as usize,
+                            dtype,
+                        );
                     }
                 }
             }
@@ -251,13 +257,16 @@ fn spread_norm_matches_norm_then_linears() {
     }
 }
 
-/// Outputs equal (within f32/f16 rounding of the same codes) but for a few
-/// rows — a code moved by one moves its whole row, at most a tenth of the
-/// largest output — and all finite.
-fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32], n: usize) {
+/// Outputs equal (within f32 rounding of the same codes) but for a few
+/// rows — a code moved by one moves its whole row — all within a tenth of
+/// the largest output and finite. With f16 activations the norm's output
+/// is rounded to f16 on both sides, so a value one f16 step apart flips
+/// codes in most rows (int8 codes are 1/127 of the absmax, f16's step
+/// 1/2048 of the value): there the mean difference is bounded instead.
+fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32], n: usize, dtype: ActDtype) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     let max = want.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-6);
-    let mut rows_off = 0;
+    let (mut rows_off, mut sum) = (0, 0f32);
     for (r, (a, b)) in got.chunks(n).zip(want.chunks(n)).enumerate() {
         let mut off = false;
         for (i, (a, b)) in a.iter().zip(b).enumerate() {
@@ -268,12 +277,21 @@ fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32], n: usize) {
                 "{what}: [{r}, {i}] {a} vs {b} (max |out| {max})"
             );
             off |= d > 2e-3 * max;
+            sum += d;
         }
         rows_off += usize::from(off);
     }
     let rows = got.len() / n;
-    assert!(
-        rows_off <= (rows / 2).max(1),
-        "{what}: {rows_off} of {rows} rows differ beyond rounding"
-    );
+    if dtype == ActDtype::F32 {
+        assert!(
+            rows_off <= (rows / 2).max(1),
+            "{what}: {rows_off} of {rows} rows differ beyond rounding"
+        );
+    } else {
+        let mean = sum / got.len() as f32;
+        assert!(
+            mean <= 1e-2 * max,
+            "{what}: mean difference {mean} (max |out| {max})"
+        );
+    }
 }

@@ -22,10 +22,10 @@ pub struct Env {
 }
 
 /// The test GPU on an adapter `needs` accepts (None = skipped, reported).
-/// The spread quantization is on even on CPU adapters, to be tested there.
+/// The spread quantization is on (off by default), to be tested.
 pub fn env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
     let mut choice = AdapterChoice::default();
-    choice.options.spread_quant = Some(true);
+    choice.options.spread_quant = true;
     env_with(test, &choice, needs)
 }
 

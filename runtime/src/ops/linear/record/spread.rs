@@ -11,6 +11,15 @@
 //! rotation is a few microseconds of latency, and the codes — the same bits
 //! as the quantization kernels write — cost each GEMV workgroup a few
 //! arithmetic instructions per value it already streams.
+//!
+//! Measured (session 13, H200, `bench/gemv_sweep.sh` with
+//! `DYNVRAM_SPREAD_QUANT` 1 and 0): the rotation does take 10–12 µs
+//! instead of 16–35 under timestamps, but every GEMV workgroup codes the
+//! whole row again (1 024 times for a 4096-row int4 layer), which made the
+//! GEMVs 2–2.5× slower; a whole linear came out 7–50 % slower at the best
+//! shape of each, an int4 Llama-7B token 153 tok/s against 212. So it is
+//! off by default (`GpuOptions::spread_quant`); what would pay is fewer
+//! launches, not wider ones.
 
 use super::gemv::{GemvInput, GemvOperands};
 use super::spec::IntEpilogue;
