@@ -14,6 +14,7 @@ mod linear_common;
 mod linear_conformance;
 mod linear_folds;
 mod linear_random;
+mod ops_argmax;
 mod ops_attention;
 mod ops_common;
 mod ops_dit;
