@@ -2,7 +2,9 @@
 // of `act` logits (f32 or f16), with the CPU `argmax`'s semantics: the
 // first index on ties, NaN never wins, an all-NaN row gives the last index.
 // One workgroup: each lane scans a stride of the row in increasing order,
-// then a tree over workgroup memory (a tie there goes to the lower index).
+// eight loads issued before their compares (a lone load per iteration would
+// leave the lanes waiting on memory latency), then a tree over workgroup
+// memory (a tie there goes to the lower index).
 // Values are compared as order-preserving integer keys of their f32 bits,
 // so no compiler can flush a subnormal to zero, and -0 equals +0 as on the
 // CPU. Key 0 is no value of any float (the smallest, -inf, is 0x007fffff),
@@ -38,16 +40,28 @@ fn order_key(v: f32) -> u32 {
     return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
 }
 
+// The key of element `i` of the row, 0 past its end (the load clamped,
+// so it needs no branch).
+fn key_at(i: u32, n: u32) -> u32 {
+    let v = f32(logits[params.first + min(i, n - 1u)]);
+    return select(order_key(v), 0u, i >= n);
+}
+
 @compute @workgroup_size(256)
 fn argmax(@builtin(local_invocation_index) lid: u32) {
     let n = params.n;
     var key = 0u;
     var idx = 0u;
-    for (var i = lid; i < n; i += WG) {
-        let k = order_key(f32(logits[params.first + i]));
-        if k > key {
-            key = k;
-            idx = i;
+    for (var base = lid; base < n; base += 8u * WG) {
+        var k: array<u32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            k[u] = key_at(base + u * WG, n);
+        }
+        for (var u = 0u; u < 8u; u++) {
+            if k[u] > key {
+                key = k[u];
+                idx = base + u * WG;
+            }
         }
     }
     keys[lid] = key;
