@@ -78,10 +78,11 @@ fn same(
         assert!(piped.decode.seconds > 0.0 && piped.decode.record_seconds > 0.0);
     }
     eprintln!(
-        "{what}: {:?} (eos {}), decode {} passes; pipelined: record {:.2} ms, submit {:.2} ms, wait {:.2} ms in {:.2} ms",
+        "{what}: {:?} (eos {}), decode {} passes, pipelined {}: record {:.2} ms, submit {:.2} ms, wait {:.2} ms in {:.2} ms",
         piped.tokens,
         piped.stopped_at_eos,
         piped.decode.passes,
+        piped.pipelined,
         piped.decode.record_seconds * 1e3,
         piped.decode.submit_seconds * 1e3,
         piped.decode.wait_seconds * 1e3,
