@@ -302,8 +302,8 @@ pub(crate) enum Fuse<'a> {
 }
 
 /// Decoder-transformer ops (Llama family): RMSNorm, RoPE, the KV cache,
-/// attention, SwiGLU, the embedding gather and row copies, as thin wrappers
-/// over [`crate::ops`] like the ones above.
+/// attention, SwiGLU, the embedding gather, the greedy argmax and row
+/// copies, as thin wrappers over [`crate::ops`] like the ones above.
 impl BlockCtx<'_> {
     /// `out = weight · x / √(mean(x²) + eps)` per row (RMSNorm in f32);
     /// `weight` is f32 `[hidden]`, `x` and `out` `[rows, hidden]` of one
@@ -556,6 +556,22 @@ impl BlockCtx<'_> {
             self.encoder(),
             &table,
             &ids,
+            out,
+        )?)
+    }
+
+    /// `out[0] = argmax(logits' last row)` as a `u32` (greedy decoding on
+    /// the GPU; see [`crate::ops::argmax`]); `logits` `[rows, vocab]`, f32
+    /// or f16.
+    pub fn argmax(&mut self, logits: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        let rows = logits.numel() / logits.shape.last().copied().unwrap_or(1).max(1);
+        let rt = self.runtime();
+        Ok(crate::ops::argmax::record_argmax(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            logits,
+            rows.saturating_sub(1),
             out,
         )?)
     }

@@ -1,4 +1,5 @@
-//! Transformer-block kernels: elementwise, norms, RoPE, attention, embedding.
+//! Transformer-block kernels: elementwise, norms, RoPE, attention, embedding,
+//! the greedy token choice.
 
 /// Residual add, GELU (tanh), SiLU, SwiGLU, scale; out-of-place and in-place entries.
 pub const ELEMENTWISE: &str = wgsl!("elementwise.wgsl");
@@ -109,6 +110,9 @@ pub fn with_flash_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
 /// Embedding row gather from an f32, f16 or bf16 table.
 pub const EMBED: &str = wgsl!("embed.wgsl");
 
+/// Greedy token choice: the argmax of one row of logits as a `u32`.
+pub const ARGMAX: &str = wgsl!("argmax.wgsl");
+
 /// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
 /// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
 /// sequence, and a batched row/column gather (optionally through GELU).
@@ -134,5 +138,6 @@ pub const ALL: &[(&str, &str)] = &[
     ("flash_attention.wgsl", FLASH_ATTENTION16),
     ("flash_attention.wgsl [8x8]", FLASH_ATTENTION8),
     ("embed.wgsl", EMBED),
+    ("argmax.wgsl", ARGMAX),
     ("dit.wgsl", DIT),
 ];

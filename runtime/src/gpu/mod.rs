@@ -1,6 +1,7 @@
 //! The wgpu side of the runtime: adapter choice, device, error capture, and
 //! the GPU side of uploads (host-memory import, pinned buffers, the staging
-//! ring's slots, the upload benchmark).
+//! ring's slots, the upload benchmark) and of small read-backs a pass behind
+//! ([`ReadbackRing`]).
 //!
 //! Every buffer and pipeline the workspace creates goes through [`Gpu`], so
 //! out-of-memory and validation errors come back as [`GpuError`] values instead
@@ -12,6 +13,7 @@ pub mod device_open;
 mod error;
 pub mod host_memory;
 mod pinned_buffer;
+mod readback_ring;
 mod staging;
 mod staging_ring;
 #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
@@ -29,6 +31,7 @@ pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
 pub use pinned_buffer::PinnedBuffer;
+pub use readback_ring::{ReadbackRing, ReadbackSlot};
 pub use staging_ring::{RingConfig, StagingRing};
 pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
