@@ -1,8 +1,9 @@
 //! Compiled pipelines, created once per (shader, entry, constants,
 //! activation type) key, and the bind groups launched with them.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::launch::BindKey;
@@ -12,9 +13,9 @@ use crate::tensor::ActDtype;
 /// shader name, entry point and specialisation constants.
 #[derive(Debug, Default)]
 pub struct PipelineCache {
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<FxHashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// The f16-activation variants by their f32 key (see [`Self::get_act`]).
-    f16: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    f16: Mutex<FxHashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// Bind groups by pipeline and buffers (see [`Self::bind_group`]).
     bind_groups: Mutex<BindGroups>,
     /// Timestamps and costs of launches while profiling.
@@ -93,10 +94,13 @@ const MAX_BIND_GROUPS: usize = 1 << 14;
 
 /// Cached bind groups, valid while no tracked buffer was freed since
 /// `epoch` (a freed buffer may be reallocated; its bind groups must go).
+/// A table by [`BindKey::hash_of`], so a hit allocates and clones nothing.
 #[derive(Debug, Default)]
 struct BindGroups {
     epoch: u64,
-    map: HashMap<BindKey, wgpu::BindGroup>,
+    table: hashbrown::HashTable<(BindKey, wgpu::BindGroup)>,
+    /// Each pipeline's group-0 layout, for the bind groups created on it.
+    layouts: FxHashMap<wgpu::ComputePipeline, wgpu::BindGroupLayout>,
 }
 
 impl PipelineCache {
@@ -111,19 +115,25 @@ impl PipelineCache {
         what: &str,
         bindings: &[(u32, wgpu::BindingResource<'_>)],
     ) -> Result<wgpu::BindGroup, GpuError> {
-        let key = BindKey::of(pipeline, bindings);
+        let hash = BindKey::hash_of(pipeline, bindings);
         let epoch = crate::accounting::buffers_freed();
-        if let Some(key) = &key
+        let mut layout = None;
+        if let Some(hash) = hash
             && let Ok(mut cached) = self.bind_groups.lock()
         {
             if cached.epoch != epoch {
-                cached.map.clear();
+                cached.table.clear();
                 cached.epoch = epoch;
             }
-            if let Some(bg) = cached.map.get(key) {
+            if let Some((_, bg)) = cached
+                .table
+                .find(hash, |(k, _)| k.matches(pipeline, bindings))
+            {
                 return Ok(bg.clone());
             }
+            layout = cached.layouts.get(pipeline).cloned();
         }
+        let layout = layout.unwrap_or_else(|| pipeline.get_bind_group_layout(0));
         let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
             .iter()
             .map(|(binding, resource)| wgpu::BindGroupEntry {
@@ -134,7 +144,7 @@ impl PipelineCache {
         let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(what),
-            layout: &pipeline.get_bind_group_layout(0),
+            layout: &layout,
             entries: &entries,
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
@@ -143,14 +153,17 @@ impl PipelineCache {
                 message: e.to_string(),
             });
         }
-        if let Some(key) = key
+        if let Some(key) = hash.and_then(|h| BindKey::of(h, pipeline, bindings))
             && let Ok(mut cached) = self.bind_groups.lock()
             && cached.epoch == epoch
         {
-            if cached.map.len() >= MAX_BIND_GROUPS {
-                cached.map.clear();
+            if cached.table.len() >= MAX_BIND_GROUPS {
+                cached.table.clear();
             }
-            cached.map.insert(key, bind_group.clone());
+            cached.layouts.entry(pipeline.clone()).or_insert(layout);
+            cached
+                .table
+                .insert_unique(key.hash, (key, bind_group.clone()), |(k, _)| k.hash);
         }
         Ok(bind_group)
     }

@@ -9,6 +9,7 @@
 //! per dispatch. With profiling on ([`super::profile`]), each launch's pass
 //! also writes GPU timestamps.
 
+use std::hash::{Hash, Hasher};
 use std::num::NonZeroU64;
 
 use crate::gpu::{Gpu, GpuError};
@@ -104,17 +105,57 @@ pub(crate) fn launch(
 /// Timestamps between launches of one pass.
 const INSIDE_PASSES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
 
-/// A bind group's identity: the pipeline and each buffer binding.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A bind group's identity: the pipeline and each buffer binding (wgpu
+/// compares buffers and pipelines by id, never reused).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BindKey {
+    /// [`Self::hash_of`] the same bindings, kept for rehashing the table.
+    pub(crate) hash: u64,
     pipeline: wgpu::ComputePipeline,
     entries: Vec<(u32, wgpu::Buffer, u64, Option<NonZeroU64>)>,
 }
 
 impl BindKey {
-    /// The key of `bindings` on `pipeline`; `None` when a binding is not a
+    /// The hash of `bindings` on `pipeline`, computed from the borrowed
+    /// bindings (a lookup builds no key); `None` when a binding is not a
     /// whole-buffer or buffer-range binding (never cached).
+    pub(crate) fn hash_of(
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+    ) -> Option<u64> {
+        let mut h = rustc_hash::FxHasher::default();
+        pipeline.hash(&mut h);
+        for (i, r) in bindings {
+            let wgpu::BindingResource::Buffer(b) = r else {
+                return None;
+            };
+            (i, b.buffer, b.offset, b.size).hash(&mut h);
+        }
+        Some(h.finish())
+    }
+
+    /// Whether this is the key of `bindings` on `pipeline`.
+    pub(crate) fn matches(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+    ) -> bool {
+        self.pipeline == *pipeline
+            && self.entries.len() == bindings.len()
+            && self
+                .entries
+                .iter()
+                .zip(bindings)
+                .all(|((i, buf, off, size), (j, r))| {
+                    matches!(r, wgpu::BindingResource::Buffer(b)
+                    if i == j && *b.buffer == *buf && b.offset == *off && b.size == *size)
+                })
+    }
+
+    /// The key of `bindings` on `pipeline` (hashing to `hash`); `None` as
+    /// for [`Self::hash_of`].
     pub(crate) fn of(
+        hash: u64,
         pipeline: &wgpu::ComputePipeline,
         bindings: &[(u32, wgpu::BindingResource<'_>)],
     ) -> Option<Self> {
@@ -126,6 +167,7 @@ impl BindKey {
             })
             .collect::<Option<Vec<_>>>()?;
         Some(Self {
+            hash,
             pipeline: pipeline.clone(),
             entries,
         })

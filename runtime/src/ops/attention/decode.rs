@@ -12,7 +12,6 @@
 //! workgroups, key groups merged one at a time), so that a tool can time
 //! others on a real GPU.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
@@ -309,7 +308,7 @@ pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
 /// once per process and shape (a record per layer and token must not
 /// rewrite the text).
 fn decode_source(subgroups: bool, rope: bool, shape: DecodeShape) -> &'static str {
-    type Sources = Mutex<HashMap<(bool, bool, DecodeShape), &'static str>>;
+    type Sources = Mutex<rustc_hash::FxHashMap<(bool, bool, DecodeShape), &'static str>>;
     static SOURCES: OnceLock<Sources> = OnceLock::new();
     let mut map = SOURCES
         .get_or_init(Default::default)
@@ -392,9 +391,12 @@ pub(super) fn record(
         "attention_decode.wgsl"
     };
     // The text constants beside the overrides: (WG, key groups, merge).
-    let key = format!(
-        "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode:{constants:?}",
-        shape.wg, shape.key_groups, shape.merge
+    let key = kernel::pipeline_key(
+        format_args!(
+            "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode",
+            shape.wg, shape.key_groups, shape.merge
+        ),
+        &constants,
     );
     launch(
         gpu,
