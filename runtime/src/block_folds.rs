@@ -3,6 +3,8 @@
 //! gate/up, the residual add after o or down. Each falls back to the
 //! separate launches, so callers write one sequence for every format.
 
+use std::sync::atomic::Ordering;
+
 use crate::error::Result;
 use crate::ops::linear::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable, record_linear_folded};
 use crate::pass::BlockCtx;
@@ -40,20 +42,30 @@ impl BlockCtx<'_> {
         if m > NORM_FOLD_MAX_M || self.model().patches.contains_key(layer) {
             return Ok(false);
         }
+        let l = self.model().linear(layer)?;
         // Integer layers never fold: answered without building the weights.
-        if self
-            .model()
-            .kernel_path(layer)
-            .is_some_and(|p| !matches!(p.kernel, dynvram_quant::KernelChoice::Float))
-        {
+        if !matches!(l.path.kernel, dynvram_quant::KernelChoice::Float) {
             return Ok(false);
+        }
+        let Some(memo) = usize::try_from(m)
+            .ok()
+            .and_then(|m| l.folds.get(m.wrapping_sub(1)))
+        else {
+            return Ok(false);
+        };
+        match memo.load(Ordering::Relaxed) {
+            1 => return Ok(false),
+            2 => return Ok(true),
+            _ => {}
         }
         let (weights, choice) = self.layer_weights(layer)?;
         let any = Fold {
             norm: None,
             residual: true,
         };
-        Ok(fold_unusable(self.runtime().gpu(), &weights, choice, m, &any).is_none())
+        let folds = fold_unusable(self.runtime().gpu(), &weights, choice, m, &any).is_none();
+        memo.store(if folds { 2 } else { 1 }, Ordering::Relaxed);
+        Ok(folds)
     }
 
     /// The linears of `rms_norm(norm.x)` (as [`Self::linears`]), the norm

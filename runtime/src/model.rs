@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU8;
 
 use rustc_hash::FxHashMap;
 
@@ -54,6 +55,10 @@ pub(crate) struct Linear {
     pub weight: usize,
     pub scale: Option<usize>,
     pub bias: Option<usize>,
+    /// [`crate::BlockCtx::folds`]'s answer per M (index M − 1): 0 not yet
+    /// asked, 1 no, 2 yes. Asked ~12 times per layer and token; the answer
+    /// depends on the layer's shapes, format and kernel and the adapter.
+    pub folds: [AtomicU8; crate::ops::linear::NORM_FOLD_MAX_M as usize],
 }
 
 #[derive(Debug)]
@@ -135,6 +140,7 @@ impl Model {
                     bias: info.bias.as_ref().map(index),
                     info,
                     path,
+                    folds: Default::default(),
                 };
                 (name, linear)
             })
