@@ -321,6 +321,37 @@ fn decode_source(subgroups: bool, rope: bool, shape: DecodeShape) -> &'static st
     })
 }
 
+/// The pipeline key of the decode kernel `name` with `shape` and
+/// `constants`, formatted once per process and key (a record per layer and
+/// token formatted it: ~4k instructions a launch).
+fn decode_key(
+    name: &'static str,
+    subgroups: bool,
+    shape: DecodeShape,
+    constants: &[(&str, f64); 4],
+) -> &'static str {
+    type Keys =
+        Mutex<rustc_hash::FxHashMap<(&'static str, bool, DecodeShape, [u64; 4]), &'static str>>;
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    let bits = constants.map(|(_, v)| v.to_bits());
+    let mut map = KEYS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    map.entry((name, subgroups, shape, bits))
+        .or_insert_with(|| {
+            // The text constants beside the overrides: (WG, key groups, merge).
+            let key = kernel::pipeline_key(
+                format_args!(
+                    "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode",
+                    shape.wg, shape.key_groups, shape.merge
+                ),
+                constants,
+            );
+            Box::leak(key.into_boxed_str())
+        })
+}
+
 /// Records the decode kernel for `span` (checked: [`unusable`] is `None`)
 /// shaped and split by `tuning`, then the combine where the keys split;
 /// with `rope`, q is read rotated and cache rows `pos0..pos0+sq` of k are
@@ -390,20 +421,13 @@ pub(super) fn record(
     } else {
         "attention_decode.wgsl"
     };
-    // The text constants beside the overrides: (WG, key groups, merge).
-    let key = kernel::pipeline_key(
-        format_args!(
-            "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode",
-            shape.wg, shape.key_groups, shape.merge
-        ),
-        &constants,
-    );
+    let key = decode_key(name, subgroups, shape, &constants);
     launch(
         gpu,
         cache,
         enc,
         Launch {
-            key: &key,
+            key,
             label: &"attend_decode",
             source: decode_source(subgroups, rope.is_some(), shape),
             entry: "attend_decode",
