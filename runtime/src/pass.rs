@@ -84,6 +84,9 @@ pub struct WeightView<'a> {
     pub as_f32: bool,
     /// Dtype as stored in the file.
     pub dtype: dynvram_loader::Dtype,
+    /// `buffer` as its owner shares it: views and regions of it clone this
+    /// rather than allocate a new `Arc` per launch.
+    pub(crate) shared: &'a std::sync::Arc<wgpu::Buffer>,
 }
 
 /// What a block's code sees: its weights, the encoder, the GPU.
@@ -165,8 +168,8 @@ impl Model {
         block: usize,
     ) -> Result<WeightView<'a>> {
         let w = &self.weights[i];
-        let (buffer, offset) = match placed.homes[i] {
-            Home::Resident(ref r) => (&*r.buffer, 0),
+        let (shared, offset) = match placed.homes[i] {
+            Home::Resident(ref r) => (&r.buffer, 0),
             Home::Arena(off) => {
                 if w.block != block {
                     return Err(RuntimeError::NotInBlock {
@@ -179,11 +182,12 @@ impl Model {
                             .unwrap_or_default(),
                     });
                 }
-                (&*placed.arenas[block % placed.arenas.len()].buffer, off)
+                (&placed.arenas[block % placed.arenas.len()].buffer, off)
             }
         };
         Ok(WeightView {
-            buffer,
+            buffer: shared,
+            shared,
             offset,
             size: w.upload.gpu_size(&w.info),
             shape: &w.info.shape,

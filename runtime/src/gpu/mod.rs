@@ -10,6 +10,8 @@
 mod adapter;
 mod caps;
 pub mod device_open;
+mod dynamic_layout;
+pub(crate) use dynamic_layout::MAX_DYNAMIC;
 mod error;
 pub mod host_memory;
 mod pinned_buffer;
@@ -293,6 +295,37 @@ impl Gpu {
         entry: &str,
         constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline, GpuError> {
+        self.create_pipeline_in(label, source, entry, constants, None)
+    }
+
+    /// [`Self::create_compute_pipeline`] with its writable storage bindings
+    /// taking dynamic offsets where it has any (`gpu::dynamic_layout`), and
+    /// the mask of those bindings (bit `b`: binding `b`).
+    pub(crate) fn create_launch_pipeline(
+        &self,
+        label: &str,
+        source: &str,
+        entry: &str,
+        constants: &[(&str, f64)],
+    ) -> Result<(wgpu::ComputePipeline, u64), GpuError> {
+        match dynamic_layout::dynamic_layout(&self.device, label, source, entry) {
+            Some(d) => self
+                .create_pipeline_in(label, source, entry, constants, Some(&d.layout))
+                .map(|p| (p, d.dynamic)),
+            None => self
+                .create_pipeline_in(label, source, entry, constants, None)
+                .map(|p| (p, 0)),
+        }
+    }
+
+    fn create_pipeline_in(
+        &self,
+        label: &str,
+        source: &str,
+        entry: &str,
+        constants: &[(&str, f64)],
+        layout: Option<&wgpu::PipelineLayout>,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
         self.check_health()?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
@@ -325,7 +358,7 @@ impl Gpu {
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
-                layout: None,
+                layout,
                 module: &module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
