@@ -1,5 +1,6 @@
-//! dynvram-gpu: everything that touches the GPU API, below the runtime's
-//! models and passes.
+//! dynvram-gpu: the device, the buffers and every kernel launch: dynvram's
+//! layer on the GPU API, below the runtime's models and passes (which
+//! record copies and submits on what this crate creates).
 //!
 //! - [`gpu`]: the wgpu device (adapter choice, capabilities, error capture,
 //!   device loss, VRAM figures) and the GPU side of uploads (host-memory
@@ -12,6 +13,8 @@
 //!   the one dispatch path they share (kernel specs, pipeline and
 //!   bind-group cache, encoder, profile).
 //! - [`tensor`]: [`GpuTensor`] and its [`ActDtype`].
+//! - [`PassStats`], [`StreamSources`]: a pass's figures (the runtime fills
+//!   them in; [`ops::profile`] reads them).
 //!
 //! Knows nothing of models, passes, residency or pins (`dynvram_runtime`).
 
@@ -22,8 +25,7 @@ pub mod ops;
 mod stats;
 pub mod tensor;
 
-pub use accounting::{BufferError, TrackedBuffer};
-pub use error::LinearError;
+pub use accounting::TrackedBuffer;
 pub use gpu::{AdapterChoice, Gpu, GpuError};
 pub use stats::{PassStats, StreamSources};
 pub use tensor::{ActDtype, GpuTensor};
