@@ -103,13 +103,8 @@ impl Recorder<'_> {
             perm8: false,
             m,
             k,
-            norm: norm.map(|n| {
-                (
-                    (n.weight.buffer.as_ref().clone(), n.weight.offset),
-                    n.eps.to_bits(),
-                )
-            }),
-            spread: true,
+            norm: norm.map(|n| n.key()),
+            spread: self.spread == SpreadQuant::InGemv,
         };
         let reuse = self.reuse_codes && scratch.codes_key() == Some(&key);
         let rows = scratch.x_rot(gpu, m * k * 4)?;
