@@ -39,9 +39,9 @@ use super::{
     CodesKey, GEMV_MAX_M, IntPath, LinearError, MAX_GROUP, MAX_GROUPS_PER_DIM, Params, Recorder,
     buf, region,
 };
+use crate::gpu::SpreadQuant;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::Cost;
-use crate::gpu::SpreadQuant;
 use crate::ops::linear::LinearScratch;
 use crate::tensor::{ActDtype, GpuTensor};
 use dynvram_shaders::linear as shaders;
