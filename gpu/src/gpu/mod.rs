@@ -603,3 +603,27 @@ impl Default for GpuOptions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SpreadQuant;
+
+    #[test]
+    fn spread_quant_parses_its_names() {
+        for (s, want) in [
+            ("0", SpreadQuant::Off),
+            ("off", SpreadQuant::Off),
+            ("", SpreadQuant::Off),
+            ("1", SpreadQuant::InGemv),
+            ("gemv", SpreadQuant::InGemv),
+            ("codes", SpreadQuant::CodeKernel),
+            (" codes\n", SpreadQuant::CodeKernel),
+        ] {
+            assert_eq!(s.parse::<SpreadQuant>(), Ok(want), "{s:?}");
+        }
+        assert!("2".parse::<SpreadQuant>().is_err());
+        assert!(!SpreadQuant::Off.spread());
+        assert!(SpreadQuant::InGemv.spread() && SpreadQuant::CodeKernel.spread());
+        assert_eq!(SpreadQuant::default(), SpreadQuant::Off);
+    }
+}

@@ -79,7 +79,7 @@ pub struct RecordOptions {
     /// The spread quantization's mode instead of the device's
     /// `GpuOptions::spread_quant` (tests and tools comparing the modes on
     /// one device). Whether a fold is usable still follows the device's
-    /// ([`fold_unusable`]): a fold with this `Off` is an error.
+    /// ([`fold_unusable`]): a folded norm with this `Off` is an error.
     pub spread_quant: Option<SpreadQuant>,
 }
 
