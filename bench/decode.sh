@@ -14,8 +14,9 @@
 # 4. The table (bench/decode_table.py) and every profile, in $OUT/decode.
 #
 # Settings: DYNVRAM (.dev/dynvram), LAYERS (32), PROMPT_LEN (512),
-# NEW_TOKENS (64), INT4 (1), INT4_SPREAD (0: 1 also runs int4 with
-# DYNVRAM_SPREAD_QUANT=1), SYNC (0: 1 also runs bf16-f16 and int4 with
+# NEW_TOKENS (64), INT4 (1), INT4_SPREAD (0: 1 also runs int4 with both
+# spread quantizations, DYNVRAM_SPREAD_QUANT=gemv as int4-f16-spread and
+# =codes as int4-f16-codes), SYNC (0: 1 also runs bf16-f16 and int4 with
 # --sync-decode), PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,8 +75,10 @@ if [[ " $parts " == *" dyn "* ]] && [ "${INT4:-1}" = 1 ]; then
         run int4-f16-sync "$q" --compute-dtype f16 --sync-decode
     fi
     if [ "${INT4_SPREAD:-0}" = 1 ]; then
-        # The spread quantization instead of the quantization launches.
-        DYNVRAM_SPREAD_QUANT=1 run int4-f16-spread "$q" --compute-dtype f16
+        # The spread quantization instead of the quantization launches:
+        # coded in every GEMV workgroup, then coded once by its own kernel.
+        DYNVRAM_SPREAD_QUANT=gemv run int4-f16-spread "$q" --compute-dtype f16
+        DYNVRAM_SPREAD_QUANT=codes run int4-f16-codes "$q" --compute-dtype f16
     fi
 fi
 step "table"

@@ -14,6 +14,17 @@ pub const ROTATE: &str = wgsl!("linear_fht.wgsl", "linear_rotate.wgsl");
 /// Dispatch `(chunks, rows)`.
 pub const ROTATE_MAX: &str = wgsl!("linear_fht.wgsl", "linear_rotate_max.wgsl");
 
+/// The activation codes and per-row scales of the rows [`ROTATE_MAX`]
+/// rotated (binding 0 rows, 3 chunk maxima; 1 codes, 2 scales as
+/// [`ACT_QUANT`] writes them), one code word per invocation over many
+/// workgroups: the input of [`INT_GEMV_ROWS`]. Dispatch `(ceil(kw / WGS),
+/// rows)`.
+pub const ROTATED_CODES: &str = wgsl!(
+    "linear_codes.wgsl",
+    "linear_act_codes.wgsl",
+    "linear_rotated_codes.wgsl"
+);
+
 /// Rotation and activation quantization in one dispatch (one workgroup per
 /// row, for small M; G <= 1024).
 pub const ROTATE_QUANT: &str = wgsl!(
@@ -428,6 +439,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     ("linear_rotate.wgsl", ROTATE),
     ("linear_rotate_max.wgsl", ROTATE_MAX),
+    ("linear_rotated_codes.wgsl", ROTATED_CODES),
     ("linear_codes.wgsl", wgsl!("linear_codes.wgsl")),
     ("linear_gemv_in_codes.wgsl", INT_GEMV_ROWS),
     ("linear_gemv_in_rotated.wgsl", INT_GEMV_ROWS_ROT),

@@ -1,11 +1,13 @@
 // Activation codes of one row written to a buffer, after linear_codes.wgsl;
-// shared by linear_act_quant.wgsl and linear_rotate_quant.wgsl: the row's
+// shared by linear_act_quant.wgsl, linear_rotate_quant.wgsl (and the other
+// quantization kernels) and linear_rotated_codes.wgsl: the row's
 // scale from its absmax, then codes packed four per u32 (byte 0 = first
 // column) for dot4I8Packed. The body provides `act_value(row_base, col) ->
 // f32`, the (rotated) input at flat index i, computed in f32.
 //
 // needs: act_value, code_of, code_scale
-// provides: qp, write_codes
+// provides: qp, scales, write_codes, write_word
+//
 
 // Layout for int4 weights: in each block of 8 columns, word 0 holds the even
 // columns and word 1 the odd ones (see linear_int_common.wgsl).
@@ -36,30 +38,32 @@ fn code(row_base: u32, col: u32, s: f32, lo: f32, hi: f32) -> i32 {
     return code_of(act_value(row_base, col), s, lo, hi);
 }
 
+// Writes word `w` of row `row`'s codes at `sc` (code_scale of its absmax).
+fn write_word(row: u32, w: u32, sc: vec3<f32>) {
+    let row_base = row * qp.k;
+    var first = w * 4u;
+    var step = 1u;
+    if PERM8 {
+        first = (w / 2u) * 8u + (w % 2u);
+        step = 2u;
+    }
+    let c = vec4<i32>(
+        code(row_base, first, sc.x, sc.y, sc.z),
+        code(row_base, first + step, sc.x, sc.y, sc.z),
+        code(row_base, first + 2u * step, sc.x, sc.y, sc.z),
+        code(row_base, first + 3u * step, sc.x, sc.y, sc.z),
+    );
+    q[row * qp.kw + w] = pack4xI8(c);
+}
+
 // Writes row `row`'s scale and codes; invocation `lid` of `threads` takes
 // the words lid, lid + threads, …
 fn write_codes(row: u32, lid: u32, threads: u32, absmax: f32) {
-    let row_base = row * qp.k;
     let sc = code_scale(absmax);
-    let s = sc.x;
-    let lo = sc.y;
-    let hi = sc.z;
     if lid == 0u {
-        scales[row] = s;
+        scales[row] = sc.x;
     }
     for (var w = lid; w < qp.kw; w += threads) {
-        var first = w * 4u;
-        var step = 1u;
-        if PERM8 {
-            first = (w / 2u) * 8u + (w % 2u);
-            step = 2u;
-        }
-        let c = vec4<i32>(
-            code(row_base, first, s, lo, hi),
-            code(row_base, first + step, s, lo, hi),
-            code(row_base, first + 2u * step, s, lo, hi),
-            code(row_base, first + 3u * step, s, lo, hi),
-        );
-        q[row * qp.kw + w] = pack4xI8(c);
+        write_word(row, w, sc);
     }
 }

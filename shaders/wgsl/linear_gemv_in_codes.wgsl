@@ -1,6 +1,7 @@
 // The integer multi-row GEMV's activation codes as a quantization kernel
-// left them (linear_int_gemv_rows.wgsl): code quads at binding 8, one scale
-// per row in the common fragment's x_scale.
+// (or linear_rotated_codes.wgsl, from spread-rotated rows) left them
+// (linear_int_gemv_rows.wgsl): code quads at binding 8, one scale per row
+// in the common fragment's x_scale.
 //
 // needs: p, x_scale
 // provides: gv_code_scale, gv_codes, gv_codes_begin

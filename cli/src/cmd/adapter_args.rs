@@ -43,8 +43,11 @@ impl AdapterArgs {
 /// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
-/// for tuning) and `DYNVRAM_SPREAD_QUANT` (1: the integer GEMVs
-/// code spread-rotated rows themselves; measured slower, for comparisons): the one place the
+/// for tuning) and `DYNVRAM_SPREAD_QUANT` (how the integer GEMVs at decode
+/// sizes get their activation codes: `0`/`off` a quantization launch, the
+/// default; `1`/`gemv` they code spread-rotated rows themselves, measured
+/// slower; `codes` a many-workgroup kernel codes the spread-rotated rows
+/// once; for comparisons): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {
@@ -65,6 +68,6 @@ pub fn gpu_options() -> GpuOptions {
         quant_wgs: std::env::var("DYNVRAM_QUANT_WGS")
             .ok()
             .and_then(|v| v.trim().parse().ok()),
-        spread_quant: std::env::var("DYNVRAM_SPREAD_QUANT").as_deref() == Ok("1"),
+        spread_quant: var("DYNVRAM_SPREAD_QUANT", d.spread_quant),
     }
 }

@@ -68,7 +68,7 @@ pub struct Gpu {
     /// [`GpuOptions::quant_wgs`].
     quant_wgs: Option<u32>,
     /// [`GpuOptions::spread_quant`].
-    spread_quant: bool,
+    spread_quant: SpreadQuant,
     /// The `MAP_READ` buffer of small read-backs (a decode step's logits),
     /// kept so each does not create (and validate) one.
     readback: Mutex<Option<wgpu::Buffer>>,
@@ -195,7 +195,7 @@ impl Gpu {
     }
 
     /// [`GpuOptions::spread_quant`] of this device.
-    pub fn spread_quant(&self) -> bool {
+    pub fn spread_quant(&self) -> SpreadQuant {
         self.spread_quant
     }
 
@@ -499,6 +499,53 @@ pub enum ShaderChecks {
     None,
 }
 
+/// How the integer GEMVs at decode sizes (M <= 8) get their activation
+/// codes ([`GpuOptions::spread_quant`]). Every mode gives the same codes and
+/// scales bit for bit; they differ in launches and in who does the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpreadQuant {
+    /// A quantization launch per linear input (`linear_rotate_quant*.wgsl`,
+    /// `linear_add_norm_quant*.wgsl`), one workgroup per row, then the
+    /// GEMV reading its codes.
+    #[default]
+    Off,
+    /// The rotation spread over many workgroups (`linear_rotate_max.wgsl`:
+    /// rotated f32 rows and each chunk's absmax), then a GEMV that codes
+    /// the rotated rows itself (`linear_gemv_in_rotated.wgsl`; every GEMV
+    /// workgroup codes the whole row again).
+    InGemv,
+    /// The same spread rotation, then a small kernel of many workgroups
+    /// (`linear_rotated_codes.wgsl`) coding the rows once, into the codes
+    /// and scales the quantization launches write; then the GEMV reading
+    /// codes, as with [`Self::Off`]. One launch more than [`Self::InGemv`],
+    /// the GEMVs as fast as with [`Self::Off`].
+    CodeKernel,
+}
+
+impl SpreadQuant {
+    /// Whether the rotation is spread (the integer layers can then fold the
+    /// norm before them and the residual add after them).
+    pub fn spread(self) -> bool {
+        self != Self::Off
+    }
+}
+
+/// `0` or `off`, `1` or `gemv` ([`SpreadQuant::InGemv`]), `codes`
+/// ([`SpreadQuant::CodeKernel`]).
+impl std::str::FromStr for SpreadQuant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" | "0" | "off" => Ok(Self::Off),
+            "1" | "gemv" => Ok(Self::InGemv),
+            "codes" => Ok(Self::CodeKernel),
+            other => Err(format!(
+                "spread quantization `{other}`: want 0|off, 1|gemv or codes"
+            )),
+        }
+    }
+}
+
 impl std::str::FromStr for ShaderChecks {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -529,16 +576,20 @@ pub struct GpuOptions {
     /// instead of their default per K (tuning; where the size does not fit,
     /// the default runs).
     pub quant_wgs: Option<u32>,
-    /// Integer GEMVs at decode sizes make their activation codes themselves
+    /// How the integer GEMVs at decode sizes get their activation codes
+    /// (the same codes bit for bit in every mode): after a
+    /// one-workgroup-per-row quantization launch ([`SpreadQuant::Off`]), or
     /// from rows rotated over many workgroups (`linear_rotate_max.wgsl`),
-    /// instead of after a one-workgroup-per-row quantization launch (the
-    /// codes are the same bit for bit), and integer layers fold the norm
-    /// and the residual add. Off by default:
-    /// measured slower on the H200 (session 13: a linear 7–50 % slower,
-    /// the GEMVs 2–2.5× slower for the coding every workgroup repeats, more
-    /// than the spread rotation saves), and on lavapipe; kept for adapters
-    /// where a launch costs more than arithmetic.
-    pub spread_quant: bool,
+    /// coded inside every GEMV workgroup ([`SpreadQuant::InGemv`]) or once
+    /// by a small many-workgroup kernel ([`SpreadQuant::CodeKernel`]).
+    /// Spread, integer layers also fold the RMS norm before them (into the
+    /// rotation launch) and the residual add after them (into the GEMV's
+    /// epilogue). Off by default: `InGemv` measured slower on the H200
+    /// (session 13: a linear 7–50 % slower, the GEMVs 2–2.5× slower for
+    /// the coding every workgroup repeats, more than the spread rotation
+    /// saves) and on lavapipe; `CodeKernel` is not measured yet (it keeps
+    /// the GEMVs as they are for one more, small launch).
+    pub spread_quant: SpreadQuant,
 }
 
 impl Default for GpuOptions {
@@ -548,7 +599,31 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
-            spread_quant: false,
+            spread_quant: SpreadQuant::Off,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpreadQuant;
+
+    #[test]
+    fn spread_quant_parses_its_names() {
+        for (s, want) in [
+            ("0", SpreadQuant::Off),
+            ("off", SpreadQuant::Off),
+            ("", SpreadQuant::Off),
+            ("1", SpreadQuant::InGemv),
+            ("gemv", SpreadQuant::InGemv),
+            ("codes", SpreadQuant::CodeKernel),
+            (" codes\n", SpreadQuant::CodeKernel),
+        ] {
+            assert_eq!(s.parse::<SpreadQuant>(), Ok(want), "{s:?}");
+        }
+        assert!("2".parse::<SpreadQuant>().is_err());
+        assert!(!SpreadQuant::Off.spread());
+        assert!(SpreadQuant::InGemv.spread() && SpreadQuant::CodeKernel.spread());
+        assert_eq!(SpreadQuant::default(), SpreadQuant::Off);
     }
 }

@@ -15,6 +15,7 @@
 use crate::linear_common::{Env, HostLayer, env};
 
 use dynvram_gpu::ActDtype;
+use dynvram_gpu::gpu::SpreadQuant;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
 use dynvram_gpu::ops::linear::{
@@ -72,10 +73,11 @@ impl Env {
         .expect("record");
         self.gpu.queue.submit([enc.finish()]);
         let y = host::read(&self.gpu, &out).expect("read out");
-        // Only a quantization launch leaves codes (small M makes them in
-        // the GEMV unless asked to quantize apart).
+        // Only a quantization launch or the spread coding kernel leaves
+        // codes (small M makes them in the GEMV unless asked otherwise).
+        let codes_left = opts.quantize_apart || opts.spread_quant == Some(SpreadQuant::CodeKernel);
         let (codes, scales) = match choice {
-            KernelChoice::Integer { .. } if opts.quantize_apart => {
+            KernelChoice::Integer { .. } if codes_left => {
                 self.act_codes_and_scales(h.meta.format, m, k)
             }
             _ => (Vec::new(), Vec::new()),
@@ -186,6 +188,17 @@ fn integer_paths_with_f16_activations_match_the_reference() {
                     assert_f16_close(&what, &r.out, &e, 1e-6);
                     let spread = env.run_f16(&h, choice, &x);
                     assert_f16_close(&format!("{what} spread"), &spread.out, &e, 1e-6);
+                    // The spread rows coded once by their own kernel: the
+                    // same codes and scales, so the same outputs bit for bit.
+                    let coded = RecordOptions {
+                        spread_quant: Some(SpreadQuant::CodeKernel),
+                        ..RecordOptions::default()
+                    };
+                    let c = env.run_f16_with(&h, choice, &x, &coded);
+                    assert_eq!(c.codes, q.codes, "{what}: code kernel activation codes");
+                    assert_eq!(c.scales, q.scales, "{what}: code kernel activation scales");
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&c.out), bits(&r.out), "{what}: code kernel outputs");
                 }
             }
         }

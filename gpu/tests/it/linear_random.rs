@@ -10,7 +10,7 @@ use crate::linear_common::{Env, HostLayer, env, env_with};
 
 use std::sync::Arc;
 
-use dynvram_gpu::gpu::{AdapterChoice, GpuOptions};
+use dynvram_gpu::gpu::{AdapterChoice, GpuOptions, SpreadQuant};
 use dynvram_gpu::ops::elementwise::record_swiglu;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;
@@ -96,9 +96,10 @@ impl Env {
             let r = self.gpu.read_f32(buf, 0, m * k).expect("read rotated");
             rotated = r.iter().map(|v| v.to_bits()).collect();
         }
-        // Only a quantization launch leaves codes (small M makes them in
-        // the GEMV unless asked to quantize apart).
-        if let (KernelChoice::Integer { .. }, true) = (choice, opts.quantize_apart) {
+        // Only a quantization launch or the spread coding kernel leaves
+        // codes (small M makes them in the GEMV unless asked otherwise).
+        let codes_left = opts.quantize_apart || opts.spread_quant == Some(SpreadQuant::CodeKernel);
+        if let (KernelChoice::Integer { .. }, true) = (choice, codes_left) {
             (codes, scales) = self.act_codes_and_scales(w.format, m, k);
         }
         Run {
@@ -176,6 +177,28 @@ fn check_integer(
     }
     let gpu_acc: Vec<i32> = spread.out.iter().map(|v| v.to_bits() as i32).collect();
     assert_eq!(gpu_acc, acc, "{what}: spread accumulators");
+    // Or codes them once in a kernel of their own: the same rotation,
+    // codes, scales and accumulators bit for bit.
+    let coded = env.run(
+        &w,
+        choice,
+        x,
+        RecordOptions {
+            raw_accumulator: true,
+            spread_quant: Some(SpreadQuant::CodeKernel),
+            ..opts
+        },
+    );
+    if group.is_some() {
+        assert_eq!(coded.rotated, e_rot, "{what}: code kernel rotated input");
+    }
+    assert_eq!(coded.codes, q.codes, "{what}: code kernel activation codes");
+    assert_eq!(
+        coded.scales, q.scales,
+        "{what}: code kernel activation scales"
+    );
+    let gpu_acc: Vec<i32> = coded.out.iter().map(|v| v.to_bits() as i32).collect();
+    assert_eq!(gpu_acc, acc, "{what}: code kernel accumulators");
     let y = env.run(&w, choice, x, opts).out;
     let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
     let bias: Option<Vec<f32>> = h.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b));

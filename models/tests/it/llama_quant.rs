@@ -4,6 +4,7 @@
 
 use crate::llama_common::open;
 use dynvram_models::llama::{Checkpoint, Limits, argmax};
+use dynvram_runtime::gpu::SpreadQuant;
 use dynvram_runtime::quant::LinearDtype;
 use dynvram_runtime::quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
 use dynvram_test_support::fixtures;
@@ -101,10 +102,13 @@ fn tiny_llama_convrot_w4a4_stays_close() {
     }
 }
 
-/// Decode steps (M = 1) of the int4 model with the spread quantization
-/// (the norm folded into the rotation launch, the residual add into the
-/// GEMV) and with the quantization launches: the same codes but where the
-/// norm's sum of squares, taken in another order, moves one by a step.
+/// Decode steps (M = 1) of the int4 model with the spread quantization in
+/// both modes (the norm folded into the rotation launch, the residual add
+/// into the GEMV; the GEMV coding the rotated rows, or a kernel coding them
+/// once) and with the quantization launches: the same codes but where the
+/// norm's sum of squares, taken in another order, moves one by a step. The
+/// two spread modes make the same codes from the same rotation: the same
+/// logits bit for bit.
 #[test]
 fn int4_decode_spread_matches_quantization_launches() {
     let test = "int4_decode_spread_matches_quantization_launches";
@@ -122,7 +126,7 @@ fn int4_decode_spread_matches_quantization_launches() {
         max_seq: 32,
         max_rows: 19,
     };
-    let steps = |spread| {
+    let steps = |spread: SpreadQuant| {
         let mut config = dynvram_runtime::RuntimeConfig::default();
         config.adapter.options.spread_quant = spread;
         let rt = dynvram_runtime::Runtime::new(config).expect("runtime opens");
@@ -141,11 +145,20 @@ fn int4_decode_spread_matches_quantization_launches() {
             .expect("generate");
         (g.tokens, g.step_logits)
     };
-    let (spread, launches) = (steps(true), steps(false));
-    assert_eq!(spread.1.len(), launches.1.len(), "steps");
-    for (i, (a, b)) in spread.1.iter().zip(&launches.1).enumerate() {
-        let cos = cosine(a, b);
-        assert!(cos > 0.999, "step {i}: logits cosine {cos}");
+    let launches = steps(SpreadQuant::Off);
+    let in_gemv = steps(SpreadQuant::InGemv);
+    let code_kernel = steps(SpreadQuant::CodeKernel);
+    for (mode, spread) in [("in GEMV", &in_gemv), ("code kernel", &code_kernel)] {
+        assert_eq!(spread.1.len(), launches.1.len(), "{mode}: steps");
+        for (i, (a, b)) in spread.1.iter().zip(&launches.1).enumerate() {
+            let cos = cosine(a, b);
+            assert!(cos > 0.999, "{mode}: step {i}: logits cosine {cos}");
+        }
+        assert_eq!(spread.0[0], launches.0[0], "{mode}: first token");
     }
-    assert_eq!(spread.0[0], launches.0[0], "first token");
+    assert_eq!(code_kernel.0, in_gemv.0, "the spread modes' tokens");
+    for (i, (a, b)) in code_kernel.1.iter().zip(&in_gemv.1).enumerate() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(a), bits(b), "step {i}: the spread modes' logits");
+    }
 }

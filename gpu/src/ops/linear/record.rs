@@ -10,7 +10,7 @@ use dynvram_shaders::linear as shaders;
 
 use super::weights::{LinearWeights, Region};
 use super::{LinearError, LinearScratch};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, SpreadQuant};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Cost, Launch, launch};
@@ -73,8 +73,14 @@ pub struct RecordOptions {
     pub quant_wgs: Option<u32>,
     /// Integer GEMVs at decode sizes read codes a quantization launch wrote
     /// ([`LinearScratch::act_codes`] then holds them) even where they would
-    /// make them from spread-rotated rows (`GpuOptions::spread_quant`).
+    /// make them from spread-rotated rows (`GpuOptions::spread_quant`);
+    /// wins over [`Self::spread_quant`].
     pub quantize_apart: bool,
+    /// The spread quantization's mode instead of the device's
+    /// `GpuOptions::spread_quant` (tests and tools comparing the modes on
+    /// one device). Whether a fold is usable still follows the device's
+    /// ([`fold_unusable`]): a folded norm with this `Off` is an error.
+    pub spread_quant: Option<SpreadQuant>,
 }
 
 /// What activation codes in the scratch were made from and how.
@@ -88,7 +94,8 @@ pub struct CodesKey {
     k: u64,
     /// The norm folded in before the rotation: its weight and eps bits.
     norm: Option<((wgpu::Buffer, u64), u32)>,
-    /// Rotated rows and chunk maxima (the GEMV makes the codes), not codes.
+    /// Rotated rows and chunk maxima (the GEMV makes the codes), not codes
+    /// ([`SpreadQuant::InGemv`]).
     spread: bool,
 }
 
@@ -226,7 +233,11 @@ fn record(
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
-        spread: !opts.quantize_apart && gpu.spread_quant(),
+        spread: if opts.quantize_apart {
+            SpreadQuant::Off
+        } else {
+            opts.spread_quant.unwrap_or_else(|| gpu.spread_quant())
+        },
         fused,
         fold: *fold,
         dispatches: &dispatches,
@@ -482,9 +493,9 @@ struct Recorder<'a> {
     reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
     quant_wgs: Option<u32>,
-    /// Integer GEMVs may make their codes from spread-rotated rows
-    /// (`spread::SpreadQuant`).
-    spread: bool,
+    /// How integer GEMVs at decode sizes get their codes
+    /// ([`RecordOptions::spread_quant`], else the device's).
+    spread: SpreadQuant,
     /// More weights in the multi-row GEMV's launch.
     fused: Option<&'a fused::Fused<'a>>,
     /// Ops folded into the multi-row GEMV's launch.
@@ -705,7 +716,9 @@ impl Recorder<'_> {
             int.epilogue
         };
         // The codes a previous linear left in the scratch, when they are
-        // this input's, quantized the same way (asked for by the caller).
+        // this input's, quantized the same way (asked for by the caller);
+        // with a folded norm, codes of the normed input
+        // (`SpreadQuant::CodeKernel` makes them).
         let codes_key = CodesKey {
             x: (x.buffer.as_ref().clone(), x.offset),
             codes: int.codes,
@@ -713,7 +726,7 @@ impl Recorder<'_> {
             perm8: int.w4 && !coop,
             m,
             k,
-            norm: None,
+            norm: self.fold.norm.map(|n| n.key()),
             spread: false,
         };
         let reuse = self.reuse_codes && scratch.codes_key() == Some(&codes_key);
@@ -725,7 +738,7 @@ impl Recorder<'_> {
         {
             return self.integer_spread(encoder, int, fast, s, x, out, scratch, epi);
         }
-        if self.fold.norm.is_some() {
+        if self.fold.norm.is_some() && !reuse {
             return Err(self.unsupported(
                 "a folded norm before an integer linear needs the spread quantization".into(),
             ));

@@ -3,7 +3,7 @@
 //! the random layer (one generator, so all draw the same layers).
 #![allow(dead_code)] // each test file uses a different subset
 
-use dynvram_gpu::gpu::AdapterChoice;
+use dynvram_gpu::gpu::{AdapterChoice, SpreadQuant};
 use dynvram_gpu::ops::cache::PipelineCache;
 use dynvram_gpu::ops::linear::LinearScratch;
 use dynvram_gpu::{ActDtype, Gpu};
@@ -25,7 +25,7 @@ pub struct Env {
 /// The spread quantization is on (off by default), to be tested.
 pub fn env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
     let mut choice = AdapterChoice::default();
-    choice.options.spread_quant = true;
+    choice.options.spread_quant = SpreadQuant::InGemv;
     env_with(test, &choice, needs)
 }
 

@@ -35,6 +35,17 @@ pub struct NormFold<'a> {
     pub eps: f32,
 }
 
+impl NormFold<'_> {
+    /// What identifies the norm in a `CodesKey`: its weight's
+    /// binding and eps's bits.
+    pub(super) fn key(&self) -> ((wgpu::Buffer, u64), u32) {
+        (
+            (self.weight.buffer.as_ref().clone(), self.weight.offset),
+            self.eps.to_bits(),
+        )
+    }
+}
+
 /// What a linear launch takes in besides `out = x · Wᵀ + b`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fold<'a> {
@@ -59,8 +70,8 @@ pub const NORM_FOLD_MAX_M: u64 = 4;
 /// Why `fold` cannot go into this linear's launch (`None`: it can): only
 /// the multi-row GEMVs (M ≤ 32, 16-byte weight rows, K a multiple of 4, one
 /// binding per weight) take folds, a norm up to [`NORM_FOLD_MAX_M`] rows;
-/// integer layers only with the spread quantization
-/// (`GpuOptions::spread_quant`), whose rotation launch takes the norm.
+/// integer layers only with the spread quantization (either mode of
+/// `GpuOptions::spread_quant`), whose rotation launch takes the norm.
 pub fn fold_unusable(
     gpu: &Gpu,
     weights: &LinearWeights,
@@ -81,7 +92,7 @@ pub fn fold_unusable(
             true
         }
     };
-    if integer && !gpu.spread_quant() {
+    if integer && !gpu.spread_quant().spread() {
         Some("integer layers fold only with the spread quantization, which is off")
     } else if m == 0 || m > ROWS_GEMV_MAX_M || (integer && m > GEMV_MAX_M) {
         Some("M is above the multi-row GEMV's")

@@ -1,8 +1,12 @@
 //! Activation quantization spread over the GPU for the integer multi-row
 //! GEMVs at decode sizes: `linear_rotate_max.wgsl` rotates the rows (after
 //! the folded RMS norm, if any) over many workgroups and leaves each
-//! chunk's absmax; the GEMV (`linear_gemv_in_rotated.wgsl`) takes the row's
-//! scale from those maxima and codes the values as it reads them.
+//! chunk's absmax; then either ([`SpreadQuant::InGemv`]) the GEMV
+//! (`linear_gemv_in_rotated.wgsl`) takes the row's scale from those maxima
+//! and codes the values as it reads them, or ([`SpreadQuant::CodeKernel`])
+//! `linear_rotated_codes.wgsl` codes each row once, over many workgroups,
+//! into the codes and scales a quantization launch writes, and the GEMV
+//! reads them as usual (`linear_gemv_in_codes.wgsl`).
 //!
 //! Why: the per-row scale needs the whole rotated row, so the fused
 //! kernels give a row one workgroup; at M = 1 that is one busy SM for
@@ -20,6 +24,14 @@
 //! shape of each, an int4 Llama-7B token 153 tok/s against 212. So it is
 //! off by default (`GpuOptions::spread_quant`); what would pay is fewer
 //! launches, not wider ones.
+//!
+//! `CodeKernel` is the other split: the rotation spread as above, the
+//! coding done once (a few microseconds of many small workgroups: 4 values
+//! an invocation, the row's scale from a handful of maxima), the GEMVs
+//! unchanged. One launch more than `InGemv` per quantized input (three
+//! instead of two with the GEMV, against the fused kernel's two), every
+//! launch short. Not measured on the H200 yet (`bench/decode.sh` with
+//! `INT4_SPREAD=1` runs both modes).
 
 use super::gemv::{GemvInput, GemvOperands};
 use super::spec::IntEpilogue;
@@ -27,10 +39,11 @@ use super::{
     CodesKey, GEMV_MAX_M, IntPath, LinearError, MAX_GROUP, MAX_GROUPS_PER_DIM, Params, Recorder,
     buf, region,
 };
+use crate::gpu::SpreadQuant;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::Cost;
 use crate::ops::linear::LinearScratch;
-use crate::tensor::GpuTensor;
+use crate::tensor::{ActDtype, GpuTensor};
 use dynvram_shaders::linear as shaders;
 
 /// Invocations per rotation workgroup (fewer where the adapter allows fewer).
@@ -40,6 +53,10 @@ const WGS: u32 = 256;
 /// own): 4 per invocation, one load round trip; K = 4096 is 4 workgroups a
 /// row, K = 11008 eleven.
 const CHUNK_MIN: u32 = 1024;
+
+/// Invocations per workgroup of `linear_rotated_codes.wgsl` (one code word,
+/// 4 values, each): 16 workgroups a row at K = 4096.
+const CODES_WGS: u32 = 64;
 
 /// The rotation's shape on this adapter.
 #[derive(Debug, Clone, Copy)]
@@ -65,21 +82,24 @@ impl Recorder<'_> {
                 && k.is_multiple_of(u64::from(g)));
         let fits = 4 * (u64::from(chunk) + 2 * u64::from(wgs))
             <= u64::from(limits.max_compute_workgroup_storage_size);
-        (self.spread
+        let code_groups = (k / 4).div_ceil(u64::from(CODES_WGS));
+        (self.spread.spread()
             && self.gemv.is_some()
             && (1..=GEMV_MAX_M).contains(&self.m)
             && k.is_multiple_of(16)
             && grouped
             && wgs >= 64
             && fits
-            && k.div_ceil(u64::from(chunk)) <= MAX_GROUPS_PER_DIM)
+            && k.div_ceil(u64::from(chunk)) <= MAX_GROUPS_PER_DIM
+            && (self.spread != SpreadQuant::CodeKernel || code_groups <= MAX_GROUPS_PER_DIM))
             .then_some(Spread { wgs, chunk })
     }
 
     /// An integer layer through the rotation and the GEMVs that code its
-    /// output (shape `s`, from [`Self::spread_shape`]); the rotation is
-    /// skipped where the scratch holds this input's already
-    /// ([`super::RecordOptions::reuse_codes`]).
+    /// output (`InGemv`), or the rotation, the coding kernel and the GEMVs
+    /// reading codes (`CodeKernel`); shape `s` from [`Self::spread_shape`].
+    /// The rotation (and coding) is skipped where the scratch holds this
+    /// input's already ([`super::RecordOptions::reuse_codes`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn integer_spread(
         &self,
@@ -100,16 +120,12 @@ impl Recorder<'_> {
             x: (x.buffer.as_ref().clone(), x.offset),
             codes: int.codes,
             group: int.group,
-            perm8: false,
+            // Codes in the dot4 GEMVs' layout (`CodeKernel`), or none.
+            perm8: self.spread == SpreadQuant::CodeKernel && int.w4,
             m,
             k,
-            norm: norm.map(|n| {
-                (
-                    (n.weight.buffer.as_ref().clone(), n.weight.offset),
-                    n.eps.to_bits(),
-                )
-            }),
-            spread: true,
+            norm: norm.map(|n| n.key()),
+            spread: self.spread == SpreadQuant::InGemv,
         };
         let reuse = self.reuse_codes && scratch.codes_key() == Some(&key);
         let rows = scratch.x_rot(gpu, m * k * 4)?;
@@ -156,6 +172,54 @@ impl Recorder<'_> {
                 ),
             )?;
         }
+        let codes = if self.spread == SpreadQuant::CodeKernel {
+            let kw = k / 4;
+            let codes = scratch.codes(gpu, m * kw * 4)?;
+            let scales = scratch.scales(gpu, m * 4)?;
+            if !reuse {
+                // The rotated rows are f32 whatever the activations are.
+                let mut rec = *self;
+                rec.act = ActDtype::F32;
+                let constants = int.quant_constants(int.w4);
+                let mut all = constants.to_vec();
+                all.extend([
+                    ("WGS", f64::from(CODES_WGS)),
+                    ("QCHUNK", f64::from(s.chunk)),
+                ]);
+                rec.dispatch(
+                    encoder,
+                    format!(
+                        "linear_rotated_codes|WGS={CODES_WGS}|QC={}|{constants:?}",
+                        s.chunk
+                    ),
+                    shaders::ROTATED_CODES,
+                    &all,
+                    vec![
+                        buf(&rows, 0, m * k * 4),
+                        buf(&codes, 0, m * kw * 4),
+                        buf(&scales, 0, m * 4),
+                        buf(&chunk_max, 0, m * chunks * 4),
+                    ],
+                    Params {
+                        a: m as u32,
+                        b: k as u32,
+                        c: kw as u32,
+                        d: 0,
+                        e: 0,
+                        pad: [0; 3],
+                    },
+                    (kw.div_ceil(u64::from(CODES_WGS)) as u32, m as u32),
+                    Cost::new(
+                        m * k * 4 + m * chunks * 4 * kw.div_ceil(u64::from(CODES_WGS)),
+                        m * kw * 4 + m * 4,
+                        4 * m * k,
+                    ),
+                )?;
+            }
+            Some((codes, scales))
+        } else {
+            None
+        };
         scratch.set_codes_key(Some(key));
         let scale = self
             .weights
@@ -175,10 +239,16 @@ impl Recorder<'_> {
                 scale: region(scale),
                 bias,
                 out: out.binding(),
-                input: GemvInput::Rotated {
-                    rows: buf(&rows, 0, m * k * 4),
-                    chunk_max: buf(&chunk_max, 0, m * chunks * 4),
-                    chunk: s.chunk,
+                input: match &codes {
+                    Some((codes, scales)) => GemvInput::Codes {
+                        codes: buf(codes, 0, m * k),
+                        scales: buf(scales, 0, m * 4),
+                    },
+                    None => GemvInput::Rotated {
+                        rows: buf(&rows, 0, m * k * 4),
+                        chunk_max: buf(&chunk_max, 0, m * chunks * 4),
+                        chunk: s.chunk,
+                    },
                 },
             };
             self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
