@@ -85,8 +85,9 @@ pub fn with_decode_shape(source: &str, subgroups: bool, s: DecodeShape) -> Strin
 
 /// Flash attention (causal or not, batched) on 16×16×16 f16 cooperative
 /// matrices with f32 sums (needs `SHADER_F16`, `SUBGROUP` and that
-/// `EXPERIMENTAL_COOPERATIVE_MATRIX` configuration); shape by
-/// [`with_flash_shape`].
+/// `EXPERIMENTAL_COOPERATIVE_MATRIX` configuration), as written for
+/// [`crate::flash::FlashTuning::FILE`]; other shapes by
+/// [`crate::flash::flash_attention`].
 pub const FLASH_ATTENTION16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_coop16.wgsl",
@@ -98,13 +99,6 @@ pub const FLASH_ATTENTION8: &str = wgsl!(
     "linear_coop8.wgsl",
     "flash_attention.wgsl"
 );
-
-/// A flash-attention module (`FLASH_ATTENTION*`) with its workgroup shape
-/// written in: `nsg` subgroups of query rows, `bc` keys per block, head
-/// dimension `hd` (they size workgroup arrays, so they are text).
-pub fn with_flash_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
-    crate::with_consts(source, &[("NSG", 2, nsg), ("BC", 32, bc), ("HD", 128, hd)])
-}
 
 /// Embedding row gather from an f32, f16 or bf16 table.
 pub const EMBED: &str = wgsl!("embed.wgsl");

@@ -44,7 +44,9 @@ impl AdapterArgs {
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
 /// for tuning) and `DYNVRAM_SPREAD_QUANT` (1: the integer GEMVs
-/// code spread-rotated rows themselves; measured slower, for comparisons): the one place the
+/// code spread-rotated rows themselves; measured slower, for comparisons)
+/// and `DYNVRAM_FLASH` (flash attention's workgroup shape, a
+/// `FlashTuning` such as `64x64w4c2`, for tuning): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {
@@ -66,5 +68,10 @@ pub fn gpu_options() -> GpuOptions {
             .ok()
             .and_then(|v| v.trim().parse().ok()),
         spread_quant: std::env::var("DYNVRAM_SPREAD_QUANT").as_deref() == Ok("1"),
+        flash: std::env::var("DYNVRAM_FLASH").ok().and_then(|v| {
+            v.parse()
+                .map_err(|e: String| tracing::warn!("DYNVRAM_FLASH: {e}; using the default"))
+                .ok()
+        }),
     }
 }

@@ -36,6 +36,7 @@ pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
+use dynvram_shaders::flash::FlashTuning;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -67,6 +68,8 @@ pub struct Gpu {
     /// The `MAP_READ` buffer of small read-backs (a decode step's logits),
     /// kept so each does not create (and validate) one.
     readback: Mutex<Option<wgpu::Buffer>>,
+    /// [`GpuOptions::flash`].
+    flash: Option<FlashTuning>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -181,6 +184,7 @@ impl Gpu {
             quant_wgs: options.quant_wgs,
             spread_quant: options.spread_quant,
             readback: Mutex::new(None),
+            flash: options.flash,
         })
     }
 
@@ -192,6 +196,11 @@ impl Gpu {
     /// [`GpuOptions::spread_quant`] of this device.
     pub fn spread_quant(&self) -> bool {
         self.spread_quant
+    }
+
+    /// [`GpuOptions::flash`] of this device.
+    pub fn flash_tuning(&self) -> Option<FlashTuning> {
+        self.flash
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -503,6 +512,10 @@ pub struct GpuOptions {
     /// than the spread rotation saves), and on lavapipe; kept for adapters
     /// where a launch costs more than arithmetic.
     pub spread_quant: bool,
+    /// Flash attention's workgroup shape instead of its default per
+    /// adapter and head dimension (tuning; where it does not fit a launch,
+    /// the default runs).
+    pub flash: Option<FlashTuning>,
 }
 
 impl Default for GpuOptions {
@@ -513,6 +526,7 @@ impl Default for GpuOptions {
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
             spread_quant: false,
+            flash: None,
         }
     }
 }

@@ -8,8 +8,10 @@
 
 use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
 use dynvram_runtime::ops::attention::{
-    DecodeTuning, Heads, Mask, decode_unusable, flash_unusable, lanes_per_key, record_attention,
-    record_attention_with, record_flash_attention, record_kv_write, uses_subgroups,
+    DecodeTuning, FlashTuning, Heads, Mask, decode_unusable, default_flash_tuning,
+    default_flash_tunings, flash_geometry, flash_tuning_unusable, flash_unusable, lanes_per_key,
+    record_attention, record_attention_tuned, record_attention_with, record_flash_attention,
+    record_flash_attention_tuned, record_kv_write, uses_subgroups,
 };
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
@@ -744,4 +746,287 @@ fn decode_rejects_unfit_tunings() {
             .expect_err("an unfit tuning");
         assert!(err.to_string().contains("decode tuning"), "{err}");
     }
+}
+
+/// The flash tunings the flash tests run where the adapter can: every
+/// default the runtime can pick ([`default_flash_tunings`], as they are),
+/// then the other stagings, grids and prefetch (the shapes
+/// `bench/flash_sweep.sh` times on 16x16 matrices), their rows and keys
+/// scaled to the adapter's matrix edge (`edge` / 16) so that each
+/// subgroup holds as many matrices as on the GPU.
+fn flash_tunings(edge: u32) -> Vec<FlashTuning> {
+    let mut all = default_flash_tunings();
+    for t in [
+        "64x64w4",
+        "64x32w4k2c2p",
+        "64x32w4c2pr",
+        "64x64w4c2r",
+        "128x32w8c2",
+        "128x32w8c2p",
+        "128x32w8k2c4pr",
+        "64x64w4g",
+        "64x64w4c2g",
+        "128x32w8c2g",
+        "32x32w4k2c4",
+        "32x16w1",
+        "16x16w1g",
+        "256x16w4",
+    ] {
+        let mut t: FlashTuning = t.parse().expect("tuning");
+        t.rows = (t.rows * edge / 16).max(edge);
+        t.keys = (t.keys * edge / 16).max(edge);
+        if !all.contains(&t) {
+            all.push(t);
+        }
+    }
+    all
+}
+
+/// Whether the flash tests run `t` at `head_dim` here; where not, records
+/// why in `skipped`: the adapter cannot run it, or its matrices would take
+/// more than 224 registers an invocation (spills on a GPU, minutes of
+/// compilation on lavapipe).
+fn flash_fits(
+    c: &Ctx,
+    t: &FlashTuning,
+    head_dim: u64,
+    skipped: &mut std::collections::BTreeSet<String>,
+) -> bool {
+    let caps = &c.gpu.caps;
+    if let Some(why) = flash_tuning_unusable(caps, t, head_dim) {
+        skipped.insert(format!("{t} at head_dim {head_dim}: {why}"));
+        return false;
+    }
+    let regs = flash_geometry(caps, t, head_dim).map_or(0, |g| g.registers());
+    if regs > 224 {
+        skipped.insert(format!(
+            "{t} at head_dim {head_dim}: {regs} registers of matrices"
+        ));
+        return false;
+    }
+    true
+}
+
+/// Batched flash attention with every flash tuning the adapter can run
+/// ([`flash_tunings`]) against the f64 reference, f16: rows and keys off
+/// every block size, one row, more queries than keys, GQA groups of 1 to 4,
+/// head_dim 32 to 256 (64, 80, 128 included), batch 2, causal with pos0 >
+/// 0, many key blocks, and keys whose scores grow along the sequence (the
+/// running maximum moves by more than the lazy threshold: the outputs'
+/// rescale). Then the cache form (`record_attention_tuned`: a chunk after a
+/// cached prefix, NaN past kv_len). `DYNVRAM_REQUIRE_COOP=1` fails where no
+/// tuning runs.
+#[test]
+fn flash_tunings_match_cpu() {
+    let Some(c) = ctx("flash_tunings_match_cpu") else {
+        return;
+    };
+    let g = &c.gpu;
+    let caps = &g.caps;
+    eprintln!(
+        "flash_tunings_match_cpu: {} matrices {}x{}, subgroups {}..{}, {} bytes of workgroup memory, default at head_dim 128: {:?}",
+        caps.name,
+        caps.coop_matrix_edge,
+        caps.coop_matrix_edge,
+        caps.subgroup_min_size,
+        caps.subgroup_max_size,
+        caps.max_workgroup_storage,
+        default_flash_tuning(caps, 128).map(|t| t.to_string())
+    );
+    if let Some(why) = flash_unusable(caps, ActDtype::F16, 64) {
+        let msg = format!("flash_tunings_match_cpu: skipped: {why}");
+        assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
+        eprintln!("{msg}");
+        return;
+    }
+    let heads = |n_heads, n_kv_heads, head_dim| Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    // (heads, batch, sq, skv, mask, key ramp)
+    let cases = [
+        (heads(4, 4, 64), 1, 48, 48, Mask::None, false),
+        (heads(4, 2, 64), 2, 37, 37, Mask::None, false),
+        (heads(2, 1, 128), 1, 70, 70, Mask::Causal, false),
+        (heads(3, 3, 64), 2, 21, 53, Mask::Causal, false),
+        (heads(2, 2, 80), 1, 33, 100, Mask::None, false),
+        (heads(8, 2, 128), 1, 100, 100, Mask::Causal, false),
+        (heads(2, 1, 64), 2, 17, 300, Mask::Causal, true),
+        (heads(2, 2, 128), 1, 150, 77, Mask::None, true),
+        (heads(2, 2, 32), 1, 1, 9, Mask::None, false),
+        (heads(1, 1, 256), 1, 20, 40, Mask::None, false),
+    ];
+    let dtype = ActDtype::F16;
+    let mut ran = std::collections::BTreeMap::new();
+    let mut skipped = std::collections::BTreeSet::new();
+    for (i, &(h, batch, sq, skv, mask, ramp)) in cases.iter().enumerate() {
+        let seed = 300 + 3 * i as u64;
+        let (nh, nkv, hd) = (
+            h.n_heads as usize,
+            h.n_kv_heads as usize,
+            h.head_dim as usize,
+        );
+        let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
+        let mut ks = random(seed + 1, batch * skv * nkv * hd, 1.5);
+        if ramp {
+            // Key j's scores grow about 5x along the sequence.
+            for (r, row) in ks.chunks_mut(nkv * hd).enumerate() {
+                let f = 1.0 + 4.0 * (r % skv) as f32 / skv as f32;
+                row.iter_mut().for_each(|x| *x *= f);
+            }
+        }
+        let ks: Vec<f32> = ks.into_iter().map(|x| host::round_to(x, dtype)).collect();
+        let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
+        let q_shape = [(batch * sq) as u64, (nh * hd) as u64];
+        let kv_shape = [(batch * skv) as u64, (nkv * hd) as u64];
+        let (q, k, v) = (
+            up(&c, &qs, &q_shape, dtype),
+            up(&c, &ks, &kv_shape, dtype),
+            up(&c, &vs, &kv_shape, dtype),
+        );
+        let causal = mask == Mask::Causal;
+        let b = Batch {
+            batch,
+            sq,
+            kv_rows: skv,
+            kv_len: skv,
+            pos0: if causal { skv - sq } else { 0 },
+            causal,
+        };
+        let want = reference(&qs, &ks, &vs, h, b);
+        let (atol, rtol) = tolerance(dtype);
+        for t in flash_tunings(caps.coop_matrix_edge) {
+            if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
+                continue;
+            }
+            *ran.entry(t.to_string()).or_insert(0) += 1;
+            let out = up(&c, &vec![f32::NAN; qs.len()], &q_shape, dtype);
+            run(&c, |enc| {
+                record_flash_attention_tuned(
+                    g,
+                    &c.cache,
+                    enc,
+                    &q,
+                    &k,
+                    &v,
+                    &out,
+                    h,
+                    batch as u64,
+                    mask,
+                    Some(&t),
+                )
+            });
+            let got = host::read(g, &out).expect("read");
+            assert_close(&format!("{t} {h:?} {b:?} ramp {ramp}"), &got, &want, atol, rtol);
+        }
+    }
+    // The cache form: a chunk of sq rows at pos0 over kv_len keys of a
+    // cache of max_seq rows, NaN past kv_len.
+    for (h, max_seq, kv_len, sq, pos0) in [
+        (heads(4, 2, 64), 64usize, 50usize, 40usize, 10usize),
+        (heads(4, 1, 128), 220, 200, 40, 160),
+    ] {
+        let (nh, nkv, hd) = (
+            h.n_heads as usize,
+            h.n_kv_heads as usize,
+            h.head_dim as usize,
+        );
+        let width = nkv * hd;
+        let ks = rounded(17 + kv_len as u64, kv_len * width, 1.5, dtype);
+        let vs = rounded(18 + kv_len as u64, kv_len * width, 2.0, dtype);
+        let qs = rounded(19 + kv_len as u64, sq * nh * hd, 1.5, dtype);
+        let (kc, vc) = (
+            cache_of(&c, &ks, max_seq, width, dtype),
+            cache_of(&c, &vs, max_seq, width, dtype),
+        );
+        let q = up(&c, &qs, &[sq as u64, (nh * hd) as u64], dtype);
+        let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
+        let (atol, rtol) = tolerance(dtype);
+        for t in flash_tunings(caps.coop_matrix_edge) {
+            if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
+                continue;
+            }
+            let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
+            run(&c, |enc| {
+                let mut scratch = LinearScratch::new();
+                record_attention_tuned(
+                    g,
+                    &c.cache,
+                    enc,
+                    &q,
+                    &kc,
+                    &vc,
+                    &out,
+                    h,
+                    kv_len as u64,
+                    pos0 as u64,
+                    None,
+                    &mut scratch,
+                    &DecodeTuning::default(),
+                    Some(&t),
+                )
+            });
+            let got = host::read(g, &out).expect("read");
+            let tag = format!("{t} cache {h:?} kv_len {kv_len} sq {sq} pos0 {pos0}");
+            assert_close(&tag, &got, &want, atol, rtol);
+        }
+    }
+    for (t, n) in &ran {
+        eprintln!("flash_tunings_match_cpu: {t}: {n} cases");
+    }
+    for why in &skipped {
+        eprintln!("flash_tunings_match_cpu: skipped: {why}");
+    }
+    for hd in [32, 64, 80, 128, 256] {
+        if let Some(t) = default_flash_tuning(caps, hd) {
+            assert!(ran.contains_key(&t.to_string()), "the default {t} never ran");
+        }
+    }
+    assert!(ran.len() >= 4, "only {} tunings ran", ran.len());
+}
+
+/// A flash tuning the adapter cannot run is an error, and f32 activations
+/// are refused by an explicit tuning.
+#[test]
+fn flash_rejects_unfit_tunings() {
+    let Some(c) = ctx("flash_rejects_unfit_tunings") else {
+        return;
+    };
+    let g = &c.gpu;
+    let h = Heads {
+        n_heads: 2,
+        n_kv_heads: 2,
+        head_dim: 64,
+    };
+    let q = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F16);
+    let out = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F16);
+    let q32 = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F32);
+    let out32 = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F32);
+    let mut enc = Encoder::new(&g.device, "test");
+    let mut attend = |t: &str, q: &GpuTensor, out: &GpuTensor| {
+        let t: FlashTuning = t.parse().expect("tuning");
+        record_flash_attention_tuned(
+            g,
+            &c.cache,
+            &mut enc,
+            q,
+            q,
+            q,
+            out,
+            h,
+            1,
+            Mask::None,
+            Some(&t),
+        )
+        .expect_err("unfit")
+        .to_string()
+    };
+    // Far more workgroup memory than any adapter has.
+    let err = attend("512x512w4", &q, &out);
+    assert!(err.contains("flash tuning 512x512w4"), "{err}");
+    let err = attend("64x64w4c3", &q, &out);
+    assert!(err.contains("flash tuning 64x64w4c3"), "{err}");
+    let err = attend("16x16w1", &q32, &out32);
+    assert!(err.contains("f16"), "{err}");
 }

@@ -163,3 +163,83 @@ fn decode_attention_shapes_generate_and_validate() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Flash attention's generated region in its file is the generator's for
+/// `FlashTuning::FILE` (`DYNVRAM_BLESS_WGSL=1` rewrites it), and the
+/// modules of other tunings — every staging, grids of rows and columns,
+/// prefetch, both matrix edges, awkward head dims — validate, in f16.
+#[test]
+fn flash_attention_tunings_generate_and_validate() {
+    use dynvram_shaders::flash::{FlashTuning, flash_attention};
+    use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl/flash_attention.wgsl");
+    let file = std::fs::read_to_string(path).expect("read");
+    let own = flash_attention(&file, 16, 32, 128, FlashTuning::FILE).expect("the file's tuning");
+    if std::env::var("DYNVRAM_BLESS_WGSL").is_ok() {
+        std::fs::write(path, &own).expect("write");
+    } else {
+        assert!(
+            own == file,
+            "flash_attention.wgsl's generated region is stale: DYNVRAM_BLESS_WGSL=1 rewrites it"
+        );
+    }
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for (src, edge, sg) in [
+        (FLASH_ATTENTION16, 16, 32),
+        (FLASH_ATTENTION8, 8, 8),
+        (FLASH_ATTENTION8, 8, 16),
+    ] {
+        for tuning in [
+            "64x64w4c2",
+            "64x64w4",
+            "64x32w4k2c2p",
+            "128x32w8c2pr",
+            "64x64w4c2r",
+            "128x64w8k2c4",
+            "64x64w4g",
+            "128x32w8c2g",
+            "32x32w2",
+            "256x16w4",
+        ] {
+            let tuning: FlashTuning = tuning.parse().expect("tuning");
+            for hd in [edge * 4, 80, 128, 256] {
+                let Ok(text) = flash_attention(src, edge, sg, hd, tuning) else {
+                    continue;
+                };
+                count += 1;
+                let text = dynvram_shaders::with_f16_activations(&text);
+                if let Err(e) = validate(&format!("flash {tuning} {edge} {sg} {hd}"), &text) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    assert!(count > 40, "only {count} modules generated");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The text form of a flash tuning reads back, and bad forms say why.
+#[test]
+fn flash_tuning_text_round_trips() {
+    use dynvram_shaders::flash::{FlashTuning, KvStaging};
+    for text in ["64x64w4c2", "128x32w8k2c2pr", "64x64w4g", "32x16w1", "64x64w4r"] {
+        let t: FlashTuning = text.parse().expect(text);
+        assert_eq!(t.to_string(), text);
+    }
+    let t: FlashTuning = "64x32".parse().expect("defaults");
+    assert_eq!((t.subgroups, t.key_groups, t.col_groups), (4, 1, 1));
+    assert_eq!((t.staging, t.prefetch), (KvStaging::Serial, false));
+    assert_eq!("64x32w4s".parse::<FlashTuning>(), Ok(t));
+    for bad in ["", "64", "64x", "x64", "64x0", "64x32c2w4", "64x32q", "64x32pp", "64x32w"] {
+        let err = bad.parse::<FlashTuning>().expect_err(bad);
+        assert!(err.contains("bad flash tuning"), "{err}");
+    }
+    assert!(FlashTuning::FILE.geometry(16, 32, 128).is_ok());
+    let g: FlashTuning = "64x64w4g".parse().expect("global");
+    assert!(g.geometry(16, 32, 128).is_ok());
+    let gk: FlashTuning = "64x64w4k2g".parse().expect("global, key groups");
+    assert!(gk.geometry(16, 32, 128).is_err());
+    let hd80: FlashTuning = "64x64w4c2".parse().expect("c2");
+    assert!(hd80.geometry(16, 32, 80).is_err(), "5 column tiles in 2 groups");
+}

@@ -12,9 +12,9 @@
 //! with at most 8 queries per kv head (decoding) and head_dim a multiple
 //! of 4 runs the decode kernel (`decode.rs`); with f16 activations on an
 //! adapter with f16 cooperative matrices, blocks of query rows run as flash
-//! attention on the matrices (`flash.rs`); every other case runs the scalar
-//! kernels (`scalar.rs`), whose keys split over workgroups when there are
-//! too few rows to fill the GPU.
+//! attention on the matrices (`flash.rs`, shaped by a [`FlashTuning`]);
+//! every other case runs the scalar kernels (`scalar.rs`), whose keys split
+//! over workgroups when there are too few rows to fill the GPU.
 
 mod decode;
 mod flash;
@@ -29,6 +29,12 @@ use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
 pub use decode::{DecodeTuning, decode_split, lanes_per_key, uses_subgroups};
+pub use dynvram_shaders::flash::{FlashGeometry, FlashTuning, KvStaging};
+pub use flash::{
+    DEFAULT_REGISTERS as FLASH_DEFAULT_REGISTERS, default_tuning as default_flash_tuning,
+    geometry as flash_geometry, default_tunings as default_flash_tunings,
+    tuning_unusable as flash_tuning_unusable,
+};
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
@@ -115,6 +121,33 @@ pub fn record_attention_with(
     scratch: &mut LinearScratch,
     tuning: &DecodeTuning,
 ) -> Result<(), GpuError> {
+    record_attention_tuned(
+        gpu, cache, enc, q, k_cache, v_cache, out, heads, kv_len, pos0, rope, scratch, tuning, None,
+    )
+}
+
+/// [`record_attention_with`] with flash attention's shape from `flash`
+/// where the query rows run as flash attention (`None`: the device's
+/// choice, [`default_flash_tuning`] or `GpuOptions::flash`); a `flash`
+/// tuning the adapter cannot run is an error there (see
+/// [`flash_tuning_unusable`]).
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_attention_tuned(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k_cache: &GpuTensor,
+    v_cache: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    kv_len: u64,
+    pos0: u64,
+    rope: Option<&RopeTable>,
+    scratch: &mut LinearScratch,
+    tuning: &DecodeTuning,
+    flash: Option<&FlashTuning>,
+) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (sq, max_seq) = check(OP, q, k_cache, v_cache, out, heads)?;
     if kv_len > max_seq || pos0 + sq > kv_len {
@@ -171,10 +204,13 @@ pub fn record_attention_with(
     if decode::unusable(heads, span, false).is_none() {
         return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch, tuning);
     }
-    if sq >= FLASH_MIN_ROWS
-        && let Ok(shape) = flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim)
-    {
-        return flash::record(gpu, cache, enc, &ops, heads, span, shape);
+    if sq >= FLASH_MIN_ROWS {
+        if let Some(t) = flash {
+            return flash::record(gpu, cache, enc, &ops, heads, span, t);
+        }
+        if let Ok(t) = flash::choose(gpu, q.dtype, heads.head_dim) {
+            return flash::record(gpu, cache, enc, &ops, heads, span, &t);
+        }
     }
     scalar::record(gpu, cache, enc, &ops, heads, span, Some(scratch))
 }
@@ -182,8 +218,10 @@ pub fn record_attention_with(
 /// Records `out = softmax(q kᵀ · head_dim^-0.5 [+ mask]) v` for `batch`
 /// elements: q and out `[batch·sq, n_heads·head_dim]`, k and v
 /// `[batch·skv, n_kv_heads·head_dim]` (element b's rows contiguous). Flash
-/// attention on cooperative matrices where the adapter and dtype allow,
-/// else the scalar kernel; no memory is allocated either way.
+/// attention on cooperative matrices where the adapter and dtype allow
+/// (shaped by the device's choice: [`default_flash_tuning`] or
+/// `GpuOptions::flash`), else the scalar kernel; no memory is allocated
+/// either way.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_flash_attention(
     gpu: &Gpu,
@@ -196,6 +234,27 @@ pub fn record_flash_attention(
     heads: Heads,
     batch: u64,
     mask: Mask,
+) -> Result<(), GpuError> {
+    record_flash_attention_tuned(gpu, cache, enc, q, k, v, out, heads, batch, mask, None)
+}
+
+/// [`record_flash_attention`] with flash attention's shape from `tuning`
+/// (for tools and tests that time or check others): it is an error where
+/// the adapter cannot run it ([`flash_tuning_unusable`]); `None` is the
+/// device's choice.
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_flash_attention_tuned(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    v: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    batch: u64,
+    mask: Mask,
+    tuning: Option<&FlashTuning>,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
     let (q_rows, kv_rows) = check(OP, q, k, v, out, heads)?;
@@ -227,8 +286,11 @@ pub fn record_flash_attention(
         causal,
     };
     let ops = Operands { q, k, v, out };
-    match flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim) {
-        Ok(shape) => flash::record(gpu, cache, enc, &ops, heads, span, shape),
+    if let Some(t) = tuning {
+        return flash::record(gpu, cache, enc, &ops, heads, span, t);
+    }
+    match flash::choose(gpu, q.dtype, heads.head_dim) {
+        Ok(t) => flash::record(gpu, cache, enc, &ops, heads, span, &t),
         Err(why) => {
             tracing::trace!(%why, "flash attention on scalar kernels");
             scalar::record(gpu, cache, enc, &ops, heads, span, None)
@@ -245,7 +307,7 @@ pub fn flash_unusable(
     act: crate::ActDtype,
     head_dim: u64,
 ) -> Option<String> {
-    flash::flash_shape(caps, act, head_dim).err()
+    flash::unusable(caps, act, head_dim)
 }
 
 /// Why `sq` query rows over a cache with `heads` would not run on the
