@@ -868,7 +868,7 @@ fn flash_tunings_match_cpu() {
             h.head_dim as usize,
         );
         let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
-        let mut ks = random(seed + 1, batch * skv * nkv * hd, 1.5);
+        let mut ks = nonzero(seed + 1, batch * skv * nkv * hd, 1.5);
         if ramp {
             // Key j's scores grow about 5x along the sequence.
             for (r, row) in ks.chunks_mut(nkv * hd).enumerate() {
