@@ -43,8 +43,9 @@ impl AdapterArgs {
 /// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
-/// for tuning) and `DYNVRAM_FLASH` (flash attention's workgroup shape, a
-/// `FlashTuning` such as `64x64w4c2`, for tuning): the one place the
+/// for tuning) and `DYNVRAM_FLASH` (the flash-attention kernel, a
+/// `FlashKernel`: `two-walk` or a one-walk tuning such as `64x64w4c2`, for
+/// tuning): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {

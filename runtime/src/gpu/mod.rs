@@ -26,7 +26,7 @@ pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
-use dynvram_shaders::flash::FlashTuning;
+use dynvram_shaders::flash::FlashKernel;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ pub struct Gpu {
     /// [`GpuOptions::quant_wgs`].
     quant_wgs: Option<u32>,
     /// [`GpuOptions::flash`].
-    flash: Option<FlashTuning>,
+    flash: Option<FlashKernel>,
 }
 
 impl Gpu {
@@ -174,7 +174,7 @@ impl Gpu {
     }
 
     /// [`GpuOptions::flash`] of this device.
-    pub fn flash_tuning(&self) -> Option<FlashTuning> {
+    pub fn flash_kernel(&self) -> Option<FlashKernel> {
         self.flash
     }
 
@@ -465,10 +465,10 @@ pub struct GpuOptions {
     /// instead of their default per K (tuning; where the size does not fit,
     /// the default runs).
     pub quant_wgs: Option<u32>,
-    /// Flash attention's workgroup shape instead of its default per
-    /// adapter and head dimension (tuning; where it does not fit a launch,
-    /// the default runs).
-    pub flash: Option<FlashTuning>,
+    /// The flash-attention kernel (and the one-walk kernel's shape)
+    /// instead of the default per adapter and head dimension (tuning; where
+    /// it does not fit a launch, the default runs).
+    pub flash: Option<FlashKernel>,
 }
 
 impl Default for GpuOptions {
