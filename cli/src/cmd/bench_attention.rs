@@ -6,7 +6,8 @@
 //! where the keys split. With `--queries`, prefill attention instead (a
 //! Flux step's joint attention, a Llama prefill): blocks of query rows
 //! over plain k/v as flash attention on cooperative matrices, per flash
-//! tuning ([`FlashTuning`]), in TFLOP/s.
+//! kernel ([`FlashKernel`]: the two-walk kernel or a one-walk tuning), in
+//! TFLOP/s.
 
 use std::process::ExitCode;
 

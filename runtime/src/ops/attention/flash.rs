@@ -128,7 +128,7 @@ pub fn default_tunings() -> Vec<FlashTuning> {
 }
 
 /// The tuning flash attention runs with by default on this adapter at
-/// head dimension `head_dim`: the first of [`DEFAULTS`] that fits, its
+/// head dimension `head_dim`: the first of [`default_tunings`] that fits, its
 /// matrices within [`DEFAULT_REGISTERS`].
 pub fn default_tuning(caps: &AdapterCaps, head_dim: u64) -> Option<FlashTuning> {
     default_tunings().into_iter().find(|t| {
