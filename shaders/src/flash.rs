@@ -26,7 +26,7 @@ pub enum KvStaging {
 /// A flash-attention workgroup's shape (see `flash_attention.wgsl`).
 ///
 /// Text form ([`FromStr`], [`fmt::Display`]):
-/// `BRxBC[wNSG][kKG][cCG][s|p|g][r]` — `BR` query rows per workgroup and
+/// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]` — `BR` query rows per workgroup and
 /// `BC` keys per block (multiples of the matrix edge, `BR` a power of two);
 /// `wNSG` subgroups (a power of two, default 4); `kKG` key groups: the
 /// subgroups sharing a row block's scores split its keys (default 1);
@@ -34,7 +34,10 @@ pub enum KvStaging {
 /// head columns (default 1); the staging of keys and values, `s` serial
 /// (default), `p` paired or `g` global ([`KvStaging`]); `r`: the next
 /// block's keys and values read into registers while this block computes
-/// (serial and paired). E.g. `64x64w4c2`, `128x32w8c2pr`, `64x64w4g`.
+/// (serial and paired); `t`: scores and probabilities column-major in
+/// workgroup memory (default row-major); `m`: the queries' matrices
+/// materialized in registers as loaded. E.g. `64x64w4c2`, `128x32w8c2pr`,
+/// `64x64w4gt`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlashTuning {
     /// Query rows per workgroup (`BR`).
@@ -52,6 +55,15 @@ pub struct FlashTuning {
     /// The next block's keys and values read into registers during this
     /// block (serial and paired staging).
     pub prefetch: bool,
+    /// Scores and probabilities column-major in workgroup memory (the
+    /// softmax's consecutive lanes on consecutive rows: no bank conflicts)
+    /// instead of row-major (the layout the two-walk kernel ran on NVIDIA).
+    pub column_major: bool,
+    /// The queries' matrices held in variables, each multiplied by a
+    /// runtime 1 as loaded: forces them into registers at the load (a
+    /// compiler that re-reads a loaded matrix from workgroup memory where
+    /// it is used would read keys or probabilities by then).
+    pub materialize: bool,
 }
 
 impl FlashTuning {
@@ -65,6 +77,8 @@ impl FlashTuning {
         col_groups: 2,
         staging: KvStaging::Serial,
         prefetch: false,
+        column_major: false,
+        materialize: false,
     };
 
     /// The sizes of this tuning's module on matrices of edge `edge`,
@@ -76,10 +90,14 @@ impl FlashTuning {
             return Err(format!("matrices of edge {edge} (want 8 or 16)"));
         }
         if !pow2(sg) || sg < 4 {
-            return Err(format!("subgroups of {sg} (want a power of two, at least 4)"));
+            return Err(format!(
+                "subgroups of {sg} (want a power of two, at least 4)"
+            ));
         }
         if hd == 0 || !hd.is_multiple_of(edge) {
-            return Err(format!("head_dim {hd} is not a multiple of the matrix edge {edge}"));
+            return Err(format!(
+                "head_dim {hd} is not a multiple of the matrix edge {edge}"
+            ));
         }
         if !pow2(s.rows) || !s.rows.is_multiple_of(edge) {
             return Err(format!(
@@ -114,7 +132,9 @@ impl FlashTuning {
                 ));
             }
             if !split.is_multiple_of(g) {
-                return Err(format!("{split} {over} of {edge} do not split into {g} {what}"));
+                return Err(format!(
+                    "{split} {over} of {edge} do not split into {g} {what}"
+                ));
             }
             Ok((rb / row_groups, split / g))
         };
@@ -140,17 +160,22 @@ impl FlashTuning {
         }
         let rows_per_lane = (s.rows / wg).max(1);
         // Column-major pitches: a subgroup's SG / T consecutive rows on
-        // consecutive banks, its T column offsets on other banks.
-        let sp = s.rows + if t > 1 { (sg / t).max(4) } else { 4 };
-        let pp = s.rows + 8;
+        // consecutive banks, its T column offsets on other banks. Row-major:
+        // rows skewed by 16 bytes.
+        let (sp, pp) = if s.column_major {
+            (s.rows + if t > 1 { (sg / t).max(4) } else { 4 }, s.rows + 8)
+        } else {
+            (s.keys + 4, s.keys + 8)
+        };
         let kp = hd + 8;
         let kv_halves = match s.staging {
             KvStaging::Serial => s.keys * kp,
             KvStaging::Paired => 2 * s.keys * kp,
             KvStaging::Global => 2 * edge * kp,
         };
-        let p_halves = s.keys * pp;
-        let s_floats = (s.keys * sp).max(s.subgroups * edge * edge);
+        let lines = if s.column_major { s.keys } else { s.rows };
+        let p_halves = lines * pp;
+        let s_floats = (lines * sp).max(s.subgroups * edge * edge);
         // The queries are staged through all of the f16 memory, as many
         // head column tiles a round as fit.
         let halves = kv_halves + p_halves;
@@ -214,6 +239,12 @@ impl fmt::Display for FlashTuning {
         if self.prefetch {
             f.write_str("r")?;
         }
+        if self.column_major {
+            f.write_str("t")?;
+        }
+        if self.materialize {
+            f.write_str("m")?;
+        }
         Ok(())
     }
 }
@@ -221,12 +252,12 @@ impl fmt::Display for FlashTuning {
 impl FromStr for FlashTuning {
     type Err = String;
 
-    /// `BRxBC[wNSG][kKG][cCG][s|p|g][r]`, see [`FlashTuning`]; the shape's
+    /// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`, see [`FlashTuning`]; the shape's
     /// own limits are checked by [`FlashTuning::geometry`].
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             format!(
-                "bad flash tuning `{text}`: {why} (want BRxBC[wNSG][kKG][cCG][s|p|g][r], e.g. 64x64w4c2, 128x32w8c2pr)"
+                "bad flash tuning `{text}`: {why} (want BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m], e.g. 64x64w4c2, 128x32w8c2pr)"
             )
         };
         let mut rest = text.trim();
@@ -256,6 +287,8 @@ impl FromStr for FlashTuning {
             col_groups: 1,
             staging: KvStaging::Serial,
             prefetch: false,
+            column_major: false,
+            materialize: false,
         };
         // Tags in this order, each at most once.
         let mut seen = 0;
@@ -266,6 +299,8 @@ impl FromStr for FlashTuning {
                 'c' => 3,
                 's' | 'p' | 'g' => 4,
                 'r' => 5,
+                't' => 6,
+                'm' => 7,
                 other => return Err(bad(&format!("unknown tag `{other}`"))),
             };
             if rank <= seen {
@@ -280,10 +315,47 @@ impl FromStr for FlashTuning {
                 's' => t.staging = KvStaging::Serial,
                 'p' => t.staging = KvStaging::Paired,
                 'g' => t.staging = KvStaging::Global,
-                _ => t.prefetch = true,
+                'r' => t.prefetch = true,
+                't' => t.column_major = true,
+                _ => t.materialize = true,
             }
         }
         Ok(t)
+    }
+}
+
+/// Which flash-attention kernel a launch runs: the two-walk kernel
+/// (`flash_attention_two_walk.wgsl`, its shape chosen per adapter: the
+/// runtime's default) or the one-walk kernel with a [`FlashTuning`].
+///
+/// Text form: `two-walk`, or a [`FlashTuning`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlashKernel {
+    /// Two walks over the keys: the softmax statistics, then the outputs
+    /// (a third more products, no output rescaling).
+    TwoWalk,
+    /// One walk with an online softmax, shaped by the tuning.
+    OneWalk(FlashTuning),
+}
+
+impl fmt::Display for FlashKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TwoWalk => f.write_str("two-walk"),
+            Self::OneWalk(t) => t.fmt(f),
+        }
+    }
+}
+
+impl FromStr for FlashKernel {
+    type Err = String;
+
+    /// `two-walk` or a [`FlashTuning`].
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "two-walk" => Ok(Self::TwoWalk),
+            t => t.parse().map(Self::OneWalk),
+        }
     }
 }
 
@@ -312,9 +384,10 @@ pub struct FlashGeometry {
     pub lanes_per_row: u32,
     /// Query rows per invocation in the softmax.
     pub rows_per_lane: u32,
-    /// Column pitch of the scores (f32 elements, `SP`).
+    /// Pitch of the scores (f32 elements, `SP`): of a key's column
+    /// (column-major) or a row's keys (row-major).
     pub sp: u32,
-    /// Column pitch of the probabilities (f16, `PP`).
+    /// Pitch of the probabilities (f16, `PP`), likewise.
     pub pp: u32,
     /// Row pitch of the staged keys, values and queries' rounds (f16, `KP`).
     pub kp: u32,
@@ -377,7 +450,12 @@ pub fn flash_attention(
     let g = tuning.geometry(edge, sg, hd)?;
     let begin = source.find(BEGIN).expect("the module marks its region") + BEGIN.len();
     let end = source.find(END).expect("the module marks its region's end");
-    Ok(format!("{}{}{}", &source[..begin], region(&g), &source[end..]))
+    Ok(format!(
+        "{}{}{}",
+        &source[..begin],
+        region(&g),
+        &source[end..]
+    ))
 }
 
 /// The generated region: the shape's constants, the bindings, the
@@ -403,10 +481,15 @@ const BC: u32 = {}u;
 const HD: u32 = {}u;
 // Invocations per query row in the softmax.
 const T: u32 = {}u;
-// Column pitches of the scores (f32) and the probabilities (f16), and the
-// f16 row pitch of the staged keys, values and queries.
+// Pitches of the scores (f32) and the probabilities (f16), {layout}: score
+// (row, key) at row * S_ROW + key * S_KEY; and the f16 row pitch of the
+// staged keys, values and queries.
 const SP: u32 = {}u;
 const PP: u32 = {}u;
+const S_ROW: u32 = {s_row};
+const S_KEY: u32 = {s_key};
+const P_ROW: u32 = {p_row};
+const P_KEY: u32 = {p_key};
 const KP: u32 = {}u;
 // The f16 staging: keys and values from 0, the probabilities from P_AT.
 const V_AT: u32 = {}u;
@@ -427,6 +510,15 @@ const P_AT: u32 = {}u;
             KvStaging::Global => g.edge * g.kp,
         },
         g.kv_halves,
+        layout = if t.column_major {
+            "column-major"
+        } else {
+            "row-major"
+        },
+        s_row = if t.column_major { "1u" } else { "SP" },
+        s_key = if t.column_major { "SP" } else { "1u" },
+        p_row = if t.column_major { "1u" } else { "PP" },
+        p_key = if t.column_major { "PP" } else { "1u" },
     );
     let kv_ty = if global { "act" } else { "vec4<act>" };
     let _ = writeln!(
@@ -699,9 +791,14 @@ fn queries(w: &mut String, g: &FlashGeometry) {
         );
         for a in 0..g.s_rows {
             for d in d0..d0 + n {
+                let (bind, one) = if g.tuning.materialize {
+                    ("var", "f16(params.one) * ")
+                } else {
+                    ("let", "")
+                };
                 let _ = writeln!(
                     w,
-                    "    let q_{a}_{d} = coopLoadT<cm_a>(&hs[(s_row0 + {a}u * CM) * {qp}u + {}u * CM], {qp}u);",
+                    "    {bind} q_{a}_{d} = {one}coopLoadT<cm_a>(&hs[(s_row0 + {a}u * CM) * {qp}u + {}u * CM], {qp}u);",
                     d - d0
                 );
             }
@@ -753,13 +850,10 @@ fn scores(w: &mut String, g: &FlashGeometry) {
             let _ = writeln!(w, "        var s_{a}_{n} = cm_c();");
         }
     }
-    let staged = |n: u32, d: u32| {
-        format!("coopLoad<cm_b>(&hs[(s_key0 + {n}u * CM) * KP + {d}u * CM], KP)")
-    };
+    let staged =
+        |n: u32, d: u32| format!("coopLoad<cm_b>(&hs[(s_key0 + {n}u * CM) * KP + {d}u * CM], KP)");
     let global = |n: u32, d: u32| {
-        format!(
-            "coopLoad<cm_b>(&k[kv.base + (j0 + {n}u * CM) * kv.stride + {d}u * CM], kv.stride)"
-        )
+        format!("coopLoad<cm_b>(&k[kv.base + (j0 + {n}u * CM) * kv.stride + {d}u * CM], kv.stride)")
     };
     // B[d][key] = key's dimension d: column-major in the staging and in k.
     let product = |w: &mut String, indent: &str, n: u32, d: u32, load: String| {
@@ -783,10 +877,7 @@ fn scores(w: &mut String, g: &FlashGeometry) {
         }
         w.push_str("        } else {\n");
         for n in 0..g.s_tiles {
-            let _ = writeln!(
-                w,
-                "            if j0 + {n}u * CM + CM <= params.kv_len {{"
-            );
+            let _ = writeln!(w, "            if j0 + {n}u * CM + CM <= params.kv_len {{");
             for d in 0..g.dm {
                 product(w, "                ", n, d, global(n, d));
             }
@@ -813,11 +904,16 @@ fn scores(w: &mut String, g: &FlashGeometry) {
             }
         }
     }
+    let store = if g.tuning.column_major {
+        "coopStore"
+    } else {
+        "coopStoreT"
+    };
     for a in 0..g.s_rows {
         for n in 0..g.s_tiles {
             let _ = writeln!(
                 w,
-                "        coopStore(s_{a}_{n}, &s_sh[(s_key0 + {n}u * CM) * SP + s_row0 + {a}u * CM], SP);"
+                "        {store}(s_{a}_{n}, &s_sh[(s_row0 + {a}u * CM) * S_ROW + (s_key0 + {n}u * CM) * S_KEY], SP);"
             );
         }
     }
@@ -831,10 +927,15 @@ fn values(w: &mut String, g: &FlashGeometry) {
         for (var kt = 0u; kt < kt_end; kt += CM) {
 ",
     );
+    let load = if g.tuning.column_major {
+        "coopLoad"
+    } else {
+        "coopLoadT"
+    };
     for i in 0..g.o_rows {
         let _ = writeln!(
             w,
-            "            let pa_{i} = coopLoad<cm_a>(&hs[P_AT + kt * PP + o_row0 + {i}u * CM], PP);"
+            "            let pa_{i} = {load}<cm_a>(&hs[P_AT + (o_row0 + {i}u * CM) * P_ROW + kt * P_KEY], PP);"
         );
     }
     // B[key][d] = the value's dimension d: row-major.

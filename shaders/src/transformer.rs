@@ -100,6 +100,31 @@ pub const FLASH_ATTENTION8: &str = wgsl!(
     "flash_attention.wgsl"
 );
 
+/// The two-walk flash attention (`flash_attention_two_walk.wgsl`: the
+/// softmax statistics in a first walk over the keys, the outputs in a
+/// second, no output rescaling) on 16×16×16 f16 cooperative matrices with
+/// f32 sums; shape by [`with_two_walk_shape`]. The runtime's default until
+/// the one-walk kernel ([`FLASH_ATTENTION16`]) has passed on a GPU.
+pub const FLASH_TWO_WALK16: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_coop16.wgsl",
+    "flash_attention_two_walk.wgsl"
+);
+/// [`FLASH_TWO_WALK16`] on 8×8×8 matrices.
+pub const FLASH_TWO_WALK8: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_coop8.wgsl",
+    "flash_attention_two_walk.wgsl"
+);
+
+/// A two-walk flash-attention module (`FLASH_TWO_WALK*`) with its
+/// workgroup shape written in: `nsg` subgroups of query rows, `bc` keys per
+/// block, head dimension `hd` (they size workgroup arrays, so they are
+/// text).
+pub fn with_two_walk_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
+    crate::with_consts(source, &[("NSG", 2, nsg), ("BC", 32, bc), ("HD", 128, hd)])
+}
+
 /// Embedding row gather from an f32, f16 or bf16 table.
 pub const EMBED: &str = wgsl!("embed.wgsl");
 
@@ -127,6 +152,8 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     ("flash_attention.wgsl", FLASH_ATTENTION16),
     ("flash_attention.wgsl [8x8]", FLASH_ATTENTION8),
+    ("flash_attention_two_walk.wgsl", FLASH_TWO_WALK16),
+    ("flash_attention_two_walk.wgsl [8x8]", FLASH_TWO_WALK8),
     ("embed.wgsl", EMBED),
     ("dit.wgsl", DIT),
 ];

@@ -19,7 +19,8 @@
 // - S = Q Kᵀ: each subgroup holds the queries of its row blocks in
 //   registers (A matrices, loaded once) and multiplies them with its share
 //   of the block's keys (B matrices from workgroup memory, or straight from
-//   k in the `g` staging); the scores go to s_sh (f32, column-major).
+//   k in the `g` staging); the scores go to s_sh (f32, row- or
+//   column-major).
 // - softmax: every invocation takes a share of one query row's columns (T
 //   invocations a row, lanes of one subgroup); the row's running maximum m
 //   and sum l live in registers. m moves lazily: only where a row's
@@ -28,7 +29,7 @@
 //   (rare after the first blocks: cooperative matrices cannot scale their
 //   rows, so the scaling is a store, a multiply and a load); otherwise the
 //   probabilities exp2(s - m) stay below 2^TAU and need no rescale. The
-//   probabilities go to p_sh (f16, column-major).
+//   probabilities go to the P region of hs (f16, as the scores).
 // - O += P V: each subgroup holds a block of output rows x head columns
 //   in accumulators (the O grid need not be the S grid: a subgroup with
 //   fewer rows and more columns loads fewer matrices per product).
@@ -55,6 +56,13 @@ struct Params {
     scale2: f32,
     // 1: query row r sees keys 0..=pos0 + r; 0: every key 0..kv_len.
     causal: u32,
+    // 1.0, which no compiler can fold: a matrix multiplied by it is in
+    // registers from there on.
+    one: f32,
+    // The host's params are whole 16-byte rows.
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 var<immediate> params: Params;
@@ -98,7 +106,7 @@ fn softmax_row(row: u32, t: u32, j0: u32, vis: u32, m: ptr<function, f32>, l: pt
     var mx = NEG_BIG;
     for (var c = t; c < BC; c += T) {
         if j0 + c < vis {
-            mx = max(mx, s_sh[c * SP + row]);
+            mx = max(mx, s_sh[row * S_ROW + c * S_KEY]);
         }
     }
     for (var o = SG / T; o < SG; o = o << 1u) {
@@ -120,10 +128,10 @@ fn softmax_row(row: u32, t: u32, j0: u32, vis: u32, m: ptr<function, f32>, l: pt
     for (var c = t; c < BC; c += T) {
         var p = 0.0;
         if j0 + c < vis {
-            p = exp2(s_sh[c * SP + row] * params.scale2 - m_new);
+            p = exp2(s_sh[row * S_ROW + c * S_KEY] * params.scale2 - m_new);
         }
         sum += p;
-        p_sh(c * PP + row, p);
+        p_sh(row * P_ROW + c * P_KEY, p);
     }
     *l = *l * alpha + sum;
     if t == 0u {
@@ -157,7 +165,7 @@ fn rescale(acc: cm_c, sg: u32, lane: u32, row0: u32) -> cm_c {
         s_sh[base + e] *= alpha_sh[row0 + e / CM];
     }
     workgroupBarrier();
-    return coopLoadT<cm_c>(&s_sh[base], CM);
+    return params.one * coopLoadT<cm_c>(&s_sh[base], CM);
 }
 
 // Writes `acc` (output rows row0.. of the workgroup, head columns col..)
@@ -191,10 +199,15 @@ const BC: u32 = 64u;
 const HD: u32 = 128u;
 // Invocations per query row in the softmax.
 const T: u32 = 2u;
-// Column pitches of the scores (f32) and the probabilities (f16), and the
-// f16 row pitch of the staged keys, values and queries.
-const SP: u32 = 80u;
+// Pitches of the scores (f32) and the probabilities (f16), row-major: score
+// (row, key) at row * S_ROW + key * S_KEY; and the f16 row pitch of the
+// staged keys, values and queries.
+const SP: u32 = 68u;
 const PP: u32 = 72u;
+const S_ROW: u32 = SP;
+const S_KEY: u32 = 1u;
+const P_ROW: u32 = PP;
+const P_KEY: u32 = 1u;
 const KP: u32 = 136u;
 // The f16 staging: keys and values from 0, the probabilities from P_AT.
 const V_AT: u32 = 0u;
@@ -206,7 +219,7 @@ const P_AT: u32 = 8704u;
 @group(0) @binding(4) var<storage, read_write> out: array<act>;
 
 var<workgroup> hs: array<f16, 13312>;
-var<workgroup> s_sh: array<f32, 5120>;
+var<workgroup> s_sh: array<f32, 4352>;
 var<workgroup> alpha_sh: array<f32, BR>;
 var<workgroup> flag_sh: u32;
 
@@ -391,10 +404,10 @@ fn main(
         s_0_2 = coopMultiplyAdd(q_0_7, kb_7_2, s_0_2);
         let kb_7_3 = coopLoad<cm_b>(&hs[(s_key0 + 3u * CM) * KP + 7u * CM], KP);
         s_0_3 = coopMultiplyAdd(q_0_7, kb_7_3, s_0_3);
-        coopStore(s_0_0, &s_sh[(s_key0 + 0u * CM) * SP + s_row0 + 0u * CM], SP);
-        coopStore(s_0_1, &s_sh[(s_key0 + 1u * CM) * SP + s_row0 + 0u * CM], SP);
-        coopStore(s_0_2, &s_sh[(s_key0 + 2u * CM) * SP + s_row0 + 0u * CM], SP);
-        coopStore(s_0_3, &s_sh[(s_key0 + 3u * CM) * SP + s_row0 + 0u * CM], SP);
+        coopStoreT(s_0_0, &s_sh[(s_row0 + 0u * CM) * S_ROW + (s_key0 + 0u * CM) * S_KEY], SP);
+        coopStoreT(s_0_1, &s_sh[(s_row0 + 0u * CM) * S_ROW + (s_key0 + 1u * CM) * S_KEY], SP);
+        coopStoreT(s_0_2, &s_sh[(s_row0 + 0u * CM) * S_ROW + (s_key0 + 2u * CM) * S_KEY], SP);
+        coopStoreT(s_0_3, &s_sh[(s_row0 + 0u * CM) * S_ROW + (s_key0 + 3u * CM) * S_KEY], SP);
         workgroupBarrier();
         // The values over the keys.
         for (var e = lid; e < BC * HD / 4u; e += SG * NSG) {
@@ -414,8 +427,8 @@ fn main(
         }
         let kt_end = min(BC, (block_keys - j0 + CM - 1u) / CM * CM);
         for (var kt = 0u; kt < kt_end; kt += CM) {
-            let pa_0 = coopLoad<cm_a>(&hs[P_AT + kt * PP + o_row0 + 0u * CM], PP);
-            let pa_1 = coopLoad<cm_a>(&hs[P_AT + kt * PP + o_row0 + 1u * CM], PP);
+            let pa_0 = coopLoadT<cm_a>(&hs[P_AT + (o_row0 + 0u * CM) * P_ROW + kt * P_KEY], PP);
+            let pa_1 = coopLoadT<cm_a>(&hs[P_AT + (o_row0 + 1u * CM) * P_ROW + kt * P_KEY], PP);
             let vb_0 = coopLoadT<cm_b>(&hs[V_AT + kt * KP + o_col0 + 0u * CM], KP);
             o_0_0 = coopMultiplyAdd(pa_0, vb_0, o_0_0);
             o_1_0 = coopMultiplyAdd(pa_1, vb_0, o_1_0);

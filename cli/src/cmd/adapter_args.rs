@@ -45,8 +45,9 @@ impl AdapterArgs {
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
 /// for tuning) and `DYNVRAM_SPREAD_QUANT` (1: the integer GEMVs
 /// code spread-rotated rows themselves; measured slower, for comparisons)
-/// and `DYNVRAM_FLASH` (flash attention's workgroup shape, a
-/// `FlashTuning` such as `64x64w4c2`, for tuning): the one place the
+/// and `DYNVRAM_FLASH` (the flash-attention kernel, a `FlashKernel`:
+/// `two-walk` or a one-walk tuning such as `64x64w4c2`, for tuning): the
+/// one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {

@@ -36,7 +36,7 @@ pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
-use dynvram_shaders::flash::FlashTuning;
+use dynvram_shaders::flash::FlashKernel;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -69,7 +69,7 @@ pub struct Gpu {
     /// kept so each does not create (and validate) one.
     readback: Mutex<Option<wgpu::Buffer>>,
     /// [`GpuOptions::flash`].
-    flash: Option<FlashTuning>,
+    flash: Option<FlashKernel>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -199,7 +199,7 @@ impl Gpu {
     }
 
     /// [`GpuOptions::flash`] of this device.
-    pub fn flash_tuning(&self) -> Option<FlashTuning> {
+    pub fn flash_kernel(&self) -> Option<FlashKernel> {
         self.flash
     }
 
@@ -512,10 +512,10 @@ pub struct GpuOptions {
     /// than the spread rotation saves), and on lavapipe; kept for adapters
     /// where a launch costs more than arithmetic.
     pub spread_quant: bool,
-    /// Flash attention's workgroup shape instead of its default per
-    /// adapter and head dimension (tuning; where it does not fit a launch,
-    /// the default runs).
-    pub flash: Option<FlashTuning>,
+    /// The flash-attention kernel (and the one-walk kernel's shape)
+    /// instead of the default per adapter and head dimension (tuning; where
+    /// it does not fit a launch, the default runs).
+    pub flash: Option<FlashKernel>,
 }
 
 impl Default for GpuOptions {

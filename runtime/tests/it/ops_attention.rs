@@ -8,10 +8,10 @@
 
 use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
 use dynvram_runtime::ops::attention::{
-    DecodeTuning, FlashTuning, Heads, Mask, decode_unusable, default_flash_tuning,
-    default_flash_tunings, flash_geometry, flash_tuning_unusable, flash_unusable, lanes_per_key,
-    record_attention, record_attention_tuned, record_attention_with, record_flash_attention,
-    record_flash_attention_tuned, record_kv_write, uses_subgroups,
+    DecodeTuning, FlashKernel, FlashTuning, Heads, Mask, decode_unusable, default_flash_kernel,
+    default_flash_tuning, default_flash_tunings, flash_geometry, flash_kernel_unusable,
+    flash_unusable, lanes_per_key, record_attention, record_attention_tuned, record_attention_with,
+    record_flash_attention, record_flash_attention_tuned, record_kv_write, uses_subgroups,
 };
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::host;
@@ -748,59 +748,70 @@ fn decode_rejects_unfit_tunings() {
     }
 }
 
-/// The flash tunings the flash tests run where the adapter can: every
-/// default the runtime can pick ([`default_flash_tunings`], as they are),
-/// then the other stagings, grids and prefetch (the shapes
+/// The flash kernels the flash tests run where the adapter can: the
+/// two-walk kernel, every one-walk default the runtime can pick
+/// ([`default_flash_tunings`], as they are), then the other stagings,
+/// grids, prefetch, layouts and the materialized queries (the shapes
 /// `bench/flash_sweep.sh` times on 16x16 matrices), their rows and keys
 /// scaled to the adapter's matrix edge (`edge` / 16) so that each
-/// subgroup holds as many matrices as on the GPU.
-fn flash_tunings(edge: u32) -> Vec<FlashTuning> {
-    let mut all = default_flash_tunings();
+/// subgroup holds as many matrices as on the GPU. Without `every`, only
+/// the two-walk kernel and the one-walk defaults.
+fn flash_kernels(edge: u32, every: bool) -> Vec<FlashKernel> {
+    let mut all = vec![FlashKernel::TwoWalk];
+    all.extend(
+        default_flash_tunings()
+            .into_iter()
+            .map(FlashKernel::OneWalk),
+    );
+    if !every {
+        return all;
+    }
     for t in [
-        "64x64w4",
+        "64x64w4c2m",
         "64x32w4k2c2p",
         "64x32w4c2pr",
-        "64x64w4c2r",
         "128x32w8c2",
-        "128x32w8c2p",
+        "128x32w8c2pm",
         "128x32w8k2c4pr",
         "64x64w4g",
-        "64x64w4c2g",
-        "128x32w8c2g",
-        "32x32w4k2c4",
-        "32x16w1",
+        "128x32w8c2gm",
         "16x16w1g",
-        "256x16w4",
+        "64x64w4c2t",
+        "128x32w8k2c4prt",
     ] {
         let mut t: FlashTuning = t.parse().expect("tuning");
         t.rows = (t.rows * edge / 16).max(edge);
         t.keys = (t.keys * edge / 16).max(edge);
-        if !all.contains(&t) {
-            all.push(t);
+        let k = FlashKernel::OneWalk(t);
+        if !all.contains(&k) {
+            all.push(k);
         }
     }
     all
 }
 
-/// Whether the flash tests run `t` at `head_dim` here; where not, records
+/// Whether the flash tests run `k` at `head_dim` here; where not, records
 /// why in `skipped`: the adapter cannot run it, or its matrices would take
 /// more than 224 registers an invocation (spills on a GPU, minutes of
 /// compilation on lavapipe).
 fn flash_fits(
     c: &Ctx,
-    t: &FlashTuning,
+    k: &FlashKernel,
     head_dim: u64,
     skipped: &mut std::collections::BTreeSet<String>,
 ) -> bool {
     let caps = &c.gpu.caps;
-    if let Some(why) = flash_tuning_unusable(caps, t, head_dim) {
-        skipped.insert(format!("{t} at head_dim {head_dim}: {why}"));
+    if let Some(why) = flash_kernel_unusable(caps, k, head_dim) {
+        skipped.insert(format!("{k} at head_dim {head_dim}: {why}"));
         return false;
     }
-    let regs = flash_geometry(caps, t, head_dim).map_or(0, |g| g.registers());
+    let regs = match k {
+        FlashKernel::OneWalk(t) => flash_geometry(caps, t, head_dim).map_or(0, |g| g.registers()),
+        FlashKernel::TwoWalk => 0,
+    };
     if regs > 224 {
         skipped.insert(format!(
-            "{t} at head_dim {head_dim}: {regs} registers of matrices"
+            "{k} at head_dim {head_dim}: {regs} registers of matrices"
         ));
         return false;
     }
@@ -844,23 +855,25 @@ fn flash_tunings_match_cpu() {
         n_kv_heads,
         head_dim,
     };
-    // (heads, batch, sq, skv, mask, key ramp)
+    // (heads, batch, sq, skv, mask, key ramp, every kernel): the larger
+    // cases run the defaults only (lavapipe takes minutes for all).
     let cases = [
-        (heads(4, 4, 64), 1, 48, 48, Mask::None, false),
-        (heads(4, 2, 64), 2, 37, 37, Mask::None, false),
-        (heads(2, 1, 128), 1, 70, 70, Mask::Causal, false),
-        (heads(3, 3, 64), 2, 21, 53, Mask::Causal, false),
-        (heads(2, 2, 80), 1, 33, 100, Mask::None, false),
-        (heads(8, 2, 128), 1, 100, 100, Mask::Causal, false),
-        (heads(2, 1, 64), 2, 17, 300, Mask::Causal, true),
-        (heads(2, 2, 128), 1, 150, 77, Mask::None, true),
-        (heads(2, 2, 32), 1, 1, 9, Mask::None, false),
-        (heads(1, 1, 256), 1, 20, 40, Mask::None, false),
+        (heads(4, 4, 64), 1, 48, 48, Mask::None, false, true),
+        (heads(4, 2, 64), 2, 37, 37, Mask::None, false, true),
+        (heads(2, 1, 128), 1, 70, 70, Mask::Causal, false, true),
+        (heads(3, 3, 64), 2, 21, 53, Mask::Causal, false, true),
+        (heads(2, 2, 80), 1, 33, 100, Mask::None, false, true),
+        (heads(8, 2, 128), 1, 100, 100, Mask::Causal, false, false),
+        (heads(2, 1, 64), 2, 17, 300, Mask::Causal, true, true),
+        (heads(2, 2, 128), 1, 150, 77, Mask::None, true, false),
+        (heads(2, 2, 32), 1, 1, 9, Mask::None, false, false),
+        (heads(1, 1, 256), 1, 20, 40, Mask::None, false, false),
     ];
     let dtype = ActDtype::F16;
     let mut ran = std::collections::BTreeMap::new();
     let mut skipped = std::collections::BTreeSet::new();
-    for (i, &(h, batch, sq, skv, mask, ramp)) in cases.iter().enumerate() {
+    let mut failed = Vec::new();
+    for (i, &(h, batch, sq, skv, mask, ramp, every)) in cases.iter().enumerate() {
         let seed = 300 + 3 * i as u64;
         let (nh, nkv, hd) = (
             h.n_heads as usize,
@@ -895,8 +908,7 @@ fn flash_tunings_match_cpu() {
             causal,
         };
         let want = reference(&qs, &ks, &vs, h, b);
-        let (atol, rtol) = tolerance(dtype);
-        for t in flash_tunings(caps.coop_matrix_edge) {
+        for t in flash_kernels(caps.coop_matrix_edge, every) {
             if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
                 continue;
             }
@@ -918,7 +930,12 @@ fn flash_tunings_match_cpu() {
                 )
             });
             let got = host::read(g, &out).expect("read");
-            assert_close(&format!("{t} {h:?} {b:?} ramp {ramp}"), &got, &want, atol, rtol);
+            check_close(
+                &mut failed,
+                &format!("{t} {h:?} {b:?} ramp {ramp}"),
+                &got,
+                &want,
+            );
         }
     }
     // The cache form: a chunk of sq rows at pos0 over kv_len keys of a
@@ -942,8 +959,7 @@ fn flash_tunings_match_cpu() {
         );
         let q = up(&c, &qs, &[sq as u64, (nh * hd) as u64], dtype);
         let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
-        let (atol, rtol) = tolerance(dtype);
-        for t in flash_tunings(caps.coop_matrix_edge) {
+        for t in flash_kernels(caps.coop_matrix_edge, false) {
             if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
                 continue;
             }
@@ -969,7 +985,7 @@ fn flash_tunings_match_cpu() {
             });
             let got = host::read(g, &out).expect("read");
             let tag = format!("{t} cache {h:?} kv_len {kv_len} sq {sq} pos0 {pos0}");
-            assert_close(&tag, &got, &want, atol, rtol);
+            check_close(&mut failed, &tag, &got, &want);
         }
     }
     for (t, n) in &ran {
@@ -979,11 +995,63 @@ fn flash_tunings_match_cpu() {
         eprintln!("flash_tunings_match_cpu: skipped: {why}");
     }
     for hd in [32, 64, 80, 128, 256] {
+        if let Some(k) = default_flash_kernel(caps, ActDtype::F16, hd) {
+            assert!(
+                ran.contains_key(&k.to_string()),
+                "the default {k} never ran"
+            );
+        }
         if let Some(t) = default_flash_tuning(caps, hd) {
-            assert!(ran.contains_key(&t.to_string()), "the default {t} never ran");
+            let k = FlashKernel::OneWalk(t);
+            assert!(
+                ran.contains_key(&k.to_string()),
+                "the one-walk default {k} never ran"
+            );
         }
     }
     assert!(ran.len() >= 4, "only {} tunings ran", ran.len());
+    assert!(
+        failed.is_empty(),
+        "{} cases failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// [`assert_close`] at the f16 tolerance, a failure kept in `failed`
+/// (every tuning's cases run, and all failures are listed at the end).
+fn check_close(failed: &mut Vec<String>, what: &str, got: &[f32], want: &[f32]) {
+    let (atol, rtol) = tolerance(ActDtype::F16);
+    let mut worst: Option<(usize, f32)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        let bad = err.is_nan() || err > atol + rtol * w.abs();
+        if bad && worst.is_none_or(|(_, e)| err > e || err.is_nan()) {
+            worst = Some((i, err));
+        }
+    }
+    match worst {
+        None => {
+            let max = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0f32, f32::max);
+            eprintln!("{what}: max |diff| {max:.3e}");
+        }
+        Some((i, err)) => {
+            let zeros = got.iter().filter(|x| **x == 0.0).count();
+            let nans = got.iter().filter(|x| x.is_nan()).count();
+            let line = format!(
+                "{what}: element {i}: got {}, want {} (|diff| {err}); {zeros} zeros, {nans} NaN of {}",
+                got[i],
+                want[i],
+                got.len()
+            );
+            eprintln!("FAILED {line}");
+            failed.push(line);
+        }
+    }
 }
 
 /// A flash tuning the adapter cannot run is an error, and f32 activations
@@ -994,6 +1062,10 @@ fn flash_rejects_unfit_tunings() {
         return;
     };
     let g = &c.gpu;
+    if !g.caps.shader_f16 {
+        eprintln!("flash_rejects_unfit_tunings: skipped: the adapter lacks SHADER_F16");
+        return;
+    }
     let h = Heads {
         n_heads: 2,
         n_kv_heads: 2,
@@ -1005,7 +1077,7 @@ fn flash_rejects_unfit_tunings() {
     let out32 = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F32);
     let mut enc = Encoder::new(&g.device, "test");
     let mut attend = |t: &str, q: &GpuTensor, out: &GpuTensor| {
-        let t: FlashTuning = t.parse().expect("tuning");
+        let t: FlashKernel = t.parse().expect("tuning");
         record_flash_attention_tuned(
             g,
             &c.cache,

@@ -201,6 +201,11 @@ fn flash_attention_tunings_generate_and_validate() {
             "128x32w8c2g",
             "32x32w2",
             "256x16w4",
+            "64x64w4c2t",
+            "128x32w8k2c4prt",
+            "64x64w4c2gt",
+            "64x64w4c2m",
+            "128x32w8c2prtm",
         ] {
             let tuning: FlashTuning = tuning.parse().expect("tuning");
             for hd in [edge * 4, 80, 128, 256] {
@@ -223,15 +228,42 @@ fn flash_attention_tunings_generate_and_validate() {
 #[test]
 fn flash_tuning_text_round_trips() {
     use dynvram_shaders::flash::{FlashTuning, KvStaging};
-    for text in ["64x64w4c2", "128x32w8k2c2pr", "64x64w4g", "32x16w1", "64x64w4r"] {
+    for text in [
+        "64x64w4c2",
+        "128x32w8k2c2pr",
+        "64x64w4g",
+        "32x16w1",
+        "64x64w4r",
+        "64x64w4c2t",
+        "64x32w8prt",
+        "64x64w4c2m",
+        "128x32w8c2gtm",
+    ] {
         let t: FlashTuning = text.parse().expect(text);
+        assert_eq!(t.to_string(), text);
+    }
+    for text in ["two-walk", "64x64w4c2", "64x64w4c2tm"] {
+        let t: dynvram_shaders::flash::FlashKernel = text.parse().expect(text);
         assert_eq!(t.to_string(), text);
     }
     let t: FlashTuning = "64x32".parse().expect("defaults");
     assert_eq!((t.subgroups, t.key_groups, t.col_groups), (4, 1, 1));
     assert_eq!((t.staging, t.prefetch), (KvStaging::Serial, false));
+    assert!(!t.column_major);
     assert_eq!("64x32w4s".parse::<FlashTuning>(), Ok(t));
-    for bad in ["", "64", "64x", "x64", "64x0", "64x32c2w4", "64x32q", "64x32pp", "64x32w"] {
+    for bad in [
+        "",
+        "64",
+        "64x",
+        "x64",
+        "64x0",
+        "64x32c2w4",
+        "64x32q",
+        "64x32pp",
+        "64x32w",
+        "64x32tr",
+        "64x32mt",
+    ] {
         let err = bad.parse::<FlashTuning>().expect_err(bad);
         assert!(err.contains("bad flash tuning"), "{err}");
     }
@@ -241,5 +273,8 @@ fn flash_tuning_text_round_trips() {
     let gk: FlashTuning = "64x64w4k2g".parse().expect("global, key groups");
     assert!(gk.geometry(16, 32, 128).is_err());
     let hd80: FlashTuning = "64x64w4c2".parse().expect("c2");
-    assert!(hd80.geometry(16, 32, 80).is_err(), "5 column tiles in 2 groups");
+    assert!(
+        hd80.geometry(16, 32, 80).is_err(),
+        "5 column tiles in 2 groups"
+    );
 }

@@ -1,4 +1,6 @@
-//! Flash attention on cooperative matrices (`flash_attention.wgsl`): a
+//! Flash attention on cooperative matrices: which kernel runs
+//! ([`FlashKernel`]: the two-walk kernel of `two_walk.rs`, or the one-walk
+//! kernel here), and the one-walk kernel (`flash_attention.wgsl`): a
 //! workgroup takes a block of query rows of one head, keeps their queries
 //! and outputs in registers, walks the keys once in blocks with an online
 //! softmax (outputs rescaled lazily through workgroup memory), and never
@@ -6,18 +8,22 @@
 //! matrices with a fixed subgroup size and the activations are f16; the
 //! scalar kernels run elsewhere.
 //!
-//! The workgroup's shape is a [`FlashTuning`] (rows and keys per block,
-//! subgroups, how they split the two products, how keys and values are
-//! staged), generated as text per tuning (`dynvram_shaders::flash`).
-//! [`default_tuning`] picks one from the adapter's limits; a tool or a
-//! test can ask for any other ([`super::record_flash_attention_tuned`],
-//! `GpuOptions::flash`, `dynvram bench attention --queries`).
+//! The one-walk kernel's shape is a [`FlashTuning`] (rows and keys per
+//! block, subgroups, how they split the two products, how keys and values
+//! are staged), generated as text per tuning (`dynvram_shaders::flash`).
+//! [`default_tuning`] picks one from the adapter's limits. **The device's
+//! default kernel is still the two-walk one**: the one-walk kernel passes
+//! every test on lavapipe but wrote wrong outputs for every tuning on the
+//! H200 in its first run (this session; see `choose`), so it runs only
+//! where asked for ([`super::record_flash_attention_tuned`],
+//! `GpuOptions::flash` / `DYNVRAM_FLASH`, `dynvram bench attention
+//! --queries`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use dynvram_quant::AdapterCaps;
-use dynvram_shaders::flash::{FlashGeometry, FlashTuning, flash_attention};
+use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, flash_attention};
 use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
 
 use super::scalar::Operands;
@@ -122,7 +128,7 @@ pub fn default_tunings() -> Vec<FlashTuning> {
 }
 
 /// The tuning flash attention runs with by default on this adapter at
-/// head dimension `head_dim`: the first of [`DEFAULTS`] that fits, its
+/// head dimension `head_dim`: the first of [`default_tunings`] that fits, its
 /// matrices within [`DEFAULT_REGISTERS`].
 pub fn default_tuning(caps: &AdapterCaps, head_dim: u64) -> Option<FlashTuning> {
     default_tunings().into_iter().find(|t| {
@@ -141,39 +147,82 @@ pub fn geometry(caps: &AdapterCaps, tuning: &FlashTuning, head_dim: u64) -> Opti
 }
 
 /// Why blocks of query rows with `act` activations and head dimension
-/// `hd` run on the scalar kernels on this adapter (no flash tuning fits),
+/// `hd` run on the scalar kernels on this adapter (no flash kernel fits),
 /// or `None`.
 pub(super) fn unusable(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<String> {
     if let Err(why) = supported(caps, act, hd) {
         return Some(why);
     }
-    default_tuning(caps, hd).is_none().then(|| {
+    default_kernel(caps, act, hd).is_none().then(|| {
         format!(
-            "no flash tuning fits {} bytes of workgroup memory at head_dim {hd}",
+            "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
             caps.max_workgroup_storage
         )
     })
 }
 
-/// The tuning flash attention runs with here (the device's
-/// `GpuOptions::flash` where it fits, else [`default_tuning`]), or why
-/// blocks of query rows run on the scalar kernels.
-pub(super) fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashTuning, String> {
+/// Why `kernel` cannot run on this adapter for head dimension `head_dim`
+/// with f16 activations, or `None` when it can.
+pub fn kernel_unusable(caps: &AdapterCaps, kernel: &FlashKernel, head_dim: u64) -> Option<String> {
+    match kernel {
+        FlashKernel::TwoWalk => super::two_walk::shape(caps, ActDtype::F16, head_dim).err(),
+        FlashKernel::OneWalk(t) => tuning_unusable(caps, t, head_dim),
+    }
+}
+
+/// The kernel flash attention runs by default on this adapter: the
+/// two-walk kernel where it fits (the one-walk kernel has not yet run
+/// correctly on a GPU: its first H200 run wrote wrong outputs for every
+/// tuning while lavapipe passes them all), else the one-walk default.
+pub fn default_kernel(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<FlashKernel> {
+    supported(caps, act, hd).ok()?;
+    if super::two_walk::shape(caps, act, hd).is_ok() {
+        return Some(FlashKernel::TwoWalk);
+    }
+    default_tuning(caps, hd).map(FlashKernel::OneWalk)
+}
+
+/// The kernel flash attention runs here (the device's `GpuOptions::flash`
+/// where it fits, else [`default_kernel`]), or why blocks of query rows
+/// run on the scalar kernels.
+pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> {
     supported(&gpu.caps, act, hd)?;
-    if let Some(t) = gpu.flash_tuning() {
-        match tuning_unusable(&gpu.caps, &t, hd) {
-            None => return Ok(t),
+    if let Some(k) = gpu.flash_kernel() {
+        match kernel_unusable(&gpu.caps, &k, hd) {
+            None => return Ok(k),
             Some(why) => {
-                tracing::debug!(%t, %why, hd, "the asked flash tuning does not fit; the default runs");
+                tracing::debug!(%k, %why, hd, "the asked flash kernel does not fit; the default runs");
             }
         }
     }
-    default_tuning(&gpu.caps, hd).ok_or_else(|| {
+    default_kernel(&gpu.caps, act, hd).ok_or_else(|| {
         format!(
-            "no flash tuning fits {} bytes of workgroup memory at head_dim {hd}",
+            "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
             gpu.caps.max_workgroup_storage
         )
     })
+}
+
+/// Records `kernel` for `span` (an unfit kernel is an error).
+pub(super) fn record_kernel(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    ops: &Operands<'_>,
+    heads: Heads,
+    span: Span,
+    kernel: &FlashKernel,
+) -> Result<(), GpuError> {
+    match kernel {
+        FlashKernel::OneWalk(t) => record(gpu, cache, enc, ops, heads, span, t),
+        FlashKernel::TwoWalk => {
+            let shape =
+                super::two_walk::shape(&gpu.caps, ops.q.dtype, heads.head_dim).map_err(|why| {
+                    crate::ops::kernel::bad("flash_attention", format!("two-walk: {why}"))
+                })?;
+            super::two_walk::record(gpu, cache, enc, ops, heads, span, shape)
+        }
+    }
 }
 
 /// The module for `tuning` on this adapter's matrices and subgroups at
@@ -243,6 +292,7 @@ pub(super) fn record(
         to_u32(OP, "pos0", span.pos0)?,
         scale2.to_bits(),
         u32::from(span.causal),
+        1f32.to_bits(),
     ]);
     let blocks = span.batch * span.sq.div_ceil(u64::from(tuning.rows));
     let max_groups = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
@@ -340,7 +390,11 @@ mod tests {
     fn unfit_tunings_say_why() {
         let h200 = caps(16, 32, 48 << 10);
         let why = |t: &str, hd| tuning_unusable(&h200, &tuning(t), hd).expect("unfit");
-        assert!(why("128x64w4", 128).contains("workgroup memory"), "{}", why("128x64w4", 128));
+        assert!(
+            why("128x64w4", 128).contains("workgroup memory"),
+            "{}",
+            why("128x64w4", 128)
+        );
         assert!(why("64x64w4c3", 128).contains("column groups"));
         assert!(why("64x64w4k2g", 128).contains("key group"));
         assert!(tuning_unusable(&h200, &tuning("64x64w32"), 128).is_some());

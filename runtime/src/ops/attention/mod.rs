@@ -12,7 +12,9 @@
 //! with at most 8 queries per kv head (decoding) and head_dim a multiple
 //! of 4 runs the decode kernel (`decode.rs`); with f16 activations on an
 //! adapter with f16 cooperative matrices, blocks of query rows run as flash
-//! attention on the matrices (`flash.rs`, shaped by a [`FlashTuning`]);
+//! attention on the matrices (`flash.rs` chooses a [`FlashKernel`]: the
+//! two-walk kernel of `two_walk.rs` by default, or the one-walk kernel
+//! shaped by a [`FlashTuning`]);
 //! every other case runs the scalar kernels (`scalar.rs`), whose keys split
 //! over workgroups when there are too few rows to fill the GPU.
 
@@ -20,6 +22,7 @@ mod decode;
 mod flash;
 mod scalar;
 mod shape;
+mod two_walk;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
@@ -29,11 +32,12 @@ use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
 pub use decode::{DecodeTuning, decode_split, lanes_per_key, uses_subgroups};
-pub use dynvram_shaders::flash::{FlashGeometry, FlashTuning, KvStaging};
+pub use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, KvStaging};
 pub use flash::{
-    DEFAULT_REGISTERS as FLASH_DEFAULT_REGISTERS, default_tuning as default_flash_tuning,
-    geometry as flash_geometry, default_tunings as default_flash_tunings,
-    tuning_unusable as flash_tuning_unusable,
+    DEFAULT_REGISTERS as FLASH_DEFAULT_REGISTERS, choose as flash_kernel_for,
+    default_kernel as default_flash_kernel, default_tuning as default_flash_tuning,
+    default_tunings as default_flash_tunings, geometry as flash_geometry,
+    kernel_unusable as flash_kernel_unusable, tuning_unusable as flash_tuning_unusable,
 };
 use scalar::Operands;
 pub use scalar::split_k;
@@ -126,11 +130,10 @@ pub fn record_attention_with(
     )
 }
 
-/// [`record_attention_with`] with flash attention's shape from `flash`
-/// where the query rows run as flash attention (`None`: the device's
-/// choice, [`default_flash_tuning`] or `GpuOptions::flash`); a `flash`
-/// tuning the adapter cannot run is an error there (see
-/// [`flash_tuning_unusable`]).
+/// [`record_attention_with`] with the flash kernel `flash` where the query
+/// rows run as flash attention (`None`: the device's choice,
+/// [`default_flash_kernel`] or `GpuOptions::flash`); a kernel the adapter
+/// cannot run is an error there (see [`flash_kernel_unusable`]).
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention_tuned(
     gpu: &Gpu,
@@ -146,7 +149,7 @@ pub fn record_attention_tuned(
     rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
     tuning: &DecodeTuning,
-    flash: Option<&FlashTuning>,
+    flash: Option<&FlashKernel>,
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (sq, max_seq) = check(OP, q, k_cache, v_cache, out, heads)?;
@@ -205,11 +208,11 @@ pub fn record_attention_tuned(
         return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch, tuning);
     }
     if sq >= FLASH_MIN_ROWS {
-        if let Some(t) = flash {
-            return flash::record(gpu, cache, enc, &ops, heads, span, t);
+        if let Some(k) = flash {
+            return flash::record_kernel(gpu, cache, enc, &ops, heads, span, k);
         }
-        if let Ok(t) = flash::choose(gpu, q.dtype, heads.head_dim) {
-            return flash::record(gpu, cache, enc, &ops, heads, span, &t);
+        if let Ok(k) = flash::choose(gpu, q.dtype, heads.head_dim) {
+            return flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k);
         }
     }
     scalar::record(gpu, cache, enc, &ops, heads, span, Some(scratch))
@@ -219,7 +222,7 @@ pub fn record_attention_tuned(
 /// elements: q and out `[batch·sq, n_heads·head_dim]`, k and v
 /// `[batch·skv, n_kv_heads·head_dim]` (element b's rows contiguous). Flash
 /// attention on cooperative matrices where the adapter and dtype allow
-/// (shaped by the device's choice: [`default_flash_tuning`] or
+/// (the device's choice of kernel: [`default_flash_kernel`] or
 /// `GpuOptions::flash`), else the scalar kernel; no memory is allocated
 /// either way.
 #[allow(clippy::too_many_arguments)] // the op's operands
@@ -238,10 +241,10 @@ pub fn record_flash_attention(
     record_flash_attention_tuned(gpu, cache, enc, q, k, v, out, heads, batch, mask, None)
 }
 
-/// [`record_flash_attention`] with flash attention's shape from `tuning`
-/// (for tools and tests that time or check others): it is an error where
-/// the adapter cannot run it ([`flash_tuning_unusable`]); `None` is the
-/// device's choice.
+/// [`record_flash_attention`] with the flash kernel `kernel` (for tools
+/// and tests that time or check others): it is an error where the adapter
+/// cannot run it ([`flash_kernel_unusable`]); `None` is the device's
+/// choice.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_flash_attention_tuned(
     gpu: &Gpu,
@@ -254,7 +257,7 @@ pub fn record_flash_attention_tuned(
     heads: Heads,
     batch: u64,
     mask: Mask,
-    tuning: Option<&FlashTuning>,
+    kernel: Option<&FlashKernel>,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
     let (q_rows, kv_rows) = check(OP, q, k, v, out, heads)?;
@@ -286,11 +289,11 @@ pub fn record_flash_attention_tuned(
         causal,
     };
     let ops = Operands { q, k, v, out };
-    if let Some(t) = tuning {
-        return flash::record(gpu, cache, enc, &ops, heads, span, t);
+    if let Some(k) = kernel {
+        return flash::record_kernel(gpu, cache, enc, &ops, heads, span, k);
     }
     match flash::choose(gpu, q.dtype, heads.head_dim) {
-        Ok(t) => flash::record(gpu, cache, enc, &ops, heads, span, &t),
+        Ok(k) => flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k),
         Err(why) => {
             tracing::trace!(%why, "flash attention on scalar kernels");
             scalar::record(gpu, cache, enc, &ops, heads, span, None)
