@@ -407,7 +407,7 @@ pub struct FlashGeometry {
 impl FlashGeometry {
     /// Workgroup memory in bytes.
     pub fn workgroup_bytes(&self) -> u32 {
-        (self.kv_halves + self.p_halves) * 2 + (self.s_floats + self.tuning.rows + 1) * 4
+        (self.kv_halves + self.p_halves) * 2 + (self.s_floats + self.tuning.rows + 4) * 4
     }
 
     /// 32-bit registers per invocation that the cooperative matrices take
@@ -531,7 +531,11 @@ const P_AT: u32 = {}u;
 var<workgroup> hs: array<f16, {}>;
 var<workgroup> s_sh: array<f32, {}>;
 var<workgroup> alpha_sh: array<f32, BR>;
-var<workgroup> flag_sh: u32;
+// One u32 in 16 bytes: every workgroup variable is a multiple of 16 bytes,
+// so that wherever the driver places them (NVIDIA's compiler need not keep
+// this order) hs and s_sh start 16-byte aligned, as cooperative loads and
+// stores require.
+var<workgroup> flag_sh: array<u32, 4>;
 ",
         g.kv_halves + g.p_halves,
         g.s_floats
@@ -642,7 +646,7 @@ fn main(
     let lr = sg * (SG / T) + lane % (SG / T);
     let t = lane / (SG / T);
     if lid == 0u {{
-        flag_sh = 0u;
+        flag_sh[0] = 0u;
     }}",
         kg = t.key_groups,
         sr = g.s_rows,
@@ -728,7 +732,7 @@ fn main(
             pass = wg / g.lanes_per_row
         );
     }
-    w.push_str("        workgroupBarrier();\n        if flag_sh == j0 + 1u {\n");
+    w.push_str("        workgroupBarrier();\n        if flag_sh[0] == j0 + 1u {\n");
     for i in 0..g.o_rows {
         for j in 0..g.o_cols {
             let _ = writeln!(

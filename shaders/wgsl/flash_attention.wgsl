@@ -120,7 +120,7 @@ fn softmax_row(row: u32, t: u32, j0: u32, vis: u32, m: ptr<function, f32>, l: pt
         m_new = top;
         alpha = exp2(m_old - m_new);
         if m_old > NEG_BIG {
-            flag_sh = j0 + 1u;
+            flag_sh[0] = j0 + 1u;
         }
     }
     *m = m_new;
@@ -221,7 +221,11 @@ const P_AT: u32 = 8704u;
 var<workgroup> hs: array<f16, 13312>;
 var<workgroup> s_sh: array<f32, 4352>;
 var<workgroup> alpha_sh: array<f32, BR>;
-var<workgroup> flag_sh: u32;
+// One u32 in 16 bytes: every workgroup variable is a multiple of 16 bytes,
+// so that wherever the driver places them (NVIDIA's compiler need not keep
+// this order) hs and s_sh start 16-byte aligned, as cooperative loads and
+// stores require.
+var<workgroup> flag_sh: array<u32, 4>;
 
 
 // Chunk e (four values) of the keys of block j, zero past kv_len.
@@ -291,7 +295,7 @@ fn main(
     let lr = sg * (SG / T) + lane % (SG / T);
     let t = lane / (SG / T);
     if lid == 0u {
-        flag_sh = 0u;
+        flag_sh[0] = 0u;
     }
     let vis_0 = visible(r0 + lr + 0u * 64u);
     var m_0 = NEG_BIG;
@@ -415,7 +419,7 @@ fn main(
         }
         softmax_row(lr + 0u * 64u, t, j0, vis_0, &m_0, &l_0);
         workgroupBarrier();
-        if flag_sh == j0 + 1u {
+        if flag_sh[0] == j0 + 1u {
             o_0_0 = rescale(o_0_0, sg, lane, o_row0 + 0u * CM);
             o_0_1 = rescale(o_0_1, sg, lane, o_row0 + 0u * CM);
             o_0_2 = rescale(o_0_2, sg, lane, o_row0 + 0u * CM);

@@ -164,6 +164,54 @@ fn decode_attention_shapes_generate_and_validate() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Why a module that uses cooperative matrices could load or store one
+/// misaligned: a workgroup variable whose size is not a multiple of 16
+/// bytes. Cooperative loads and stores need 16-byte aligned pointers, and
+/// a driver may place workgroup variables in any order (NVIDIA's compiler
+/// does not keep the declared one), so only sizes that are all multiples
+/// of 16 keep every array aligned. Also returns the module's workgroup
+/// bytes.
+fn workgroup_sizes(name: &str, source: &str) -> Result<u32, String> {
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| format!("{name}: parse error\n{}", e.emit_to_string(source)))?;
+    let mut layouter = naga::proc::Layouter::default();
+    layouter
+        .update(module.to_ctx())
+        .map_err(|e| format!("{name}: layout: {e}"))?;
+    let mut total = 0;
+    for (_, var) in module.global_variables.iter() {
+        if var.space != naga::AddressSpace::WorkGroup {
+            continue;
+        }
+        let size = layouter[var.ty].size;
+        if size % 16 != 0 {
+            return Err(format!(
+                "{name}: workgroup variable `{}` takes {size} bytes, not a multiple of 16",
+                var.name.as_deref().unwrap_or("?")
+            ));
+        }
+        total += size;
+    }
+    Ok(total)
+}
+
+/// Every module with cooperative matrices keeps its workgroup arrays
+/// 16-byte aligned in any placement ([`workgroup_sizes`]).
+#[test]
+fn cooperative_modules_keep_workgroup_memory_aligned() {
+    let mut count = 0;
+    let failures: Vec<String> = dynvram_shaders::all()
+        .iter()
+        .filter(|(_, src)| src.contains("coopLoad") || src.contains("coopStore"))
+        .filter_map(|(name, src)| {
+            count += 1;
+            workgroup_sizes(name, &dynvram_shaders::with_f16_activations(src)).err()
+        })
+        .collect();
+    assert!(count > 2, "only {count} cooperative modules");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Flash attention's generated region in its file is the generator's for
 /// `FlashTuning::FILE` (`DYNVRAM_BLESS_WGSL=1` rewrites it), and the
 /// modules of other tunings — every staging, grids of rows and columns,
@@ -214,8 +262,23 @@ fn flash_attention_tunings_generate_and_validate() {
                 };
                 count += 1;
                 let text = dynvram_shaders::with_f16_activations(&text);
-                if let Err(e) = validate(&format!("flash {tuning} {edge} {sg} {hd}"), &text) {
+                let name = format!("flash {tuning} {edge} {sg} {hd}");
+                if let Err(e) = validate(&name, &text) {
                     failures.push(e);
+                }
+                // The geometry's account of workgroup memory is the
+                // module's, in sizes that keep every array aligned.
+                match workgroup_sizes(&name, &text) {
+                    Ok(bytes) => {
+                        let g = tuning.geometry(edge, sg, hd).expect("geometry");
+                        if bytes != g.workgroup_bytes() {
+                            failures.push(format!(
+                                "{name}: {bytes} bytes of workgroup memory, the geometry says {}",
+                                g.workgroup_bytes()
+                            ));
+                        }
+                    }
+                    Err(e) => failures.push(e),
                 }
             }
         }
