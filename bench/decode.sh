@@ -15,7 +15,8 @@
 #
 # Settings: DYNVRAM (.dev/dynvram), LAYERS (32), PROMPT_LEN (512),
 # NEW_TOKENS (64), INT4 (1), INT4_SPREAD (0: 1 also runs int4 with
-# DYNVRAM_SPREAD_QUANT=1), PEER (1), OUT (bench-out), PARTS ("dyn peer").
+# DYNVRAM_SPREAD_QUANT=1), SYNC (0: 1 also runs bf16-f16 and int4 with
+# --sync-decode), PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -56,6 +57,10 @@ if [[ " $parts " == *" dyn "* ]]; then
     }
     run bf16-f16 "$dir" --compute-dtype f16
     run bf16-f32 "$dir" --compute-dtype f32
+    if [ "${SYNC:-0}" = 1 ]; then
+        # Greedy decode without the pipelined loop, to compare.
+        run bf16-f16-sync "$dir" --compute-dtype f16 --sync-decode
+    fi
 fi
 
 if [[ " $parts " == *" peer "* ]]; then
@@ -65,6 +70,9 @@ if [[ " $parts " == *" peer "* ]]; then
 fi
 if [[ " $parts " == *" dyn "* ]] && [ "${INT4:-1}" = 1 ]; then
     run int4-f16 "$q" --compute-dtype f16
+    if [ "${SYNC:-0}" = 1 ]; then
+        run int4-f16-sync "$q" --compute-dtype f16 --sync-decode
+    fi
     if [ "${INT4_SPREAD:-0}" = 1 ]; then
         # The spread quantization instead of the quantization launches.
         DYNVRAM_SPREAD_QUANT=1 run int4-f16-spread "$q" --compute-dtype f16

@@ -42,11 +42,20 @@ rows = [
     f"| dynvram weights | compute | dynvram pp{P} tok/s | dynvram tg{N} tok/s | llama.cpp | pp{P} tok/s | tg{N} tok/s | pp ratio | tg ratio | weights | HBM-bound tg tok/s | tg of bound |",
     "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
 ]
-for name, tag in [("bf16-f16", "f16"), ("bf16-f32", "f16"), ("int4-f16", "q4_0")]:
+# Optional variants (SYNC=1, INT4_SPREAD=1) after the defaults.
+variants = [
+    ("bf16-f16", "f16"),
+    ("bf16-f32", "f16"),
+    ("int4-f16", "q4_0"),
+    ("bf16-f16-sync", "f16"),
+    ("int4-f16-sync", "q4_0"),
+    ("int4-f16-spread", "q4_0"),
+]
+for name, tag in variants:
     r = load(os.path.join(out, f"dyn-{name}.json"))
     if r is None:
         continue
-    w, c = name.split("-")
+    w, c = name.split("-", 1)
     pp, tg = r["prefill_tokens_per_second"], r["decode_tokens_per_second"]
     ppp, ptg = peer_ts(tag, True), peer_ts(tag, False)
     wb = r["model"]["model_bytes"]

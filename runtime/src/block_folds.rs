@@ -3,6 +3,8 @@
 //! gate/up, the residual add after o or down. Each falls back to the
 //! separate launches, so callers write one sequence for every format.
 
+use std::sync::atomic::Ordering;
+
 use crate::error::Result;
 use crate::ops::linear::{
     Fold, NORM_FOLD_MAX_M, NormFold, RecordOptions, fold_unusable, record_linear_folded,
@@ -42,12 +44,28 @@ impl BlockCtx<'_> {
         if m > NORM_FOLD_MAX_M || self.model().patches.contains_key(layer) {
             return Ok(false);
         }
+        let l = self.model().linear(layer)?;
+        // Answered once per layer and M (integer layers fold only with the
+        // spread quantization, a device setting).
+        let Some(memo) = usize::try_from(m)
+            .ok()
+            .and_then(|m| l.folds.get(m.wrapping_sub(1)))
+        else {
+            return Ok(false);
+        };
+        match memo.load(Ordering::Relaxed) {
+            1 => return Ok(false),
+            2 => return Ok(true),
+            _ => {}
+        }
         let (weights, choice) = self.layer_weights(layer)?;
         let any = Fold {
             norm: None,
             residual: true,
         };
-        Ok(fold_unusable(self.runtime().gpu(), &weights, choice, m, &any).is_none())
+        let folds = fold_unusable(self.runtime().gpu(), &weights, choice, m, &any).is_none();
+        memo.store(if folds { 2 } else { 1 }, Ordering::Relaxed);
+        Ok(folds)
     }
 
     /// The linears of `rms_norm(norm.x)` (as [`Self::linears`]), the norm

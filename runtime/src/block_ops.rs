@@ -26,7 +26,7 @@ impl BlockCtx<'_> {
             });
         }
         Ok(GpuTensor {
-            buffer: std::sync::Arc::new(w.buffer.clone()),
+            buffer: w.shared.clone(),
             offset: w.offset,
             shape: w.shape.iter().map(|&d| d as u64).collect(),
             dtype: crate::ActDtype::F32,
@@ -151,23 +151,21 @@ impl BlockCtx<'_> {
     /// Layer `layer`'s weights as the linear kernels take them, and the
     /// kernel path the model's plan chose for it.
     pub(crate) fn layer_weights(&self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
-        let model = self.model();
-        let l = model
-            .layers
-            .get(layer)
-            .ok_or_else(|| crate::RuntimeError::MissingLayer {
-                model: model.path().to_owned(),
-                layer: layer.to_owned(),
-            })?;
+        let l = self.model().linear(layer)?;
+        Ok((self.linear_weights(l)?, l.path.kernel))
+    }
+
+    /// `l`'s tensors where they are during this block.
+    fn linear_weights(&self, l: &crate::model::Linear) -> Result<LinearWeights> {
         let region = |i: usize| -> Result<Region> {
             let w = self.weight_at(i)?;
             Ok(Region {
-                buffer: std::sync::Arc::new(w.buffer.clone()),
+                buffer: w.shared.clone(),
                 offset: w.offset,
                 size: w.size,
             })
         };
-        let weights = LinearWeights {
+        Ok(LinearWeights {
             format: l.info.format,
             n: l.info.n as u64,
             k: l.info.k as u64,
@@ -177,8 +175,7 @@ impl BlockCtx<'_> {
             }],
             scale: l.scale.map(region).transpose()?,
             bias: l.bias.map(region).transpose()?,
-        };
-        Ok((weights, l.path.kernel))
+        })
     }
 
     fn linear_with(
@@ -189,8 +186,8 @@ impl BlockCtx<'_> {
         reuse_codes: bool,
     ) -> Result<()> {
         let model = self.model();
-        let (weights, kernel) = self.layer_weights(layer)?;
-        let info = &model.layers[layer].info;
+        let l = self.model().linear(layer)?;
+        let (weights, kernel, info) = (self.linear_weights(l)?, l.path.kernel, &l.info);
         let rt = self.runtime();
         let patch = model.patches.get(layer).cloned();
         let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
@@ -302,8 +299,8 @@ pub(crate) enum Fuse<'a> {
 }
 
 /// Decoder-transformer ops (Llama family): RMSNorm, RoPE, the KV cache,
-/// attention, SwiGLU, the embedding gather and row copies, as thin wrappers
-/// over [`crate::ops`] like the ones above.
+/// attention, SwiGLU, the embedding gather, the greedy argmax and row
+/// copies, as thin wrappers over [`crate::ops`] like the ones above.
 impl BlockCtx<'_> {
     /// `out = weight · x / √(mean(x²) + eps)` per row (RMSNorm in f32);
     /// `weight` is f32 `[hidden]`, `x` and `out` `[rows, hidden]` of one
@@ -556,6 +553,22 @@ impl BlockCtx<'_> {
             self.encoder(),
             &table,
             &ids,
+            out,
+        )?)
+    }
+
+    /// `out[0] = argmax(logits' last row)` as a `u32` (greedy decoding on
+    /// the GPU; see [`crate::ops::argmax`]); `logits` `[rows, vocab]`, f32
+    /// or f16.
+    pub fn argmax(&mut self, logits: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        let rows = logits.numel() / logits.shape.last().copied().unwrap_or(1).max(1);
+        let rt = self.runtime();
+        Ok(crate::ops::argmax::record_argmax(
+            rt.gpu(),
+            rt.pipelines(),
+            self.encoder(),
+            logits,
+            rows.saturating_sub(1),
             out,
         )?)
     }

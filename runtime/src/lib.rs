@@ -39,7 +39,7 @@ pub use error::{Result, RuntimeError};
 pub use files_list::FilesList;
 pub use gpu::{AdapterChoice, Gpu, GpuError};
 pub use model::{BlockSpec, Model, ModelReport, ModelSpec, plan_spec};
-pub use pass::{BlockCtx, WeightView};
+pub use pass::{BlockCtx, PassEnd, PassRun, WeightView};
 pub use pins::PinReport;
 pub use residency::ModelResidency;
 pub use runtime::{BudgetReport, Runtime};

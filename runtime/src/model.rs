@@ -3,6 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU8;
+
+use rustc_hash::FxHashMap;
 
 use dynvram_loader::ModelFiles;
 use dynvram_memory::{ModelId, Placement};
@@ -52,6 +55,10 @@ pub(crate) struct Linear {
     pub weight: usize,
     pub scale: Option<usize>,
     pub bias: Option<usize>,
+    /// [`crate::BlockCtx::folds`]'s answer per M (index M − 1): 0 not yet
+    /// asked, 1 no, 2 yes. Asked ~12 times per layer and token; the answer
+    /// depends on the layer's shapes, format and kernel and the adapter.
+    pub folds: [AtomicU8; crate::ops::linear::NORM_FOLD_MAX_M as usize],
 }
 
 #[derive(Debug)]
@@ -68,8 +75,9 @@ pub struct Model {
     pub(crate) path: PathBuf,
     pub(crate) files: ModelFiles,
     pub(crate) weights: Vec<Weight>,
-    pub(crate) by_name: HashMap<String, usize>,
-    pub(crate) layers: HashMap<String, Linear>,
+    /// Looked up by name while recording (norm weights, linears): FxHash.
+    pub(crate) by_name: FxHashMap<String, usize>,
+    pub(crate) layers: FxHashMap<String, Linear>,
     pub(crate) blocks: Vec<Block>,
     pub(crate) plan: ModelPlan,
     /// Sizes on the GPU, load order (what the policy and the plan see).
@@ -80,7 +88,7 @@ pub struct Model {
     pub(crate) registry: SharedRegistry,
     /// The runtime's pins, so the model's RAM copies go with it.
     pins: std::sync::Arc<std::sync::Mutex<crate::pins::Pins>>,
-    pub(crate) patches: HashMap<String, std::sync::Arc<LoraPatch>>,
+    pub(crate) patches: FxHashMap<String, std::sync::Arc<LoraPatch>>,
 }
 
 /// Sizes of a model for reports: its residency now (after another model's
@@ -132,6 +140,7 @@ impl Model {
                     bias: info.bias.as_ref().map(index),
                     info,
                     path,
+                    folds: Default::default(),
                 };
                 (name, linear)
             })
@@ -159,7 +168,7 @@ impl Model {
             id,
             registry: rt.residency.clone(),
             pins: rt.pins.clone(),
-            patches: HashMap::new(),
+            patches: FxHashMap::default(),
         };
         model.load_resident(rt)?;
         Ok(model)
@@ -175,6 +184,16 @@ impl Model {
         ring.submit(&gpu.queue, enc);
         gpu.wait_idle()?;
         Ok(())
+    }
+
+    /// Linear layer `layer`.
+    pub(crate) fn linear(&self, layer: &str) -> Result<&Linear> {
+        self.layers
+            .get(layer)
+            .ok_or_else(|| RuntimeError::MissingLayer {
+                model: self.path.clone(),
+                layer: layer.to_owned(),
+            })
     }
 
     /// What moving its weights needs to know of it.
@@ -394,7 +413,7 @@ fn plan_weights(weights: &[Weight]) -> Vec<PlanWeight> {
 
 struct Collected {
     weights: Vec<Weight>,
-    by_name: HashMap<String, usize>,
+    by_name: FxHashMap<String, usize>,
     layers: HashMap<String, QuantLayer>,
     blocks: Vec<Block>,
 }
@@ -403,7 +422,7 @@ struct Collected {
 fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collected> {
     let list = crate::files_list::FilesList::new(files);
     let mut weights = Vec::new();
-    let mut by_name = HashMap::new();
+    let mut by_name = FxHashMap::default();
     let mut layers = HashMap::new();
     let mut blocks = Vec::new();
     for (b, block) in spec.blocks.iter().enumerate() {

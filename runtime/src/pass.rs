@@ -44,6 +44,31 @@ use crate::trace::{Lane, Trace};
 /// starts early in each step.
 pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
 
+/// How a pass ends ([`Model::run_pass_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PassEnd {
+    /// Wait for the GPU to finish the pass ([`Model::run_pass`]).
+    #[default]
+    Wait,
+    /// Return after the last submit when nothing streamed, so the CPU can
+    /// record the next pass while the GPU runs this one; wait for
+    /// [`PassRun::last_submit`] (e.g. through a
+    /// [`crate::gpu::ReadbackRing`]) before reading what it wrote. A pass
+    /// that streams weights waits all the same.
+    Submitted,
+}
+
+/// What [`Model::run_pass_with`] returns.
+#[derive(Debug)]
+pub struct PassRun {
+    /// The pass's figures (`wait_seconds` 0 when it did not wait).
+    pub stats: PassStats,
+    /// The pass's last submit.
+    pub last_submit: Option<wgpu::SubmissionIndex>,
+    /// Whether it waited for the GPU before returning.
+    pub waited: bool,
+}
+
 /// A weight's bytes on the GPU.
 #[derive(Debug, Clone)]
 pub struct WeightView<'a> {
@@ -59,6 +84,9 @@ pub struct WeightView<'a> {
     pub as_f32: bool,
     /// Dtype as stored in the file.
     pub dtype: dynvram_loader::Dtype,
+    /// `buffer` as its owner shares it: views and regions of it clone this
+    /// rather than allocate a new `Arc` per launch.
+    pub(crate) shared: &'a std::sync::Arc<wgpu::Buffer>,
 }
 
 /// What a block's code sees: its weights, the encoder, the GPU.
@@ -140,8 +168,8 @@ impl Model {
         block: usize,
     ) -> Result<WeightView<'a>> {
         let w = &self.weights[i];
-        let (buffer, offset) = match placed.homes[i] {
-            Home::Resident(ref r) => (&*r.buffer, 0),
+        let (shared, offset) = match placed.homes[i] {
+            Home::Resident(ref r) => (&r.buffer, 0),
             Home::Arena(off) => {
                 if w.block != block {
                     return Err(RuntimeError::NotInBlock {
@@ -154,11 +182,12 @@ impl Model {
                             .unwrap_or_default(),
                     });
                 }
-                (&*placed.arenas[block % placed.arenas.len()].buffer, off)
+                (&placed.arenas[block % placed.arenas.len()].buffer, off)
             }
         };
         Ok(WeightView {
-            buffer,
+            buffer: shared,
+            shared,
             offset,
             size: w.upload.gpu_size(&w.info),
             shape: &w.info.shape,
@@ -170,13 +199,25 @@ impl Model {
     /// Runs one pass: `body` is called once per block, in order, to record
     /// that block's kernels. Streamed weights are prefetched one block ahead.
     /// On error the work recorded so far is still submitted, so the ring and
-    /// the device stay usable.
+    /// the device stay usable. Returns once the GPU has finished the pass.
     pub fn run_pass(
         &self,
         rt: &Runtime,
         trace: Option<&mut Trace>,
-        mut body: impl FnMut(&mut BlockCtx<'_>) -> Result<()>,
+        body: impl FnMut(&mut BlockCtx<'_>) -> Result<()>,
     ) -> Result<PassStats> {
+        self.run_pass_with(rt, trace, PassEnd::Wait, body)
+            .map(|run| run.stats)
+    }
+
+    /// [`Self::run_pass`] ending as `end` says.
+    pub fn run_pass_with(
+        &self,
+        rt: &Runtime,
+        trace: Option<&mut Trace>,
+        end: PassEnd,
+        mut body: impl FnMut(&mut BlockCtx<'_>) -> Result<()>,
+    ) -> Result<PassRun> {
         let _span = tracing::info_span!("pass", blocks = self.blocks.len()).entered();
         self.check_runtime(rt)?;
         let gpu = &*rt.gpu;
@@ -201,6 +242,7 @@ impl Model {
         let mut keep = Vec::new();
         let copy_queue = gpu.transfer_queue().filter(|_| rt.config.copy_queue);
         let mut copies = CopyQueueState::default();
+        let mut last_submit = None;
         let cleared = &placed.arenas_cleared;
         if let Some(q) = copy_queue.filter(|_| !cleared.swap(true, Ordering::Relaxed)) {
             // wgpu zero-fills a buffer's unwritten ranges before their first
@@ -295,10 +337,10 @@ impl Model {
                 let value = q.signal_kernels(&gpu.queue);
                 copies.read(i, value);
             }
-            ring.submit(
+            last_submit = Some(ring.submit(
                 &gpu.queue,
                 std::mem::replace(&mut enc, new_encoder()).into_inner(),
-            );
+            ));
             stats.submits += 1;
             keep.clear();
             trace.end(
@@ -314,22 +356,31 @@ impl Model {
             ring.recycle(&gpu.device)?;
         }
         if n == 0 || result.is_err() {
-            ring.submit(&gpu.queue, enc.into_inner());
+            last_submit = Some(ring.submit(&gpu.queue, enc.into_inner()));
         }
-        let t = trace.begin();
-        let waiting = Instant::now();
-        gpu.wait_idle()?;
-        if let Some(q) = copy_queue {
-            q.wait_all()?;
+        // A streaming pass waits whatever `end` says: the next pass stages
+        // into the arenas and ring slots this one's kernels may still read.
+        let waited = end == PassEnd::Wait || !resident || result.is_err();
+        if waited {
+            let t = trace.begin();
+            let waiting = Instant::now();
+            gpu.wait_idle()?;
+            if let Some(q) = copy_queue {
+                q.wait_all()?;
+            }
+            trace.end(t, Lane::Wait, "wait for GPU", 0);
+            stats.wait_seconds = waiting.elapsed().as_secs_f64();
         }
-        trace.end(t, Lane::Wait, "wait for GPU", 0);
-        stats.wait_seconds = waiting.elapsed().as_secs_f64();
         ring.recycle(&gpu.device)?;
         result?;
         let after = ring.counters();
         stats.ring_stalls = after.stalls - before.stalls;
         stats.seconds = start.elapsed().as_secs_f64();
-        Ok(stats)
+        Ok(PassRun {
+            stats,
+            last_submit,
+            waited,
+        })
     }
 
     /// Switches block `b`'s arena to copy usage before the current block's

@@ -1,4 +1,5 @@
-//! Transformer-block kernels: elementwise, norms, RoPE, attention, embedding.
+//! Transformer-block kernels: elementwise, norms, RoPE, attention, embedding,
+//! the greedy token choice.
 
 /// Residual add, GELU (tanh), SiLU, SwiGLU, scale; out-of-place and in-place entries.
 pub const ELEMENTWISE: &str = wgsl!("elementwise.wgsl");
@@ -128,6 +129,9 @@ pub fn with_two_walk_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
 /// Embedding row gather from an f32, f16 or bf16 table.
 pub const EMBED: &str = wgsl!("embed.wgsl");
 
+/// Greedy token choice: the argmax of one row of logits as a `u32`.
+pub const ARGMAX: &str = wgsl!("argmax.wgsl");
+
 /// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
 /// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
 /// sequence, and a batched row/column gather (optionally through GELU).
@@ -155,5 +159,6 @@ pub const ALL: &[(&str, &str)] = &[
     ("flash_attention_two_walk.wgsl", FLASH_TWO_WALK16),
     ("flash_attention_two_walk.wgsl [8x8]", FLASH_TWO_WALK8),
     ("embed.wgsl", EMBED),
+    ("argmax.wgsl", ARGMAX),
     ("dit.wgsl", DIT),
 ];

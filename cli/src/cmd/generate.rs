@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use dynvram_models::llama::{
-    ChatTemplate, Checkpoint, ForwardOptions, Generation, Limits, Llama, LogitRows, Message,
-    Sampler, Sampling, TextTokenizer, eos_ids,
+    ChatTemplate, Checkpoint, DecodeLoop, ForwardOptions, Generation, Limits, Llama, LogitRows,
+    Message, Sampler, Sampling, TextTokenizer, eos_ids,
 };
 use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};
@@ -80,6 +80,12 @@ pub struct Args {
     /// one, so first-use shader compilation is not counted as prefill time.
     #[arg(long, default_value_t = 0)]
     warmup: usize,
+    /// Greedy decoding waits for each step's logits and picks the token on
+    /// the CPU before recording the next step, as sampling does (for
+    /// comparisons). By default, with every weight resident, step t+1 is
+    /// recorded while the GPU runs step t, which picks its token itself.
+    #[arg(long)]
+    sync_decode: bool,
     /// Activation and KV-cache dtype; kernels accumulate in f32 either way.
     /// auto: f16 where the adapter has SHADER_F16 (half the activation
     /// traffic, and the prefill GEMMs run on f16 cooperative matrices), else
@@ -158,6 +164,10 @@ struct Report {
     stopped_at_eos: bool,
     /// Greedy (temperature 0) or the sampling settings.
     sampling: Sampling,
+    /// The decode loop that ran: `pipelined` (greedy, resident: step t+1
+    /// recorded while the GPU runs step t; `wait` is then the time blocked
+    /// on each token's read-back) or `sync`.
+    decode_loop: DecodeLoop,
     /// The prompt went through the chat template.
     chat: bool,
     /// The generated tokens decoded, when the prompt was text.
@@ -272,33 +282,59 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         .context("--compute-dtype")?;
     tracing::info!(?prompt, text = ?args.prompt, ?eos, "prompt");
     let mut stdout = std::io::stdout();
+    // Greedy without logits to keep: the GPU may pick the tokens.
+    let greedy = sampling.is_greedy() && args.logits_out.is_none();
+    let decode_loop = if args.sync_decode {
+        DecodeLoop::Sync
+    } else {
+        DecodeLoop::Pipelined
+    };
     for _ in 0..args.warmup {
         let steps = args.max_new_tokens.min(2);
-        llama.generate(&rt, &model, &prompt, steps, &[], false, &mut |_| {})?;
+        if greedy {
+            llama.generate_greedy(&rt, &model, &prompt, steps, &[], decode_loop, &mut |_| {})?;
+        } else {
+            // Not the sampler: its stream must start with the measured run.
+            llama.generate(&rt, &model, &prompt, steps, &[], false, &mut |_| {})?;
+        }
     }
     let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
     let mut stream_error = None;
-    let g = llama.generate_with(
-        &rt,
-        &model,
-        &prompt,
-        args.max_new_tokens,
-        &eos,
-        args.logits_out.is_some(),
-        &mut |row| sampler.pick(row),
-        &mut |t| {
-            if json {
-                return;
-            }
-            match stream.as_mut().map(|s| s.step(t)) {
-                None => _ = write!(stdout, "{t} "),
-                Some(Ok(Some(text))) => _ = write!(stdout, "{text}"),
-                Some(Ok(None)) => {}
-                Some(Err(e)) => _ = stream_error.get_or_insert(e),
-            }
-            let _ = stdout.flush();
-        },
-    )?;
+    let mut on_token = |t| {
+        if json {
+            return;
+        }
+        match stream.as_mut().map(|s| s.step(t)) {
+            None => _ = write!(stdout, "{t} "),
+            Some(Ok(Some(text))) => _ = write!(stdout, "{text}"),
+            Some(Ok(None)) => {}
+            Some(Err(e)) => _ = stream_error.get_or_insert(e),
+        }
+        let _ = stdout.flush();
+    };
+    let (max_new, keep_logits) = (args.max_new_tokens, args.logits_out.is_some());
+    let g = if greedy {
+        llama.generate_greedy(
+            &rt,
+            &model,
+            &prompt,
+            max_new,
+            &eos,
+            decode_loop,
+            &mut on_token,
+        )?
+    } else {
+        llama.generate_with(
+            &rt,
+            &model,
+            &prompt,
+            max_new,
+            &eos,
+            keep_logits,
+            &mut |row| sampler.pick(row),
+            &mut on_token,
+        )?
+    };
     drop(stream);
     if let Some(e) = stream_error {
         tracing::warn!(error = %e, "some generated tokens could not be decoded as they came");
@@ -331,6 +367,11 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         eos,
         stopped_at_eos: g.stopped_at_eos,
         sampling,
+        decode_loop: if g.pipelined {
+            DecodeLoop::Pipelined
+        } else {
+            DecodeLoop::Sync
+        },
         chat: args.chat,
         text,
         prefill_tokens_per_second: g.prefill.tokens_per_second(),
@@ -415,8 +456,12 @@ fn print_text(r: &Report) {
     );
     if r.decode.passes > 0 {
         let per = |s: f64| s * 1e3 / r.decode.passes as f64;
+        let waiting = match r.decode_loop {
+            DecodeLoop::Pipelined => "waiting for its token (the next step queued)",
+            DecodeLoop::Sync => "waiting for the GPU",
+        };
         println!(
-            "           per token: CPU recording {:.2} ms, submitting {:.2} ms, waiting for the GPU {:.2} ms",
+            "           per token: CPU recording {:.2} ms, submitting {:.2} ms, {waiting} {:.2} ms",
             per(r.decode.record_seconds),
             per(r.decode.submit_seconds),
             per(r.decode.wait_seconds)

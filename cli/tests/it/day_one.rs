@@ -16,8 +16,9 @@ fn tokens(r: &serde_json::Value) -> Vec<u32> {
     serde_json::from_value(r["tokens"].clone()).expect("tokens")
 }
 
-/// Greedy is the default and repeats; `--temperature` samples on the CPU,
-/// the same tokens for the same `--seed`, others for another seed.
+/// Greedy is the default and repeats (pipelined, or with `--sync-decode`
+/// not: the same tokens); `--temperature` samples on the CPU, the same
+/// tokens for the same `--seed`, others for another seed.
 #[test]
 fn sampling_is_seeded_and_greedy_stays_default() {
     let test = "sampling_is_seeded_and_greedy_stays_default";
@@ -37,8 +38,14 @@ fn sampling_is_seeded_and_greedy_stays_default() {
     };
     let greedy = report(&out);
     assert_eq!(greedy["sampling"]["temperature"], 0.0);
+    assert_eq!(greedy["decode_loop"], "pipelined", "resident greedy");
     let again = report(&generate(test, dir, &base).expect("ran"));
     assert_eq!(tokens(&greedy), tokens(&again));
+    let sync = [&base[..], &["--sync-decode"]].concat();
+    let sync = report(&generate(test, dir, &sync).expect("ran"));
+    assert_eq!(sync["decode_loop"], "sync");
+    assert_eq!(tokens(&sync), tokens(&greedy), "--sync-decode, same tokens");
+    assert_eq!(sync["decode"]["passes"], greedy["decode"]["passes"]);
     let sampled = |seed: &str| {
         let mut args = base.to_vec();
         args.extend(["--temperature", "5", "--top-k", "500", "--seed", seed]);

@@ -3,12 +3,14 @@
 
 use std::cell::Cell;
 
+use dynvram_runtime::gpu::{ReadbackRing, ReadbackSlot};
 use dynvram_runtime::loader::{Dtype, ModelFiles};
 use dynvram_runtime::ops::attention::Heads;
 use dynvram_runtime::ops::rope::RopeTable;
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, RmsNormOf, Runtime, RuntimeError,
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassEnd, PassStats, RmsNormOf, Runtime,
+    RuntimeError,
 };
 
 use super::checkpoint::{Checkpoint, Limits, names};
@@ -52,6 +54,35 @@ pub struct Forward {
     pub hidden: Vec<Vec<f32>>,
     /// With `capture`: the final norm's output `[seq, hidden]`.
     pub final_norm: Vec<f32>,
+}
+
+/// Where a pass's token ids come from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ids<'a> {
+    /// From the host.
+    Host(&'a [u32]),
+    /// One id the previous pass's [`Greedy`] choice left on the GPU: in the
+    /// one-row set's id buffer, and with tied embeddings its row already
+    /// gathered into that set's `x`.
+    OnGpu,
+}
+
+impl Ids<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Host(ids) => ids.len(),
+            Self::OnGpu => 1,
+        }
+    }
+}
+
+/// A one-row pass choosing its next token on the GPU (the pipelined greedy
+/// loop): the argmax of its logits goes into the one-row set's id buffer
+/// (with tied embeddings, that token's row into its `x`: the table is the
+/// head's weight) and is copied into a slot of `ring`; the logits are not
+/// read back, and a resident pass returns without waiting for the GPU.
+pub(crate) struct Greedy<'r> {
+    pub ring: &'r mut ReadbackRing,
 }
 
 /// The activations of a pass over `rows` rows.
@@ -302,10 +333,29 @@ impl Llama {
         pos0: usize,
         opts: ForwardOptions<'_>,
     ) -> Result<Forward, LlamaError> {
+        self.pass(rt, model, Ids::Host(ids), pos0, opts, None)
+            .map(|(f, _)| f)
+    }
+
+    /// One pass; with `greedy` (one row), the slot its token is read from.
+    pub(crate) fn pass(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        ids: Ids<'_>,
+        pos0: usize,
+        opts: ForwardOptions<'_>,
+        mut greedy: Option<Greedy<'_>>,
+    ) -> Result<(Forward, Option<ReadbackSlot>), LlamaError> {
         let seq = ids.len();
         let kv_len = pos0 + seq;
         let _span = tracing::debug_span!("llama_forward", seq, pos0).entered();
         self.check_input(ids, pos0)?;
+        if greedy.is_some() && seq != 1 {
+            return Err(LlamaError::Input(format!(
+                "a pass choosing its token on the GPU takes one token, not {seq}"
+            )));
+        }
         let want = opts.logits.unwrap_or(LogitRows::All);
         let set = self.acts(rt, seq)?;
         // Decode sets are one row; a prefill asked for its last row only
@@ -319,12 +369,14 @@ impl Llama {
         let set = &self.sets[set];
         let last = last.map(|i| &self.sets[i]);
         let x = view_rows(&set.x, seq);
-        if let Some(host) = &self.host_embed {
-            rt.write_f32(&x, &host.gather(ids)?)?;
-        } else {
-            rt.gpu()
-                .queue
-                .write_buffer(&set.ids.buffer, 0, bytemuck::cast_slice(ids));
+        match (ids, &self.host_embed) {
+            (Ids::OnGpu, _) => {}
+            (Ids::Host(ids), Some(host)) => rt.write_f32(&x, &host.gather(ids)?)?,
+            (Ids::Host(ids), None) => {
+                rt.gpu()
+                    .queue
+                    .write_buffer(&set.ids.buffer, 0, bytemuck::cast_slice(ids))
+            }
         }
         let capture = if opts.capture {
             (0..=c.num_hidden_layers)
@@ -357,7 +409,12 @@ impl Llama {
             kv: &self.kv,
             names: &self.names,
         };
-        let stats = model.run_pass(rt, opts.trace, |ctx| {
+        let end = match greedy {
+            Some(_) => PassEnd::Submitted,
+            None => PassEnd::Wait,
+        };
+        let mut slot = None;
+        let run = model.run_pass_with(rt, opts.trace, end, |ctx| {
             let b = ctx.index();
             if b == 0 {
                 if self.host_embed.is_none() {
@@ -390,18 +447,48 @@ impl Llama {
                     eps: step.config.rms_norm_eps,
                     out: &hh,
                 };
-                let Some(cap) = capture.get(layers) else {
-                    return ctx.normed_linears(&norm, &[(self.lm_head, &logits)]);
+                if let Some(cap) = capture.get(layers) {
+                    ctx.rms_norm(&hx, &w, &hh, norm.eps)?;
+                    ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
+                    ctx.linear(self.lm_head, &hh, &logits)?;
+                } else {
+                    ctx.normed_linears(&norm, &[(self.lm_head, &logits)])?;
+                }
+                let Some(g) = greedy.as_mut() else {
+                    return Ok(());
                 };
-                ctx.rms_norm(&hx, &w, &hh, norm.eps)?;
-                ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
-                ctx.linear(self.lm_head, &hh, &logits)
+                // One row: `set` is the one-row set the next pass reads.
+                let next = view_rows(&set.ids, 1);
+                ctx.argmax(&logits, &next)?;
+                if self.host_embed.is_some() {
+                    ctx.embed(names::EMBED, &next, &x)?;
+                }
+                let commands = ctx.encoder().commands();
+                slot = Some(g.ring.record(commands, &next.buffer, next.offset)?);
+                Ok(())
             }
         })?;
+        let stats = run.stats;
         let rows = match last {
             Some(_) => 1,
             None => seq,
         };
+        if let Some(g) = greedy {
+            let (Some(slot), Some(submit)) = (slot, run.last_submit) else {
+                return Err(LlamaError::Input(
+                    "the greedy pass recorded no token read-back".into(),
+                ));
+            };
+            g.ring.submitted(slot, submit);
+            let f = Forward {
+                logits: Vec::new(),
+                rows,
+                stats,
+                hidden: Vec::new(),
+                final_norm: Vec::new(),
+            };
+            return Ok((f, Some(slot)));
+        }
         let logits_t = view_rows(&last.unwrap_or(set).logits, rows);
         let logits = rt.read_f32(&logits_t)?;
         let mut hidden = capture
@@ -409,16 +496,17 @@ impl Llama {
             .map(|t| rt.read_f32(t))
             .collect::<Result<Vec<_>, _>>()?;
         let final_norm = hidden.pop().unwrap_or_default();
-        Ok(Forward {
+        let f = Forward {
             logits,
             rows,
             stats,
             hidden,
             final_norm,
-        })
+        };
+        Ok((f, None))
     }
 
-    fn check_input(&self, ids: &[u32], pos0: usize) -> Result<(), LlamaError> {
+    fn check_input(&self, ids: Ids<'_>, pos0: usize) -> Result<(), LlamaError> {
         let c = &self.config;
         let (seq, kv_len) = (ids.len(), pos0 + ids.len());
         if seq == 0 || seq > self.limits.max_rows || kv_len > self.limits.max_seq {
@@ -432,7 +520,11 @@ impl Llama {
                 "{kv_len} positions exceed the sliding window of {w}, which is not implemented"
             )));
         }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
+        let host = match ids {
+            Ids::Host(ids) => ids,
+            Ids::OnGpu => &[],
+        };
+        if let Some(bad) = host.iter().find(|&&id| id as usize >= c.vocab_size) {
             return Err(LlamaError::Input(format!(
                 "token id {bad} is outside the vocabulary of {}",
                 c.vocab_size

@@ -1,23 +1,60 @@
 //! Decoding: one prefill pass over the prompt, then one pass per token with
 //! the KV cache, as `model.generate()`; greedy (`do_sample=False`) unless
 //! a chooser such as [`super::Sampler`] is given.
+//!
+//! Two decode loops. The synchronous one waits for each step's logits,
+//! reads them back and chooses the next token on the CPU. The pipelined one
+//! ([`Llama::generate_greedy`], greedy with every weight resident) chooses
+//! it on the GPU ([`argmax`] as a kernel) where the next step's embedding
+//! reads it, so step t+1 is recorded and submitted before step t's token
+//! comes back through a small read-back: the CPU's recording overlaps the
+//! GPU's work. An end-of-sequence token is then seen one step late; that
+//! step is discarded (its KV row lies past the tokens returned).
 
 use std::time::Instant;
 
-use dynvram_runtime::{Model, PassStats, Runtime};
+use dynvram_runtime::gpu::ReadbackRing;
+use dynvram_runtime::{Model, PassStats, Runtime, RuntimeError};
 use serde::Serialize;
 
 use super::LlamaError;
-use super::forward::{ForwardOptions, Llama, LogitRows};
+use super::forward::{ForwardOptions, Greedy, Ids, Llama, LogitRows};
+
+pub use dynvram_runtime::ops::argmax::argmax;
+
+/// Which loop greedy decoding runs ([`Llama::generate_greedy`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecodeLoop {
+    /// Step t+1 is submitted before step t's token is read back (the token
+    /// is chosen on the GPU) where the prompt's pass streamed nothing;
+    /// else [`Self::Sync`].
+    #[default]
+    Pipelined,
+    /// Each step's logits are read back and its token chosen on the CPU
+    /// before the next step is recorded (for comparisons).
+    Sync,
+}
+
+/// Read-back slots of the pipelined loop: two steps are in flight at most.
+const READBACK_SLOTS: usize = 3;
 
 /// Figures of one phase (prefill or decode).
+///
+/// In the pipelined decode loop ([`DecodeLoop::Pipelined`]) a step's
+/// figures are those of its pass, but `wait_seconds` is the time the CPU
+/// blocked reading back the step's token, while the next step was already
+/// queued behind it (so it is not GPU idle time), and `seconds` runs until
+/// that token was known, including the recording of the next step. A step
+/// discarded after an end-of-sequence token is not counted, except in the
+/// `seconds` of the step before it, during which it was recorded.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PhaseStats {
     /// Tokens processed (prompt tokens, or generated tokens fed back).
     pub tokens: usize,
     /// Passes run.
     pub passes: usize,
-    /// Wall time including logits read-back.
+    /// Wall time including logits (or token) read-back.
     pub seconds: f64,
     /// Weight bytes streamed to the GPU.
     pub streamed_bytes: u64,
@@ -26,7 +63,8 @@ pub struct PhaseStats {
     /// CPU seconds staging weights and submitting (wgpu encodes the
     /// recorded commands here).
     pub submit_seconds: f64,
-    /// Seconds waiting for the GPU at the passes' ends.
+    /// Seconds waiting for the GPU at the passes' ends (pipelined: for
+    /// each token's read-back).
     pub wait_seconds: f64,
 }
 
@@ -56,6 +94,12 @@ impl PhaseStats {
     }
 }
 
+/// A pipelined step whose token is not read yet.
+struct InFlight {
+    slot: dynvram_runtime::gpu::ReadbackSlot,
+    stats: PassStats,
+}
+
 /// The result of [`Llama::generate`].
 #[derive(Debug, Clone, Default)]
 pub struct Generation {
@@ -74,20 +118,54 @@ pub struct Generation {
     pub decode: PhaseStats,
     /// The last token is one of the end-of-sequence ids.
     pub stopped_at_eos: bool,
+    /// The decode steps ran pipelined ([`DecodeLoop::Pipelined`]).
+    pub pipelined: bool,
 }
 
-/// Index of the largest value; the first one on ties (as `torch.argmax`), NaN never wins.
-pub fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] || row[best].is_nan() {
-            best = i;
-        }
-    }
-    best as u32
+/// How a decode loop chooses tokens.
+enum Chooser<'p> {
+    /// On the CPU from each step's logits.
+    Cpu(&'p mut dyn FnMut(&[f32]) -> u32),
+    /// Greedy, pipelined where the model is resident.
+    Pipelined,
 }
 
 impl Llama {
+    /// Greedy decoding of up to `max_new` tokens after `prompt` (positions
+    /// from 0; the cache is overwritten), stopping after a token in `eos`;
+    /// `on_token` sees each token as soon as it is known. No logits are
+    /// kept. With [`DecodeLoop::Pipelined`] and every weight resident each
+    /// step is recorded while the GPU runs the one before it (module docs);
+    /// the tokens, the stop and the step counts are those of the
+    /// synchronous loop.
+    #[allow(clippy::too_many_arguments)] // the generation settings
+    pub fn generate_greedy(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        prompt: &[u32],
+        max_new: usize,
+        eos: &[u32],
+        decode_loop: DecodeLoop,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<Generation, LlamaError> {
+        let mut cpu = |row: &[f32]| argmax(row);
+        let chooser = match decode_loop {
+            DecodeLoop::Pipelined => Chooser::Pipelined,
+            DecodeLoop::Sync => Chooser::Cpu(&mut cpu),
+        };
+        self.decode(
+            rt,
+            model,
+            prompt,
+            max_new,
+            eos,
+            (false, false),
+            chooser,
+            on_token,
+        )
+    }
+
     /// Greedy decoding of up to `max_new` tokens after `prompt` (positions
     /// from 0; the cache is overwritten). Stops early after a token in
     /// `eos`. `on_token` sees each token as soon as it is chosen.
@@ -109,7 +187,7 @@ impl Llama {
             max_new,
             eos,
             (keep_prompt_logits, true),
-            &mut |row| argmax(row),
+            Chooser::Cpu(&mut |row| argmax(row)),
             on_token,
         )
     }
@@ -137,7 +215,7 @@ impl Llama {
             max_new,
             eos,
             (keep_logits, keep_logits),
-            pick,
+            Chooser::Cpu(pick),
             on_token,
         )
     }
@@ -152,7 +230,7 @@ impl Llama {
         max_new: usize,
         eos: &[u32],
         keep: (bool, bool),
-        pick: &mut dyn FnMut(&[f32]) -> u32,
+        chooser: Chooser<'_>,
         on_token: &mut dyn FnMut(u32),
     ) -> Result<Generation, LlamaError> {
         let (keep_prompt_logits, keep_steps) = keep;
@@ -184,6 +262,24 @@ impl Llama {
         if keep_prompt_logits {
             g.prompt_logits = Some(f.logits);
         }
+        let mut argmax_pick = |row: &[f32]| argmax(row);
+        let pick = match chooser {
+            Chooser::Cpu(pick) => pick,
+            // A pass that streamed waits for the GPU anyway.
+            Chooser::Pipelined if f.stats.streamed_bytes == 0 => {
+                let token = argmax(&last);
+                g.tokens.push(token);
+                on_token(token);
+                if eos.contains(&token) {
+                    g.stopped_at_eos = true;
+                } else if max_new > 1 {
+                    g.pipelined = true;
+                    self.pipelined_steps(rt, model, prompt.len(), max_new, eos, &mut g, on_token)?;
+                }
+                return Ok(g);
+            }
+            Chooser::Pipelined => &mut argmax_pick,
+        };
         let mut pos = prompt.len();
         let mut logits = last;
         loop {
@@ -216,5 +312,85 @@ impl Llama {
             pos += 1;
         }
         Ok(g)
+    }
+
+    /// Steps 1.. of the pipelined loop after token 0 (in `g`): step s feeds
+    /// token s-1 at position `pos0 + s - 1` and is submitted before token
+    /// s-1 is read back. Each step is submitted only where the synchronous
+    /// loop could run it (below `max_new` tokens), so the one step run in
+    /// vain is the one after an end-of-sequence token.
+    #[allow(clippy::too_many_arguments)] // the generation settings
+    fn pipelined_steps(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        pos0: usize,
+        max_new: usize,
+        eos: &[u32],
+        g: &mut Generation,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<(), LlamaError> {
+        let mut ring =
+            ReadbackRing::new(rt.gpu(), READBACK_SLOTS, 1).map_err(RuntimeError::from)?;
+        let mut clock = Instant::now();
+        let first = g.tokens[0];
+        let mut current = self.greedy_step(rt, model, &mut ring, Ids::Host(&[first]), pos0)?;
+        loop {
+            let s = g.tokens.len();
+            let next = if s + 1 < max_new {
+                Some(self.greedy_step(rt, model, &mut ring, Ids::OnGpu, pos0 + s)?)
+            } else {
+                None
+            };
+            let waiting = Instant::now();
+            let values = ring
+                .read(rt.gpu(), current.slot)
+                .map_err(RuntimeError::from)?;
+            let token = values[0];
+            if token as usize >= self.config().vocab_size {
+                return Err(LlamaError::Input(format!(
+                    "the GPU chose token {token}, outside the vocabulary"
+                )));
+            }
+            let mut stats = current.stats;
+            stats.wait_seconds += waiting.elapsed().as_secs_f64();
+            g.decode.add(1, clock.elapsed().as_secs_f64(), &stats);
+            g.tokens.push(token);
+            on_token(token);
+            clock = Instant::now();
+            if eos.contains(&token) {
+                // The step after it (if any) is left to finish on its own.
+                g.stopped_at_eos = true;
+                return Ok(());
+            }
+            match next {
+                Some(n) => current = n,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Submits one pipelined step (one token at `pos`).
+    fn greedy_step(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        ring: &mut ReadbackRing,
+        ids: Ids<'_>,
+        pos: usize,
+    ) -> Result<InFlight, LlamaError> {
+        let opts = ForwardOptions {
+            logits: Some(LogitRows::Last),
+            ..ForwardOptions::default()
+        };
+        match self.pass(rt, model, ids, pos, opts, Some(Greedy { ring }))? {
+            (f, Some(slot)) => Ok(InFlight {
+                slot,
+                stats: f.stats,
+            }),
+            (_, None) => Err(LlamaError::Input(
+                "a greedy pass returned no read-back slot".into(),
+            )),
+        }
     }
 }

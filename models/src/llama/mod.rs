@@ -22,7 +22,7 @@ pub use chat::{ChatTemplate, Message, eos_ids};
 pub use checkpoint::{Checkpoint, Limits, names};
 pub use config::{Family, LlamaConfig, MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH, RopeScaling};
 pub use forward::{Forward, ForwardOptions, Llama, LogitRows};
-pub use generate::{Generation, PhaseStats, argmax};
+pub use generate::{DecodeLoop, Generation, PhaseStats, argmax};
 pub use sample::{Sampler, Sampling};
 pub use tokenizer::TextTokenizer;
 

@@ -12,7 +12,7 @@ use serde_json::json;
 
 const REL: f32 = 1e-3;
 
-fn config() -> serde_json::Value {
+pub(crate) fn config() -> serde_json::Value {
     json!({
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",

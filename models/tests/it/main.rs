@@ -8,6 +8,7 @@
 mod flux;
 mod llama_common;
 mod llama_f16;
+mod llama_pipelined;
 mod llama_quant;
 mod llama_qwen2;
 mod llama_tiny;

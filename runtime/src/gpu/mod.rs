@@ -1,6 +1,7 @@
 //! The wgpu side of the runtime: adapter choice, device, error capture, and
 //! the GPU side of uploads (host-memory import, pinned buffers, the staging
-//! ring's slots, the upload benchmark).
+//! ring's slots, the upload benchmark) and of small read-backs a pass behind
+//! ([`ReadbackRing`]).
 //!
 //! Every buffer and pipeline the workspace creates goes through [`Gpu`], so
 //! out-of-memory and validation errors come back as [`GpuError`] values instead
@@ -9,9 +10,12 @@
 mod adapter;
 mod caps;
 pub mod device_open;
+mod dynamic_layout;
+pub(crate) use dynamic_layout::MAX_DYNAMIC;
 mod error;
 pub mod host_memory;
 mod pinned_buffer;
+mod readback_ring;
 mod staging;
 mod staging_ring;
 #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
@@ -29,6 +33,7 @@ pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
 pub use pinned_buffer::PinnedBuffer;
+pub use readback_ring::{ReadbackRing, ReadbackSlot};
 pub use staging_ring::{RingConfig, StagingRing};
 pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
@@ -299,6 +304,37 @@ impl Gpu {
         entry: &str,
         constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline, GpuError> {
+        self.create_pipeline_in(label, source, entry, constants, None)
+    }
+
+    /// [`Self::create_compute_pipeline`] with its writable storage bindings
+    /// taking dynamic offsets where it has any (`gpu::dynamic_layout`), and
+    /// the mask of those bindings (bit `b`: binding `b`).
+    pub(crate) fn create_launch_pipeline(
+        &self,
+        label: &str,
+        source: &str,
+        entry: &str,
+        constants: &[(&str, f64)],
+    ) -> Result<(wgpu::ComputePipeline, u64), GpuError> {
+        match dynamic_layout::dynamic_layout(&self.device, label, source, entry) {
+            Some(d) => self
+                .create_pipeline_in(label, source, entry, constants, Some(&d.layout))
+                .map(|p| (p, d.dynamic)),
+            None => self
+                .create_pipeline_in(label, source, entry, constants, None)
+                .map(|p| (p, 0)),
+        }
+    }
+
+    fn create_pipeline_in(
+        &self,
+        label: &str,
+        source: &str,
+        entry: &str,
+        constants: &[(&str, f64)],
+        layout: Option<&wgpu::PipelineLayout>,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
         self.check_health()?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
@@ -331,7 +367,7 @@ impl Gpu {
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
-                layout: None,
+                layout,
                 module: &module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {

@@ -1,8 +1,9 @@
 //! Compiled pipelines, created once per (shader, entry, constants,
 //! activation type) key, and the bind groups launched with them.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::launch::BindKey;
@@ -12,13 +13,23 @@ use crate::tensor::ActDtype;
 /// shader name, entry point and specialisation constants.
 #[derive(Debug, Default)]
 pub struct PipelineCache {
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<FxHashMap<String, Arc<Kernel>>>,
     /// The f16-activation variants by their f32 key (see [`Self::get_act`]).
-    f16: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    f16: Mutex<FxHashMap<String, Arc<Kernel>>>,
     /// Bind groups by pipeline and buffers (see [`Self::bind_group`]).
     bind_groups: Mutex<BindGroups>,
     /// Timestamps and costs of launches while profiling.
     pub(crate) profile: Mutex<Option<crate::ops::profile::Recording>>,
+}
+
+/// A compiled pipeline and which of its bindings take dynamic offsets.
+#[derive(Debug)]
+pub struct Kernel {
+    /// The pipeline.
+    pub pipeline: wgpu::ComputePipeline,
+    /// Bit `b` set: binding `b` of group 0 takes a dynamic offset (its
+    /// writable storage bindings, see `gpu::dynamic_layout`).
+    pub dynamic: u64,
 }
 
 /// Fails with [`GpuError::NoShaderF16`] when `act` is f16 and the device
@@ -43,11 +54,12 @@ impl PipelineCache {
         source: &str,
         entry: &str,
         constants: &[(&str, f64)],
-    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+    ) -> Result<Arc<Kernel>, GpuError> {
         if let Some(p) = self.pipelines.lock().ok().and_then(|m| m.get(key).cloned()) {
             return Ok(p);
         }
-        let pipeline = Arc::new(gpu.create_compute_pipeline(key, source, entry, constants)?);
+        let (pipeline, dynamic) = gpu.create_launch_pipeline(key, source, entry, constants)?;
+        let pipeline = Arc::new(Kernel { pipeline, dynamic });
         if let Ok(mut m) = self.pipelines.lock() {
             m.insert(key.to_owned(), pipeline.clone());
         }
@@ -66,7 +78,7 @@ impl PipelineCache {
         entry: &str,
         constants: &[(&str, f64)],
         act: ActDtype,
-    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+    ) -> Result<Arc<Kernel>, GpuError> {
         match act {
             ActDtype::F32 => self.get(gpu, key, source, entry, constants),
             ActDtype::F16 => {
@@ -93,10 +105,13 @@ const MAX_BIND_GROUPS: usize = 1 << 14;
 
 /// Cached bind groups, valid while no tracked buffer was freed since
 /// `epoch` (a freed buffer may be reallocated; its bind groups must go).
+/// A table by [`BindKey::hash_of`], so a hit allocates and clones nothing.
 #[derive(Debug, Default)]
 struct BindGroups {
     epoch: u64,
-    map: HashMap<BindKey, wgpu::BindGroup>,
+    table: hashbrown::HashTable<(BindKey, wgpu::BindGroup)>,
+    /// Each pipeline's group-0 layout, for the bind groups created on it.
+    layouts: FxHashMap<wgpu::ComputePipeline, wgpu::BindGroupLayout>,
 }
 
 impl PipelineCache {
@@ -107,34 +122,35 @@ impl PipelineCache {
     pub(crate) fn bind_group(
         &self,
         gpu: &Gpu,
-        pipeline: &wgpu::ComputePipeline,
+        kernel: &Kernel,
         what: &str,
         bindings: &[(u32, wgpu::BindingResource<'_>)],
     ) -> Result<wgpu::BindGroup, GpuError> {
-        let key = BindKey::of(pipeline, bindings);
+        let (pipeline, dynamic) = (&kernel.pipeline, kernel.dynamic);
+        let hash = BindKey::hash_of(pipeline, dynamic, bindings);
         let epoch = crate::accounting::buffers_freed();
-        if let Some(key) = &key
+        let mut layout = None;
+        if let Some(hash) = hash
             && let Ok(mut cached) = self.bind_groups.lock()
         {
             if cached.epoch != epoch {
-                cached.map.clear();
+                cached.table.clear();
                 cached.epoch = epoch;
             }
-            if let Some(bg) = cached.map.get(key) {
+            if let Some((_, bg)) = cached
+                .table
+                .find(hash, |(k, _)| k.matches(pipeline, dynamic, bindings))
+            {
                 return Ok(bg.clone());
             }
+            layout = cached.layouts.get(pipeline).cloned();
         }
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
-            .iter()
-            .map(|(binding, resource)| wgpu::BindGroupEntry {
-                binding: *binding,
-                resource: resource.clone(),
-            })
-            .collect();
+        let layout = layout.unwrap_or_else(|| pipeline.get_bind_group_layout(0));
+        let entries = BindKey::entries(dynamic, bindings);
         let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(what),
-            layout: &pipeline.get_bind_group_layout(0),
+            layout: &layout,
             entries: &entries,
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
@@ -143,14 +159,17 @@ impl PipelineCache {
                 message: e.to_string(),
             });
         }
-        if let Some(key) = key
+        if let Some(key) = hash.and_then(|h| BindKey::of(h, pipeline, dynamic, bindings))
             && let Ok(mut cached) = self.bind_groups.lock()
             && cached.epoch == epoch
         {
-            if cached.map.len() >= MAX_BIND_GROUPS {
-                cached.map.clear();
+            if cached.table.len() >= MAX_BIND_GROUPS {
+                cached.table.clear();
             }
-            cached.map.insert(key, bind_group.clone());
+            cached.layouts.entry(pipeline.clone()).or_insert(layout);
+            cached
+                .table
+                .insert_unique(key.hash, (key, bind_group.clone()), |(k, _)| k.hash);
         }
         Ok(bind_group)
     }

@@ -1,6 +1,7 @@
 //! GPU ops: each records compute passes into a caller's encoder, so a block's
 //! kernels and the next block's uploads can share one submit.
 
+pub mod argmax;
 pub mod attention;
 pub mod cache;
 pub mod dit;

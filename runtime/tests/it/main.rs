@@ -15,6 +15,7 @@ mod linear_conformance;
 mod linear_folds;
 mod linear_random;
 mod linear_spread;
+mod ops_argmax;
 mod ops_attention;
 mod ops_common;
 mod ops_dit;

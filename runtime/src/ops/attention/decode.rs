@@ -12,7 +12,6 @@
 //! workgroups, key groups merged one at a time), so that a tool can time
 //! others on a real GPU.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
@@ -309,7 +308,7 @@ pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
 /// once per process and shape (a record per layer and token must not
 /// rewrite the text).
 fn decode_source(subgroups: bool, rope: bool, shape: DecodeShape) -> &'static str {
-    type Sources = Mutex<HashMap<(bool, bool, DecodeShape), &'static str>>;
+    type Sources = Mutex<rustc_hash::FxHashMap<(bool, bool, DecodeShape), &'static str>>;
     static SOURCES: OnceLock<Sources> = OnceLock::new();
     let mut map = SOURCES
         .get_or_init(Default::default)
@@ -320,6 +319,37 @@ fn decode_source(subgroups: bool, rope: bool, shape: DecodeShape) -> &'static st
         let text = with_decode_shape(attention_decode(subgroups, rope), subgroups, shape);
         Box::leak(text.into_boxed_str())
     })
+}
+
+/// The pipeline key of the decode kernel `name` with `shape` and
+/// `constants`, formatted once per process and key (a record per layer and
+/// token formatted it: ~4k instructions a launch).
+fn decode_key(
+    name: &'static str,
+    subgroups: bool,
+    shape: DecodeShape,
+    constants: &[(&str, f64); 4],
+) -> &'static str {
+    type Keys =
+        Mutex<rustc_hash::FxHashMap<(&'static str, bool, DecodeShape, [u64; 4]), &'static str>>;
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    let bits = constants.map(|(_, v)| v.to_bits());
+    let mut map = KEYS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    map.entry((name, subgroups, shape, bits))
+        .or_insert_with(|| {
+            // The text constants beside the overrides: (WG, key groups, merge).
+            let key = kernel::pipeline_key(
+                format_args!(
+                    "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode",
+                    shape.wg, shape.key_groups, shape.merge
+                ),
+                constants,
+            );
+            Box::leak(key.into_boxed_str())
+        })
 }
 
 /// Records the decode kernel for `span` (checked: [`unusable`] is `None`)
@@ -391,17 +421,13 @@ pub(super) fn record(
     } else {
         "attention_decode.wgsl"
     };
-    // The text constants beside the overrides: (WG, key groups, merge).
-    let key = format!(
-        "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode:{constants:?}",
-        shape.wg, shape.key_groups, shape.merge
-    );
+    let key = decode_key(name, subgroups, shape, &constants);
     launch(
         gpu,
         cache,
         enc,
         Launch {
-            key: &key,
+            key,
             label: &"attend_decode",
             source: decode_source(subgroups, rope.is_some(), shape),
             entry: "attend_decode",

@@ -1,0 +1,78 @@
+//! Greedy token choice: the index of the largest logit of a row, on the CPU
+//! ([`argmax`]) or on the GPU ([`record_argmax`], written as a `u32` where
+//! the next decode step's embedding gather reads it, so the CPU need not
+//! wait for it). Both give the same index for every row.
+
+use std::num::NonZeroU64;
+
+use dynvram_shaders::transformer::ARGMAX;
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::cache::PipelineCache;
+use crate::ops::encoder::Encoder;
+use crate::ops::kernel::{self, Dispatch, bad, to_u32};
+use crate::tensor::GpuTensor;
+
+/// Index of the largest value; the first one on ties (as `torch.argmax`),
+/// NaN never wins (a row of NaN only gives its last index; an empty row 0).
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] || row[best].is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Records `out[0] = argmax(logits[row])` (the [`argmax`] of row `row` of
+/// `logits` `[rows, n]`, f32 or f16) as a `u32`: `out` is any tensor whose
+/// first 4 bytes take it (a token-ids activation). One workgroup.
+pub fn record_argmax(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    logits: &GpuTensor,
+    row: u64,
+    out: &GpuTensor,
+) -> Result<(), GpuError> {
+    const OP: &str = "argmax";
+    let (rows, n) = kernel::rows_cols(OP, "logits", logits)?;
+    if row >= rows {
+        return Err(bad(OP, format!("row {row} of `logits` {:?}", logits.shape)));
+    }
+    kernel::expect_distinct(OP, out, &[("logits", logits)])?;
+    if out.offset + 4 > out.buffer.size() {
+        return Err(bad(
+            OP,
+            format!(
+                "`out` needs bytes {}..{} but its buffer has {}",
+                out.offset,
+                out.offset + 4,
+                out.buffer.size()
+            ),
+        ));
+    }
+    let params = kernel::params(&[to_u32(OP, "n", n)?, to_u32(OP, "first", row * n)?]);
+    let out_binding = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer: &out.buffer,
+        offset: out.offset,
+        size: NonZeroU64::new(4),
+    });
+    kernel::record(
+        gpu,
+        cache,
+        enc,
+        Dispatch {
+            shader: "argmax.wgsl",
+            source: ARGMAX,
+            entry: "argmax",
+            constants: &[],
+            params: &params,
+            bindings: vec![(0, logits.binding()), (1, out_binding)],
+            groups: (1, 1),
+            act: logits.dtype,
+            cost: kernel::Cost::new(n * logits.dtype.size(), 4, n),
+        },
+    )
+}
