@@ -10,10 +10,10 @@
 #    one machine) and bench/flux_inputs.py's inputs.
 # 2. dynvram bf16: resident (--warmup 1 --passes 2), then --vram-budget
 #    $BUDGETS GiB (--warmup 1 --passes 1; a --timeline SVG at
-#    $TIMELINE_BUDGETS). The first budget that is too small (bf16 needs
-#    ~2.47 GiB at 4608 tokens: 1.19 GiB of activations + 2 arenas of a
-#    double block's 656 MiB) is followed by the smallest that fits, from
-#    the error's "need" (2.5), with a timeline.
+#    $TIMELINE_BUDGETS). bf16 plans at 1.96 GiB at 4608 tokens (682 MiB
+#    of activations + 2 arenas of a double block's 656 MiB); a budget that
+#    is too small is followed by the smallest that fits, from the error's
+#    "need", with a timeline.
 # 3. diffusers (bench/flux_diffusers.py, same inputs): resident and
 #    enable_group_offload(block_level, 1 block a group, use_stream=True).
 # 4. `dynvram quantize --format convrot_w4a4` of the file (ComfyUI's

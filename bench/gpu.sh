@@ -2,7 +2,7 @@
 # Everything measured on the GPU machine, in one go (see bench/README.md).
 # Expects the release binary in .dev/dynvram and the Vulkan loader debs in .gl/
 # (and, for the real-VRAM fault row, the tests crate's test binary in .dev/e2e_tests;
-# for the kernel checks, runtime's test binary in .dev/runtime_tests).
+# for the kernel checks, the gpu crate's test binary in .dev/gpu_tests).
 # Correctness first (probe, conformance, run), then timings; every output
 # lands in $OUT (or ./bench-out). PARTS picks steps (default: all but llama):
 #   PARTS="check sweep linear torch pass s2 rss upload faults llama tune" bash bench/gpu.sh
@@ -29,15 +29,15 @@ if want check; then
   step probe;        $d probe $b 2>&1 | tee "$out/probe.txt"
   step conformance;  $d conformance fixtures/conformance $b 2>&1 | tail -4
   step run;          $d run $b 2>&1 | tee "$out/run.txt"
-  if [ -x .dev/runtime_tests ]; then
+  if [ -x .dev/gpu_tests ]; then
     # The linear kernels (cooperative-matrix GEMM required: 16x16 tensor
     # cores on NVIDIA) and the attention kernels (the decode kernel's
     # 32-lane subgroup sums, which no software adapter has) against the
     # CPU reference on this GPU.
     step "linear and attention property tests (cooperative matrices required)"
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/runtime_tests \
-      linear_random:: f16_linear:: ops_attention:: --nocapture > "$out/runtime_tests.txt" 2>&1
-    grep -E "panicked|failed:|^test |test result|subgroup sums" "$out/runtime_tests.txt" | cut -c1-400
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=0 timeout 300 .dev/gpu_tests \
+      linear_random:: f16_linear:: ops_attention:: --nocapture > "$out/gpu_tests.txt" 2>&1
+    grep -E "panicked|failed:|^test |test result|subgroup sums" "$out/gpu_tests.txt" | cut -c1-400
   fi
 fi
 if want sweep; then

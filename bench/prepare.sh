@@ -4,8 +4,9 @@
 # both along (`run` with carry [".dev", ".gl"]). From the checkout root:
 #   bash bench/prepare.sh
 # .dev/dynvram          release binary, stripped
-# .dev/runtime_tests    runtime's tests (gpu.sh `check`: its linear_random::
-#                       module, cooperative matrices required)
+# .dev/gpu_tests        the gpu crate's tests (gpu.sh `check`: its
+#                       linear_random:: f16_linear:: ops_attention:: modules,
+#                       cooperative matrices required)
 # .dev/e2e_tests        the tests crate's tests (gpu.sh `faults`: real VRAM
 #                       exhaustion)
 set -euo pipefail
@@ -15,8 +16,8 @@ cargo build --release --bin dynvram
 strip -o .dev/dynvram "${CARGO_TARGET_DIR:-target}/release/dynvram"
 # The test binaries cargo test builds (the workspace as a whole: selecting a
 # subset unifies features differently and rebuilds wgpu).
-set -- $(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py runtime tests)
-strip -o .dev/runtime_tests "$1"
+set -- $(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py gpu tests)
+strip -o .dev/gpu_tests "$1"
 strip -o .dev/e2e_tests "$2"
 # (gpu.sh `check` reads the goldens from fixtures/conformance, which travels
 # with the checkout.)

@@ -3,7 +3,7 @@
 (`<crate>/tests/it/main.rs`) from `cargo test --no-run --message-format=json`
 on stdin, one per line in the order asked; fails naming any not built.
 
-    cargo test --workspace --no-run --message-format=json | scripts/test-binary.py runtime tests
+    cargo test --workspace --no-run --message-format=json | scripts/test-binary.py gpu tests
 """
 import json
 import os

@@ -38,8 +38,8 @@ echo "=== cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports) ==="
 # (DYNVRAM_REQUIRE_COOP=1), then conformance.
 coop=scripts/with-coop-lavapipe.sh
 if "$coop" /bin/true; then
-  runtime_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py runtime)
-  DYNVRAM_REQUIRE_COOP=1 "$coop" "$runtime_tests" linear_random:: f16_linear:: linear_conformance:: ops_attention::
+  gpu_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py gpu)
+  DYNVRAM_REQUIRE_COOP=1 "$coop" "$gpu_tests" linear_random:: f16_linear:: linear_conformance:: ops_attention::
   "$coop" "$dynvram" conformance fixtures/conformance --backend vulkan
   "$coop" "$dynvram" run --backend vulkan
 elif [ -n "$require_coop" ]; then

@@ -32,6 +32,18 @@ pub enum Format {
     Bf16,
 }
 
+impl Format {
+    /// Whether the layer's kernels quantize their input activations (int4
+    /// or int8 codes, rotated first where the format says): those need the
+    /// linear scratch; float formats read activations as they are.
+    pub fn quantizes_activations(&self) -> bool {
+        matches!(
+            self,
+            Format::ConvrotW4a4 { .. } | Format::Int8Tensorwise { .. }
+        )
+    }
+}
+
 /// ComfyUI's name with its parameters, for messages: `convrot_w4a4
 /// (group 256, int4 activations)`, `int8_tensorwise`, `bf16`.
 impl std::fmt::Display for Format {

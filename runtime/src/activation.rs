@@ -5,10 +5,10 @@
 
 use dynvram_memory::OwnerClass;
 
-use crate::accounting::TrackedBuffer;
 use crate::error::{Result, RuntimeError};
 use crate::runtime::Runtime;
-use crate::tensor::{ActDtype, GpuTensor};
+use dynvram_gpu::accounting::TrackedBuffer;
+use dynvram_gpu::tensor::{ActDtype, GpuTensor};
 
 /// An activation tensor that owns its (ledger-tracked) buffer; its dtype is
 /// `tensor.dtype`.
@@ -41,7 +41,7 @@ impl Runtime {
         shape: &[usize],
         dtype: ActDtype,
     ) -> Result<Activation> {
-        crate::ops::cache::check_act_dtype(&self.gpu, label, dtype)?;
+        dynvram_gpu::ops::cache::check_act_dtype(&self.gpu, label, dtype)?;
         let numel: u64 = shape.iter().map(|&d| d as u64).product();
         // Whole 4-byte words: storage bindings and copies need them.
         let bytes = (numel * dtype.size()).div_ceil(4) * 4;
@@ -81,7 +81,7 @@ impl Runtime {
                 t.shape
             )));
         }
-        let bytes = crate::ops::host::encode(data, t.dtype);
+        let bytes = dynvram_gpu::ops::host::encode(data, t.dtype);
         if !t.offset.is_multiple_of(4) || !bytes.len().is_multiple_of(4) {
             return Err(shape_err(format!(
                 "{:?} {:?} at byte {} is not whole 4-byte words",
@@ -94,6 +94,6 @@ impl Runtime {
 
     /// Reads an activation back to the host as f32 (f16 widened exactly).
     pub fn read_f32(&self, t: &GpuTensor) -> Result<Vec<f32>> {
-        Ok(crate::ops::host::read(&self.gpu, t)?)
+        Ok(dynvram_gpu::ops::host::read(&self.gpu, t)?)
     }
 }

@@ -1,16 +1,16 @@
 //! Block ops that fold a neighbour into a linear's launch where the kernel
-//! allows ([`crate::ops::linear::Fold`]): the RMS norm before q/k/v or
+//! allows ([`dynvram_gpu::ops::linear::Fold`]): the RMS norm before q/k/v or
 //! gate/up, the residual add after o or down. Each falls back to the
 //! separate launches, so callers write one sequence for every format.
 
 use std::sync::atomic::Ordering;
 
 use crate::error::Result;
-use crate::ops::linear::{
+use crate::pass::BlockCtx;
+use dynvram_gpu::ops::linear::{
     Fold, NORM_FOLD_MAX_M, NormFold, RecordOptions, fold_unusable, record_linear_folded,
 };
-use crate::pass::BlockCtx;
-use crate::tensor::GpuTensor;
+use dynvram_gpu::tensor::GpuTensor;
 
 /// `rms_norm(x)` as the linears after it read it.
 #[derive(Debug, Clone, Copy)]

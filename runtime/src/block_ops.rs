@@ -1,16 +1,16 @@
 //! Ops as a block's code calls them: thin wrappers that pass the runtime's
-//! GPU, pipeline cache and the block's encoder to [`crate::ops`].
+//! GPU, pipeline cache and the block's encoder to [`dynvram_gpu::ops`].
 
 use dynvram_quant::KernelChoice;
 
 use crate::error::Result;
-use crate::ops::elementwise::{self, Unary};
-use crate::ops::linear::{
+use crate::pass::BlockCtx;
+use dynvram_gpu::ops::elementwise::{self, Unary};
+use dynvram_gpu::ops::linear::{
     AddNorm, Fold, Fusion, LinearWeights, RecordOptions, Region, WeightPart, record_add_norm_quant,
     record_linear, record_linear_with, record_linears_fused,
 };
-use crate::pass::BlockCtx;
-use crate::tensor::GpuTensor;
+use dynvram_gpu::tensor::GpuTensor;
 
 impl BlockCtx<'_> {
     /// A weight of this block as an `f32` tensor view (norm weights, biases:
@@ -300,7 +300,7 @@ pub(crate) enum Fuse<'a> {
 
 /// Decoder-transformer ops (Llama family): RMSNorm, RoPE, the KV cache,
 /// attention, SwiGLU, the embedding gather, the greedy argmax and row
-/// copies, as thin wrappers over [`crate::ops`] like the ones above.
+/// copies, as thin wrappers over [`dynvram_gpu::ops`] like the ones above.
 impl BlockCtx<'_> {
     /// `out = weight · x / √(mean(x²) + eps)` per row (RMSNorm in f32);
     /// `weight` is f32 `[hidden]`, `x` and `out` `[rows, hidden]` of one
@@ -313,7 +313,7 @@ impl BlockCtx<'_> {
         eps: f32,
     ) -> Result<()> {
         let rt = self.runtime();
-        Ok(crate::ops::norm::record_rms_norm(
+        Ok(dynvram_gpu::ops::norm::record_rms_norm(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),
@@ -334,7 +334,7 @@ impl BlockCtx<'_> {
         eps: f32,
     ) -> Result<()> {
         let rt = self.runtime();
-        Ok(crate::ops::norm::record_add_rms_norm(
+        Ok(dynvram_gpu::ops::norm::record_add_rms_norm(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),
@@ -398,7 +398,7 @@ impl BlockCtx<'_> {
     #[allow(clippy::too_many_arguments)] // the op's operands
     pub fn rope_qk(
         &mut self,
-        table: &crate::ops::rope::RopeTable,
+        table: &dynvram_gpu::ops::rope::RopeTable,
         q: &GpuTensor,
         k: &GpuTensor,
         n_heads: u64,
@@ -406,7 +406,7 @@ impl BlockCtx<'_> {
         pos0: u64,
     ) -> Result<()> {
         let rt = self.runtime();
-        Ok(crate::ops::rope::record_rope_qk(
+        Ok(dynvram_gpu::ops::rope::record_rope_qk(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),
@@ -423,13 +423,13 @@ impl BlockCtx<'_> {
     /// row s at position `pos0 + s`.
     pub fn rope(
         &mut self,
-        table: &crate::ops::rope::RopeTable,
+        table: &dynvram_gpu::ops::rope::RopeTable,
         x: &GpuTensor,
         n_heads: u64,
         pos0: u64,
     ) -> Result<()> {
         let rt = self.runtime();
-        Ok(crate::ops::rope::record_rope(
+        Ok(dynvram_gpu::ops::rope::record_rope(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),
@@ -442,7 +442,7 @@ impl BlockCtx<'_> {
 
     /// Copies `rows` `[s, width]` into rows `pos0..pos0+s` of a KV cache `[max_seq, width]`.
     pub fn kv_write(&mut self, rows: &GpuTensor, cache: &GpuTensor, pos0: u64) -> Result<()> {
-        Ok(crate::ops::attention::record_kv_write(
+        Ok(dynvram_gpu::ops::attention::record_kv_write(
             self.encoder(),
             rows,
             cache,
@@ -453,7 +453,7 @@ impl BlockCtx<'_> {
     /// Causal GQA attention of the query rows at `pos0..` over cache rows
     /// `0..kv_len`; with `rope`, q and the new cache rows `pos0..` of k are
     /// rotated first (fused into the decode kernel where it runs; see
-    /// [`crate::ops::attention::record_attention`]).
+    /// [`dynvram_gpu::ops::attention::record_attention`]).
     #[allow(clippy::too_many_arguments)] // the op's operands
     pub fn attention(
         &mut self,
@@ -461,14 +461,14 @@ impl BlockCtx<'_> {
         k_cache: &GpuTensor,
         v_cache: &GpuTensor,
         out: &GpuTensor,
-        heads: crate::ops::attention::Heads,
+        heads: dynvram_gpu::ops::attention::Heads,
         kv_len: u64,
         pos0: u64,
-        rope: Option<&crate::ops::rope::RopeTable>,
+        rope: Option<&dynvram_gpu::ops::rope::RopeTable>,
     ) -> Result<()> {
         let rt = self.runtime();
         let mut scratch = rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(crate::ops::attention::record_attention(
+        Ok(dynvram_gpu::ops::attention::record_attention(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),
@@ -502,7 +502,7 @@ impl BlockCtx<'_> {
     /// (f32, f16 or bf16 as stored) and `ids` holds `u32` token ids (their
     /// bits, in a tensor of shape `[tokens]`).
     pub fn embed(&mut self, table: &str, ids: &GpuTensor, out: &GpuTensor) -> Result<()> {
-        use crate::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+        use dynvram_gpu::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
         let w = self.weight(table)?;
         let dtype_err = |why: &str| crate::RuntimeError::Dtype {
             model: self.model().path().to_owned(),
@@ -558,12 +558,12 @@ impl BlockCtx<'_> {
     }
 
     /// `out[0] = argmax(logits' last row)` as a `u32` (greedy decoding on
-    /// the GPU; see [`crate::ops::argmax`]); `logits` `[rows, vocab]`, f32
+    /// the GPU; see [`dynvram_gpu::ops::argmax`]); `logits` `[rows, vocab]`, f32
     /// or f16.
     pub fn argmax(&mut self, logits: &GpuTensor, out: &GpuTensor) -> Result<()> {
         let rows = logits.numel() / logits.shape.last().copied().unwrap_or(1).max(1);
         let rt = self.runtime();
-        Ok(crate::ops::argmax::record_argmax(
+        Ok(dynvram_gpu::ops::argmax::record_argmax(
             rt.gpu(),
             rt.pipelines(),
             self.encoder(),

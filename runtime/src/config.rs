@@ -3,11 +3,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::gpu::RingConfig;
+use dynvram_gpu::gpu::RingConfig;
 use dynvram_memory::{BudgetConfig, PinError, RamReading};
 use dynvram_quant::LinearDtypeOverride;
 
-use crate::gpu::AdapterChoice;
+use dynvram_gpu::gpu::AdapterChoice;
 
 /// Settings of a [`crate::Runtime`].
 #[derive(Debug, Clone)]

@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::gpu::{GpuError, UploadError};
-
-mod linear;
-pub use linear::LinearError;
+use dynvram_gpu::accounting::BufferError;
+use dynvram_gpu::gpu::{GpuError, UploadError};
+use dynvram_gpu::ops::linear::LinearError;
 
 /// Anything that can go wrong while opening or running a model.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +124,16 @@ impl From<UploadError> for RuntimeError {
         match e {
             UploadError::Load(e) => Self::Load(e),
             UploadError::Gpu(e) => Self::Gpu(e),
+        }
+    }
+}
+
+/// A tracked buffer the budget or the GPU refused.
+impl From<BufferError> for RuntimeError {
+    fn from(e: BufferError) -> Self {
+        match e {
+            BufferError::BudgetRefused { label, source } => Self::BudgetRefused { label, source },
+            BufferError::Gpu(e) => Self::Gpu(e),
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use dynvram_loader::{Dtype, ModelFiles};
+use dynvram_loader::{Dtype, LoadError, ModelFiles};
 use dynvram_quant::TensorList;
 
 /// A [`TensorList`] over every file of a model.
@@ -25,6 +25,26 @@ impl<'a> FilesList<'a> {
         }
         Self { files, metadata }
     }
+
+    /// A tensor's bytes read with `pread` (a file truncated under us is an
+    /// error naming it, never a fault), or why they could not be read.
+    pub fn read(&self, name: &str) -> Result<Vec<u8>, LoadError> {
+        let (file, info) = self
+            .files
+            .get(name)
+            .ok_or_else(|| LoadError::NoSuchTensor {
+                path: self
+                    .files
+                    .files()
+                    .first()
+                    .map(|f| f.path().to_owned())
+                    .unwrap_or_default(),
+                tensor: name.to_owned(),
+            })?;
+        let mut buf = vec![0u8; usize::try_from(info.len()).unwrap_or(usize::MAX)];
+        file.read_into(name, 0..info.len(), &mut buf)?;
+        Ok(buf)
+    }
 }
 
 impl TensorList for FilesList<'_> {
@@ -39,10 +59,7 @@ impl TensorList for FilesList<'_> {
     }
 
     fn bytes(&self, name: &str) -> Option<Cow<'_, [u8]>> {
-        let (file, info) = self.files.get(name)?;
-        let mut buf = vec![0u8; usize::try_from(info.len()).ok()?];
-        file.read_into(name, 0..info.len(), &mut buf).ok()?;
-        Some(Cow::Owned(buf))
+        self.read(name).ok().map(Cow::Owned)
     }
 
     fn header_metadata(&self) -> Option<&HashMap<String, String>> {

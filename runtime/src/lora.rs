@@ -6,10 +6,10 @@
 use dynvram_memory::OwnerClass;
 use dynvram_quant::{Format, KernelChoice};
 
-use crate::accounting::{SharedBudget, TrackedBuffer};
 use crate::error::{Result, RuntimeError};
-use crate::gpu::Gpu;
-use crate::ops::linear::{LinearWeights, Region, WeightPart};
+use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
+use dynvram_gpu::gpu::Gpu;
+use dynvram_gpu::ops::linear::{LinearWeights, Region, WeightPart};
 
 /// One attached patch.
 #[derive(Debug)]

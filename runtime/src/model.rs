@@ -12,12 +12,12 @@ use dynvram_memory::{ModelId, Placement};
 use dynvram_quant::{KernelPath, QuantLayer};
 
 use crate::error::{Result, RuntimeError};
-use crate::gpu::StagingRing;
 use crate::lora::LoraPatch;
 use crate::planning::{ModelPlan, PlanWeight, arena_offsets, arena_size, plan_model};
 use crate::residency::{ModelResidency, Placed, SharedRegistry};
 use crate::runtime::Runtime;
 use crate::upload::{ModelView, Weight, upload_kind};
+use dynvram_gpu::gpu::StagingRing;
 
 /// One block of a model: a name and the weights its ops use.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +58,7 @@ pub(crate) struct Linear {
     /// [`crate::BlockCtx::folds`]'s answer per M (index M − 1): 0 not yet
     /// asked, 1 no, 2 yes. Asked ~12 times per layer and token; the answer
     /// depends on the layer's shapes, format and kernel and the adapter.
-    pub folds: [AtomicU8; crate::ops::linear::NORM_FOLD_MAX_M as usize],
+    pub folds: [AtomicU8; dynvram_gpu::ops::linear::NORM_FOLD_MAX_M as usize],
 }
 
 #[derive(Debug)]
@@ -146,7 +146,7 @@ impl Model {
             })
             .collect();
         let plan_weights = plan_weights(&c.weights);
-        let usable = crate::accounting::lock(&rt.budget).usable();
+        let usable = dynvram_gpu::accounting::lock(&rt.budget).usable();
         let plan = plan_model(&plan_weights, usable, spec.scratch_bytes).map_err(|source| {
             RuntimeError::Plan {
                 model: path.clone(),

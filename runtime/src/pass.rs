@@ -26,14 +26,14 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::error::{Result, RuntimeError};
-use crate::gpu::{CopyCmd, Gpu, StagingRing, TransferQueue};
 use crate::model::Model;
-use crate::ops::encoder::Encoder;
 use crate::pins::Pins;
 use crate::residency::{Home, Placed};
 use crate::runtime::Runtime;
-use crate::stats::{PassStats, StreamSources};
 use crate::trace::{Lane, Trace};
+use dynvram_gpu::gpu::{CopyCmd, Gpu, StagingRing, TransferQueue};
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::{PassStats, StreamSources};
 
 /// Blocks per submit when nothing streams: wgpu encodes a command buffer
 /// at submit (~1.6 µs of CPU a launch on the H200, `bench dispatch`), so one
@@ -53,7 +53,7 @@ pub enum PassEnd {
     /// Return after the last submit when nothing streamed, so the CPU can
     /// record the next pass while the GPU runs this one; wait for
     /// [`PassRun::last_submit`] (e.g. through a
-    /// [`crate::gpu::ReadbackRing`]) before reading what it wrote. A pass
+    /// [`dynvram_gpu::gpu::ReadbackRing`]) before reading what it wrote. A pass
     /// that streams weights waits all the same.
     Submitted,
 }

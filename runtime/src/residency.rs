@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use dynvram_memory::{LayoutConfig, ModelId, OwnerClass, Placement, Residency};
 use serde::Serialize;
 
-use crate::accounting::{SharedBudget, TrackedBuffer};
 use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
-use crate::gpu::{Gpu, StagingRing};
 use crate::planning::{ARENAS, PlanWeight, arena_offsets, arena_size, layout_for, plan_model};
 use crate::upload::ModelView;
+use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
+use dynvram_gpu::gpu::{Gpu, StagingRing};
 
 /// The registry, shared by the runtime and its models (a model unregisters
 /// itself when dropped).
@@ -198,7 +198,7 @@ impl Registry {
         let _span =
             tracing::info_span!("acquire_residency", model = %model.path.display()).entered();
         let (usable, live) = {
-            let b = crate::accounting::lock(rt.budget);
+            let b = dynvram_gpu::accounting::lock(rt.budget);
             let l = b.ledger();
             let arenas = self.arenas.iter().map(|a| a.size).sum::<u64>();
             // Everything alive that is neither a weight nor our arenas:

@@ -6,13 +6,13 @@ use dynvram_loader::{ReaderConfig, ReaderPool};
 use dynvram_memory::{Budget, CapacitySource};
 use serde::Serialize;
 
-use crate::accounting::SharedBudget;
 use crate::config::RuntimeConfig;
 use crate::error::Result;
-use crate::gpu::{Gpu, StagingRing, read_vram};
-use crate::ops::cache::PipelineCache;
 use crate::pins::PinReport;
 use crate::residency::Device;
+use dynvram_gpu::accounting::SharedBudget;
+use dynvram_gpu::gpu::{Gpu, StagingRing, read_vram};
+use dynvram_gpu::ops::cache::PipelineCache;
 
 /// The composition root applications embed: open it once, then open models.
 #[derive(Debug)]
@@ -22,7 +22,7 @@ pub struct Runtime {
     pub(crate) budget: SharedBudget,
     pub(crate) ring: Mutex<StagingRing>,
     pub(crate) config: RuntimeConfig,
-    pub(crate) linear_scratch: Mutex<crate::ops::linear::LinearScratch>,
+    pub(crate) linear_scratch: Mutex<dynvram_gpu::ops::linear::LinearScratch>,
     /// Which weights of which model are resident (docs/behaviour.md,
     /// Residency), shared with the models.
     pub(crate) residency: crate::residency::SharedRegistry,
@@ -83,7 +83,7 @@ impl Runtime {
         let mut budget = Budget::new(capacity, source, config.budget)?;
         // Other programs use VRAM too: where the driver reports usage, the
         // deficit rule's `measured` term polls it (at most every 2 s).
-        if let Some(poll) = crate::gpu::DriverPoll::new(&gpu.adapter) {
+        if let Some(poll) = dynvram_gpu::gpu::DriverPoll::new(&gpu.adapter) {
             budget = budget.with_driver(Box::new(poll));
         }
         tracing::info!(capacity, %source, usable = budget.usable(), "VRAM budget");
@@ -104,7 +104,9 @@ impl Runtime {
         Ok(Self {
             gpu,
             cache: PipelineCache::default(),
-            linear_scratch: Mutex::new(crate::ops::linear::LinearScratch::tracked(budget.clone())),
+            linear_scratch: Mutex::new(dynvram_gpu::ops::linear::LinearScratch::tracked(
+                budget.clone(),
+            )),
             budget,
             ring: Mutex::new(ring),
             config,
@@ -132,7 +134,7 @@ impl Runtime {
     pub fn budget_report(&self) -> BudgetReport {
         // Not nested: a pass takes the registry's lock, then the budget's.
         let models = crate::residency::lock(&self.residency).reports();
-        let b = crate::accounting::lock(&self.budget);
+        let b = dynvram_gpu::accounting::lock(&self.budget);
         BudgetReport {
             capacity: b.capacity(),
             source: b.source().to_string(),

@@ -9,8 +9,8 @@ use dynvram_loader::{Dtype, HostBytes, ModelFiles, SafetensorsFile, TensorInfo};
 use dynvram_memory::ModelId;
 
 use crate::error::{Result, RuntimeError};
-use crate::gpu::{Gpu, StagingRing};
 use crate::planning::PlanWeight;
+use dynvram_gpu::gpu::{Gpu, StagingRing};
 
 /// One weight of a model: its tensor, its block and how it is uploaded.
 #[derive(Debug)]

@@ -1,13 +1,11 @@
 //! Opening a GPU in tests, wgpu-style: the adapter comes from `WGPU_BACKEND` /
 //! `WGPU_ADAPTER_NAME`; a test that needs a missing feature is reported as
 //! *skipped* with the reason. With `DYNVRAM_REQUIRE_GPU=1` (CI) a missing
-//! adapter is a failure, not a skip ([`crate::skip`]).
+//! adapter is a failure, not a skip ([`crate::skip`]). With feature
+//! `runtime`, runtimes at a budget too.
 
-use std::collections::HashMap;
-
-use dynvram_runtime::memory::BudgetConfig;
-use dynvram_runtime::quant::AdapterCaps;
-use dynvram_runtime::{AdapterChoice, Gpu, ModelSpec, Runtime, RuntimeConfig};
+use dynvram_gpu::{AdapterChoice, Gpu};
+use dynvram_quant::AdapterCaps;
 
 use crate::skip::no_gpu;
 
@@ -74,13 +72,15 @@ pub fn have_gpu(test: &str) -> bool {
 
 /// A runtime with a VRAM capacity of `vram_budget` bytes (the adapter's
 /// when `None`), other settings default.
-pub fn runtime(vram_budget: Option<u64>) -> Runtime {
-    Runtime::new(RuntimeConfig {
+#[cfg(feature = "runtime")]
+pub fn runtime(vram_budget: Option<u64>) -> dynvram_runtime::Runtime {
+    use dynvram_runtime::memory::BudgetConfig;
+    dynvram_runtime::Runtime::new(dynvram_runtime::RuntimeConfig {
         budget: BudgetConfig {
             vram_budget,
             ..BudgetConfig::default()
         },
-        ..RuntimeConfig::default()
+        ..dynvram_runtime::RuntimeConfig::default()
     })
     .expect("runtime opens")
 }
@@ -89,10 +89,12 @@ pub fn runtime(vram_budget: Option<u64>) -> Runtime {
 /// reserve, the scratch, two arenas for the largest block, and a quarter of
 /// the weights (the arenas alone exceed a quarter of a small model, so they
 /// come on top).
-pub fn quarter_budget(spec: &ModelSpec) -> u64 {
+#[cfg(feature = "runtime")]
+pub fn quarter_budget(spec: &dynvram_runtime::ModelSpec) -> u64 {
+    use dynvram_runtime::memory::BudgetConfig;
     let (_, weights) = dynvram_runtime::plan_spec(spec, u64::MAX).expect("plan");
     let model: u64 = weights.iter().map(|w| w.size).sum();
-    let mut per_block = HashMap::new();
+    let mut per_block = std::collections::HashMap::new();
     for w in &weights {
         *per_block.entry(w.block).or_insert(0u64) += w.size.next_multiple_of(256);
     }
@@ -121,7 +123,7 @@ pub fn bare_device(
         required_limits: adapter.limits(),
         ..Default::default()
     };
-    match dynvram_runtime::gpu::device_open::request_device(&adapter, &desc, Default::default()) {
+    match dynvram_gpu::gpu::device_open::request_device(&adapter, &desc, Default::default()) {
         Ok((device, queue, extras)) => {
             eprintln!(
                 "{test}: running on {} (host import {})",

@@ -10,8 +10,9 @@
 //!   references and goldens.
 //! - [`safetensors`]: reading small safetensors files whole, and writing
 //!   them by hand (broken ones included).
-//! - `gpu` (feature `gpu`): opening the test adapter through the runtime,
-//!   or a bare wgpu device, under the skip rule; runtimes at a budget.
+//! - `gpu` (feature `gpu`): opening the test adapter through `dynvram_gpu`,
+//!   or a bare wgpu device, under the skip rule; with feature `runtime`,
+//!   runtimes at a budget.
 //!
 //! This crate and the CLI are the only places that read environment
 //! variables; here only the tests' own (`DYNVRAM_REQUIRE_GPU`,

@@ -381,8 +381,27 @@ impl FluxCheckpoint {
         ModelSpec {
             files: self.weights.clone(),
             blocks: self.blocks(),
-            scratch_bytes: super::forward::scratch_bytes(&self.config, shape, dtype),
+            scratch_bytes: super::forward::scratch_bytes(
+                &self.config,
+                shape,
+                dtype,
+                self.widest_integer_k(),
+            ),
         }
+    }
+
+    /// The input width of the widest linear whose kernels quantize their
+    /// activations (0 when there is none: the scratch they need).
+    pub fn widest_integer_k(&self) -> usize {
+        let list = FilesList::new(&self.files);
+        self.blocks()
+            .iter()
+            .flat_map(|b| &b.linears)
+            .filter_map(|l| quant::validate_layer(&list, l).ok())
+            .filter(|layer| layer.format.quantizes_activations())
+            .map(|layer| layer.k)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes of every tensor a pass uses, as stored.

@@ -78,8 +78,16 @@ fn act_shapes(c: &FluxConfig, s: Shape) -> Vec<(&'static str, Vec<usize>, bool)>
 }
 
 /// Activation bytes a pass over `shape` needs in `dtype`, plus the linear
-/// kernels' scratch (rotated and quantized inputs of the widest layer).
-pub fn scratch_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
+/// kernels' scratch: the rotated and quantized inputs of the widest layer
+/// that quantizes its activations (`widest_integer_k`, its input width; 0
+/// when every linear is float, which needs none — 0.53 GiB at FLUX.1's 4,608
+/// tokens that a bf16 model would otherwise hold for nothing).
+pub fn scratch_bytes(
+    c: &FluxConfig,
+    shape: Shape,
+    dtype: ActDtype,
+    widest_integer_k: usize,
+) -> u64 {
     let acts: u64 = act_shapes(c, shape)
         .iter()
         .map(|(_, s, f32_only)| {
@@ -88,8 +96,44 @@ pub fn scratch_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
         })
         .sum();
     let rows = (shape.batch * shape.joint_len()) as u64;
-    let linear = 2 * rows * (c.hidden_size + c.mlp_hidden()) as u64 * 4;
+    let linear = 2 * rows * widest_integer_k as u64 * 4;
     acts + linear
+}
+
+/// The intermediates `ForwardOptions::capture` keeps: (name, rows of
+/// `hidden_size`).
+fn capture_rows(c: &FluxConfig, s: Shape) -> Vec<(&'static str, usize)> {
+    let b = s.batch;
+    let mut v = vec![
+        ("vec", b),
+        ("img_embed", b * s.img_len),
+        ("txt_embed", b * s.txt_len),
+    ];
+    if c.depth > 0 {
+        v.extend([
+            ("img_after_double0", b * s.img_len),
+            ("txt_after_double0", b * s.txt_len),
+        ]);
+    }
+    if c.depth_single_blocks > 0 {
+        v.extend([
+            ("after_double_blocks", b * s.joint_len()),
+            ("after_single0", b * s.joint_len()),
+        ]);
+    }
+    v.push(("before_final_layer", b * s.img_len));
+    v
+}
+
+/// Bytes a pass with `ForwardOptions::capture` allocates beyond
+/// [`scratch_bytes`] (a debugging aid, so `FluxCheckpoint::spec` does not
+/// reserve them: add this to its `scratch_bytes` to capture under a tight
+/// budget).
+pub fn capture_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
+    capture_rows(c, shape)
+        .iter()
+        .map(|&(_, rows)| (rows as u64 * c.hidden_size as u64 * dtype.size()).div_ceil(4) * 4)
+        .sum()
 }
 
 /// The activations of a pass, by name.
@@ -231,30 +275,12 @@ impl Flux {
             a.get("pe"),
             &dit::rope_table(&inputs.joint_ids(), &c.axes_dim, c.theta),
         )?;
-        let (h, b) = (c.hidden_size, s.batch);
-        let capture_shapes: Vec<(&str, usize)> = if opts.capture {
-            let mut v = vec![
-                ("vec", b),
-                ("img_embed", b * s.img_len),
-                ("txt_embed", b * s.txt_len),
-            ];
-            if c.depth > 0 {
-                v.extend([
-                    ("img_after_double0", b * s.img_len),
-                    ("txt_after_double0", b * s.txt_len),
-                ]);
-            }
-            if c.depth_single_blocks > 0 {
-                v.extend([
-                    ("after_double_blocks", b * s.joint_len()),
-                    ("after_single0", b * s.joint_len()),
-                ]);
-            }
-            v.push(("before_final_layer", b * s.img_len));
-            v
+        let capture_shapes = if opts.capture {
+            capture_rows(c, s)
         } else {
             Vec::new()
         };
+        let h = c.hidden_size;
         let captures = capture_shapes
             .iter()
             .map(|&(name, rows)| {

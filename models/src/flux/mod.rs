@@ -23,7 +23,7 @@ pub use checkpoint::{
     COMFY_PREFIX, DetectedFlux, FluxCheckpoint, Names, detect_prefix, infer_config,
 };
 pub use config::FluxConfig;
-pub use forward::{Flux, FluxForward, ForwardOptions, scratch_bytes};
+pub use forward::{Flux, FluxForward, ForwardOptions, capture_bytes, scratch_bytes};
 pub use inputs::{FluxInputs, NAMES as INPUT_NAMES};
 
 /// Batch size and sequence lengths of a pass (they size the activations).

@@ -213,6 +213,16 @@ impl Checkpoint {
             expect_vec(&names::post_norm(l), h)?;
         }
         expect_vec(names::FINAL_NORM, h)?;
+        if let Some((name, l)) = first_layer_past(
+            self.files.tensors().map(|(_, t)| t.name.as_str()),
+            c.num_hidden_layers,
+        ) {
+            return Err(self.weights_err(format!(
+                "tensor `{name}` is in layer {l}, but config.json says `num_hidden_layers` = {} (layers 0 to {}); a checkpoint with more layers than its config would run only the first ones",
+                c.num_hidden_layers,
+                c.num_hidden_layers - 1
+            )));
+        }
         if !c.tie_word_embeddings
             && list
                 .dtype_shape(&format!("{}.weight", names::LM_HEAD))
@@ -299,6 +309,21 @@ impl Checkpoint {
 }
 
 /// Activation bytes of one set of `rows` rows (see `forward::Acts`).
+/// The first tensor (and its layer index) under `model.layers.{i}.` with
+/// `i >= layers`, in file order.
+fn first_layer_past<'a>(
+    names: impl Iterator<Item = &'a str>,
+    layers: usize,
+) -> Option<(&'a str, usize)> {
+    names
+        .filter_map(|name| {
+            let rest = name.strip_prefix("model.layers.")?;
+            let i = rest.split('.').next()?.parse::<usize>().ok()?;
+            (i >= layers).then_some((name, i))
+        })
+        .next()
+}
+
 pub(crate) fn act_bytes(c: &LlamaConfig, rows: usize, logit_rows: usize) -> u64 {
     let per_row = 3 * c.hidden_size + 2 * c.q_width() + 2 * c.kv_width() + 3 * c.intermediate_size;
     // Linear kernels' scratch: rotated and quantized input of the widest K.

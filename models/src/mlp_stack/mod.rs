@@ -27,6 +27,9 @@ pub enum MlpError {
     /// A layer failed validation.
     #[error(transparent)]
     Quant(#[from] quant::LayoutError),
+    /// A tensor could not be read (a file shrank or changed under us).
+    #[error(transparent)]
+    Load(#[from] dynvram_runtime::loader::LoadError),
     /// The CPU reference failed.
     #[error(transparent)]
     Reference(#[from] quant::ReferenceError),
@@ -203,10 +206,10 @@ fn reference(
     x: &[f32],
     act: Option<ActArith>,
 ) -> Result<Vec<f32>, MlpError> {
-    let get = |name: &Option<String>| name.as_ref().and_then(|n| list.bytes(n));
-    let weight = list.bytes(&layer.weight).unwrap_or_default();
-    let scale = get(&layer.scale);
-    let bias = get(&layer.bias);
+    let get = |name: &Option<String>| name.as_deref().map(|n| list.read(n)).transpose();
+    let weight = list.read(&layer.weight)?;
+    let scale = get(&layer.scale)?;
+    let bias = get(&layer.bias)?;
     let bytes = quant::LayerBytes {
         weight: &weight,
         scale: scale.as_deref(),
@@ -377,9 +380,7 @@ fn read_input(
             shape.hidden
         )));
     }
-    let bytes = list
-        .bytes(INPUT)
-        .ok_or_else(|| bad("its bytes could not be read".into()))?;
+    let bytes = list.read(INPUT)?;
     let x = quant::tensors::floats_to_f32(dtype, &bytes)
         .ok_or_else(|| bad("expected F32, F16 or BF16".into()))?;
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {

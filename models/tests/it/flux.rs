@@ -60,9 +60,16 @@ fn run(
     dtype: ActDtype,
     capture: bool,
 ) -> dynvram_models::flux::FluxForward {
-    let budget = quarter.then(|| quarter_budget(&ckpt.spec(inputs.shape, dtype)));
+    // Captured intermediates are allocated beyond the pass's activations:
+    // the spec reserves room for them.
+    let mut spec = ckpt.spec(inputs.shape, dtype);
+    if capture {
+        spec.scratch_bytes +=
+            dynvram_models::flux::capture_bytes(&ckpt.config, inputs.shape, dtype);
+    }
+    let budget = quarter.then(|| quarter_budget(&spec));
     let rt = runtime(budget);
-    let model = Model::open(&rt, &ckpt.spec(inputs.shape, dtype)).expect("model opens");
+    let model = Model::open(&rt, &spec).expect("model opens");
     let report = model.report();
     eprintln!(
         "model {} B, resident {} B, streamed {} B (budget {budget:?})",
@@ -899,6 +906,9 @@ fn comfy_mixed_quant_checkpoint_runs() {
         Format::Float8E4m3fn
     ));
     assert!(matches!(fmt("img_in"), Format::Bf16));
+    // The scratch is sized by the widest integer layer: linear2 (h + mlp).
+    let c = &ckpt.config;
+    assert_eq!(ckpt.widest_integer_k(), c.hidden_size + c.mlp_hidden());
     let inputs = tiny_inputs(&ckpt);
     let want = &tiny_reference()["out"].values;
     let resident = run(&ckpt, &inputs, false, ActDtype::F32, false).out;
@@ -921,6 +931,25 @@ fn comfy_mixed_quant_checkpoint_runs() {
     );
     // Weight quantization moves the output; a broken layer moves it far more.
     assert!(cos > 0.99 && err < 0.15 * max_abs(want), "{err} {cos}");
+}
+
+/// A bf16 model's linears quantize nothing, so its pass reserves no linear
+/// scratch (at FLUX.1's 4,608 tokens that was 0.53 GiB, and what kept bf16
+/// from fitting a 2 GiB budget).
+#[test]
+fn float_models_reserve_no_linear_scratch() {
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
+    assert_eq!(ckpt.widest_integer_k(), 0);
+    let shape = tiny_inputs(&ckpt).shape;
+    let c = &ckpt.config;
+    let acts = dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, 0);
+    assert_eq!(ckpt.spec(shape, ActDtype::F32).scratch_bytes, acts);
+    let rows = (shape.batch * shape.joint_len()) as u64;
+    let k = c.hidden_size + c.mlp_hidden();
+    assert_eq!(
+        dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, k) - acts,
+        2 * rows * k as u64 * 4
+    );
 }
 
 /// `synth --like flux-dev|flux-schnell` shapes: FLUX.1's 11.9 G parameters

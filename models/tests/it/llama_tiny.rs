@@ -183,3 +183,31 @@ fn bad_input_is_an_error() {
         eprintln!("{ids:?} at {pos0}: {e}");
     }
 }
+
+#[test]
+fn layers_past_the_config_are_an_error_naming_one() {
+    // tiny-llama's weights with a config that claims one layer fewer: the
+    // last layer's tensors are in the file but would never run.
+    let src = fixtures::tiny_llama();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).expect("config"))
+            .expect("config parses");
+    let layers = config["num_hidden_layers"].as_u64().expect("layers") as usize;
+    config["num_hidden_layers"] = serde_json::json!(layers - 1);
+    std::fs::write(dir.path().join("config.json"), config.to_string()).expect("write config");
+    std::fs::copy(
+        src.join("model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .expect("copy weights");
+    let e = Checkpoint::open(dir.path())
+        .expect_err("a checkpoint with more layers than its config must not open")
+        .to_string();
+    let last = layers - 1;
+    assert!(
+        e.contains(&format!("model.layers.{last}.")) && e.contains(&format!("= {last}")),
+        "{e}"
+    );
+    assert!(e.contains("model.safetensors"), "names the file: {e}");
+}

@@ -88,3 +88,33 @@ fn a_stray_tensor_or_a_misshapen_input_is_an_error() {
     assert_eq!(probe.rows(4), 3);
     assert_eq!(probe.input(3), vec![0.25; 3 * HIDDEN]);
 }
+
+#[test]
+fn a_file_truncated_before_the_cpu_reference_is_an_error_naming_it() {
+    use dynvram_models::mlp_stack::{MlpError, discover, forward_cpu};
+    use dynvram_runtime::FilesList;
+    use dynvram_runtime::loader::ModelFiles;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("short.safetensors");
+    write(&path, &[0, 1], &[]);
+    let files = ModelFiles::from_files([&path]).expect("opens");
+    let list = FilesList::new(&files);
+    let (_, layers) = discover(&path, &list).expect("a stack");
+    let acts = vec![[None, None]; layers.len()];
+    let x = vec![0.5; HIDDEN];
+    forward_cpu(&list, &layers, &acts, &x).expect("whole file");
+    // `run` reads the weights again for its check after the GPU pass; the
+    // file loses its last block meanwhile.
+    let len = std::fs::metadata(&path).expect("stat").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(len / 2)
+        .expect("truncate");
+    let e = forward_cpu(&list, &layers, &acts, &x).expect_err("a short file");
+    assert!(matches!(e, MlpError::Load(_)), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("short.safetensors"), "{e}");
+}

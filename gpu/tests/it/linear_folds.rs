@@ -10,16 +10,16 @@
 //! is recorded.
 
 use crate::linear_common::{HostLayer, env};
-use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_runtime::ops::elementwise::{record_add_inplace, record_swiglu};
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::host;
-use dynvram_runtime::ops::linear::{
+use dynvram_gpu::ops::elementwise::{record_add_inplace, record_swiglu};
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host;
+use dynvram_gpu::ops::linear::{
     Fold, Fusion, LinearWeights, NormFold, RecordOptions, fold_unusable, record_linear_folded,
     record_linear_with, record_linears_fused,
 };
-use dynvram_runtime::ops::norm::record_rms_norm;
-use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
+use dynvram_gpu::ops::norm::record_rms_norm;
+use dynvram_gpu::{ActDtype, Gpu, GpuTensor};
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_test_support::gpu::any_adapter;
 use dynvram_test_support::random::{rng, uniform};
 use dynvram_test_support::tolerance::assert_close_rel;

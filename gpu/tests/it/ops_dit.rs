@@ -6,8 +6,8 @@
 //! operand checks.
 
 use crate::ops_common::{ctx, nan_tensor, read, run, upload};
-use dynvram_runtime::GpuError;
-use dynvram_runtime::ops::dit::{
+use dynvram_gpu::GpuError;
+use dynvram_gpu::ops::dit::{
     Block, GatherOp, Joint, record_ada_norm, record_gated_add, record_gather, record_qk_place,
     rope_table, timestep_embedding,
 };
@@ -296,7 +296,7 @@ fn bad_operands_are_refused() {
         Err(GpuError::BadOperands { detail, .. }) => eprintln!("{what}: {detail}"),
         other => panic!("{what}: expected BadOperands, got {other:?}"),
     };
-    let mut enc = dynvram_runtime::ops::encoder::Encoder::new(&g.device, "bad");
+    let mut enc = dynvram_gpu::ops::encoder::Encoder::new(&g.device, "bad");
     // 6 rows are not 2 batch elements of 4 rows.
     expect_bad(
         "per_batch",

@@ -2,12 +2,12 @@
 //! not multiples of the 256-wide workgroup), plus operand checks.
 
 use crate::ops_common::{ctx, nan_tensor, read, run, upload};
-use dynvram_runtime::GpuError;
-use dynvram_runtime::ops::elementwise::{
+use dynvram_gpu::GpuError;
+use dynvram_gpu::ops::elementwise::{
     Binary, Unary, record_add_inplace, record_binary, record_binary_inplace, record_swiglu,
     record_unary, record_unary_inplace,
 };
-use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::tolerance::assert_close;
 

@@ -1,5 +1,5 @@
-//! Errors of the linear op (`ops::linear`), here so that `RuntimeError` can
-//! wrap them without the crate's error depending on the ops.
+//! Errors of the linear op (`ops::linear` re-exports them), apart from the
+//! ops: the runtime's error wraps them.
 
 use dynvram_quant::{Format, KernelChoice};
 

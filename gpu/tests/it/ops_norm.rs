@@ -2,10 +2,10 @@
 //! that are not multiples of the workgroup size.
 
 use crate::ops_common::{ctx, nan_tensor, read, run, upload};
-use dynvram_runtime::GpuError;
-use dynvram_runtime::ops::elementwise::record_add_inplace;
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::norm::{record_add_rms_norm, record_layer_norm, record_rms_norm};
+use dynvram_gpu::GpuError;
+use dynvram_gpu::ops::elementwise::record_add_inplace;
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::norm::{record_add_rms_norm, record_layer_norm, record_rms_norm};
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::tolerance::assert_close;
 

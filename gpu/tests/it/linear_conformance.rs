@@ -1,8 +1,8 @@
 //! Every golden case of `fixtures/conformance` on the test adapter, with the
 //! path the kernel choice picks, and with int4 and int8 forced.
 
+use dynvram_gpu::ops::linear::conformance::run_dir;
 use dynvram_quant::LinearDtypeOverride;
-use dynvram_runtime::ops::linear::conformance::run_dir;
 use dynvram_test_support::fixtures;
 use dynvram_test_support::gpu::{any_adapter, test_gpu};
 

@@ -2,9 +2,9 @@
 //! rows straddle 32-bit words), with an out-of-range id giving a zero row.
 
 use crate::ops_common::{ctx, nan_tensor, read, run, upload_bytes};
-use dynvram_runtime::GpuError;
-use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
-use dynvram_runtime::ops::encoder::Encoder;
+use dynvram_gpu::GpuError;
+use dynvram_gpu::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_test_support::random::nonzero;
 use half::{bf16, f16};
 

@@ -7,11 +7,26 @@ use std::time::Instant;
 
 use dynvram_memory::{AllocId, Budget, OwnerClass};
 
-use crate::error::{Result, RuntimeError};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, GpuError};
 
 /// The shared budget (one per runtime, over every model).
 pub type SharedBudget = Arc<Mutex<Budget>>;
+
+/// Why a [`TrackedBuffer`] could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BufferError {
+    /// The budget refused the buffer (the deficit rule); names the buffer.
+    #[error("buffer `{label}`: {source}")]
+    BudgetRefused {
+        /// Buffer label.
+        label: String,
+        /// Why the budget refused.
+        source: dynvram_memory::BudgetError,
+    },
+    /// The GPU refused the allocation.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+}
 
 /// A GPU buffer counted in the ledger.
 #[derive(Debug)]
@@ -36,24 +51,24 @@ impl TrackedBuffer {
         label: &str,
         size: u64,
         usage: wgpu::BufferUsages,
-    ) -> Result<Self> {
+    ) -> Result<Self, BufferError> {
         Self::new_with(budget, class, label, size, |size| {
             gpu.create_buffer(label, size, usage)
         })
     }
 
     /// [`Self::new`] with the buffer made by `make` (given the rounded size).
-    pub(crate) fn new_with(
+    pub fn new_with(
         budget: &SharedBudget,
         class: OwnerClass,
         label: &str,
         size: u64,
-        make: impl FnOnce(u64) -> std::result::Result<wgpu::Buffer, crate::GpuError>,
-    ) -> Result<Self> {
+        make: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
+    ) -> Result<Self, BufferError> {
         let size = size.max(4).next_multiple_of(4);
         let id = lock(budget)
             .allocate(class, size, Instant::now())
-            .map_err(|source| RuntimeError::BudgetRefused {
+            .map_err(|source| BufferError::BudgetRefused {
                 label: label.to_owned(),
                 source,
             })?;

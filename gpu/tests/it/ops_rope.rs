@@ -2,9 +2,9 @@
 //! 2 kv heads, head_dim 32 and 64, positions starting at 0 and mid-cache.
 
 use crate::ops_common::{ctx, read, run, upload};
-use dynvram_runtime::GpuError;
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope, record_rope_qk};
+use dynvram_gpu::GpuError;
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope, record_rope_qk};
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::tolerance::assert_close;
 

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use dynvram_runtime::gpu::{GpuError, PinnedBuffer, RingConfig, StagingRing, UploadError};
-use dynvram_runtime::loader::{HostBytes, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
+use dynvram_gpu::gpu::{GpuError, PinnedBuffer, RingConfig, StagingRing, UploadError};
+use dynvram_loader::{HostBytes, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_test_support::gpu::{device_buffer, read_back, test_device};
 use dynvram_test_support::random;
 use dynvram_test_support::safetensors::{file_bytes, one_tensor_file, write_bytes};

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use dynvram_memory::OwnerClass;
 
 use super::{CoopShape, LinearError};
-use crate::RuntimeError;
-use crate::accounting::{SharedBudget, TrackedBuffer};
+use crate::accounting::{BufferError, SharedBudget, TrackedBuffer};
 use crate::gpu::Gpu;
 
 /// One scratch buffer, with its ledger entry where there is a budget.
@@ -78,7 +77,7 @@ fn ensure(
         Some(budget) => {
             let tracked = TrackedBuffer::new(gpu, budget, OwnerClass::Scratch, label, bytes, USAGE)
                 .map_err(|e| match e {
-                    RuntimeError::Gpu(g) => LinearError::Gpu(g),
+                    BufferError::Gpu(g) => LinearError::Gpu(g),
                     other => LinearError::Scratch {
                         label: label.to_owned(),
                         bytes,
@@ -108,7 +107,7 @@ impl LinearScratch {
 
     /// Empty scratch whose buffers are counted in `budget`'s ledger as
     /// `scratch` (and refused where the budget has no room).
-    pub(crate) fn tracked(budget: SharedBudget) -> Self {
+    pub fn tracked(budget: SharedBudget) -> Self {
         Self {
             budget: Some(budget),
             ..Self::default()

@@ -20,18 +20,18 @@ use crate::ops_common::{Ctx, ctx_with, read, run, up, zeros};
 use dynvram_test_support::gpu::{lacks_f16, needs_f16, test_gpu};
 use dynvram_test_support::random::uniform_seeded;
 
-use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
-use dynvram_runtime::ops::cache::PipelineCache;
-use dynvram_runtime::ops::elementwise::{
+use dynvram_gpu::ops::attention::{Heads, record_attention, record_kv_write};
+use dynvram_gpu::ops::cache::PipelineCache;
+use dynvram_gpu::ops::elementwise::{
     Binary, Unary, record_binary, record_binary_inplace, record_unary, record_unary_inplace,
 };
-use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::host::{self, round_to};
-use dynvram_runtime::ops::linear::LinearScratch;
-use dynvram_runtime::ops::norm::{record_layer_norm, record_rms_norm};
-use dynvram_runtime::ops::rope::{RopeTable, record_rope};
-use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
+use dynvram_gpu::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host::{self, round_to};
+use dynvram_gpu::ops::linear::LinearScratch;
+use dynvram_gpu::ops::norm::{record_layer_norm, record_rms_norm};
+use dynvram_gpu::ops::rope::{RopeTable, record_rope};
+use dynvram_gpu::{ActDtype, GpuError, GpuTensor};
 
 const F32_SLACK: f32 = 2e-6;
 

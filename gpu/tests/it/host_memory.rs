@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use dynvram_runtime::gpu::host_memory::{self, HostMemory, HostMemoryChoice, ImportError};
-use dynvram_runtime::gpu::{PinnedBuffer, RingConfig, StagingRing};
-use dynvram_runtime::loader::{HostBytes, ReaderConfig, ReaderPool, SafetensorsFile};
+use dynvram_gpu::gpu::host_memory::{self, HostMemory, HostMemoryChoice, ImportError};
+use dynvram_gpu::gpu::{PinnedBuffer, RingConfig, StagingRing};
+use dynvram_loader::{HostBytes, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_test_support::gpu::{bare_device, device_buffer, read_back};
 use dynvram_test_support::random;
 use dynvram_test_support::safetensors::{one_tensor_file, write_bytes};

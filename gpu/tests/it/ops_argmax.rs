@@ -5,10 +5,10 @@
 //! behind.
 
 use crate::ops_common::{Ctx, ctx, read, run, up, upload};
-use dynvram_runtime::gpu::ReadbackRing;
-use dynvram_runtime::ops::argmax::{argmax, record_argmax};
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::{ActDtype, GpuTensor};
+use dynvram_gpu::gpu::ReadbackRing;
+use dynvram_gpu::ops::argmax::{argmax, record_argmax};
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_test_support::random::{rng, uniform};
 use rand::Rng;
 

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use dynvram_runtime::ops::cache::PipelineCache;
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::host;
-use dynvram_runtime::quant::AdapterCaps;
-use dynvram_runtime::{ActDtype, Gpu, GpuError, GpuTensor};
+use dynvram_gpu::ops::cache::PipelineCache;
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host;
+use dynvram_gpu::{ActDtype, Gpu, GpuError, GpuTensor};
+use dynvram_quant::AdapterCaps;
 use dynvram_test_support::gpu::{any_adapter, test_gpu};
 
 /// An opened test GPU with a pipeline cache.

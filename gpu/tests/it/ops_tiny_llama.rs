@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use crate::ops_common::{ctx, nan_tensor, read, run, upload, upload_bytes};
-use dynvram_runtime::ops::attention::{Heads, record_attention, record_kv_write};
-use dynvram_runtime::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
-use dynvram_runtime::ops::linear::LinearScratch;
-use dynvram_runtime::ops::norm::record_rms_norm;
-use dynvram_runtime::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope_qk};
-use dynvram_runtime::{ActDtype, GpuTensor};
+use dynvram_gpu::ops::attention::{Heads, record_attention, record_kv_write};
+use dynvram_gpu::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
+use dynvram_gpu::ops::linear::LinearScratch;
+use dynvram_gpu::ops::norm::record_rms_norm;
+use dynvram_gpu::ops::rope::{RopeTable, cos_sin_table, inv_freq, record_rope_qk};
+use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_test_support::fixtures;
 use dynvram_test_support::safetensors::{self, Dtype, Tensor, get};
 use dynvram_test_support::tolerance::assert_close;
@@ -21,7 +21,7 @@ const HEAD_DIM: u64 = 32;
 const THETA: f32 = 10000.0;
 const EPS: f32 = 1e-5;
 
-fn f32_tensor(g: &dynvram_runtime::Gpu, t: &Tensor) -> GpuTensor {
+fn f32_tensor(g: &dynvram_gpu::Gpu, t: &Tensor) -> GpuTensor {
     upload(g, &t.shape_u64(), &t.values)
 }
 

@@ -7,17 +7,17 @@
 //! kernels otherwise) on awkward row and key counts.
 
 use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
-use dynvram_runtime::ops::attention::{
+use dynvram_gpu::ops::attention::{
     DecodeTuning, FlashKernel, FlashTuning, Heads, Mask, decode_unusable, default_flash_kernel,
     default_flash_tuning, default_flash_tunings, flash_geometry, flash_kernel_unusable,
     flash_unusable, lanes_per_key, record_attention, record_attention_tuned, record_attention_with,
     record_flash_attention, record_flash_attention_tuned, record_kv_write, uses_subgroups,
 };
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::host;
-use dynvram_runtime::ops::linear::LinearScratch;
-use dynvram_runtime::ops::rope::{RopeTable, record_rope_qk};
-use dynvram_runtime::{ActDtype, GpuError, GpuTensor};
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host;
+use dynvram_gpu::ops::linear::LinearScratch;
+use dynvram_gpu::ops::rope::{RopeTable, record_rope_qk};
+use dynvram_gpu::{ActDtype, GpuError, GpuTensor};
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::skip::coop_skipped;
 use dynvram_test_support::tolerance::assert_close;

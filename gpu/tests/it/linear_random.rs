@@ -10,24 +10,24 @@ use crate::linear_common::{Env, HostLayer, env, env_with};
 
 use std::sync::Arc;
 
+use dynvram_gpu::gpu::{AdapterChoice, GpuOptions};
+use dynvram_gpu::ops::elementwise::record_swiglu;
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host;
+use dynvram_gpu::ops::linear::conformance::upload_f32;
+use dynvram_gpu::ops::linear::{
+    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearWeights,
+    RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
+    record_linears_fused,
+};
+use dynvram_gpu::ops::norm::record_add_rms_norm;
+use dynvram_gpu::{ActDtype, Gpu, GpuTensor};
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
     quantize_act_for, rotate, unpack_int4,
 };
 use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_runtime::gpu::{AdapterChoice, GpuOptions};
-use dynvram_runtime::ops::elementwise::record_swiglu;
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::host;
-use dynvram_runtime::ops::linear::conformance::upload_f32;
-use dynvram_runtime::ops::linear::{
-    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearWeights,
-    RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
-    record_linears_fused,
-};
-use dynvram_runtime::ops::norm::record_add_rms_norm;
-use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use dynvram_test_support::gpu::any_adapter;
 use dynvram_test_support::random::activations;
 use dynvram_test_support::skip::coop_skipped;

@@ -14,19 +14,19 @@
 
 use crate::linear_common::{Env, HostLayer, env};
 
+use dynvram_gpu::ActDtype;
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host::{self, round_to};
+use dynvram_gpu::ops::linear::{
+    CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights, RecordOptions,
+    coop_unusable, record_linear_with,
+};
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
     quantize_act_for, rotate, unpack_int4,
 };
 use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_runtime::ActDtype;
-use dynvram_runtime::ops::encoder::Encoder;
-use dynvram_runtime::ops::host::{self, round_to};
-use dynvram_runtime::ops::linear::{
-    CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights, RecordOptions,
-    coop_unusable, record_linear_with,
-};
 use dynvram_test_support::gpu::needs_f16;
 use dynvram_test_support::random::activations;
 use dynvram_test_support::skip::coop_skipped;

@@ -3,13 +3,13 @@
 //! the random layer (one generator, so all draw the same layers).
 #![allow(dead_code)] // each test file uses a different subset
 
+use dynvram_gpu::gpu::AdapterChoice;
+use dynvram_gpu::ops::cache::PipelineCache;
+use dynvram_gpu::ops::linear::LinearScratch;
+use dynvram_gpu::{ActDtype, Gpu};
 use dynvram_quant::reference::LayerBytes;
 use dynvram_quant::tensors::Dtype;
 use dynvram_quant::{AdapterCaps, Format, QuantLayer};
-use dynvram_runtime::gpu::AdapterChoice;
-use dynvram_runtime::ops::cache::PipelineCache;
-use dynvram_runtime::ops::linear::LinearScratch;
-use dynvram_runtime::{ActDtype, Gpu};
 use dynvram_test_support::gpu::test_gpu_with;
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
