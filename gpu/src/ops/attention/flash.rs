@@ -65,6 +65,27 @@ pub const DEFAULT_REGISTERS: u32 = 160;
 /// Why the adapter cannot run flash attention at all with `act`
 /// activations and head dimension `hd` (any tuning), or `Ok`.
 fn supported(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<(), String> {
+    coop_f16_unusable(
+        caps,
+        act,
+        hd,
+        |sg| sg.is_power_of_two() && sg >= 4,
+        "(the kernel needs one fixed power-of-two size)",
+    )
+}
+
+/// What both flash kernels need of the adapter with `act` activations and
+/// head dimension `hd`: f16 cooperative matrices and subgroups, f16
+/// activations, one subgroup size that `sg_fits` (else `Err` with
+/// "subgroups of MIN..MAX invocations `sg_need`"), and `hd` a multiple of
+/// the matrix edge up to [`super::MAX_HEAD_DIM`].
+pub(super) fn coop_f16_unusable(
+    caps: &AdapterCaps,
+    act: ActDtype,
+    hd: u64,
+    sg_fits: impl Fn(u32) -> bool,
+    sg_need: &str,
+) -> Result<(), String> {
     let edge = caps.coop_matrix_edge;
     if edge == 0 || !caps.shader_f16 || !caps.subgroups {
         return Err("the adapter lacks f16 cooperative matrices, SHADER_F16 or subgroups".into());
@@ -73,9 +94,9 @@ fn supported(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<(), String> {
         return Err("f32 activations would round to f16 (the kernel takes f16)".into());
     }
     let sg = caps.subgroup_min_size;
-    if sg != caps.subgroup_max_size || !sg.is_power_of_two() || sg < 4 {
+    if sg != caps.subgroup_max_size || !sg_fits(sg) {
         return Err(format!(
-            "subgroups of {}..{} invocations (the kernel needs one fixed power-of-two size)",
+            "subgroups of {}..{} invocations {sg_need}",
             caps.subgroup_min_size, caps.subgroup_max_size
         ));
     }
@@ -262,11 +283,10 @@ pub(super) fn record(
     tuning: &FlashTuning,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
-    let Operands { q, k, v, out } = *ops;
-    if q.dtype != ActDtype::F16 {
+    if ops.q.dtype != ActDtype::F16 {
         return Err(crate::ops::kernel::bad(
             OP,
-            format!("flash attention takes f16 activations, not {}", q.dtype),
+            format!("flash attention takes f16 activations, not {}", ops.q.dtype),
         ));
     }
     if let Some(why) = tuning_unusable(&gpu.caps, tuning, heads.head_dim) {
@@ -283,22 +303,77 @@ pub(super) fn record(
     let key = format!("flash_attention{edge}|SG={sg}|{tuning}|HD={hd}");
     // The softmax runs on exp2: the scores' scale times log2(e).
     let scale2 = (std::f64::consts::LOG2_E / (heads.head_dim as f64).sqrt()) as f32;
-    let params = crate::ops::kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", heads.n_heads)?,
-        to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale2.to_bits(),
+    launch_blocks(
+        gpu,
+        cache,
+        enc,
+        BlockLaunch {
+            op: OP,
+            key: &key,
+            source,
+            constants: &[],
+            rows: u64::from(tuning.rows),
+            scale: scale2,
+            extra: &[1f32.to_bits()],
+        },
+        ops,
+        heads,
+        span,
+    )
+}
+
+/// What differs between the two flash kernels' launches
+/// ([`launch_blocks`]).
+pub(super) struct BlockLaunch<'a> {
+    /// The op (errors) and the profile's label.
+    pub op: &'static str,
+    /// The pipeline key.
+    pub key: &'a str,
+    /// The module.
+    pub source: &'a str,
+    /// Its override constants.
+    pub constants: &'a [(&'a str, f64)],
+    /// Query rows per workgroup.
+    pub rows: u64,
+    /// The scores' factor (parameter word 6).
+    pub scale: f32,
+    /// Parameter words after the causal flag.
+    pub extra: &'a [u32],
+}
+
+/// Launches a flash kernel: one workgroup per head (x) and block of
+/// `l.rows` query rows of each batch element (y), checked against the
+/// adapter's workgroups per dimension; q, k, v and out at bindings 1 to 4;
+/// the parameters sq, n_heads, n_kv_heads, kv_rows, kv_len, pos0, the
+/// scale, the causal flag, then `l.extra`.
+pub(super) fn launch_blocks(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    l: BlockLaunch<'_>,
+    ops: &Operands<'_>,
+    heads: Heads,
+    span: Span,
+) -> Result<(), GpuError> {
+    let op = l.op;
+    let Operands { q, k, v, out } = *ops;
+    let mut words = vec![
+        to_u32(op, "sq", span.sq)?,
+        to_u32(op, "n_heads", heads.n_heads)?,
+        to_u32(op, "n_kv_heads", heads.n_kv_heads)?,
+        to_u32(op, "kv_rows", span.kv_rows)?,
+        to_u32(op, "kv_len", span.kv_len)?,
+        to_u32(op, "pos0", span.pos0)?,
+        l.scale.to_bits(),
         u32::from(span.causal),
-        1f32.to_bits(),
-    ]);
-    let blocks = span.batch * span.sq.div_ceil(u64::from(tuning.rows));
+    ];
+    words.extend_from_slice(l.extra);
+    let params = crate::ops::kernel::params(&words);
+    let blocks = span.batch * span.sq.div_ceil(l.rows);
     let max_groups = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
     if heads.n_heads > max_groups || blocks > max_groups {
         return Err(crate::ops::kernel::bad(
-            OP,
+            op,
             format!(
                 "{} heads x {blocks} query blocks exceed {max_groups} workgroups per dimension",
                 heads.n_heads
@@ -310,11 +385,11 @@ pub(super) fn record(
         cache,
         enc,
         Launch {
-            key: &key,
-            label: &"flash_attention",
-            source,
+            key: l.key,
+            label: &op,
+            source: l.source,
             entry: "main",
-            constants: &[],
+            constants: l.constants,
             act: q.dtype,
             bindings: vec![
                 (1, q.binding()),
@@ -324,8 +399,8 @@ pub(super) fn record(
             ],
             immediates: &params,
             groups: (
-                to_u32(OP, "n_heads", heads.n_heads)?,
-                to_u32(OP, "query blocks", blocks)?,
+                to_u32(op, "n_heads", heads.n_heads)?,
+                to_u32(op, "query blocks", blocks)?,
             ),
             cost: super::cost(q, heads, span),
         },
@@ -334,20 +409,8 @@ pub(super) fn record(
 
 #[cfg(test)]
 mod tests {
+    use super::super::coop_caps as caps;
     use super::*;
-
-    fn caps(edge: u32, sg: u32, storage: u32) -> AdapterCaps {
-        AdapterCaps {
-            shader_f16: true,
-            subgroups: true,
-            subgroup_min_size: sg,
-            subgroup_max_size: sg,
-            coop_matrix_edge: edge,
-            max_workgroup_storage: storage,
-            max_invocations_per_workgroup: 1024,
-            ..AdapterCaps::baseline("test", "vulkan")
-        }
-    }
 
     fn tuning(text: &str) -> FlashTuning {
         text.parse().expect("tuning")

@@ -373,6 +373,23 @@ fn check(
     Ok((sq, kv_rows))
 }
 
+/// An adapter with f16 cooperative matrices of edge `edge`, subgroups of
+/// `sg` invocations and `storage` bytes of workgroup memory (the flash
+/// kernels' unit tests).
+#[cfg(test)]
+fn coop_caps(edge: u32, sg: u32, storage: u32) -> dynvram_quant::AdapterCaps {
+    dynvram_quant::AdapterCaps {
+        shader_f16: true,
+        subgroups: true,
+        subgroup_min_size: sg,
+        subgroup_max_size: sg,
+        coop_matrix_edge: edge,
+        max_workgroup_storage: storage,
+        max_invocations_per_workgroup: 1024,
+        ..dynvram_quant::AdapterCaps::baseline("test", "vulkan")
+    }
+}
+
 /// Bytes (q, out, and the visible k/v rows once per kv head) and FLOPs
 /// (q·k and p·v over the keys each query row sees) of one attention.
 fn cost(q: &GpuTensor, heads: Heads, span: Span) -> kernel::Cost {

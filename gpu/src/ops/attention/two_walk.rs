@@ -9,13 +9,13 @@
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::transformer::{FLASH_TWO_WALK8, FLASH_TWO_WALK16, with_two_walk_shape};
 
+use super::flash::BlockLaunch;
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;
-use crate::ops::launch::{Launch, launch};
 use crate::tensor::ActDtype;
 
 /// A workgroup's shape: `nsg` subgroups of one matrix edge of query rows
@@ -55,29 +55,13 @@ impl TwoWalkShape {
 /// dimension `hd` on this adapter, or the shape it runs with.
 pub(super) fn shape(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<TwoWalkShape, String> {
     let edge = caps.coop_matrix_edge;
-    if edge == 0 || !caps.shader_f16 || !caps.subgroups {
-        return Err("the adapter lacks f16 cooperative matrices, SHADER_F16 or subgroups".into());
-    }
-    if act != ActDtype::F16 {
-        return Err("f32 activations would round to f16 (the kernel takes f16)".into());
-    }
-    let sg = caps.subgroup_min_size;
-    if sg != caps.subgroup_max_size
-        || sg < edge
-        || !sg.is_multiple_of(edge)
-        || !(sg / edge).is_power_of_two()
-    {
-        return Err(format!(
-            "subgroups of {}..{} invocations do not split into rows of the {edge}x{edge} matrices",
-            caps.subgroup_min_size, caps.subgroup_max_size
-        ));
-    }
-    if !hd.is_multiple_of(u64::from(edge)) || hd > super::MAX_HEAD_DIM {
-        return Err(format!(
-            "head_dim {hd} is not a multiple of the matrix edge {edge} up to {}",
-            super::MAX_HEAD_DIM
-        ));
-    }
+    super::flash::coop_f16_unusable(
+        caps,
+        act,
+        hd,
+        |sg| sg >= edge && sg.is_multiple_of(edge) && (sg / edge).is_power_of_two(),
+        &format!("do not split into rows of the {edge}x{edge} matrices"),
+    )?;
     TwoWalkShape::for_adapter(caps, hd as u32).ok_or_else(|| {
         format!(
             "no workgroup shape fits {} bytes of workgroup memory",
@@ -97,7 +81,6 @@ pub(super) fn record(
     shape: TwoWalkShape,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention_two_walk";
-    let Operands { q, k, v, out } = *ops;
     let edge = gpu.caps.coop_matrix_edge;
     let sg = gpu.caps.subgroup_min_size;
     let hd = to_u32(OP, "head_dim", heads.head_dim)?;
@@ -109,72 +92,30 @@ pub(super) fn record(
     let source = with_two_walk_shape(source, nsg, bc, hd);
     let key = format!("flash_two_walk{edge}|SG={sg}|{nsg}x{bc}|HD={hd}");
     let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
-    let params = crate::ops::kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", heads.n_heads)?,
-        to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale.to_bits(),
-        u32::from(span.causal),
-    ]);
-    let rows_per_group = u64::from(nsg * edge);
-    let blocks = span.batch * span.sq.div_ceil(rows_per_group);
-    let max_groups = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
-    if heads.n_heads > max_groups || blocks > max_groups {
-        return Err(crate::ops::kernel::bad(
-            OP,
-            format!(
-                "{} heads x {blocks} query blocks exceed {max_groups} workgroups per dimension",
-                heads.n_heads
-            ),
-        ));
-    }
     let constants = [("SG", f64::from(sg))];
-    launch(
+    super::flash::launch_blocks(
         gpu,
         cache,
         enc,
-        Launch {
+        BlockLaunch {
+            op: OP,
             key: &key,
-            label: &"flash_attention_two_walk",
             source: &source,
-            entry: "main",
             constants: &constants,
-            act: q.dtype,
-            bindings: vec![
-                (1, q.binding()),
-                (2, k.binding()),
-                (3, v.binding()),
-                (4, out.binding()),
-            ],
-            immediates: &params,
-            groups: (
-                to_u32(OP, "n_heads", heads.n_heads)?,
-                to_u32(OP, "query blocks", blocks)?,
-            ),
-            cost: super::cost(q, heads, span),
+            rows: u64::from(nsg * edge),
+            scale,
+            extra: &[],
         },
+        ops,
+        heads,
+        span,
     )
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::coop_caps as caps;
     use super::*;
-
-    fn caps(edge: u32, sg: u32, storage: u32) -> AdapterCaps {
-        AdapterCaps {
-            shader_f16: true,
-            subgroups: true,
-            subgroup_min_size: sg,
-            subgroup_max_size: sg,
-            coop_matrix_edge: edge,
-            max_workgroup_storage: storage,
-            max_invocations_per_workgroup: 1024,
-            ..AdapterCaps::baseline("test", "vulkan")
-        }
-    }
 
     #[test]
     fn shapes_fit_the_adapter() {
