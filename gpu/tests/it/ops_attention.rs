@@ -61,6 +61,40 @@ struct Batch {
     causal: bool,
 }
 
+impl Batch {
+    /// `batch` elements of `sq` query rows over `skv` keys each, as
+    /// `record_flash_attention` takes them.
+    fn plain(batch: usize, sq: usize, skv: usize, mask: Mask) -> Self {
+        let causal = mask == Mask::Causal;
+        Self {
+            batch,
+            sq,
+            kv_rows: skv,
+            kv_len: skv,
+            pos0: if causal { skv - sq } else { 0 },
+            causal,
+        }
+    }
+}
+
+/// q `[batch·sq, n_heads·head_dim]`, k and v `[batch·skv,
+/// n_kv_heads·head_dim]` of `b` on the GPU.
+fn up_qkv(
+    c: &Ctx,
+    h: Heads,
+    b: Batch,
+    (qs, ks, vs): (&[f32], &[f32], &[f32]),
+    dtype: ActDtype,
+) -> (GpuTensor, GpuTensor, GpuTensor) {
+    let q_shape = [(b.batch * b.sq) as u64, h.n_heads * h.head_dim];
+    let kv_shape = [(b.batch * b.kv_rows) as u64, h.n_kv_heads * h.head_dim];
+    (
+        up(c, qs, &q_shape, dtype),
+        up(c, ks, &kv_shape, dtype),
+        up(c, vs, &kv_shape, dtype),
+    )
+}
+
 fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
     let (nh, nkv, hd) = (
         h.n_heads as usize,
@@ -411,27 +445,13 @@ fn flash_attention_matches_cpu() {
             let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
             let ks = rounded(seed + 1, batch * skv * nkv * hd, 1.5, dtype);
             let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
-            let q_shape = [(batch * sq) as u64, (nh * hd) as u64];
-            let kv_shape = [(batch * skv) as u64, (nkv * hd) as u64];
-            let (q, k, v) = (
-                up(&c, &qs, &q_shape, dtype),
-                up(&c, &ks, &kv_shape, dtype),
-                up(&c, &vs, &kv_shape, dtype),
-            );
+            let b = Batch::plain(batch, sq, skv, mask);
+            let (q, k, v) = up_qkv(&c, h, b, (&qs, &ks, &vs), dtype);
             let nan = vec![f32::NAN; qs.len()];
-            let out = up(&c, &nan, &q_shape, dtype);
+            let out = up(&c, &nan, &q.shape, dtype);
             run(&c, |enc| {
                 record_flash_attention(g, &c.cache, enc, &q, &k, &v, &out, h, batch as u64, mask)
             });
-            let causal = mask == Mask::Causal;
-            let b = Batch {
-                batch,
-                sq,
-                kv_rows: skv,
-                kv_len: skv,
-                pos0: if causal { skv - sq } else { 0 },
-                causal,
-            };
             let want = reference(&qs, &ks, &vs, h, b);
             let got = host::read(g, &out).expect("read");
             let (atol, rtol) = tolerance(dtype);
@@ -891,29 +911,15 @@ fn flash_tunings_match_cpu() {
         }
         let ks: Vec<f32> = ks.into_iter().map(|x| host::round_to(x, dtype)).collect();
         let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
-        let q_shape = [(batch * sq) as u64, (nh * hd) as u64];
-        let kv_shape = [(batch * skv) as u64, (nkv * hd) as u64];
-        let (q, k, v) = (
-            up(&c, &qs, &q_shape, dtype),
-            up(&c, &ks, &kv_shape, dtype),
-            up(&c, &vs, &kv_shape, dtype),
-        );
-        let causal = mask == Mask::Causal;
-        let b = Batch {
-            batch,
-            sq,
-            kv_rows: skv,
-            kv_len: skv,
-            pos0: if causal { skv - sq } else { 0 },
-            causal,
-        };
+        let b = Batch::plain(batch, sq, skv, mask);
+        let (q, k, v) = up_qkv(&c, h, b, (&qs, &ks, &vs), dtype);
         let want = reference(&qs, &ks, &vs, h, b);
         for t in flash_kernels(caps.coop_matrix_edge, every) {
             if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
                 continue;
             }
             *ran.entry(t.to_string()).or_insert(0) += 1;
-            let out = up(&c, &vec![f32::NAN; qs.len()], &q_shape, dtype);
+            let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
             run(&c, |enc| {
                 record_flash_attention_tuned(
                     g,
