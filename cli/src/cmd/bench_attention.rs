@@ -243,16 +243,14 @@ pub fn run(mut a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
                         }
                         report.figures.push(f);
                     }
-                    Timed::Skipped(why) => {
-                        let line = format!(
+                    Timed::Skipped(why) => skip(
+                        &mut report.skipped,
+                        json,
+                        format!(
                             "{keys} keys, {} heads / {kv_heads} kv, tuning {tuning}: {why}",
                             a.heads
-                        );
-                        if !json {
-                            println!("skipped: {line}");
-                        }
-                        report.skipped.push(line);
-                    }
+                        ),
+                    ),
                 }
             }
         }
@@ -263,15 +261,49 @@ pub fn run(mut a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Says (unless `json`) and keeps a case or tuning not timed.
+fn skip(skipped: &mut Vec<String>, json: bool, line: String) {
+    if !json {
+        println!("skipped: {line}");
+    }
+    skipped.push(line);
+}
+
+/// A timed attention's operands: q and out `[q_rows,
+/// n_heads·head_dim]`, k and v `[kv_rows, n_kv_heads·head_dim]` (labelled
+/// `kv_labels`).
+struct Operands {
+    q: GpuTensor,
+    k: GpuTensor,
+    v: GpuTensor,
+    out: GpuTensor,
+}
+
+impl Operands {
+    fn new(
+        gpu: &Gpu,
+        heads: Heads,
+        (q_rows, kv_rows): (u64, u64),
+        kv_labels: [&str; 2],
+        act: ActDtype,
+    ) -> anyhow::Result<Self> {
+        let width = heads.n_kv_heads * heads.head_dim;
+        let q_width = heads.n_heads * heads.head_dim;
+        Ok(Self {
+            q: activation(gpu, "bench.q", q_rows, q_width, act, 1)?,
+            k: activation(gpu, kv_labels[0], kv_rows, width, act, 2)?,
+            v: activation(gpu, kv_labels[1], kv_rows, width, act, 3)?,
+            out: activation(gpu, "bench.out", q_rows, q_width, act, 4)?,
+        })
+    }
+}
+
 /// A case's tensors: one query row at the last of `keys` positions over a
 /// full cache, and the RoPE table.
 struct Case {
     heads: Heads,
     keys: u64,
-    q: GpuTensor,
-    k: GpuTensor,
-    v: GpuTensor,
-    out: GpuTensor,
+    ops: Operands,
     rope: Option<RopeTable>,
 }
 
@@ -283,21 +315,15 @@ enum Timed {
 
 impl Case {
     fn new(gpu: &Gpu, heads: Heads, keys: u64, act: ActDtype, rope: bool) -> anyhow::Result<Self> {
-        let width = heads.n_kv_heads * heads.head_dim;
-        let q = activation(gpu, "bench.q", 1, heads.n_heads * heads.head_dim, act, 1)?;
-        let k = activation(gpu, "bench.k_cache", keys, width, act, 2)?;
-        let v = activation(gpu, "bench.v_cache", keys, width, act, 3)?;
-        let out = activation(gpu, "bench.out", 1, heads.n_heads * heads.head_dim, act, 4)?;
+        let labels = ["bench.k_cache", "bench.v_cache"];
+        let ops = Operands::new(gpu, heads, (1, keys), labels, act)?;
         let rope = rope
             .then(|| RopeTable::new(gpu, 10000.0, heads.head_dim, keys))
             .transpose()?;
         Ok(Self {
             heads,
             keys,
-            q,
-            k,
-            v,
-            out,
+            ops,
             rope,
         })
     }
@@ -330,10 +356,10 @@ impl Case {
                         gpu,
                         cache,
                         enc,
-                        &self.q,
-                        &self.k,
-                        &self.v,
-                        &self.out,
+                        &self.ops.q,
+                        &self.ops.k,
+                        &self.ops.v,
+                        &self.ops.out,
                         h,
                         self.keys,
                         self.keys - 1,
@@ -352,7 +378,7 @@ impl Case {
         } else {
             (0, 0)
         };
-        let kv_bytes = 2 * self.keys * h.n_kv_heads * h.head_dim * self.q.dtype.size();
+        let kv_bytes = 2 * self.keys * h.n_kv_heads * h.head_dim * self.ops.q.dtype.size();
         Ok(Timed::Figure(Figure {
             keys: self.keys,
             heads: h.n_heads,
@@ -503,10 +529,7 @@ fn run_prefill(a: &AttentionArgs, queries: u64, json: bool) -> anyhow::Result<Ex
             for t in &tunings {
                 if let Some(why) = flash_kernel_unusable(caps, t, a.head_dim) {
                     let line = format!("{t} at head_dim {}: {why}", a.head_dim);
-                    if !json {
-                        println!("skipped: {line}");
-                    }
-                    report.skipped.push(line);
+                    skip(&mut report.skipped, json, line);
                     continue;
                 }
                 let f = case.time(
@@ -555,26 +578,19 @@ struct Prefill {
     batch: u64,
     queries: u64,
     keys: u64,
-    q: GpuTensor,
-    k: GpuTensor,
-    v: GpuTensor,
-    out: GpuTensor,
+    ops: Operands,
 }
 
 impl Prefill {
     fn new(gpu: &Gpu, heads: Heads, batch: u64, queries: u64, keys: u64) -> anyhow::Result<Self> {
-        let act = ActDtype::F16;
-        let width = heads.n_kv_heads * heads.head_dim;
-        let q_width = heads.n_heads * heads.head_dim;
+        let rows = (batch * queries, batch * keys);
+        let ops = Operands::new(gpu, heads, rows, ["bench.k", "bench.v"], ActDtype::F16)?;
         Ok(Self {
             heads,
             batch,
             queries,
             keys,
-            q: activation(gpu, "bench.q", batch * queries, q_width, act, 1)?,
-            k: activation(gpu, "bench.k", batch * keys, width, act, 2)?,
-            v: activation(gpu, "bench.v", batch * keys, width, act, 3)?,
-            out: activation(gpu, "bench.out", batch * queries, q_width, act, 4)?,
+            ops,
         })
     }
 
@@ -600,10 +616,10 @@ impl Prefill {
                         gpu,
                         cache,
                         enc,
-                        &self.q,
-                        &self.k,
-                        &self.v,
-                        &self.out,
+                        &self.ops.q,
+                        &self.ops.k,
+                        &self.ops.v,
+                        &self.ops.out,
                         h,
                         self.batch,
                         mask,
@@ -614,7 +630,7 @@ impl Prefill {
             })
         };
         run(1)?; // compile the pipeline, warm the caches
-        let got = dynvram_runtime::ops::host::read(gpu, &self.out)?;
+        let got = dynvram_runtime::ops::host::read(gpu, &self.ops.out)?;
         let max_diff = match reference {
             Some(want) => got
                 .iter()
