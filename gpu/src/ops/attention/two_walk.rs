@@ -70,7 +70,7 @@ pub(super) fn shape(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<TwoWal
     })
 }
 
-/// Records the kernel for `span` with `shape` (from [`flash_shape`]).
+/// Records the kernel for `span` with `shape` (from [`shape`]).
 pub(super) fn record(
     gpu: &Gpu,
     cache: &PipelineCache,
