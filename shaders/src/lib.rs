@@ -32,6 +32,7 @@ macro_rules! wgsl {
 }
 
 pub mod bench;
+pub mod flash;
 pub mod linear;
 pub mod transformer;
 

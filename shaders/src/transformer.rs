@@ -86,8 +86,9 @@ pub fn with_decode_shape(source: &str, subgroups: bool, s: DecodeShape) -> Strin
 
 /// Flash attention (causal or not, batched) on 16×16×16 f16 cooperative
 /// matrices with f32 sums (needs `SHADER_F16`, `SUBGROUP` and that
-/// `EXPERIMENTAL_COOPERATIVE_MATRIX` configuration); shape by
-/// [`with_flash_shape`].
+/// `EXPERIMENTAL_COOPERATIVE_MATRIX` configuration), as written for
+/// [`crate::flash::FlashTuning::FILE`]; other shapes by
+/// [`crate::flash::flash_attention`].
 pub const FLASH_ATTENTION16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_coop16.wgsl",
@@ -100,10 +101,28 @@ pub const FLASH_ATTENTION8: &str = wgsl!(
     "flash_attention.wgsl"
 );
 
-/// A flash-attention module (`FLASH_ATTENTION*`) with its workgroup shape
-/// written in: `nsg` subgroups of query rows, `bc` keys per block, head
-/// dimension `hd` (they size workgroup arrays, so they are text).
-pub fn with_flash_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
+/// The two-walk flash attention (`flash_attention_two_walk.wgsl`: the
+/// softmax statistics in a first walk over the keys, the outputs in a
+/// second, no output rescaling) on 16×16×16 f16 cooperative matrices with
+/// f32 sums; shape by [`with_two_walk_shape`]. The runtime's default until
+/// the one-walk kernel ([`FLASH_ATTENTION16`]) has passed on a GPU.
+pub const FLASH_TWO_WALK16: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_coop16.wgsl",
+    "flash_attention_two_walk.wgsl"
+);
+/// [`FLASH_TWO_WALK16`] on 8×8×8 matrices.
+pub const FLASH_TWO_WALK8: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_coop8.wgsl",
+    "flash_attention_two_walk.wgsl"
+);
+
+/// A two-walk flash-attention module (`FLASH_TWO_WALK*`) with its
+/// workgroup shape written in: `nsg` subgroups of query rows, `bc` keys per
+/// block, head dimension `hd` (they size workgroup arrays, so they are
+/// text).
+pub fn with_two_walk_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
     crate::with_consts(source, &[("NSG", 2, nsg), ("BC", 32, bc), ("HD", 128, hd)])
 }
 
@@ -137,6 +156,8 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     ("flash_attention.wgsl", FLASH_ATTENTION16),
     ("flash_attention.wgsl [8x8]", FLASH_ATTENTION8),
+    ("flash_attention_two_walk.wgsl", FLASH_TWO_WALK16),
+    ("flash_attention_two_walk.wgsl [8x8]", FLASH_TWO_WALK8),
     ("embed.wgsl", EMBED),
     ("argmax.wgsl", ARGMAX),
     ("dit.wgsl", DIT),

@@ -47,7 +47,9 @@ impl AdapterArgs {
 /// sizes get their activation codes: `0`/`off` a quantization launch, the
 /// default; `1`/`gemv` they code spread-rotated rows themselves, measured
 /// slower; `codes` a many-workgroup kernel codes the spread-rotated rows
-/// once; for comparisons): the one place the
+/// once; for comparisons) and `DYNVRAM_FLASH` (the flash-attention kernel,
+/// a `FlashKernel`: `two-walk` or a one-walk tuning such as `64x64w4c2`,
+/// for tuning): the one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept.
 pub fn gpu_options() -> GpuOptions {
@@ -69,5 +71,10 @@ pub fn gpu_options() -> GpuOptions {
             .ok()
             .and_then(|v| v.trim().parse().ok()),
         spread_quant: var("DYNVRAM_SPREAD_QUANT", d.spread_quant),
+        flash: std::env::var("DYNVRAM_FLASH").ok().and_then(|v| {
+            v.parse()
+                .map_err(|e: String| tracing::warn!("DYNVRAM_FLASH: {e}; using the default"))
+                .ok()
+        }),
     }
 }

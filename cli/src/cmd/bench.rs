@@ -45,7 +45,8 @@ pub enum BenchCommand {
     /// from workgroup memory.
     Coop(crate::cmd::bench_coop::CoopArgs),
     /// Decode attention (one query row over a KV cache, RoPE fused) per
-    /// decode tuning: workgroup size, split policy or forced splits, merge.
+    /// decode tuning: workgroup size, split policy or forced splits, merge;
+    /// with `--queries`, prefill (flash) attention per flash tuning.
     Attention(crate::cmd::bench_attention::AttentionArgs),
 }
 

@@ -3,12 +3,17 @@
 //! size, split policy or forced splits, merge of the key groups — timed
 //! like `bench linear` (the median of 5 submits of `--reps` attentions,
 //! GPU timestamps where the adapter has them), the combine launch included
-//! where the keys split.
+//! where the keys split. With `--queries`, prefill attention instead (a
+//! Flux step's joint attention, a Llama prefill): blocks of query rows
+//! over plain k/v as flash attention on cooperative matrices, per flash
+//! kernel ([`FlashKernel`]: the two-walk kernel or a one-walk tuning), in
+//! TFLOP/s.
 
 use std::process::ExitCode;
 
 use dynvram_runtime::ops::attention::{
-    DecodeTuning, Heads, decode_unusable, record_attention_with,
+    DecodeTuning, FlashKernel, Heads, Mask, decode_unusable, flash_geometry, flash_kernel_for,
+    flash_kernel_unusable, record_attention_with, record_flash_attention_tuned,
 };
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::LinearScratch;
@@ -31,9 +36,36 @@ pub struct AttentionArgs {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
     heads: u64,
     /// KV heads, comma separated (a case each; each must divide --heads).
-    #[arg(long, value_delimiter = ',', default_value = "32,8",
+    /// Default: 32,8 (decode), --heads (prefill).
+    #[arg(long, value_delimiter = ',',
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     kv_heads: Vec<u64>,
+    /// Prefill attention instead of decode: this many query rows per batch
+    /// element over each --keys count of keys (flash attention, timed per
+    /// --flash tuning). Causal (the queries are the last positions of the
+    /// keys) unless --no-causal.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    queries: Option<u64>,
+    /// Prefill: every query row sees every key (a diffusion transformer's
+    /// joint attention).
+    #[arg(long)]
+    no_causal: bool,
+    /// Prefill: batch elements.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    batch: u64,
+    /// Prefill: flash kernels to time after the device's choice (always
+    /// first: the adapter's default, the two-walk kernel, or
+    /// `DYNVRAM_FLASH`), comma separated: `two-walk`, or a one-walk tuning
+    /// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`: BR query rows a workgroup,
+    /// BC keys a block, NSG subgroups, KG key groups splitting a row
+    /// block's scores, CG column groups splitting an output row block's
+    /// head columns, staging serial/paired/global, r: the next block read
+    /// into registers, t: scores and probabilities column-major, m: the
+    /// queries materialized in registers (see `FlashTuning`). Each output
+    /// is compared with the first's (`max_diff`).
+    #[arg(long, value_delimiter = ',', value_parser = str::parse::<FlashKernel>,
+          default_value = "two-walk,64x64w4c2,64x64w4c2m,64x64w4c2t,64x64w4c2r,64x32w4c2pr,128x32w8c2,128x32w8c2m,128x32w8c2t,128x32w8c2p,128x32w8c2pr,128x32w8c2prm,128x32w8k2c4,64x64w4c2g,128x32w8c2g,128x32w8c2gm,64x32w8k2c4")]
+    flash: Vec<FlashKernel>,
     /// Head dimension.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=256))]
     head_dim: u64,
@@ -106,7 +138,13 @@ struct Report {
 }
 
 /// Runs the subcommand.
-pub fn run(a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(mut a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
+    if let Some(queries) = a.queries {
+        return run_prefill(&a, queries, json);
+    }
+    if a.kv_heads.is_empty() {
+        a.kv_heads = vec![32, 8];
+    }
     for &kv in &a.kv_heads {
         anyhow::ensure!(
             a.heads.is_multiple_of(kv),
@@ -205,16 +243,14 @@ pub fn run(a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
                         }
                         report.figures.push(f);
                     }
-                    Timed::Skipped(why) => {
-                        let line = format!(
+                    Timed::Skipped(why) => skip(
+                        &mut report.skipped,
+                        json,
+                        format!(
                             "{keys} keys, {} heads / {kv_heads} kv, tuning {tuning}: {why}",
                             a.heads
-                        );
-                        if !json {
-                            println!("skipped: {line}");
-                        }
-                        report.skipped.push(line);
-                    }
+                        ),
+                    ),
                 }
             }
         }
@@ -225,15 +261,49 @@ pub fn run(a: AttentionArgs, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Says (unless `json`) and keeps a case or tuning not timed.
+fn skip(skipped: &mut Vec<String>, json: bool, line: String) {
+    if !json {
+        println!("skipped: {line}");
+    }
+    skipped.push(line);
+}
+
+/// A timed attention's operands: q and out `[q_rows,
+/// n_heads·head_dim]`, k and v `[kv_rows, n_kv_heads·head_dim]` (labelled
+/// `kv_labels`).
+struct Operands {
+    q: GpuTensor,
+    k: GpuTensor,
+    v: GpuTensor,
+    out: GpuTensor,
+}
+
+impl Operands {
+    fn new(
+        gpu: &Gpu,
+        heads: Heads,
+        (q_rows, kv_rows): (u64, u64),
+        kv_labels: [&str; 2],
+        act: ActDtype,
+    ) -> anyhow::Result<Self> {
+        let width = heads.n_kv_heads * heads.head_dim;
+        let q_width = heads.n_heads * heads.head_dim;
+        Ok(Self {
+            q: activation(gpu, "bench.q", q_rows, q_width, act, 1)?,
+            k: activation(gpu, kv_labels[0], kv_rows, width, act, 2)?,
+            v: activation(gpu, kv_labels[1], kv_rows, width, act, 3)?,
+            out: activation(gpu, "bench.out", q_rows, q_width, act, 4)?,
+        })
+    }
+}
+
 /// A case's tensors: one query row at the last of `keys` positions over a
 /// full cache, and the RoPE table.
 struct Case {
     heads: Heads,
     keys: u64,
-    q: GpuTensor,
-    k: GpuTensor,
-    v: GpuTensor,
-    out: GpuTensor,
+    ops: Operands,
     rope: Option<RopeTable>,
 }
 
@@ -245,21 +315,15 @@ enum Timed {
 
 impl Case {
     fn new(gpu: &Gpu, heads: Heads, keys: u64, act: ActDtype, rope: bool) -> anyhow::Result<Self> {
-        let width = heads.n_kv_heads * heads.head_dim;
-        let q = activation(gpu, "bench.q", 1, heads.n_heads * heads.head_dim, act, 1)?;
-        let k = activation(gpu, "bench.k_cache", keys, width, act, 2)?;
-        let v = activation(gpu, "bench.v_cache", keys, width, act, 3)?;
-        let out = activation(gpu, "bench.out", 1, heads.n_heads * heads.head_dim, act, 4)?;
+        let labels = ["bench.k_cache", "bench.v_cache"];
+        let ops = Operands::new(gpu, heads, (1, keys), labels, act)?;
         let rope = rope
             .then(|| RopeTable::new(gpu, 10000.0, heads.head_dim, keys))
             .transpose()?;
         Ok(Self {
             heads,
             keys,
-            q,
-            k,
-            v,
-            out,
+            ops,
             rope,
         })
     }
@@ -292,10 +356,10 @@ impl Case {
                         gpu,
                         cache,
                         enc,
-                        &self.q,
-                        &self.k,
-                        &self.v,
-                        &self.out,
+                        &self.ops.q,
+                        &self.ops.k,
+                        &self.ops.v,
+                        &self.ops.out,
                         h,
                         self.keys,
                         self.keys - 1,
@@ -314,7 +378,7 @@ impl Case {
         } else {
             (0, 0)
         };
-        let kv_bytes = 2 * self.keys * h.n_kv_heads * h.head_dim * self.q.dtype.size();
+        let kv_bytes = 2 * self.keys * h.n_kv_heads * h.head_dim * self.ops.q.dtype.size();
         Ok(Timed::Figure(Figure {
             keys: self.keys,
             heads: h.n_heads,
@@ -329,5 +393,300 @@ impl Case {
             us: per * 1e6,
             kv_gb_per_s: kv_bytes as f64 / per / 1e9,
         }))
+    }
+}
+
+/// One prefill case's figures with one flash tuning.
+#[derive(Debug, Serialize)]
+struct PrefillFigure {
+    queries: u64,
+    keys: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    batch: u64,
+    causal: bool,
+    /// The flash kernel (`two-walk` or `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`).
+    tuning: String,
+    /// Whether it is the device's choice at this head_dim (the adapter's
+    /// default, or `DYNVRAM_FLASH`).
+    default: bool,
+    /// Workgroups of the launch (heads x query blocks; 0: the two-walk
+    /// kernel's, not reported).
+    workgroups: u64,
+    /// Bytes of workgroup memory a workgroup takes (one-walk kernel).
+    workgroup_bytes: u32,
+    /// Registers an invocation's matrices take (an estimate).
+    registers: u32,
+    /// Microseconds per attention.
+    us: f64,
+    /// Useful FLOPs (q·k and p·v over the keys each row sees) per second.
+    tflops: f64,
+    /// Largest |difference| from the default tuning's output (0 for the
+    /// default itself).
+    max_diff: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct PrefillReport {
+    adapter: String,
+    backend: String,
+    timing: &'static str,
+    reps: u64,
+    figures: Vec<PrefillFigure>,
+    /// Tunings not timed, and why.
+    skipped: Vec<String>,
+}
+
+/// `--queries`: flash attention per tuning at each key count and kv-head
+/// count.
+fn run_prefill(a: &AttentionArgs, queries: u64, json: bool) -> anyhow::Result<ExitCode> {
+    let kv_heads = if a.kv_heads.is_empty() {
+        vec![a.heads]
+    } else {
+        a.kv_heads.clone()
+    };
+    for &kv in &kv_heads {
+        anyhow::ensure!(
+            a.heads.is_multiple_of(kv),
+            "--kv-heads {kv} does not divide --heads {}",
+            a.heads
+        );
+    }
+    anyhow::ensure!(
+        !a.f32,
+        "prefill attention is timed in f16 (flash attention)"
+    );
+    let causal = !a.no_causal;
+    let gpu = Gpu::open(&a.adapter.choice())?;
+    let caps = &gpu.caps;
+    // The device's choice: the adapter's default, or DYNVRAM_FLASH.
+    let default = flash_kernel_for(&gpu, ActDtype::F16, a.head_dim).map_err(|why| {
+        anyhow::anyhow!(
+            "{} runs no flash attention at head_dim {}: {why}",
+            caps.name,
+            a.head_dim
+        )
+    })?;
+    let mut tunings = vec![default];
+    tunings.extend(a.flash.iter().filter(|t| **t != default));
+    let stamps = gpu.device.features().contains(
+        wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS,
+    );
+    let mut report = PrefillReport {
+        adapter: gpu.info.name.clone(),
+        backend: caps.backend.to_string(),
+        timing: if stamps { "gpu timestamps" } else { "wall" },
+        reps: a.reps,
+        figures: Vec::new(),
+        skipped: Vec::new(),
+    };
+    if !json {
+        println!(
+            "adapter {} [{}], f16, flash attention ({}x{} matrices, subgroups of {}, {} bytes of workgroup memory), {}",
+            report.adapter,
+            report.backend,
+            caps.coop_matrix_edge,
+            caps.coop_matrix_edge,
+            caps.subgroup_min_size,
+            caps.max_workgroup_storage,
+            report.timing
+        );
+        println!(
+            "{:>6} {:>6} {:>5} {:>4} {:>4} {:>5} {:>6}  {:<16} {:>6} {:>6} {:>4} {:>10} {:>8} {:>9}",
+            "rows",
+            "keys",
+            "heads",
+            "kv",
+            "hd",
+            "batch",
+            "causal",
+            "tuning",
+            "wgs",
+            "wg KiB",
+            "regs",
+            "us",
+            "TFLOP/s",
+            "max_diff"
+        );
+    }
+    let cache = PipelineCache::default();
+    for &kv in &kv_heads {
+        let heads = Heads {
+            n_heads: a.heads,
+            n_kv_heads: kv,
+            head_dim: a.head_dim,
+        };
+        for &keys in &a.keys {
+            if causal && keys < queries {
+                report.skipped.push(format!(
+                    "{queries} causal rows over {keys} keys (the rows are the last positions of the keys)"
+                ));
+                continue;
+            }
+            let case = Prefill::new(&gpu, heads, a.batch, queries, keys)?;
+            let mut reference: Option<Vec<f32>> = None;
+            for t in &tunings {
+                if let Some(why) = flash_kernel_unusable(caps, t, a.head_dim) {
+                    let line = format!("{t} at head_dim {}: {why}", a.head_dim);
+                    skip(&mut report.skipped, json, line);
+                    continue;
+                }
+                let f = case.time(
+                    &gpu,
+                    &cache,
+                    t,
+                    *t == default,
+                    causal,
+                    a.reps as usize,
+                    &mut reference,
+                )?;
+                if !json {
+                    println!(
+                        "{:>6} {:>6} {:>5} {:>4} {:>4} {:>5} {:>6}  {:<16} {:>6} {:>6.1} {:>4} {:>10.1} {:>8.2} {:>9.2e}{}",
+                        f.queries,
+                        f.keys,
+                        f.heads,
+                        f.kv_heads,
+                        f.head_dim,
+                        f.batch,
+                        f.causal,
+                        f.tuning,
+                        f.workgroups,
+                        f64::from(f.workgroup_bytes) / 1024.0,
+                        f.registers,
+                        f.us,
+                        f.tflops,
+                        f.max_diff,
+                        if f.default { "  (default)" } else { "" }
+                    );
+                }
+                report.figures.push(f);
+            }
+        }
+    }
+    if json {
+        print_json(&report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A prefill case's tensors: `batch` elements of `queries` rows over
+/// `keys` keys.
+struct Prefill {
+    heads: Heads,
+    batch: u64,
+    queries: u64,
+    keys: u64,
+    ops: Operands,
+}
+
+impl Prefill {
+    fn new(gpu: &Gpu, heads: Heads, batch: u64, queries: u64, keys: u64) -> anyhow::Result<Self> {
+        let rows = (batch * queries, batch * keys);
+        let ops = Operands::new(gpu, heads, rows, ["bench.k", "bench.v"], ActDtype::F16)?;
+        Ok(Self {
+            heads,
+            batch,
+            queries,
+            keys,
+            ops,
+        })
+    }
+
+    /// Times `reps` attentions a submit with `tuning`; the output is
+    /// compared with `reference` (set by the first tuning timed).
+    #[allow(clippy::too_many_arguments)]
+    fn time(
+        &self,
+        gpu: &Gpu,
+        cache: &PipelineCache,
+        tuning: &FlashKernel,
+        default: bool,
+        causal: bool,
+        reps: usize,
+        reference: &mut Option<Vec<f32>>,
+    ) -> anyhow::Result<PrefillFigure> {
+        let h = self.heads;
+        let mask = if causal { Mask::Causal } else { Mask::None };
+        let mut run = |times: usize| {
+            submit_timed(gpu, |enc| {
+                for _ in 0..times {
+                    record_flash_attention_tuned(
+                        gpu,
+                        cache,
+                        enc,
+                        &self.ops.q,
+                        &self.ops.k,
+                        &self.ops.v,
+                        &self.ops.out,
+                        h,
+                        self.batch,
+                        mask,
+                        Some(tuning),
+                    )?;
+                }
+                Ok(())
+            })
+        };
+        run(1)?; // compile the pipeline, warm the caches
+        let got = dynvram_runtime::ops::host::read(gpu, &self.ops.out)?;
+        let max_diff = match reference {
+            Some(want) => got
+                .iter()
+                .zip(want.iter())
+                .map(|(g, w)| f64::from((g - w).abs()))
+                .fold(
+                    0.0,
+                    |m: f64, d| if d.is_nan() { f64::NAN } else { m.max(d) },
+                ),
+            None => {
+                anyhow::ensure!(
+                    got.iter().all(|x| x.is_finite()),
+                    "the default tuning {tuning} wrote non-finite outputs"
+                );
+                *reference = Some(got);
+                0.0
+            }
+        };
+        let per = median_seconds(reps, &mut run)?;
+        // Keys the query rows see, over batch elements and rows.
+        let pairs = if causal {
+            let pos0 = self.keys - self.queries;
+            (0..self.queries).map(|r| pos0 + r + 1).sum::<u64>()
+        } else {
+            self.queries * self.keys
+        } * self.batch;
+        let flops = 4 * h.n_heads * h.head_dim * pairs;
+        let g = match tuning {
+            FlashKernel::OneWalk(t) => flash_geometry(&gpu.caps, t, h.head_dim),
+            FlashKernel::TwoWalk => None,
+        };
+        let rows = match tuning {
+            FlashKernel::OneWalk(t) => u64::from(t.rows),
+            // Its shape's rows: subgroups of one matrix edge each.
+            FlashKernel::TwoWalk => 0,
+        };
+        Ok(PrefillFigure {
+            queries: self.queries,
+            keys: self.keys,
+            heads: h.n_heads,
+            kv_heads: h.n_kv_heads,
+            head_dim: h.head_dim,
+            batch: self.batch,
+            causal,
+            tuning: tuning.to_string(),
+            default,
+            workgroups: if rows == 0 {
+                0
+            } else {
+                h.n_heads * self.batch * self.queries.div_ceil(rows)
+            },
+            workgroup_bytes: g.map_or(0, |g| g.workgroup_bytes()),
+            registers: g.map_or(0, |g| g.registers()),
+            us: per * 1e6,
+            tflops: flops as f64 / per / 1e12,
+            max_diff,
+        })
     }
 }

@@ -41,6 +41,7 @@ pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
+use dynvram_shaders::flash::FlashKernel;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -72,6 +73,8 @@ pub struct Gpu {
     /// The `MAP_READ` buffer of small read-backs (a decode step's logits),
     /// kept so each does not create (and validate) one.
     readback: Mutex<Option<wgpu::Buffer>>,
+    /// [`GpuOptions::flash`].
+    flash: Option<FlashKernel>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -186,6 +189,7 @@ impl Gpu {
             quant_wgs: options.quant_wgs,
             spread_quant: options.spread_quant,
             readback: Mutex::new(None),
+            flash: options.flash,
         })
     }
 
@@ -197,6 +201,11 @@ impl Gpu {
     /// [`GpuOptions::spread_quant`] of this device.
     pub fn spread_quant(&self) -> SpreadQuant {
         self.spread_quant
+    }
+
+    /// [`GpuOptions::flash`] of this device.
+    pub fn flash_kernel(&self) -> Option<FlashKernel> {
+        self.flash
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -590,6 +599,10 @@ pub struct GpuOptions {
     /// saves) and on lavapipe; `CodeKernel` is not measured yet (it keeps
     /// the GEMVs as they are for one more, small launch).
     pub spread_quant: SpreadQuant,
+    /// The flash-attention kernel (and the one-walk kernel's shape)
+    /// instead of the default per adapter and head dimension (tuning; where
+    /// it does not fit a launch, the default runs).
+    pub flash: Option<FlashKernel>,
 }
 
 impl Default for GpuOptions {
@@ -600,6 +613,7 @@ impl Default for GpuOptions {
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
             spread_quant: SpreadQuant::Off,
+            flash: None,
         }
     }
 }

@@ -8,8 +8,10 @@
 
 use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
 use dynvram_gpu::ops::attention::{
-    DecodeTuning, Heads, Mask, decode_unusable, flash_unusable, lanes_per_key, record_attention,
-    record_attention_with, record_flash_attention, record_kv_write, uses_subgroups,
+    DecodeTuning, FlashKernel, FlashTuning, Heads, Mask, decode_unusable, default_flash_kernel,
+    default_flash_tuning, default_flash_tunings, flash_geometry, flash_kernel_unusable,
+    flash_unusable, lanes_per_key, record_attention, record_attention_tuned, record_attention_with,
+    record_flash_attention, record_flash_attention_tuned, record_kv_write, uses_subgroups,
 };
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;
@@ -57,6 +59,40 @@ struct Batch {
     kv_len: usize,
     pos0: usize,
     causal: bool,
+}
+
+impl Batch {
+    /// `batch` elements of `sq` query rows over `skv` keys each, as
+    /// `record_flash_attention` takes them.
+    fn plain(batch: usize, sq: usize, skv: usize, mask: Mask) -> Self {
+        let causal = mask == Mask::Causal;
+        Self {
+            batch,
+            sq,
+            kv_rows: skv,
+            kv_len: skv,
+            pos0: if causal { skv - sq } else { 0 },
+            causal,
+        }
+    }
+}
+
+/// q `[batch·sq, n_heads·head_dim]`, k and v `[batch·skv,
+/// n_kv_heads·head_dim]` of `b` on the GPU.
+fn up_qkv(
+    c: &Ctx,
+    h: Heads,
+    b: Batch,
+    (qs, ks, vs): (&[f32], &[f32], &[f32]),
+    dtype: ActDtype,
+) -> (GpuTensor, GpuTensor, GpuTensor) {
+    let q_shape = [(b.batch * b.sq) as u64, h.n_heads * h.head_dim];
+    let kv_shape = [(b.batch * b.kv_rows) as u64, h.n_kv_heads * h.head_dim];
+    (
+        up(c, qs, &q_shape, dtype),
+        up(c, ks, &kv_shape, dtype),
+        up(c, vs, &kv_shape, dtype),
+    )
 }
 
 fn reference(q: &[f32], k: &[f32], v: &[f32], h: Heads, b: Batch) -> Vec<f32> {
@@ -409,27 +445,13 @@ fn flash_attention_matches_cpu() {
             let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
             let ks = rounded(seed + 1, batch * skv * nkv * hd, 1.5, dtype);
             let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
-            let q_shape = [(batch * sq) as u64, (nh * hd) as u64];
-            let kv_shape = [(batch * skv) as u64, (nkv * hd) as u64];
-            let (q, k, v) = (
-                up(&c, &qs, &q_shape, dtype),
-                up(&c, &ks, &kv_shape, dtype),
-                up(&c, &vs, &kv_shape, dtype),
-            );
+            let b = Batch::plain(batch, sq, skv, mask);
+            let (q, k, v) = up_qkv(&c, h, b, (&qs, &ks, &vs), dtype);
             let nan = vec![f32::NAN; qs.len()];
-            let out = up(&c, &nan, &q_shape, dtype);
+            let out = up(&c, &nan, &q.shape, dtype);
             run(&c, |enc| {
                 record_flash_attention(g, &c.cache, enc, &q, &k, &v, &out, h, batch as u64, mask)
             });
-            let causal = mask == Mask::Causal;
-            let b = Batch {
-                batch,
-                sq,
-                kv_rows: skv,
-                kv_len: skv,
-                pos0: if causal { skv - sq } else { 0 },
-                causal,
-            };
             let want = reference(&qs, &ks, &vs, h, b);
             let got = host::read(g, &out).expect("read");
             let (atol, rtol) = tolerance(dtype);
@@ -744,4 +766,345 @@ fn decode_rejects_unfit_tunings() {
             .expect_err("an unfit tuning");
         assert!(err.to_string().contains("decode tuning"), "{err}");
     }
+}
+
+/// The flash kernels the flash tests run where the adapter can: the
+/// two-walk kernel, every one-walk default the runtime can pick
+/// ([`default_flash_tunings`], as they are), then the other stagings,
+/// grids, prefetch, layouts and the materialized queries (the shapes
+/// `bench/flash_sweep.sh` times on 16x16 matrices), their rows and keys
+/// scaled to the adapter's matrix edge (`edge` / 16) so that each
+/// subgroup holds as many matrices as on the GPU. Without `every`, only
+/// the two-walk kernel and the one-walk defaults.
+fn flash_kernels(edge: u32, every: bool) -> Vec<FlashKernel> {
+    let mut all = vec![FlashKernel::TwoWalk];
+    all.extend(
+        default_flash_tunings()
+            .into_iter()
+            .map(FlashKernel::OneWalk),
+    );
+    if !every {
+        return all;
+    }
+    for t in [
+        "64x64w4c2m",
+        "64x32w4k2c2p",
+        "64x32w4c2pr",
+        "128x32w8c2",
+        "128x32w8c2pm",
+        "128x32w8k2c4pr",
+        "64x64w4g",
+        "128x32w8c2gm",
+        "16x16w1g",
+        "64x64w4c2t",
+        "128x32w8k2c4prt",
+    ] {
+        let mut t: FlashTuning = t.parse().expect("tuning");
+        t.rows = (t.rows * edge / 16).max(edge);
+        t.keys = (t.keys * edge / 16).max(edge);
+        let k = FlashKernel::OneWalk(t);
+        if !all.contains(&k) {
+            all.push(k);
+        }
+    }
+    all
+}
+
+/// Whether the flash tests run `k` at `head_dim` here; where not, records
+/// why in `skipped`: the adapter cannot run it, or its matrices would take
+/// more than 224 registers an invocation (spills on a GPU, minutes of
+/// compilation on lavapipe).
+fn flash_fits(
+    c: &Ctx,
+    k: &FlashKernel,
+    head_dim: u64,
+    skipped: &mut std::collections::BTreeSet<String>,
+) -> bool {
+    let caps = &c.gpu.caps;
+    if let Some(why) = flash_kernel_unusable(caps, k, head_dim) {
+        skipped.insert(format!("{k} at head_dim {head_dim}: {why}"));
+        return false;
+    }
+    let regs = match k {
+        FlashKernel::OneWalk(t) => flash_geometry(caps, t, head_dim).map_or(0, |g| g.registers()),
+        FlashKernel::TwoWalk => 0,
+    };
+    if regs > 224 {
+        skipped.insert(format!(
+            "{k} at head_dim {head_dim}: {regs} registers of matrices"
+        ));
+        return false;
+    }
+    true
+}
+
+/// Batched flash attention with every flash tuning the adapter can run
+/// ([`flash_tunings`]) against the f64 reference, f16: rows and keys off
+/// every block size, one row, more queries than keys, GQA groups of 1 to 4,
+/// head_dim 32 to 256 (64, 80, 128 included), batch 2, causal with pos0 >
+/// 0, many key blocks, and keys whose scores grow along the sequence (the
+/// running maximum moves by more than the lazy threshold: the outputs'
+/// rescale). Then the cache form (`record_attention_tuned`: a chunk after a
+/// cached prefix, NaN past kv_len). `DYNVRAM_REQUIRE_COOP=1` fails where no
+/// tuning runs.
+#[test]
+fn flash_tunings_match_cpu() {
+    let Some(c) = ctx("flash_tunings_match_cpu") else {
+        return;
+    };
+    let g = &c.gpu;
+    let caps = &g.caps;
+    eprintln!(
+        "flash_tunings_match_cpu: {} matrices {}x{}, subgroups {}..{}, {} bytes of workgroup memory, default at head_dim 128: {:?}",
+        caps.name,
+        caps.coop_matrix_edge,
+        caps.coop_matrix_edge,
+        caps.subgroup_min_size,
+        caps.subgroup_max_size,
+        caps.max_workgroup_storage,
+        default_flash_tuning(caps, 128).map(|t| t.to_string())
+    );
+    if let Some(why) = flash_unusable(caps, ActDtype::F16, 64) {
+        let msg = format!("flash_tunings_match_cpu: skipped: {why}");
+        assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
+        eprintln!("{msg}");
+        return;
+    }
+    let heads = |n_heads, n_kv_heads, head_dim| Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    // (heads, batch, sq, skv, mask, key ramp, every kernel): the larger
+    // cases run the defaults only (lavapipe takes minutes for all).
+    let cases = [
+        (heads(4, 4, 64), 1, 48, 48, Mask::None, false, true),
+        (heads(4, 2, 64), 2, 37, 37, Mask::None, false, true),
+        (heads(2, 1, 128), 1, 70, 70, Mask::Causal, false, true),
+        (heads(3, 3, 64), 2, 21, 53, Mask::Causal, false, true),
+        (heads(2, 2, 80), 1, 33, 100, Mask::None, false, true),
+        (heads(8, 2, 128), 1, 100, 100, Mask::Causal, false, false),
+        (heads(2, 1, 64), 2, 17, 300, Mask::Causal, true, true),
+        (heads(2, 2, 128), 1, 150, 77, Mask::None, true, false),
+        (heads(2, 2, 32), 1, 1, 9, Mask::None, false, false),
+        (heads(1, 1, 256), 1, 20, 40, Mask::None, false, false),
+    ];
+    let dtype = ActDtype::F16;
+    let mut ran = std::collections::BTreeMap::new();
+    let mut skipped = std::collections::BTreeSet::new();
+    let mut failed = Vec::new();
+    for (i, &(h, batch, sq, skv, mask, ramp, every)) in cases.iter().enumerate() {
+        let seed = 300 + 3 * i as u64;
+        let (nh, nkv, hd) = (
+            h.n_heads as usize,
+            h.n_kv_heads as usize,
+            h.head_dim as usize,
+        );
+        let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
+        let mut ks = nonzero(seed + 1, batch * skv * nkv * hd, 1.5);
+        if ramp {
+            // Key j's scores grow about 5x along the sequence.
+            for (r, row) in ks.chunks_mut(nkv * hd).enumerate() {
+                let f = 1.0 + 4.0 * (r % skv) as f32 / skv as f32;
+                row.iter_mut().for_each(|x| *x *= f);
+            }
+        }
+        let ks: Vec<f32> = ks.into_iter().map(|x| host::round_to(x, dtype)).collect();
+        let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
+        let b = Batch::plain(batch, sq, skv, mask);
+        let (q, k, v) = up_qkv(&c, h, b, (&qs, &ks, &vs), dtype);
+        let want = reference(&qs, &ks, &vs, h, b);
+        for t in flash_kernels(caps.coop_matrix_edge, every) {
+            if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
+                continue;
+            }
+            *ran.entry(t.to_string()).or_insert(0) += 1;
+            let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
+            run(&c, |enc| {
+                record_flash_attention_tuned(
+                    g,
+                    &c.cache,
+                    enc,
+                    &q,
+                    &k,
+                    &v,
+                    &out,
+                    h,
+                    batch as u64,
+                    mask,
+                    Some(&t),
+                )
+            });
+            let got = host::read(g, &out).expect("read");
+            check_close(
+                &mut failed,
+                &format!("{t} {h:?} {b:?} ramp {ramp}"),
+                &got,
+                &want,
+            );
+        }
+    }
+    // The cache form: a chunk of sq rows at pos0 over kv_len keys of a
+    // cache of max_seq rows, NaN past kv_len.
+    for (h, max_seq, kv_len, sq, pos0) in [
+        (heads(4, 2, 64), 64usize, 50usize, 40usize, 10usize),
+        (heads(4, 1, 128), 220, 200, 40, 160),
+    ] {
+        let (nh, nkv, hd) = (
+            h.n_heads as usize,
+            h.n_kv_heads as usize,
+            h.head_dim as usize,
+        );
+        let width = nkv * hd;
+        let ks = rounded(17 + kv_len as u64, kv_len * width, 1.5, dtype);
+        let vs = rounded(18 + kv_len as u64, kv_len * width, 2.0, dtype);
+        let qs = rounded(19 + kv_len as u64, sq * nh * hd, 1.5, dtype);
+        let (kc, vc) = (
+            cache_of(&c, &ks, max_seq, width, dtype),
+            cache_of(&c, &vs, max_seq, width, dtype),
+        );
+        let q = up(&c, &qs, &[sq as u64, (nh * hd) as u64], dtype);
+        let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
+        for t in flash_kernels(caps.coop_matrix_edge, false) {
+            if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
+                continue;
+            }
+            let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
+            run(&c, |enc| {
+                let mut scratch = LinearScratch::new();
+                record_attention_tuned(
+                    g,
+                    &c.cache,
+                    enc,
+                    &q,
+                    &kc,
+                    &vc,
+                    &out,
+                    h,
+                    kv_len as u64,
+                    pos0 as u64,
+                    None,
+                    &mut scratch,
+                    &DecodeTuning::default(),
+                    Some(&t),
+                )
+            });
+            let got = host::read(g, &out).expect("read");
+            let tag = format!("{t} cache {h:?} kv_len {kv_len} sq {sq} pos0 {pos0}");
+            check_close(&mut failed, &tag, &got, &want);
+        }
+    }
+    for (t, n) in &ran {
+        eprintln!("flash_tunings_match_cpu: {t}: {n} cases");
+    }
+    for why in &skipped {
+        eprintln!("flash_tunings_match_cpu: skipped: {why}");
+    }
+    for hd in [32, 64, 80, 128, 256] {
+        if let Some(k) = default_flash_kernel(caps, ActDtype::F16, hd) {
+            assert!(
+                ran.contains_key(&k.to_string()),
+                "the default {k} never ran"
+            );
+        }
+        if let Some(t) = default_flash_tuning(caps, hd) {
+            let k = FlashKernel::OneWalk(t);
+            assert!(
+                ran.contains_key(&k.to_string()),
+                "the one-walk default {k} never ran"
+            );
+        }
+    }
+    assert!(ran.len() >= 4, "only {} tunings ran", ran.len());
+    assert!(
+        failed.is_empty(),
+        "{} cases failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// [`assert_close`] at the f16 tolerance, a failure kept in `failed`
+/// (every tuning's cases run, and all failures are listed at the end).
+fn check_close(failed: &mut Vec<String>, what: &str, got: &[f32], want: &[f32]) {
+    let (atol, rtol) = tolerance(ActDtype::F16);
+    let mut worst: Option<(usize, f32)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        let bad = err.is_nan() || err > atol + rtol * w.abs();
+        if bad && worst.is_none_or(|(_, e)| err > e || err.is_nan()) {
+            worst = Some((i, err));
+        }
+    }
+    match worst {
+        None => {
+            let max = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0f32, f32::max);
+            eprintln!("{what}: max |diff| {max:.3e}");
+        }
+        Some((i, err)) => {
+            let zeros = got.iter().filter(|x| **x == 0.0).count();
+            let nans = got.iter().filter(|x| x.is_nan()).count();
+            let line = format!(
+                "{what}: element {i}: got {}, want {} (|diff| {err}); {zeros} zeros, {nans} NaN of {}",
+                got[i],
+                want[i],
+                got.len()
+            );
+            eprintln!("FAILED {line}");
+            failed.push(line);
+        }
+    }
+}
+
+/// A flash tuning the adapter cannot run is an error, and f32 activations
+/// are refused by an explicit tuning.
+#[test]
+fn flash_rejects_unfit_tunings() {
+    let Some(c) = ctx("flash_rejects_unfit_tunings") else {
+        return;
+    };
+    let g = &c.gpu;
+    if !g.caps.shader_f16 {
+        eprintln!("flash_rejects_unfit_tunings: skipped: the adapter lacks SHADER_F16");
+        return;
+    }
+    let h = Heads {
+        n_heads: 2,
+        n_kv_heads: 2,
+        head_dim: 64,
+    };
+    let q = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F16);
+    let out = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F16);
+    let q32 = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F32);
+    let out32 = up(&c, &[0.5; 32 * 128], &[32, 128], ActDtype::F32);
+    let mut enc = Encoder::new(&g.device, "test");
+    let mut attend = |t: &str, q: &GpuTensor, out: &GpuTensor| {
+        let t: FlashKernel = t.parse().expect("tuning");
+        record_flash_attention_tuned(
+            g,
+            &c.cache,
+            &mut enc,
+            q,
+            q,
+            q,
+            out,
+            h,
+            1,
+            Mask::None,
+            Some(&t),
+        )
+        .expect_err("unfit")
+        .to_string()
+    };
+    // Far more workgroup memory than any adapter has.
+    let err = attend("512x512w4", &q, &out);
+    assert!(err.contains("flash tuning 512x512w4"), "{err}");
+    let err = attend("64x64w4c3", &q, &out);
+    assert!(err.contains("flash tuning 64x64w4c3"), "{err}");
+    let err = attend("16x16w1", &q32, &out32);
+    assert!(err.contains("f16"), "{err}");
 }

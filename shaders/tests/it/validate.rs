@@ -163,3 +163,181 @@ fn decode_attention_shapes_generate_and_validate() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Why a module that uses cooperative matrices could load or store one
+/// misaligned: a workgroup variable whose size is not a multiple of 16
+/// bytes. Cooperative loads and stores need 16-byte aligned pointers, and
+/// a driver may place workgroup variables in any order (NVIDIA's compiler
+/// does not keep the declared one), so only sizes that are all multiples
+/// of 16 keep every array aligned. Also returns the module's workgroup
+/// bytes.
+fn workgroup_sizes(name: &str, source: &str) -> Result<u32, String> {
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| format!("{name}: parse error\n{}", e.emit_to_string(source)))?;
+    let mut layouter = naga::proc::Layouter::default();
+    layouter
+        .update(module.to_ctx())
+        .map_err(|e| format!("{name}: layout: {e}"))?;
+    let mut total = 0;
+    for (_, var) in module.global_variables.iter() {
+        if var.space != naga::AddressSpace::WorkGroup {
+            continue;
+        }
+        let size = layouter[var.ty].size;
+        if size % 16 != 0 {
+            return Err(format!(
+                "{name}: workgroup variable `{}` takes {size} bytes, not a multiple of 16",
+                var.name.as_deref().unwrap_or("?")
+            ));
+        }
+        total += size;
+    }
+    Ok(total)
+}
+
+/// Every module with cooperative matrices keeps its workgroup arrays
+/// 16-byte aligned in any placement ([`workgroup_sizes`]).
+#[test]
+fn cooperative_modules_keep_workgroup_memory_aligned() {
+    let mut count = 0;
+    let failures: Vec<String> = dynvram_shaders::all()
+        .iter()
+        .filter(|(_, src)| src.contains("coopLoad") || src.contains("coopStore"))
+        .filter_map(|(name, src)| {
+            count += 1;
+            workgroup_sizes(name, &dynvram_shaders::with_f16_activations(src)).err()
+        })
+        .collect();
+    assert!(count > 2, "only {count} cooperative modules");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Flash attention's generated region in its file is the generator's for
+/// `FlashTuning::FILE` (`DYNVRAM_BLESS_WGSL=1` rewrites it), and the
+/// modules of other tunings — every staging, grids of rows and columns,
+/// prefetch, both matrix edges, awkward head dims — validate, in f16.
+#[test]
+fn flash_attention_tunings_generate_and_validate() {
+    use dynvram_shaders::flash::{FlashTuning, flash_attention};
+    use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl/flash_attention.wgsl");
+    let file = std::fs::read_to_string(path).expect("read");
+    let own = flash_attention(&file, 16, 32, 128, FlashTuning::FILE).expect("the file's tuning");
+    if std::env::var("DYNVRAM_BLESS_WGSL").is_ok() {
+        std::fs::write(path, &own).expect("write");
+    } else {
+        assert!(
+            own == file,
+            "flash_attention.wgsl's generated region is stale: DYNVRAM_BLESS_WGSL=1 rewrites it"
+        );
+    }
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for (src, edge, sg) in [
+        (FLASH_ATTENTION16, 16, 32),
+        (FLASH_ATTENTION8, 8, 8),
+        (FLASH_ATTENTION8, 8, 16),
+    ] {
+        for tuning in [
+            "64x64w4c2",
+            "64x64w4",
+            "64x32w4k2c2p",
+            "128x32w8c2pr",
+            "64x64w4c2r",
+            "128x64w8k2c4",
+            "64x64w4g",
+            "128x32w8c2g",
+            "32x32w2",
+            "256x16w4",
+            "64x64w4c2t",
+            "128x32w8k2c4prt",
+            "64x64w4c2gt",
+            "64x64w4c2m",
+            "128x32w8c2prtm",
+        ] {
+            let tuning: FlashTuning = tuning.parse().expect("tuning");
+            for hd in [edge * 4, 80, 128, 256] {
+                let Ok(text) = flash_attention(src, edge, sg, hd, tuning) else {
+                    continue;
+                };
+                count += 1;
+                let text = dynvram_shaders::with_f16_activations(&text);
+                let name = format!("flash {tuning} {edge} {sg} {hd}");
+                if let Err(e) = validate(&name, &text) {
+                    failures.push(e);
+                }
+                // The geometry's account of workgroup memory is the
+                // module's, in sizes that keep every array aligned.
+                match workgroup_sizes(&name, &text) {
+                    Ok(bytes) => {
+                        let g = tuning.geometry(edge, sg, hd).expect("geometry");
+                        if bytes != g.workgroup_bytes() {
+                            failures.push(format!(
+                                "{name}: {bytes} bytes of workgroup memory, the geometry says {}",
+                                g.workgroup_bytes()
+                            ));
+                        }
+                    }
+                    Err(e) => failures.push(e),
+                }
+            }
+        }
+    }
+    assert!(count > 40, "only {count} modules generated");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The text form of a flash tuning reads back, and bad forms say why.
+#[test]
+fn flash_tuning_text_round_trips() {
+    use dynvram_shaders::flash::{FlashTuning, KvStaging};
+    for text in [
+        "64x64w4c2",
+        "128x32w8k2c2pr",
+        "64x64w4g",
+        "32x16w1",
+        "64x64w4r",
+        "64x64w4c2t",
+        "64x32w8prt",
+        "64x64w4c2m",
+        "128x32w8c2gtm",
+    ] {
+        let t: FlashTuning = text.parse().expect(text);
+        assert_eq!(t.to_string(), text);
+    }
+    for text in ["two-walk", "64x64w4c2", "64x64w4c2tm"] {
+        let t: dynvram_shaders::flash::FlashKernel = text.parse().expect(text);
+        assert_eq!(t.to_string(), text);
+    }
+    let t: FlashTuning = "64x32".parse().expect("defaults");
+    assert_eq!((t.subgroups, t.key_groups, t.col_groups), (4, 1, 1));
+    assert_eq!((t.staging, t.prefetch), (KvStaging::Serial, false));
+    assert!(!t.column_major);
+    assert_eq!("64x32w4s".parse::<FlashTuning>(), Ok(t));
+    for bad in [
+        "",
+        "64",
+        "64x",
+        "x64",
+        "64x0",
+        "64x32c2w4",
+        "64x32q",
+        "64x32pp",
+        "64x32w",
+        "64x32tr",
+        "64x32mt",
+    ] {
+        let err = bad.parse::<FlashTuning>().expect_err(bad);
+        assert!(err.contains("bad flash tuning"), "{err}");
+    }
+    assert!(FlashTuning::FILE.geometry(16, 32, 128).is_ok());
+    let g: FlashTuning = "64x64w4g".parse().expect("global");
+    assert!(g.geometry(16, 32, 128).is_ok());
+    let gk: FlashTuning = "64x64w4k2g".parse().expect("global, key groups");
+    assert!(gk.geometry(16, 32, 128).is_err());
+    let hd80: FlashTuning = "64x64w4c2".parse().expect("c2");
+    assert!(
+        hd80.geometry(16, 32, 80).is_err(),
+        "5 column tiles in 2 groups"
+    );
+}

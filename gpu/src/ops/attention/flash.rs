@@ -1,12 +1,30 @@
-//! Flash attention on cooperative matrices (`flash_attention.wgsl`): a
+//! Flash attention on cooperative matrices: which kernel runs
+//! ([`FlashKernel`]: the two-walk kernel of `two_walk.rs`, or the one-walk
+//! kernel here), and the one-walk kernel (`flash_attention.wgsl`): a
 //! workgroup takes a block of query rows of one head, keeps their queries
-//! and outputs in registers, walks the keys in blocks twice (the softmax
-//! statistics, then the output), and never writes the score matrix. Used
-//! where the adapter has f16 cooperative matrices with a fixed subgroup
-//! size and the activations are f16; the scalar kernels run elsewhere.
+//! and outputs in registers, walks the keys once in blocks with an online
+//! softmax (outputs rescaled lazily through workgroup memory), and never
+//! writes the score matrix. Used where the adapter has f16 cooperative
+//! matrices with a fixed subgroup size and the activations are f16; the
+//! scalar kernels run elsewhere.
+//!
+//! The one-walk kernel's shape is a [`FlashTuning`] (rows and keys per
+//! block, subgroups, how they split the two products, how keys and values
+//! are staged), generated as text per tuning (`dynvram_shaders::flash`).
+//! [`default_tuning`] picks one from the adapter's limits. **The device's
+//! default kernel is still the two-walk one**: the one-walk kernel passes
+//! every test on lavapipe but wrote wrong outputs for every tuning on the
+//! H200 in its first run (this session; see `choose`), so it runs only
+//! where asked for ([`super::record_flash_attention_tuned`],
+//! `GpuOptions::flash` / `DYNVRAM_FLASH`, `dynvram bench attention
+//! --queries`).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use dynvram_quant::AdapterCaps;
-use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16, with_flash_shape};
+use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, flash_attention};
+use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
 
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
@@ -17,46 +35,57 @@ use crate::ops::kernel::to_u32;
 use crate::ops::launch::{Launch, launch};
 use crate::tensor::ActDtype;
 
-/// A workgroup's shape: `nsg` subgroups of one matrix edge of query rows
-/// each, `bc` keys per block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FlashShape {
-    pub nsg: u32,
-    pub bc: u32,
+/// The default tunings, most preferred first: the first that fits the
+/// adapter and head dimension within [`DEFAULT_REGISTERS`] runs
+/// ([`default_tuning`]). Not yet timed against each other on a GPU
+/// (`bench/flash_sweep.sh` does): 64 rows by 64 keys with the output
+/// columns split over two subgroups is the largest block the H200's 48 KiB
+/// of workgroup memory take at head_dim 128 with one staging buffer; the
+/// later ones serve larger head dims (more subgroups, fewer matrices each)
+/// and smaller matrix edges.
+const DEFAULTS: &[&str] = &[
+    "64x64w4c2",
+    "64x64w4",
+    "64x32w8k2c4",
+    "64x32w4c2",
+    "64x32w4",
+    "32x32w8k2c4",
+    "32x32w4k2c2",
+    "32x32w2",
+    "16x16w4k2c2",
+    "16x16w1",
+];
+
+/// The most registers per invocation ([`FlashGeometry::registers`]) a
+/// default tuning's matrices may take: beyond, NVIDIA's compiler spills
+/// (255 a thread, addresses and the softmax besides), and lavapipe takes
+/// minutes to compile the unrolled products.
+pub const DEFAULT_REGISTERS: u32 = 160;
+
+/// Why the adapter cannot run flash attention at all with `act`
+/// activations and head dimension `hd` (any tuning), or `Ok`.
+fn supported(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<(), String> {
+    coop_f16_unusable(
+        caps,
+        act,
+        hd,
+        |sg| sg.is_power_of_two() && sg >= 4,
+        "(the kernel needs one fixed power-of-two size)",
+    )
 }
 
-impl FlashShape {
-    /// Workgroup memory for matrix edge `edge` and head dimension `hd`:
-    /// the staged queries, then keys or values (f16, rows skewed by 8),
-    /// the f32 scores and the f16 probabilities.
-    pub fn workgroup_bytes(self, edge: u32, hd: u32) -> u32 {
-        let br = self.nsg * edge;
-        br.max(self.bc) * (hd + 8) * 2 + br * self.bc * 4 + br * (self.bc + 8) * 2
-    }
-
-    /// The widest shape that fits the adapter, most subgroups first (the
-    /// staged keys serve more query rows), then the longest key blocks.
-    fn for_adapter(caps: &AdapterCaps, hd: u32) -> Option<Self> {
-        let edge = caps.coop_matrix_edge;
-        let sg = caps.subgroup_min_size;
-        [(4, 64), (4, 32), (2, 64), (2, 32), (1, 32), (1, 16)]
-            .into_iter()
-            .map(|(nsg, bc)| Self { nsg, bc })
-            .find(|s| {
-                s.bc.is_multiple_of(edge)
-                    && s.nsg * sg <= caps.max_invocations_per_workgroup
-                    && s.workgroup_bytes(edge, hd) <= caps.max_workgroup_storage
-            })
-    }
-}
-
-/// Why flash attention cannot run with `act` activations and head
-/// dimension `hd` on this adapter, or the shape it runs with.
-pub(super) fn flash_shape(
+/// What both flash kernels need of the adapter with `act` activations and
+/// head dimension `hd`: f16 cooperative matrices and subgroups, f16
+/// activations, one subgroup size that `sg_fits` (else `Err` with
+/// "subgroups of MIN..MAX invocations `sg_need`"), and `hd` a multiple of
+/// the matrix edge up to [`super::MAX_HEAD_DIM`].
+pub(super) fn coop_f16_unusable(
     caps: &AdapterCaps,
     act: ActDtype,
     hd: u64,
-) -> Result<FlashShape, String> {
+    sg_fits: impl Fn(u32) -> bool,
+    sg_need: &str,
+) -> Result<(), String> {
     let edge = caps.coop_matrix_edge;
     if edge == 0 || !caps.shader_f16 || !caps.subgroups {
         return Err("the adapter lacks f16 cooperative matrices, SHADER_F16 or subgroups".into());
@@ -65,13 +94,9 @@ pub(super) fn flash_shape(
         return Err("f32 activations would round to f16 (the kernel takes f16)".into());
     }
     let sg = caps.subgroup_min_size;
-    if sg != caps.subgroup_max_size
-        || sg < edge
-        || !sg.is_multiple_of(edge)
-        || !(sg / edge).is_power_of_two()
-    {
+    if sg != caps.subgroup_max_size || !sg_fits(sg) {
         return Err(format!(
-            "subgroups of {}..{} invocations do not split into rows of the {edge}x{edge} matrices",
+            "subgroups of {}..{} invocations {sg_need}",
             caps.subgroup_min_size, caps.subgroup_max_size
         ));
     }
@@ -81,15 +106,173 @@ pub(super) fn flash_shape(
             super::MAX_HEAD_DIM
         ));
     }
-    FlashShape::for_adapter(caps, hd as u32).ok_or_else(|| {
+    Ok(())
+}
+
+/// Why `tuning` cannot run on this adapter for head dimension `head_dim`
+/// with f16 activations, or `None` when it can.
+pub fn tuning_unusable(caps: &AdapterCaps, tuning: &FlashTuning, head_dim: u64) -> Option<String> {
+    if let Err(why) = supported(caps, ActDtype::F16, head_dim) {
+        return Some(why);
+    }
+    let g = match tuning.geometry(
+        caps.coop_matrix_edge,
+        caps.subgroup_min_size,
+        head_dim as u32,
+    ) {
+        Ok(g) => g,
+        Err(why) => return Some(why),
+    };
+    if g.invocations() > caps.max_invocations_per_workgroup {
+        return Some(format!(
+            "{} invocations per workgroup exceed the adapter's {}",
+            g.invocations(),
+            caps.max_invocations_per_workgroup
+        ));
+    }
+    if g.workgroup_bytes() > caps.max_workgroup_storage {
+        return Some(format!(
+            "{} bytes of workgroup memory at head_dim {head_dim} exceed the adapter's {}",
+            g.workgroup_bytes(),
+            caps.max_workgroup_storage
+        ));
+    }
+    None
+}
+
+/// Every tuning [`default_tuning`] can pick, most preferred first.
+pub fn default_tunings() -> Vec<FlashTuning> {
+    DEFAULTS
+        .iter()
+        .map(|t| t.parse::<FlashTuning>().expect("a default tuning parses"))
+        .collect()
+}
+
+/// The tuning flash attention runs with by default on this adapter at
+/// head dimension `head_dim`: the first of [`default_tunings`] that fits, its
+/// matrices within [`DEFAULT_REGISTERS`].
+pub fn default_tuning(caps: &AdapterCaps, head_dim: u64) -> Option<FlashTuning> {
+    default_tunings().into_iter().find(|t| {
+        tuning_unusable(caps, t, head_dim).is_none()
+            && geometry(caps, t, head_dim).is_some_and(|g| g.registers() <= DEFAULT_REGISTERS)
+    })
+}
+
+/// `tuning`'s sizes on this adapter at `head_dim` (`None` where it has
+/// none).
+pub fn geometry(caps: &AdapterCaps, tuning: &FlashTuning, head_dim: u64) -> Option<FlashGeometry> {
+    let hd = u32::try_from(head_dim).ok()?;
+    tuning
+        .geometry(caps.coop_matrix_edge, caps.subgroup_min_size, hd)
+        .ok()
+}
+
+/// Why blocks of query rows with `act` activations and head dimension
+/// `hd` run on the scalar kernels on this adapter (no flash kernel fits),
+/// or `None`.
+pub(super) fn unusable(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<String> {
+    if let Err(why) = supported(caps, act, hd) {
+        return Some(why);
+    }
+    default_kernel(caps, act, hd).is_none().then(|| {
         format!(
-            "no workgroup shape fits {} bytes of workgroup memory",
+            "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
             caps.max_workgroup_storage
         )
     })
 }
 
-/// Records the kernel for `span` with `shape` (from [`flash_shape`]).
+/// Why `kernel` cannot run on this adapter for head dimension `head_dim`
+/// with f16 activations, or `None` when it can.
+pub fn kernel_unusable(caps: &AdapterCaps, kernel: &FlashKernel, head_dim: u64) -> Option<String> {
+    match kernel {
+        FlashKernel::TwoWalk => super::two_walk::shape(caps, ActDtype::F16, head_dim).err(),
+        FlashKernel::OneWalk(t) => tuning_unusable(caps, t, head_dim),
+    }
+}
+
+/// The kernel flash attention runs by default on this adapter: the
+/// two-walk kernel where it fits (the one-walk kernel has not yet run
+/// correctly on a GPU: its first H200 run wrote wrong outputs for every
+/// tuning while lavapipe passes them all), else the one-walk default.
+pub fn default_kernel(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<FlashKernel> {
+    supported(caps, act, hd).ok()?;
+    if super::two_walk::shape(caps, act, hd).is_ok() {
+        return Some(FlashKernel::TwoWalk);
+    }
+    default_tuning(caps, hd).map(FlashKernel::OneWalk)
+}
+
+/// The kernel flash attention runs here (the device's `GpuOptions::flash`
+/// where it fits, else [`default_kernel`]), or why blocks of query rows
+/// run on the scalar kernels.
+pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> {
+    supported(&gpu.caps, act, hd)?;
+    if let Some(k) = gpu.flash_kernel() {
+        match kernel_unusable(&gpu.caps, &k, hd) {
+            None => return Ok(k),
+            Some(why) => {
+                tracing::debug!(%k, %why, hd, "the asked flash kernel does not fit; the default runs");
+            }
+        }
+    }
+    default_kernel(&gpu.caps, act, hd).ok_or_else(|| {
+        format!(
+            "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
+            gpu.caps.max_workgroup_storage
+        )
+    })
+}
+
+/// Records `kernel` for `span` (an unfit kernel is an error).
+pub(super) fn record_kernel(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    ops: &Operands<'_>,
+    heads: Heads,
+    span: Span,
+    kernel: &FlashKernel,
+) -> Result<(), GpuError> {
+    match kernel {
+        FlashKernel::OneWalk(t) => record(gpu, cache, enc, ops, heads, span, t),
+        FlashKernel::TwoWalk => {
+            let shape =
+                super::two_walk::shape(&gpu.caps, ops.q.dtype, heads.head_dim).map_err(|why| {
+                    crate::ops::kernel::bad("flash_attention", format!("two-walk: {why}"))
+                })?;
+            super::two_walk::record(gpu, cache, enc, ops, heads, span, shape)
+        }
+    }
+}
+
+/// The module for `tuning` on this adapter's matrices and subgroups at
+/// head dimension `hd` (checked: [`tuning_unusable`] is `None`), made
+/// once per process and shape.
+fn source(edge: u32, sg: u32, hd: u32, tuning: FlashTuning) -> Result<&'static str, String> {
+    type Sources = Mutex<HashMap<(u32, u32, u32, FlashTuning), &'static str>>;
+    static SOURCES: OnceLock<Sources> = OnceLock::new();
+    let mut map = SOURCES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(s) = map.get(&(edge, sg, hd, tuning)) {
+        return Ok(s);
+    }
+    let file = if edge == 16 {
+        FLASH_ATTENTION16
+    } else {
+        FLASH_ATTENTION8
+    };
+    let text = flash_attention(file, edge, sg, hd, tuning)?;
+    // A few shapes per process (head dims × tunings): kept.
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    map.insert((edge, sg, hd, tuning), text);
+    Ok(text)
+}
+
+/// Records the kernel for `span` with `tuning` (checked by
+/// [`tuning_unusable`] here: an unfit tuning is an error).
 pub(super) fn record(
     gpu: &Gpu,
     cache: &PipelineCache,
@@ -97,54 +280,116 @@ pub(super) fn record(
     ops: &Operands<'_>,
     heads: Heads,
     span: Span,
-    shape: FlashShape,
+    tuning: &FlashTuning,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
-    let Operands { q, k, v, out } = *ops;
+    if ops.q.dtype != ActDtype::F16 {
+        return Err(crate::ops::kernel::bad(
+            OP,
+            format!("flash attention takes f16 activations, not {}", ops.q.dtype),
+        ));
+    }
+    if let Some(why) = tuning_unusable(&gpu.caps, tuning, heads.head_dim) {
+        return Err(crate::ops::kernel::bad(
+            OP,
+            format!("flash tuning {tuning}: {why}"),
+        ));
+    }
     let edge = gpu.caps.coop_matrix_edge;
     let sg = gpu.caps.subgroup_min_size;
     let hd = to_u32(OP, "head_dim", heads.head_dim)?;
-    let source = match edge {
-        16 => FLASH_ATTENTION16,
-        _ => FLASH_ATTENTION8,
-    };
-    let FlashShape { nsg, bc } = shape;
-    let source = with_flash_shape(source, nsg, bc, hd);
-    let key = format!("flash_attention{edge}|SG={sg}|{nsg}x{bc}|HD={hd}");
-    let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
-    let params = crate::ops::kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", heads.n_heads)?,
-        to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale.to_bits(),
+    let source = source(edge, sg, hd, *tuning)
+        .map_err(|why| crate::ops::kernel::bad(OP, format!("flash tuning {tuning}: {why}")))?;
+    let key = format!("flash_attention{edge}|SG={sg}|{tuning}|HD={hd}");
+    // The softmax runs on exp2: the scores' scale times log2(e).
+    let scale2 = (std::f64::consts::LOG2_E / (heads.head_dim as f64).sqrt()) as f32;
+    launch_blocks(
+        gpu,
+        cache,
+        enc,
+        BlockLaunch {
+            op: OP,
+            key: &key,
+            source,
+            constants: &[],
+            rows: u64::from(tuning.rows),
+            scale: scale2,
+            extra: &[1f32.to_bits()],
+        },
+        ops,
+        heads,
+        span,
+    )
+}
+
+/// What differs between the two flash kernels' launches
+/// ([`launch_blocks`]).
+pub(super) struct BlockLaunch<'a> {
+    /// The op (errors) and the profile's label.
+    pub op: &'static str,
+    /// The pipeline key.
+    pub key: &'a str,
+    /// The module.
+    pub source: &'a str,
+    /// Its override constants.
+    pub constants: &'a [(&'a str, f64)],
+    /// Query rows per workgroup.
+    pub rows: u64,
+    /// The scores' factor (parameter word 6).
+    pub scale: f32,
+    /// Parameter words after the causal flag.
+    pub extra: &'a [u32],
+}
+
+/// Launches a flash kernel: one workgroup per head (x) and block of
+/// `l.rows` query rows of each batch element (y), checked against the
+/// adapter's workgroups per dimension; q, k, v and out at bindings 1 to 4;
+/// the parameters sq, n_heads, n_kv_heads, kv_rows, kv_len, pos0, the
+/// scale, the causal flag, then `l.extra`.
+pub(super) fn launch_blocks(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    l: BlockLaunch<'_>,
+    ops: &Operands<'_>,
+    heads: Heads,
+    span: Span,
+) -> Result<(), GpuError> {
+    let op = l.op;
+    let Operands { q, k, v, out } = *ops;
+    let mut words = vec![
+        to_u32(op, "sq", span.sq)?,
+        to_u32(op, "n_heads", heads.n_heads)?,
+        to_u32(op, "n_kv_heads", heads.n_kv_heads)?,
+        to_u32(op, "kv_rows", span.kv_rows)?,
+        to_u32(op, "kv_len", span.kv_len)?,
+        to_u32(op, "pos0", span.pos0)?,
+        l.scale.to_bits(),
         u32::from(span.causal),
-    ]);
-    let rows_per_group = u64::from(nsg * edge);
-    let blocks = span.batch * span.sq.div_ceil(rows_per_group);
+    ];
+    words.extend_from_slice(l.extra);
+    let params = crate::ops::kernel::params(&words);
+    let blocks = span.batch * span.sq.div_ceil(l.rows);
     let max_groups = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
     if heads.n_heads > max_groups || blocks > max_groups {
         return Err(crate::ops::kernel::bad(
-            OP,
+            op,
             format!(
                 "{} heads x {blocks} query blocks exceed {max_groups} workgroups per dimension",
                 heads.n_heads
             ),
         ));
     }
-    let constants = [("SG", f64::from(sg))];
     launch(
         gpu,
         cache,
         enc,
         Launch {
-            key: &key,
-            label: &"flash_attention",
-            source: &source,
+            key: l.key,
+            label: &op,
+            source: l.source,
             entry: "main",
-            constants: &constants,
+            constants: l.constants,
             act: q.dtype,
             bindings: vec![
                 (1, q.binding()),
@@ -154,8 +399,8 @@ pub(super) fn record(
             ],
             immediates: &params,
             groups: (
-                to_u32(OP, "n_heads", heads.n_heads)?,
-                to_u32(OP, "query blocks", blocks)?,
+                to_u32(op, "n_heads", heads.n_heads)?,
+                to_u32(op, "query blocks", blocks)?,
             ),
             cost: super::cost(q, heads, span),
         },
@@ -164,37 +409,58 @@ pub(super) fn record(
 
 #[cfg(test)]
 mod tests {
+    use super::super::coop_caps as caps;
     use super::*;
 
-    fn caps(edge: u32, sg: u32, storage: u32) -> AdapterCaps {
-        AdapterCaps {
-            shader_f16: true,
-            subgroups: true,
-            subgroup_min_size: sg,
-            subgroup_max_size: sg,
-            coop_matrix_edge: edge,
-            max_workgroup_storage: storage,
-            max_invocations_per_workgroup: 1024,
-            ..AdapterCaps::baseline("test", "vulkan")
-        }
+    fn tuning(text: &str) -> FlashTuning {
+        text.parse().expect("tuning")
     }
 
     #[test]
-    fn shapes_fit_the_adapter() {
+    fn defaults_fit_the_adapter() {
         // The H200: 48 KiB, 16x16 matrices, subgroups of 32.
         let h200 = caps(16, 32, 48 << 10);
-        let s = flash_shape(&h200, ActDtype::F16, 128).expect("fits");
-        assert!(s.workgroup_bytes(16, 128) <= 48 << 10, "{s:?}");
-        assert_eq!(s, FlashShape { nsg: 4, bc: 64 });
-        let wide = flash_shape(&h200, ActDtype::F16, 256).expect("fits");
-        assert_eq!(wide, FlashShape { nsg: 4, bc: 32 });
-        assert!(flash_shape(&h200, ActDtype::F32, 128).is_err());
-        assert!(flash_shape(&h200, ActDtype::F16, 72).is_err());
-        assert!(flash_shape(&caps(16, 32, 4 << 10), ActDtype::F16, 128).is_err());
-        // Subgroups narrower than a matrix row block, or varying.
-        assert!(flash_shape(&caps(16, 8, 48 << 10), ActDtype::F16, 128).is_err());
+        assert_eq!(default_tuning(&h200, 128), Some(tuning("64x64w4c2")));
+        assert_eq!(default_tuning(&h200, 64), Some(tuning("64x64w4c2")));
+        // Five column tiles do not split in two.
+        assert_eq!(default_tuning(&h200, 80), Some(tuning("64x64w4")));
+        // 256 columns: half the keys a block, eight subgroups.
+        assert_eq!(default_tuning(&h200, 256), Some(tuning("64x32w8k2c4")));
+        for hd in [16u64, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256] {
+            let t = default_tuning(&h200, hd).expect("a default");
+            assert!(tuning_unusable(&h200, &t, hd).is_none(), "{hd}: {t}");
+            let g = geometry(&h200, &t, hd).expect("geometry");
+            assert!(g.registers() <= DEFAULT_REGISTERS, "{hd}: {t}");
+        }
+        // Lavapipe's 8x8 matrices and subgroups of 8 (16 with
+        // LP_NATIVE_VECTOR_WIDTH=512): up to head_dim 128 (at 256 the
+        // queries alone take more registers; the scalar kernels run).
+        for sg in [8, 16] {
+            let lvp = caps(8, sg, 32 << 10);
+            for hd in [8u64, 40, 64, 80, 128] {
+                assert!(default_tuning(&lvp, hd).is_some(), "{sg} {hd}");
+            }
+        }
+        assert!(supported(&h200, ActDtype::F32, 128).is_err());
+        assert!(supported(&h200, ActDtype::F16, 72).is_err());
+        assert!(default_tuning(&caps(16, 32, 4 << 10), 128).is_none());
         let mut varying = caps(16, 32, 48 << 10);
         varying.subgroup_min_size = 16;
-        assert!(flash_shape(&varying, ActDtype::F16, 128).is_err());
+        assert!(supported(&varying, ActDtype::F16, 128).is_err());
+    }
+
+    #[test]
+    fn unfit_tunings_say_why() {
+        let h200 = caps(16, 32, 48 << 10);
+        let why = |t: &str, hd| tuning_unusable(&h200, &tuning(t), hd).expect("unfit");
+        assert!(
+            why("128x64w4", 128).contains("workgroup memory"),
+            "{}",
+            why("128x64w4", 128)
+        );
+        assert!(why("64x64w4c3", 128).contains("column groups"));
+        assert!(why("64x64w4k2g", 128).contains("key group"));
+        assert!(tuning_unusable(&h200, &tuning("64x64w32"), 128).is_some());
+        assert!(tuning_unusable(&h200, &tuning("128x32w8c2"), 128).is_none());
     }
 }

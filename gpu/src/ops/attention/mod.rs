@@ -12,14 +12,17 @@
 //! with at most 8 queries per kv head (decoding) and head_dim a multiple
 //! of 4 runs the decode kernel (`decode.rs`); with f16 activations on an
 //! adapter with f16 cooperative matrices, blocks of query rows run as flash
-//! attention on the matrices (`flash.rs`); every other case runs the scalar
-//! kernels (`scalar.rs`), whose keys split over workgroups when there are
-//! too few rows to fill the GPU.
+//! attention on the matrices (`flash.rs` chooses a [`FlashKernel`]: the
+//! two-walk kernel of `two_walk.rs` by default, or the one-walk kernel
+//! shaped by a [`FlashTuning`]);
+//! every other case runs the scalar kernels (`scalar.rs`), whose keys split
+//! over workgroups when there are too few rows to fill the GPU.
 
 mod decode;
 mod flash;
 mod scalar;
 mod shape;
+mod two_walk;
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
@@ -29,6 +32,13 @@ use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
 pub use decode::{DecodeTuning, decode_split, lanes_per_key, uses_subgroups};
+pub use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, KvStaging};
+pub use flash::{
+    DEFAULT_REGISTERS as FLASH_DEFAULT_REGISTERS, choose as flash_kernel_for,
+    default_kernel as default_flash_kernel, default_tuning as default_flash_tuning,
+    default_tunings as default_flash_tunings, geometry as flash_geometry,
+    kernel_unusable as flash_kernel_unusable, tuning_unusable as flash_tuning_unusable,
+};
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
@@ -115,6 +125,32 @@ pub fn record_attention_with(
     scratch: &mut LinearScratch,
     tuning: &DecodeTuning,
 ) -> Result<(), GpuError> {
+    record_attention_tuned(
+        gpu, cache, enc, q, k_cache, v_cache, out, heads, kv_len, pos0, rope, scratch, tuning, None,
+    )
+}
+
+/// [`record_attention_with`] with the flash kernel `flash` where the query
+/// rows run as flash attention (`None`: the device's choice,
+/// [`default_flash_kernel`] or `GpuOptions::flash`); a kernel the adapter
+/// cannot run is an error there (see [`flash_kernel_unusable`]).
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_attention_tuned(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k_cache: &GpuTensor,
+    v_cache: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    kv_len: u64,
+    pos0: u64,
+    rope: Option<&RopeTable>,
+    scratch: &mut LinearScratch,
+    tuning: &DecodeTuning,
+    flash: Option<&FlashKernel>,
+) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (sq, max_seq) = check(OP, q, k_cache, v_cache, out, heads)?;
     if kv_len > max_seq || pos0 + sq > kv_len {
@@ -171,10 +207,13 @@ pub fn record_attention_with(
     if decode::unusable(heads, span, false).is_none() {
         return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch, tuning);
     }
-    if sq >= FLASH_MIN_ROWS
-        && let Ok(shape) = flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim)
-    {
-        return flash::record(gpu, cache, enc, &ops, heads, span, shape);
+    if sq >= FLASH_MIN_ROWS {
+        if let Some(k) = flash {
+            return flash::record_kernel(gpu, cache, enc, &ops, heads, span, k);
+        }
+        if let Ok(k) = flash::choose(gpu, q.dtype, heads.head_dim) {
+            return flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k);
+        }
     }
     scalar::record(gpu, cache, enc, &ops, heads, span, Some(scratch))
 }
@@ -182,8 +221,10 @@ pub fn record_attention_with(
 /// Records `out = softmax(q kᵀ · head_dim^-0.5 [+ mask]) v` for `batch`
 /// elements: q and out `[batch·sq, n_heads·head_dim]`, k and v
 /// `[batch·skv, n_kv_heads·head_dim]` (element b's rows contiguous). Flash
-/// attention on cooperative matrices where the adapter and dtype allow,
-/// else the scalar kernel; no memory is allocated either way.
+/// attention on cooperative matrices where the adapter and dtype allow
+/// (the device's choice of kernel: [`default_flash_kernel`] or
+/// `GpuOptions::flash`), else the scalar kernel; no memory is allocated
+/// either way.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_flash_attention(
     gpu: &Gpu,
@@ -196,6 +237,27 @@ pub fn record_flash_attention(
     heads: Heads,
     batch: u64,
     mask: Mask,
+) -> Result<(), GpuError> {
+    record_flash_attention_tuned(gpu, cache, enc, q, k, v, out, heads, batch, mask, None)
+}
+
+/// [`record_flash_attention`] with the flash kernel `kernel` (for tools
+/// and tests that time or check others): it is an error where the adapter
+/// cannot run it ([`flash_kernel_unusable`]); `None` is the device's
+/// choice.
+#[allow(clippy::too_many_arguments)] // the op's operands
+pub fn record_flash_attention_tuned(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    q: &GpuTensor,
+    k: &GpuTensor,
+    v: &GpuTensor,
+    out: &GpuTensor,
+    heads: Heads,
+    batch: u64,
+    mask: Mask,
+    kernel: Option<&FlashKernel>,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
     let (q_rows, kv_rows) = check(OP, q, k, v, out, heads)?;
@@ -227,8 +289,11 @@ pub fn record_flash_attention(
         causal,
     };
     let ops = Operands { q, k, v, out };
-    match flash::flash_shape(&gpu.caps, q.dtype, heads.head_dim) {
-        Ok(shape) => flash::record(gpu, cache, enc, &ops, heads, span, shape),
+    if let Some(k) = kernel {
+        return flash::record_kernel(gpu, cache, enc, &ops, heads, span, k);
+    }
+    match flash::choose(gpu, q.dtype, heads.head_dim) {
+        Ok(k) => flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k),
         Err(why) => {
             tracing::trace!(%why, "flash attention on scalar kernels");
             scalar::record(gpu, cache, enc, &ops, heads, span, None)
@@ -245,7 +310,7 @@ pub fn flash_unusable(
     act: crate::ActDtype,
     head_dim: u64,
 ) -> Option<String> {
-    flash::flash_shape(caps, act, head_dim).err()
+    flash::unusable(caps, act, head_dim)
 }
 
 /// Why `sq` query rows over a cache with `heads` would not run on the
@@ -306,6 +371,23 @@ fn check(
     rows_cols(op, "out", out)?;
     expect_distinct(op, out, &[("q", q), ("k", k), ("v", v)])?;
     Ok((sq, kv_rows))
+}
+
+/// An adapter with f16 cooperative matrices of edge `edge`, subgroups of
+/// `sg` invocations and `storage` bytes of workgroup memory (the flash
+/// kernels' unit tests).
+#[cfg(test)]
+fn coop_caps(edge: u32, sg: u32, storage: u32) -> dynvram_quant::AdapterCaps {
+    dynvram_quant::AdapterCaps {
+        shader_f16: true,
+        subgroups: true,
+        subgroup_min_size: sg,
+        subgroup_max_size: sg,
+        coop_matrix_edge: edge,
+        max_workgroup_storage: storage,
+        max_invocations_per_workgroup: 1024,
+        ..dynvram_quant::AdapterCaps::baseline("test", "vulkan")
+    }
 }
 
 /// Bytes (q, out, and the visible k/v rows once per kv head) and FLOPs
