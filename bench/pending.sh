@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What landed without an H200 run (session 14), in one device call, in
 # priority order; every part under its own timeout, results in $OUT:
-#   bash bench/prepare.sh     # here; then run with carry [".dev", ".gl", ".peer"]
+#   bash bench/prepare.sh && rm -f .dev/e2e_tests   # here (the carry holds 64 MiB);
+#   then `run` with carry [".dev", ".gl", ".peer"] (.peer: bench/README.md, Peer)
 #   OUT=$OUT bash bench/pending.sh
 # 1. gpu_tests with cooperative matrices required: the one-walk flash
 #    kernel (ops_attention: flash_tunings_match_cpu failed on the H200
