@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use dynvram_runtime::ops::attention::{
     DecodeTuning, FlashKernel, Heads, Mask, decode_unusable, flash_geometry, flash_kernel_for,
-    flash_kernel_unusable, record_attention_with, record_flash_attention_tuned,
+    flash_kernel_unusable, record_attention_tuned, record_flash_attention_tuned,
 };
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::LinearScratch;
@@ -337,7 +337,7 @@ impl Case {
         reps: usize,
     ) -> anyhow::Result<Timed> {
         let h = self.heads;
-        // As `record_attention_with` chooses: the decode kernel, RoPE
+        // As `record_attention_tuned` chooses: the decode kernel, RoPE
         // fused where it can, else a RoPE launch before it.
         let decode = decode_unusable(h, 1, false).is_none();
         let rope_launch = self.rope.is_some() && decode_unusable(h, 1, true).is_some();
@@ -352,7 +352,7 @@ impl Case {
         let mut run = |times: usize| {
             submit_timed(gpu, |enc| {
                 for _ in 0..times {
-                    record_attention_with(
+                    record_attention_tuned(
                         gpu,
                         cache,
                         enc,
@@ -366,6 +366,7 @@ impl Case {
                         self.rope.as_ref(),
                         &mut scratch,
                         tuning,
+                        None,
                     )?;
                 }
                 Ok(())

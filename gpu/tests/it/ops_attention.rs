@@ -10,7 +10,7 @@ use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
 use dynvram_gpu::ops::attention::{
     DecodeTuning, FlashKernel, FlashTuning, Heads, Mask, decode_unusable, default_flash_kernel,
     default_flash_tuning, default_flash_tunings, flash_geometry, flash_kernel_unusable,
-    flash_unusable, lanes_per_key, record_attention, record_attention_tuned, record_attention_with,
+    flash_unusable, lanes_per_key, record_attention, record_attention_tuned,
     record_flash_attention, record_flash_attention_tuned, record_kv_write, uses_subgroups,
 };
 use dynvram_gpu::ops::encoder::Encoder;
@@ -163,7 +163,7 @@ fn attend_tuned(
     tuning: &DecodeTuning,
 ) -> Result<(), GpuError> {
     let mut scratch = LinearScratch::new();
-    record_attention_with(
+    record_attention_tuned(
         &c.gpu,
         &c.cache,
         enc,
@@ -177,6 +177,7 @@ fn attend_tuned(
         rope,
         &mut scratch,
         tuning,
+        None,
     )
 }
 

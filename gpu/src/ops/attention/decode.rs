@@ -39,7 +39,7 @@ fn step_keys(vec4s: u64) -> u64 {
 }
 
 /// How decode attention shapes its workgroups and splits its keys over
-/// them: [`record_attention_with`](super::record_attention_with) takes one,
+/// them: [`record_attention_tuned`](super::record_attention_tuned) takes one,
 /// [`record_attention`](super::record_attention) the default (today's
 /// policy, chosen on an H200). A tuning is text too ([`FromStr`], the
 /// syntax `bench attention --tunings` takes):

@@ -71,7 +71,7 @@ pub enum Mask {
 /// are either).
 ///
 /// The decode kernel runs with the default [`DecodeTuning`];
-/// [`record_attention_with`] takes another.
+/// [`record_attention_tuned`] takes another.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention(
     gpu: &Gpu,
@@ -87,7 +87,7 @@ pub fn record_attention(
     rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
 ) -> Result<(), GpuError> {
-    record_attention_with(
+    record_attention_tuned(
         gpu,
         cache,
         enc,
@@ -101,39 +101,17 @@ pub fn record_attention(
         rope,
         scratch,
         &DecodeTuning::default(),
+        None,
     )
 }
 
 /// [`record_attention`] with the decode kernel's workgroup size, merge and
-/// split policy from `tuning` (for tools and tests that time or check
-/// others; it is an error where the decode kernel runs and the tuning
-/// does not fit the adapter, see [`DecodeTuning::unusable`]). The other
-/// kernels do not read it.
-#[allow(clippy::too_many_arguments)] // the op's operands
-pub fn record_attention_with(
-    gpu: &Gpu,
-    cache: &PipelineCache,
-    enc: &mut Encoder,
-    q: &GpuTensor,
-    k_cache: &GpuTensor,
-    v_cache: &GpuTensor,
-    out: &GpuTensor,
-    heads: Heads,
-    kv_len: u64,
-    pos0: u64,
-    rope: Option<&RopeTable>,
-    scratch: &mut LinearScratch,
-    tuning: &DecodeTuning,
-) -> Result<(), GpuError> {
-    record_attention_tuned(
-        gpu, cache, enc, q, k_cache, v_cache, out, heads, kv_len, pos0, rope, scratch, tuning, None,
-    )
-}
-
-/// [`record_attention_with`] with the flash kernel `flash` where the query
+/// split policy from `tuning`, and the flash kernel `flash` where the query
 /// rows run as flash attention (`None`: the device's choice,
-/// [`default_flash_kernel`] or `GpuOptions::flash`); a kernel the adapter
-/// cannot run is an error there (see [`flash_kernel_unusable`]).
+/// [`default_flash_kernel`] or `GpuOptions::flash`), for tools and tests
+/// that time or check others. A tuning or kernel the adapter cannot run is
+/// an error where that kernel runs (see [`DecodeTuning::unusable`],
+/// [`flash_kernel_unusable`]); the other kernels do not read them.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention_tuned(
     gpu: &Gpu,
