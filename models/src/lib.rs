@@ -7,6 +7,7 @@
 //! Owns: architectures (block structure, op order, CPU references). Knows
 //! nothing of wgpu beyond what the runtime exposes.
 
+mod block_index;
 pub mod error;
 pub mod flux;
 pub mod llama;

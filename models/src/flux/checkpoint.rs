@@ -12,6 +12,7 @@ use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{FLUX1_AXES_DIM, FLUX1_THETA, FluxConfig, MAX_BLOCKS, TIME_DIM};
 use super::{FluxError, Shape};
+use crate::block_index::block_index;
 
 /// The key prefix of ComfyUI's full checkpoints.
 pub const COMFY_PREFIX: &str = "model.diffusion_model.";
@@ -462,8 +463,7 @@ pub fn detect_prefix(list: &dyn TensorList) -> Option<String> {
 fn max_block(list: &dyn TensorList, prefix: &str) -> Option<usize> {
     list.names()
         .iter()
-        .filter_map(|n| n.strip_prefix(prefix))
-        .filter_map(|rest| rest.split('.').next()?.parse::<usize>().ok())
+        .filter_map(|n| block_index(n, prefix))
         .max()
 }
 
@@ -473,8 +473,7 @@ fn count_blocks(list: &dyn TensorList, prefix: &str) -> usize {
     let names = list.names();
     let present: std::collections::HashSet<usize> = names
         .iter()
-        .filter_map(|n| n.strip_prefix(prefix))
-        .filter_map(|rest| rest.split('.').next()?.parse::<usize>().ok())
+        .filter_map(|n| block_index(n, prefix))
         .collect();
     (0..).take_while(|i| present.contains(i)).count()
 }

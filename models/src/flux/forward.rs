@@ -92,7 +92,7 @@ pub fn scratch_bytes(
         .iter()
         .map(|(_, s, f32_only)| {
             let size = if *f32_only { 4 } else { dtype.size() };
-            (s.iter().product::<usize>() as u64 * size).div_ceil(4) * 4
+            word_bytes(s.iter().product(), size)
         })
         .sum();
     let rows = (shape.batch * shape.joint_len()) as u64;
@@ -132,8 +132,14 @@ fn capture_rows(c: &FluxConfig, s: Shape) -> Vec<(&'static str, usize)> {
 pub fn capture_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
     capture_rows(c, shape)
         .iter()
-        .map(|&(_, rows)| (rows as u64 * c.hidden_size as u64 * dtype.size()).div_ceil(4) * 4)
+        .map(|&(_, rows)| word_bytes(rows * c.hidden_size, dtype.size()))
         .sum()
+}
+
+/// Bytes of an activation of `numel` values of `size` bytes, in whole
+/// 4-byte words as its binding covers them.
+fn word_bytes(numel: usize, size: u64) -> u64 {
+    (numel as u64 * size).div_ceil(4) * 4
 }
 
 /// The activations of a pass, by name.

@@ -8,6 +8,7 @@ use dynvram_runtime::quant::{self, TensorList};
 use dynvram_runtime::{BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::{LlamaConfig, LlamaError};
+use crate::block_index::block_index;
 
 /// Tensor and layer names in Hugging Face layout.
 pub mod names {
@@ -308,7 +309,6 @@ impl Checkpoint {
     }
 }
 
-/// Activation bytes of one set of `rows` rows (see `forward::Acts`).
 /// The first tensor (and its layer index) under `model.layers.{i}.` with
 /// `i >= layers`, in file order.
 fn first_layer_past<'a>(
@@ -316,14 +316,11 @@ fn first_layer_past<'a>(
     layers: usize,
 ) -> Option<(&'a str, usize)> {
     names
-        .filter_map(|name| {
-            let rest = name.strip_prefix("model.layers.")?;
-            let i = rest.split('.').next()?.parse::<usize>().ok()?;
-            (i >= layers).then_some((name, i))
-        })
-        .next()
+        .filter_map(|name| Some((name, block_index(name, "model.layers.")?)))
+        .find(|&(_, i)| i >= layers)
 }
 
+/// Activation bytes of one set of `rows` rows (see `forward::Acts`).
 pub(crate) fn act_bytes(c: &LlamaConfig, rows: usize, logit_rows: usize) -> u64 {
     let per_row = 3 * c.hidden_size + 2 * c.q_width() + 2 * c.kv_width() + 3 * c.intermediate_size;
     // Linear kernels' scratch: rotated and quantized input of the widest K.

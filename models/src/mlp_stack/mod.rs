@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use dynvram_runtime::quant::{self, ActArith, KernelChoice, QuantLayer, TensorList};
 use dynvram_runtime::{BlockSpec, FilesList, ModelSpec, RuntimeError};
 
+use crate::block_index::block_index;
+
 /// Errors of this architecture.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -108,11 +110,7 @@ fn check_names(list: &dyn TensorList, blocks: usize) -> Result<(), String> {
         if name == INPUT {
             continue;
         }
-        let index = name
-            .strip_prefix("blocks.")
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|i| i.parse::<usize>().ok());
-        match index {
+        match block_index(name, "blocks.") {
             Some(i) if i < blocks => {}
             Some(i) => {
                 return Err(format!(
