@@ -69,7 +69,7 @@ pub fn record_argmax(
             entry: "argmax",
             constants: &[],
             params: &params,
-            bindings: vec![(0, logits.binding()), (1, out_binding)],
+            bindings: smallvec::smallvec![(0, logits.binding()), (1, out_binding)],
             groups: (1, 1),
             act: logits.dtype,
             cost: kernel::Cost::new(n * logits.dtype.size(), 4, n),

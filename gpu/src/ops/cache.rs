@@ -1,25 +1,141 @@
-//! Compiled pipelines, created once per (shader, entry, constants,
-//! activation type) key, and the bind groups launched with them.
+//! Compiled pipelines, created once per [`Program`] (module, entry,
+//! override constants, activation type), and the bind groups launched with
+//! them.
 
-use std::sync::{Arc, Mutex};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::launch::BindKey;
 use crate::tensor::ActDtype;
 
-/// A cache of compute pipelines keyed by a string the caller builds from the
-/// shader name, entry point and specialisation constants.
+/// What a pipeline is compiled from. Two launches of the same program get
+/// the same pipeline, so no launch builds a key by hand (a hand-built key
+/// can forget a specialisation; this one is the compiler's input).
+#[derive(Debug, Clone, Copy)]
+pub struct Program<'a> {
+    /// The WGSL module: `'static`, so its address identifies it for the
+    /// life of the process (generated modules are made once and leaked).
+    pub source: &'static str,
+    /// Entry point.
+    pub entry: &'static str,
+    /// Override constants.
+    pub constants: &'a [(&'static str, f64)],
+    /// Activation type of the module's `act` buffers.
+    pub act: ActDtype,
+}
+
+/// Generated modules (text with a shape written in), made once per process
+/// and key and kept, so that they are `'static` as [`Program`] wants and a
+/// launch per layer and token never rewrites the text. A process makes a
+/// few shapes (head dims × tunings): leaking them is the point.
+pub(crate) struct Generated<K>(OnceLock<Mutex<FxHashMap<K, &'static str>>>);
+
+impl<K: Hash + Eq> Generated<K> {
+    /// An empty set, for a `static`.
+    pub(crate) const fn new() -> Self {
+        Self(OnceLock::new())
+    }
+
+    /// The module of `key`, from `make` the first time.
+    pub(crate) fn get(&self, key: K, make: impl FnOnce() -> String) -> &'static str {
+        let Ok(text) = self.try_get(key, || Ok::<_, std::convert::Infallible>(make()));
+        text
+    }
+
+    /// [`Self::get`] for a `make` that can fail (nothing is kept then).
+    pub(crate) fn try_get<E>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> Result<String, E>,
+    ) -> Result<&'static str, E> {
+        let mut map = self
+            .0
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(text) = map.get(&key) {
+            return Ok(text);
+        }
+        let text: &'static str = Box::leak(make()?.into_boxed_str());
+        map.insert(key, text);
+        Ok(text)
+    }
+}
+
+/// A compiled [`Program`], found by the module's address: a lookup hashes
+/// a pointer and a few constants, never the text, and allocates nothing.
+#[derive(Debug)]
+struct ByAddress {
+    hash: u64,
+    source: &'static str,
+    entry: &'static str,
+    constants: Box<[(&'static str, u64)]>,
+    act: ActDtype,
+    kernel: Arc<Kernel>,
+}
+
+impl Program<'_> {
+    fn address_hash(&self) -> u64 {
+        let mut h = FxHasher::default();
+        (self.source.as_ptr() as usize, self.source.len()).hash(&mut h);
+        self.entry.hash(&mut h);
+        for (name, v) in self.constants {
+            (name, v.to_bits()).hash(&mut h);
+        }
+        self.act.hash(&mut h);
+        h.finish()
+    }
+
+    fn is(&self, c: &ByAddress) -> bool {
+        std::ptr::eq(self.source.as_ptr(), c.source.as_ptr())
+            && self.source.len() == c.source.len()
+            && self.entry == c.entry
+            && self.act == c.act
+            && self.constants.len() == c.constants.len()
+            && self
+                .constants
+                .iter()
+                .zip(&c.constants)
+                .all(|((n, v), (m, bits))| n == m && v.to_bits() == *bits)
+    }
+
+    fn constant_bits(&self) -> Box<[(&'static str, u64)]> {
+        self.constants
+            .iter()
+            .map(|(n, v)| (*n, v.to_bits()))
+            .collect()
+    }
+}
+
+/// A program by its text: the same module at another address (a `const`
+/// may be one copy per use) shares the pipeline compiled for the first.
+type ByText = FxHashMap<
+    (
+        &'static str,
+        &'static str,
+        Box<[(&'static str, u64)]>,
+        ActDtype,
+    ),
+    Arc<Kernel>,
+>;
+
+/// A cache of compute pipelines by [`Program`].
 #[derive(Debug, Default)]
 pub struct PipelineCache {
-    pipelines: Mutex<FxHashMap<String, Arc<Kernel>>>,
-    /// The f16-activation variants by their f32 key (see [`Self::get_act`]).
-    f16: Mutex<FxHashMap<String, Arc<Kernel>>>,
+    pipelines: Mutex<Pipelines>,
     /// Bind groups by pipeline and buffers (see [`Self::bind_group`]).
     bind_groups: Mutex<BindGroups>,
     /// Timestamps and costs of launches while profiling.
     pub(crate) profile: Mutex<Option<crate::ops::profile::Recording>>,
+}
+
+#[derive(Debug, Default)]
+struct Pipelines {
+    by_address: hashbrown::HashTable<ByAddress>,
+    by_text: ByText,
 }
 
 /// A compiled pipeline and which of its bindings take dynamic offsets.
@@ -46,56 +162,78 @@ pub fn check_act_dtype(gpu: &Gpu, op: &str, act: ActDtype) -> Result<(), GpuErro
 }
 
 impl PipelineCache {
-    /// The pipeline for `key`, compiling `source`/`entry` with `constants` on first use.
+    /// The pipeline of `program`, compiled on first use under the name
+    /// `label` (formatted only then): f32 activations compile the module as
+    /// is, f16 compile [`dynvram_shaders::with_f16_activations`] of it,
+    /// after checking the device has `SHADER_F16`.
     pub fn get(
         &self,
         gpu: &Gpu,
-        key: &str,
-        source: &str,
-        entry: &str,
-        constants: &[(&str, f64)],
+        program: &Program<'_>,
+        label: &dyn std::fmt::Display,
     ) -> Result<Arc<Kernel>, GpuError> {
-        if let Some(p) = self.pipelines.lock().ok().and_then(|m| m.get(key).cloned()) {
-            return Ok(p);
+        let hash = program.address_hash();
+        if let Ok(p) = self.pipelines.lock()
+            && let Some(c) = p.by_address.find(hash, |c| program.is(c))
+        {
+            return Ok(c.kernel.clone());
         }
-        let (pipeline, dynamic) = gpu.create_launch_pipeline(key, source, entry, constants)?;
-        let pipeline = Arc::new(Kernel { pipeline, dynamic });
-        if let Ok(mut m) = self.pipelines.lock() {
-            m.insert(key.to_owned(), pipeline.clone());
+        let text_key = (
+            program.source,
+            program.entry,
+            program.constant_bits(),
+            program.act,
+        );
+        let known = self
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|p| p.by_text.get(&text_key).cloned());
+        let kernel = match known {
+            Some(k) => k,
+            None => Arc::new(self.compile(gpu, program, label)?),
+        };
+        if let Ok(mut p) = self.pipelines.lock() {
+            if let Some(c) = p.by_address.find(hash, |c| program.is(c)) {
+                // Another thread compiled it meanwhile.
+                return Ok(c.kernel.clone());
+            }
+            p.by_text.entry(text_key).or_insert_with(|| kernel.clone());
+            p.by_address.insert_unique(
+                hash,
+                ByAddress {
+                    hash,
+                    source: program.source,
+                    entry: program.entry,
+                    constants: program.constant_bits(),
+                    act: program.act,
+                    kernel: kernel.clone(),
+                },
+                |c| c.hash,
+            );
         }
-        Ok(pipeline)
+        Ok(kernel)
     }
 
-    /// [`Self::get`] for the `act` variant of `source` (a module written
-    /// with `alias act = f32;`, see `dynvram_shaders`): f32 compiles it as
-    /// is, f16 compiles [`dynvram_shaders::with_f16_activations`] of it
-    /// under the key `key|f16`, after checking the device has `SHADER_F16`.
-    pub fn get_act(
+    fn compile(
         &self,
         gpu: &Gpu,
-        key: &str,
-        source: &str,
-        entry: &str,
-        constants: &[(&str, f64)],
-        act: ActDtype,
-    ) -> Result<Arc<Kernel>, GpuError> {
-        match act {
-            ActDtype::F32 => self.get(gpu, key, source, entry, constants),
+        p: &Program<'_>,
+        label: &dyn std::fmt::Display,
+    ) -> Result<Kernel, GpuError> {
+        let f16_text;
+        let (source, label) = match p.act {
+            ActDtype::F32 => (p.source, label.to_string()),
             ActDtype::F16 => {
-                check_act_dtype(gpu, key, act)?;
-                // Looked up by the caller's key: no `key|f16` string is
-                // built on the hot path once the pipeline exists.
-                if let Some(p) = self.f16.lock().ok().and_then(|m| m.get(key).cloned()) {
-                    return Ok(p);
-                }
-                let source = dynvram_shaders::with_f16_activations(source);
-                let p = self.get(gpu, &format!("{key}|f16"), &source, entry, constants)?;
-                if let Ok(mut m) = self.f16.lock() {
-                    m.insert(key.to_owned(), p.clone());
-                }
-                Ok(p)
+                let label = format!("{label} (f16)");
+                check_act_dtype(gpu, &label, p.act)?;
+                f16_text = dynvram_shaders::with_f16_activations(p.source);
+                (f16_text.as_str(), label)
             }
-        }
+        };
+        let (pipeline, dynamic) =
+            gpu.create_launch_pipeline(&label, source, p.entry, p.constants)?;
+        Ok(Kernel { pipeline, dynamic })
     }
 }
 
@@ -123,7 +261,7 @@ impl PipelineCache {
         &self,
         gpu: &Gpu,
         kernel: &Kernel,
-        what: &str,
+        what: &dyn std::fmt::Display,
         bindings: &[(u32, wgpu::BindingResource<'_>)],
     ) -> Result<wgpu::BindGroup, GpuError> {
         let (pipeline, dynamic) = (&kernel.pipeline, kernel.dynamic);
@@ -146,10 +284,11 @@ impl PipelineCache {
             layout = cached.layouts.get(pipeline).cloned();
         }
         let layout = layout.unwrap_or_else(|| pipeline.get_bind_group_layout(0));
+        let what = what.to_string();
         let entries = BindKey::entries(dynamic, bindings);
         let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(what),
+            label: Some(&what),
             layout: &layout,
             entries: &entries,
         });

@@ -50,7 +50,7 @@ struct Params {
 }
 
 impl Params {
-    fn bytes(&self) -> Vec<u8> {
+    fn bytes(&self) -> kernel::Immediates {
         kernel::params(&[
             self.rows,
             self.cols,
@@ -79,7 +79,7 @@ fn dispatch(
     enc: &mut Encoder,
     entry: &'static str,
     params: &Params,
-    bindings: Vec<(u32, wgpu::BindingResource<'_>)>,
+    bindings: kernel::Bindings<'_>,
     groups: (u32, u32),
     act: ActDtype,
     cost: kernel::Cost,
@@ -181,7 +181,8 @@ pub fn record_ada_norm(
         eps,
         ..Params::default()
     };
-    let bindings = vec![(1, x.binding()), (2, m.binding()), (3, out.binding())];
+    let bindings: kernel::Bindings<'_> =
+        smallvec::smallvec![(1, x.binding()), (2, m.binding()), (3, out.binding())];
     dispatch(
         gpu,
         cache,
@@ -228,7 +229,8 @@ pub fn record_gated_add(
         a: to_u32(OP, "gate offset", gate * cols)?,
         ..Params::default()
     };
-    let bindings = vec![(1, y.binding()), (2, m.binding()), (3, x.binding())];
+    let bindings: kernel::Bindings<'_> =
+        smallvec::smallvec![(1, y.binding()), (2, m.binding()), (3, x.binding())];
     dispatch(
         gpu,
         cache,
@@ -341,7 +343,7 @@ pub fn record_qk_place(
         d: to_u32(OP, "dst row", to.row0)?,
         ..Params::default()
     };
-    let bindings = vec![
+    let bindings: kernel::Bindings<'_> = smallvec::smallvec![
         (1, src.binding()),
         (3, dst.binding()),
         (4, weight.binding()),
@@ -446,7 +448,8 @@ pub fn record_gather(
         op: u32::from(op == GatherOp::GeluTanh),
         ..Params::default()
     };
-    let bindings = vec![(1, src.t.binding()), (3, dst.t.binding())];
+    let bindings: kernel::Bindings<'_> =
+        smallvec::smallvec![(1, src.t.binding()), (3, dst.t.binding())];
     let bytes = n * src.t.dtype.size();
     dispatch(
         gpu,

@@ -118,7 +118,7 @@ fn dispatch(
     code: f64,
     n: u32,
     scale: f32,
-    bindings: Vec<(u32, wgpu::BindingResource<'_>)>,
+    bindings: kernel::Bindings<'_>,
     act: ActDtype,
 ) -> Result<(), GpuError> {
     let _span = tracing::trace_span!("record", op, n).entered();
@@ -160,7 +160,7 @@ pub fn record_unary(
     count(name, "out", out, x.dtype)?;
     same_shape(name, ("x", x), ("out", out))?;
     expect_distinct(name, out, &[("x", x)])?;
-    let bindings = vec![(1, x.binding()), (3, out.binding())];
+    let bindings: kernel::Bindings<'_> = smallvec::smallvec![(1, x.binding()), (3, out.binding())];
     dispatch(
         gpu,
         cache,
@@ -185,7 +185,7 @@ pub fn record_unary_inplace(
 ) -> Result<(), GpuError> {
     let name = op.name();
     let n = count(name, "x", x, x.dtype)?;
-    let bindings = vec![(3, x.binding())];
+    let bindings: kernel::Bindings<'_> = smallvec::smallvec![(3, x.binding())];
     dispatch(
         gpu,
         cache,
@@ -217,7 +217,8 @@ pub fn record_binary(
     same_shape(name, ("a", a), ("b", b))?;
     same_shape(name, ("a", a), ("out", out))?;
     expect_distinct(name, out, &[("a", a), ("b", b)])?;
-    let bindings = vec![(1, a.binding()), (2, b.binding()), (3, out.binding())];
+    let bindings: kernel::Bindings<'_> =
+        smallvec::smallvec![(1, a.binding()), (2, b.binding()), (3, out.binding())];
     dispatch(
         gpu,
         cache,
@@ -247,7 +248,7 @@ pub fn record_binary_inplace(
     count(name, "y", y, x.dtype)?;
     same_shape(name, ("x", x), ("y", y))?;
     expect_distinct(name, x, &[("y", y)])?;
-    let bindings = vec![(2, y.binding()), (3, x.binding())];
+    let bindings: kernel::Bindings<'_> = smallvec::smallvec![(2, y.binding()), (3, x.binding())];
     dispatch(
         gpu,
         cache,

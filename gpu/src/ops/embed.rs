@@ -157,7 +157,7 @@ pub fn record_embed(
                 entry: "gather",
                 constants: &[("DTYPE", table.dtype.code())],
                 params: &params,
-                bindings: vec![
+                bindings: smallvec::smallvec![
                     (1, table_binding),
                     (2, ids_binding.clone()),
                     (3, out.binding()),

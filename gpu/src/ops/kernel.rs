@@ -3,9 +3,9 @@
 //! so every op fails the same way on bad operands.
 
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::cache::PipelineCache;
+use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
-pub(crate) use crate::ops::launch::Cost;
+pub(crate) use crate::ops::launch::{Bindings, Cost};
 use crate::ops::launch::{Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -112,28 +112,31 @@ pub(crate) fn expect_distinct(
     Ok(())
 }
 
+/// A kernel's immediates: its `Params` struct as bytes.
+pub(crate) type Immediates = smallvec::SmallVec<[u8; 64]>;
+
 /// A kernel's immediates from `u32` words, little-endian, zero-padded to a
 /// multiple of 16 bytes (every `Params` struct is 16 or 32 bytes).
-pub(crate) fn params(words: &[u32]) -> Vec<u8> {
-    let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+pub(crate) fn params(words: &[u32]) -> Immediates {
+    let mut bytes: Immediates = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     bytes.resize(bytes.len().next_multiple_of(16), 0);
     bytes
 }
 
 /// One compute dispatch: which kernel, its params and its bindings.
-pub(crate) struct Dispatch<'a> {
-    /// Shader file name (part of the pipeline key).
+pub(crate) struct Dispatch<'a, 'b> {
+    /// Shader file name (the pipeline's and the profile's label).
     pub shader: &'static str,
     /// WGSL source.
     pub source: &'static str,
     /// Entry point.
     pub entry: &'static str,
     /// Override constants.
-    pub constants: &'a [(&'a str, f64)],
+    pub constants: &'a [(&'static str, f64)],
     /// The module's immediates, exactly its `Params` struct.
     pub params: &'a [u8],
     /// Storage bindings (binding index, resource).
-    pub bindings: Vec<(u32, wgpu::BindingResource<'a>)>,
+    pub bindings: Bindings<'b>,
     /// Workgroups (x, y).
     pub groups: (u32, u32),
     /// Activation type of the module's `act` buffers (picks the variant).
@@ -167,39 +170,26 @@ pub(crate) fn grid(
     ))
 }
 
-/// A pipeline key: `prefix`, then each constant as `:name=bits` (its f64
-/// bits in hex). `{:?}` of the constants formatted floats on every launch
-/// (2–3 µs a decode attention launch on lavapipe).
-pub(crate) fn pipeline_key(prefix: std::fmt::Arguments<'_>, constants: &[(&str, f64)]) -> String {
-    use std::fmt::Write;
-    let mut key = String::with_capacity(96);
-    let _ = key.write_fmt(prefix);
-    for (name, v) in constants {
-        let _ = write!(key, ":{name}={:x}", v.to_bits());
-    }
-    key
-}
-
 /// Records `d` as one compute pass into `enc` through [`launch`].
 pub(crate) fn record(
     gpu: &Gpu,
     cache: &PipelineCache,
     enc: &mut Encoder,
-    d: Dispatch<'_>,
+    d: Dispatch<'_, '_>,
 ) -> Result<(), GpuError> {
-    let key = pipeline_key(format_args!("{}:{}", d.shader, d.entry), d.constants);
     launch(
         gpu,
         cache,
         enc,
         Launch {
-            key: &key,
-            label: &d.entry,
-            source: d.source,
-            entry: d.entry,
-            constants: d.constants,
-            act: d.act,
-            bindings: d.bindings,
+            program: Program {
+                source: d.source,
+                entry: d.entry,
+                constants: d.constants,
+                act: d.act,
+            },
+            label: &format_args!("{}:{}", d.shader, d.entry),
+            bindings: &d.bindings,
             immediates: d.params,
             groups: d.groups,
             cost: d.cost,

@@ -13,9 +13,10 @@ use std::hash::{Hash, Hasher};
 use std::num::NonZeroU64;
 
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::cache::PipelineCache;
+use smallvec::SmallVec;
+
+use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
-use crate::tensor::ActDtype;
 
 /// What a launch moves and computes, for the profile's roofline columns.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -37,24 +38,24 @@ impl Cost {
     }
 }
 
+/// A launch's storage bindings (binding number, resource): inline, so a
+/// launch allocates nothing.
+pub(crate) type Bindings<'a> = SmallVec<[(u32, wgpu::BindingResource<'a>); 16]>;
+
+/// A launch's override constants, inline.
+pub(crate) type Constants = SmallVec<[(&'static str, f64); 12]>;
+
 /// One kernel launch.
 pub(crate) struct Launch<'a> {
-    /// Pipeline key: the shader, entry and every specialisation that changes
-    /// the compiled code (constants, activation type is added here).
-    pub key: &'a str,
-    /// What the profile calls it (the op and its variant): formatted only
-    /// while profiling, so pass `&format_args!(..)` rather than a `String`.
+    /// What runs: module, entry, constants, activation type (the
+    /// pipeline's identity, see [`Program`]).
+    pub program: Program<'a>,
+    /// What the profile and the pipeline's label call it (the op and its
+    /// variant): formatted only while profiling or compiling, so pass
+    /// `&format_args!(..)` rather than a `String`.
     pub label: &'a dyn std::fmt::Display,
-    /// WGSL source.
-    pub source: &'a str,
-    /// Entry point.
-    pub entry: &'a str,
-    /// Override constants.
-    pub constants: &'a [(&'a str, f64)],
-    /// Activation type of the module's `act` buffers.
-    pub act: ActDtype,
     /// Buffer bindings of group 0.
-    pub bindings: Vec<(u32, wgpu::BindingResource<'a>)>,
+    pub bindings: &'a [(u32, wgpu::BindingResource<'a>)],
     /// The module's `var<immediate>` params, exactly its size.
     pub immediates: &'a [u8],
     /// Workgroups (x, y).
@@ -72,9 +73,9 @@ pub(crate) fn launch(
     enc: &mut Encoder,
     l: Launch<'_>,
 ) -> Result<(), GpuError> {
-    let kernel = cache.get_act(gpu, l.key, l.source, l.entry, l.constants, l.act)?;
-    let bind_group = cache.bind_group(gpu, &kernel, l.key, &l.bindings)?;
-    let offsets = DynamicOffsets::of(kernel.dynamic, &l.bindings);
+    let kernel = cache.get(gpu, &l.program, l.label)?;
+    let bind_group = cache.bind_group(gpu, &kernel, l.label, l.bindings)?;
+    let offsets = DynamicOffsets::of(kernel.dynamic, l.bindings);
     let record = |pass: &mut wgpu::ComputePass<'_>| {
         pass.set_pipeline(&kernel.pipeline);
         pass.set_bind_group(0, &bind_group, offsets.as_slice());

@@ -36,7 +36,8 @@ fn record_norm(
     let (bias, delta) = extra.operands();
     let (rows, cols) = check_norm(op, x, weight, extra, out, eps)?;
     let _span = tracing::trace_span!("record", op, rows, cols).entered();
-    let mut bindings = vec![(2, weight.binding()), (4, out.binding())];
+    let mut bindings: kernel::Bindings<'_> =
+        smallvec::smallvec![(2, weight.binding()), (4, out.binding())];
     match delta {
         // The residual stream is written: its read-write slot.
         Some(d) => bindings.extend([(5, x.binding()), (6, d.binding())]),

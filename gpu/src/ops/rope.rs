@@ -254,7 +254,8 @@ fn record(
         to_u32(OP, "n_kv_heads", n_kv)?,
         to_u32(OP, "k_row0", k_row0)?,
     ]);
-    let mut bindings = vec![(1, table.table.binding()), (2, x.binding())];
+    let mut bindings: kernel::Bindings<'_> =
+        smallvec::smallvec![(1, table.table.binding()), (2, x.binding())];
     let mut bytes = x.bytes();
     if let Some((k, n_kv, _)) = k {
         bindings.push((3, k.binding()));

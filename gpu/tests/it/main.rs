@@ -10,6 +10,7 @@ mod f16_linear;
 mod f16_ops;
 mod gpu_open;
 mod host_memory;
+mod launch_allocations;
 mod linear_common;
 mod linear_conformance;
 mod linear_folds;

@@ -14,7 +14,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Mutex, OnceLock};
 
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::transformer::{ATTENTION, DecodeShape, attention_decode, with_decode_shape};
@@ -22,7 +21,7 @@ use dynvram_shaders::transformer::{ATTENTION, DecodeShape, attention_decode, wit
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::cache::PipelineCache;
+use crate::ops::cache::{Generated, PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};
 use crate::ops::launch::{Launch, launch};
@@ -308,48 +307,10 @@ pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
 /// once per process and shape (a record per layer and token must not
 /// rewrite the text).
 fn decode_source(subgroups: bool, rope: bool, shape: DecodeShape) -> &'static str {
-    type Sources = Mutex<rustc_hash::FxHashMap<(bool, bool, DecodeShape), &'static str>>;
-    static SOURCES: OnceLock<Sources> = OnceLock::new();
-    let mut map = SOURCES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    map.entry((subgroups, rope, shape)).or_insert_with(|| {
-        // A few shapes per process (head dims × queries × tunings): kept.
-        let text = with_decode_shape(attention_decode(subgroups, rope), subgroups, shape);
-        Box::leak(text.into_boxed_str())
+    static SOURCES: Generated<(bool, bool, DecodeShape)> = Generated::new();
+    SOURCES.get((subgroups, rope, shape), || {
+        with_decode_shape(attention_decode(subgroups, rope), subgroups, shape)
     })
-}
-
-/// The pipeline key of the decode kernel `name` with `shape` and
-/// `constants`, formatted once per process and key (a record per layer and
-/// token formatted it: ~4k instructions a launch).
-fn decode_key(
-    name: &'static str,
-    subgroups: bool,
-    shape: DecodeShape,
-    constants: &[(&str, f64); 4],
-) -> &'static str {
-    type Keys =
-        Mutex<rustc_hash::FxHashMap<(&'static str, bool, DecodeShape, [u64; 4]), &'static str>>;
-    static KEYS: OnceLock<Keys> = OnceLock::new();
-    let bits = constants.map(|(_, v)| v.to_bits());
-    let mut map = KEYS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    map.entry((name, subgroups, shape, bits))
-        .or_insert_with(|| {
-            // The text constants beside the overrides: (WG, key groups, merge).
-            let key = kernel::pipeline_key(
-                format_args!(
-                    "{name}|SG={subgroups}|WG={}x{}|M={}:attend_decode",
-                    shape.wg, shape.key_groups, shape.merge
-                ),
-                constants,
-            );
-            Box::leak(key.into_boxed_str())
-        })
 }
 
 /// Records the decode kernel for `span` (checked: [`unusable`] is `None`)
@@ -398,7 +359,7 @@ pub(super) fn record(
     let part_bytes = span.sq * n_heads * splits * (head_dim + 2) * 4;
     // The kernel binds both; with one split it writes `out` and not `part`.
     let part = scratch.attention_partials(gpu, part_bytes)?;
-    let mut bindings = vec![
+    let mut bindings: kernel::Bindings<'_> = smallvec::smallvec![
         (1, q.binding()),
         (2, k.binding()),
         (3, v.binding()),
@@ -416,24 +377,19 @@ pub(super) fn record(
         kernel::Cost::new(cost.bytes + rope_bytes, 0, cost.flops)
     };
     let shape = tuning.shape(head_dim, queries);
-    let name = if rope.is_some() {
-        "attention_decode.wgsl+rope"
-    } else {
-        "attention_decode.wgsl"
-    };
-    let key = decode_key(name, subgroups, shape, &constants);
     launch(
         gpu,
         cache,
         enc,
         Launch {
-            key,
+            program: Program {
+                source: decode_source(subgroups, rope.is_some(), shape),
+                entry: "attend_decode",
+                constants: &constants,
+                act: q.dtype,
+            },
             label: &"attend_decode",
-            source: decode_source(subgroups, rope.is_some(), shape),
-            entry: "attend_decode",
-            constants: &constants,
-            act: q.dtype,
-            bindings,
+            bindings: &bindings,
             immediates: &params,
             groups: (to_u32(OP, "kv heads * splits", n_kv_heads * splits)?, 1),
             cost: decode_cost,
@@ -453,7 +409,7 @@ pub(super) fn record(
             entry: "attend_combine",
             constants: &combine_constants,
             params: &params,
-            bindings: vec![(4, out.binding()), (5, part_binding(&part, part_bytes))],
+            bindings: smallvec::smallvec![(4, out.binding()), (5, part_binding(&part, part_bytes))],
             groups: (
                 to_u32(OP, "n_heads", n_heads)?,
                 to_u32(OP, "rows", span.sq)?,

@@ -19,9 +19,6 @@
 //! `GpuOptions::flash` / `DYNVRAM_FLASH`, `dynvram bench attention
 //! --queries`).
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, flash_attention};
 use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
@@ -29,7 +26,7 @@ use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::cache::PipelineCache;
+use crate::ops::cache::{Generated, PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;
 use crate::ops::launch::{Launch, launch};
@@ -250,25 +247,15 @@ pub(super) fn record_kernel(
 /// head dimension `hd` (checked: [`tuning_unusable`] is `None`), made
 /// once per process and shape.
 fn source(edge: u32, sg: u32, hd: u32, tuning: FlashTuning) -> Result<&'static str, String> {
-    type Sources = Mutex<HashMap<(u32, u32, u32, FlashTuning), &'static str>>;
-    static SOURCES: OnceLock<Sources> = OnceLock::new();
-    let mut map = SOURCES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(s) = map.get(&(edge, sg, hd, tuning)) {
-        return Ok(s);
-    }
-    let file = if edge == 16 {
-        FLASH_ATTENTION16
-    } else {
-        FLASH_ATTENTION8
-    };
-    let text = flash_attention(file, edge, sg, hd, tuning)?;
-    // A few shapes per process (head dims × tunings): kept.
-    let text: &'static str = Box::leak(text.into_boxed_str());
-    map.insert((edge, sg, hd, tuning), text);
-    Ok(text)
+    static SOURCES: Generated<(u32, u32, u32, FlashTuning)> = Generated::new();
+    SOURCES.try_get((edge, sg, hd, tuning), || {
+        let file = if edge == 16 {
+            FLASH_ATTENTION16
+        } else {
+            FLASH_ATTENTION8
+        };
+        flash_attention(file, edge, sg, hd, tuning)
+    })
 }
 
 /// Records the kernel for `span` with `tuning` (checked by
@@ -300,7 +287,6 @@ pub(super) fn record(
     let hd = to_u32(OP, "head_dim", heads.head_dim)?;
     let source = source(edge, sg, hd, *tuning)
         .map_err(|why| crate::ops::kernel::bad(OP, format!("flash tuning {tuning}: {why}")))?;
-    let key = format!("flash_attention{edge}|SG={sg}|{tuning}|HD={hd}");
     // The softmax runs on exp2: the scores' scale times log2(e).
     let scale2 = (std::f64::consts::LOG2_E / (heads.head_dim as f64).sqrt()) as f32;
     launch_blocks(
@@ -309,7 +295,6 @@ pub(super) fn record(
         enc,
         BlockLaunch {
             op: OP,
-            key: &key,
             source,
             constants: &[],
             rows: u64::from(tuning.rows),
@@ -327,12 +312,10 @@ pub(super) fn record(
 pub(super) struct BlockLaunch<'a> {
     /// The op (errors) and the profile's label.
     pub op: &'static str,
-    /// The pipeline key.
-    pub key: &'a str,
     /// The module.
-    pub source: &'a str,
+    pub source: &'static str,
     /// Its override constants.
-    pub constants: &'a [(&'a str, f64)],
+    pub constants: &'a [(&'static str, f64)],
     /// Query rows per workgroup.
     pub rows: u64,
     /// The scores' factor (parameter word 6).
@@ -357,7 +340,7 @@ pub(super) fn launch_blocks(
 ) -> Result<(), GpuError> {
     let op = l.op;
     let Operands { q, k, v, out } = *ops;
-    let mut words = vec![
+    let mut words: smallvec::SmallVec<[u32; 16]> = smallvec::smallvec![
         to_u32(op, "sq", span.sq)?,
         to_u32(op, "n_heads", heads.n_heads)?,
         to_u32(op, "n_kv_heads", heads.n_kv_heads)?,
@@ -385,13 +368,14 @@ pub(super) fn launch_blocks(
         cache,
         enc,
         Launch {
-            key: l.key,
+            program: Program {
+                source: l.source,
+                entry: "main",
+                constants: l.constants,
+                act: q.dtype,
+            },
             label: &op,
-            source: l.source,
-            entry: "main",
-            constants: l.constants,
-            act: q.dtype,
-            bindings: vec![
+            bindings: &[
                 (1, q.binding()),
                 (2, k.binding()),
                 (3, v.binding()),

@@ -69,11 +69,11 @@ pub(super) fn record(
         act,
         cost,
     };
-    let main_bindings = vec![(1, q.binding()), (2, k.binding()), (3, v.binding())];
+    let main_bindings = [(1, q.binding()), (2, k.binding()), (3, v.binding())];
     // Up to a tile of keys one narrow workgroup per (head, row) is enough;
     // past it the wide split kernel reads keys faster even unsplit.
     let Some(scratch) = scratch.filter(|_| keys > KEY_TILE) else {
-        let mut bindings = main_bindings;
+        let mut bindings: kernel::Bindings<'_> = main_bindings.into_iter().collect();
         bindings.push((4, out.binding()));
         return kernel::record(gpu, cache, enc, dispatch("attend", bindings, groups, cost));
     };
@@ -92,7 +92,7 @@ pub(super) fn record(
             size: std::num::NonZeroU64::new(part_bytes),
         })
     };
-    let mut bindings = main_bindings;
+    let mut bindings: kernel::Bindings<'_> = main_bindings.into_iter().collect();
     bindings.push((5, part_binding()));
     let split_cost = kernel::Cost::new(cost.bytes - q.bytes(), part_bytes, cost.flops);
     let split_groups = (to_u32(OP, "n_heads * splits", n_heads * splits)?, groups.1);
@@ -102,7 +102,8 @@ pub(super) fn record(
         enc,
         dispatch("attend_split", bindings, split_groups, split_cost),
     )?;
-    let combine = vec![(4, out.binding()), (5, part_binding())];
+    let combine: kernel::Bindings<'_> =
+        smallvec::smallvec![(4, out.binding()), (5, part_binding())];
     let combine_cost = kernel::Cost::new(part_bytes, q.bytes(), 3 * part_bytes / 4);
     kernel::record(
         gpu,
@@ -119,7 +120,7 @@ pub(super) fn params(
     span: Span,
     chunk: u64,
     splits: u64,
-) -> Result<Vec<u8>, GpuError> {
+) -> Result<kernel::Immediates, GpuError> {
     const OP: &str = "attention";
     let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
     Ok(kernel::params(&[

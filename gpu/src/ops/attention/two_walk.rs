@@ -13,7 +13,7 @@ use super::flash::BlockLaunch;
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::cache::PipelineCache;
+use crate::ops::cache::{Generated, PipelineCache};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;
 use crate::tensor::ActDtype;
@@ -89,8 +89,10 @@ pub(super) fn record(
         _ => FLASH_TWO_WALK8,
     };
     let TwoWalkShape { nsg, bc } = shape;
-    let source = with_two_walk_shape(source, nsg, bc, hd);
-    let key = format!("flash_two_walk{edge}|SG={sg}|{nsg}x{bc}|HD={hd}");
+    static SOURCES: Generated<(u32, u32, u32, u32)> = Generated::new();
+    let source = SOURCES.get((edge, nsg, bc, hd), || {
+        with_two_walk_shape(source, nsg, bc, hd)
+    });
     let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
     let constants = [("SG", f64::from(sg))];
     super::flash::launch_blocks(
@@ -99,8 +101,7 @@ pub(super) fn record(
         enc,
         BlockLaunch {
             op: OP,
-            key: &key,
-            source: &source,
+            source,
             constants: &constants,
             rows: u64::from(nsg * edge),
             scale,

@@ -1,7 +1,6 @@
 //! Recording a linear layer: checks, the kernel sequence of its format and
 //! kernel choice, and the split of large weights into per-binding chunks.
 
-use std::borrow::Cow;
 use std::cell::Cell;
 use std::num::NonZeroU64;
 
@@ -11,9 +10,9 @@ use dynvram_shaders::linear as shaders;
 use super::weights::{LinearWeights, Region};
 use super::{LinearError, LinearScratch};
 use crate::gpu::{Gpu, SpreadQuant};
-use crate::ops::cache::PipelineCache;
+use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Cost, Launch, launch};
+use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch};
 use crate::tensor::{ActDtype, GpuTensor};
 
 mod coop;
@@ -347,18 +346,10 @@ fn check_operands(
         });
     }
     let rb = w.row_bytes();
-    let mut regions: Vec<(&'static str, &Region, u64)> = w
-        .parts
-        .iter()
-        .map(|p| ("weight", &p.region, p.rows * rb))
-        .collect();
-    if let Some(s) = &w.scale {
-        regions.push(("weight_scale", s, 4));
-    }
-    if let Some(b) = &w.bias {
-        regions.push(("bias", b, 4 * n));
-    }
-    for (region, r, need) in regions {
+    let parts = w.parts.iter().map(|p| ("weight", &p.region, p.rows * rb));
+    let scale = w.scale.iter().map(|s| ("weight_scale", s, 4));
+    let bias = w.bias.iter().map(|b| ("bias", b, 4 * n));
+    for (region, r, need) in parts.chain(scale).chain(bias) {
         let err = |why: String| LinearError::Region {
             region,
             offset: r.offset,
@@ -454,14 +445,9 @@ impl IntPath {
     }
 }
 
-/// A GEMV or GEMM as recorded: source, pipeline-key part, output tile
-/// `(M, N)` (GEMMs), override constants.
-type KernelSpec = (
-    Cow<'static, str>,
-    String,
-    (u64, u64),
-    Vec<(&'static str, f64)>,
-);
+/// A GEMV or GEMM as recorded: module, kernel name (the profile's label),
+/// output tile `(M, N)` (GEMMs), override constants.
+type KernelSpec = (&'static str, &'static str, (u64, u64), Constants);
 
 /// One weight chunk: a binding of whole rows.
 struct Chunk<'a> {
@@ -554,7 +540,7 @@ impl Recorder<'_> {
 
     /// The weight split into bindings of whole rows, each at most `limit`
     /// bytes and starting at an aligned offset.
-    fn chunks(&self) -> Result<Vec<Chunk<'_>>, LinearError> {
+    fn chunks(&self) -> Result<smallvec::SmallVec<[Chunk<'_>; 2]>, LinearError> {
         let rb = self.weights.row_bytes();
         let step = self.align / gcd(rb, self.align);
         let max_rows = (self.limit / rb) / step * step;
@@ -564,7 +550,7 @@ impl Recorder<'_> {
                 self.limit
             )));
         }
-        let mut chunks = Vec::new();
+        let mut chunks = smallvec::SmallVec::new();
         let mut first_row = 0;
         for part in &self.weights.parts {
             let mut done = 0;
@@ -585,34 +571,35 @@ impl Recorder<'_> {
     }
 
     /// Records one launch of `source` with explicitly numbered bindings
-    /// and `params` as its immediates.
+    /// and `params` as its immediates; `name` is the kernel's in the
+    /// profile.
     #[allow(clippy::too_many_arguments)]
     fn dispatch_at(
         &self,
         encoder: &mut Encoder,
-        key: String,
-        source: &str,
-        constants: &[(&str, f64)],
-        bindings: Vec<(u32, wgpu::BindingResource<'_>)>,
+        name: &'static str,
+        source: &'static str,
+        constants: &[(&'static str, f64)],
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
         params: Params,
         groups: (u32, u32),
         cost: Cost,
     ) -> Result<(), LinearError> {
-        let label = LaunchLabel {
-            kernel: key.split('|').next().unwrap_or(&key),
-            rec: self,
-        };
         launch(
             self.gpu,
             self.cache,
             encoder,
             Launch {
-                key: &key,
-                label: &label,
-                source,
-                entry: "main",
-                constants,
-                act: self.act,
+                program: Program {
+                    source,
+                    entry: "main",
+                    constants,
+                    act: self.act,
+                },
+                label: &LaunchLabel {
+                    kernel: name,
+                    rec: self,
+                },
                 bindings,
                 immediates: bytemuck::bytes_of(&params),
                 groups,
@@ -625,20 +612,20 @@ impl Recorder<'_> {
 
     /// [`Self::dispatch_at`] with the bindings numbered from 0.
     #[allow(clippy::too_many_arguments)]
-    fn dispatch(
+    fn dispatch<'b>(
         &self,
         encoder: &mut Encoder,
-        key: String,
-        source: &str,
-        constants: &[(&str, f64)],
-        bindings: Vec<wgpu::BindingResource<'_>>,
+        name: &'static str,
+        source: &'static str,
+        constants: &[(&'static str, f64)],
+        bindings: impl IntoIterator<Item = wgpu::BindingResource<'b>>,
         params: Params,
         groups: (u32, u32),
         cost: Cost,
     ) -> Result<(), LinearError> {
-        let numbered = (0..).zip(bindings).collect();
+        let numbered: Bindings<'_> = (0..).zip(bindings).collect();
         self.dispatch_at(
-            encoder, key, source, constants, numbered, params, groups, cost,
+            encoder, name, source, constants, &numbered, params, groups, cost,
         )
     }
 
@@ -680,12 +667,14 @@ impl Recorder<'_> {
             self.coop,
             float,
         );
-        (
-            Cow::from(k.source),
-            k.key,
-            k.tile,
-            [constants, &k.constants[..]].concat(),
-        )
+        let mut all = Constants::from_slice(constants);
+        all.extend_from_slice(&k.constants);
+        let name = if float {
+            "linear_float_gemm_coop"
+        } else {
+            "linear_int_gemm_coop"
+        };
+        (k.source, name, k.tile, all)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -771,10 +760,10 @@ impl Recorder<'_> {
                 if fused.is_none() && !reuse {
                     self.dispatch(
                         encoder,
-                        format!("linear_rotate|G={g}"),
+                        "linear_rotate",
                         shaders::ROTATE,
                         &[("G", f64::from(g))],
-                        vec![x.binding(), buf(&rotated, 0, rot_bytes)],
+                        [x.binding(), buf(&rotated, 0, rot_bytes)],
                         Params {
                             a: m as u32,
                             b: k as u32,
@@ -802,10 +791,10 @@ impl Recorder<'_> {
         let kw = k / 4;
         let codes = scratch.codes(gpu, m * kw * 4)?;
         let scales = scratch.scales(gpu, m * 4)?;
-        let (quant_src, aq_key) = if fast {
-            (shaders::ACT_QUANT_SUBGROUP, "sg")
+        let quant_src = if fast {
+            shaders::ACT_QUANT_SUBGROUP
         } else {
-            (shaders::ACT_QUANT, "wg")
+            shaders::ACT_QUANT
         };
         // The dot4 kernels pair int4 weights' even/odd columns; the
         // cooperative one decodes them in order.
@@ -837,14 +826,10 @@ impl Recorder<'_> {
         } else {
             quant_rec.dispatch(
                 encoder,
-                format!(
-                    "linear_act_quant|{aq_key}|MODE={}|PERM8={}",
-                    int.codes as u32,
-                    int.w4 && !coop
-                ),
+                "linear_act_quant",
                 quant_src,
                 &quant_constants,
-                vec![
+                [
                     buf(q_src, q_off, quant_rec.act.size() * m * k),
                     buf(&codes, 0, m * kw * 4),
                     buf(&scales, 0, m * 4),
@@ -864,31 +849,27 @@ impl Recorder<'_> {
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
         let gemv = m <= GEMV_MAX_M;
-        let (source, kind, tile, constants) = match (gemv, fast, coop) {
+        let (source, name, tile, constants) = match (gemv, fast, coop) {
             (true, true, _) => (
-                Cow::from(shaders::INT_GEMV_SUBGROUP),
-                "gemv|sg".into(),
+                shaders::INT_GEMV_SUBGROUP,
+                "linear_int_gemv",
                 (0, 0),
-                constants.to_vec(),
+                Constants::from_slice(&constants),
             ),
             (true, false, _) => (
-                Cow::from(shaders::INT_GEMV),
-                "gemv|wg".into(),
+                shaders::INT_GEMV,
+                "linear_int_gemv",
                 (0, 0),
-                constants.to_vec(),
+                Constants::from_slice(&constants),
             ),
             (false, _, false) => (
-                Cow::from(shaders::INT_GEMM),
-                "gemm".into(),
+                shaders::INT_GEMM,
+                "linear_int_gemm",
                 (GEMM_TILE, GEMM_TILE),
-                constants.to_vec(),
+                Constants::from_slice(&constants),
             ),
             (false, _, true) => self.coop_kernel(false, &constants),
         };
-        let key = format!(
-            "linear_int_{kind}|W4={}|EPI={}|SWR={}|B={has_bias}",
-            int.w4, epi as u32, int.per_row_scale
-        );
         let scale = self
             .weights
             .scale
@@ -920,10 +901,10 @@ impl Recorder<'_> {
             };
             self.dispatch(
                 encoder,
-                key.clone(),
-                &source,
+                name,
+                source,
                 &constants,
-                vec![
+                [
                     buf(c.buffer, c.offset, c.size),
                     region(scale),
                     bias,
@@ -969,22 +950,21 @@ impl Recorder<'_> {
             ("WFMT", f64::from(wfmt as u32)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
         ];
-        let (source, kind, tile, constants) = match (gemv, coop) {
+        let (source, name, tile, constants) = match (gemv, coop) {
             (true, _) => (
-                Cow::from(shaders::FLOAT_GEMV),
-                "gemv".into(),
+                shaders::FLOAT_GEMV,
+                "linear_float_gemv",
                 (0, 0),
-                constants.to_vec(),
+                Constants::from_slice(&constants),
             ),
             (false, false) => (
-                Cow::from(shaders::FLOAT_GEMM),
-                "gemm".into(),
+                shaders::FLOAT_GEMM,
+                "linear_float_gemm",
                 (GEMM_TILE, GEMM_TILE),
-                constants.to_vec(),
+                Constants::from_slice(&constants),
             ),
             (false, true) => self.coop_kernel(true, &constants),
         };
-        let key = format!("linear_float_{kind}|WFMT={}|B={has_bias}", wfmt as u32);
         for c in self.chunks()? {
             let scale = self
                 .weights
@@ -1013,10 +993,10 @@ impl Recorder<'_> {
             };
             self.dispatch(
                 encoder,
-                key.clone(),
-                &source,
+                name,
+                source,
                 &constants,
-                vec![
+                [
                     buf(c.buffer, c.offset, c.size),
                     scale,
                     bias,

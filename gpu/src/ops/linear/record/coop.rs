@@ -16,6 +16,7 @@
 use dynvram_quant::{AdapterCaps, Format};
 use dynvram_shaders::linear as shaders;
 
+use crate::ops::cache::Generated;
 use crate::tensor::ActDtype;
 
 /// Which kernel multiplies when M is past the GEMVs (integer formats).
@@ -35,7 +36,7 @@ pub enum GemmKernel {
 /// Workgroup shape of the cooperative-matrix GEMM: `sg_m × sg_n` subgroups,
 /// each computing `wm × wn` matrices of the adapter's edge `e` (an output
 /// tile of `wm·e·sg_m × wn·e·sg_n`), staging `bk` columns of K per step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CoopShape {
     /// Subgroups along M (`SG_M`).
     pub sg_m: u32,
@@ -238,10 +239,8 @@ pub fn float_coop_unusable(
 
 /// The kernel specialised for one adapter and shape.
 pub(super) struct CoopKernel {
-    /// The module, its shape written in.
-    pub source: String,
-    /// Pipeline-key part.
-    pub key: String,
+    /// The module, its shape written in (made once per process and shape).
+    pub source: &'static str,
     /// The subgroup size (`SG`), the one override constant besides the
     /// integer or float kernels' own.
     pub constants: [(&'static str, f64); 1],
@@ -274,9 +273,11 @@ pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape, float: bool) -> C
         wn,
         bk,
     };
+    static SOURCES: Generated<(u32, u32, CoopShape, bool)> = Generated::new();
     CoopKernel {
-        source: shaders::coop_gemm(source, edge, text),
-        key: format!("gemm_coop{edge}|SG={sg}|{shape}"),
+        source: SOURCES.get((edge, sg, shape, float), || {
+            shaders::coop_gemm(source, edge, text)
+        }),
         constants: [("SG", f64::from(sg))],
         tile: (u64::from(tm), u64::from(tn)),
     }

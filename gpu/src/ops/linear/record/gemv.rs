@@ -15,7 +15,8 @@ use dynvram_shaders::linear as shaders;
 use super::spec::{FloatWeights, IntEpilogue};
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, region, rows_grid};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::Cost;
+use crate::ops::launch::{Bindings, Constants, Cost};
+use smallvec::{SmallVec, smallvec};
 
 /// Rows of activations up to which the multi-row GEMV kernels run (each
 /// weight byte read once, the activations re-read from cache per workgroup);
@@ -203,7 +204,7 @@ impl Recorder<'_> {
         encoder: &mut Encoder,
         g: u32,
         fast: bool,
-        quant_constants: &[(&str, f64)],
+        quant_constants: &[(&'static str, f64)],
         params: Params,
         [x, codes, scales, rotated]: [wgpu::BindingResource<'_>; 4],
     ) -> Result<(), LinearError> {
@@ -226,39 +227,37 @@ impl Recorder<'_> {
             None
         };
         if let Some(wgs) = fast_wgs {
-            let mut constants = quant_constants.to_vec();
+            let mut constants = Constants::from_slice(quant_constants);
             constants.extend([
                 ("G", f64::from(g)),
                 ("WGS", f64::from(wgs)),
                 ("ROW_MAX", k as f64),
                 ("FHT_WORDS", (k + k / 16 + 1) as f64),
             ]);
-            let key = format!("linear_rotate_quant|sg|G={g}|WGS={wgs}|K={k}|{quant_constants:?}");
             return self.dispatch_at(
                 encoder,
-                key,
+                "linear_rotate_quant",
                 shaders::ROTATE_QUANT_SUBGROUP,
                 &constants,
-                vec![(0, x), (1, codes), (2, scales), (4, rotated)],
+                &[(0, x), (1, codes), (2, scales), (4, rotated)],
                 params,
                 rows_grid(m),
                 cost,
             );
         }
         let (wgs, chunk) = fused_shape(&self.gpu.device.limits());
-        let mut constants = quant_constants.to_vec();
+        let mut constants = Constants::from_slice(quant_constants);
         constants.extend([
             ("G", f64::from(g)),
             ("WGS", f64::from(wgs)),
             ("FHT_CHUNK", f64::from(chunk)),
         ]);
-        let key = format!("linear_rotate_quant|G={g}|WGS={wgs}|C={chunk}|{quant_constants:?}");
         self.dispatch_at(
             encoder,
-            key,
+            "linear_rotate_quant",
             shaders::ROTATE_QUANT,
             &constants,
-            vec![(0, x), (1, codes), (2, scales), (4, rotated)],
+            &[(0, x), (1, codes), (2, scales), (4, rotated)],
             params,
             rows_grid(m),
             cost,
@@ -294,8 +293,8 @@ impl Recorder<'_> {
         }
     }
 
-    fn gemv_constants(&self, shape: GemvShape) -> Vec<(&'static str, f64)> {
-        vec![
+    fn gemv_constants(&self, shape: GemvShape) -> [(&'static str, f64); 4] {
+        [
             ("ROWS", f64::from(shape.rows)),
             ("MR", self.m as f64),
             ("WGS", f64::from(shape.wgs)),
@@ -316,10 +315,10 @@ impl Recorder<'_> {
         encoder: &mut Encoder,
         c: &Chunk<'_>,
         shape: GemvShape,
-        (source, fused_source): (&str, &str),
-        key: String,
-        mut constants: Vec<(&'static str, f64)>,
-        mut bindings: Vec<(u32, wgpu::BindingResource<'b>)>,
+        (source, fused_source): (&'static str, &'static str),
+        name: &'static str,
+        mut constants: Constants,
+        mut bindings: Bindings<'b>,
         weight0: ((u32, wgpu::BindingResource<'b>), &GemvOperands<'b>),
         x_bytes: u64,
         integer: bool,
@@ -333,16 +332,16 @@ impl Recorder<'_> {
             bindings.push(w0);
             return self.dispatch_at(
                 encoder,
-                key,
+                name,
                 source,
                 &constants,
-                bindings,
+                &bindings,
                 self.gemv_params(c, integer),
                 rows_grid(workgroups),
                 cost,
             );
         };
-        let mut extra: [Vec<wgpu::BindingResource<'_>>; 4] = [vec![], vec![], vec![], vec![]];
+        let mut extra: [SmallVec<[wgpu::BindingResource<'_>; 2]>; 4] = Default::default();
         for i in 0..2 {
             let seg = fused.more.get(i);
             extra[0].push(seg.map_or(w0.1.clone(), |(w, _)| region(&w.parts[0].region)));
@@ -372,10 +371,10 @@ impl Recorder<'_> {
         );
         self.dispatch_at(
             encoder,
-            format!("{key}|fused|GLU={}", fused.glu),
+            name,
             fused_source,
             &constants,
-            bindings,
+            &bindings,
             self.gemv_params(c, integer),
             rows_grid(workgroups),
             cost,
@@ -398,19 +397,19 @@ impl Recorder<'_> {
         ops: GemvOperands<'_>,
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
-        let mut bindings = vec![
+        let mut bindings: Bindings<'_> = smallvec![
             (1, ops.scale.clone()),
             (2, ops.bias.clone()),
             (5, ops.out.clone()),
         ];
-        let mut constants = vec![
+        let mut constants: Constants = smallvec![
             ("W4", f64::from(u8::from(int.w4))),
             ("EPI", f64::from(epi as u32)),
             ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
             ("RESID", f64::from(u8::from(self.fold.residual))),
         ];
-        let (sources, input, x_bytes) = match &ops.input {
+        let (sources, x_bytes) = match &ops.input {
             GemvInput::Codes { codes, scales } => {
                 bindings.extend([(4, scales.clone()), (8, codes.clone())]);
                 let sources = if fast {
@@ -421,7 +420,7 @@ impl Recorder<'_> {
                 } else {
                     (shaders::INT_GEMV_ROWS, shaders::INT_GEMV_ROWS3)
                 };
-                (sources, 0, self.m * (self.weights.k + 4))
+                (sources, self.m * (self.weights.k + 4))
             }
             GemvInput::Rotated {
                 rows,
@@ -429,7 +428,7 @@ impl Recorder<'_> {
                 chunk,
             } => {
                 bindings.extend([(8, rows.clone()), (9, chunk_max.clone())]);
-                constants.extend(int.quant_constants(int.w4).iter().take(2));
+                constants.extend(int.quant_constants(int.w4).into_iter().take(2));
                 constants.push(("QCHUNK", f64::from(*chunk)));
                 let sources = if fast {
                     (
@@ -440,30 +439,18 @@ impl Recorder<'_> {
                     (shaders::INT_GEMV_ROWS_ROT, shaders::INT_GEMV_ROWS3_ROT)
                 };
                 let maxima = self.weights.k.div_ceil(u64::from(*chunk));
-                (sources, *chunk, self.m * 4 * (self.weights.k + maxima))
+                (sources, self.m * 4 * (self.weights.k + maxima))
             }
             GemvInput::Float(_) => {
                 return Err(self.unsupported("the integer GEMV needs activation codes".into()));
             }
         };
-        let kind = if fast { "sg" } else { "tree" };
-        let key = format!(
-            "linear_int_gemv_rows|{kind}|W4={}|EPI={}|SWR={}|B={has_bias}|R={}|M={}|WGS={}|RESID={}|QIN={input}|MODE={}",
-            int.w4,
-            epi as u32,
-            int.per_row_scale,
-            shape.rows,
-            self.m,
-            shape.wgs,
-            self.fold.residual,
-            int.codes as u32
-        );
         self.gemv_rows_launch(
             encoder,
             c,
             shape,
             sources,
-            key,
+            "linear_int_gemv_rows",
             constants,
             bindings,
             ((7, buf(c.buffer, c.offset, c.size)), &ops),
@@ -485,15 +472,7 @@ impl Recorder<'_> {
     ) -> Result<(), LinearError> {
         let has_bias = self.weights.bias.is_some();
         let (norm, resid) = (self.fold.norm, self.fold.residual);
-        let key = format!(
-            "linear_float_gemv_rows|WFMT={}|B={has_bias}|R={}|M={}|WGS={}|NORM={}|RESID={resid}",
-            wfmt as u32,
-            shape.rows,
-            self.m,
-            shape.wgs,
-            norm.is_some()
-        );
-        let constants = vec![
+        let constants: Constants = smallvec![
             ("WFMT", f64::from(wfmt as u32)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
             ("RESID", f64::from(u8::from(resid))),
@@ -501,7 +480,7 @@ impl Recorder<'_> {
         let GemvInput::Float(x) = &ops.input else {
             return Err(self.unsupported("the float GEMV reads its activations as stored".into()));
         };
-        let mut bindings = vec![
+        let mut bindings: Bindings<'_> = smallvec![
             (1, ops.scale.clone()),
             (2, ops.bias.clone()),
             (3, x.clone()),
@@ -525,7 +504,7 @@ impl Recorder<'_> {
             c,
             shape,
             sources,
-            key,
+            "linear_float_gemv_rows",
             constants,
             bindings,
             ((6, buf(c.buffer, c.offset, c.size)), &ops),

@@ -10,9 +10,9 @@ use dynvram_shaders::linear as shaders;
 use super::gemv::{FUSED_FIXED_BYTES, fast_quant_wgs};
 use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, rows_grid};
 use crate::gpu::Gpu;
-use crate::ops::cache::PipelineCache;
+use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Cost, Launch, launch};
+use crate::ops::launch::{Constants, Cost, Launch, launch};
 use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
 use crate::ops::norm::{Extra, check_norm, norm_wg};
 use crate::tensor::GpuTensor;
@@ -107,8 +107,8 @@ pub fn record_add_norm_quant(
     let codes = scratch.codes(gpu, m * kw * 4)?;
     let scales = scratch.scales(gpu, m * 4)?;
     // The multi-row GEMVs at M <= 8 pair int4 weights' even/odd columns.
-    let mut constants = int.quant_constants(int.w4).to_vec();
-    let (source, key) = match fast_wgs {
+    let mut constants = Constants::from_slice(&int.quant_constants(int.w4));
+    let source = match fast_wgs {
         Some(f) => {
             constants.extend([
                 ("G", f64::from(g)),
@@ -118,11 +118,7 @@ pub fn record_add_norm_quant(
                 ("NW", f64::from(wgs)),
                 ("SG", f64::from(sg)),
             ]);
-            let key = format!(
-                "linear_add_norm_quant|sg|G={g}|WGS={f}|K={k}|NW={wgs}|SG={sg}|MODE={}|P={}",
-                int.codes as u32, int.w4
-            );
-            (shaders::ADD_NORM_QUANT_SUBGROUP, key)
+            shaders::ADD_NORM_QUANT_SUBGROUP
         }
         None => {
             constants.extend([
@@ -130,11 +126,7 @@ pub fn record_add_norm_quant(
                 ("WGS", f64::from(wgs)),
                 ("FHT_CHUNK", chunk as f64),
             ]);
-            let key = format!(
-                "linear_add_norm_quant|G={g}|WGS={wgs}|C={chunk}|MODE={}|P={}",
-                int.codes as u32, int.w4
-            );
-            (shaders::ADD_NORM_QUANT, key)
+            shaders::ADD_NORM_QUANT
         }
     };
     let params = Params {
@@ -150,13 +142,14 @@ pub fn record_add_norm_quant(
         cache,
         enc,
         Launch {
-            key: &key,
+            program: Program {
+                source,
+                entry: "main",
+                constants: &constants,
+                act: norm.xs.dtype,
+            },
             label: &format_args!("add_rms_norm+rotate_quant {k} m={m}"),
-            source,
-            entry: "main",
-            constants: &constants,
-            act: norm.xs.dtype,
-            bindings: vec![
+            bindings: &[
                 (1, buf(&codes, 0, m * kw * 4)),
                 (2, buf(&scales, 0, m * 4)),
                 (4, buf(&rotated, 0, rot_bytes)),

@@ -41,7 +41,7 @@ use super::{
 };
 use crate::gpu::SpreadQuant;
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::Cost;
+use crate::ops::launch::{Constants, Cost};
 use crate::ops::linear::LinearScratch;
 use crate::tensor::{ActDtype, GpuTensor};
 use dynvram_shaders::linear as shaders;
@@ -133,15 +133,9 @@ impl Recorder<'_> {
         let dummy = scratch.dummy(gpu)?;
         if !reuse {
             let norm_w = norm.map_or(buf(&dummy, 0, 16), |n| n.weight.binding());
-            let key = format!(
-                "linear_rotate_max|G={g}|WGS={}|C={}|NORM={}",
-                s.wgs,
-                s.chunk,
-                norm.is_some()
-            );
             self.dispatch(
                 encoder,
-                key,
+                "linear_rotate_max",
                 shaders::ROTATE_MAX,
                 &[
                     ("G", f64::from(g)),
@@ -149,7 +143,7 @@ impl Recorder<'_> {
                     ("CHUNK", f64::from(s.chunk)),
                     ("NORM", f64::from(u8::from(norm.is_some()))),
                 ],
-                vec![
+                [
                     x.binding(),
                     buf(&rows, 0, m * k * 4),
                     buf(&chunk_max, 0, m * chunks * 4),
@@ -181,20 +175,17 @@ impl Recorder<'_> {
                 let mut rec = *self;
                 rec.act = ActDtype::F32;
                 let constants = int.quant_constants(int.w4);
-                let mut all = constants.to_vec();
+                let mut all = Constants::from_slice(&constants);
                 all.extend([
                     ("WGS", f64::from(CODES_WGS)),
                     ("QCHUNK", f64::from(s.chunk)),
                 ]);
                 rec.dispatch(
                     encoder,
-                    format!(
-                        "linear_rotated_codes|WGS={CODES_WGS}|QC={}|{constants:?}",
-                        s.chunk
-                    ),
+                    "linear_rotated_codes",
                     shaders::ROTATED_CODES,
                     &all,
-                    vec![
+                    [
                         buf(&rows, 0, m * k * 4),
                         buf(&codes, 0, m * kw * 4),
                         buf(&scales, 0, m * 4),

@@ -1,0 +1,186 @@
+//! The launch path allocates nothing once its pipelines and bind groups
+//! exist: a decode step's ~300 launches are recorded every token, and
+//! per-launch `String` keys and `Vec`s cost ~half of the recording's CPU
+//! time (issue 15 item 2). Counted with this binary's global allocator,
+//! on this thread, while a warm sequence of decode-sized launches (norm,
+//! int4 linear with its rotation/quantization, f16/f32 linear, residual
+//! add, decode attention) is recorded again into an open pass.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use crate::linear_common::{HostLayer, env_with};
+use dynvram_gpu::gpu::AdapterChoice;
+use dynvram_gpu::ops::attention::{Heads, record_attention};
+use dynvram_gpu::ops::elementwise::record_add_inplace;
+use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::ops::host;
+use dynvram_gpu::ops::linear::{LinearWeights, record_linear};
+use dynvram_gpu::ops::norm::record_rms_norm;
+use dynvram_gpu::{ActDtype, GpuTensor};
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_test_support::gpu::any_adapter;
+use dynvram_test_support::random::{rng, uniform};
+
+/// The system allocator, counting this thread's allocations.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // `try_with`: threads being torn down allocate too.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: forwards to `System` unchanged; the counter is a thread-local
+// `Cell` with a const initialiser (no allocation, no reentrancy).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn warm_launches_allocate_nothing() {
+    let Some(mut env) = env_with(
+        "warm_launches_allocate_nothing",
+        &AdapterChoice::default(),
+        any_adapter,
+    ) else {
+        return;
+    };
+    let g = &env.gpu;
+    let act = if g.caps.shader_f16 {
+        ActDtype::F16
+    } else {
+        ActDtype::F32
+    };
+    let (k, n) = (256usize, 512usize);
+    let mut rng = rng(7);
+    let int4 = Format::ConvrotW4a4 {
+        group: 16,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let layers = [(int4, n, k), (Format::Bf16, k, n)].map(|(format, n, k)| {
+        let h = HostLayer::random(&mut rng, format, n, k, false);
+        LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload")
+    });
+    let mut tensor = |name: &str, len: usize| {
+        let v = uniform(&mut rng, len, 1.0);
+        host::upload(g, name, &v, vec![1, len as u64], act).expect("upload")
+    };
+    let (xs, h, out) = (tensor("xs", k), tensor("h", k), tensor("out", k));
+    let (mid, att) = (tensor("mid", n), tensor("att", n));
+    let nw = host::upload(
+        g,
+        "nw",
+        &uniform(&mut rng, k, 1.0),
+        vec![k as u64],
+        ActDtype::F32,
+    )
+    .expect("upload");
+    let heads = Heads {
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 64,
+    };
+    let mut kv = |name: &str| -> GpuTensor {
+        let v = uniform(&mut rng, 32 * 128, 1.0);
+        host::upload(g, name, &v, vec![32, 128], act).expect("upload")
+    };
+    let (kc, vc) = (kv("k"), kv("v"));
+    let int = KernelChoice::Integer {
+        act: ActArith::Int4,
+        fast: false,
+    };
+    let mut enc = Encoder::new(&g.device, "allocations");
+    let mut step = |enc: &mut Encoder| {
+        record_rms_norm(g, &env.cache, enc, &xs, &nw, &h, 1e-5).expect("norm");
+        record_linear(
+            g,
+            &env.cache,
+            enc,
+            &layers[0],
+            int,
+            &h,
+            &mid,
+            &mut env.scratch,
+        )
+        .expect("int4 linear");
+        record_linear(
+            g,
+            &env.cache,
+            enc,
+            &layers[1],
+            KernelChoice::Float,
+            &mid,
+            &out,
+            &mut env.scratch,
+        )
+        .expect("bf16 linear");
+        record_add_inplace(g, &env.cache, enc, &xs, &out).expect("add");
+        record_attention(
+            g,
+            &env.cache,
+            enc,
+            &mid,
+            &kc,
+            &vc,
+            &att,
+            heads,
+            32,
+            31,
+            None,
+            &mut env.scratch,
+        )
+        .expect("attention");
+    };
+    // Cold: pipelines, bind groups and scratch are made; the pass's
+    // command lists grow.
+    for _ in 0..4 {
+        step(&mut enc);
+    }
+    const STEPS: u64 = 32;
+    let before = allocations();
+    for _ in 0..STEPS {
+        step(&mut enc);
+    }
+    let warm = allocations() - before;
+    // wgpu's command lists double as they grow (about ten allocations
+    // over these ~220 launches); per-launch keys and binding lists made
+    // 1,162 before the launch path took `Program`s.
+    println!("{warm} allocations in {STEPS} warm steps of ~7 launches");
+    assert!(
+        warm < STEPS,
+        "{warm} allocations recording {STEPS} warm steps: the launch path allocates"
+    );
+    g.queue.submit([enc.finish()]);
+}
