@@ -8,6 +8,8 @@
 //!   must be there: a missing fixture fails, never skips.
 //! - [`random`]: seeded inputs; [`tolerance`]: the comparisons against CPU
 //!   references and goldens.
+//! - [`allocations`]: a counting global allocator, for "allocates
+//!   nothing" checks of hot paths.
 //! - [`safetensors`]: reading small safetensors files whole, and writing
 //!   them by hand (broken ones included).
 //! - `gpu` (feature `gpu`): opening the test adapter through `dynvram_gpu`,
@@ -18,6 +20,7 @@
 //! variables; here only the tests' own (`DYNVRAM_REQUIRE_GPU`,
 //! `DYNVRAM_REQUIRE_COOP`).
 
+pub mod allocations;
 pub mod fixtures;
 #[cfg(feature = "gpu")]
 pub mod gpu;

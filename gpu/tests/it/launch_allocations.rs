@@ -4,10 +4,9 @@
 //! time (issue 15 item 2). Counted with this binary's global allocator,
 //! on this thread, while a warm sequence of decode-sized launches (norm,
 //! int4 linear with its rotation/quantization, f16/f32 linear, residual
-//! add, decode attention) is recorded again into an open pass.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+//! add, decode attention) is recorded again into an open pass. The binary's
+//! global allocator ([`dynvram_test_support::allocations::Counting`]) is
+//! installed in `main.rs`.
 
 use crate::linear_common::{HostLayer, env_with};
 use dynvram_gpu::gpu::AdapterChoice;
@@ -19,54 +18,9 @@ use dynvram_gpu::ops::linear::{LinearWeights, record_linear};
 use dynvram_gpu::ops::norm::record_rms_norm;
 use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_test_support::allocations::count as allocations;
 use dynvram_test_support::gpu::any_adapter;
 use dynvram_test_support::random::{rng, uniform};
-
-/// The system allocator, counting this thread's allocations.
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // `try_with`: threads being torn down allocate too.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: forwards to `System` unchanged; the counter is a thread-local
-// `Cell` with a const initialiser (no allocation, no reentrancy).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 #[test]
 fn warm_launches_allocate_nothing() {

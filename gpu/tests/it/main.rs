@@ -27,3 +27,9 @@ mod ops_rope;
 mod ops_tiny_llama;
 mod staging_ring;
 mod upload_bench;
+
+// Counts allocations for `launch_allocations` (the system allocator
+// otherwise).
+#[global_allocator]
+static ALLOCATOR: dynvram_test_support::allocations::Counting =
+    dynvram_test_support::allocations::Counting;
