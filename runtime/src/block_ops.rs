@@ -2,6 +2,7 @@
 //! GPU, pipeline cache and the block's encoder to [`dynvram_gpu::ops`].
 
 use dynvram_quant::KernelChoice;
+use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::pass::BlockCtx;
@@ -87,12 +88,13 @@ impl BlockCtx<'_> {
         x: &GpuTensor,
         fold: &Fold<'_>,
     ) -> Result<bool> {
-        let names: Vec<&str> = match layers {
+        // Inline: recorded for every layer of every token.
+        let names: SmallVec<[&str; 4]> = match layers {
             Fuse::Stack(l) => l.iter().map(|(name, _)| *name).collect(),
-            Fuse::Glu(names, _) => names.to_vec(),
+            Fuse::Glu(names, _) => SmallVec::from_slice(&names),
         };
         let model = self.model();
-        let mut weights = Vec::new();
+        let mut weights: SmallVec<[LinearWeights; 4]> = SmallVec::new();
         let mut choice = None;
         for layer in &names {
             if model.patches.contains_key(*layer) {
@@ -108,7 +110,7 @@ impl BlockCtx<'_> {
         let (Some(choice), [first, second, rest @ ..]) = (choice, &weights[..]) else {
             return Ok(false);
         };
-        let stack: Vec<(&LinearWeights, &GpuTensor)>;
+        let stack: SmallVec<[(&LinearWeights, &GpuTensor); 4]>;
         let fusion = match layers {
             Fuse::Stack(l) => {
                 stack = weights.iter().zip(l).map(|(w, (_, o))| (w, *o)).collect();
@@ -169,10 +171,11 @@ impl BlockCtx<'_> {
             format: l.info.format,
             n: l.info.n as u64,
             k: l.info.k as u64,
-            parts: vec![WeightPart {
+            parts: [WeightPart {
                 region: region(l.weight)?,
                 rows: l.info.n as u64,
-            }],
+            }]
+            .into(),
             scale: l.scale.map(region).transpose()?,
             bias: l.bias.map(region).transpose()?,
         })

@@ -29,14 +29,15 @@ impl LoraPatch {
             format: Format::F32,
             n,
             k,
-            parts: vec![WeightPart {
+            parts: [WeightPart {
                 region: Region {
                     buffer: buf.buffer.clone(),
                     offset: 0,
                     size: n * k * 4,
                 },
                 rows: n,
-            }],
+            }]
+            .into(),
             scale: None,
             bias: None,
         }

@@ -533,10 +533,11 @@ fn random_weights(
         format,
         n,
         k,
-        parts: vec![WeightPart {
+        parts: [WeightPart {
             region: buffer("bench.weight", &w)?,
             rows: n,
-        }],
+        }]
+        .into(),
         scale: (scale_count > 0)
             .then(|| buffer("bench.scale", bytemuck::cast_slice(&scales)))
             .transpose()?,

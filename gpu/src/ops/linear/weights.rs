@@ -54,8 +54,9 @@ pub struct LinearWeights {
     pub n: u64,
     /// in_features.
     pub k: u64,
-    /// The weight rows, in order; their `rows` sum to `n`.
-    pub parts: Vec<WeightPart>,
+    /// The weight rows, in order; their `rows` sum to `n` (usually one
+    /// part: inline, as a layer's weights are described per token).
+    pub parts: smallvec::SmallVec<[WeightPart; 1]>,
     /// `F32` weight scale: `[N]` (convrot_w4a4, rotated int8_tensorwise) or one
     /// value (int8_tensorwise, fp8); `None` for plain float weights.
     pub scale: Option<Region>,
@@ -105,7 +106,7 @@ impl LinearWeights {
             )));
         }
         let rows_per_part = (gpu.caps.max_buffer_size / rb.max(1)).max(1);
-        let mut parts = Vec::new();
+        let mut parts = smallvec::SmallVec::new();
         let mut row = 0;
         while row < n {
             let rows = rows_per_part.min(n - row);
