@@ -212,3 +212,23 @@ fn a_damaged_or_foreign_cache_file_starts_cold() {
         );
     }
 }
+
+#[test]
+fn an_unwritable_cache_folder_is_an_error_naming_it() {
+    let test = "an_unwritable_cache_folder_is_an_error_naming_it";
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A regular file where the folder should be: neither read nor created.
+    let blocked = dir.path().join("blocked");
+    std::fs::write(&blocked, b"a file, not a folder").expect("write");
+    let Some(gpu) = cached_gpu(test, &blocked) else {
+        return;
+    };
+    assert_eq!(gpu.pipeline_cache_info().expect("cache").loaded_bytes, 0);
+    scale(&gpu, 2.0);
+    let e = gpu.save_pipeline_cache().expect_err("cannot create the folder");
+    assert!(e.to_string().contains("blocked"), "{e}");
+    // Still usable, and the drop only logs.
+    scale(&gpu, 3.0);
+    drop(gpu);
+    assert_eq!(std::fs::read(&blocked).expect("read"), b"a file, not a folder");
+}
