@@ -227,6 +227,7 @@ fn an_unwritable_cache_folder_is_an_error_naming_it() {
     scale(&gpu, 2.0);
     let e = gpu.save_pipeline_cache().expect_err("cannot create the folder");
     assert!(e.to_string().contains("blocked"), "{e}");
+    eprintln!("{test}: {e}");
     // Still usable, and the drop only logs.
     scale(&gpu, 3.0);
     drop(gpu);
