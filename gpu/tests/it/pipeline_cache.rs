@@ -225,11 +225,16 @@ fn an_unwritable_cache_folder_is_an_error_naming_it() {
     };
     assert_eq!(gpu.pipeline_cache_info().expect("cache").loaded_bytes, 0);
     scale(&gpu, 2.0);
-    let e = gpu.save_pipeline_cache().expect_err("cannot create the folder");
+    let e = gpu
+        .save_pipeline_cache()
+        .expect_err("cannot create the folder");
     assert!(e.to_string().contains("blocked"), "{e}");
     eprintln!("{test}: {e}");
     // Still usable, and the drop only logs.
     scale(&gpu, 3.0);
     drop(gpu);
-    assert_eq!(std::fs::read(&blocked).expect("read"), b"a file, not a folder");
+    assert_eq!(
+        std::fs::read(&blocked).expect("read"),
+        b"a file, not a folder"
+    );
 }
