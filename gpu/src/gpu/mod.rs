@@ -116,10 +116,13 @@ impl Gpu {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
         // Only where a cache would be used: a backend with a cache key.
-        let cache_dir = options
-            .pipeline_cache
-            .as_deref()
-            .filter(|_| wgpu::util::pipeline_cache_key(&info).is_some());
+        let cache_dir = options.pipeline_cache.as_deref().filter(|dir| {
+            let keyed = wgpu::util::pipeline_cache_key(&info).is_some();
+            if !keyed {
+                tracing::debug!(dir = %dir.display(), backend = ?info.backend, "no pipeline cache on this backend");
+            }
+            keyed
+        });
         if cache_dir.is_some() {
             wanted |= wgpu::Features::PIPELINE_CACHE;
         }
