@@ -1,4 +1,7 @@
-//! `--backend` / `--adapter` flags shared by every subcommand that opens a GPU.
+//! `--backend` / `--adapter` / `--pipeline-cache` flags shared by every
+//! subcommand that opens a GPU.
+
+use std::path::PathBuf;
 
 use dynvram_runtime::AdapterChoice;
 use dynvram_runtime::gpu::GpuOptions;
@@ -16,14 +19,27 @@ pub struct AdapterArgs {
     /// Power preference when several match: high, low, none. Default: `WGPU_POWER_PREF` or high.
     #[arg(long)]
     pub power: Option<String>,
+    /// Keep the driver's compiled kernels in DIR between runs (Vulkan; a
+    /// warm start skips the shader compiler). Default: the cache folder
+    /// (`DYNVRAM_CACHE`, else `$XDG_CACHE_HOME/dynvram`, else `~/.cache/dynvram`).
+    #[arg(long, value_name = "DIR")]
+    pub pipeline_cache: Option<PathBuf>,
+    /// Neither read nor write a pipeline cache.
+    #[arg(long, conflicts_with = "pipeline_cache")]
+    pub no_pipeline_cache: bool,
 }
 
 impl AdapterArgs {
     /// As the runtime's choice struct: the flags, else `WGPU_ADAPTER_NAME`
     /// and `WGPU_POWER_PREF` (the backend's `WGPU_BACKEND` is wgpu's own),
     /// and the device options of the `DYNVRAM_*` diagnosis variables
-    /// ([`gpu_options`]).
+    /// ([`gpu_options`]) with the pipeline cache folder.
     pub fn choice(&self) -> AdapterChoice {
+        let pipeline_cache = (!self.no_pipeline_cache).then(|| {
+            self.pipeline_cache
+                .clone()
+                .unwrap_or_else(crate::cmd::cache_dir)
+        });
         AdapterChoice {
             backend: self.backend.clone(),
             adapter: self
@@ -34,7 +50,10 @@ impl AdapterArgs {
                 .power
                 .clone()
                 .or_else(|| std::env::var("WGPU_POWER_PREF").ok()),
-            options: gpu_options(),
+            options: GpuOptions {
+                pipeline_cache,
+                ..gpu_options()
+            },
         }
     }
 }
@@ -51,7 +70,7 @@ impl AdapterArgs {
 /// a `FlashKernel`: `two-walk` or a one-walk tuning such as `64x64w4c2`,
 /// for tuning): the one place the
 /// program reads them. A value it does not know is warned about and the
-/// default kept.
+/// default kept. No pipeline cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
     fn var<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
         match std::env::var(name) {
@@ -76,5 +95,6 @@ pub fn gpu_options() -> GpuOptions {
                 .map_err(|e: String| tracing::warn!("DYNVRAM_FLASH: {e}; using the default"))
                 .ok()
         }),
+        pipeline_cache: None,
     }
 }

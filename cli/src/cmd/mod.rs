@@ -16,3 +16,18 @@ pub mod profile;
 pub mod quantize;
 pub mod run;
 pub mod synth;
+
+/// dynvram's cache folder (the built-in model, the pipeline cache):
+/// `$DYNVRAM_CACHE`, else `$XDG_CACHE_HOME/dynvram`, else
+/// `~/.cache/dynvram`, else the temp dir (read here: the libraries take
+/// paths, not the environment).
+pub fn cache_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("DYNVRAM_CACHE") {
+        return d.into();
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("dynvram")
+}

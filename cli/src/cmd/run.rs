@@ -72,7 +72,7 @@ struct Report {
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let file = match &args.file {
         Some(f) => f.clone(),
-        None => builtin::ensure_cached_in(&builtin_cache_dir())?,
+        None => builtin::ensure_cached_in(&crate::cmd::cache_dir())?,
     };
     let probe = mlp_stack::Probe::open(&file)?;
     let mut budget = args.budget.config()?;
@@ -221,18 +221,4 @@ impl From<LinearDtypeArg> for dynvram_quant::LinearDtypeOverride {
             LinearDtypeArg::Int8 => Self::Int8,
         }
     }
-}
-
-/// Where the built-in model is cached: `$DYNVRAM_CACHE`, else
-/// `$XDG_CACHE_HOME/dynvram`, else `~/.cache/dynvram`, else the temp dir
-/// (read here: the libraries take paths, not the environment).
-fn builtin_cache_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("DYNVRAM_CACHE") {
-        return d.into();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("dynvram")
 }

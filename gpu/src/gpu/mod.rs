@@ -15,6 +15,7 @@ pub(crate) use dynamic_layout::MAX_DYNAMIC;
 mod error;
 pub mod host_memory;
 mod pinned_buffer;
+mod pipeline_cache;
 mod readback_ring;
 mod staging;
 mod staging_ring;
@@ -33,11 +34,13 @@ pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
 pub use pinned_buffer::PinnedBuffer;
+pub use pipeline_cache::PipelineCacheInfo;
 pub use readback_ring::{ReadbackRing, ReadbackSlot};
 pub use staging_ring::{RingConfig, StagingRing};
 pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
@@ -49,6 +52,9 @@ pub struct Gpu {
     /// The copy queue beside wgpu's (declared first: dropped before the
     /// device it was made on).
     transfer: Option<TransferQueue>,
+    /// The pipeline cache on disk, where [`GpuOptions::pipeline_cache`]
+    /// names a folder (before the device: saved on drop while it lives).
+    pipeline_cache: Option<pipeline_cache::DiskCache>,
     /// The wgpu device.
     pub device: wgpu::Device,
     /// Its single queue.
@@ -86,7 +92,7 @@ impl Gpu {
     /// full buffer limits.
     pub fn open(choice: &AdapterChoice) -> Result<Self, GpuError> {
         let adapter = choice.select()?;
-        Self::open_adapter_with(adapter, choice.options)
+        Self::open_adapter_with(adapter, choice.options.clone())
     }
 
     /// Opens a device on a given adapter with the default [`GpuOptions`].
@@ -108,6 +114,17 @@ impl Gpu {
         let coop = options.coop_matrix && caps::coop_f16_edge(&adapter) != 0;
         if coop {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
+        // Only where a cache would be used: a backend with a cache key.
+        let cache_dir = options.pipeline_cache.as_deref().filter(|dir| {
+            let keyed = wgpu::util::pipeline_cache_key(&info).is_some();
+            if !keyed {
+                tracing::debug!(dir = %dir.display(), backend = ?info.backend, "no pipeline cache on this backend");
+            }
+            keyed
+        });
+        if cache_dir.is_some() {
+            wanted |= wgpu::Features::PIPELINE_CACHE;
         }
         let features = adapter.features() & wanted;
         // Every kernel takes its params as immediates (push constants).
@@ -168,6 +185,16 @@ impl Gpu {
             }
         }));
         let caps = caps_of(&adapter, &device);
+        let pipeline_cache = match cache_dir {
+            Some(dir) if device.features().contains(wgpu::Features::PIPELINE_CACHE) => {
+                pipeline_cache::DiskCache::open(&device, &info, dir)
+            }
+            Some(dir) => {
+                tracing::debug!(dir = %dir.display(), "the adapter has no PIPELINE_CACHE: no pipeline cache");
+                None
+            }
+            None => None,
+        };
         tracing::info!(
             adapter = %info.name,
             backend = ?info.backend,
@@ -177,6 +204,7 @@ impl Gpu {
         );
         Ok(Self {
             transfer,
+            pipeline_cache,
             device,
             queue,
             adapter,
@@ -206,6 +234,29 @@ impl Gpu {
     /// [`GpuOptions::flash`] of this device.
     pub fn flash_kernel(&self) -> Option<FlashKernel> {
         self.flash
+    }
+
+    /// The on-disk pipeline cache, where one is open: its file and what was
+    /// loaded from it.
+    pub fn pipeline_cache_info(&self) -> Option<&PipelineCacheInfo> {
+        self.pipeline_cache.as_ref().map(|c| c.info())
+    }
+
+    /// The size in bytes of the pipeline cache's data now (the driver
+    /// serializes it: for diagnosis and tests); `None` without a cache.
+    pub fn pipeline_cache_len(&self) -> Option<usize> {
+        self.pipeline_cache.as_ref().map(|c| c.data_len())
+    }
+
+    /// Writes the pipeline cache to its file now if pipelines were compiled
+    /// since it was loaded or saved and its data changed; returns the bytes
+    /// written (`None`: nothing to write, or no cache). Dropping the device
+    /// saves too (a failure there is only logged); this is for embedders
+    /// that want the error, or the file before a long run.
+    pub fn save_pipeline_cache(&self) -> Result<Option<u64>, dynvram_loader::LoadError> {
+        self.pipeline_cache
+            .as_ref()
+            .map_or(Ok(None), pipeline_cache::DiskCache::save)
     }
 
     /// The queue that copies streamed weights beside wgpu's queue, where
@@ -374,7 +425,7 @@ impl Gpu {
                     constants,
                     zero_initialize_workgroup_memory: false,
                 },
-                cache: None,
+                cache: self.pipeline_cache.as_ref().map(|c| c.for_pipeline()),
             });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Validation {
@@ -572,7 +623,7 @@ impl std::str::FromStr for ShaderChecks {
 /// How a device is opened, beyond the adapter: the library's knobs for
 /// diagnosis, set by the embedder (the CLI reads them from `DYNVRAM_*`
 /// variables; the library reads no environment for them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Where the copy queue comes from.
     pub copy_queue: CopyQueueMode,
@@ -603,6 +654,12 @@ pub struct GpuOptions {
     /// instead of the default per adapter and head dimension (tuning; where
     /// it does not fit a launch, the default runs).
     pub flash: Option<FlashKernel>,
+    /// A folder for the driver's compiled pipelines between runs (one file
+    /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
+    /// loaded when the device opens, written back when it is dropped or at
+    /// [`Gpu::save_pipeline_cache`] if pipelines were compiled. A damaged or
+    /// foreign file is logged and ignored. `None` (the default): no cache.
+    pub pipeline_cache: Option<PathBuf>,
 }
 
 impl Default for GpuOptions {
@@ -614,6 +671,7 @@ impl Default for GpuOptions {
             quant_wgs: None,
             spread_quant: SpreadQuant::Off,
             flash: None,
+            pipeline_cache: None,
         }
     }
 }
