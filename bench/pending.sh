@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
-# What landed without an H200 run (session 14), in one device call, in
-# priority order; every part under its own timeout, results in $OUT:
+# What landed without an H200 run (sessions 13-15), in named parts, each
+# under its own timeout, results in $OUT. A device command may run 600 s
+# and the whole list takes ~11 min, so it goes in two calls:
 #   bash bench/prepare.sh && rm -f .dev/e2e_tests   # here (the carry holds 64 MiB);
 #   then `run` with carry [".dev", ".gl", ".peer"] (.peer: bench/README.md, Peer)
-#   OUT=$OUT bash bench/pending.sh
-# 1. gpu_tests with cooperative matrices required: the one-walk flash
-#    kernel (ops_attention: flash_tunings_match_cpu failed on the H200
-#    before fa2's alignment fix 8f1af39), both spread modes (linear_spread),
-#    argmax and the folds, the pipeline cache (session 15).      -> tests.txt
-# 2. R1 and start-up with the on-disk pipeline cache (session 15), the
-#    driver's own shader cache off (__GL_SHADER_DISK_CACHE=0) so that cold
-#    is cold: `bench pass --rows 1 --passes 2 --fast-disk --no-pins` peak
-#    RSS by mapping and wall time with no pipeline cache, a cold one (an
-#    empty folder; the run writes it) and a warm one (what the cold run
-#    wrote); mimalloc's peak commit (MIMALLOC_SHOW_STATS=1) is our heap.
-#    Then `generate` 2 tokens on a 32-layer int4 toy, 3 runs each: no
-#    cache, cold, warm.                     -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
-# 3. bench/flash_sweep.sh: two-walk vs 128x32w8c2 vs 64x64w4c2.  -> flash_sweep.txt
-# 4. FLUX.1-dev `dit` with the two-walk and the 128x32w8c2 kernel, outputs
-#    compared (max diff against max |out|), and bf16 at --vram-budget 2
-#    (plans in 1.96 GiB since 2aec808).                           -> dit-*.json, dit-compare.txt
-# 5. bench/decode.sh with SYNC=1 INT4_SPREAD=1: pipelined vs --sync-decode
-#    greedy decode, int4 with the quantization launches vs both spread
-#    modes, beside llama.cpp.                                   -> decode/table.md
-# 6. 512-token prefill with the one-walk kernel (bf16 and int4).  -> decode/dyn-*-fa1.json
-# Took ~9.5 min before part 2 (~1.5 min more); DEADLINE (570 s) caps the
-# total (the device allows 600 s a command), so the last parts may be cut.
+#   OUT=$OUT PARTS="tests decode" bash bench/pending.sh           # call 1 (~7 min)
+#   OUT=$OUT PARTS="flash flux prefill rss" bash bench/pending.sh # call 2 (~5 min)
+# Parts (run in the order PARTS names them):
+# tests   gpu_tests with cooperative matrices required: the one-walk flash
+#         kernel (ops_attention: flash_tunings_match_cpu failed on the H200
+#         before fa2's alignment fix 8f1af39), both spread modes
+#         (linear_spread), argmax, the folds, the pipeline cache and the
+#         allocation-free launch path (session 15).               -> tests.txt
+# decode  bench/decode.sh with SYNC=1 INT4_SPREAD=1: pipelined vs
+#         --sync-decode greedy decode (session 13), the CPU cuts of sessions
+#         13 and 15 (launches without per-launch keys or lists), int4 with
+#         the quantization launches vs both spread modes, beside llama.cpp.
+#                                                                  -> decode/table.md
+# flash   bench/flash_sweep.sh: two-walk vs 128x32w8c2 vs 64x64w4c2.
+#                                                                  -> flash_sweep.txt
+# flux    FLUX.1-dev `dit` with the two-walk and the 128x32w8c2 kernel,
+#         outputs compared (max diff against max |out|), and bf16 at
+#         --vram-budget 2 (plans in 1.96 GiB since 2aec808).    -> dit-*.json, dit-compare.txt
+# prefill 512-token prefill with the one-walk kernel (bf16 and int4; needs
+#         the decode part's models: the same warm machine).   -> decode/dyn-*-fa1.json
+# rss     R1 and start-up with the on-disk pipeline cache (session 15), the
+#         driver's own shader cache off (__GL_SHADER_DISK_CACHE=0) so that
+#         cold is cold: `bench pass --rows 1 --passes 2 --fast-disk
+#         --no-pins` peak RSS by mapping and wall time with no pipeline
+#         cache, a cold one (an empty folder; the run writes it) and a warm
+#         one (what the cold run wrote); mimalloc's peak commit
+#         (MIMALLOC_SHOW_STATS=1) is our heap. Then `generate` 2 tokens on a
+#         32-layer int4 toy, 3 runs each: no cache, cold, warm.
+#                                         -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
+# DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${OUT:-bench-out}
@@ -42,69 +50,86 @@ part() {
     echo "[$(($(date +%s) - t0)) s] $*"
     timeout $((want < left ? want : left)) "$@"
 }
-DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 part 150 .dev/gpu_tests ops_attention:: ops_argmax:: linear_folds:: linear_spread:: \
-    pipeline_cache:: --test-threads=4 > "$O/tests.txt" 2>&1
-echo "tests: $(grep -E '^test result' "$O/tests.txt")"
-grep -E "FAILED|panicked" "$O/tests.txt" | head -20
-# 2. The pipeline cache: R1 and start-up, cold vs warm.
-pc=/tmp/dynvram-pipeline-cache pass=/tmp/pass.safetensors
-rm -rf "$pc"
-secs() { python3 -c "import time; print(f'{time.time():.2f}')"; }
-# bench pass writes its stack when absent: once, untimed.
-[ -e "$pass" ] || part 90 "$d" bench pass --backend vulkan --file "$pass" --rows 1 --passes 1 --no-pipeline-cache > /dev/null 2>&1
-for c in "none --no-pipeline-cache" "cold --pipeline-cache $pc" "warm --pipeline-cache $pc"; do
-    echo "== ${c%% *}: ${c#* }"
-    s=$(secs)
-    # shellcheck disable=SC2086 # the flags after the name
-    __GL_SHADER_DISK_CACHE=0 MIMALLOC_SHOW_STATS=1 part 60 python3 bench/rss_breakdown.py "$d" bench pass --backend vulkan \
-        --file "$pass" --rows 1 --passes 2 --fast-disk --no-pins ${c#* } 2>&1 | grep -Ev "^ +(pages|touched|abandoned|reclaim|reabandon|waits|extended|retire|searches|reset|purged|arenas|rollback|mmaps|commits|resets|purges|guarded|theaps|heaps|heap waits|threads|numa)"
-    echo "wall $(python3 -c "print(round($(secs) - $s, 2))") s; cache: $(ls -l "$pc" 2>/dev/null | tail -n +2)"
-done > "$O/rss-pipeline-cache.txt" 2>&1
-grep -E "^==|peak sampled|peak commit|^wall" "$O/rss-pipeline-cache.txt"
-toy=/tmp/dynvram-m32q pc=/tmp/dynvram-pipeline-cache-toy
-rm -rf "$pc"
-if [ ! -e "$toy/config.json" ]; then
-    part 30 "$d" synth --like llama3-tiny --layers 32 /tmp/dynvram-m32 > /dev/null 2>&1
-    part 30 "$d" quantize /tmp/dynvram-m32 "$toy" --format convrot_w4a4 > /dev/null 2>&1
-fi
-for c in "none --no-pipeline-cache" "cold --pipeline-cache $pc" "warm --pipeline-cache $pc"; do
-    for i in 1 2 3; do
-        [ "${c%% *}" = cold ] && rm -rf "$pc"
+p_tests() {
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 part 150 .dev/gpu_tests ops_attention:: ops_argmax:: linear_folds:: linear_spread:: launch_allocations:: \
+        pipeline_cache:: --test-threads=4 > "$O/tests.txt" 2>&1
+    echo "tests: $(grep -E '^test result' "$O/tests.txt")"
+    grep -E "FAILED|panicked" "$O/tests.txt" | head -20
+}
+p_rss() {
+    pc=/tmp/dynvram-pipeline-cache pass=/tmp/pass.safetensors
+    rm -rf "$pc"
+    secs() { python3 -c "import time; print(f'{time.time():.2f}')"; }
+    # bench pass writes its stack when absent: once, untimed.
+    [ -e "$pass" ] || part 90 "$d" bench pass --backend vulkan --file "$pass" --rows 1 --passes 1 --no-pipeline-cache > /dev/null 2>&1
+    for c in "none --no-pipeline-cache" "cold --pipeline-cache $pc" "warm --pipeline-cache $pc"; do
+        echo "== ${c%% *}: ${c#* }"
         s=$(secs)
         # shellcheck disable=SC2086 # the flags after the name
-        __GL_SHADER_DISK_CACHE=0 part 30 "$d" generate "$toy" --backend vulkan --prompt-ids 5,6,7 --max-new-tokens 2 \
-            --compute-dtype f16 ${c#* } > /dev/null 2>> "$O/startup-pipeline-cache.err"
-        echo "${c%% *} run $i: wall $(python3 -c "print(round($(secs) - $s, 2))") s"
+        __GL_SHADER_DISK_CACHE=0 MIMALLOC_SHOW_STATS=1 part 60 python3 bench/rss_breakdown.py "$d" bench pass --backend vulkan \
+            --file "$pass" --rows 1 --passes 2 --fast-disk --no-pins ${c#* } 2>&1 | grep -Ev "^ +(pages|touched|abandoned|reclaim|reabandon|waits|extended|retire|searches|reset|purged|arenas|rollback|mmaps|commits|resets|purges|guarded|theaps|heaps|heap waits|threads|numa)"
+        echo "wall $(python3 -c "print(round($(secs) - $s, 2))") s; cache: $(ls -l "$pc" 2>/dev/null | tail -n +2)"
+    done > "$O/rss-pipeline-cache.txt" 2>&1
+    grep -E "^==|peak sampled|peak commit|^wall" "$O/rss-pipeline-cache.txt"
+    toy=/tmp/dynvram-m32q pc=/tmp/dynvram-pipeline-cache-toy
+    rm -rf "$pc"
+    if [ ! -e "$toy/config.json" ]; then
+        part 30 "$d" synth --like llama3-tiny --layers 32 /tmp/dynvram-m32 > /dev/null 2>&1
+        part 30 "$d" quantize /tmp/dynvram-m32 "$toy" --format convrot_w4a4 > /dev/null 2>&1
+    fi
+    for c in "none --no-pipeline-cache" "cold --pipeline-cache $pc" "warm --pipeline-cache $pc"; do
+        for i in 1 2 3; do
+            [ "${c%% *}" = cold ] && rm -rf "$pc"
+            s=$(secs)
+            # shellcheck disable=SC2086 # the flags after the name
+            __GL_SHADER_DISK_CACHE=0 part 30 "$d" generate "$toy" --backend vulkan --prompt-ids 5,6,7 --max-new-tokens 2 \
+                --compute-dtype f16 ${c#* } > /dev/null 2>> "$O/startup-pipeline-cache.err"
+            echo "${c%% *} run $i: wall $(python3 -c "print(round($(secs) - $s, 2))") s"
+        done
+    done > "$O/startup-pipeline-cache.txt" 2>&1
+    cat "$O/startup-pipeline-cache.txt"; ls -l "$pc"
+}
+p_flash() {
+    DYNVRAM=$d TUNINGS=two-walk,128x32w8c2,64x64w4c2 REPS=2 OUT=$O part 120 bash bench/flash_sweep.sh > /dev/null 2>&1
+}
+p_flux() {
+    flux=/tmp/flux-dev.safetensors in=/tmp/flux-in.safetensors
+    [ -e "$flux" ] || part 90 "$d" synth --like flux-dev "$flux" > "$O/flux-synth.txt" 2>&1
+    [ -e "$in" ] || python3 bench/flux_inputs.py "$in" > /dev/null 2>&1
+    for f in two-walk 128x32w8c2; do
+        DYNVRAM_FLASH=$f part 90 "$d" --json dit "$flux" --inputs "$in" --out "/tmp/flux-out-$f.safetensors" \
+            --backend vulkan --warmup 1 --passes 2 > "$O/dit-$f.json" 2> "$O/dit-$f.err" || tail -2 "$O/dit-$f.err"
     done
-done > "$O/startup-pipeline-cache.txt" 2>&1
-cat "$O/startup-pipeline-cache.txt"; ls -l "$pc"
-DYNVRAM=$d TUNINGS=two-walk,128x32w8c2,64x64w4c2 REPS=2 OUT=$O part 120 bash bench/flash_sweep.sh > /dev/null 2>&1
-flux=/tmp/flux-dev.safetensors in=/tmp/flux-in.safetensors
-[ -e "$flux" ] || part 90 "$d" synth --like flux-dev "$flux" > "$O/flux-synth.txt" 2>&1
-[ -e "$in" ] || python3 bench/flux_inputs.py "$in" > /dev/null 2>&1
-for f in two-walk 128x32w8c2; do
-    DYNVRAM_FLASH=$f part 90 "$d" --json dit "$flux" --inputs "$in" --out "/tmp/flux-out-$f.safetensors" \
-        --backend vulkan --warmup 1 --passes 2 > "$O/dit-$f.json" 2> "$O/dit-$f.err" || tail -2 "$O/dit-$f.err"
-done
-python3 - > "$O/dit-compare.txt" 2>&1 <<'PY'
+    python3 - > "$O/dit-compare.txt" 2>&1 <<'PY'
 import numpy as np
 from safetensors.numpy import load_file
 a = load_file('/tmp/flux-out-two-walk.safetensors')['out']
 b = load_file('/tmp/flux-out-128x32w8c2.safetensors')['out']
 print('max|out|', float(np.abs(a).max()), 'max diff', float(np.abs(a - b).max()), 'finite', bool(np.isfinite(b).all()))
 PY
-cat "$O/dit-compare.txt"
-part 90 "$d" --json dit "$flux" --inputs "$in" --out /tmp/flux-out-2g.safetensors --backend vulkan \
-    --warmup 1 --passes 1 --vram-budget 2 > "$O/dit-bf16-budget-2.json" 2> "$O/dit-bf16-budget-2.err" || tail -2 "$O/dit-bf16-budget-2.err"
-OUT=$O LAYERS=32 SYNC=1 INT4_SPREAD=1 part 330 bash bench/decode.sh
-dir=/tmp/dynvram-llama-7b-L32
-if [ -e "$dir/config.json" ]; then
-    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
-    for m in "$dir" "$dir-int4"; do
-        DYNVRAM_FLASH=128x32w8c2 part 60 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
-            --max-new-tokens 64 --ignore-eos --warmup 1 --compute-dtype f16 \
-            > "$O/decode/dyn-$(basename "$m")-fa1.json" 2> "$O/decode/fa1.err"
-    done
-fi
+    cat "$O/dit-compare.txt"
+    part 90 "$d" --json dit "$flux" --inputs "$in" --out /tmp/flux-out-2g.safetensors --backend vulkan \
+        --warmup 1 --passes 1 --vram-budget 2 > "$O/dit-bf16-budget-2.json" 2> "$O/dit-bf16-budget-2.err" || tail -2 "$O/dit-bf16-budget-2.err"
+}
+p_decode() {
+    OUT=$O LAYERS=32 SYNC=1 INT4_SPREAD=1 part 330 bash bench/decode.sh
+}
+p_prefill() {
+    dir=/tmp/dynvram-llama-7b-L32
+    if [ -e "$dir/config.json" ]; then
+        vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
+        ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
+        for m in "$dir" "$dir-int4"; do
+            DYNVRAM_FLASH=128x32w8c2 part 60 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
+                --max-new-tokens 64 --ignore-eos --warmup 1 --compute-dtype f16 \
+                > "$O/decode/dyn-$(basename "$m")-fa1.json" 2> "$O/decode/fa1.err"
+        done
+    fi
+}
+for p in ${PARTS:-tests decode flash flux prefill rss}; do
+    case $p in
+        tests | decode | flash | flux | prefill | rss) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode flash flux prefill rss)" >&2 ;;
+    esac
+done
 echo "[$(($(date +%s) - t0)) s] done"
