@@ -1,6 +1,6 @@
 //! The linear kernels' variants as types. Each discriminant is the value of
 //! the `override` constant its WGSL fragment switches on (`as u32` where a
-//! constant or a pipeline key is made); a test checks that the fragments
+//! constant is made); a test checks that the fragments
 //! document the same numbering.
 
 use dynvram_quant::Format;
