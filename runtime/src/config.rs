@@ -34,6 +34,10 @@ pub struct RuntimeConfig {
     /// pins on a second queue of the device (where it has one) so they
     /// overlap the kernels.
     pub copy_queue: bool,
+    /// Blocks per submit when nothing streams ([`crate::pass`]'s
+    /// `RESIDENT_SUBMIT_BLOCKS` by default); 0 submits once, at the pass's
+    /// end. The CLI reads `DYNVRAM_SUBMIT_BLOCKS`, for tuning.
+    pub resident_submit_blocks: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -48,6 +52,7 @@ impl Default for RuntimeConfig {
             pins: PinSettings::default(),
             fast_disk: false,
             copy_queue: true,
+            resident_submit_blocks: crate::pass::RESIDENT_SUBMIT_BLOCKS,
         }
     }
 }

@@ -300,7 +300,10 @@ impl Model {
             stats.record_seconds += recording.elapsed().as_secs_f64();
             // Resident: a submit every few blocks, so the GPU starts on the
             // first blocks while the CPU records (and wgpu encodes) the rest.
-            if resident && result.is_ok() && i + 1 < n && i % RESIDENT_SUBMIT_BLOCKS != 1 {
+            let k = rt.config.resident_submit_blocks;
+            // After block 1, 1 + k, 1 + 2k, … (every block when k = 1).
+            let submit_here = k != 0 && i % k == 1 % k;
+            if resident && result.is_ok() && i + 1 < n && !submit_here {
                 trace.end(
                     t,
                     Lane::Compute,

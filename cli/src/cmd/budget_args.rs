@@ -81,7 +81,9 @@ impl BudgetArgs {
             None => None,
         };
         let memory = self.staging_memory.into();
+        let d = RuntimeConfig::default();
         Ok(RuntimeConfig {
+            resident_submit_blocks: submit_blocks(d.resident_submit_blocks),
             fast_disk: self.fast_disk,
             copy_queue: !self.no_copy_queue,
             pins: PinSettings {
@@ -95,5 +97,18 @@ impl BudgetArgs {
             },
             ..RuntimeConfig::default()
         })
+    }
+}
+
+/// `DYNVRAM_SUBMIT_BLOCKS` (blocks per submit of a resident pass, 0: one
+/// submit a pass; for tuning), else `default`; a value that is not a
+/// count is warned about and the default kept.
+fn submit_blocks(default: usize) -> usize {
+    match std::env::var("DYNVRAM_SUBMIT_BLOCKS") {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!("DYNVRAM_SUBMIT_BLOCKS={v}: not a count; using {default}");
+            default
+        }),
+        Err(_) => default,
     }
 }

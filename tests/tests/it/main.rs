@@ -12,5 +12,6 @@ mod lora;
 mod module_cycles;
 mod multi_model;
 mod pins;
+mod resident_submits;
 mod scratch_ledger;
 mod streaming;
