@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # What landed without an H200 run (sessions 13-15), in named parts, each
 # under its own timeout, results in $OUT. A device command may run 600 s
-# and the whole list takes ~11 min, so it goes in two calls:
+# and the whole list takes ~17 min, so it goes in three calls:
 #   bash bench/prepare.sh && rm -f .dev/e2e_tests   # here (the carry holds 64 MiB);
 #   then `run` with carry [".dev", ".gl", ".peer"] (.peer: bench/README.md, Peer)
-#   OUT=$OUT PARTS="tests decode" bash bench/pending.sh           # call 1 (~7 min)
-#   OUT=$OUT PARTS="flash flux prefill rss" bash bench/pending.sh # call 2 (~5 min)
+#   OUT=$OUT PARTS="tests decode" bash bench/pending.sh           # call 1 (~7.5 min)
+#   OUT=$OUT PARTS="prefill submits flash flux" bash bench/pending.sh  # call 2 (~7 min)
+#   OUT=$OUT PARTS="rss" bash bench/pending.sh                     # call 3 (~2.5 min)
+# (prefill and submits use the decode part's models: call 2 right after
+# call 1, while the machine is still warm.)
 # Parts (run in the order PARTS names them):
 # tests   gpu_tests with cooperative matrices required: the one-walk flash
 #         kernel (ops_attention: flash_tunings_match_cpu failed on the H200
@@ -23,7 +26,10 @@
 #         outputs compared (max diff against max |out|), and bf16 at
 #         --vram-budget 2 (plans in 1.96 GiB since 2aec808).    -> dit-*.json, dit-compare.txt
 # prefill 512-token prefill with the one-walk kernel (bf16 and int4; needs
-#         the decode part's models: the same warm machine).   -> decode/dyn-*-fa1.json
+#         the decode part's models).                  -> decode/dyn-*-fa1.json
+# submits pipelined greedy decode (bf16 and int4, f16 compute, 512-token
+#         prompt) with DYNVRAM_SUBMIT_BLOCKS=0 (one submit a token) and 8,
+#         beside the decode part's default 4.         -> decode/dyn-*-submit*.json
 # rss     R1 and start-up with the on-disk pipeline cache (session 15), the
 #         driver's own shader cache off (__GL_SHADER_DISK_CACHE=0) so that
 #         cold is cold: `bench pass --rows 1 --passes 2 --fast-disk
@@ -126,10 +132,24 @@ p_prefill() {
         done
     fi
 }
-for p in ${PARTS:-tests decode flash flux prefill rss}; do
+p_submits() {
+    dir=/tmp/dynvram-llama-7b-L32
+    [ -e "$dir/config.json" ] || { echo "submits: no $dir (run the decode part first)"; return; }
+    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
+    mkdir -p "$O/decode"
+    for k in 0 8; do
+        for m in "$dir" "$dir-int4"; do
+            DYNVRAM_SUBMIT_BLOCKS=$k part 45 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
+                --max-new-tokens 64 --ignore-eos --warmup 1 --compute-dtype f16 \
+                > "$O/decode/dyn-$(basename "$m")-submit$k.json" 2> "$O/decode/submit.err"
+        done
+    done
+}
+for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | rss) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode flash flux prefill rss)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
