@@ -8,6 +8,10 @@
 //! Every live temp file is registered here, so a process ended by a signal can
 //! remove them: [`remove_temp_files`] deletes them all and holds the registry
 //! locked from then on, so no new temp file can appear before the process exits.
+//!
+//! A process that could not clean up (SIGKILL, a crash, power loss) leaves its
+//! temp file; the next write of the same target removes the ones whose process
+//! is gone ([`sweep_stale`], Unix).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -55,8 +59,62 @@ fn folder(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
+/// The process id in a temp name of target `base` (`.BASE.tmp-PID-N`).
+fn temp_pid(name: &str, base: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix('.')?
+        .strip_prefix(base)?
+        .strip_prefix(".tmp-")?;
+    let (pid, serial) = rest.split_once('-')?;
+    serial.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Whether process `pid` exists (or may: when it cannot be asked, yes).
+#[cfg(unix)]
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Elsewhere a process cannot be asked cheaply: every one is taken as alive.
+#[cfg(not(unix))]
+fn process_alive(_pid: u32) -> bool {
+    true
+}
+
+/// Removes the temp files (and folders) of target `base` in `dir` that a
+/// process which no longer exists left behind (killed before it could
+/// clean up). Another live process's, and this one's, are kept; a reused
+/// process id keeps a stale one (the safe side). Unix only: elsewhere
+/// nothing is removed. Returns how many were removed.
+pub fn sweep_stale(dir: &Path, base: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let me = std::process::id();
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = temp_pid(&name.to_string_lossy(), base) else {
+            continue;
+        };
+        let stale = pid != me && !process_alive(pid);
+        if stale && remove_temp(&e.path()) {
+            tracing::info!(path = %e.path().display(), pid, "removed a temp file its killed writer left");
+            removed += 1;
+        }
+    }
+    removed
+}
+
 impl AtomicFile {
-    /// Starts writing `path`: creates and registers its temp file.
+    /// Starts writing `path`: creates and registers its temp file (after
+    /// removing the stale ones of the same target, [`sweep_stale`]).
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let base = path
@@ -67,6 +125,7 @@ impl AtomicFile {
                 op: "write",
                 source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
             })?;
+        sweep_stale(folder(&path), &base);
         let tmp = folder(&path).join(format!(
             ".{base}.tmp-{}-{}",
             std::process::id(),
@@ -197,6 +256,7 @@ impl AtomicDir {
                     "not a folder name",
                 ))
             })?;
+        sweep_stale(folder(&path), &base);
         let tmp = folder(&path).join(format!(
             ".{base}.tmp-{}-{}",
             std::process::id(),
@@ -363,6 +423,43 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("model")]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_killed_writers_temp_files_go_at_the_next_write() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A process that has exited: its id names no process now.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let me = std::process::id();
+        let names = [
+            format!(".out.bin.tmp-{dead}-0"),
+            format!(".out.bin.tmp-{me}-12345"),
+            ".out.bin.tmp-1-0".to_owned(),
+            format!(".other.bin.tmp-{dead}-0"),
+        ];
+        for n in &names {
+            std::fs::write(dir.path().join(n), b"half").expect("write");
+        }
+        std::fs::create_dir(dir.path().join(format!(".model.tmp-{dead}-3"))).expect("mkdir");
+        write_file(dir.path().join("out.bin"), b"whole").expect("write");
+        let mut left = temps(dir.path());
+        left.sort();
+        // The dead writer's temp file of this target went; this process's,
+        // a live process's (init) and another target's stayed.
+        let mut want = names[1..].to_vec();
+        want.push(format!(".model.tmp-{dead}-3"));
+        want.sort();
+        assert_eq!(left, want);
+        let d = AtomicDir::create(dir.path().join("model")).expect("create");
+        assert!(!dir.path().join(format!(".model.tmp-{dead}-3")).exists());
+        drop(d);
+        assert_eq!(temp_pid(".out.bin.tmp-12-3", "out.bin"), Some(12));
+        assert_eq!(temp_pid(".out.bin.tmp-12", "out.bin"), None);
+        assert_eq!(temp_pid(".out.bin.x.tmp-12-3", "out.bin"), None);
     }
 
     #[test]
