@@ -18,8 +18,19 @@ fn scratch() -> &'static PathBuf {
     })
 }
 
+/// Removes the scratch file when an input is done (a process that ends
+/// mid-input, on a finding, leaves it: it is the input).
+struct Cleanup<'a>(&'a PathBuf);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let path = scratch();
+    let _cleanup = Cleanup(path);
     let Ok(mut f) = std::fs::File::create(path) else {
         return;
     };
