@@ -34,7 +34,7 @@ pub struct RuntimeConfig {
     /// pins on a second queue of the device (where it has one) so they
     /// overlap the kernels.
     pub copy_queue: bool,
-    /// Blocks per submit when nothing streams ([`crate::pass`]'s
+    /// Blocks per submit when nothing streams (the pass module's
     /// `RESIDENT_SUBMIT_BLOCKS` by default); 0 submits once, at the pass's
     /// end. The CLI reads `DYNVRAM_SUBMIT_BLOCKS`, for tuning.
     pub resident_submit_blocks: usize,
