@@ -34,11 +34,20 @@ pub struct RuntimeConfig {
     /// pins on a second queue of the device (where it has one) so they
     /// overlap the kernels.
     pub copy_queue: bool,
-    /// Blocks per submit when nothing streams (the pass module's
-    /// `RESIDENT_SUBMIT_BLOCKS` by default); 0 submits once, at the pass's
-    /// end. The CLI reads `DYNVRAM_SUBMIT_BLOCKS`, for tuning.
+    /// Blocks per submit when nothing streams ([`RESIDENT_SUBMIT_BLOCKS`]
+    /// by default); 0 submits once, at the pass's end. The CLI reads
+    /// `DYNVRAM_SUBMIT_BLOCKS`, for tuning.
     pub resident_submit_blocks: usize,
 }
+
+/// Blocks per submit when nothing streams: wgpu encodes a command buffer
+/// at submit (~1.6 µs of CPU a launch on the H200, `bench dispatch`), so one
+/// submit per pass would leave the GPU idle until the whole pass is
+/// encoded; a submit every few blocks overlaps encoding with execution, for
+/// ~9 submits per token of a 32-layer model (BENCHMARKS.md, session 7). The
+/// first goes after block 1 (the embedding and the first layer), so the GPU
+/// starts early in each step.
+pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -52,7 +61,7 @@ impl Default for RuntimeConfig {
             pins: PinSettings::default(),
             fast_disk: false,
             copy_queue: true,
-            resident_submit_blocks: crate::pass::RESIDENT_SUBMIT_BLOCKS,
+            resident_submit_blocks: RESIDENT_SUBMIT_BLOCKS,
         }
     }
 }

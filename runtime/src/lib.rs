@@ -28,7 +28,7 @@ mod upload;
 
 pub use activation::Activation;
 pub use block_folds::RmsNormOf;
-pub use config::{PinSettings, RamFigures, RamReader, RuntimeConfig};
+pub use config::{PinSettings, RESIDENT_SUBMIT_BLOCKS, RamFigures, RamReader, RuntimeConfig};
 pub use error::{Result, RuntimeError};
 pub use files_list::FilesList;
 pub use model::{BlockSpec, Model, ModelReport, ModelSpec, plan_spec};

@@ -35,15 +35,6 @@ use dynvram_gpu::gpu::{CopyCmd, Gpu, StagingRing, TransferQueue};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::{PassStats, StreamSources};
 
-/// Blocks per submit when nothing streams: wgpu encodes a command buffer
-/// at submit (~1.6 µs of CPU a launch on the H200, `bench dispatch`), so one
-/// submit per pass would leave the GPU idle until the whole pass is
-/// encoded; a submit every few blocks overlaps encoding with execution, for
-/// ~9 submits per token of a 32-layer model (BENCHMARKS.md, session 7). The
-/// first goes after block 1 (the embedding and the first layer), so the GPU
-/// starts early in each step.
-pub const RESIDENT_SUBMIT_BLOCKS: usize = 4;
-
 /// How a pass ends ([`Model::run_pass_with`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum PassEnd {

@@ -4,7 +4,9 @@
 //! time (issue 15 item 2). Counted with this binary's global allocator,
 //! on this thread, while a warm sequence of decode-sized launches (norm,
 //! int4 linear with its rotation/quantization, f16/f32 linear, residual
-//! add, decode attention) is recorded again into an open pass. The binary's
+//! add, decode attention) and prefill-sized ones (the two linears as
+//! GEMMs, cooperative where the adapter has them, and prefill attention,
+//! flash there) is recorded again into an open pass. The binary's
 //! global allocator ([`dynvram_test_support::allocations::Counting`]) is
 //! installed in `main.rs`.
 
@@ -47,12 +49,16 @@ fn warm_launches_allocate_nothing() {
         let h = HostLayer::random(&mut rng, format, n, k, false);
         LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload")
     });
-    let mut tensor = |name: &str, len: usize| {
-        let v = uniform(&mut rng, len, 1.0);
-        host::upload(g, name, &v, vec![1, len as u64], act).expect("upload")
+    let mut tensor = |name: &str, rows: usize, len: usize| {
+        let v = uniform(&mut rng, rows * len, 1.0);
+        host::upload(g, name, &v, vec![rows as u64, len as u64], act).expect("upload")
     };
-    let (xs, h, out) = (tensor("xs", k), tensor("h", k), tensor("out", k));
-    let (mid, att) = (tensor("mid", n), tensor("att", n));
+    let (xs, h, out) = (tensor("xs", 1, k), tensor("h", 1, k), tensor("out", 1, k));
+    let (mid, att) = (tensor("mid", 1, n), tensor("att", 1, n));
+    // A prefill's GEMMs and attention (flash on cooperative matrices).
+    const ROWS: usize = 64;
+    let (hp, outp) = (tensor("hp", ROWS, k), tensor("outp", ROWS, k));
+    let (midp, attp) = (tensor("midp", ROWS, n), tensor("attp", ROWS, n));
     let nw = host::upload(
         g,
         "nw",
@@ -67,8 +73,8 @@ fn warm_launches_allocate_nothing() {
         head_dim: 64,
     };
     let mut kv = |name: &str| -> GpuTensor {
-        let v = uniform(&mut rng, 32 * 128, 1.0);
-        host::upload(g, name, &v, vec![32, 128], act).expect("upload")
+        let v = uniform(&mut rng, ROWS * 128, 1.0);
+        host::upload(g, name, &v, vec![ROWS as u64, 128], act).expect("upload")
     };
     let (kc, vc) = (kv("k"), kv("v"));
     let int = KernelChoice::Integer {
@@ -76,7 +82,41 @@ fn warm_launches_allocate_nothing() {
         fast: false,
     };
     let mut enc = Encoder::new(&g.device, "allocations");
-    let mut step = |enc: &mut Encoder| {
+    // One step of decode-sized launches, or (`prefill`) of prefill-sized.
+    let mut step = |enc: &mut Encoder, prefill: bool| {
+        if prefill {
+            for (layer, choice, x, y) in
+                [(0, int, &hp, &midp), (1, KernelChoice::Float, &midp, &outp)]
+            {
+                record_linear(
+                    g,
+                    &env.cache,
+                    enc,
+                    &layers[layer],
+                    choice,
+                    x,
+                    y,
+                    &mut env.scratch,
+                )
+                .expect("prefill linear");
+            }
+            record_attention(
+                g,
+                &env.cache,
+                enc,
+                &midp,
+                &kc,
+                &vc,
+                &attp,
+                heads,
+                ROWS as u64,
+                0,
+                None,
+                &mut env.scratch,
+            )
+            .expect("prefill attention");
+            return;
+        }
         record_rms_norm(g, &env.cache, enc, &xs, &nw, &h, 1e-5).expect("norm");
         record_linear(
             g,
@@ -120,21 +160,35 @@ fn warm_launches_allocate_nothing() {
     // Cold: pipelines, bind groups and scratch are made; the pass's
     // command lists grow.
     for _ in 0..4 {
-        step(&mut enc);
+        step(&mut enc, false);
+        step(&mut enc, true);
     }
     const STEPS: u64 = 32;
-    let before = allocations();
-    for _ in 0..STEPS {
-        step(&mut enc);
-    }
-    let warm = allocations() - before;
+    let mut count = |prefill: bool| {
+        let before = allocations();
+        for _ in 0..STEPS {
+            step(&mut enc, prefill);
+        }
+        allocations() - before
+    };
+    let warm = count(false);
     // wgpu's command lists double as they grow (about ten allocations
     // over these ~220 launches); per-launch keys and binding lists made
     // 1,162 before the launch path took `Program`s.
-    println!("{warm} allocations in {STEPS} warm steps of ~7 launches");
+    println!("decode: {warm} allocations in {STEPS} warm steps of ~7 launches");
     assert!(
         warm < STEPS,
-        "{warm} allocations recording {STEPS} warm steps: the launch path allocates"
+        "{warm} allocations recording {STEPS} warm decode steps: the launch path allocates"
+    );
+    // A prefill's launches still format the reason each path not taken
+    // is unusable (no cooperative matrices, too many queries to decode,
+    // …): one allocation a launch at most, never the module text (a
+    // regenerated GEMM or flash module is many).
+    let warm = count(true);
+    println!("prefill: {warm} allocations in {STEPS} warm steps of 3 launches");
+    assert!(
+        warm <= 2 * 3 * STEPS,
+        "{warm} allocations recording {STEPS} warm prefill steps of 3 launches"
     );
     g.queue.submit([enc.finish()]);
 }
