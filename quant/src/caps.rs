@@ -54,4 +54,11 @@ impl AdapterCaps {
             max_invocations_per_workgroup: 256,
         }
     }
+
+    /// Whether the adapter has what every cooperative-matrix kernel needs:
+    /// f16 matrices with f32 sums, `SHADER_F16` and subgroups (a cheap
+    /// test, before anything formats why a kernel cannot run).
+    pub fn f16_coop_matrices(&self) -> bool {
+        self.coop_matrix_edge != 0 && self.shader_f16 && self.subgroups
+    }
 }

@@ -263,24 +263,55 @@ impl FromStr for DecodeTuning {
     }
 }
 
-/// Why the decode kernel cannot take this attention (`None`: it can).
-/// `rope`: with RoPE fused.
-pub(super) fn unusable(heads: Heads, span: Span, rope: bool) -> Option<String> {
+/// Why the decode kernel cannot take an attention, formatted only when
+/// asked (a prefill asks on every layer, only to take another kernel).
+enum NotDecode {
+    Queries { batch: u64, queries: u64 },
+    Align { head_dim: u64, align: u64 },
+}
+
+impl fmt::Display for NotDecode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Queries { batch, queries } => write!(
+                f,
+                "{batch} batch elements x {queries} queries per kv head (decoding takes 1 x {MAX_QUERIES})"
+            ),
+            Self::Align { head_dim, align } => {
+                write!(f, "head_dim {head_dim} is not a multiple of {align}")
+            }
+        }
+    }
+}
+
+fn why_not(heads: Heads, span: Span, rope: bool) -> Option<NotDecode> {
     let queries = heads.n_heads / heads.n_kv_heads * span.sq;
     if span.batch != 1 || queries > MAX_QUERIES {
-        return Some(format!(
-            "{} batch elements x {queries} queries per kv head (decoding takes 1 x {MAX_QUERIES})",
-            span.batch
-        ));
+        return Some(NotDecode::Queries {
+            batch: span.batch,
+            queries,
+        });
     }
     let align = if rope { 8 } else { 4 };
     if !heads.head_dim.is_multiple_of(align) {
-        return Some(format!(
-            "head_dim {} is not a multiple of {align}",
-            heads.head_dim
-        ));
+        return Some(NotDecode::Align {
+            head_dim: heads.head_dim,
+            align,
+        });
     }
     None
+}
+
+/// Why the decode kernel cannot take this attention (`None`: it can).
+/// `rope`: with RoPE fused.
+pub(super) fn unusable(heads: Heads, span: Span, rope: bool) -> Option<String> {
+    why_not(heads, span, rope).map(|w| w.to_string())
+}
+
+/// Whether the decode kernel takes this attention ([`unusable`] is `None`),
+/// without formatting why not.
+pub(super) fn takes(heads: Heads, span: Span, rope: bool) -> bool {
+    why_not(heads, span, rope).is_none()
 }
 
 /// Lanes per key for `head_dim`: its vec4s rounded up to a power of two,

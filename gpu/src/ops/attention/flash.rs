@@ -67,7 +67,7 @@ fn supported(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<(), String> {
         act,
         hd,
         |sg| sg.is_power_of_two() && sg >= 4,
-        "(the kernel needs one fixed power-of-two size)",
+        &"(the kernel needs one fixed power-of-two size)",
     )
 }
 
@@ -81,10 +81,10 @@ pub(super) fn coop_f16_unusable(
     act: ActDtype,
     hd: u64,
     sg_fits: impl Fn(u32) -> bool,
-    sg_need: &str,
+    sg_need: &dyn std::fmt::Display,
 ) -> Result<(), String> {
     let edge = caps.coop_matrix_edge;
-    if edge == 0 || !caps.shader_f16 || !caps.subgroups {
+    if !caps.f16_coop_matrices() {
         return Err("the adapter lacks f16 cooperative matrices, SHADER_F16 or subgroups".into());
     }
     if act != ActDtype::F16 {

@@ -170,7 +170,7 @@ pub fn record_attention_tuned(
         v: v_cache,
         out,
     };
-    let fused = rope.filter(|_| decode::unusable(heads, span, true).is_none());
+    let fused = rope.filter(|_| decode::takes(heads, span, true));
     if let Some(table) = rope.filter(|_| fused.is_none()) {
         crate::ops::rope::record_rope_q_cache(
             gpu,
@@ -182,14 +182,17 @@ pub fn record_attention_tuned(
             pos0,
         )?;
     }
-    if decode::unusable(heads, span, false).is_none() {
+    if decode::takes(heads, span, false) {
         return decode::record(gpu, cache, enc, &ops, heads, span, fused, scratch, tuning);
     }
     if sq >= FLASH_MIN_ROWS {
         if let Some(k) = flash {
             return flash::record_kernel(gpu, cache, enc, &ops, heads, span, k);
         }
-        if let Ok(k) = flash::choose(gpu, q.dtype, heads.head_dim) {
+        // The cheap test first: `choose` says why not in words.
+        if gpu.caps.f16_coop_matrices()
+            && let Ok(k) = flash::choose(gpu, q.dtype, heads.head_dim)
+        {
             return flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k);
         }
     }

@@ -60,7 +60,7 @@ pub(super) fn shape(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<TwoWal
         act,
         hd,
         |sg| sg >= edge && sg.is_multiple_of(edge) && (sg / edge).is_power_of_two(),
-        &format!("do not split into rows of the {edge}x{edge} matrices"),
+        &format_args!("do not split into rows of the {edge}x{edge} matrices"),
     )?;
     TwoWalkShape::for_adapter(caps, hd as u32).ok_or_else(|| {
         format!(

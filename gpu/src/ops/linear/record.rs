@@ -650,6 +650,11 @@ impl Recorder<'_> {
         if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
             return Ok(false);
         }
+        // Left to the tiled GEMM without formatting why (every prefill
+        // linear asks).
+        if self.gemm == GemmKernel::Auto && !self.gpu.caps.f16_coop_matrices() {
+            return Ok(false);
+        }
         match why_not(&self.gpu.caps) {
             None => Ok(true),
             Some(_) if self.gemm == GemmKernel::Auto => Ok(false),

@@ -176,7 +176,7 @@ impl CoopShape {
 /// `None` when one can.
 pub fn coop_unusable(caps: &AdapterCaps, shape: CoopShape) -> Option<String> {
     let edge = caps.coop_matrix_edge;
-    if edge == 0 || !caps.shader_f16 || !caps.subgroups {
+    if !caps.f16_coop_matrices() {
         return Some(
             "the adapter lacks f16 cooperative matrices (16x16 or 8x8 with f32 sums), SHADER_F16 or subgroups"
                 .into(),
