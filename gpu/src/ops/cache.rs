@@ -65,15 +65,23 @@ impl<K: Hash + Eq> Generated<K> {
     }
 }
 
+/// A [`Program`] as kept: hashed and compared by the module's text in
+/// [`Pipelines::by_text`], by its address in [`Pipelines::by_address`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ProgramKey {
+    source: &'static str,
+    entry: &'static str,
+    /// Each constant's value as bits.
+    constants: Box<[(&'static str, u64)]>,
+    act: ActDtype,
+}
+
 /// A compiled [`Program`], found by the module's address: a lookup hashes
 /// a pointer and a few constants, never the text, and allocates nothing.
 #[derive(Debug)]
 struct ByAddress {
     hash: u64,
-    source: &'static str,
-    entry: &'static str,
-    constants: Box<[(&'static str, u64)]>,
-    act: ActDtype,
+    key: ProgramKey,
     kernel: Arc<Kernel>,
 }
 
@@ -89,38 +97,33 @@ impl Program<'_> {
         h.finish()
     }
 
-    fn is(&self, c: &ByAddress) -> bool {
-        std::ptr::eq(self.source.as_ptr(), c.source.as_ptr())
-            && self.source.len() == c.source.len()
-            && self.entry == c.entry
-            && self.act == c.act
-            && self.constants.len() == c.constants.len()
+    /// Whether `k` is this program with its module at the same address.
+    fn is(&self, k: &ProgramKey) -> bool {
+        std::ptr::eq(self.source.as_ptr(), k.source.as_ptr())
+            && self.source.len() == k.source.len()
+            && self.entry == k.entry
+            && self.act == k.act
+            && self.constants.len() == k.constants.len()
             && self
                 .constants
                 .iter()
-                .zip(&c.constants)
+                .zip(&k.constants)
                 .all(|((n, v), (m, bits))| n == m && v.to_bits() == *bits)
     }
 
-    fn constant_bits(&self) -> Box<[(&'static str, u64)]> {
-        self.constants
-            .iter()
-            .map(|(n, v)| (*n, v.to_bits()))
-            .collect()
+    fn key(&self) -> ProgramKey {
+        ProgramKey {
+            source: self.source,
+            entry: self.entry,
+            constants: self
+                .constants
+                .iter()
+                .map(|(n, v)| (*n, v.to_bits()))
+                .collect(),
+            act: self.act,
+        }
     }
 }
-
-/// A program by its text: the same module at another address (a `const`
-/// may be one copy per use) shares the pipeline compiled for the first.
-type ByText = FxHashMap<
-    (
-        &'static str,
-        &'static str,
-        Box<[(&'static str, u64)]>,
-        ActDtype,
-    ),
-    Arc<Kernel>,
->;
 
 /// A cache of compute pipelines by [`Program`].
 #[derive(Debug, Default)]
@@ -135,7 +138,10 @@ pub struct PipelineCache {
 #[derive(Debug, Default)]
 struct Pipelines {
     by_address: hashbrown::HashTable<ByAddress>,
-    by_text: ByText,
+    /// The same pipelines by the module's text: the same module at another
+    /// address (a `const` may be one copy per use) shares the pipeline
+    /// compiled for the first.
+    by_text: FxHashMap<ProgramKey, Arc<Kernel>>,
 }
 
 /// A compiled pipeline and which of its bindings take dynamic offsets.
@@ -174,39 +180,33 @@ impl PipelineCache {
     ) -> Result<Arc<Kernel>, GpuError> {
         let hash = program.address_hash();
         if let Ok(p) = self.pipelines.lock()
-            && let Some(c) = p.by_address.find(hash, |c| program.is(c))
+            && let Some(c) = p.by_address.find(hash, |c| program.is(&c.key))
         {
             return Ok(c.kernel.clone());
         }
-        let text_key = (
-            program.source,
-            program.entry,
-            program.constant_bits(),
-            program.act,
-        );
+        let key = program.key();
         let known = self
             .pipelines
             .lock()
             .ok()
-            .and_then(|p| p.by_text.get(&text_key).cloned());
+            .and_then(|p| p.by_text.get(&key).cloned());
         let kernel = match known {
             Some(k) => k,
             None => Arc::new(self.compile(gpu, program, label)?),
         };
         if let Ok(mut p) = self.pipelines.lock() {
-            if let Some(c) = p.by_address.find(hash, |c| program.is(c)) {
+            if let Some(c) = p.by_address.find(hash, |c| program.is(&c.key)) {
                 // Another thread compiled it meanwhile.
                 return Ok(c.kernel.clone());
             }
-            p.by_text.entry(text_key).or_insert_with(|| kernel.clone());
+            p.by_text
+                .entry(key.clone())
+                .or_insert_with(|| kernel.clone());
             p.by_address.insert_unique(
                 hash,
                 ByAddress {
                     hash,
-                    source: program.source,
-                    entry: program.entry,
-                    constants: program.constant_bits(),
-                    act: program.act,
+                    key,
                     kernel: kernel.clone(),
                 },
                 |c| c.hash,
