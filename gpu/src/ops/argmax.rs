@@ -64,7 +64,6 @@ pub fn record_argmax(
         cache,
         enc,
         Dispatch {
-            shader: "argmax.wgsl",
             source: ARGMAX,
             entry: "argmax",
             constants: &[],

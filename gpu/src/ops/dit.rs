@@ -90,7 +90,6 @@ fn dispatch(
         cache,
         enc,
         Dispatch {
-            shader: "dit.wgsl",
             source: DIT,
             entry,
             constants: &[],

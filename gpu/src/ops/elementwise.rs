@@ -128,7 +128,6 @@ fn dispatch(
         cache,
         enc,
         Dispatch {
-            shader: "elementwise.wgsl",
             source: ELEMENTWISE,
             entry,
             constants: &[("OP", code)],

@@ -152,7 +152,6 @@ pub fn record_embed(
             cache,
             enc,
             Dispatch {
-                shader: "embed.wgsl",
                 source: EMBED,
                 entry: "gather",
                 constants: &[("DTYPE", table.dtype.code())],

@@ -125,11 +125,9 @@ pub(crate) fn params(words: &[u32]) -> Immediates {
 
 /// One compute dispatch: which kernel, its params and its bindings.
 pub(crate) struct Dispatch<'a, 'b> {
-    /// Shader file name (the pipeline's and the profile's label).
-    pub shader: &'static str,
     /// WGSL source.
     pub source: &'static str,
-    /// Entry point.
+    /// Entry point (also the profile's and the pipeline's label).
     pub entry: &'static str,
     /// Override constants.
     pub constants: &'a [(&'static str, f64)],
@@ -188,7 +186,7 @@ pub(crate) fn record(
                 constants: d.constants,
                 act: d.act,
             },
-            label: &format_args!("{}:{}", d.shader, d.entry),
+            label: &d.entry,
             bindings: &d.bindings,
             immediates: d.params,
             groups: d.groups,

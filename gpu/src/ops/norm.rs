@@ -53,7 +53,6 @@ fn record_norm(
         cache,
         enc,
         Dispatch {
-            shader: "norm.wgsl",
             source: NORM,
             entry: op,
             constants: &[("WG", f64::from(norm_wg(gpu, rows)))],

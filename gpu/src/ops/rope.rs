@@ -266,7 +266,6 @@ fn record(
         cache,
         enc,
         Dispatch {
-            shader: "rope.wgsl",
             source: ROPE,
             entry: if k.is_some() {
                 "rope_qk"

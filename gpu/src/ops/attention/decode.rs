@@ -435,7 +435,6 @@ pub(super) fn record(
         cache,
         enc,
         Dispatch {
-            shader: "attention.wgsl",
             source: ATTENTION,
             entry: "attend_combine",
             constants: &combine_constants,

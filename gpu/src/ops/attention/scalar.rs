@@ -59,7 +59,6 @@ pub(super) fn record(
     let constants = [("HD", head_dim as f64)];
     let act = q.dtype;
     let dispatch = |entry, bindings, groups, cost| Dispatch {
-        shader: "attention.wgsl",
         source: ATTENTION,
         entry,
         constants: &constants,
