@@ -674,10 +674,10 @@ impl Recorder<'_> {
         );
         let mut all = Constants::from_slice(constants);
         all.extend_from_slice(&k.constants);
-        let name = if float {
-            "linear_float_gemm_coop"
-        } else {
-            "linear_int_gemm_coop"
+        // The profile's name, as before kernels were found by `Program`.
+        let name = match caps.coop_matrix_edge {
+            16 => "gemm_coop16",
+            _ => "gemm_coop8",
         };
         (k.source, name, k.tile, all)
     }
