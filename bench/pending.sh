@@ -118,7 +118,7 @@ PY
         --warmup 1 --passes 1 --vram-budget 2 > "$O/dit-bf16-budget-2.json" 2> "$O/dit-bf16-budget-2.err" || tail -2 "$O/dit-bf16-budget-2.err"
 }
 p_decode() {
-    OUT=$O LAYERS=32 SYNC=1 INT4_SPREAD=1 part 330 bash bench/decode.sh
+    PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=1 INT4_SPREAD=1 part 330 bash bench/decode.sh
 }
 p_prefill() {
     dir=/tmp/dynvram-llama-7b-L32

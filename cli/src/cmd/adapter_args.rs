@@ -63,12 +63,13 @@ impl AdapterArgs {
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
 /// `DYNVRAM_QUANT_WGS` (the fast rotate/quantize kernels' workgroup size,
 /// for tuning) and `DYNVRAM_SPREAD_QUANT` (how the integer GEMVs at decode
-/// sizes get their activation codes: `0`/`off` a quantization launch, the
-/// default; `1`/`gemv` they code spread-rotated rows themselves, measured
-/// slower; `codes` a many-workgroup kernel codes the spread-rotated rows
-/// once; for comparisons) and `DYNVRAM_FLASH` (the flash-attention kernel,
-/// a `FlashKernel`: `two-walk` or a one-walk tuning such as `64x64w4c2`,
-/// for tuning): the one place the
+/// sizes get their activation codes: `codes`, the default, a
+/// many-workgroup kernel codes the spread-rotated rows once; `0`/`off` a
+/// quantization launch, one workgroup a row; `1`/`gemv` they code
+/// spread-rotated rows themselves, measured slower; for comparisons) and
+/// `DYNVRAM_FLASH` (the flash-attention kernel, a `FlashKernel`:
+/// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning): the
+/// one place the
 /// program reads them. A value it does not know is warned about and the
 /// default kept. No pipeline cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {

@@ -54,8 +54,8 @@ pub struct AttentionArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     batch: u64,
     /// Prefill: flash kernels to time after the device's choice (always
-    /// first: the adapter's default, the two-walk kernel, or
-    /// `DYNVRAM_FLASH`), comma separated: `two-walk`, or a one-walk tuning
+    /// first: the adapter's default, the one-walk kernel in its first
+    /// fitting tuning, or `DYNVRAM_FLASH`), comma separated: `two-walk`, or a one-walk tuning
     /// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`: BR query rows a workgroup,
     /// BC keys a block, NSG subgroups, KG key groups splitting a row
     /// block's scores, CG column groups splitting an output row block's

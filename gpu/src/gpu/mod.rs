@@ -567,7 +567,6 @@ pub enum SpreadQuant {
     /// A quantization launch per linear input (`linear_rotate_quant*.wgsl`,
     /// `linear_add_norm_quant*.wgsl`), one workgroup per row, then the
     /// GEMV reading its codes.
-    #[default]
     Off,
     /// The rotation spread over many workgroups (`linear_rotate_max.wgsl`:
     /// rotated f32 rows and each chunk's absmax), then a GEMV that codes
@@ -578,7 +577,11 @@ pub enum SpreadQuant {
     /// (`linear_rotated_codes.wgsl`) coding the rows once, into the codes
     /// and scales the quantization launches write; then the GEMV reading
     /// codes, as with [`Self::Off`]. One launch more than [`Self::InGemv`],
-    /// the GEMVs as fast as with [`Self::Off`].
+    /// the GEMVs as fast as with [`Self::Off`]. The default: an int4
+    /// Llama-7B token on the H200 at 289.7 tok/s against 272.7 with
+    /// [`Self::Off`] and 178.6 with [`Self::InGemv`] (BENCHMARKS.md, run
+    /// P1).
+    #[default]
     CodeKernel,
 }
 
@@ -644,11 +647,10 @@ pub struct GpuOptions {
     /// by a small many-workgroup kernel ([`SpreadQuant::CodeKernel`]).
     /// Spread, integer layers also fold the RMS norm before them (into the
     /// rotation launch) and the residual add after them (into the GEMV's
-    /// epilogue). Off by default: `InGemv` measured slower on the H200
-    /// (session 13: a linear 7–50 % slower, the GEMVs 2–2.5× slower for
-    /// the coding every workgroup repeats, more than the spread rotation
-    /// saves) and on lavapipe; `CodeKernel` is not measured yet (it keeps
-    /// the GEMVs as they are for one more, small launch).
+    /// epilogue). `CodeKernel` by default, the fastest on the H200 (run
+    /// P1: int4 decode 6 % faster than `Off`); `InGemv` measured slower
+    /// there (the GEMVs 2–2.5× slower for the coding every workgroup
+    /// repeats, more than the spread rotation saves).
     pub spread_quant: SpreadQuant,
     /// The flash-attention kernel (and the one-walk kernel's shape)
     /// instead of the default per adapter and head dimension (tuning; where
@@ -669,7 +671,7 @@ impl Default for GpuOptions {
             coop_matrix: true,
             shader_checks: ShaderChecks::NoLoopBound,
             quant_wgs: None,
-            spread_quant: SpreadQuant::Off,
+            spread_quant: SpreadQuant::CodeKernel,
             flash: None,
             pipeline_cache: None,
         }
@@ -696,6 +698,6 @@ mod tests {
         assert!("2".parse::<SpreadQuant>().is_err());
         assert!(!SpreadQuant::Off.spread());
         assert!(SpreadQuant::InGemv.spread() && SpreadQuant::CodeKernel.spread());
-        assert_eq!(SpreadQuant::default(), SpreadQuant::Off);
+        assert_eq!(SpreadQuant::default(), SpreadQuant::CodeKernel);
     }
 }

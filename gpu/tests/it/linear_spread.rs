@@ -307,7 +307,11 @@ fn spread_norm_matches_norm_then_linears() {
 /// the largest output and finite. With f16 activations the norm's output
 /// is rounded to f16 on both sides, so a value one f16 step apart flips
 /// codes in most rows (int8 codes are 1/127 of the absmax, f16's step
-/// 1/2048 of the value): there the mean difference is bounded instead.
+/// 1/2048 of the value): there the mean difference is bounded instead, at
+/// 2 % of the largest output — a flipped code moves every output of its
+/// row by a weight column times the code step, so at M = 1 two flips fill
+/// the 1 % this bound had (the H200, run P1: 0.0321 at max 3.195, K =
+/// 1088), while wrong codes or scales move outputs by their own size.
 fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32], n: usize, dtype: ActDtype) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     let max = want.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-6);
@@ -335,7 +339,7 @@ fn close_but_for_a_code(what: &str, got: &[f32], want: &[f32], n: usize, dtype: 
     } else {
         let mean = sum / got.len() as f32;
         assert!(
-            mean <= 1e-2 * max,
+            mean <= 2e-2 * max,
             "{what}: mean difference {mean} (max |out| {max})"
         );
     }

@@ -11,11 +11,13 @@
 //! The one-walk kernel's shape is a [`FlashTuning`] (rows and keys per
 //! block, subgroups, how they split the two products, how keys and values
 //! are staged), generated as text per tuning (`dynvram_shaders::flash`).
-//! [`default_tuning`] picks one from the adapter's limits. **The device's
-//! default kernel is still the two-walk one**: the one-walk kernel passes
-//! every test on lavapipe but wrote wrong outputs for every tuning on the
-//! H200 in its first run (this session; see `choose`), so it runs only
-//! where asked for ([`super::record_flash_attention_tuned`],
+//! [`default_tuning`] picks one from the adapter's limits, and the one-walk
+//! kernel is the device's default where a tuning fits (the two-walk kernel
+//! where none does). On the H200 (run P1, BENCHMARKS.md) `128x32w8c2` ran
+//! FLUX.1-dev's joint attention at 66 TFLOP/s against the two-walk
+//! kernel's 8.9 and `64x64w4c2`'s 30.8, and its tests pass there since the
+//! workgroup variables are 16-byte multiples (8f1af39). Another kernel
+//! runs where asked for ([`super::record_flash_attention_tuned`],
 //! `GpuOptions::flash` / `DYNVRAM_FLASH`, `dynvram bench attention
 //! --queries`).
 
@@ -34,13 +36,13 @@ use crate::tensor::ActDtype;
 
 /// The default tunings, most preferred first: the first that fits the
 /// adapter and head dimension within [`DEFAULT_REGISTERS`] runs
-/// ([`default_tuning`]). Not yet timed against each other on a GPU
-/// (`bench/flash_sweep.sh` does): 64 rows by 64 keys with the output
-/// columns split over two subgroups is the largest block the H200's 48 KiB
-/// of workgroup memory take at head_dim 128 with one staging buffer; the
-/// later ones serve larger head dims (more subgroups, fewer matrices each)
-/// and smaller matrix edges.
+/// ([`default_tuning`]). Timed on the H200 (`bench/flash_sweep.sh`, run
+/// P1): 128 rows by 32 keys over 8 subgroups, the output columns split in
+/// two, 2.1–2.2× faster than 64 rows by 64 keys at 4608 tokens and at
+/// 2048 causal ones; the later ones serve larger head dims (more
+/// subgroups, fewer matrices each) and smaller matrix edges.
 const DEFAULTS: &[&str] = &[
+    "128x32w8c2",
     "64x64w4c2",
     "64x64w4",
     "64x32w8k2c4",
@@ -189,15 +191,17 @@ pub fn kernel_unusable(caps: &AdapterCaps, kernel: &FlashKernel, head_dim: u64) 
 }
 
 /// The kernel flash attention runs by default on this adapter: the
-/// two-walk kernel where it fits (the one-walk kernel has not yet run
-/// correctly on a GPU: its first H200 run wrote wrong outputs for every
-/// tuning while lavapipe passes them all), else the one-walk default.
+/// one-walk kernel in its [`default_tuning`] (a third fewer products than
+/// the two-walk kernel and larger blocks: 7.5× faster on the H200), else
+/// the two-walk kernel where it fits.
 pub fn default_kernel(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<FlashKernel> {
     supported(caps, act, hd).ok()?;
-    if super::two_walk::shape(caps, act, hd).is_ok() {
-        return Some(FlashKernel::TwoWalk);
+    if let Some(t) = default_tuning(caps, hd) {
+        return Some(FlashKernel::OneWalk(t));
     }
-    default_tuning(caps, hd).map(FlashKernel::OneWalk)
+    super::two_walk::shape(caps, act, hd)
+        .is_ok()
+        .then_some(FlashKernel::TwoWalk)
 }
 
 /// The kernel flash attention runs here (the device's `GpuOptions::flash`
