@@ -21,6 +21,8 @@
 //! `GpuOptions::flash` / `DYNVRAM_FLASH`, `dynvram bench attention
 //! --queries`).
 
+use std::sync::Mutex;
+
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, flash_attention};
 use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
@@ -173,7 +175,7 @@ pub(super) fn unusable(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Str
     if let Err(why) = supported(caps, act, hd) {
         return Some(why);
     }
-    default_kernel(caps, act, hd).is_none().then(|| {
+    remembered_default(caps, act, hd).is_none().then(|| {
         format!(
             "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
             caps.max_workgroup_storage
@@ -204,6 +206,25 @@ pub fn default_kernel(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Flas
         .then_some(FlashKernel::TwoWalk)
 }
 
+/// [`default_kernel`], searched once per adapter shape, `act` and `hd`:
+/// the search parses tunings and formats why each unfit one fails, which a
+/// launch must not repeat (warm launches allocate nothing).
+fn remembered_default(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<FlashKernel> {
+    // Few entries (one adapter, a head dim or two): a scan, not a hash of
+    // every capability.
+    type Memo = Vec<(AdapterCaps, ActDtype, u64, Option<FlashKernel>)>;
+    static MEMO: Mutex<Memo> = Mutex::new(Vec::new());
+    let mut memo = MEMO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(e) = memo.iter().find(|e| e.1 == act && e.2 == hd && e.0 == *caps) {
+        return e.3;
+    }
+    let kernel = default_kernel(caps, act, hd);
+    memo.push((caps.clone(), act, hd, kernel));
+    kernel
+}
+
 /// The kernel flash attention runs here (the device's `GpuOptions::flash`
 /// where it fits, else [`default_kernel`]), or why blocks of query rows
 /// run on the scalar kernels.
@@ -217,7 +238,7 @@ pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> 
             }
         }
     }
-    default_kernel(&gpu.caps, act, hd).ok_or_else(|| {
+    remembered_default(&gpu.caps, act, hd).ok_or_else(|| {
         format!(
             "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
             gpu.caps.max_workgroup_storage
