@@ -1,48 +1,46 @@
 #!/usr/bin/env bash
-# What landed without an H200 run (sessions 13-15), in named parts, each
-# under its own timeout, results in $OUT. A device command may run 600 s
-# and the whole list takes ~17 min, so it goes in three calls:
+# What landed without an H200 run, in named parts, each under its own
+# timeout, results in $OUT. A device command may run 600 s, so the list
+# goes in calls of at most ~9 minutes:
 #   bash bench/prepare.sh && rm -f .dev/e2e_tests   # here (the carry holds 64 MiB);
 #   then `run` with carry [".dev", ".gl", ".peer"] (.peer: bench/README.md, Peer)
-#   OUT=$OUT PARTS="tests decode" bash bench/pending.sh           # call 1 (~7.5 min)
-#   OUT=$OUT PARTS="prefill submits flash flux" bash bench/pending.sh  # call 2 (~7 min)
-#   OUT=$OUT PARTS="rss" bash bench/pending.sh                     # call 3 (~2.5 min)
-# (prefill and submits use the decode part's models: call 2 right after
-# call 1, while the machine is still warm.)
+#   OUT=$OUT PARTS="tests decode submits rss" bash bench/pending.sh   # ~6 min
+# Only a few files come back from a call: TAR=1 leaves the outputs in
+# $OUT/p/ and one tarball, $OUT/0.tgz.
 # Parts (run in the order PARTS names them):
-# tests   gpu_tests with cooperative matrices required: the one-walk flash
-#         kernel (ops_attention: flash_tunings_match_cpu failed on the H200
-#         before fa2's alignment fix 8f1af39), both spread modes
-#         (linear_spread), argmax, the folds, the pipeline cache and the
-#         allocation-free launch path (session 15).               -> tests.txt
-# decode  bench/decode.sh with SYNC=1 INT4_SPREAD=1: pipelined vs
-#         --sync-decode greedy decode (session 13), the CPU cuts of sessions
-#         13 and 15 (launches without per-launch keys or lists), int4 with
-#         the quantization launches vs both spread modes, beside llama.cpp.
+# tests   gpu_tests with cooperative matrices required: flash attention
+#         (the one-walk kernel is the default since session 16), the
+#         spread quantization modes (`codes` is the default), argmax, the
+#         folds, the pipeline cache, the allocation-free launch path.
+#                                                                  -> tests.txt
+# decode  bench/decode.sh (bf16 f16/f32 and int4 with the defaults, beside
+#         llama.cpp); SYNC=1 and INT4_SPREAD=1 pass through to it.
 #                                                                  -> decode/table.md
 # flash   bench/flash_sweep.sh: two-walk vs 128x32w8c2 vs 64x64w4c2.
 #                                                                  -> flash_sweep.txt
 # flux    FLUX.1-dev `dit` with the two-walk and the 128x32w8c2 kernel,
 #         outputs compared (max diff against max |out|), and bf16 at
-#         --vram-budget 2 (plans in 1.96 GiB since 2aec808).    -> dit-*.json, dit-compare.txt
+#         --vram-budget 2.                                  -> dit-*.json, dit-compare.txt
 # prefill 512-token prefill with the one-walk kernel (bf16 and int4; needs
 #         the decode part's models).                  -> decode/dyn-*-fa1.json
 # submits pipelined greedy decode (bf16 and int4, f16 compute, 512-token
 #         prompt) with DYNVRAM_SUBMIT_BLOCKS=0 (one submit a token) and 8,
-#         beside the decode part's default 4.         -> decode/dyn-*-submit*.json
-# rss     R1 and start-up with the on-disk pipeline cache (session 15), the
-#         driver's own shader cache off (__GL_SHADER_DISK_CACHE=0) so that
-#         cold is cold: `bench pass --rows 1 --passes 2 --fast-disk
-#         --no-pins` peak RSS by mapping and wall time with no pipeline
-#         cache, a cold one (an empty folder; the run writes it) and a warm
-#         one (what the cold run wrote); mimalloc's peak commit
-#         (MIMALLOC_SHOW_STATS=1) is our heap. Then `generate` 2 tokens on a
-#         32-layer int4 toy, 3 runs each: no cache, cold, warm.
-#                                         -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
+#         beside the decode part's default 4 (needs its models).
+#                                                    -> decode/dyn-*-submit*.json
+# rss     R1 and start-up with the on-disk pipeline cache, the driver's own
+#         shader cache off (__GL_SHADER_DISK_CACHE=0) so that cold is
+#         cold: `bench pass --rows 1 --passes 2 --fast-disk --no-pins` peak
+#         RSS by mapping and wall time with no pipeline cache, a cold one
+#         (an empty folder; the run writes it) and a warm one (what the
+#         cold run wrote); mimalloc's peak commit (MIMALLOC_SHOW_STATS=1)
+#         is our heap; `dynvram probe`'s peak RSS is the driver baseline.
+#         Then `generate` 2 tokens on a 32-layer int4 toy, 3 runs each: no
+#         cache, cold, warm.  -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${OUT:-bench-out}
+[ "${TAR:-0}" = 1 ] && O=$O/p
 mkdir -p "$O"
 source bench/gpu_env.sh
 d=${DYNVRAM:-.dev/dynvram}
@@ -76,6 +74,8 @@ p_rss() {
             --file "$pass" --rows 1 --passes 2 --fast-disk --no-pins ${c#* } 2>&1 | grep -Ev "^ +(pages|touched|abandoned|reclaim|reabandon|waits|extended|retire|searches|reset|purged|arenas|rollback|mmaps|commits|resets|purges|guarded|theaps|heaps|heap waits|threads|numa)"
         echo "wall $(python3 -c "print(round($(secs) - $s, 2))") s; cache: $(ls -l "$pc" 2>/dev/null | tail -n +2)"
     done > "$O/rss-pipeline-cache.txt" 2>&1
+    echo "== driver baseline: dynvram probe" >> "$O/rss-pipeline-cache.txt"
+    part 60 python3 bench/rss_breakdown.py "$d" probe --backend vulkan >> "$O/rss-pipeline-cache.txt" 2>&1
     grep -E "^==|peak sampled|peak commit|^wall" "$O/rss-pipeline-cache.txt"
     toy=/tmp/dynvram-m32q pc=/tmp/dynvram-pipeline-cache-toy
     rm -rf "$pc"
@@ -118,7 +118,7 @@ PY
         --warmup 1 --passes 1 --vram-budget 2 > "$O/dit-bf16-budget-2.json" 2> "$O/dit-bf16-budget-2.err" || tail -2 "$O/dit-bf16-budget-2.err"
 }
 p_decode() {
-    PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=1 INT4_SPREAD=1 part 330 bash bench/decode.sh
+    PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=${SYNC:-0} INT4_SPREAD=${INT4_SPREAD:-0} part 330 bash bench/decode.sh
 }
 p_prefill() {
     dir=/tmp/dynvram-llama-7b-L32
@@ -153,3 +153,4 @@ for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
+[ "${TAR:-0}" = 1 ] && tar czf "$O/../0.tgz" -C "$O" .

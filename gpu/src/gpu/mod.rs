@@ -153,7 +153,7 @@ impl Gpu {
             required_features: features,
             required_limits: limits.clone(),
             experimental_features,
-            memory_hints: wgpu::MemoryHints::Performance,
+            memory_hints: MEMORY_HINTS,
             trace: wgpu::Trace::Off,
         };
         // Through wgpu-hal on Vulkan, to enable VK_EXT_external_memory_host
@@ -558,6 +558,16 @@ pub enum ShaderChecks {
     /// No checks.
     None,
 }
+
+/// wgpu's sub-allocation blocks: growing from 8 MiB of device memory (4 MiB
+/// host-visible) instead of `Performance`'s fixed 128 MiB (64 MiB). Our
+/// large buffers (weights, arenas, ring slots) get blocks of their own
+/// either way; the small ones (parameters, scratch, read-back) filled a
+/// first host-visible block of 64 MiB that the NVIDIA driver keeps
+/// resident: a third of the ring's size in host RAM (R1, run P1).
+const MEMORY_HINTS: wgpu::MemoryHints = wgpu::MemoryHints::Manual {
+    suballocated_device_memory_block_size: (8 << 20)..(256 << 20),
+};
 
 /// How the integer GEMVs at decode sizes (M <= 8) get their activation
 /// codes ([`GpuOptions::spread_quant`]). Every mode gives the same codes and

@@ -217,7 +217,10 @@ fn remembered_default(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Flas
     let mut memo = MEMO
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(e) = memo.iter().find(|e| e.1 == act && e.2 == hd && e.0 == *caps) {
+    if let Some(e) = memo
+        .iter()
+        .find(|e| e.1 == act && e.2 == hd && e.0 == *caps)
+    {
         return e.3;
     }
     let kernel = default_kernel(caps, act, hd);
