@@ -35,8 +35,9 @@ pub struct RuntimeConfig {
     /// overlap the kernels.
     pub copy_queue: bool,
     /// Blocks per submit when nothing streams ([`RESIDENT_SUBMIT_BLOCKS`]
-    /// by default); 0 submits once, at the pass's end. The CLI reads
-    /// `DYNVRAM_SUBMIT_BLOCKS`, for tuning.
+    /// by default); 0 submits once, at the pass's end. Pipelined passes
+    /// (`PassEnd::Submitted`: decode steps) submit once regardless. The CLI
+    /// reads `DYNVRAM_SUBMIT_BLOCKS`, for tuning.
     pub resident_submit_blocks: usize,
 }
 

@@ -1,10 +1,11 @@
 //! How often a resident pass submits (`RuntimeConfig::resident_submit_blocks`):
 //! after block 1, 1 + k, 1 + 2k, … and at the end; every block at k = 1;
-//! once, at the end, at k = 0. The outputs do not depend on it.
+//! once, at the end, at k = 0; a pipelined pass (`PassEnd::Submitted`) once
+//! whatever k is. The outputs do not depend on it.
 
 use std::collections::HashMap;
 
-use dynvram_runtime::{BlockSpec, Model, ModelSpec, Runtime, RuntimeConfig};
+use dynvram_runtime::{BlockSpec, Model, ModelSpec, PassEnd, Runtime, RuntimeConfig};
 use dynvram_test_support::gpu::have_gpu;
 use safetensors::{Dtype, tensor::TensorView};
 
@@ -69,6 +70,16 @@ fn resident_passes_submit_every_k_blocks() {
         pass(&rt);
         let stats = pass(&rt);
         assert_eq!(stats.submits, want, "k = {k}: submits of a resident pass");
+        outputs.push(rt.read_f32(&xs[BLOCKS % 2]).expect("read"));
+        // A pipelined pass submits once whatever k is.
+        rt.write_f32(&xs[0], &[0.5; K]).expect("write x");
+        let run = model
+            .run_pass_with(&rt, None, PassEnd::Submitted, |ctx| {
+                let b = ctx.index();
+                ctx.linear(&format!("l{b}"), &xs[b % 2], &xs[(b + 1) % 2])
+            })
+            .expect("pipelined pass");
+        assert_eq!(run.stats.submits, 1, "k = {k}: submits of a pipelined pass");
         outputs.push(rt.read_f32(&xs[BLOCKS % 2]).expect("read"));
     }
     assert!(outputs.windows(2).all(|w| w[0] == w[1]), "{outputs:?}");
