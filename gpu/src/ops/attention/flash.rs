@@ -432,8 +432,18 @@ mod tests {
     fn defaults_fit_the_adapter() {
         // The H200: 48 KiB, 16x16 matrices, subgroups of 32.
         let h200 = caps(16, 32, 48 << 10);
-        assert_eq!(default_tuning(&h200, 128), Some(tuning("64x64w4c2")));
-        assert_eq!(default_tuning(&h200, 64), Some(tuning("64x64w4c2")));
+        assert_eq!(default_tuning(&h200, 128), Some(tuning("128x32w8c2")));
+        assert_eq!(default_tuning(&h200, 64), Some(tuning("128x32w8c2")));
+        // The one-walk kernel is the default kernel wherever a tuning fits.
+        assert_eq!(
+            default_kernel(&h200, ActDtype::F16, 128),
+            Some(FlashKernel::OneWalk(tuning("128x32w8c2")))
+        );
+        assert_eq!(
+            remembered_default(&h200, ActDtype::F16, 128),
+            default_kernel(&h200, ActDtype::F16, 128)
+        );
+        assert_eq!(default_kernel(&h200, ActDtype::F32, 128), None);
         // Five column tiles do not split in two.
         assert_eq!(default_tuning(&h200, 80), Some(tuning("64x64w4")));
         // 256 columns: half the keys a block, eight subgroups.
