@@ -36,6 +36,11 @@
 #         is our heap; `dynvram probe`'s peak RSS is the driver baseline.
 #         Then `generate` 2 tokens on a 32-layer int4 toy, 3 runs each: no
 #         cache, cold, warm.  -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
+# kernels K1-K3 of issue 15 with the defaults: `bench linear` at 1x16384²,
+#         1x4096², 4096x12288x3072, int4/int8/bf16, f16 activations.
+#                                                            -> kernels.json
+# profile one int4 and one bf16 decode step and prefill, `generate --profile`
+#         (needs the decode part's models).              -> decode/profile-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +60,7 @@ part() {
     timeout $((want < left ? want : left)) "$@"
 }
 p_tests() {
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 part 150 .dev/gpu_tests ops_attention:: ops_argmax:: linear_folds:: linear_spread:: launch_allocations:: \
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_COOP=1 DYNVRAM_THOROUGH=1 part 150 .dev/gpu_tests ops_attention:: ops_argmax:: linear_folds:: linear_spread:: launch_allocations:: \
         pipeline_cache:: --test-threads=4 > "$O/tests.txt" 2>&1
     echo "tests: $(grep -E '^test result' "$O/tests.txt")"
     grep -E "FAILED|panicked" "$O/tests.txt" | head -20
@@ -132,6 +137,21 @@ p_prefill() {
         done
     fi
 }
+p_kernels() {
+    part 150 "$d" --json bench linear --backend vulkan --shapes 1x16384x16384,1x4096x4096,4096x12288x3072 \
+        --formats w4a4,w8a8,bf16 --f16 --reps 10 > "$O/kernels.json" 2> "$O/kernels.err" || tail -3 "$O/kernels.err"
+}
+p_profile() {
+    dir=/tmp/dynvram-llama-7b-L32
+    [ -e "$dir/config.json" ] || { echo "profile: no $dir (run the decode part first)"; return; }
+    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
+    mkdir -p "$O/decode"
+    for m in "$dir" "$dir-int4"; do
+        part 60 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" --max-new-tokens 8 \
+            --ignore-eos --compute-dtype f16 --profile > "$O/decode/profile-$(basename "$m").json" 2> "$O/decode/profile.err"
+    done
+}
 p_submits() {
     dir=/tmp/dynvram-llama-7b-L32
     [ -e "$dir/config.json" ] || { echo "submits: no $dir (run the decode part first)"; return; }
@@ -148,8 +168,8 @@ p_submits() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | profile) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels profile)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"

@@ -8,6 +8,8 @@
 //!   must be there: a missing fixture fails, never skips.
 //! - [`random`]: seeded inputs; [`tolerance`]: the comparisons against CPU
 //!   references and goldens.
+//! - [`variants`]: which variants of a kernel a test case runs (a
+//!   rotating share by default, all with `DYNVRAM_THOROUGH=1`).
 //! - [`allocations`]: a counting global allocator, for "allocates
 //!   nothing" checks of hot paths.
 //! - [`safetensors`]: reading small safetensors files whole, and writing
@@ -18,7 +20,7 @@
 //!
 //! This crate and the CLI are the only places that read environment
 //! variables; here only the tests' own (`DYNVRAM_REQUIRE_GPU`,
-//! `DYNVRAM_REQUIRE_COOP`).
+//! `DYNVRAM_REQUIRE_COOP`, `DYNVRAM_THOROUGH`).
 
 pub mod allocations;
 pub mod fixtures;
@@ -28,3 +30,4 @@ pub mod random;
 pub mod safetensors;
 pub mod skip;
 pub mod tolerance;
+pub mod variants;

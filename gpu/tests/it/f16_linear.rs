@@ -148,7 +148,10 @@ fn integer_paths_with_f16_activations_match_the_reference() {
     ];
     for (i, (format, k, acts)) in cases.into_iter().enumerate() {
         // Both sides of the GEMV/GEMM switch, random N.
-        for m in [rng.random_range(1..=GEMV_MAX_M as usize), 9 + i * 13] {
+        for (j, m) in [rng.random_range(1..=GEMV_MAX_M as usize), 9 + i * 13]
+            .into_iter()
+            .enumerate()
+        {
             let n = rng.random_range(17..90);
             let h = HostLayer::random(&mut rng, format, n, k, m % 2 == 0);
             let x = random_x(&mut rng, m, k);
@@ -166,7 +169,7 @@ fn integer_paths_with_f16_activations_match_the_reference() {
                 _ => i8s(&h.weight),
             };
             let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
-            for &act in &acts {
+            for (a, &act) in acts.iter().enumerate() {
                 let q = quantize_act_for(format, act, &x_in, k).expect("integer format");
                 let acc = int_gemm(&q.codes, &wq, k);
                 let e = match format {
@@ -175,7 +178,7 @@ fn integer_paths_with_f16_activations_match_the_reference() {
                     }
                     _ => epilogue_tensorwise(&acc, &q.scales, &s_w, n, h.bias_f32().as_deref()),
                 };
-                for fast in env.fast_variants() {
+                for fast in env.fast_variants_for(i + j + a) {
                     let what = format!("{format:?} {act:?} fast={fast} M={m} N={n} K={k}");
                     let choice = KernelChoice::Integer { act, fast };
                     let apart = RecordOptions {

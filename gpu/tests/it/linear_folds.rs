@@ -15,7 +15,7 @@ use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;
 use dynvram_gpu::ops::linear::{
     Fold, Fusion, LinearWeights, NormFold, RecordOptions, fold_unusable, record_linear_folded,
-    record_linear_with, record_linears_fused,
+    record_linear_with, record_linears_fused, rows_gemv_max_m,
 };
 use dynvram_gpu::ops::norm::record_rms_norm;
 use dynvram_gpu::{ActDtype, Gpu, GpuTensor};
@@ -158,7 +158,9 @@ fn folded_residual_add_matches_linear_then_add() {
     let mut rng = rng(32);
     for dtype in env.act_dtypes() {
         for (format, k) in [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)] {
-            for (i, m) in [1usize, 2, 8, 32].into_iter().enumerate() {
+            // The largest M the rows GEMV takes here (32; 8 on CPU adapters).
+            let big = rows_gemv_max_m(&env.gpu) as usize;
+            for (i, m) in [1usize, 2, 8, big].into_iter().enumerate() {
                 let what = format!("{format:?} {dtype:?} M={m} K={k}");
                 let n = [29, 64, 3, 130][i];
                 let hl = HostLayer::random(&mut rng, format, n, k, i % 2 == 1);
@@ -259,7 +261,10 @@ fn what_cannot_fold_is_refused() {
     };
     let float = KernelChoice::Float;
     assert_eq!(fold_unusable(g, &bf16, float, 1, &norm(&nw)), None);
-    assert_eq!(fold_unusable(g, &bf16, float, 32, &resid), None);
+    assert_eq!(
+        fold_unusable(g, &bf16, float, rows_gemv_max_m(g), &resid),
+        None
+    );
     assert_eq!(fold_unusable(g, &bf16, float, 40, &Fold::default()), None);
     // Integer layers fold through the spread quantization (M <= 8).
     assert_eq!(fold_unusable(g, &w4, int4, 1, &norm(&nw)), None);

@@ -83,8 +83,8 @@ fn spread_residual_add_matches_linear_then_add() {
         return;
     };
     let mut rng = rng(41);
-    for (format, act, k) in cases() {
-        for fast in env.fast_variants() {
+    for (c, (format, act, k)) in cases().into_iter().enumerate() {
+        for fast in env.fast_variants_for(c) {
             for (i, m) in [1usize, 3, 8].into_iter().enumerate() {
                 let what = format!("{format:?} {act:?} fast={fast} M={m} K={k}");
                 let n = [29, 64, 130][i];
@@ -159,8 +159,8 @@ fn spread_norm_matches_norm_then_linears() {
     };
     let mut rng = rng(42);
     for dtype in env.act_dtypes() {
-        for (format, act, k) in cases() {
-            for fast in env.fast_variants() {
+        for (c, (format, act, k)) in cases().into_iter().enumerate() {
+            for fast in env.fast_variants_for(c + dtype as usize) {
                 for m in [1usize, 4] {
                     let what = format!("{format:?} {act:?} {dtype:?} fast={fast} M={m} K={k}");
                     let choice = KernelChoice::Integer { act, fast };
@@ -374,8 +374,8 @@ fn code_kernel_codes_match_quantization_launches() {
         return;
     };
     let mut rng = rng(43);
-    for (format, act, k) in awkward() {
-        for fast in env.fast_variants() {
+    for (c, (format, act, k)) in awkward().into_iter().enumerate() {
+        for fast in env.fast_variants_for(c) {
             for m in 1usize..=8 {
                 let what = format!("{format:?} {act:?} fast={fast} M={m} K={k}");
                 let n = 24 + 8 * (m % 3);

@@ -21,6 +21,7 @@ use dynvram_gpu::{ActDtype, GpuError, GpuTensor};
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::skip::coop_skipped;
 use dynvram_test_support::tolerance::assert_close;
+use dynvram_test_support::variants::rotation;
 
 /// softmax(q kᵀ / √hd + causal) v per query head, kv head = h / group,
 /// over cache rows `0..kv_len`, queries at `pos0..`.
@@ -562,8 +563,9 @@ fn decode_ctx(test: &str) -> Option<(Ctx, Vec<ActDtype>)> {
 
 /// The decode kernel (one or two query rows at the end of a cache) against
 /// the reference: head_dim 32/64/80/128, GQA groups 1, 4 and 7, 1 to 1100
-/// keys (one split, a partial step, many splits), f32 and f16, each with
-/// every tuning of [`tunings`] that fits the adapter.
+/// keys (one split, a partial step, many splits), f32 and f16, each head
+/// shape with two tunings of [`tunings`] that fit the adapter, rotating (all
+/// of them with `DYNVRAM_THOROUGH=1`).
 #[test]
 fn decode_attention_matches_cpu() {
     let Some((c, dtypes)) = decode_ctx("decode_attention_matches_cpu") else {
@@ -573,14 +575,18 @@ fn decode_attention_matches_cpu() {
     let (tunings, mut skipped) = (tunings(), Default::default());
     let mut case = 0u64;
     for dtype in dtypes {
-        for (hd, group, n_kv) in [
+        for (ci, (hd, group, n_kv)) in [
             (64u64, 1u64, 3u64),
             (80, 4, 2),
             (128, 7, 2),
             (128, 1, 4),
             (64, 7, 1),
             (32, 4, 2),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let tunings = rotation(&tunings, ci + 3 * dtype as usize, 2);
             for (kv_len, sq) in [(1usize, 1usize), (31, 1), (33, 2), (300, 1), (1100, 2)] {
                 // two rows of 7 heads are 14 queries: the scalar kernels'
                 let sq = if group * sq as u64 > 8 { 1 } else { sq };
@@ -631,8 +637,8 @@ fn decode_attention_matches_cpu() {
 /// 2e-3 tolerance — while Mesa 22's gives the same bits.) Decoding (the fused
 /// kernel: head_dim 32/64/80/128, groups 1, 4, 7, one split and many), and the
 /// cases it leaves to a RoPE launch of its own (12 queries per kv head;
-/// head_dim 36, not a multiple of 8); each with every tuning of [`tunings`]
-/// that fits the adapter.
+/// head_dim 36, not a multiple of 8); each with two tunings of [`tunings`]
+/// that fit the adapter, rotating (all with `DYNVRAM_THOROUGH=1`).
 #[test]
 fn rope_in_attention_matches_rope_qk() {
     let Some((c, dtypes)) = decode_ctx("rope_in_attention_matches_rope_qk") else {
@@ -642,7 +648,7 @@ fn rope_in_attention_matches_rope_qk() {
     let (tunings, mut skipped) = (tunings(), Default::default());
     let mut case = 0u64;
     for dtype in dtypes {
-        for (hd, group, n_kv, kv_len, sq) in [
+        for (ci, (hd, group, n_kv, kv_len, sq)) in [
             (64u64, 1u64, 2u64, 40usize, 1usize),
             (80, 4, 2, 300, 2),
             (128, 7, 2, 1100, 1),
@@ -650,7 +656,11 @@ fn rope_in_attention_matches_rope_qk() {
             (64, 4, 2, 70, 3),
             (36, 2, 2, 50, 1),
             (32, 4, 2, 100, 2),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let tunings = rotation(&tunings, ci + 3 * dtype as usize, 2);
             case += 1;
             let h = Heads {
                 n_heads: group * n_kv,

@@ -25,7 +25,7 @@ mod spread;
 pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
 pub use fold::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable, record_linear_folded};
 pub use fused::{Fusion, record_linears_fused};
-pub use gemv::{GemvShape, ROWS_GEMV_MAX_M};
+pub use gemv::{GemvShape, ROWS_GEMV_MAX_M, rows_gemv_max_m};
 pub use norm_quant::{AddNorm, record_add_norm_quant};
 use spec::{ActCodes, FloatWeights, IntEpilogue};
 
@@ -211,7 +211,12 @@ fn record(
     if fused.is_some_and(|f| f.glu) {
         gemv = gemv.halved(m);
     }
-    let rows_gemv = m <= ROWS_GEMV_MAX_M && gemv::rows_aligned(weights.row_bytes());
+    let rows_max = if opts.gemv.is_some() {
+        ROWS_GEMV_MAX_M
+    } else {
+        rows_gemv_max_m(gpu)
+    };
+    let rows_gemv = m <= rows_max && gemv::rows_aligned(weights.row_bytes());
     if rows_gemv {
         gemv.check(m, max_invocations)
             .map_err(|what| LinearError::Unsupported { what, n, k })?;

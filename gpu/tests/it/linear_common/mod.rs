@@ -53,6 +53,12 @@ impl Env {
         }
     }
 
+    /// The [`Self::fast_variants`] case `case` runs: one of them, rotating
+    /// (all with `DYNVRAM_THOROUGH=1`; `dynvram_test_support::variants`).
+    pub fn fast_variants_for(&self, case: usize) -> Vec<bool> {
+        dynvram_test_support::variants::rotation(&self.fast_variants(), case, 1)
+    }
+
     /// The activation dtypes the adapter runs: f32, and f16 with SHADER_F16.
     pub fn act_dtypes(&self) -> Vec<ActDtype> {
         let mut d = vec![ActDtype::F32];

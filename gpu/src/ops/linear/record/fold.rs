@@ -16,7 +16,7 @@
 
 use dynvram_quant::KernelChoice;
 
-use super::gemv::{self, ROWS_GEMV_MAX_M};
+use super::gemv::{self, rows_gemv_max_m};
 use super::{GEMV_MAX_M, IntPath, LinearError, LinearWeights, RecordOptions, record};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
@@ -94,7 +94,7 @@ pub fn fold_unusable(
     };
     if integer && !gpu.spread_quant().spread() {
         Some("integer layers fold only with the spread quantization, which is off")
-    } else if m == 0 || m > ROWS_GEMV_MAX_M || (integer && m > GEMV_MAX_M) {
+    } else if m == 0 || m > rows_gemv_max_m(gpu) || (integer && m > GEMV_MAX_M) {
         Some("M is above the multi-row GEMV's")
     } else if fold.norm.is_some() && m > NORM_FOLD_MAX_M {
         Some("M is above the folded norm's 4 rows")

@@ -11,7 +11,7 @@
 
 use dynvram_quant::{Format, KernelChoice};
 
-use super::{Fold, GemvShape, ROWS_GEMV_MAX_M, RecordOptions, fold_unusable, gemv, record};
+use super::{Fold, GemvShape, RecordOptions, fold_unusable, gemv, record, rows_gemv_max_m};
 use crate::gpu::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
@@ -134,7 +134,7 @@ fn unfusable(
             && w.scale.is_some() == first.scale.is_some()
             && w.bias.is_some() == first.bias.is_some()
     };
-    if m > ROWS_GEMV_MAX_M {
+    if m > rows_gemv_max_m(gpu) {
         Some("M is above the multi-row GEMV's")
     } else if limits.max_storage_buffers_per_shader_stage < FUSED_STORAGE_BUFFERS {
         Some("the adapter has too few storage bindings per stage")

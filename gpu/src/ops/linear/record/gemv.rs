@@ -14,6 +14,7 @@ use dynvram_shaders::linear as shaders;
 
 use super::spec::{FloatWeights, IntEpilogue};
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, region, rows_grid};
+use crate::gpu::Gpu;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
 use smallvec::{SmallVec, smallvec};
@@ -23,6 +24,22 @@ use smallvec::{SmallVec, smallvec};
 /// the tiled GEMM has too few workgroups to stream weights at small M (the
 /// H200 took 50× longer at M = 16 than at M = 1 on it).
 pub const ROWS_GEMV_MAX_M: u64 = 32;
+
+/// Rows of activations up to which the multi-row GEMVs run by default on
+/// `gpu`: [`ROWS_GEMV_MAX_M`], except on CPU adapters (lavapipe,
+/// llvmpipe), where the GEMVs' workgroup-wide reductions cost more than the
+/// tiled GEMM's idle workgroups: 704 × 256 bf16 took 817 ms at M = 32 on
+/// the rows GEMV against 88 ms at M = 33 on the tiled GEMM (lavapipe,
+/// `dynvram bench linear`), so there they stop at [`GEMV_MAX_M`]. An
+/// explicit [`GemvShape`] (`RecordOptions::gemv`) still runs them up to
+/// [`ROWS_GEMV_MAX_M`].
+pub fn rows_gemv_max_m(gpu: &Gpu) -> u64 {
+    if gpu.info.device_type == wgpu::DeviceType::Cpu {
+        GEMV_MAX_M
+    } else {
+        ROWS_GEMV_MAX_M
+    }
+}
 
 /// Workgroup shape of the multi-row GEMV kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
