@@ -23,6 +23,7 @@ use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_test_support::gpu::any_adapter;
 use dynvram_test_support::random::{rng, uniform};
 use dynvram_test_support::tolerance::assert_close_rel;
+use dynvram_test_support::variants::rotation;
 
 const EPS: f32 = 1e-5;
 
@@ -39,8 +40,11 @@ fn folded_norm_matches_norm_then_linears() {
             ActDtype::F32 => 1e-5,
             ActDtype::F16 => 4e-3,
         };
-        for (format, k) in [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)] {
-            for (i, m) in [1usize, 2, 3, 4].into_iter().enumerate() {
+        let formats = [(Format::F32, 36), (Format::F16, 72), (Format::Bf16, 520)];
+        for (f, (format, k)) in formats.into_iter().enumerate() {
+            // Two of the Ms a format, rotating.
+            let ms = rotation(&[1usize, 2, 3, 4], f + dtype as usize, 2);
+            for (i, m) in ms.into_iter().enumerate() {
                 let what = format!("{format:?} {dtype:?} M={m} K={k}");
                 let bias = i % 2 == 0;
                 let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]

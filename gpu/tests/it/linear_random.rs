@@ -7,6 +7,7 @@
 //! bit for bit.
 
 use crate::linear_common::{Env, HostLayer, env, env_with};
+use dynvram_test_support::variants::rotation;
 
 use std::sync::Arc;
 
@@ -542,7 +543,8 @@ fn gemv_rows_match_the_reference() {
             if shape.is_some_and(|s| s.rows as usize * m > 64) {
                 continue; // more accumulators than the kernels hold
             }
-            for (format, k) in int_cases {
+            // Two of the integer and two of the float cases an M, rotating.
+            for (format, k) in rotation(&int_cases, i + j, 2) {
                 let h = HostLayer::random(&mut rng, format, n, k, j != 1);
                 let x = activations(&mut rng, m, k);
                 let acts = if format == w4 {
@@ -560,7 +562,7 @@ fn gemv_rows_match_the_reference() {
                     }
                 }
             }
-            for (format, k) in float_cases {
+            for (format, k) in rotation(&float_cases, i + j, 2) {
                 let h = HostLayer::random(&mut rng, format, n, k, j == 1);
                 let x = activations(&mut rng, m, k);
                 check_float(&mut env, &h, &x, opts);
@@ -864,10 +866,11 @@ fn fused_linears_match_separate_ones() {
             96,
         ));
     }
-    for (format, choice, k) in cases {
-        // 20: above the GEMVs, still the rows GEMV (not on CPU adapters).
-        let big = 20.min(rows_gemv_max_m(&env.gpu) as usize);
-        for (i, m) in [1usize, 3, 8, big].into_iter().enumerate() {
+    // 20: above the GEMVs, still the rows GEMV (not on CPU adapters).
+    let big = 20.min(rows_gemv_max_m(&env.gpu) as usize);
+    for (c, (format, choice, k)) in cases.into_iter().enumerate() {
+        // Two of the Ms a case, rotating (every M over two cases).
+        for (i, m) in rotation(&[1usize, 3, 8, big], c, 2).into_iter().enumerate() {
             let bias = i % 2 == 1;
             let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]
                 .iter()

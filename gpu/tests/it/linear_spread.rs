@@ -28,6 +28,7 @@ use dynvram_quant::reference::{Rotation, quantize_act_for, rotate};
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_test_support::gpu::any_adapter;
 use dynvram_test_support::random::{rng, uniform};
+use dynvram_test_support::variants::rotation;
 
 const EPS: f32 = 1e-5;
 
@@ -161,7 +162,7 @@ fn spread_norm_matches_norm_then_linears() {
     for dtype in env.act_dtypes() {
         for (c, (format, act, k)) in cases().into_iter().enumerate() {
             for fast in env.fast_variants_for(c + dtype as usize) {
-                for m in [1usize, 4] {
+                for m in rotation(&[1usize, 4], c, 1) {
                     let what = format!("{format:?} {act:?} {dtype:?} fast={fast} M={m} K={k}");
                     let choice = KernelChoice::Integer { act, fast };
                     let hosts: Vec<HostLayer> = [13, 5, 67, 37, 37]
@@ -376,7 +377,9 @@ fn code_kernel_codes_match_quantization_launches() {
     let mut rng = rng(43);
     for (c, (format, act, k)) in awkward().into_iter().enumerate() {
         for fast in env.fast_variants_for(c) {
-            for m in 1usize..=8 {
+            // Four of the eight Ms a case, rotating (all over two cases).
+            let ms: Vec<usize> = (1..=8).collect();
+            for m in rotation(&ms, c, 4) {
                 let what = format!("{format:?} {act:?} fast={fast} M={m} K={k}");
                 let n = 24 + 8 * (m % 3);
                 let hl = HostLayer::random(&mut rng, format, n, k, m % 2 == 0);
