@@ -33,7 +33,8 @@
 #         RSS by mapping and wall time with no pipeline cache, a cold one
 #         (an empty folder; the run writes it) and a warm one (what the
 #         cold run wrote); mimalloc's peak commit (MIMALLOC_SHOW_STATS=1)
-#         is our heap; `dynvram probe`'s peak RSS is the driver baseline.
+#         is our heap; `dynvram probe`'s peak RSS is the driver baseline,
+#         `bench dispatch`'s (one pipeline compiled) the compute baseline.
 #         Then `generate` 2 tokens on a 32-layer int4 toy, 3 runs each: no
 #         cache, cold, warm.  -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
 # kernels K1-K3 of issue 15 with the defaults: `bench linear` at 1x16384²,
@@ -81,6 +82,11 @@ p_rss() {
     done > "$O/rss-pipeline-cache.txt" 2>&1
     echo "== driver baseline: dynvram probe" >> "$O/rss-pipeline-cache.txt"
     part 60 python3 bench/rss_breakdown.py "$d" probe --backend vulkan >> "$O/rss-pipeline-cache.txt" 2>&1
+    # The driver as any compute program has it: device opened, one pipeline
+    # compiled (NVIDIA's compiler libraries load), a few launches run.
+    echo "== driver baseline with a compute pipeline: bench dispatch --launches 4 --reps 1" >> "$O/rss-pipeline-cache.txt"
+    __GL_SHADER_DISK_CACHE=0 part 60 python3 bench/rss_breakdown.py "$d" bench dispatch --backend vulkan --launches 4 --reps 1 \
+        >> "$O/rss-pipeline-cache.txt" 2>&1
     grep -E "^==|peak sampled|peak commit|^wall" "$O/rss-pipeline-cache.txt"
     toy=/tmp/dynvram-m32q pc=/tmp/dynvram-pipeline-cache-toy
     rm -rf "$pc"
