@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-adapter.sh
+start=$(date +%s)
+stage() { echo "=== $* (at $(($(date +%s) - start)) s) ==="; }
 export DYNVRAM_REQUIRE_GPU=1 RUST_BACKTRACE=1
 # Set: the cooperative-matrix stage must run (CI); the other stages' adapters
 # have no cooperative matrices, so it is not passed on to them.
@@ -18,20 +20,23 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 # rebuilds wgpu and every crate above it.
 dynvram="${CARGO_TARGET_DIR:-target}/debug/dynvram"
 
-echo "=== all tests, GPU tests on Vulkan (lavapipe) ==="
+stage "build the tests"
+cargo test --workspace --no-run
+
+stage "all tests, GPU tests on Vulkan (lavapipe)"
 WGPU_BACKEND=vulkan cargo test --workspace -- --nocapture
 
-echo "=== GPU tests on GL (llvmpipe) ==="
+stage "GPU tests on GL (llvmpipe)"
 WGPU_BACKEND=gl cargo test --workspace -- --nocapture
 
-echo "=== dynvram conformance on both adapters, each arithmetic ==="
+stage "dynvram conformance on both adapters, each arithmetic"
 for b in vulkan gl; do
   for ld in auto int4 int8; do
     "$dynvram" conformance fixtures/conformance --backend "$b" --linear-dtype "$ld"
   done
 done
 
-echo "=== cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports) ==="
+stage "cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports)"
 # Bookworm's lavapipe has no cooperative matrices; Mesa 26's has, unpacked
 # beside the system (scripts/with-coop-lavapipe.sh). The linear tests there
 # must take the cooperative GEMM and the attention tests flash attention
@@ -50,7 +55,7 @@ else
   echo "skipped: cooperative-matrix kernels (Mesa 26 lavapipe could not be fetched)"
 fi
 
-echo "=== dynvram run smoke test on both adapters ==="
+stage "dynvram run smoke test on both adapters"
 for b in vulkan gl; do
   "$dynvram" run --backend "$b"
 done
