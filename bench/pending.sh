@@ -56,8 +56,8 @@ deadline=${DEADLINE:-570}
 part() {
     local want=$1 left=$((deadline - ($(date +%s) - t0)))
     shift
-    [ "$left" -lt 15 ] && { echo "skipped (no time left): $*"; return 1; }
-    echo "[$(($(date +%s) - t0)) s] $*"
+    [ "$left" -lt 15 ] && { echo "skipped (no time left): $*" >&2; return 1; }
+    echo "[$(($(date +%s) - t0)) s] $*" >&2 # not into the part's own output
     timeout $((want < left ? want : left)) "$@"
 }
 p_tests() {

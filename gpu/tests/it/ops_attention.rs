@@ -780,24 +780,45 @@ fn decode_rejects_unfit_tunings() {
     }
 }
 
-/// The flash kernels the flash tests run where the adapter can: the
-/// two-walk kernel, every one-walk default the runtime can pick
-/// ([`default_flash_tunings`], as they are), then the other stagings,
-/// grids, prefetch, layouts and the materialized queries (the shapes
-/// `bench/flash_sweep.sh` times on 16x16 matrices), their rows and keys
-/// scaled to the adapter's matrix edge (`edge` / 16) so that each
-/// subgroup holds as many matrices as on the GPU. Without `every`, only
-/// the two-walk kernel and the one-walk defaults.
-fn flash_kernels(edge: u32, every: bool) -> Vec<FlashKernel> {
-    let mut all = vec![FlashKernel::TwoWalk];
-    all.extend(
-        default_flash_tunings()
-            .into_iter()
-            .map(FlashKernel::OneWalk),
-    );
-    if !every {
+/// The flash kernels case `case` of the flash tests runs, of those that fit
+/// the adapter at `head_dim` ([`flash_fits`]; why not in `skipped`): the
+/// two-walk kernel and the one-walk default this adapter gets at
+/// `head_dim` always; [`DEFAULTS_PER_CASE`] of the other one-walk defaults
+/// ([`default_flash_tunings`] as they are: what other adapters get),
+/// rotating with `case`; with `extras: Some(n)`, [`EXTRAS_PER_CASE`] of the
+/// other stagings, grids, prefetch, layouts and the materialized queries
+/// (the shapes `bench/flash_sweep.sh` times on 16x16 matrices), rotating
+/// with `n`, their rows and keys scaled to the adapter's matrix edge (edge / 16) so that each
+/// subgroup holds as many matrices as on the GPU. Every kernel with
+/// `DYNVRAM_THOROUGH=1`. (Each is a pipeline per head shape that lavapipe
+/// compiles for seconds to a minute: all of them on every case took most
+/// of CI's cooperative-matrix stage.)
+fn flash_kernels(
+    c: &Ctx,
+    head_dim: u64,
+    case: usize,
+    extras: Option<usize>,
+    skipped: &mut std::collections::BTreeSet<String>,
+) -> Vec<FlashKernel> {
+    let caps = &c.gpu.caps;
+    let edge = caps.coop_matrix_edge;
+    let mut fits = |k: &FlashKernel| flash_fits(c, k, head_dim, skipped);
+    let own = default_flash_tuning(caps, head_dim).map(FlashKernel::OneWalk);
+    let mut all: Vec<FlashKernel> = std::iter::once(FlashKernel::TwoWalk)
+        .chain(own)
+        .filter(&mut fits)
+        .collect();
+    let defaults: Vec<FlashKernel> = default_flash_tunings()
+        .into_iter()
+        .map(FlashKernel::OneWalk)
+        .filter(|k| Some(*k) != own)
+        .collect();
+    let fitting: Vec<FlashKernel> = defaults.iter().copied().filter(&mut fits).collect();
+    all.extend(rotation(&fitting, case, DEFAULTS_PER_CASE));
+    let Some(extras_case) = extras else {
         return all;
-    }
+    };
+    let mut others = Vec::new();
     for t in [
         "64x64w4c2m",
         "64x32w4k2c2p",
@@ -815,12 +836,21 @@ fn flash_kernels(edge: u32, every: bool) -> Vec<FlashKernel> {
         t.rows = (t.rows * edge / 16).max(edge);
         t.keys = (t.keys * edge / 16).max(edge);
         let k = FlashKernel::OneWalk(t);
-        if !all.contains(&k) {
-            all.push(k);
+        if !all.contains(&k) && !defaults.contains(&k) && !others.contains(&k) && fits(&k) {
+            others.push(k);
         }
     }
+    all.extend(rotation(&others, extras_case, EXTRAS_PER_CASE));
     all
 }
+
+/// The other one-walk defaults that fit which a flash case runs, rotating
+/// (on lavapipe 3 to 5 fit a head dim: each runs on several cases).
+const DEFAULTS_PER_CASE: usize = 2;
+
+/// The non-default flash kernels a smaller flash case runs, rotating over
+/// the six cases that take them.
+const EXTRAS_PER_CASE: usize = 4;
 
 /// Whether the flash tests run `k` at `head_dim` here; where not, records
 /// why in `skipped`: the adapter cannot run it, or its matrices would take
@@ -850,8 +880,10 @@ fn flash_fits(
     true
 }
 
-/// Batched flash attention with every flash tuning the adapter can run
-/// ([`flash_tunings`]) against the f64 reference, f16: rows and keys off
+/// Batched flash attention with the flash kernels the adapter can run
+/// ([`flash_kernels`]: the two-walk kernel and the adapter's default on
+/// every case, the other defaults and tunings rotating) against the f64
+/// reference, f16: rows and keys off
 /// every block size, one row, more queries than keys, GQA groups of 1 to 4,
 /// head_dim 32 to 256 (64, 80, 128 included), batch 2, causal with pos0 >
 /// 0, many key blocks, and keys whose scores grow along the sequence (the
@@ -887,7 +919,7 @@ fn flash_tunings_match_cpu() {
         n_kv_heads,
         head_dim,
     };
-    // (heads, batch, sq, skv, mask, key ramp, every kernel): the larger
+    // (heads, batch, sq, skv, mask, key ramp, extra kernels): the larger
     // cases run the defaults only (lavapipe takes minutes for all).
     let cases = [
         (heads(4, 4, 64), 1, 48, 48, Mask::None, false, true),
@@ -905,6 +937,7 @@ fn flash_tunings_match_cpu() {
     let mut ran = std::collections::BTreeMap::new();
     let mut skipped = std::collections::BTreeSet::new();
     let mut failed = Vec::new();
+    let mut extras_case = 0;
     for (i, &(h, batch, sq, skv, mask, ramp, every)) in cases.iter().enumerate() {
         let seed = 300 + 3 * i as u64;
         let (nh, nkv, hd) = (
@@ -926,10 +959,10 @@ fn flash_tunings_match_cpu() {
         let b = Batch::plain(batch, sq, skv, mask);
         let (q, k, v) = up_qkv(&c, h, b, (&qs, &ks, &vs), dtype);
         let want = reference(&qs, &ks, &vs, h, b);
-        for t in flash_kernels(caps.coop_matrix_edge, every) {
-            if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
-                continue;
-            }
+        // The extras rotate over the cases that take them.
+        let extras = every.then_some(extras_case);
+        extras_case += usize::from(every);
+        for t in flash_kernels(&c, h.head_dim, i, extras, &mut skipped) {
             *ran.entry(t.to_string()).or_insert(0) += 1;
             let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
             run(&c, |enc| {
@@ -958,10 +991,13 @@ fn flash_tunings_match_cpu() {
     }
     // The cache form: a chunk of sq rows at pos0 over kv_len keys of a
     // cache of max_seq rows, NaN past kv_len.
-    for (h, max_seq, kv_len, sq, pos0) in [
+    for (i, (h, max_seq, kv_len, sq, pos0)) in [
         (heads(4, 2, 64), 64usize, 50usize, 40usize, 10usize),
         (heads(4, 1, 128), 220, 200, 40, 160),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let (nh, nkv, hd) = (
             h.n_heads as usize,
             h.n_kv_heads as usize,
@@ -977,10 +1013,7 @@ fn flash_tunings_match_cpu() {
         );
         let q = up(&c, &qs, &[sq as u64, (nh * hd) as u64], dtype);
         let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
-        for t in flash_kernels(caps.coop_matrix_edge, false) {
-            if !flash_fits(&c, &t, h.head_dim, &mut skipped) {
-                continue;
-            }
+        for t in flash_kernels(&c, h.head_dim, cases.len() + i, None, &mut skipped) {
             let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
             run(&c, |enc| {
                 let mut scratch = LinearScratch::new();
