@@ -27,7 +27,16 @@ stage "all tests, GPU tests on Vulkan (lavapipe)"
 WGPU_BACKEND=vulkan cargo test --workspace -- --nocapture
 
 stage "GPU tests on GL (llvmpipe)"
-WGPU_BACKEND=gl cargo test --workspace -- --nocapture
+# The integration tests that drive an adapter (kernels, models, cross-crate),
+# each from its crate's folder as cargo runs them; the unit tests and the
+# CLI's own tests do not depend on the backend (the CLI runs on GL below).
+gl_crates=(gpu models tests)
+gl_bins=$(cargo test --workspace --no-run --message-format=json 2>/dev/null |
+  scripts/test-binary.py "${gl_crates[@]}")
+mapfile -t gl_bins <<< "$gl_bins"
+for i in "${!gl_crates[@]}"; do
+  (cd "${gl_crates[$i]}" && WGPU_BACKEND=gl "${gl_bins[$i]}" --nocapture)
+done
 
 stage "dynvram conformance on both adapters, each arithmetic"
 for b in vulkan gl; do
