@@ -11,17 +11,21 @@
 # flags; on the stable toolchain RUSTC_BOOTSTRAP=1 unlocks them.
 # FUZZ_SANITIZER (default address) picks the sanitizer; CI uses `none`
 # (coverage-guided still, a much quicker build: panics and hangs only).
+# FUZZ_BUILD (default -O, optimized) is cargo fuzz's build mode; CI uses
+# --dev (unoptimized, debug assertions on: a minute quicker to build, fewer
+# executions in its 10 s, which a smoke test can spare).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 seconds="${FUZZ_SECONDS:-20}"
 sanitizer="${FUZZ_SANITIZER:-address}"
+build="${FUZZ_BUILD:--O}"
 export RUSTC_BOOTSTRAP=1
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2
     exit 2
 fi
 targets=$(cargo fuzz list)
-cargo fuzz build -O -s "$sanitizer"
+cargo fuzz build "$build" -s "$sanitizer"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 failed=()
@@ -30,7 +34,7 @@ for t in $targets; do
     echo "=== fuzz $t (${seconds} s) ==="
     # -rss_limit_mb: a header must not make the parser allocate gigabytes.
     status=0
-    cargo fuzz run -O -s "$sanitizer" "$t" "$scratch/$t" "corpus/$t" -- \
+    cargo fuzz run "$build" -s "$sanitizer" "$t" "$scratch/$t" "corpus/$t" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
         >"$scratch/$t.log" 2>&1 || status=$?
     grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^#[0-9]+ +DONE|ERROR|panicked|SUMMARY|Test unit written" \
