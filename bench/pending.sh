@@ -14,7 +14,8 @@
 #         folds, the pipeline cache, the allocation-free launch path.
 #                                                                  -> tests.txt
 # decode  bench/decode.sh (bf16 f16/f32 and int4 with the defaults, beside
-#         llama.cpp); SYNC=1 and INT4_SPREAD=1 pass through to it.
+#         llama.cpp; each run with --profile, whose tables follow the
+#         table); SYNC=1 and INT4_SPREAD=1 pass through to it.
 #                                                                  -> decode/table.md
 # flash   bench/flash_sweep.sh: two-walk vs 128x32w8c2 vs 64x64w4c2.
 #                                                                  -> flash_sweep.txt
@@ -40,8 +41,6 @@
 # kernels K1-K3 of issue 15 with the defaults: `bench linear` at 1x16384²,
 #         1x4096², 4096x12288x3072, int4/int8/bf16, f16 activations.
 #                                                            -> kernels.json
-# profile one int4 and one bf16 decode step and prefill, `generate --profile`
-#         (needs the decode part's models).              -> decode/profile-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -131,39 +130,29 @@ PY
 p_decode() {
     PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=${SYNC:-0} INT4_SPREAD=${INT4_SPREAD:-0} part 330 bash bench/decode.sh
 }
-p_prefill() {
+# decode_model PART: sets dir (the decode part's bf16 model; its int4 twin
+# is $dir-int4) and ids (a 512-token prompt), or says PART needs it.
+decode_model() {
     dir=/tmp/dynvram-llama-7b-L32
-    if [ -e "$dir/config.json" ]; then
-        vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
-        ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
-        for m in "$dir" "$dir-int4"; do
-            DYNVRAM_FLASH=128x32w8c2 part 60 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
-                --max-new-tokens 64 --ignore-eos --warmup 1 --compute-dtype f16 \
-                > "$O/decode/dyn-$(basename "$m")-fa1.json" 2> "$O/decode/fa1.err"
-        done
-    fi
+    [ -e "$dir/config.json" ] || { echo "$1: no $dir (run the decode part first)"; return 1; }
+    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
+    mkdir -p "$O/decode"
+}
+p_prefill() {
+    decode_model prefill || return
+    for m in "$dir" "$dir-int4"; do
+        DYNVRAM_FLASH=128x32w8c2 part 60 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
+            --max-new-tokens 64 --ignore-eos --warmup 1 --compute-dtype f16 \
+            > "$O/decode/dyn-$(basename "$m")-fa1.json" 2> "$O/decode/fa1.err"
+    done
 }
 p_kernels() {
     part 150 "$d" --json bench linear --backend vulkan --shapes 1x16384x16384,1x4096x4096,4096x12288x3072 \
         --formats w4a4,w8a8,bf16 --f16 --reps 10 > "$O/kernels.json" 2> "$O/kernels.err" || tail -3 "$O/kernels.err"
 }
-p_profile() {
-    dir=/tmp/dynvram-llama-7b-L32
-    [ -e "$dir/config.json" ] || { echo "profile: no $dir (run the decode part first)"; return; }
-    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
-    mkdir -p "$O/decode"
-    for m in "$dir" "$dir-int4"; do
-        part 60 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" --max-new-tokens 8 \
-            --ignore-eos --compute-dtype f16 --profile > "$O/decode/profile-$(basename "$m").json" 2> "$O/decode/profile.err"
-    done
-}
 p_submits() {
-    dir=/tmp/dynvram-llama-7b-L32
-    [ -e "$dir/config.json" ] || { echo "submits: no $dir (run the decode part first)"; return; }
-    vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(512)))")
-    mkdir -p "$O/decode"
+    decode_model submits || return
     for k in 0 8; do
         for m in "$dir" "$dir-int4"; do
             DYNVRAM_SUBMIT_BLOCKS=$k part 45 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
@@ -174,8 +163,8 @@ p_submits() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | profile) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels profile)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
