@@ -45,6 +45,11 @@ for b in vulkan gl; do
   done
 done
 
+stage "dynvram run smoke test on both adapters"
+for b in vulkan gl; do
+  "$dynvram" run --backend "$b"
+done
+
 stage "cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports)"
 # Bookworm's lavapipe has no cooperative matrices; Mesa 26's has, unpacked
 # beside the system (scripts/with-coop-lavapipe.sh). The linear tests there
@@ -63,9 +68,4 @@ elif [ -n "$require_coop" ]; then
 else
   echo "skipped: cooperative-matrix kernels (Mesa 26 lavapipe could not be fetched)"
 fi
-
-stage "dynvram run smoke test on both adapters"
-for b in vulkan gl; do
-  "$dynvram" run --backend "$b"
-done
 echo "all tests passed"
