@@ -788,11 +788,11 @@ fn decode_rejects_unfit_tunings() {
 /// rotating with `case`; with `extras: Some(n)`, [`EXTRAS_PER_CASE`] of the
 /// other stagings, grids, prefetch, layouts and the materialized queries
 /// (the shapes `bench/flash_sweep.sh` times on 16x16 matrices), rotating
-/// with `n`, their rows and keys scaled to the adapter's matrix edge (edge / 16) so that each
-/// subgroup holds as many matrices as on the GPU. Every kernel with
-/// `DYNVRAM_THOROUGH=1`. (Each is a pipeline per head shape that lavapipe
-/// compiles for seconds to a minute: all of them on every case took most
-/// of CI's cooperative-matrix stage.)
+/// with `n`, their rows and keys scaled to the adapter's matrix edge
+/// (edge / 16) so that each subgroup holds as many matrices as on the GPU.
+/// Every kernel with `DYNVRAM_THOROUGH=1`. (Each is a pipeline per head
+/// shape that lavapipe compiles for seconds to a minute: all of them on
+/// every case took most of CI's cooperative-matrix stage.)
 fn flash_kernels(
     c: &Ctx,
     head_dim: u64,
@@ -883,8 +883,8 @@ fn flash_fits(
 /// Batched flash attention with the flash kernels the adapter can run
 /// ([`flash_kernels`]: the two-walk kernel and the adapter's default on
 /// every case, the other defaults and tunings rotating) against the f64
-/// reference, f16: rows and keys off
-/// every block size, one row, more queries than keys, GQA groups of 1 to 4,
+/// reference, f16: rows and keys off every block size, one row, more
+/// queries than keys, GQA groups of 1 to 4,
 /// head_dim 32 to 256 (64, 80, 128 included), batch 2, causal with pos0 >
 /// 0, many key blocks, and keys whose scores grow along the sequence (the
 /// running maximum moves by more than the lazy threshold: the outputs'
