@@ -24,6 +24,9 @@ use crate::error::{LoadError, Result};
 /// Temp files now open for writing (removed on commit or drop).
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// [`AtomicFile::create`]'s write buffer.
+const BULK_BUFFER: usize = 8 << 20;
+
 /// Distinguishes temp files of one process for the same target.
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
@@ -114,8 +117,15 @@ pub fn sweep_stale(dir: &Path, base: &str) -> usize {
 
 impl AtomicFile {
     /// Starts writing `path`: creates and registers its temp file (after
-    /// removing the stale ones of the same target, [`sweep_stale`]).
+    /// removing the stale ones of the same target, [`sweep_stale`]). Writes
+    /// go through an 8 MiB buffer (streamed tensors: few, large syscalls).
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        Self::with_buffer(path, BULK_BUFFER)
+    }
+
+    /// [`Self::create`] with a write buffer of `capacity` bytes, allocated
+    /// up front; 0 sends every write straight to the file.
+    pub fn with_buffer(path: impl AsRef<Path>, capacity: usize) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let base = path
             .file_name()
@@ -145,7 +155,7 @@ impl AtomicFile {
         Ok(Self {
             path,
             tmp,
-            out: Some(BufWriter::with_capacity(8 << 20, file)),
+            out: Some(BufWriter::with_capacity(capacity, file)),
         })
     }
 
@@ -316,9 +326,11 @@ fn remove_temp(p: &Path) -> bool {
     }
 }
 
-/// Writes `bytes` to `path` atomically.
+/// Writes `bytes` to `path` atomically, unbuffered: the bytes are already
+/// whole (a buffer would only add its 8 MiB to the process's peak; R1 saw it
+/// on every pipeline-cache save).
 pub fn write_file(path: impl AsRef<Path>, bytes: &[u8]) -> Result<u64> {
-    let mut f = AtomicFile::create(path)?;
+    let mut f = AtomicFile::with_buffer(path, 0)?;
     f.write_all(bytes).map_err(|e| f.error(e))?;
     f.commit()
 }
@@ -378,6 +390,21 @@ mod tests {
         assert_eq!(write_file(&path, b"new").expect("write"), 3);
         assert_eq!(std::fs::read(&path).expect("read"), b"new");
         assert_eq!(temps(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_unbuffered_file_writes_through_and_a_buffered_one_holds_back() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let on_disk = |f: &AtomicFile| std::fs::metadata(&f.tmp).expect("stat").len();
+        let mut direct = AtomicFile::with_buffer(dir.path().join("a"), 0).expect("create");
+        direct.write_all(b"abc").expect("write");
+        assert_eq!(on_disk(&direct), 3, "no buffer: in the file at once");
+        let mut bulk = AtomicFile::create(dir.path().join("b")).expect("create");
+        bulk.write_all(b"abc").expect("write");
+        assert_eq!(on_disk(&bulk), 0, "buffered until commit");
+        assert_eq!(direct.commit().expect("commit"), 3);
+        assert_eq!(bulk.commit().expect("commit"), 3);
     }
 
     #[test]
