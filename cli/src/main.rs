@@ -91,8 +91,9 @@ impl Command {
 
 /// Recording a decode step makes thousands of small allocations (wgpu's
 /// commands and trackers, kernel keys): mimalloc takes 10 % fewer of the
-/// main thread's instructions per token than glibc's malloc, for ~10 MiB
-/// more peak RSS (BENCHMARKS.md, session 13).
+/// main thread's instructions per token than glibc's malloc (BENCHMARKS.md,
+/// session 13). Its ~10 MiB more peak RSS was transparent huge pages, now
+/// off (the `no_thp` feature; session 19).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
