@@ -86,6 +86,14 @@ p_rss() {
     echo "== driver baseline with a compute pipeline: bench dispatch --launches 4 --reps 1" >> "$O/rss-pipeline-cache.txt"
     __GL_SHADER_DISK_CACHE=0 part 60 python3 bench/rss_breakdown.py "$d" bench dispatch --backend vulkan --launches 4 --reps 1 \
         >> "$O/rss-pipeline-cache.txt" 2>&1
+    # The warm run again under allocator settings that a process can also
+    # make itself (mallopt, mimalloc options): does any cut the peak here?
+    echo "== transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1)" >> "$O/rss-pipeline-cache.txt"
+    for e in GLIBC_TUNABLES=glibc.malloc.arena_max=1 GLIBC_TUNABLES=glibc.malloc.trim_threshold=0 MIMALLOC_ARENA_EAGER_COMMIT=0; do
+        echo "== warm with $e" >> "$O/rss-pipeline-cache.txt"
+        (export "${e?}"; __GL_SHADER_DISK_CACHE=0 MIMALLOC_SHOW_STATS=1 part 60 python3 bench/rss_breakdown.py "$d" bench pass --backend vulkan \
+            --file "$pass" --rows 1 --passes 2 --fast-disk --no-pins --pipeline-cache "$pc" 2>&1 | grep -E "peak|committed") >> "$O/rss-pipeline-cache.txt"
+    done
     grep -E "^==|peak sampled|peak commit|^wall" "$O/rss-pipeline-cache.txt"
     toy=/tmp/dynvram-m32q pc=/tmp/dynvram-pipeline-cache-toy
     rm -rf "$pc"
