@@ -1,7 +1,11 @@
 // Decode attention over a KV cache (flash-decoding), coalesced: workgroup
-// s·n_kv + g takes keys s·chunk.. of kv head g for every query that reads
-// it (its group of query heads times the sq rows, QG <= MAX_QG queries), so
-// each key row is read once however many heads share it.
+// s·W + w (W = n_heads / HPW per split) takes keys s·chunk.. of kv head
+// g = w·HPW / group for HPW of the query heads that read it, times the sq
+// rows (QG = HPW·sq <= MAX_QG queries). With HPW = group each key row is
+// read once however many heads share it; with fewer (grouped heads spread
+// over workgroups: more of them, fewer queries each) the heads of a group
+// read it from the cache in turn. Fused RoPE (`rope_new_keys`) writes the
+// new key rows in place, so it needs HPW = group: one workgroup per key.
 //
 // The WG invocations form KP = WG / LPK key groups of LPK lanes. A key
 // group takes U keys a step; its lanes span the head's dimensions in vec4s
@@ -47,7 +51,7 @@ const MAX_U: u32 = 8u;
 const NEG_BIG: f32 = -3.0e38;
 
 // Head dimension, lanes per key (8, 16 or 32), queries per workgroup
-// (n_heads / n_kv · sq, 1..=MAX_QG): constants so that the loops over
+// (HPW · sq, 1..=MAX_QG): constants so that the loops over
 // them unroll and the arrays below stay in registers.
 override HD: u32 = 128u;
 override LPK: u32 = 32u;
@@ -55,6 +59,8 @@ override QG: u32 = 1u;
 // Keys a key group takes per step, their loads issued together (8 where
 // the registers allow, else 4).
 override U: u32 = 4u;
+// Query heads per workgroup: a divisor of the group (n_heads / n_kv).
+override HPW: u32 = 1u;
 
 var<immediate> params: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<act>>;
@@ -87,9 +93,12 @@ fn dec_max(qi: u32, kp: u32) -> f32 {
 @compute @workgroup_size(WG)
 fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let n_kv = params.n_kv;
-    let g = wid.x % n_kv;
-    let s = wid.x / n_kv;
     let group = params.n_heads / n_kv;
+    let per_split = params.n_heads / HPW;
+    let w = wid.x % per_split;
+    let s = wid.x / per_split;
+    let h0 = w * HPW;
+    let g = h0 / group;
     let hd4 = HD / 4u;
     let row4 = n_kv * hd4;
     let kp = WG / LPK;
@@ -101,11 +110,11 @@ fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let hi = min(lo + params.chunk, last);
     rope_new_keys(g, lo, hi, lid);
 
-    // Query qi is row qi / group, head g·group + qi % group.
+    // Query qi is row qi / HPW, head h0 + qi % HPW.
     var qv: array<vec4<f32>, MAX_QG * MAX_SLOTS>;
     for (var qi = 0u; qi < QG; qi++) {
-        let r = qi / group;
-        let base = (r * params.n_heads + g * group + qi % group) * hd4;
+        let r = qi / HPW;
+        let base = (r * params.n_heads + h0 + qi % HPW) * hd4;
         for (var sl = 0u; sl < slots; sl++) {
             let d4 = lane + sl * LPK;
             var x = vec4<f32>();
@@ -156,7 +165,7 @@ fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
             let j = lo + (step * U + u) * kp + kg;
             for (var qi = 0u; qi < QG; qi++) {
                 var x = NEG_BIG;
-                if j < hi && j < dec_visible(qi / group) {
+                if j < hi && j < dec_visible(qi / HPW) {
                     x = sums[qi] * params.scale;
                 }
                 sc[u * MAX_QG + qi] = x;
@@ -253,8 +262,8 @@ fn attend_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
             lw += dec_l[t * MAX_QG + qi];
         }
         let mw = dec_max(qi, kp);
-        let r = qi / group;
-        let h = g * group + qi % group;
+        let r = qi / HPW;
+        let h = h0 + qi % HPW;
         let a = dec_acc[e];
         if params.splits == 1u {
             out[(r * params.n_heads + h) * hd4 + d4] = vec4<act>(a / lw);

@@ -77,16 +77,18 @@ pub struct AttentionArgs {
     #[arg(long)]
     no_rope: bool,
     /// Decode tunings to time, comma separated, each
-    /// `WG[xTARGET|sSPLITS][mMERGE]`: `WG` invocations per workgroup (a
+    /// `WG[xTARGET|sSPLITS][mMERGE][hHEADS]`: `WG` invocations per workgroup (a
     /// power of two, 32 to 1024); `xTARGET` splits the keys aiming for
     /// `TARGET` workgroups (the runtime's policy: 32 to 512 keys a split), or
     /// `sSPLITS` forces that many splits (`s1`: one workgroup per kv head,
     /// no combine launch); `mMERGE` merges that many key groups a round at
     /// the end of a workgroup (without `m`: 1, one at a time; more than the
-    /// workgroup has: all at once). `128x264m4` is the
-    /// runtime's default.
+    /// workgroup has: all at once); `hHEADS` gives each workgroup that many
+    /// query heads of those sharing a kv head (without `h`: one; `h8`: up
+    /// to 8, all of a Llama-3 group, each key read once). `128x264m4` is
+    /// the runtime's default.
     #[arg(long, value_delimiter = ',', value_parser = str::parse::<DecodeTuning>,
-          default_value = "128x264m4,128x264,256x132,512x32,1024x32,512s1,1024s1,1024s1m32")]
+          default_value = "128x264m4,128x264m4h8,128x264,256x132,512x32,1024x32,512s1,1024s1,1024s1m32")]
     tunings: Vec<DecodeTuning>,
     /// Attentions per submit (the median of 5 submits is reported).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -102,7 +104,7 @@ struct Figure {
     heads: u64,
     kv_heads: u64,
     head_dim: u64,
-    /// The tuning as given (`WG[xTARGET|sSPLITS][mMERGE]`).
+    /// The tuning as given (`WG[xTARGET|sSPLITS][mMERGE][hHEADS]`).
     tuning: String,
     /// The kernel that ran: `decode` (the tuning's) or `scalar` (more
     /// queries per kv head than the decode kernel takes; the tuning unread).
@@ -340,9 +342,11 @@ impl Case {
         // As `record_attention_tuned` chooses: the decode kernel, RoPE
         // fused where it can, else a RoPE launch before it.
         let decode = decode_unusable(h, 1, false).is_none();
-        let rope_launch = self.rope.is_some() && decode_unusable(h, 1, true).is_some();
+        let group = h.n_heads / h.n_kv_heads;
+        let rope_launch = self.rope.is_some()
+            && (decode_unusable(h, 1, true).is_some() || !tuning.fuses_rope(group));
         if decode {
-            let queries = h.n_heads / h.n_kv_heads;
+            let queries = tuning.heads_per_workgroup(group);
             let limits = gpu.device.limits();
             if let Some(why) = tuning.unusable(&gpu.caps, &limits, h.head_dim, queries) {
                 return Ok(Timed::Skipped(why));
@@ -374,8 +378,9 @@ impl Case {
         };
         run(2)?; // compile the pipelines, warm the caches
         let per = median_seconds(reps, &mut run)?;
+        let per_split = tuning.workgroups_per_split(h);
         let (chunk, splits) = if decode {
-            tuning.split(h.n_kv_heads, self.keys)
+            tuning.split(per_split, self.keys)
         } else {
             (0, 0)
         };
@@ -389,7 +394,7 @@ impl Case {
             kernel: if decode { "decode" } else { "scalar" },
             splits,
             chunk,
-            workgroups: h.n_kv_heads * splits,
+            workgroups: per_split * splits,
             launches: decode.then_some(1 + u32::from(splits > 1) + u32::from(rope_launch)),
             us: per * 1e6,
             kv_gb_per_s: kv_bytes as f64 / per / 1e9,

@@ -183,13 +183,14 @@ fn attend_tuned(
 }
 
 /// The decode tunings the decode tests run: the default (128 invocations,
-/// the split policy, key groups merged one at a time), then workgroups of
-/// 32 to 1024 invocations with forced single and multiple splits and
-/// merges of one, several and all key groups a round (1024s2m4 where the
-/// adapter's workgroup memory cannot take all 32 key groups of 1024s1m32,
-/// as llvmpipe's GL cannot).
+/// the split policy, key groups merged one at a time, one query head a
+/// workgroup), then workgroups of 32 to 1024 invocations with forced single
+/// and multiple splits and merges of one, several and all key groups a
+/// round (1024s2m4 where the adapter's workgroup memory cannot take all 32
+/// key groups of 1024s1m32, as llvmpipe's GL cannot), taking all heads of
+/// a kv head (`h8`, RoPE fused) or two of them (`h2`).
 fn tunings() -> Vec<DecodeTuning> {
-    ["128x264", "1024s1m32", "1024s2m4", "256s3m4", "32s1"]
+    ["128x264", "1024s1m32", "1024s2m4h8", "256s3m4h2", "32s1h8"]
         .iter()
         .map(|t| t.parse().expect("tuning"))
         .collect()
@@ -205,7 +206,8 @@ fn tuning_fits(
     sq: usize,
     skipped: &mut std::collections::BTreeSet<String>,
 ) -> bool {
-    let queries = heads.n_heads / heads.n_kv_heads * sq as u64;
+    let group = heads.n_heads / heads.n_kv_heads;
+    let queries = tuning.heads_per_workgroup(group) * sq as u64;
     if decode_unusable(heads, sq as u64, false).is_some() {
         // The scalar kernels: the tuning is not read.
         return true;

@@ -2,10 +2,11 @@
 //! over a KV cache, keys split over workgroups (flash-decoding) and the
 //! partial softmaxes combined by `attend_combine` where there is more than
 //! one split. A workgroup of 128 invocations takes one chunk of keys of one
-//! kv head for every query head that reads it; its lanes span the head
-//! dimensions in vec4s (coalesced), the lanes of a key summed by subgroup
-//! shuffles where the adapter has them, else through workgroup memory.
-//! Optionally rotates the queries and the new key rows (RoPE) on the way.
+//! kv head for one query head, or for every query head that reads it; its
+//! lanes span the head dimensions in vec4s (coalesced), the lanes of a key
+//! summed by subgroup shuffles where the adapter has them, else through
+//! workgroup memory. Optionally rotates the queries and the new key rows
+//! (RoPE) on the way, where one workgroup takes all heads of a kv head.
 //!
 //! The workgroup size, the merge of its key groups and the split policy are
 //! a [`DecodeTuning`] (its default: 128 invocations, splits for 264
@@ -43,14 +44,16 @@ fn step_keys(vec4s: u64) -> u64 {
 /// policy, chosen on an H200). A tuning is text too ([`FromStr`], the
 /// syntax `bench attention --tunings` takes):
 ///
-/// `WG[xTARGET | sSPLITS][mMERGE]` — `WG` invocations per workgroup; then
-/// either `xTARGET`, splits aiming for `TARGET` workgroups (the default
-/// policy with another target), or `sSPLITS`, exactly `SPLITS` splits
-/// (fewer where the keys run out: `s1` is one split, no combine launch);
-/// then optionally `mMERGE`, key groups merged per round at the end (1: one
-/// at a time; more than the workgroup has: all at once). `128x264m4` is the
-/// default; `1024s1m32` one workgroup of 1024 per kv head merged in one
-/// round.
+/// `WG[xTARGET | sSPLITS][mMERGE][hHEADS]` — `WG` invocations per
+/// workgroup; then either `xTARGET`, splits aiming for `TARGET` workgroups
+/// (the default policy with another target), or `sSPLITS`, exactly
+/// `SPLITS` splits (fewer where the keys run out: `s1` is one split, no
+/// combine launch); then optionally `mMERGE`, key groups merged per round
+/// at the end (1: one at a time; more than the workgroup has: all at once);
+/// then optionally `hHEADS`, query heads per workgroup where kv heads are
+/// shared (grouped-query attention; [`DecodeTuning::heads`]). `128x264m4`
+/// is the default; `1024s1m32` one workgroup of 1024 per kv head merged in
+/// one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeTuning {
     /// Invocations per workgroup: a power of two, 32 to 1024, at most the
@@ -72,6 +75,13 @@ pub struct DecodeTuning {
     /// at a time, a barrier each; up to all of them in one round, which
     /// needs workgroup memory for all their outputs).
     pub merge: u32,
+    /// Query heads a workgroup takes of the group sharing a kv head
+    /// (`None`: one; more than the group: all of it;
+    /// [`Self::heads_per_workgroup`]). All of them read each
+    /// key once and can rotate the new keys in place (RoPE fused); fewer
+    /// spread the group over more workgroups, each with fewer queries in
+    /// registers, and RoPE takes a launch of its own.
+    pub heads: Option<u32>,
 }
 
 impl Default for DecodeTuning {
@@ -87,11 +97,37 @@ impl Default for DecodeTuning {
             // (GQA 8 kv heads at 2 048 keys 122 → 94 µs), slower at 512 keys
             // with 8 kv heads (35 → 41 µs).
             merge: 4,
+            heads: None,
         }
     }
 }
 
 impl DecodeTuning {
+    /// Query heads per workgroup for `group` heads per kv head: the
+    /// tuning's `heads` (at most the group; one that does not divide it
+    /// is the whole group), by default one.
+    pub fn heads_per_workgroup(&self, group: u64) -> u64 {
+        let group = group.max(1);
+        match self.heads.map(|h| u64::from(h).clamp(1, group)) {
+            Some(h) if group.is_multiple_of(h) => h,
+            Some(_) => group,
+            None => 1,
+        }
+    }
+
+    /// Whether the kernel can rotate the new keys in place (RoPE fused):
+    /// one workgroup takes all heads of a kv head.
+    pub fn fuses_rope(&self, group: u64) -> bool {
+        self.heads_per_workgroup(group) == group.max(1)
+    }
+
+    /// Workgroups of a split for `heads`: one per kv head and each
+    /// workgroup's share of its query heads.
+    pub fn workgroups_per_split(&self, heads: Heads) -> u64 {
+        let group = heads.n_heads / heads.n_kv_heads.max(1);
+        heads.n_heads / self.heads_per_workgroup(group)
+    }
+
     /// `(chunk, splits)` for `n_kv` kv heads over `keys` keys: `splits`
     /// where forced, else enough for `target_groups` workgroups, each at
     /// least `min_chunk` keys (where there are that many) and at most
@@ -188,6 +224,9 @@ impl fmt::Display for DecodeTuning {
         if self.merge != 1 {
             write!(f, "m{}", self.merge)?;
         }
+        if let Some(h) = self.heads {
+            write!(f, "h{h}")?;
+        }
         Ok(())
     }
 }
@@ -195,12 +234,12 @@ impl fmt::Display for DecodeTuning {
 impl FromStr for DecodeTuning {
     type Err = String;
 
-    /// `WG[xTARGET | sSPLITS][mMERGE]`, see [`DecodeTuning`]; the chunk
-    /// bounds are the default's.
+    /// `WG[xTARGET | sSPLITS][mMERGE][hHEADS]`, see [`DecodeTuning`]; the
+    /// chunk bounds are the default's.
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             format!(
-                "bad decode tuning `{text}`: {why} (want WG[xTARGET|sSPLITS][mMERGE], e.g. 128x264, 512s1, 1024s1m32)"
+                "bad decode tuning `{text}`: {why} (want WG[xTARGET|sSPLITS][mMERGE][hHEADS], e.g. 128x264, 512s1, 1024s1m32, 128x264m4h1)"
             )
         };
         // The numbers, each after its one-letter tag (the first after none).
@@ -244,6 +283,7 @@ impl FromStr for DecodeTuning {
             let rank = match tag {
                 'x' | 's' => 1,
                 'm' => 2,
+                'h' => 3,
                 other => return Err(bad(&format!("unknown tag `{other}`"))),
             };
             if rank <= seen {
@@ -256,7 +296,10 @@ impl FromStr for DecodeTuning {
             match tag {
                 'x' => t.target_groups = n,
                 's' => t.splits = Some(n),
-                _ => t.merge = u32::try_from(n).map_err(|_| bad("the merge is out of range"))?,
+                'm' => t.merge = u32::try_from(n).map_err(|_| bad("the merge is out of range"))?,
+                _ => {
+                    t.heads = Some(u32::try_from(n).map_err(|_| bad("the heads are out of range"))?)
+                }
             }
         }
         Ok(t)
@@ -362,17 +405,28 @@ pub(super) fn record(
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (n_heads, n_kv_heads, head_dim) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
-    let queries = n_heads / n_kv_heads * span.sq;
+    let group = n_heads / n_kv_heads;
+    let hpw = tuning.heads_per_workgroup(group);
+    let queries = hpw * span.sq;
     let limits = gpu.device.limits();
     if let Some(why) = tuning.unusable(&gpu.caps, &limits, head_dim, queries) {
         return Err(bad(OP, format!("decode tuning {tuning}: {why}")));
     }
-    let (chunk, splits) = tuning.split(n_kv_heads, span.keys());
-    let max_groups = limits.max_compute_workgroups_per_dimension;
-    if n_kv_heads * splits > u64::from(max_groups) || n_heads > u64::from(max_groups) {
+    if rope.is_some() && !tuning.fuses_rope(group) {
         return Err(bad(
             OP,
-            format!("{n_kv_heads} kv heads x {splits} splits exceed {max_groups} workgroups"),
+            format!(
+                "decode tuning {tuning}: RoPE fused needs all {group} heads of a kv head in one workgroup"
+            ),
+        ));
+    }
+    let per_split = tuning.workgroups_per_split(heads);
+    let (chunk, splits) = tuning.split(per_split, span.keys());
+    let max_groups = limits.max_compute_workgroups_per_dimension;
+    if per_split * splits > u64::from(max_groups) || n_heads > u64::from(max_groups) {
+        return Err(bad(
+            OP,
+            format!("{per_split} workgroups x {splits} splits exceed {max_groups} workgroups"),
         ));
     }
     let params = super::scalar::params(heads, span, chunk, splits)?;
@@ -384,6 +438,7 @@ pub(super) fn record(
         ("LPK", lanes as f64),
         ("QG", queries as f64),
         ("U", step_keys(queries * slots) as f64),
+        ("HPW", hpw as f64),
     ];
     let Operands { q, k, v, out } = *ops;
     let cost = super::cost(q, heads, span);
@@ -422,7 +477,7 @@ pub(super) fn record(
             label: &"attend_decode",
             bindings: &bindings,
             immediates: &params,
-            groups: (to_u32(OP, "kv heads * splits", n_kv_heads * splits)?, 1),
+            groups: (to_u32(OP, "workgroups * splits", per_split * splits)?, 1),
             cost: decode_cost,
         },
     )?;
@@ -461,7 +516,7 @@ fn part_binding(part: &wgpu::Buffer, bytes: u64) -> wgpu::BindingResource<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{AdapterCaps, DecodeTuning, decode_split, lanes_per_key};
+    use super::{AdapterCaps, DecodeTuning, Heads, decode_split, lanes_per_key};
 
     #[test]
     fn decode_split_covers_every_key_in_whole_steps() {
@@ -507,6 +562,35 @@ mod tests {
     }
 
     #[test]
+    fn heads_per_workgroup_divide_the_group() {
+        let h = |t: &str, group| {
+            let t = t.parse::<DecodeTuning>().expect("parses");
+            (t.heads_per_workgroup(group), t.fuses_rope(group))
+        };
+        assert_eq!(h("128", 4), (1, false), "the default: one head each");
+        assert_eq!(h("128", 1), (1, true), "no grouped heads");
+        assert_eq!(h("128h2", 4), (2, false));
+        assert_eq!(h("128h4", 4), (4, true));
+        assert_eq!(h("128h8", 4), (4, true), "more than the group: all of it");
+        assert_eq!(h("128h3", 4), (4, true), "not a divisor: all of it");
+        assert_eq!(h("128h7", 7), (7, true));
+        let heads = Heads {
+            n_heads: 32,
+            n_kv_heads: 8,
+            head_dim: 128,
+        };
+        let per_split = |t: &str| {
+            t.parse::<DecodeTuning>()
+                .expect("parses")
+                .workgroups_per_split(heads)
+        };
+        assert_eq!(
+            (per_split("128"), per_split("128h2"), per_split("128h4")),
+            (32, 16, 8)
+        );
+    }
+
+    #[test]
     fn tunings_parse_print_and_reject_bad_text() {
         let t = |s: &str| s.parse::<DecodeTuning>();
         assert_eq!(t("128x264m4"), Ok(DecodeTuning::default()));
@@ -531,7 +615,18 @@ mod tests {
             (256, 132, None, 4)
         );
         assert_eq!(t("64m2").expect("parses").target_groups, 264);
-        for s in ["128x264", "512s1", "1024s1m32", "256x132m4", "32s7m2"] {
+        let spread = t("128x264m4h2").expect("parses");
+        assert_eq!((spread.merge, spread.heads), (4, Some(2)));
+        assert_eq!(t("128h8").expect("parses").heads, Some(8));
+        for s in [
+            "128x264",
+            "512s1",
+            "1024s1m32",
+            "256x132m4",
+            "32s7m2",
+            "128x264m4h1",
+            "64s2h4",
+        ] {
             assert_eq!(t(s).expect(s).to_string(), s);
         }
         for (bad, why) in [
@@ -547,6 +642,9 @@ mod tests {
             ("128x264s1", "out of order"),
             ("128s1x264", "out of order"),
             ("128m2x264", "out of order"),
+            ("128h2m4", "out of order"),
+            ("128h0", "at least 1"),
+            ("128h99999999999", "out of range"),
             ("128x2x3", "out of order"),
             ("128y3", "unknown tag"),
             ("128x-3", "missing"),

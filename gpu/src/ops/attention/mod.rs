@@ -66,9 +66,9 @@ pub enum Mask {
 /// With `rope`, q and the new key rows (cache rows `pos0..pos0+sq` of
 /// `k_cache`) are given unrotated: the op rotates them first, exactly as
 /// [`crate::ops::rope::record_rope_qk`] does, leaving the rotated keys in
-/// the cache — fused into the decode kernel where it runs, else as a
-/// launch of its own that rotates q in place (so q's contents afterwards
-/// are either).
+/// the cache — fused into the decode kernel where it runs with all heads
+/// of a kv head in one workgroup, else as a launch of its own that rotates
+/// q in place (so q's contents afterwards are either).
 ///
 /// The decode kernel runs with the default [`DecodeTuning`];
 /// [`record_attention_tuned`] takes another.
@@ -170,7 +170,8 @@ pub fn record_attention_tuned(
         v: v_cache,
         out,
     };
-    let fused = rope.filter(|_| decode::takes(heads, span, true));
+    let group = heads.n_heads / heads.n_kv_heads;
+    let fused = rope.filter(|_| decode::takes(heads, span, true) && tuning.fuses_rope(group));
     if let Some(table) = rope.filter(|_| fused.is_none()) {
         crate::ops::rope::record_rope_q_cache(
             gpu,
