@@ -38,6 +38,12 @@
 #         `bench dispatch`'s (one pipeline compiled) the compute baseline.
 #         Then `generate` 2 tokens on a 32-layer int4 toy, 3 runs each: no
 #         cache, cold, warm.  -> rss-pipeline-cache.txt, startup-pipeline-cache.txt
+# gqa     grouped-query decode attention: `bench attention` (32 heads over 8
+#         and 32 kv heads, 512/2048/8192 keys) with one head a workgroup
+#         (the default) and all heads of a kv head (h8, the old kernel),
+#         then Llama-3-8B shapes (bf16, f16 compute) decoding 64 tokens
+#         after a 2048-token prompt with each (DYNVRAM_DECODE).
+#                                  -> attention-gqa.txt, decode/dyn-llama3-8b-*.json
 # kernels K1-K3 of issue 15 with the defaults: `bench linear` at 1x16384²,
 #         1x4096², 4096x12288x3072, int4/int8/bf16, f16 activations.
 #                                                            -> kernels.json
@@ -159,6 +165,26 @@ p_kernels() {
     part 150 "$d" --json bench linear --backend vulkan --shapes 1x16384x16384,1x4096x4096,4096x12288x3072 \
         --formats w4a4,w8a8,bf16 --f16 --reps 10 > "$O/kernels.json" 2> "$O/kernels.err" || tail -3 "$O/kernels.err"
 }
+p_gqa() {
+    part 120 "$d" bench attention --backend vulkan --keys 512,2048,8192 --heads 32 --kv-heads 8,32 --head-dim 128 \
+        --tunings 128x264m4,128x264m4h8,128x264m4h2,512x32m8,512x32m8h8 --reps 50 > "$O/attention-gqa.txt" 2>&1
+    cat "$O/attention-gqa.txt"
+    m=/tmp/dynvram-llama3-8b
+    [ -e "$m/config.json" ] || part 150 "$d" synth --like llama3-8b "$m" > /dev/null 2> "$O/llama3-synth.err"
+    vocab=$(python3 -c "import json; print(json.load(open('$m/config.json'))['vocab_size'])")
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range(2048)))")
+    mkdir -p "$O/decode"
+    for t in default 128x264m4h8 default; do
+        (
+            [ "$t" = default ] || export DYNVRAM_DECODE=$t
+            part 90 "$d" --json generate "$m" --backend vulkan --prompt-ids "$ids" \
+                --max-new-tokens 64 --ignore-eos --warmup 1 --compute-dtype f16 \
+                > "$O/decode/dyn-llama3-8b-$t.json" 2> "$O/decode/llama3.err"
+        )
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], {k: v for k, v in r.items() if 'tok' in k or 'per_s' in k})" \
+            "$O/decode/dyn-llama3-8b-$t.json" "$t" || tail -3 "$O/decode/llama3.err"
+    done
+}
 p_submits() {
     decode_model submits || return
     for k in 0 8; do
@@ -171,8 +197,8 @@ p_submits() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"

@@ -68,9 +68,9 @@ impl AdapterArgs {
 /// quantization launch, one workgroup a row; `1`/`gemv` they code
 /// spread-rotated rows themselves, measured slower; for comparisons) and
 /// `DYNVRAM_FLASH` (the flash-attention kernel, a `FlashKernel`:
-/// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning): the
-/// one place the
-/// program reads them. A value it does not know is warned about and the
+/// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning) and
+/// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
+/// `128x264m4h8`, for tuning): the one place the program reads them. A value it does not know is warned about and the
 /// default kept. No pipeline cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
     fn var<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
@@ -82,6 +82,12 @@ pub fn gpu_options() -> GpuOptions {
             Err(_) => default,
         }
     }
+    fn optional<T: std::str::FromStr<Err = String>>(name: &str) -> Option<T> {
+        let v = std::env::var(name).ok()?;
+        v.parse()
+            .map_err(|e: String| tracing::warn!("{name}: {e}; using the default"))
+            .ok()
+    }
     let d = GpuOptions::default();
     GpuOptions {
         copy_queue: var("DYNVRAM_COPY_QUEUE", d.copy_queue),
@@ -91,11 +97,8 @@ pub fn gpu_options() -> GpuOptions {
             .ok()
             .and_then(|v| v.trim().parse().ok()),
         spread_quant: var("DYNVRAM_SPREAD_QUANT", d.spread_quant),
-        flash: std::env::var("DYNVRAM_FLASH").ok().and_then(|v| {
-            v.parse()
-                .map_err(|e: String| tracing::warn!("DYNVRAM_FLASH: {e}; using the default"))
-                .ok()
-        }),
+        flash: optional("DYNVRAM_FLASH"),
+        decode: optional("DYNVRAM_DECODE"),
         pipeline_cache: None,
     }
 }

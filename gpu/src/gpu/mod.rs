@@ -81,6 +81,8 @@ pub struct Gpu {
     readback: Mutex<Option<wgpu::Buffer>>,
     /// [`GpuOptions::flash`].
     flash: Option<FlashKernel>,
+    /// [`GpuOptions::decode`].
+    decode: Option<crate::ops::attention::DecodeTuning>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -218,6 +220,7 @@ impl Gpu {
             spread_quant: options.spread_quant,
             readback: Mutex::new(None),
             flash: options.flash,
+            decode: options.decode,
         })
     }
 
@@ -234,6 +237,11 @@ impl Gpu {
     /// [`GpuOptions::flash`] of this device.
     pub fn flash_kernel(&self) -> Option<FlashKernel> {
         self.flash
+    }
+
+    /// [`GpuOptions::decode`] of this device.
+    pub fn decode_tuning(&self) -> Option<crate::ops::attention::DecodeTuning> {
+        self.decode
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -666,6 +674,9 @@ pub struct GpuOptions {
     /// instead of the default per adapter and head dimension (tuning; where
     /// it does not fit a launch, the default runs).
     pub flash: Option<FlashKernel>,
+    /// The decode-attention kernel's tuning instead of the default
+    /// (tuning; where it does not fit a launch, the default runs).
+    pub decode: Option<crate::ops::attention::DecodeTuning>,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
     /// loaded when the device opens, written back when it is dropped or at
@@ -683,6 +694,7 @@ impl Default for GpuOptions {
             quant_wgs: None,
             spread_quant: SpreadQuant::CodeKernel,
             flash: None,
+            decode: None,
             pipeline_cache: None,
         }
     }

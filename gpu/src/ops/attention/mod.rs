@@ -70,7 +70,8 @@ pub enum Mask {
 /// of a kv head in one workgroup, else as a launch of its own that rotates
 /// q in place (so q's contents afterwards are either).
 ///
-/// The decode kernel runs with the default [`DecodeTuning`];
+/// The decode kernel runs with the device's [`DecodeTuning`]
+/// (`GpuOptions::decode` where it fits, else the default);
 /// [`record_attention_tuned`] takes another.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention(
@@ -87,20 +88,18 @@ pub fn record_attention(
     rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
 ) -> Result<(), GpuError> {
+    let tuning = gpu
+        .decode_tuning()
+        .filter(|t| {
+            let group = heads.n_heads / heads.n_kv_heads.max(1);
+            let queries = t.heads_per_workgroup(group) * q.shape.first().copied().unwrap_or(1);
+            let limits = gpu.device.limits();
+            t.unusable(&gpu.caps, &limits, heads.head_dim, queries)
+                .is_none()
+        })
+        .unwrap_or_default();
     record_attention_tuned(
-        gpu,
-        cache,
-        enc,
-        q,
-        k_cache,
-        v_cache,
-        out,
-        heads,
-        kv_len,
-        pos0,
-        rope,
-        scratch,
-        &DecodeTuning::default(),
+        gpu, cache, enc, q, k_cache, v_cache, out, heads, kv_len, pos0, rope, scratch, &tuning,
         None,
     )
 }
