@@ -44,6 +44,10 @@
 #         then Llama-3-8B shapes (bf16, f16 compute) decoding 64 tokens
 #         after a 2048-token prompt with each (DYNVRAM_DECODE).
 #                                  -> attention-gqa.txt, decode/dyn-llama3-8b-*.json
+# gqapeer llama.cpp on GGUF files of Llama-3-8B's shapes (F16 and Q4_0; .peer's
+#         make_gguf.py with 8 kv heads, ffn 14336, vocab 128256):
+#         pp512/tg64, then tg64 after 2048 tokens of context (-d 2048), as
+#         the gqa part's decode runs.     -> peer-llama3/, peer-llama3-d2048.md
 # kernels K1-K3 of issue 15 with the defaults: `bench linear` at 1x16384²,
 #         1x4096², 4096x12288x3072, int4/int8/bf16, f16 activations.
 #                                                            -> kernels.json
@@ -185,6 +189,17 @@ p_gqa() {
             "$O/decode/dyn-llama3-8b-$t.json" "$t" || tail -3 "$O/decode/llama3.err"
     done
 }
+p_gqapeer() {
+    local pm=/tmp/peer-llama3
+    mkdir -p "$pm"
+    OUT="$O/peer-llama3" MODEL_DIR=$pm KEEP_MODELS=1 LAYERS=32 GEN_ARGS="--ffn 14336 --kv-heads 8 --vocab 128256 --ctx 8192" \
+        PEER_P=512 PEER_N=64 SKIP_DEFAULT_BENCH=1 TBO_TIMEOUT=1 TBO_KEY_TIMEOUT=1 part 240 bash .peer/run.sh > "$O/peer-llama3.out" 2>&1
+    for f in f16 q4_0; do
+        part 120 /tmp/peer-llama-vulkan/llama-bench -m "$pm/llama7b-$f.gguf" -ngl 99 -p 0 -n 64 -d 2048 -fa 0,1 -r 3 -o md \
+            >> "$O/peer-llama3-d2048.md" 2>&1
+    done
+    grep -E "^\| (llama|model)" "$O/peer-llama3/summary.md" "$O/peer-llama3-d2048.md"
+}
 p_submits() {
     decode_model submits || return
     for k in 0 8; do
@@ -197,8 +212,8 @@ p_submits() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
