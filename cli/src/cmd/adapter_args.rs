@@ -70,8 +70,8 @@ impl AdapterArgs {
 /// `DYNVRAM_FLASH` (the flash-attention kernel, a `FlashKernel`:
 /// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning) and
 /// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
-/// `128x264m4h8`, for tuning): the one place the program reads them. A value it does not know is warned about and the
-/// default kept. No pipeline cache: [`AdapterArgs::choice`] adds its folder.
+/// `512x32m8`, for tuning): the one place the program reads them. A value
+/// it does not know is warned about and the default kept. No pipeline cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
     fn var<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
         match std::env::var(name) {

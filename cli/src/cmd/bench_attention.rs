@@ -85,10 +85,10 @@ pub struct AttentionArgs {
     /// the end of a workgroup (without `m`: 1, one at a time; more than the
     /// workgroup has: all at once); `hHEADS` gives each workgroup that many
     /// query heads of those sharing a kv head (without `h`: one; `h8`: up
-    /// to 8, all of a Llama-3 group, each key read once). `128x264m4` is
+    /// to 8, all of a Llama-3 group, each key read once). `256x132m4` is
     /// the runtime's default.
     #[arg(long, value_delimiter = ',', value_parser = str::parse::<DecodeTuning>,
-          default_value = "128x264m4,128x264m4h8,128x264,256x132,512x32,1024x32,512s1,1024s1,1024s1m32")]
+          default_value = "256x132m4,256x132m4h8,128x264m4,128x264,512x32m8,1024x32,512s1,1024s1,1024s1m32")]
     tunings: Vec<DecodeTuning>,
     /// Attentions per submit (the median of 5 submits is reported).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]

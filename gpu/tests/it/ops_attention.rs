@@ -182,18 +182,26 @@ fn attend_tuned(
     )
 }
 
-/// The decode tunings the decode tests run: the default (128 invocations,
-/// the split policy, key groups merged one at a time, one query head a
-/// workgroup), then workgroups of 32 to 1024 invocations with forced single
+/// The decode tunings the decode tests run: the default (256 invocations,
+/// the split policy, key groups merged four at a time, one query head a
+/// workgroup), the former one (128 invocations, one at a time), then
+/// workgroups of 32 to 1024 invocations with forced single
 /// and multiple splits and merges of one, several and all key groups a
 /// round (1024s2m4 where the adapter's workgroup memory cannot take all 32
 /// key groups of 1024s1m32, as llvmpipe's GL cannot), taking all heads of
 /// a kv head (`h8`, RoPE fused) or two of them (`h2`).
 fn tunings() -> Vec<DecodeTuning> {
-    ["128x264", "1024s1m32", "1024s2m4h8", "256s3m4h2", "32s1h8"]
-        .iter()
-        .map(|t| t.parse().expect("tuning"))
-        .collect()
+    [
+        "256x132m4",
+        "128x264",
+        "1024s1m32",
+        "1024s2m4h8",
+        "256s3m4h2",
+        "32s1h8",
+    ]
+    .iter()
+    .map(|t| t.parse().expect("tuning"))
+    .collect()
 }
 
 /// Whether the decode kernel runs `heads` over `sq` rows with `tuning` on

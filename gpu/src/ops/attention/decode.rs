@@ -1,7 +1,7 @@
 //! Decode attention (`attention_decode.wgsl`): a step's few query rows
 //! over a KV cache, keys split over workgroups (flash-decoding) and the
 //! partial softmaxes combined by `attend_combine` where there is more than
-//! one split. A workgroup of 128 invocations takes one chunk of keys of one
+//! one split. A workgroup of 256 invocations takes one chunk of keys of one
 //! kv head for one query head, or for every query head that reads it; its
 //! lanes span the head dimensions in vec4s (coalesced), the lanes of a key
 //! summed by subgroup shuffles where the adapter has them, else through
@@ -9,9 +9,9 @@
 //! (RoPE) on the way, where one workgroup takes all heads of a kv head.
 //!
 //! The workgroup size, the merge of its key groups and the split policy are
-//! a [`DecodeTuning`] (its default: 128 invocations, splits for 264
-//! workgroups, key groups merged one at a time), so that a tool can time
-//! others on a real GPU.
+//! a [`DecodeTuning`] (its default: 256 invocations, splits for 132
+//! workgroups, key groups merged four at a time, one query head a
+//! workgroup), so that a tool can time others on a real GPU.
 
 use std::fmt;
 use std::str::FromStr;
@@ -51,16 +51,17 @@ fn step_keys(vec4s: u64) -> u64 {
 /// combine launch); then optionally `mMERGE`, key groups merged per round
 /// at the end (1: one at a time; more than the workgroup has: all at once);
 /// then optionally `hHEADS`, query heads per workgroup where kv heads are
-/// shared (grouped-query attention; [`DecodeTuning::heads`]). `128x264m4`
+/// shared (grouped-query attention; [`DecodeTuning::heads`]). `256x132m4`
 /// is the default; `1024s1m32` one workgroup of 1024 per kv head merged in
 /// one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeTuning {
     /// Invocations per workgroup: a power of two, 32 to 1024, at most the
-    /// adapter's `max_compute_invocations_per_workgroup` (128).
+    /// adapter's `max_compute_invocations_per_workgroup` (256; 128 where
+    /// the adapter allows no more, [`device_tuning`]).
     pub workgroup: u32,
-    /// Workgroups the split aims for at least (264: two per compute unit
-    /// of the largest GPUs, 132 on an H100/H200).
+    /// Workgroups the split aims for at least (132: one per compute unit
+    /// of an H100/H200).
     pub target_groups: u64,
     /// Exactly this many splits instead of the policy (`None`: the policy);
     /// fewer where there are fewer 16-key steps.
@@ -87,8 +88,12 @@ pub struct DecodeTuning {
 impl Default for DecodeTuning {
     fn default() -> Self {
         Self {
-            workgroup: 128,
-            target_groups: 264,
+            // 256 invocations for 132 workgroups: in session 19's sweep on
+            // an H100 (BENCHMARKS.md, run S), 32 heads over 8 or 32 kv
+            // heads, as fast as 128x264 at 256-1024 keys and 25-34 % faster
+            // from 3 072 (512x32m8 is faster at 2 048 alone).
+            workgroup: 256,
+            target_groups: 132,
             splits: None,
             min_chunk: 32,
             max_chunk: 512,
@@ -369,12 +374,53 @@ pub fn uses_subgroups(caps: &AdapterCaps, head_dim: u64) -> bool {
     caps.subgroups && u64::from(caps.subgroup_min_size) >= lanes_per_key(head_dim)
 }
 
-/// `(chunk, splits)` for `n_kv` kv heads over `keys` keys with the
-/// default [`DecodeTuning`]: enough splits for 264 workgroups, each at
-/// least 32 keys (where there are that many) and at most 512; chunks are
-/// multiples of 16 keys.
-pub fn decode_split(n_kv: u64, keys: u64) -> (u64, u64) {
-    DecodeTuning::default().split(n_kv, keys)
+/// `(chunk, splits)` for `per_split` workgroups a split (kv heads, or
+/// query heads where they are spread, [`DecodeTuning::workgroups_per_split`])
+/// over `keys` keys with the default [`DecodeTuning`]: enough splits for
+/// 132 workgroups, each at least 32 keys (where there are that many) and at
+/// most 512; chunks are multiples of 16 keys.
+pub fn decode_split(per_split: u64, keys: u64) -> (u64, u64) {
+    DecodeTuning::default().split(per_split, keys)
+}
+
+/// The tuning a device runs for `heads` over `sq` rows: `asked`
+/// (`GpuOptions::decode`) where it fits the adapter, else the default,
+/// else the default at 128 invocations (adapters that allow fewer than
+/// 256), else the default at the adapter's largest power of two.
+pub fn device_tuning(
+    caps: &AdapterCaps,
+    limits: &wgpu::Limits,
+    asked: Option<DecodeTuning>,
+    heads: Heads,
+    sq: u64,
+) -> DecodeTuning {
+    let group = heads.n_heads / heads.n_kv_heads.max(1);
+    let fits = |t: &DecodeTuning| {
+        let queries = t.heads_per_workgroup(group) * sq;
+        t.unusable(caps, limits, heads.head_dim, queries).is_none()
+    };
+    let d = DecodeTuning::default();
+    let max = caps
+        .max_invocations_per_workgroup
+        .min(limits.max_compute_workgroup_size_x)
+        .max(32);
+    let small = [
+        DecodeTuning {
+            workgroup: 128,
+            target_groups: 264,
+            ..d
+        },
+        DecodeTuning {
+            workgroup: 1 << max.ilog2(),
+            ..d
+        },
+    ];
+    asked
+        .into_iter()
+        .chain([d])
+        .chain(small)
+        .find(fits)
+        .unwrap_or(d)
 }
 
 /// The decode module for `subgroups`/`rope` with `shape` written in, made
@@ -534,17 +580,18 @@ mod tests {
                 }
                 // enough workgroups where the keys allow 32-key chunks
                 // (less a little for chunks rounded up to whole steps)
-                if keys >= 32 * 264 {
-                    assert!(n_kv * splits >= 240, "{n_kv} {keys}: {splits}");
+                if keys >= 32 * 132 {
+                    assert!(n_kv * splits >= 120, "{n_kv} {keys}: {splits}");
                 }
             }
         }
-        // Llama-7B at 512 keys: 32 kv heads x 8 splits of 64 keys.
-        assert_eq!(decode_split(32, 512), (64, 8));
-        // Llama-3-8B (8 kv heads) at 512: 16 splits of 32 keys.
+        // Llama-7B (32 kv heads), and Llama-3-8B's 32 query heads spread
+        // over workgroups, at 512 keys: 5 splits of 112 keys.
+        assert_eq!(decode_split(32, 512), (112, 5));
+        // Llama-3-8B with its 8 kv heads' groups whole: 16 splits of 32.
         assert_eq!(decode_split(8, 512), (32, 16));
-        // Llama-7B at 4096: 9 splits of 464 keys (288 workgroups).
-        assert_eq!(decode_split(32, 4096), (464, 9));
+        // at 4096: 8 splits of 512 keys (256 workgroups).
+        assert_eq!(decode_split(32, 4096), (512, 8));
         // a long cache: chunks of 512 keys.
         assert_eq!(decode_split(8, 32768), (512, 64));
         // one split up to 32 keys.
@@ -593,13 +640,13 @@ mod tests {
     #[test]
     fn tunings_parse_print_and_reject_bad_text() {
         let t = |s: &str| s.parse::<DecodeTuning>();
-        assert_eq!(t("128x264m4"), Ok(DecodeTuning::default()));
+        assert_eq!(t("256x132m4"), Ok(DecodeTuning::default()));
         let plain = DecodeTuning {
             merge: 1,
             ..DecodeTuning::default()
         };
-        assert_eq!(t(" 128 "), Ok(plain));
-        assert_eq!(DecodeTuning::default().to_string(), "128x264m4");
+        assert_eq!(t(" 256 "), Ok(plain));
+        assert_eq!(DecodeTuning::default().to_string(), "256x132m4");
         let one = t("512s1").expect("parses");
         assert_eq!((one.workgroup, one.splits, one.merge), (512, Some(1), 1));
         let all = t("1024S1M32").expect("parses");
@@ -614,7 +661,7 @@ mod tests {
             ),
             (256, 132, None, 4)
         );
-        assert_eq!(t("64m2").expect("parses").target_groups, 264);
+        assert_eq!(t("64m2").expect("parses").target_groups, 132);
         let spread = t("128x264m4h2").expect("parses");
         assert_eq!((spread.merge, spread.heads), (4, Some(2)));
         assert_eq!(t("128h8").expect("parses").heads, Some(8));

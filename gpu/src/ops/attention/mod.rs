@@ -31,7 +31,7 @@ use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape,
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
-pub use decode::{DecodeTuning, decode_split, lanes_per_key, uses_subgroups};
+pub use decode::{DecodeTuning, decode_split, device_tuning, lanes_per_key, uses_subgroups};
 pub use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, KvStaging};
 pub use flash::{
     DEFAULT_REGISTERS as FLASH_DEFAULT_REGISTERS, choose as flash_kernel_for,
@@ -71,7 +71,8 @@ pub enum Mask {
 /// q in place (so q's contents afterwards are either).
 ///
 /// The decode kernel runs with the device's [`DecodeTuning`]
-/// (`GpuOptions::decode` where it fits, else the default);
+/// (`GpuOptions::decode` where it fits, else the default or, on adapters
+/// with small workgroups, a smaller one: [`device_tuning`]);
 /// [`record_attention_tuned`] takes another.
 #[allow(clippy::too_many_arguments)] // the op's operands
 pub fn record_attention(
@@ -88,16 +89,14 @@ pub fn record_attention(
     rope: Option<&RopeTable>,
     scratch: &mut LinearScratch,
 ) -> Result<(), GpuError> {
-    let tuning = gpu
-        .decode_tuning()
-        .filter(|t| {
-            let group = heads.n_heads / heads.n_kv_heads.max(1);
-            let queries = t.heads_per_workgroup(group) * q.shape.first().copied().unwrap_or(1);
-            let limits = gpu.device.limits();
-            t.unusable(&gpu.caps, &limits, heads.head_dim, queries)
-                .is_none()
-        })
-        .unwrap_or_default();
+    let sq = q.shape.first().copied().unwrap_or(1);
+    let tuning = decode::device_tuning(
+        &gpu.caps,
+        &gpu.device.limits(),
+        gpu.decode_tuning(),
+        heads,
+        sq,
+    );
     record_attention_tuned(
         gpu, cache, enc, q, k_cache, v_cache, out, heads, kv_len, pos0, rope, scratch, &tuning,
         None,
