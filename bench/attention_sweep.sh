@@ -11,11 +11,12 @@ d=${DYNVRAM:-.dev/dynvram}
 out=${OUT:-bench-out}
 mkdir -p "$out"
 source bench/gpu_env.sh
-# The runtime's default first, then larger workgroups under the policy
+# The runtime's default first (and with all heads of a kv head in one
+# workgroup, h8), then other workgroup sizes under the policy
 # (fewer splits), then one split per kv head (no combine launch), merged one
 # key group at a time, 8 at once (fits 4 queries per kv head), or all at
 # once (1 query per kv head; skipped where the workgroup memory is short).
-tunings=${TUNINGS:-128x264,256x132,512x64,512x32,1024x32,128s1,256s1,512s1,1024s1,256s1m8,512s1m8,1024s1m8,512s1m16,1024s1m32,512x32m8,1024x32m8,128x264m4}
+tunings=${TUNINGS:-256x132m4,256x132m4h8,128x264,256x132,512x64,512x32,1024x32,128s1,256s1,512s1,1024s1,256s1m8,512s1m8,1024s1m8,512s1m16,1024s1m32,512x32m8,1024x32m8,128x264m4}
 args=(bench attention --backend vulkan --keys "${KEYS:-128,512,2048,8192}" --heads 32
     --kv-heads "${KV_HEADS:-32,8}" --head-dim 128 --tunings "$tunings" --reps "${REPS:-50}")
 "$d" "${args[@]}" 2>&1 | tee "$out/attention.txt"
