@@ -779,4 +779,44 @@ mod tests {
         };
         assert!(zero.unusable(&caps, &limits, 128, 1).is_some());
     }
+
+    #[test]
+    fn the_device_tuning_is_the_asked_one_where_it_fits_else_a_fitting_default() {
+        let mut caps = AdapterCaps::baseline("test", "vulkan");
+        caps.max_invocations_per_workgroup = 1024;
+        caps.max_workgroup_storage = 32 << 10;
+        let mut limits = wgpu::Limits {
+            max_compute_workgroup_size_x: 1024,
+            ..Default::default()
+        };
+        let heads = Heads {
+            n_heads: 32,
+            n_kv_heads: 8,
+            head_dim: 128,
+        };
+        let t = |s: &str| s.parse::<DecodeTuning>().expect(s);
+        let pick = |caps: &AdapterCaps, limits: &wgpu::Limits, asked| {
+            super::device_tuning(caps, limits, asked, heads, 1).to_string()
+        };
+        assert_eq!(pick(&caps, &limits, None), "256x132m4");
+        assert_eq!(pick(&caps, &limits, Some(t("512x32m8"))), "512x32m8");
+        limits.max_compute_workgroup_size_x = 256;
+        assert_eq!(
+            pick(&caps, &limits, Some(t("512x32m8"))),
+            "256x132m4",
+            "too wide"
+        );
+        limits.max_compute_workgroup_size_x = 128;
+        assert_eq!(
+            pick(&caps, &limits, None),
+            "128x264m4",
+            "the former default"
+        );
+        caps.max_invocations_per_workgroup = 64;
+        assert_eq!(
+            pick(&caps, &limits, None),
+            "64x132m4",
+            "the adapter's widest"
+        );
+    }
 }
