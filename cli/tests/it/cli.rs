@@ -212,8 +212,9 @@ fn bench_dispatch_reports_each_layout() {
 }
 
 /// `bench attention` times a tiny decode attention per tuning (the
-/// default policy, one forced split, several with a merge of two) with its
-/// splits and launches, and refuses a bad tuning as a flag error.
+/// default policy, one forced split, several with a merge of two, whole
+/// kv-head groups) with its splits, workgroups and launches, and refuses a
+/// bad tuning as a flag error.
 #[test]
 fn bench_attention_reports_each_tuning() {
     let name = "bench_attention_reports_each_tuning";
@@ -231,7 +232,7 @@ fn bench_attention_reports_each_tuning() {
         "32",
         "--f32",
         "--tunings",
-        "128x264,64s1,128s3m2",
+        "128x264,64s1,128s3m2,128x264h2",
         "--reps",
         "1",
     ];
@@ -243,28 +244,32 @@ fn bench_attention_reports_each_tuning() {
     let figures = report["figures"].as_array().expect("figures");
     let skipped = report["skipped"].as_array().expect("skipped");
     assert!(skipped.is_empty(), "{report}");
-    let got: Vec<(&str, u64, u64)> = figures
+    let got: Vec<(&str, u64, u64, u64)> = figures
         .iter()
         .map(|f| {
             assert_eq!(f["kernel"], "decode", "{f}");
             assert!(f["us"].as_f64().is_some_and(|us| us > 0.0), "{f}");
             assert!(f["kv_gb_per_s"].as_f64().is_some_and(|g| g > 0.0), "{f}");
-            assert_eq!(
-                f["workgroups"].as_u64(),
-                f["splits"].as_u64().map(|s| 2 * s)
-            );
             (
                 f["tuning"].as_str().expect("tuning"),
                 f["splits"].as_u64().expect("splits"),
+                f["workgroups"].as_u64().expect("workgroups"),
                 f["launches"].as_u64().expect("launches"),
             )
         })
         .collect();
-    // 40 keys over 2 kv heads: the policy's 2 splits of 32 keys; forced
-    // 1; forced 3 of 16.
+    // 40 keys: the policy's 2 splits of 32 keys; forced 1; forced 3 of 16.
+    // One query head a workgroup (4 a split; RoPE a launch of its own, then
+    // the decode kernel and the combine where there are splits), or both
+    // heads of a kv head (`h2`: 2 a split, RoPE fused).
     assert_eq!(
         got,
-        [("128x264", 2, 2), ("64s1", 1, 1), ("128s3m2", 3, 2)],
+        [
+            ("128x264", 2, 8, 3),
+            ("64s1", 1, 4, 2),
+            ("128s3m2", 3, 12, 3),
+            ("128x264h2", 2, 4, 2)
+        ],
         "{report}"
     );
     let bad = dynvram()
