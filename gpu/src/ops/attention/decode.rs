@@ -161,30 +161,35 @@ impl DecodeTuning {
         head_dim: u64,
         queries: u64,
     ) -> Option<String> {
+        self.misfit(caps, limits, head_dim, queries)
+            .map(|m| m.describe(self, head_dim, queries, caps))
+    }
+
+    /// Which limit this tuning breaks ([`Self::unusable`] without
+    /// formatting: a launch path asks per layer and must not allocate).
+    fn misfit(
+        &self,
+        caps: &AdapterCaps,
+        limits: &wgpu::Limits,
+        head_dim: u64,
+        queries: u64,
+    ) -> Option<Misfit> {
         let wg = self.workgroup;
         if !wg.is_power_of_two() || !(32..=1024).contains(&wg) {
-            return Some(format!(
-                "a workgroup of {wg} invocations (want a power of two, 32 to 1024)"
-            ));
+            return Some(Misfit::Size);
         }
         let max = caps
             .max_invocations_per_workgroup
             .min(limits.max_compute_workgroup_size_x);
         if wg > max {
-            return Some(format!(
-                "a workgroup of {wg} invocations exceeds the adapter's {max}"
-            ));
+            return Some(Misfit::Wide(max));
         }
         if self.merge == 0 {
-            return Some("a merge of 0 key groups per round (want at least 1)".into());
+            return Some(Misfit::NoMerge);
         }
         let bytes = self.workgroup_bytes(head_dim, queries, uses_subgroups(caps, head_dim));
         if bytes > u64::from(caps.max_workgroup_storage) {
-            return Some(format!(
-                "{bytes} bytes of workgroup memory ({wg} invocations merging {} key groups a round) exceed the adapter's {}",
-                self.shape(head_dim, queries).merge,
-                caps.max_workgroup_storage
-            ));
+            return Some(Misfit::Memory(bytes));
         }
         None
     }
@@ -215,6 +220,40 @@ impl DecodeTuning {
             bytes += 4 * (u64::from(s.wg) * queries + kp * MAX_QUERIES);
         }
         bytes
+    }
+}
+
+/// The limit a [`DecodeTuning`] breaks on an adapter.
+enum Misfit {
+    Size,
+    Wide(u32),
+    NoMerge,
+    Memory(u64),
+}
+
+impl Misfit {
+    fn describe(
+        &self,
+        t: &DecodeTuning,
+        head_dim: u64,
+        queries: u64,
+        caps: &AdapterCaps,
+    ) -> String {
+        let wg = t.workgroup;
+        match *self {
+            Self::Size => {
+                format!("a workgroup of {wg} invocations (want a power of two, 32 to 1024)")
+            }
+            Self::Wide(max) => {
+                format!("a workgroup of {wg} invocations exceeds the adapter's {max}")
+            }
+            Self::NoMerge => "a merge of 0 key groups per round (want at least 1)".into(),
+            Self::Memory(bytes) => format!(
+                "{bytes} bytes of workgroup memory ({wg} invocations merging {} key groups a round) exceed the adapter's {}",
+                t.shape(head_dim, queries).merge,
+                caps.max_workgroup_storage
+            ),
+        }
     }
 }
 
@@ -397,7 +436,7 @@ pub fn device_tuning(
     let group = heads.n_heads / heads.n_kv_heads.max(1);
     let fits = |t: &DecodeTuning| {
         let queries = t.heads_per_workgroup(group) * sq;
-        t.unusable(caps, limits, heads.head_dim, queries).is_none()
+        t.misfit(caps, limits, heads.head_dim, queries).is_none()
     };
     let d = DecodeTuning::default();
     let max = caps
