@@ -19,6 +19,7 @@
 //! Knows nothing of models, passes, residency or pins (`dynvram_runtime`).
 
 pub mod accounting;
+mod decode_tuning;
 mod error;
 pub mod gpu;
 pub mod ops;

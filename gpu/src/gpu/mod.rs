@@ -82,7 +82,7 @@ pub struct Gpu {
     /// [`GpuOptions::flash`].
     flash: Option<FlashKernel>,
     /// [`GpuOptions::decode`].
-    decode: Option<crate::ops::attention::DecodeTuning>,
+    decode: Option<crate::decode_tuning::DecodeTuning>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -240,7 +240,7 @@ impl Gpu {
     }
 
     /// [`GpuOptions::decode`] of this device.
-    pub fn decode_tuning(&self) -> Option<crate::ops::attention::DecodeTuning> {
+    pub fn decode_tuning(&self) -> Option<crate::decode_tuning::DecodeTuning> {
         self.decode
     }
 
@@ -676,7 +676,7 @@ pub struct GpuOptions {
     pub flash: Option<FlashKernel>,
     /// The decode-attention kernel's tuning instead of the default
     /// (tuning; where it does not fit a launch, the default runs).
-    pub decode: Option<crate::ops::attention::DecodeTuning>,
+    pub decode: Option<crate::decode_tuning::DecodeTuning>,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
     /// loaded when the device opens, written back when it is dropped or at
