@@ -579,15 +579,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tunings_fit_the_adapter() {
+    /// An adapter of 1024 invocations and 32 KiB of workgroup memory,
+    /// without subgroups.
+    fn wide_adapter() -> (AdapterCaps, wgpu::Limits) {
         let mut caps = AdapterCaps::baseline("test", "vulkan");
         caps.max_invocations_per_workgroup = 1024;
         caps.max_workgroup_storage = 32 << 10;
-        let mut limits = wgpu::Limits {
+        let limits = wgpu::Limits {
             max_compute_workgroup_size_x: 1024,
             ..Default::default()
         };
+        (caps, limits)
+    }
+
+    #[test]
+    fn tunings_fit_the_adapter() {
+        let (mut caps, mut limits) = wide_adapter();
         let t = |s: &str| s.parse::<DecodeTuning>().expect(s);
         assert_eq!(
             DecodeTuning::default().unusable(&caps, &limits, 128, 8),
@@ -622,13 +629,7 @@ mod tests {
 
     #[test]
     fn the_device_tuning_is_the_asked_one_where_it_fits_else_a_fitting_default() {
-        let mut caps = AdapterCaps::baseline("test", "vulkan");
-        caps.max_invocations_per_workgroup = 1024;
-        caps.max_workgroup_storage = 32 << 10;
-        let mut limits = wgpu::Limits {
-            max_compute_workgroup_size_x: 1024,
-            ..Default::default()
-        };
+        let (mut caps, mut limits) = wide_adapter();
         let heads = Heads {
             n_heads: 32,
             n_kv_heads: 8,
