@@ -71,16 +71,11 @@ impl AdapterArgs {
 /// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning) and
 /// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
 /// `512x32m8`, for tuning): the one place the program reads them. A value
-/// it does not know is warned about and the default kept. No pipeline cache: [`AdapterArgs::choice`] adds its folder.
+/// it does not know is warned about and the default kept. No pipeline
+/// cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
     fn var<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
-        match std::env::var(name) {
-            Ok(v) => v.parse().unwrap_or_else(|e: String| {
-                tracing::warn!("{name}: {e}; using the default");
-                default
-            }),
-            Err(_) => default,
-        }
+        optional(name).unwrap_or(default)
     }
     fn optional<T: std::str::FromStr<Err = String>>(name: &str) -> Option<T> {
         let v = std::env::var(name).ok()?;

@@ -12,8 +12,8 @@
 use std::process::ExitCode;
 
 use dynvram_runtime::ops::attention::{
-    DecodeTuning, FlashKernel, Heads, Mask, decode_unusable, flash_geometry, flash_kernel_for,
-    flash_kernel_unusable, record_attention_tuned, record_flash_attention_tuned,
+    DecodeTuning, FlashKernel, Heads, Mask, decode_fuses_rope, decode_unusable, flash_geometry,
+    flash_kernel_for, flash_kernel_unusable, record_attention_tuned, record_flash_attention_tuned,
 };
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::LinearScratch;
@@ -342,11 +342,9 @@ impl Case {
         // As `record_attention_tuned` chooses: the decode kernel, RoPE
         // fused where it can, else a RoPE launch before it.
         let decode = decode_unusable(h, 1, false).is_none();
-        let group = h.n_heads / h.n_kv_heads;
-        let rope_launch = self.rope.is_some()
-            && (decode_unusable(h, 1, true).is_some() || !tuning.fuses_rope(group));
+        let rope_launch = self.rope.is_some() && !decode_fuses_rope(h, 1, tuning);
         if decode {
-            let queries = tuning.heads_per_workgroup(group);
+            let queries = tuning.queries(h, 1);
             let limits = gpu.device.limits();
             if let Some(why) = tuning.unusable(&gpu.caps, &limits, h.head_dim, queries) {
                 return Ok(Timed::Skipped(why));

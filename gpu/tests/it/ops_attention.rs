@@ -214,8 +214,7 @@ fn tuning_fits(
     sq: usize,
     skipped: &mut std::collections::BTreeSet<String>,
 ) -> bool {
-    let group = heads.n_heads / heads.n_kv_heads;
-    let queries = tuning.heads_per_workgroup(group) * sq as u64;
+    let queries = tuning.queries(heads, sq as u64);
     if decode_unusable(heads, sq as u64, false).is_some() {
         // The scalar kernels: the tuning is not read.
         return true;

@@ -42,8 +42,13 @@ impl DecodeTuning {
     /// Workgroups of a split for `heads`: one per kv head and each
     /// workgroup's share of its query heads.
     pub fn workgroups_per_split(&self, heads: Heads) -> u64 {
-        let group = heads.n_heads / heads.n_kv_heads.max(1);
-        heads.n_heads / self.heads_per_workgroup(group)
+        heads.n_heads / self.heads_per_workgroup(heads.group())
+    }
+
+    /// Queries a workgroup holds for `sq` rows of `heads`: its heads
+    /// times the rows (what [`Self::unusable`] is asked about).
+    pub fn queries(&self, heads: Heads, sq: u64) -> u64 {
+        self.heads_per_workgroup(heads.group()) * sq
     }
 
     /// Why this tuning cannot run on an adapter of `caps` and `limits` for
@@ -173,7 +178,7 @@ impl fmt::Display for NotDecode {
 }
 
 fn why_not(heads: Heads, span: Span, rope: bool) -> Option<NotDecode> {
-    let queries = heads.n_heads / heads.n_kv_heads * span.sq;
+    let queries = heads.group() * span.sq;
     if span.batch != 1 || queries > MAX_QUERIES {
         return Some(NotDecode::Queries {
             batch: span.batch,
@@ -200,6 +205,13 @@ pub(super) fn unusable(heads: Heads, span: Span, rope: bool) -> Option<String> {
 /// without formatting why not.
 pub(super) fn takes(heads: Heads, span: Span, rope: bool) -> bool {
     why_not(heads, span, rope).is_none()
+}
+
+/// Whether the decode kernel with `tuning` rotates q and the new keys
+/// itself (else RoPE is a launch of its own): it takes this attention
+/// with RoPE, and one workgroup holds all heads of a kv head.
+pub(super) fn fuses_rope(heads: Heads, span: Span, tuning: &DecodeTuning) -> bool {
+    takes(heads, span, true) && tuning.fuses_rope(heads.group())
 }
 
 /// Lanes per key for `head_dim`: its vec4s rounded up to a power of two,
@@ -234,10 +246,9 @@ pub fn device_tuning(
     heads: Heads,
     sq: u64,
 ) -> DecodeTuning {
-    let group = heads.n_heads / heads.n_kv_heads.max(1);
     let fits = |t: &DecodeTuning| {
-        let queries = t.heads_per_workgroup(group) * sq;
-        t.misfit(caps, limits, heads.head_dim, queries).is_none()
+        t.misfit(caps, limits, heads.head_dim, t.queries(heads, sq))
+            .is_none()
     };
     let d = DecodeTuning::default();
     let max = caps
@@ -291,9 +302,9 @@ pub(super) fn record(
 ) -> Result<(), GpuError> {
     const OP: &str = "attention";
     let (n_heads, n_kv_heads, head_dim) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
-    let group = n_heads / n_kv_heads;
+    let group = heads.group();
     let hpw = tuning.heads_per_workgroup(group);
-    let queries = hpw * span.sq;
+    let queries = tuning.queries(heads, span.sq);
     let limits = gpu.device.limits();
     if let Some(why) = tuning.unusable(&gpu.caps, &limits, head_dim, queries) {
         return Err(bad(OP, format!("decode tuning {tuning}: {why}")));

@@ -168,8 +168,7 @@ pub fn record_attention_tuned(
         v: v_cache,
         out,
     };
-    let group = heads.n_heads / heads.n_kv_heads;
-    let fused = rope.filter(|_| decode::takes(heads, span, true) && tuning.fuses_rope(group));
+    let fused = rope.filter(|_| decode::fuses_rope(heads, span, tuning));
     if let Some(table) = rope.filter(|_| fused.is_none()) {
         crate::ops::rope::record_rope_q_cache(
             gpu,
@@ -297,15 +296,27 @@ pub fn flash_unusable(
 /// decode kernel (with RoPE fused where `rope`), or `None` when they would
 /// (and take its [`DecodeTuning`]).
 pub fn decode_unusable(heads: Heads, sq: u64, rope: bool) -> Option<String> {
-    let span = Span {
+    decode::unusable(heads, decode_span(sq), rope)
+}
+
+/// Whether `sq` query rows over a cache with `heads` run RoPE inside the
+/// decode kernel with `tuning` (as [`record_attention_tuned`] decides),
+/// rather than as a launch of its own.
+pub fn decode_fuses_rope(heads: Heads, sq: u64, tuning: &DecodeTuning) -> bool {
+    decode::fuses_rope(heads, decode_span(sq), tuning)
+}
+
+/// A span of `sq` rows at the start of a cache of as many: what the decode
+/// kernel's choices depend on (batch 1, the rows), without a cache.
+fn decode_span(sq: u64) -> Span {
+    Span {
         batch: 1,
         sq,
         kv_rows: sq,
         kv_len: sq,
         pos0: 0,
         causal: true,
-    };
-    decode::unusable(heads, span, rope)
+    }
 }
 
 /// Checks the operands of both forms; returns the rows of q and of k.

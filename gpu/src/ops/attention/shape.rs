@@ -19,6 +19,11 @@ pub struct Heads {
 }
 
 impl Heads {
+    /// Query heads per kv head (their group; 1 without grouped heads).
+    pub fn group(self) -> u64 {
+        self.n_heads / self.n_kv_heads.max(1)
+    }
+
     pub(super) fn check(self, op: &'static str) -> Result<(), GpuError> {
         let Self {
             n_heads,
