@@ -51,6 +51,25 @@ pub fn tiny_flux() -> PathBuf {
     )
 }
 
+/// The tiny FLUX.1 text-to-image pipeline with diffusers' references
+/// (`fixtures/tiny-flux-pipeline`: four weight files, configs, PNGs).
+#[track_caller]
+pub fn tiny_flux_pipeline() -> PathBuf {
+    dir(
+        "tiny-flux-pipeline",
+        &[
+            "flux1-dev.safetensors",
+            "clip_l.safetensors",
+            "t5xxl_fp16.safetensors",
+            "ae.safetensors",
+            "reference.safetensors",
+            "configs/dev/transformer/config.json",
+            "image_0.png",
+            "image_1.png",
+        ],
+    )
+}
+
 /// The cache folder the tests share for generated models (the built-in
 /// model), one for every test binary of a run (files are written
 /// atomically).

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use dynvram_models::llama::synth::SynthDtype;
 use dynvram_models::mlp_stack::{self, Probe, Shape};
+use dynvram_models::synth::SynthDtype;
 use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::planning::{ARENAS, arena_offsets, arena_size};
 use dynvram_runtime::{Model, Runtime, RuntimeConfig};

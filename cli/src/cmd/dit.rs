@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use dynvram_loader::atomic::write_file;
+use dynvram_models::flux::sample::{self, SampleOptions, StepDone};
 use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs, ForwardOptions};
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{ActDtype, Model, PassStats, Runtime, RuntimeConfig};
@@ -16,8 +17,7 @@ use serde::Serialize;
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::run::LinearDtypeArg;
-use crate::output::{bar, bytes_bar, print_json, size};
-use dynvram_models::llama::synth::{SynthDtype, SynthOptions};
+use crate::output::{bar, print_json, size};
 
 /// Most `--steps`.
 const MAX_STEPS: usize = 10_000;
@@ -131,24 +131,6 @@ struct Report {
     budget: dynvram_runtime::BudgetReport,
 }
 
-/// BFL's `get_schedule`: `steps + 1` sigmas from 1 to 0, shifted by
-/// `mu = lin(image tokens)` (0.5 at 256 tokens, 1.15 at 4096) unless `shift`
-/// is off.
-pub fn schedule(steps: usize, image_tokens: usize, shift: bool) -> Vec<f64> {
-    let m = (1.15 - 0.5) / (4096.0 - 256.0);
-    let mu = m * image_tokens as f64 + (0.5 - m * 256.0);
-    (0..=steps)
-        .map(|i| {
-            let t = 1.0 - i as f64 / steps as f64;
-            if !shift || t <= 0.0 {
-                t
-            } else {
-                mu.exp() / (mu.exp() + (1.0 / t - 1.0))
-            }
-        })
-        .collect()
-}
-
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let ckpt = FluxCheckpoint::open(&args.model)
@@ -196,22 +178,18 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             (out, Vec::new())
         }
         Some(n) => {
-            let sigmas = schedule(n, inputs.shape.img_len, !args.no_shift);
+            let sigmas = sample::bfl_schedule(n, inputs.shape.img_len, !args.no_shift);
             let pb = (!json).then(|| bar(n as u64, "steps"));
-            for w in sigmas.windows(2) {
-                let (t, t_prev) = (w[0], w[1]);
-                inputs.timesteps.iter_mut().for_each(|v| *v = t as f32);
-                let v = pass(&mut flux, &inputs)?;
-                let dt = (t_prev - t) as f32;
-                inputs
-                    .img
-                    .iter_mut()
-                    .zip(&v)
-                    .for_each(|(x, v)| *x += dt * v);
+            let mut on_step = |_: StepDone<'_>| {
                 if let Some(pb) = &pb {
                     pb.inc(1);
                 }
-            }
+            };
+            let opts = SampleOptions {
+                trace: Some(&mut trace),
+                on_step: Some(&mut on_step),
+            };
+            stats = sample::sample(&mut flux, &rt, &model, &mut inputs, &sigmas, opts)?;
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }
@@ -264,66 +242,6 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         print_json(&report)?;
     } else {
         print_text(&report, &args.out);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The writer's options of `synth --like flux-*`, the flags checked
-/// (`--layers` and `--tokenizer` are the Llama presets').
-pub fn synth_options(
-    layers: Option<usize>,
-    tokenizer: bool,
-    dtype: SynthDtype,
-    seed: u64,
-) -> anyhow::Result<SynthOptions> {
-    if layers.is_some() || tokenizer {
-        bail!("--layers and --tokenizer apply to the Llama presets, not to Flux");
-    }
-    Ok(SynthOptions {
-        dtype,
-        seed,
-        ..SynthOptions::default()
-    })
-}
-
-/// `synth --like flux-dev|flux-schnell`: random weights of FLUX.1's shapes
-/// in BFL layout, as one `.safetensors` file (when `path` ends so; the
-/// config is then inferred from the shapes, as for ComfyUI's files) or a
-/// folder with `model.safetensors` and `config.json`.
-pub fn synth(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow::Result<ExitCode> {
-    let config = dynvram_models::flux::synth::preset(like)
-        .with_context(|| format!("unknown --like {like}"))?;
-    let single = path.extension().is_some_and(|e| e == "safetensors");
-    let file = if single {
-        path.to_owned()
-    } else {
-        path.join("model.safetensors")
-    };
-    let pb = bytes_bar(0, "synth");
-    let bytes = dynvram_models::flux::synth::write_checkpoint(
-        &file,
-        &config,
-        "",
-        opts,
-        !single,
-        &mut |done, total| {
-            pb.set_length(total);
-            pb.set_position(done);
-        },
-    )
-    .with_context(|| format!("writing {}", path.display()))?;
-    pb.finish_and_clear();
-    let mut files = vec![file.clone()];
-    if !single {
-        files.push(file.with_file_name("config.json"));
-    }
-    if json {
-        print_json(&serde_json::json!({"files": files, "bytes": bytes, "like": like}))?;
-    } else {
-        println!("wrote {} like {like} into {}", size(bytes), path.display());
-        for f in &files {
-            println!("  {}", f.display());
-        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -391,25 +309,4 @@ fn print_text(r: &Report, out: &Path) {
         out.display(),
         r.max_abs_out
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::schedule;
-
-    #[test]
-    fn schedule_is_bfl_get_schedule() {
-        assert_eq!(schedule(2, 4096, false), vec![1.0, 0.5, 0.0]);
-        // mu = 1.15 at 4096 tokens: t = 0.5 maps to e^mu / (e^mu + 1).
-        let s = schedule(2, 4096, true);
-        let e = 1.15f64.exp();
-        assert_eq!(s[0], 1.0);
-        assert!((s[1] - e / (e + 1.0)).abs() < 1e-12, "{s:?}");
-        assert_eq!(s[2], 0.0);
-        // mu = 0.5 at 256 tokens.
-        let s = schedule(4, 256, true);
-        let e = 0.5f64.exp();
-        assert!((s[3] - e / (e + 3.0)).abs() < 1e-12, "{s:?}");
-        assert!(s.windows(2).all(|w| w[0] > w[1]), "{s:?}");
-    }
 }

@@ -1,12 +1,13 @@
 //! `dynvram synth MODEL_DIR --like llama-7b`: a randomly initialised
 //! checkpoint of a real model's shapes in Hugging Face layout, for benchmarks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use dynvram_models::llama::MAX_LAYERS;
-use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
+use dynvram_models::llama::synth;
+use dynvram_models::synth::{SynthDtype, SynthOptions};
 
 use crate::output::{bytes_bar, print_json, size};
 
@@ -65,13 +66,8 @@ impl From<DtypeArg> for SynthDtype {
 /// The preset's config and the writer's options, the flags checked.
 pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)> {
     if let Some(flux) = dynvram_models::flux::synth::preset(&args.like) {
-        return crate::cmd::dit::synth_options(
-            args.layers,
-            args.tokenizer,
-            args.dtype.into(),
-            args.seed,
-        )
-        .map(|opts| (flux.to_json(), opts));
+        return flux_options(args.layers, args.tokenizer, args.dtype.into(), args.seed)
+            .map(|opts| (flux.to_json(), opts));
     }
     let config =
         synth::preset(&args.like).with_context(|| format!("unknown --like {}", args.like))?;
@@ -96,7 +92,7 @@ pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)>
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let (config, opts) = options(&args)?;
     if dynvram_models::flux::synth::preset(&args.like).is_some() {
-        return crate::cmd::dit::synth(&args.model_dir, &args.like, opts, json);
+        return write_flux(&args.model_dir, &args.like, opts, json);
     }
     let pb = bytes_bar(0, "synth");
     let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
@@ -127,6 +123,66 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             args.model_dir.display()
         );
         for f in &report.files {
+            println!("  {}", f.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The writer's options of `--like flux-*`, the flags checked
+/// (`--layers` and `--tokenizer` are the Llama presets').
+fn flux_options(
+    layers: Option<usize>,
+    tokenizer: bool,
+    dtype: SynthDtype,
+    seed: u64,
+) -> anyhow::Result<SynthOptions> {
+    if layers.is_some() || tokenizer {
+        anyhow::bail!("--layers and --tokenizer apply to the Llama presets, not to Flux");
+    }
+    Ok(SynthOptions {
+        dtype,
+        seed,
+        ..SynthOptions::default()
+    })
+}
+
+/// `--like flux-dev|flux-schnell`: random weights of FLUX.1's shapes
+/// in BFL layout, as one `.safetensors` file (when `path` ends so; the
+/// config is then inferred from the shapes, as for ComfyUI's files) or a
+/// folder with `model.safetensors` and `config.json`.
+fn write_flux(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow::Result<ExitCode> {
+    let config = dynvram_models::flux::synth::preset(like)
+        .with_context(|| format!("unknown --like {like}"))?;
+    let single = path.extension().is_some_and(|e| e == "safetensors");
+    let file = if single {
+        path.to_owned()
+    } else {
+        path.join("model.safetensors")
+    };
+    let pb = bytes_bar(0, "synth");
+    let bytes = dynvram_models::flux::synth::write_checkpoint(
+        &file,
+        &config,
+        "",
+        opts,
+        !single,
+        &mut |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        },
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    pb.finish_and_clear();
+    let mut files = vec![file.clone()];
+    if !single {
+        files.push(file.with_file_name("config.json"));
+    }
+    if json {
+        print_json(&serde_json::json!({"files": files, "bytes": bytes, "like": like}))?;
+    } else {
+        println!("wrote {} like {like} into {}", size(bytes), path.display());
+        for f in &files {
             println!("  {}", f.display());
         }
     }

@@ -151,10 +151,44 @@ impl DetectedFlux {
             files,
             prefix,
         } = self;
+        let config = config_file
+            .as_deref()
+            .map(FluxConfig::from_file)
+            .transpose()?;
+        Self::open_as(path, weights, files, prefix, config)
+    }
+
+    /// [`Self::open`] with `config` instead of a `config.json` (or the
+    /// shapes): for single files whose heads or RoPE axes cannot be
+    /// inferred, their config kept elsewhere. `config` is validated and
+    /// checked against every tensor a pass uses.
+    pub fn open_with(self, config: FluxConfig) -> Result<FluxCheckpoint, FluxError> {
+        let _span = tracing::info_span!("flux_open", path = %self.path.display()).entered();
+        config.validate().map_err(|why| FluxError::Config {
+            path: self.weights.clone(),
+            why: format!("the config given: {why}"),
+        })?;
+        let Self {
+            path,
+            weights,
+            files,
+            prefix,
+            ..
+        } = self;
+        Self::open_as(path, weights, files, prefix, Some(config))
+    }
+
+    fn open_as(
+        path: PathBuf,
+        weights: PathBuf,
+        files: ModelFiles,
+        prefix: String,
+        config: Option<FluxConfig>,
+    ) -> Result<FluxCheckpoint, FluxError> {
         let names = Names { prefix };
         let list = FilesList::new(&files);
-        let (config, inferred) = match &config_file {
-            Some(c) => (FluxConfig::from_file(c)?, false),
+        let (config, inferred) = match config {
+            Some(c) => (c, false),
             None => {
                 let config = infer_config(&list, &names).map_err(|why| FluxError::Weights {
                     path: weights.clone(),
@@ -382,7 +416,7 @@ impl FluxCheckpoint {
         ModelSpec {
             files: self.weights.clone(),
             blocks: self.blocks(),
-            scratch_bytes: super::forward::scratch_bytes(
+            scratch_bytes: super::scratch::scratch_bytes(
                 &self.config,
                 shape,
                 dtype,

@@ -73,8 +73,10 @@ impl FluxConfig {
         }
     }
 
-    /// Reads `config.json` (BFL `FluxParams` names; `patch_size` and unknown
-    /// keys are ignored).
+    /// Reads `config.json`: BFL `FluxParams` names, or diffusers'
+    /// `FluxTransformer2DModel` config (told by its `_class_name`; see
+    /// [`Self::from_diffusers_json`]); `patch_size` and unknown keys are
+    /// ignored.
     pub fn from_file(path: &Path) -> Result<Self, FluxError> {
         let text = std::fs::read_to_string(path).map_err(|source| FluxError::Io {
             path: path.to_owned(),
@@ -85,16 +87,17 @@ impl FluxConfig {
             why,
         };
         let v: Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
-        let c = Self::from_json(&v).map_err(|why| match v.get("_class_name") {
+        let c = match v.get("_class_name") {
             // diffusers' FluxTransformer2DModel config (num_layers,
-            // attention_head_dim, …) describes its own key layout too.
-            Some(class) => err(format!(
-                "{why}: this is a diffusers config ({class}); dynvram reads Black Forest \
-                 Labs' layout with a config.json in BFL FluxParams names, or a single \
-                 BFL/ComfyUI .safetensors file without one"
-            )),
-            None => err(why),
-        })?;
+            // attention_head_dim, …): the same model in other names.
+            Some(class) => Self::from_diffusers_json(&v).map_err(|why| {
+                err(format!(
+                    "{why}: this is a diffusers config ({class}), read in diffusers' \
+                     FluxTransformer2DModel names; a config in BFL FluxParams names works too"
+                ))
+            })?,
+            None => Self::from_json(&v).map_err(err)?,
+        };
         c.validate().map_err(|why| FluxError::Config {
             path: path.to_owned(),
             why,
@@ -153,6 +156,67 @@ impl FluxConfig {
             theta: float("theta")?,
             qkv_bias: boolean("qkv_bias")?,
             guidance_embed: boolean("guidance_embed")?,
+        })
+    }
+
+    /// Parses diffusers' `FluxTransformer2DModel` config (not yet
+    /// validated): `num_layers`, `num_single_layers`, `attention_head_dim` ×
+    /// `num_attention_heads` (the width), `joint_attention_dim`,
+    /// `pooled_projection_dim`, `guidance_embeds`, `axes_dims_rope`,
+    /// `in_channels` and `out_channels` (null or absent: `in_channels`).
+    /// The values diffusers hard-codes are FLUX.1's: MLP ratio 4, RoPE theta
+    /// 10 000, qkv biases.
+    pub fn from_diffusers_json(v: &Value) -> Result<Self, String> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| "the config is not a JSON object".to_string())?;
+        let get = |key: &str| obj.get(key).filter(|x| !x.is_null());
+        let int = |key: &str| -> Result<usize, String> {
+            let x = get(key)
+                .ok_or_else(|| format!("missing `{key}`"))?
+                .as_u64()
+                .ok_or_else(|| format!("`{key}` must be a non-negative integer"))?;
+            usize::try_from(x).map_err(|_| format!("`{key}` = {x} is too large"))
+        };
+        let heads = int("num_attention_heads")?;
+        let head_dim = int("attention_head_dim")?;
+        let in_channels = int("in_channels")?;
+        let axes_dim = get("axes_dims_rope")
+            .ok_or_else(|| "missing `axes_dims_rope`".to_string())?
+            .as_array()
+            .ok_or_else(|| "`axes_dims_rope` must be a list of integers".to_string())?
+            .iter()
+            .map(|d| {
+                d.as_u64()
+                    .and_then(|d| usize::try_from(d).ok())
+                    .ok_or_else(|| "`axes_dims_rope` must be a list of integers".to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            in_channels,
+            out_channels: if get("out_channels").is_some() {
+                int("out_channels")?
+            } else {
+                in_channels
+            },
+            vec_in_dim: int("pooled_projection_dim")?,
+            context_in_dim: int("joint_attention_dim")?,
+            hidden_size: heads
+                .checked_mul(head_dim)
+                .ok_or("num_attention_heads × attention_head_dim overflows")?,
+            mlp_ratio: 4.0,
+            num_heads: heads,
+            depth: int("num_layers")?,
+            depth_single_blocks: int("num_single_layers")?,
+            axes_dim,
+            theta: FLUX1_THETA,
+            qkv_bias: true,
+            guidance_embed: match get("guidance_embeds") {
+                None => false,
+                Some(b) => b
+                    .as_bool()
+                    .ok_or("`guidance_embeds` must be true or false")?,
+            },
         })
     }
 

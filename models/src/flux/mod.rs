@@ -17,14 +17,17 @@ mod checkpoint;
 pub mod config;
 mod forward;
 mod inputs;
+pub mod sample;
+mod scratch;
 pub mod synth;
 
 pub use checkpoint::{
     COMFY_PREFIX, DetectedFlux, FluxCheckpoint, Names, detect_prefix, infer_config,
 };
 pub use config::FluxConfig;
-pub use forward::{Flux, FluxForward, ForwardOptions, capture_bytes, scratch_bytes};
+pub use forward::{Flux, FluxForward, ForwardOptions};
 pub use inputs::{FluxInputs, NAMES as INPUT_NAMES};
+pub use scratch::{capture_bytes, scratch_bytes};
 
 /// Batch size and sequence lengths of a pass (they size the activations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

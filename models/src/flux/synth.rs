@@ -3,13 +3,13 @@
 //! (`flux-dev`, `flux-schnell`) or any config. Drawn as the tiny-flux
 //! fixture's `generate.py` draws them: linears N(0, 1/fan_in), modulation
 //! linears N(0, 0.49/fan_in), biases N(0, 0.01), QK-norm scales U(1, 2).
-//! Written through `llama::synth::write_file` (chunked, parallel, atomic).
+//! Written through [`crate::synth::write_file`] (chunked, parallel, atomic).
 
 use std::path::Path;
 
 use super::FluxError;
 use super::config::{FLUX1_AXES_DIM, FLUX1_THETA, FluxConfig, TIME_DIM};
-use crate::llama::synth::{Init, SynthOptions, SynthTensor, write_file};
+use crate::synth::{Init, SynthOptions, SynthTensor, write_file};
 
 /// Names accepted by [`preset`].
 pub const PRESETS: [&str; 2] = ["flux-dev", "flux-schnell"];
@@ -122,14 +122,7 @@ pub fn write_checkpoint(
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
-    let bytes =
-        write_file(path, &tensors(config, prefix), opts, progress).map_err(|e| match e {
-            crate::llama::LlamaError::Runtime(r) => FluxError::Runtime(r),
-            other => FluxError::Weights {
-                path: path.to_owned(),
-                why: other.to_string(),
-            },
-        })?;
+    let bytes = write_file(path, &tensors(config, prefix), opts, progress)?;
     if with_config {
         let cfg = path.with_file_name("config.json");
         let text = serde_json::to_string_pretty(&config.to_json()).unwrap_or_default() + "\n";

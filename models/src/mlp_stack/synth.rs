@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::{Shape, layer_names};
-use crate::llama::LlamaError;
-use crate::llama::synth::{self, Init, SynthDtype, SynthOptions, SynthTensor};
+use crate::error::ModelError;
+use crate::synth::{self, Init, SynthDtype, SynthOptions, SynthTensor};
 
 /// The tensors of a stack of `shape`, in file order: weights N(0, 1/K) so the
 /// residual stream keeps its scale through many blocks, biases N(0, 0.01).
@@ -42,7 +42,7 @@ pub fn write(
     dtype: SynthDtype,
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<u64, LlamaError> {
+) -> Result<u64, ModelError> {
     let _span = tracing::info_span!("synth_mlp", path = %path.display()).entered();
     let opts = SynthOptions {
         dtype,

@@ -15,7 +15,7 @@ use dynvram_models::flux::synth;
 use dynvram_models::flux::{
     COMFY_PREFIX, Flux, FluxCheckpoint, FluxConfig, FluxError, FluxInputs, ForwardOptions, Shape,
 };
-use dynvram_models::llama::synth::SynthOptions;
+use dynvram_models::synth::SynthOptions;
 use dynvram_runtime::{ActDtype, Model};
 use dynvram_test_support::fixtures;
 use dynvram_test_support::gpu::{have_gpu, needs_f16, quarter_budget, runtime, test_gpu};

@@ -7,8 +7,9 @@
 //! after a discarded step. A model that streams keeps the synchronous loop.
 
 use crate::llama_common::open;
-use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
+use dynvram_models::llama::synth;
 use dynvram_models::llama::{Checkpoint, DecodeLoop, Generation, Limits, Llama};
+use dynvram_models::synth::{SynthDtype, SynthOptions};
 use dynvram_runtime::{ActDtype, Model, Runtime};
 use dynvram_test_support::fixtures;
 use dynvram_test_support::gpu::{have_gpu, quarter_budget, runtime};

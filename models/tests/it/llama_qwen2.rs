@@ -3,8 +3,9 @@
 //! on the GPU and checked against a plain f32 CPU forward written here.
 
 use crate::llama_common::open;
-use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
+use dynvram_models::llama::synth;
 use dynvram_models::llama::{Checkpoint, Limits, LlamaConfig, argmax};
+use dynvram_models::synth::{SynthDtype, SynthOptions};
 use dynvram_test_support::gpu::{have_gpu, runtime};
 use dynvram_test_support::safetensors::{self, Tensor, get};
 use dynvram_test_support::tolerance::assert_close_rel;
