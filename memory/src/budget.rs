@@ -415,6 +415,11 @@ impl Budget {
         &self.ledger
     }
 
+    /// Starts the ledger's peak again from the bytes held now.
+    pub fn reset_peak(&mut self) {
+        self.ledger.reset_peak();
+    }
+
     /// `capacity − reserve − headroom` (0 if negative): our usage never exceeds it.
     pub fn usable(&self) -> u64 {
         self.capacity

@@ -120,9 +120,15 @@ impl Ledger {
         self.total
     }
 
-    /// Highest `total` ever reached.
+    /// Highest `total` reached since the ledger began or [`Self::reset_peak`].
     pub fn peak(&self) -> u64 {
         self.peak
+    }
+
+    /// Starts a new peak from the bytes held now (a pipeline's stages each
+    /// report their own).
+    pub fn reset_peak(&mut self) {
+        self.peak = self.total;
     }
 
     /// Live allocations.
@@ -157,6 +163,11 @@ mod tests {
         l.allocate(OwnerClass::Transient, 10);
         assert_eq!(l.total(), 140);
         assert_eq!(l.peak(), 180);
+        l.reset_peak();
+        assert_eq!(l.peak(), 140, "a new peak starts from the bytes held");
+        let t = l.allocate(OwnerClass::Transient, 5);
+        assert_eq!(l.free(t), Ok((OwnerClass::Transient, 5)));
+        assert_eq!(l.peak(), 145);
         assert_eq!(l.bytes(OwnerClass::Patches), 30);
         assert_eq!(
             l.free(s),

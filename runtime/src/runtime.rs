@@ -130,6 +130,12 @@ impl Runtime {
         &self.cache
     }
 
+    /// Starts the ledger's peak ([`BudgetReport::peak`]) again from the
+    /// bytes tracked now, so a stage of a pipeline reports its own peak.
+    pub fn reset_peak(&self) {
+        dynvram_gpu::accounting::lock(&self.budget).reset_peak();
+    }
+
     /// Budget figures now.
     pub fn budget_report(&self) -> BudgetReport {
         // Not nested: a pass takes the registry's lock, then the budget's.
