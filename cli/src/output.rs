@@ -48,9 +48,13 @@ fn colour() -> bool {
 
 /// A progress bar over `total` units with a message.
 pub fn bar(total: u64, what: &str) -> ProgressBar {
+    styled_bar(total, what, "{msg:>12} [{bar:30}] {pos}/{len} {wide_msg}")
+}
+
+fn styled_bar(total: u64, what: &str, template: &str) -> ProgressBar {
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} {wide_msg}")
+        ProgressStyle::with_template(template)
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
@@ -60,16 +64,25 @@ pub fn bar(total: u64, what: &str) -> ProgressBar {
 
 /// A progress bar over `total` bytes, shown as sizes with a rate.
 pub fn bytes_bar(total: u64, what: &str) -> ProgressBar {
-    let pb = ProgressBar::new(total);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{msg:>12} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    pb.set_message(what.to_owned());
-    pb
+    styled_bar(
+        total,
+        what,
+        "{msg:>12} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+    )
+}
+
+/// The report line naming the adapter, its backend and the activations'
+/// dtype.
+pub fn print_adapter(adapter: &str, backend: &str, dtype: &str) {
+    println!("adapter    {adapter} [{backend}], {dtype} activations");
+}
+
+/// An activation dtype as reports name it.
+pub fn dtype_name(dtype: dynvram_runtime::ActDtype) -> &'static str {
+    match dtype {
+        dynvram_runtime::ActDtype::F16 => "f16",
+        dynvram_runtime::ActDtype::F32 => "f32",
+    }
 }
 
 /// Bytes as `1.5 GiB`.

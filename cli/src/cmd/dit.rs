@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::run::LinearDtypeArg;
-use crate::output::{bar, print_json, size};
+use crate::output::{bar, dtype_name, print_adapter, print_json, size};
 
 /// Most `--steps`.
 const MAX_STEPS: usize = 10_000;
@@ -90,7 +90,8 @@ pub enum ComputeDtype {
 }
 
 impl ComputeDtype {
-    fn resolve(self, rt: &Runtime) -> ActDtype {
+    /// The dtype on `rt`'s adapter.
+    pub fn resolve(self, rt: &Runtime) -> ActDtype {
         match self {
             Self::Auto if rt.gpu().caps.shader_f16 => ActDtype::F16,
             Self::Auto | Self::F32 => ActDtype::F32,
@@ -99,7 +100,8 @@ impl ComputeDtype {
     }
 }
 
-fn steps(s: &str) -> Result<usize, String> {
+/// `--steps`: 1 to [`MAX_STEPS`].
+pub fn steps(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
     if n == 0 || n > MAX_STEPS {
         return Err(format!("{n} is not in 1..={MAX_STEPS}"));
@@ -217,10 +219,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),
-        compute_dtype: match dtype {
-            ActDtype::F16 => "f16",
-            ActDtype::F32 => "f32",
-        },
+        compute_dtype: dtype_name(dtype),
         model: args.model.clone(),
         config_inferred: ckpt.inferred,
         config: c.clone(),
@@ -265,10 +264,7 @@ fn write_out(
 
 fn print_text(r: &Report, out: &Path) {
     let (m, b, c) = (&r.model_report, &r.budget, &r.config);
-    println!(
-        "adapter    {} [{}], {} activations",
-        r.adapter, r.backend, r.compute_dtype
-    );
+    print_adapter(&r.adapter, &r.backend, r.compute_dtype);
     println!(
         "model      {} ({} double + {} single blocks, width {}, {} heads{}; {})",
         r.model.display(),

@@ -20,7 +20,7 @@ use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::profile;
 use crate::cmd::run::LinearDtypeArg;
-use crate::output::{print_json, size};
+use crate::output::{dtype_name, print_adapter, print_json, size};
 
 /// Arguments of `dynvram generate`.
 #[derive(Debug, clap::Args)]
@@ -356,10 +356,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),
-        compute_dtype: match llama.dtype() {
-            dynvram_runtime::ActDtype::F16 => "f16",
-            dynvram_runtime::ActDtype::F32 => "f32",
-        },
+        compute_dtype: dtype_name(llama.dtype()),
         model_dir: args.model_dir.clone(),
         prompt,
         prompt_text: args.prompt.clone(),
@@ -430,10 +427,7 @@ fn print_text(r: &Report) {
         r.prefill_tokens_per_second,
         r.decode_tokens_per_second
     );
-    println!(
-        "adapter    {} [{}], {} activations",
-        r.adapter, r.backend, r.compute_dtype
-    );
+    print_adapter(&r.adapter, &r.backend, r.compute_dtype);
     println!(
         "model      {} ({} blocks, {})",
         r.model_dir.display(),
