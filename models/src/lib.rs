@@ -8,8 +8,15 @@
 //! nothing of wgpu beyond what the runtime exposes.
 
 mod block_index;
+mod check;
+pub mod clip;
 pub mod error;
 pub mod flux;
+mod hf_config;
+mod host_embed;
 pub mod llama;
 pub mod mlp_stack;
+mod record;
 pub mod synth;
+mod synth_io;
+pub mod tokenize;

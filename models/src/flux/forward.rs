@@ -3,13 +3,11 @@
 //! each, so streamed blocks are prefetched one ahead.
 
 use dynvram_runtime::ops::attention::{self, Heads, Mask};
-use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::dit::{self, Block, GatherOp, Joint};
 use dynvram_runtime::ops::elementwise::{self, Unary};
-use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, Gpu, GpuError, GpuTensor, Model, PassStats, Runtime,
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime,
     RuntimeError,
 };
 
@@ -17,6 +15,7 @@ use super::checkpoint::{FluxCheckpoint, Names};
 use super::config::{FluxConfig, TIME_DIM};
 use super::scratch::{act_shapes, capture_rows};
 use super::{FluxError, FluxInputs, Shape};
+use crate::record::{op, view};
 
 /// LayerNorm and QK RMSNorm epsilon (BFL).
 const EPS: f32 = 1e-6;
@@ -57,24 +56,6 @@ impl Acts {
             .unwrap_or_else(|| panic!("activation `{name}` is allocated in act_shapes"))
             .1
     }
-}
-
-/// The first `rows × cols` elements of `t` as a `[rows, cols]` tensor.
-fn view(t: &GpuTensor, rows: usize, cols: usize) -> GpuTensor {
-    debug_assert!((rows * cols) as u64 <= t.numel());
-    GpuTensor {
-        shape: vec![rows as u64, cols as u64],
-        ..t.clone()
-    }
-}
-
-/// Records one raw op into the block's encoder.
-fn op(
-    ctx: &mut BlockCtx<'_>,
-    f: impl FnOnce(&Gpu, &PipelineCache, &mut Encoder) -> Result<(), GpuError>,
-) -> Result<(), RuntimeError> {
-    let rt = ctx.runtime();
-    Ok(f(rt.gpu(), rt.pipelines(), ctx.encoder())?)
 }
 
 /// A Flux model ready to run passes of one [`Shape`] on an opened [`Model`].

@@ -6,6 +6,7 @@ use dynvram_runtime::ActDtype;
 
 use super::Shape;
 use super::config::{FluxConfig, TIME_DIM};
+use crate::record::word_bytes;
 
 /// Every activation of a pass: (name, shape, always f32).
 pub(super) fn act_shapes(c: &FluxConfig, s: Shape) -> Vec<(&'static str, Vec<usize>, bool)> {
@@ -98,10 +99,4 @@ pub fn capture_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
         .iter()
         .map(|&(_, rows)| word_bytes(rows * c.hidden_size, dtype.size()))
         .sum()
-}
-
-/// Bytes of an activation of `numel` values of `size` bytes, in whole
-/// 4-byte words as its binding covers them.
-fn word_bytes(numel: usize, size: u64) -> u64 {
-    (numel as u64 * size).div_ceil(4) * 4
 }
