@@ -147,7 +147,8 @@ impl LatentShape {
     /// of 16: 8 for the VAE, 2 for the packing).
     pub fn for_image(batch: usize, width: usize, height: usize) -> Result<Self, FluxError> {
         let unit = 8 * PATCH;
-        if width == 0 || height == 0 || width % unit != 0 || height % unit != 0 {
+        if width == 0 || height == 0 || !width.is_multiple_of(unit) || !height.is_multiple_of(unit)
+        {
             return Err(FluxError::Input(format!(
                 "an image of {width}×{height}: width and height must be positive multiples of {unit} \
                  (the VAE's 8× and the transformer's 2×2 patches)"
@@ -181,7 +182,7 @@ impl LatentShape {
 
     fn check(&self, what: &str, len: usize) {
         assert!(
-            self.height % PATCH == 0 && self.width % PATCH == 0,
+            self.height.is_multiple_of(PATCH) && self.width.is_multiple_of(PATCH),
             "{self:?}: latent sides must be even"
         );
         assert_eq!(len, self.numel(), "{what} of {self:?}");
