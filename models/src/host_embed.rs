@@ -48,11 +48,6 @@ impl HostEmbed {
         })
     }
 
-    /// Rows of the table.
-    pub(crate) fn vocab(&self) -> usize {
-        self.vocab
-    }
-
     /// `[ids.len(), hidden]` rows widened to f32; an id past the table is
     /// an input error.
     pub(crate) fn gather(&self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {

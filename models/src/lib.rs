@@ -18,4 +18,5 @@ pub mod llama;
 pub mod mlp_stack;
 mod record;
 mod synth_io;
+pub mod t5;
 pub mod tokenize;
