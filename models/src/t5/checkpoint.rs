@@ -94,12 +94,12 @@ impl T5Checkpoint {
         let list = FilesList::new(&files);
         let chk = Checker { list: &list, path };
         let prefix = prefix_of(&list, FINAL_NORM).ok_or_else(|| {
-            let looks = if prefix_of(&list, "text_model.embeddings.token_embedding.weight").is_some()
-            {
-                " (it looks like a CLIP text encoder)"
-            } else {
-                ""
-            };
+            let looks =
+                if prefix_of(&list, "text_model.embeddings.token_embedding.weight").is_some() {
+                    " (it looks like a CLIP text encoder)"
+                } else {
+                    ""
+                };
             chk.err(format!(
                 "not a T5 encoder{looks}: no `{FINAL_NORM}` under any prefix"
             ))
@@ -117,7 +117,8 @@ impl T5Checkpoint {
         let names = Names { prefix, embedding };
         let (config, inferred) = match config {
             Some(c) => {
-                c.validate().map_err(|why| chk.err(format!("config: {why}")))?;
+                c.validate()
+                    .map_err(|why| chk.err(format!("config: {why}")))?;
                 (c, false)
             }
             None => (infer(&chk, &names)?, true),
@@ -217,7 +218,10 @@ fn infer(chk: &Checker<'_>, nm: &Names) -> Result<T5Config, T5Error> {
             q[0]
         )));
     }
-    let wi = chk.shape_of(&format!("{}.weight", nm.mlp_linears(0)[0]), "block 0's wi_0")?;
+    let wi = chk.shape_of(
+        &format!("{}.weight", nm.mlp_linears(0)[0]),
+        "block 0's wi_0",
+    )?;
     let c = T5Config {
         d_model,
         d_kv: q[0] / num_heads,

@@ -118,10 +118,18 @@ impl T5Config {
                 self.layer_norm_epsilon
             ));
         }
-        if [self.d_model, self.d_ff, self.num_layers, self.num_heads, self.vocab_size]
-            .contains(&0)
+        if [
+            self.d_model,
+            self.d_ff,
+            self.num_layers,
+            self.num_heads,
+            self.vocab_size,
+        ]
+        .contains(&0)
         {
-            return Err("d_model, d_ff, num_layers, num_heads and vocab_size must be at least 1".into());
+            return Err(
+                "d_model, d_ff, num_layers, num_heads and vocab_size must be at least 1".into(),
+            );
         }
         Ok(())
     }

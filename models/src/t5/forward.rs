@@ -161,7 +161,12 @@ impl T5Encoder {
 
     /// Encodes `ids` (`batch × len` ids, each prompt's as
     /// [`crate::tokenize::T5Tokenizer::encode`] gives them for `len`).
-    pub fn encode(&mut self, rt: &Runtime, model: &Model, ids: &[u32]) -> Result<T5Output, T5Error> {
+    pub fn encode(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        ids: &[u32],
+    ) -> Result<T5Output, T5Error> {
         if ids.len() != self.batch * self.len {
             return Err(T5Error::Input(format!(
                 "{} T5 token ids for {} prompts of {}",

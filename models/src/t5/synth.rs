@@ -21,7 +21,11 @@ pub fn tensors(c: &T5Config) -> Vec<SynthTensor> {
         )
     };
     let norm = |name: String| t(name, vec![d], Init::Uniform(0.5, 1.5));
-    let mut out = vec![t("shared.weight".into(), vec![c.vocab_size, d], Init::Normal(1.0))];
+    let mut out = vec![t(
+        "shared.weight".into(),
+        vec![c.vocab_size, d],
+        Init::Normal(1.0),
+    )];
     for i in 0..c.num_layers {
         let b = |rest: &str| format!("encoder.block.{i}.layer.{rest}");
         for l in ["q", "k", "v"] {

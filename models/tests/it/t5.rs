@@ -109,15 +109,24 @@ fn t5_scaled_fp8_matches_f16() {
             let (codes, scale) = quantize_float8_e4m3fn_weight(&t.values);
             let values: Vec<f32> = codes.iter().map(|&b| e4m3fn_to_f32(b) * scale).collect();
             dequantized.insert(name.clone(), Tensor::from_f32(t.shape.clone(), &values));
-            out.insert(name.clone(), Tensor::new(Dtype::F8_E4M3, t.shape.clone(), codes));
+            out.insert(
+                name.clone(),
+                Tensor::new(Dtype::F8_E4M3, t.shape.clone(), codes),
+            );
             let layer = name.trim_end_matches(".weight");
-            out.insert(format!("{layer}.scale_weight"), Tensor::from_f32(vec![], &[scale]));
+            out.insert(
+                format!("{layer}.scale_weight"),
+                Tensor::from_f32(vec![], &[scale]),
+            );
         } else {
             out.insert(name.clone(), t.clone());
             dequantized.insert(name.clone(), t.clone());
         }
     }
-    out.insert("scaled_fp8".into(), Tensor::new(Dtype::F8_E4M3, vec![0], vec![]));
+    out.insert(
+        "scaled_fp8".into(),
+        Tensor::new(Dtype::F8_E4M3, vec![0], vec![]),
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("t5xxl_fp8_e4m3fn_scaled.safetensors");
     safetensors::write(&path, out.iter().map(|(n, t)| (n.clone(), t)));
@@ -131,14 +140,25 @@ fn t5_scaled_fp8_matches_f16() {
     let f16 = T5Checkpoint::open(&dir.join("t5xxl_fp16.safetensors"), None).expect("f16");
     let (ids, len) = fixture_ids();
     let got = encode(&fp8, &ids, len, true);
-    assert_close_rel("scaled fp8 vs its f32 weights", &got, &encode(&deq, &ids, len, false), REL);
+    assert_close_rel(
+        "scaled fp8 vs its f32 weights",
+        &got,
+        &encode(&deq, &ids, len, false),
+        REL,
+    );
     // Against the f16 model: e4m3 keeps 3 mantissa bits (≤ 6.25 % per
     // weight), which two random layers of width 16 amplify to ~13 % of the
     // output's max (measured); the outputs still point the same way.
     let want = encode(&f16, &ids, len, false);
-    let diff = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let diff = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     let cos = cosine(&got, &want);
-    eprintln!("{test}: max |fp8 − f16| = {diff} of max {}, cosine {cos}", max_abs(&want));
+    eprintln!(
+        "{test}: max |fp8 − f16| = {diff} of max {}, cosine {cos}",
+        max_abs(&want)
+    );
     assert!(diff <= 0.2 * max_abs(&want), "max diff {diff}");
     assert!(cos >= 0.99, "cosine {cos}");
 }
@@ -160,7 +180,10 @@ fn t5_runs_an_inner_width_unlike_d_model() {
     let ckpt = T5Checkpoint::open(&path, None).expect("opens");
     assert_eq!(ckpt.config, config);
     let xxl = T5Config::t5_xxl();
-    assert_eq!((xxl.inner_dim(), xxl.d_model, xxl.num_layers), (4096, 4096, 24));
+    assert_eq!(
+        (xxl.inner_dim(), xxl.d_model, xxl.num_layers),
+        (4096, 4096, 24)
+    );
     if !have_gpu("t5_runs_an_inner_width_unlike_d_model") {
         return;
     }
@@ -179,14 +202,20 @@ fn t5_refuses_bad_checkpoints_and_ids() {
     let err = T5Checkpoint::open(&dir.join("clip_l.safetensors"), None).expect_err("CLIP as T5");
     let msg = err.to_string();
     assert!(matches!(err, T5Error::Weights { .. }), "{msg}");
-    assert!(msg.contains("clip_l.safetensors") && msg.contains("CLIP"), "{msg}");
-    let mut config = T5Config::from_hf_json(&dir.join("configs/text_encoder_2/config.json"))
-        .expect("config");
+    assert!(
+        msg.contains("clip_l.safetensors") && msg.contains("CLIP"),
+        "{msg}"
+    );
+    let mut config =
+        T5Config::from_hf_json(&dir.join("configs/text_encoder_2/config.json")).expect("config");
     config.num_heads = 4;
-    let err = T5Checkpoint::open(&dir.join("t5xxl_fp16.safetensors"), Some(config))
-        .expect_err("4 heads");
+    let err =
+        T5Checkpoint::open(&dir.join("t5xxl_fp16.safetensors"), Some(config)).expect_err("4 heads");
     let msg = err.to_string();
-    assert!(msg.contains("relative_attention_bias") && msg.contains("[32, 4]"), "{msg}");
+    assert!(
+        msg.contains("relative_attention_bias") && msg.contains("[32, 4]"),
+        "{msg}"
+    );
     let path = dir.join("t5xxl_fp16.safetensors");
     let ckpt = T5Checkpoint::open(&path, None).expect("opens");
     if !have_gpu("t5_refuses_bad_checkpoints_and_ids") {
@@ -196,6 +225,8 @@ fn t5_refuses_bad_checkpoints_and_ids() {
     let mut t5 = T5Encoder::new(&rt, &ckpt, 1, 4, ActDtype::F32).expect("runner");
     let err = t5.encode(&rt, &model, &[1, 0]).expect_err("2 ids");
     assert!(err.to_string().contains("prompts of 4"), "{err}");
-    let err = t5.encode(&rt, &model, &[5, 40000, 1, 0]).expect_err("past the vocabulary");
+    let err = t5
+        .encode(&rt, &model, &[5, 40000, 1, 0])
+        .expect_err("past the vocabulary");
     assert!(err.to_string().contains("40000"), "{err}");
 }
