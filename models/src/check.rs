@@ -91,7 +91,9 @@ pub(crate) fn prefix_of(list: &dyn TensorList, key: &str) -> Option<String> {
     let mut found: Vec<String> = list
         .names()
         .iter()
-        .filter(|n| n.len() > key.len() && n.ends_with(key) && n[..n.len() - key.len()].ends_with('.'))
+        .filter(|n| {
+            n.len() > key.len() && n.ends_with(key) && n[..n.len() - key.len()].ends_with('.')
+        })
         .map(|n| n[..n.len() - key.len()].to_owned())
         .collect();
     found.sort();

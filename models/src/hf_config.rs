@@ -47,8 +47,9 @@ impl HfConfig {
     /// The integer `key` (≥ 1).
     pub(crate) fn count(&self, key: &str) -> Result<usize, ModelError> {
         match self.obj.get(key).map(Value::as_u64) {
-            Some(Some(x)) if x >= 1 => usize::try_from(x)
-                .map_err(|_| self.err(format!("`{key}` = {x} is too large"))),
+            Some(Some(x)) if x >= 1 => {
+                usize::try_from(x).map_err(|_| self.err(format!("`{key}` = {x} is too large")))
+            }
             Some(_) => Err(self.err(format!("`{key}` must be a positive integer"))),
             None => Err(self.err(format!("missing `{key}`"))),
         }

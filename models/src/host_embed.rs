@@ -22,12 +22,20 @@ impl HostEmbed {
     /// The table `name` of `files`: f32, f16 or bf16, `[vocab, hidden]`.
     pub(crate) fn new(files: ModelFiles, name: &str) -> Result<Self, ModelError> {
         let weights_err = |why: String| ModelError::Weights {
-            path: files.files().first().map(|f| f.path().to_owned()).unwrap_or_default(),
+            path: files
+                .files()
+                .first()
+                .map(|f| f.path().to_owned())
+                .unwrap_or_default(),
             why,
         };
         let (dtype, shape) = match files.get(name) {
             Some((_, t)) => (t.dtype, t.shape.clone()),
-            None => return Err(weights_err(format!("no tensor `{name}` (the embedding table)"))),
+            None => {
+                return Err(weights_err(format!(
+                    "no tensor `{name}` (the embedding table)"
+                )));
+            }
         };
         if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
             return Err(weights_err(format!(
@@ -46,11 +54,6 @@ impl HostEmbed {
             vocab,
             hidden,
         })
-    }
-
-    /// Rows of the table.
-    pub(crate) fn vocab(&self) -> usize {
-        self.vocab
     }
 
     /// `[ids.len(), hidden]` rows widened to f32; an id past the table is

@@ -19,4 +19,5 @@ pub mod mlp_stack;
 mod record;
 pub mod synth;
 mod synth_io;
+pub mod t5;
 pub mod tokenize;

@@ -62,7 +62,9 @@ pub struct T5Tokenizer {
 
 /// The path an error names for a built-in tokenizer.
 fn builtin_path(name: &str) -> PathBuf {
-    PathBuf::from(format!("<built-in>/models/tokenizers/{name}/tokenizer.json"))
+    PathBuf::from(format!(
+        "<built-in>/models/tokenizers/{name}/tokenizer.json"
+    ))
 }
 
 /// Parses an embedded `tokenizer.json` and checks that its special tokens

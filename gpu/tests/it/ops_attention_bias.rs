@@ -152,7 +152,13 @@ fn attention_bias_rejects_bad_operands() {
     .expect_err("short bias");
     let msg = err.to_string();
     assert!(
-        matches!(err, GpuError::BadOperands { op: "attention_bias", .. }),
+        matches!(
+            err,
+            GpuError::BadOperands {
+                op: "attention_bias",
+                ..
+            }
+        ),
         "{msg}"
     );
     assert!(msg.contains("[3, 3, 2]") && msg.contains("18"), "{msg}");

@@ -123,7 +123,8 @@ impl ClipCheckpoint {
         let names = Names { prefix };
         let (config, inferred) = match config {
             Some(c) => {
-                c.validate().map_err(|why| chk.err(format!("config: {why}")))?;
+                c.validate()
+                    .map_err(|why| chk.err(format!("config: {why}")))?;
                 (c, false)
             }
             None => (infer(&chk, &names)?, true),
@@ -238,7 +239,11 @@ fn infer(chk: &Checker<'_>, nm: &Names) -> Result<ClipConfig, ClipError> {
 /// Every tensor a pass uses, against `c`; no layers past `c`'s.
 fn check(chk: &Checker<'_>, nm: &Names, c: &ClipConfig) -> Result<(), ClipError> {
     let (h, m) = (c.hidden_size, c.intermediate_size);
-    chk.shaped(&nm.token_embedding(), &[c.vocab_size, h], "[vocab_size, hidden_size]")?;
+    chk.shaped(
+        &nm.token_embedding(),
+        &[c.vocab_size, h],
+        "[vocab_size, hidden_size]",
+    )?;
     chk.shaped(
         &nm.position_embedding(),
         &[c.max_position_embeddings, h],

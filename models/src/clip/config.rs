@@ -81,7 +81,9 @@ impl ClipConfig {
     /// Whether the numbers make a model this forward runs.
     pub fn validate(&self) -> Result<(), String> {
         let max_head = dynvram_runtime::ops::attention::MAX_HEAD_DIM as usize;
-        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return Err(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
@@ -100,7 +102,10 @@ impl ClipConfig {
             ));
         }
         if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
-            return Err(format!("layer_norm_eps {} must be > 0", self.layer_norm_eps));
+            return Err(format!(
+                "layer_norm_eps {} must be > 0",
+                self.layer_norm_eps
+            ));
         }
         if self.num_hidden_layers == 0 || self.intermediate_size == 0 || self.vocab_size == 0 {
             return Err("layers, intermediate_size and vocab_size must be at least 1".into());

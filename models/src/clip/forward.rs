@@ -4,15 +4,15 @@
 //! `x += out_proj(attn(layer_norm1(x)))`, `x += fc2(quick_gelu(fc1(layer_norm2(x))))`,
 //! attention causal with scores `q·k / √head_dim`.
 
+use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::attention::{self, Heads, Mask};
 use dynvram_runtime::ops::elementwise::{self, Unary};
-use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::norm;
 use dynvram_runtime::{ActDtype, Activation, BlockCtx, Model, PassStats, Runtime, RuntimeError};
 
+use super::ClipError;
 use super::checkpoint::{ClipCheckpoint, Names};
 use super::config::ClipConfig;
-use super::ClipError;
 use crate::host_embed::HostEmbed;
 use crate::record::{op, word_bytes};
 use crate::tokenize::CLIP_MAX_LEN;
@@ -50,11 +50,20 @@ fn act_shapes(c: &ClipConfig, batch: usize) -> [(&'static str, [usize; 2]); 11] 
 /// Activation bytes of a pass over `batch` prompts in `dtype`, plus the
 /// linear kernels' scratch for the widest layer that quantizes its
 /// activations (`widest_integer_k`, its input width; 0 when none does).
-pub fn scratch_bytes(c: &ClipConfig, batch: usize, dtype: ActDtype, widest_integer_k: usize) -> u64 {
+pub fn scratch_bytes(
+    c: &ClipConfig,
+    batch: usize,
+    dtype: ActDtype,
+    widest_integer_k: usize,
+) -> u64 {
     let acts: u64 = act_shapes(c, batch)
         .iter()
         .map(|(name, [r, w])| {
-            let size = if *name == "positions" { 4 } else { dtype.size() };
+            let size = if *name == "positions" {
+                4
+            } else {
+                dtype.size()
+            };
             word_bytes(r * w, size)
         })
         .sum();
@@ -113,7 +122,11 @@ impl ClipText {
         let shapes = act_shapes(c, batch);
         let mut made = Vec::with_capacity(shapes.len());
         for (name, [r, w]) in shapes {
-            let d = if name == "positions" { ActDtype::F32 } else { dtype };
+            let d = if name == "positions" {
+                ActDtype::F32
+            } else {
+                dtype
+            };
             let shape: &[usize] = if w == 1 { &[r] } else { &[r, w] };
             made.push(rt.activation_of(&format!("clip.{name}"), shape, d)?);
         }
@@ -244,7 +257,9 @@ impl Step<'_> {
     ) -> Result<(), RuntimeError> {
         let (w, b) = (ctx.weight_tensor(w)?, ctx.weight_tensor(b)?);
         let (x, eps) = (&self.a.x, self.c.layer_norm_eps);
-        op(ctx, |g, c, e| norm::record_layer_norm(g, c, e, x, &w, Some(&b), out, eps))
+        op(ctx, |g, c, e| {
+            norm::record_layer_norm(g, c, e, x, &w, Some(&b), out, eps)
+        })
     }
 
     /// Layer `i`'s attention: `x += out_proj(attn(layer_norm1(x)))`.
@@ -262,7 +277,16 @@ impl Step<'_> {
         let batch = self.batch as u64;
         op(ctx, |g, cc, e| {
             attention::record_flash_attention(
-                g, cc, e, &a.q, &a.k, &a.v, &a.attn, heads, batch, Mask::Causal,
+                g,
+                cc,
+                e,
+                &a.q,
+                &a.k,
+                &a.v,
+                &a.attn,
+                heads,
+                batch,
+                Mask::Causal,
             )
         })?;
         ctx.linear(&o, &a.attn, &a.o)?;

@@ -31,7 +31,11 @@ pub fn tensors(c: &ClipConfig) -> Vec<SynthTensor> {
         ),
     ];
     let norm = |out: &mut Vec<SynthTensor>, name: String| {
-        out.push(t(format!("{name}.weight"), vec![h], Init::Uniform(0.5, 1.5)));
+        out.push(t(
+            format!("{name}.weight"),
+            vec![h],
+            Init::Uniform(0.5, 1.5),
+        ));
         out.push(t(format!("{name}.bias"), vec![h], Init::Normal(0.1)));
     };
     for i in 0..c.num_hidden_layers {
@@ -50,7 +54,11 @@ pub fn tensors(c: &ClipConfig) -> Vec<SynthTensor> {
                 vec![fan_out, fan_in],
                 Init::Normal(1.0 / (fan_in as f32).sqrt()),
             ));
-            out.push(t(l(&format!("{name}.bias")), vec![fan_out], Init::Normal(0.1)));
+            out.push(t(
+                l(&format!("{name}.bias")),
+                vec![fan_out],
+                Init::Normal(0.1),
+            ));
         }
         norm(&mut out, l("layer_norm1"));
         norm(&mut out, l("layer_norm2"));
@@ -61,7 +69,12 @@ pub fn tensors(c: &ClipConfig) -> Vec<SynthTensor> {
 
 /// Writes random weights for `config` in `dtype` from `seed` to the file
 /// `path`, atomically; returns the bytes of tensor data.
-pub fn write(path: &Path, config: &ClipConfig, dtype: SynthDtype, seed: u64) -> Result<u64, ClipError> {
+pub fn write(
+    path: &Path,
+    config: &ClipConfig,
+    dtype: SynthDtype,
+    seed: u64,
+) -> Result<u64, ClipError> {
     let _span = tracing::info_span!("clip_synth", path = %path.display()).entered();
     config.validate().map_err(|why| ClipError::Config {
         path: path.to_owned(),

@@ -7,8 +7,7 @@ use dynvram_runtime::ops::dit::{self, Block, GatherOp, Joint};
 use dynvram_runtime::ops::elementwise::{self, Unary};
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime,
-    RuntimeError,
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
 };
 
 use super::checkpoint::{FluxCheckpoint, Names};

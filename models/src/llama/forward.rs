@@ -14,8 +14,8 @@ use dynvram_runtime::{
 };
 
 use super::checkpoint::{Checkpoint, Limits, names};
-use crate::host_embed::HostEmbed;
 use super::{LlamaConfig, LlamaError};
+use crate::host_embed::HostEmbed;
 
 /// Which rows' logits a pass computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,7 +39,12 @@ fn check_fixture(test: &str, streamed: bool) {
         assert!(out.stats.streamed_bytes > 0, "{:?}", out.stats);
     }
     let want = safetensors::get(&reference, "clip_last_hidden_state");
-    assert_close_rel("clip_last_hidden_state", &out.last_hidden_state, &want.values, REL);
+    assert_close_rel(
+        "clip_last_hidden_state",
+        &out.last_hidden_state,
+        &want.values,
+        REL,
+    );
     let want = safetensors::get(&reference, "clip_pooled");
     assert_close_rel("clip_pooled", &out.pooled, &want.values, REL);
     // A second pass on the same runner gives the same values.
@@ -64,7 +69,10 @@ fn clip_tokenizer_feeds_the_encoder() {
     }
     let ckpt = fixture();
     let tok = ClipTokenizer::builtin().expect("tokenizer");
-    let ids = tok.encode("a photo of a cat wearing a tiny red hat").expect("ids").ids;
+    let ids = tok
+        .encode("a photo of a cat wearing a tiny red hat")
+        .expect("ids")
+        .ids;
     let (rt, model) = open(&ckpt.spec(1, ActDtype::F32), false);
     let mut clip = ClipText::new(&rt, &ckpt, 1, ActDtype::F32).expect("runner");
     let out = clip.encode(&rt, &model, &ids).expect("encode");
@@ -91,7 +99,10 @@ fn clip_infers_its_config_from_the_shapes() {
     assert!(ckpt.inferred);
     assert_eq!(ckpt.config, config);
     let l = ClipConfig::clip_l();
-    assert_eq!((l.hidden_size, l.num_attention_heads, l.head_dim()), (768, 12, 64));
+    assert_eq!(
+        (l.hidden_size, l.num_attention_heads, l.head_dim()),
+        (768, 12, 64)
+    );
     if !have_gpu("clip_infers_its_config_from_the_shapes") {
         return;
     }
@@ -114,15 +125,17 @@ fn clip_refuses_bad_checkpoints_and_ids() {
     let msg = err.to_string();
     assert!(matches!(err, ClipError::Weights { .. }), "{msg}");
     assert!(
-        msg.contains("t5xxl_fp16.safetensors") && msg.contains("T5") && msg.contains("token_embedding"),
+        msg.contains("t5xxl_fp16.safetensors")
+            && msg.contains("T5")
+            && msg.contains("token_embedding"),
         "{msg}"
     );
     // hidden 16 is no multiple of 64: the heads need the config.
     let err = ClipCheckpoint::open(&dir.join("clip_l.safetensors"), None).expect_err("heads");
     assert!(err.to_string().contains("config.json"), "{err}");
     // A config with more layers than the file has.
-    let mut config = ClipConfig::from_hf_json(&dir.join("configs/text_encoder/config.json"))
-        .expect("config");
+    let mut config =
+        ClipConfig::from_hf_json(&dir.join("configs/text_encoder/config.json")).expect("config");
     config.num_hidden_layers = 3;
     let err = ClipCheckpoint::open(&dir.join("clip_l.safetensors"), Some(config))
         .expect_err("missing layer");
@@ -134,10 +147,14 @@ fn clip_refuses_bad_checkpoints_and_ids() {
     }
     let (rt, model) = open(&ckpt.spec(1, ActDtype::F32), false);
     let mut clip = ClipText::new(&rt, &ckpt, 1, ActDtype::F32).expect("runner");
-    let err = clip.encode(&rt, &model, &[49406, 49407]).expect_err("2 ids");
+    let err = clip
+        .encode(&rt, &model, &[49406, 49407])
+        .expect_err("2 ids");
     assert!(err.to_string().contains("77"), "{err}");
     let mut ids = vec![49407; 77];
     ids[1] = 50000;
-    let err = clip.encode(&rt, &model, &ids).expect_err("id past the vocabulary");
+    let err = clip
+        .encode(&rt, &model, &ids)
+        .expect_err("id past the vocabulary");
     assert!(err.to_string().contains("50000"), "{err}");
 }

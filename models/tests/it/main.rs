@@ -15,5 +15,6 @@ mod llama_quant;
 mod llama_qwen2;
 mod llama_tiny;
 mod mlp_stack_files;
+mod t5;
 mod text_common;
 mod tokenize;

@@ -38,7 +38,10 @@ fn prompts() -> Vec<String> {
 fn reference_ids(name: &str) -> Vec<Vec<u32>> {
     let reference = safetensors::read(&pipeline().join("reference.safetensors"));
     let t = safetensors::get(&reference, name);
-    t.ids_u32().chunks(t.shape[1]).map(<[u32]>::to_vec).collect()
+    t.ids_u32()
+        .chunks(t.shape[1])
+        .map(<[u32]>::to_vec)
+        .collect()
 }
 
 #[test]
@@ -75,7 +78,12 @@ fn clip_pads_and_truncates_at_the_edges() {
     assert!(!empty.truncated);
     // "cat" is one token: 75 of them fill the 77 exactly with BOS and EOS.
     let one = tok.encode("cat").expect("one word");
-    assert_eq!(one.ids[2], CLIP_EOS, "`cat` is one token: {:?}", &one.ids[..4]);
+    assert_eq!(
+        one.ids[2],
+        CLIP_EOS,
+        "`cat` is one token: {:?}",
+        &one.ids[..4]
+    );
     let cat = one.ids[1];
     let exact = tok.encode(&["cat"; 75].join(" ")).expect("exact");
     assert!(!exact.truncated);

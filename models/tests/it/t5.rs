@@ -1,0 +1,232 @@
+//! T5 encoder end to end: the tiny-flux-pipeline fixture's T5 v1.1
+//! (`t5xxl_fp16.safetensors`, f16, HF keys, config inferred from the
+//! shapes) against diffusers' `t5_last_hidden_state` (within 1e-3 of its
+//! max), resident and streamed under a budget; the same file in ComfyUI's
+//! scaled fp8 form against the f16 output; relative-position buckets
+//! against HF's formula; a synthetic encoder whose inner width differs
+//! from d_model; clear errors for a CLIP file given as T5, a config that
+//! does not match and bad ids.
+
+use std::collections::HashMap;
+
+use dynvram_models::llama::synth::SynthDtype;
+use dynvram_models::t5::{T5Checkpoint, T5Config, T5Encoder, T5Error, synth};
+use dynvram_models::tokenize::T5Tokenizer;
+use dynvram_runtime::ActDtype;
+use dynvram_runtime::quant::quantize::quantize_float8_e4m3fn_weight;
+use dynvram_runtime::quant::reference::e4m3fn_to_f32;
+use dynvram_test_support::gpu::have_gpu;
+use dynvram_test_support::safetensors::{self, Dtype, Tensor};
+use dynvram_test_support::tolerance::{assert_close_rel, cosine, max_abs};
+
+use crate::text_common::{REL, open, pipeline, reference};
+
+/// The fixture's T5 ids and the prompts' length.
+fn fixture_ids() -> (Vec<u32>, usize) {
+    let t = safetensors::get(&reference(), "t5_input_ids").clone();
+    (t.ids_u32(), t.shape[1])
+}
+
+/// One pass of `ckpt` over `ids` (`len` per prompt).
+fn encode(ckpt: &T5Checkpoint, ids: &[u32], len: usize, streamed: bool) -> Vec<f32> {
+    let batch = ids.len() / len;
+    let (rt, model) = open(&ckpt.spec(batch, len, ActDtype::F32), streamed);
+    let mut t5 = T5Encoder::new(&rt, ckpt, batch, len, ActDtype::F32).expect("runner");
+    let out = t5.encode(&rt, &model, ids).expect("encode");
+    if streamed {
+        assert!(out.stats.streamed_bytes > 0, "{:?}", out.stats);
+    }
+    out.hidden
+}
+
+fn check_fixture(test: &str, streamed: bool) {
+    let dir = pipeline();
+    let ckpt = T5Checkpoint::open(&dir.join("t5xxl_fp16.safetensors"), None).expect("t5 opens");
+    let given = T5Config::from_hf_json(&dir.join("configs/text_encoder_2/config.json"))
+        .expect("config.json");
+    assert!(ckpt.inferred);
+    assert_eq!(ckpt.config, given, "inferred from the shapes");
+    if !have_gpu(test) {
+        return;
+    }
+    let (ids, len) = fixture_ids();
+    let got = encode(&ckpt, &ids, len, streamed);
+    let reference = reference();
+    let want = safetensors::get(&reference, "t5_last_hidden_state");
+    assert_close_rel("t5_last_hidden_state", &got, &want.values, REL);
+}
+
+#[test]
+fn t5_matches_diffusers_resident() {
+    check_fixture("t5_matches_diffusers_resident", false);
+}
+
+#[test]
+fn t5_matches_diffusers_streamed() {
+    check_fixture("t5_matches_diffusers_streamed", true);
+}
+
+#[test]
+fn t5_buckets_follow_hf() {
+    let c = T5Config::t5_xxl();
+    // (key − query, bucket): exact below 8 each way, log-spaced to 128.
+    for (r, want) in [
+        (0, 0),
+        (-1, 1),
+        (-7, 7),
+        (1, 17),
+        (7, 23),
+        (8, 24),
+        (-8, 8),
+        (15, 25),
+        (16, 26),
+        (-16, 10),
+        (32, 28),
+        (64, 30),
+        (127, 31),
+        (128, 31),
+        (-511, 15),
+    ] {
+        assert_eq!(c.bucket(r), want, "r = {r}");
+    }
+}
+
+#[test]
+fn t5_scaled_fp8_matches_f16() {
+    let test = "t5_scaled_fp8_matches_f16";
+    let dir = pipeline();
+    let src = safetensors::read(&dir.join("t5xxl_fp16.safetensors"));
+    // ComfyUI's scaled fp8 form: every linear e4m3fn with a per-tensor
+    // `scale_weight`, the `scaled_fp8` marker; embeddings and norms kept.
+    let mut out: HashMap<String, Tensor> = HashMap::new();
+    // The same weights as f32 (codes × scale): what the fp8 kernels must
+    // compute, to float rounding.
+    let mut dequantized: HashMap<String, Tensor> = HashMap::new();
+    for (name, t) in &src {
+        let linear = name.contains(".SelfAttention.") && !name.contains("relative_attention_bias")
+            || name.contains(".DenseReluDense.");
+        if linear {
+            let (codes, scale) = quantize_float8_e4m3fn_weight(&t.values);
+            let values: Vec<f32> = codes.iter().map(|&b| e4m3fn_to_f32(b) * scale).collect();
+            dequantized.insert(name.clone(), Tensor::from_f32(t.shape.clone(), &values));
+            out.insert(
+                name.clone(),
+                Tensor::new(Dtype::F8_E4M3, t.shape.clone(), codes),
+            );
+            let layer = name.trim_end_matches(".weight");
+            out.insert(
+                format!("{layer}.scale_weight"),
+                Tensor::from_f32(vec![], &[scale]),
+            );
+        } else {
+            out.insert(name.clone(), t.clone());
+            dequantized.insert(name.clone(), t.clone());
+        }
+    }
+    out.insert(
+        "scaled_fp8".into(),
+        Tensor::new(Dtype::F8_E4M3, vec![0], vec![]),
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("t5xxl_fp8_e4m3fn_scaled.safetensors");
+    safetensors::write(&path, out.iter().map(|(n, t)| (n.clone(), t)));
+    let fp8 = T5Checkpoint::open(&path, None).expect("scaled fp8 opens");
+    let deq_path = tmp.path().join("dequantized.safetensors");
+    safetensors::write(&deq_path, dequantized.iter().map(|(n, t)| (n.clone(), t)));
+    let deq = T5Checkpoint::open(&deq_path, None).expect("dequantized opens");
+    if !have_gpu(test) {
+        return;
+    }
+    let f16 = T5Checkpoint::open(&dir.join("t5xxl_fp16.safetensors"), None).expect("f16");
+    let (ids, len) = fixture_ids();
+    let got = encode(&fp8, &ids, len, true);
+    assert_close_rel(
+        "scaled fp8 vs its f32 weights",
+        &got,
+        &encode(&deq, &ids, len, false),
+        REL,
+    );
+    // Against the f16 model: e4m3 keeps 3 mantissa bits (≤ 6.25 % per
+    // weight), which two random layers of width 16 amplify to ~13 % of the
+    // output's max (measured); the outputs still point the same way.
+    let want = encode(&f16, &ids, len, false);
+    let diff = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let cos = cosine(&got, &want);
+    eprintln!(
+        "{test}: max |fp8 − f16| = {diff} of max {}, cosine {cos}",
+        max_abs(&want)
+    );
+    assert!(diff <= 0.2 * max_abs(&want), "max diff {diff}");
+    assert!(cos >= 0.99, "cosine {cos}");
+}
+
+#[test]
+fn t5_runs_an_inner_width_unlike_d_model() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("t5.safetensors");
+    let config = T5Config {
+        d_model: 32,
+        d_kv: 8,
+        d_ff: 48,
+        num_layers: 2,
+        num_heads: 3,
+        vocab_size: 32128,
+        ..T5Config::t5_xxl()
+    };
+    synth::write(&path, &config, SynthDtype::Bf16, 3).expect("synth");
+    let ckpt = T5Checkpoint::open(&path, None).expect("opens");
+    assert_eq!(ckpt.config, config);
+    let xxl = T5Config::t5_xxl();
+    assert_eq!(
+        (xxl.inner_dim(), xxl.d_model, xxl.num_layers),
+        (4096, 4096, 24)
+    );
+    if !have_gpu("t5_runs_an_inner_width_unlike_d_model") {
+        return;
+    }
+    let tok = T5Tokenizer::builtin().expect("tokenizer");
+    let ids = tok.encode("a red hat", 9).expect("ids").ids;
+    let hidden = encode(&ckpt, &ids, 9, false);
+    assert_eq!(hidden.len(), 9 * 32);
+    assert!(hidden.iter().all(|v| v.is_finite()));
+    // The padding rows attend to the prompt: they differ from each other.
+    assert_ne!(hidden[7 * 32..8 * 32], hidden[8 * 32..]);
+}
+
+#[test]
+fn t5_refuses_bad_checkpoints_and_ids() {
+    let dir = pipeline();
+    let err = T5Checkpoint::open(&dir.join("clip_l.safetensors"), None).expect_err("CLIP as T5");
+    let msg = err.to_string();
+    assert!(matches!(err, T5Error::Weights { .. }), "{msg}");
+    assert!(
+        msg.contains("clip_l.safetensors") && msg.contains("CLIP"),
+        "{msg}"
+    );
+    let mut config =
+        T5Config::from_hf_json(&dir.join("configs/text_encoder_2/config.json")).expect("config");
+    config.num_heads = 4;
+    let err =
+        T5Checkpoint::open(&dir.join("t5xxl_fp16.safetensors"), Some(config)).expect_err("4 heads");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("relative_attention_bias") && msg.contains("[32, 4]"),
+        "{msg}"
+    );
+    let path = dir.join("t5xxl_fp16.safetensors");
+    let ckpt = T5Checkpoint::open(&path, None).expect("opens");
+    if !have_gpu("t5_refuses_bad_checkpoints_and_ids") {
+        return;
+    }
+    let (rt, model) = open(&ckpt.spec(1, 4, ActDtype::F32), false);
+    let mut t5 = T5Encoder::new(&rt, &ckpt, 1, 4, ActDtype::F32).expect("runner");
+    let err = t5.encode(&rt, &model, &[1, 0]).expect_err("2 ids");
+    assert!(err.to_string().contains("prompts of 4"), "{err}");
+    let err = t5
+        .encode(&rt, &model, &[5, 40000, 1, 0])
+        .expect_err("past the vocabulary");
+    assert!(err.to_string().contains("40000"), "{err}");
+}
