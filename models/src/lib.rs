@@ -12,3 +12,4 @@ pub mod error;
 pub mod flux;
 pub mod llama;
 pub mod mlp_stack;
+pub mod vae;

@@ -13,3 +13,4 @@ mod llama_quant;
 mod llama_qwen2;
 mod llama_tiny;
 mod mlp_stack_files;
+mod vae;
