@@ -93,7 +93,10 @@ pub fn record_conv2d(
             OP,
             format!(
                 "`x` {:?} has {cin} channels, the weight [{}, {}, {k}, {k}] takes {}",
-                x.shape, weight.cout, weight.cin, weight.cin,
+                x.shape,
+                weight.cout,
+                weight.cin,
+                weight.cin,
                 k = weight.ksize
             ),
         ));
@@ -127,7 +130,10 @@ pub fn record_conv2d(
         // Output pixel 0 would read only padding: no convolution does that.
         return Err(bad(
             OP,
-            format!("padding {:?} reaches past the kernel ({})", geom.pad, weight.ksize),
+            format!(
+                "padding {:?} reaches past the kernel ({})",
+                geom.pad, weight.ksize
+            ),
         ));
     }
     let kdim = cin * weight.ksize * weight.ksize;
@@ -200,7 +206,10 @@ pub(crate) fn nchw(op: &'static str, name: &str, t: &GpuTensor) -> Result<[u64; 
         [b, c, h, w] if b * c * h * w > 0 => Ok([b, c, h, w]),
         _ => Err(bad(
             op,
-            format!("`{name}` has shape {:?}, expected [batch, channels, height, width]", t.shape),
+            format!(
+                "`{name}` has shape {:?}, expected [batch, channels, height, width]",
+                t.shape
+            ),
         )),
     }
 }

@@ -88,7 +88,12 @@ pub fn record_group_norm(
     expect_distinct(
         OP,
         out,
-        &[("x", x), ("weight", weight), ("bias", bias), ("scratch", scratch)],
+        &[
+            ("x", x),
+            ("weight", weight),
+            ("bias", bias),
+            ("scratch", scratch),
+        ],
     )?;
     expect_distinct(OP, scratch, &[("x", x)])?;
     let n_part = partials(b, c, hw, groups);
@@ -112,7 +117,10 @@ pub fn record_group_norm(
     if n_chunks > max || b * groups > max {
         return Err(bad(
             OP,
-            format!("{n_chunks} chunks x {} groups exceed {max} workgroups per dimension", b * groups),
+            format!(
+                "{n_chunks} chunks x {} groups exceed {max} workgroups per dimension",
+                b * groups
+            ),
         ));
     }
     let _span = tracing::trace_span!("record", op = OP, b, c, hw, groups).entered();

@@ -151,7 +151,11 @@ fn group_norm_ref(
         .flat_map(|(bg, grp)| {
             let n = grp.len() as f64;
             let mean = grp.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-            let var = grp.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
+            let var = grp
+                .iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / n;
             let r = 1.0 / (var + eps).sqrt();
             let first = (bg % groups) * (c / groups);
             grp.iter().enumerate().map(move |(i, &v)| {
@@ -201,7 +205,17 @@ fn group_norm_matches_reference() {
             let out = nan_tensor(g, &shape);
             run(&c, |enc| {
                 record_group_norm(
-                    g, &c.cache, enc, &xt, &wt, &bt, &scratch, &out, groups as u64, 1e-6, silu,
+                    g,
+                    &c.cache,
+                    enc,
+                    &xt,
+                    &wt,
+                    &bt,
+                    &scratch,
+                    &out,
+                    groups as u64,
+                    1e-6,
+                    silu,
                 )
             });
             let want = group_norm_ref(&x, ch, h * w, groups, &wv, &bv, 1e-6, silu);
@@ -260,7 +274,11 @@ fn spatial_attention_matches_reference() {
             nonzero(seed + 1, numel, 2.0),
             nonzero(seed + 2, numel, 1.0),
         );
-        let (qt, kt, vt) = (upload(g, &shape, &q), upload(g, &shape, &k), upload(g, &shape, &v));
+        let (qt, kt, vt) = (
+            upload(g, &shape, &q),
+            upload(g, &shape, &k),
+            upload(g, &shape, &v),
+        );
         let out = nan_tensor(g, &shape);
         run(&c, |enc| {
             record_spatial_attention(g, &c.cache, enc, &qt, &kt, &vt, &out)

@@ -132,7 +132,10 @@ impl VaeCheckpoint {
         let list = FilesList::new(&files);
         let prefix = PREFIXES
             .iter()
-            .find(|p| list.dtype_shape(&format!("{p}decoder.conv_in.weight")).is_some())
+            .find(|p| {
+                list.dtype_shape(&format!("{p}decoder.conv_in.weight"))
+                    .is_some()
+            })
             .ok_or_else(|| {
                 err(format!(
                     "not a VAE: no `decoder.conv_in.weight`{}",
@@ -202,7 +205,11 @@ impl VaeCheckpoint {
                             b.tensors(&mut convs, &mut f32s);
                         }
                         if i > 0 {
-                            conv(nm.dec(&format!("up.{i}.upsample.conv")), &mut convs, &mut f32s);
+                            conv(
+                                nm.dec(&format!("up.{i}.upsample.conv")),
+                                &mut convs,
+                                &mut f32s,
+                            );
                         }
                         format!("decoder.up.{i}")
                     }
@@ -345,7 +352,12 @@ fn check(list: &dyn TensorList, nm: &Names, c: &VaeConfig) -> Result<(), String>
             res(&b)?;
         }
         if i > 0 {
-            conv(nm.dec(&format!("up.{i}.upsample.conv")), c.channels(i), c.channels(i), 3)?;
+            conv(
+                nm.dec(&format!("up.{i}.upsample.conv")),
+                c.channels(i),
+                c.channels(i),
+                3,
+            )?;
         }
     }
     norm(nm.dec("norm_out"), c.channels(0))?;

@@ -129,7 +129,9 @@ impl VaeConfig {
                 "norm_num_groups = {groups}; only {GROUPS} is implemented"
             )));
         }
-        let ch = *boc.first().ok_or_else(|| err("`block_out_channels` is empty".into()))?;
+        let ch = *boc
+            .first()
+            .ok_or_else(|| err("`block_out_channels` is empty".into()))?;
         if ch == 0 || boc.iter().any(|c| !c.is_multiple_of(ch)) {
             return Err(err(format!(
                 "block_out_channels {boc:?} are not multiples of the first"

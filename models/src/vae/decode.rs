@@ -16,7 +16,9 @@ use dynvram_runtime::ops::conv::{ConvWeight, Geometry, record_conv2d};
 use dynvram_runtime::ops::embed::TableDtype;
 use dynvram_runtime::ops::group_norm::{record_group_norm, scratch_len};
 use dynvram_runtime::ops::spatial_attention::record_spatial_attention;
-use dynvram_runtime::{ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError};
+use dynvram_runtime::{
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
+};
 
 use super::VaeError;
 use super::checkpoint::{Names, ResBlock, Stage, VaeCheckpoint, stages};
@@ -38,12 +40,18 @@ struct Sizes {
 
 fn sizes(c: &VaeConfig, batch: usize, h: usize, w: usize) -> Sizes {
     let n = c.levels();
-    let gn = |ch: usize, hw: usize| scratch_len(batch as u64, ch as u64, hw as u64, GROUPS as u64) as usize;
+    let gn = |ch: usize, hw: usize| {
+        scratch_len(batch as u64, ch as u64, hw as u64, GROUPS as u64) as usize
+    };
     let mid = c.mid_channels() * h * w;
     let (mut big, mut stats) = (mid, gn(c.mid_channels(), h * w));
     for i in (0..n).rev() {
         let hw = (h << (n - 1 - i)) * (w << (n - 1 - i));
-        let cin = if i + 1 == n { c.mid_channels() } else { c.channels(i + 1) };
+        let cin = if i + 1 == n {
+            c.mid_channels()
+        } else {
+            c.channels(i + 1)
+        };
         big = big.max(cin * hw).max(c.channels(i) * hw);
         stats = stats.max(gn(cin, hw)).max(gn(c.channels(i), hw));
         if i > 0 {
@@ -65,7 +73,10 @@ fn sizes(c: &VaeConfig, batch: usize, h: usize, w: usize) -> Sizes {
 pub fn activation_bytes(c: &VaeConfig, batch: usize, h: usize, w: usize, dtype: ActDtype) -> u64 {
     let s = sizes(c, batch, h, w);
     let word = |n: usize, size: u64| (n as u64 * size).div_ceil(4) * 4;
-    4 * word(s.big, dtype.size()) + word(s.mid, dtype.size()) + word(s.z, dtype.size()) + word(s.stats, 4)
+    4 * word(s.big, dtype.size())
+        + word(s.mid, dtype.size())
+        + word(s.z, dtype.size())
+        + word(s.stats, 4)
 }
 
 /// What a decode returns.
@@ -90,20 +101,34 @@ struct Acts {
 }
 
 impl Acts {
-    fn new(rt: &Runtime, c: &VaeConfig, key: (usize, usize, usize), dtype: ActDtype) -> Result<Self, RuntimeError> {
+    fn new(
+        rt: &Runtime,
+        c: &VaeConfig,
+        key: (usize, usize, usize),
+        dtype: ActDtype,
+    ) -> Result<Self, RuntimeError> {
         let s = sizes(c, key.0, key.1, key.2);
         let a = |label: &str, n: usize| rt.activation_of(label, &[n], dtype);
         Ok(Self {
             key,
             z: a("vae z", s.z)?,
-            bufs: [a("vae a", s.big)?, a("vae b", s.big)?, a("vae c", s.big)?, a("vae d", s.big)?],
+            bufs: [
+                a("vae a", s.big)?,
+                a("vae b", s.big)?,
+                a("vae c", s.big)?,
+                a("vae d", s.big)?,
+            ],
             v: a("vae v", s.mid)?,
             stats: rt.activation_of("vae norm stats", &[s.stats], ActDtype::F32)?,
         })
     }
 
     fn bytes(&self) -> u64 {
-        self.bufs.iter().chain([&self.z, &self.v, &self.stats]).map(|t| t.binding_bytes()).sum()
+        self.bufs
+            .iter()
+            .chain([&self.z, &self.v, &self.stats])
+            .map(|t| t.binding_bytes())
+            .sum()
     }
 }
 
@@ -130,7 +155,14 @@ impl Rec<'_, '_, '_> {
     }
 
     /// `out = conv(x) + bias (+ res)` with layer `name`'s weights.
-    fn conv(&mut self, name: &str, x: &GpuTensor, out: &GpuTensor, res: Option<&GpuTensor>, geom: Geometry) -> Result<(), RuntimeError> {
+    fn conv(
+        &mut self,
+        name: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        res: Option<&GpuTensor>,
+        geom: Geometry,
+    ) -> Result<(), RuntimeError> {
         let key = format!("{name}.weight");
         let w = self.ctx.weight(&key)?;
         let dtype = match (w.as_f32, w.dtype) {
@@ -162,11 +194,27 @@ impl Rec<'_, '_, '_> {
         };
         let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
         let rt = self.ctx.runtime();
-        Ok(record_conv2d(rt.gpu(), rt.pipelines(), self.ctx.encoder(), x, &weight, &bias, res, out, geom)?)
+        Ok(record_conv2d(
+            rt.gpu(),
+            rt.pipelines(),
+            self.ctx.encoder(),
+            x,
+            &weight,
+            &bias,
+            res,
+            out,
+            geom,
+        )?)
     }
 
     /// `out = GroupNorm(x)` with norm `name`'s affine weights, then SiLU where `silu`.
-    fn norm(&mut self, name: &str, x: &GpuTensor, out: &GpuTensor, silu: bool) -> Result<(), RuntimeError> {
+    fn norm(
+        &mut self,
+        name: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        silu: bool,
+    ) -> Result<(), RuntimeError> {
         let weight = self.ctx.weight_tensor(&format!("{name}.weight"))?;
         let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
         let rt = self.ctx.runtime();
@@ -187,37 +235,101 @@ impl Rec<'_, '_, '_> {
 
     /// A ResNet block on the map in buffer `x` (`h × w`); returns the buffer
     /// holding its output.
-    fn resnet(&mut self, b: &ResBlock, x: usize, h: usize, w: usize) -> Result<usize, RuntimeError> {
+    fn resnet(
+        &mut self,
+        b: &ResBlock,
+        x: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<usize, RuntimeError> {
         let [a, t, y] = others(x);
         let p = &b.prefix;
         let xin = self.buf(x, b.cin, h, w);
         self.norm(&format!("{p}norm1"), &xin, &self.buf(a, b.cin, h, w), true)?;
-        self.conv(&format!("{p}conv1"), &self.buf(a, b.cin, h, w), &self.buf(t, b.cout, h, w), None, Geometry::same(1))?;
-        self.norm(&format!("{p}norm2"), &self.buf(t, b.cout, h, w), &self.buf(a, b.cout, h, w), true)?;
+        self.conv(
+            &format!("{p}conv1"),
+            &self.buf(a, b.cin, h, w),
+            &self.buf(t, b.cout, h, w),
+            None,
+            Geometry::same(1),
+        )?;
+        self.norm(
+            &format!("{p}norm2"),
+            &self.buf(t, b.cout, h, w),
+            &self.buf(a, b.cout, h, w),
+            true,
+        )?;
         let skip = if b.cin == b.cout {
             xin
         } else {
             let s = self.buf(t, b.cout, h, w);
-            self.conv(&format!("{p}nin_shortcut"), &xin, &s, None, Geometry::same(0))?;
+            self.conv(
+                &format!("{p}nin_shortcut"),
+                &xin,
+                &s,
+                None,
+                Geometry::same(0),
+            )?;
             s
         };
-        self.conv(&format!("{p}conv2"), &self.buf(a, b.cout, h, w), &self.buf(y, b.cout, h, w), Some(&skip), Geometry::same(1))?;
+        self.conv(
+            &format!("{p}conv2"),
+            &self.buf(a, b.cout, h, w),
+            &self.buf(y, b.cout, h, w),
+            Some(&skip),
+            Geometry::same(1),
+        )?;
         Ok(y)
     }
 
     /// The mid block's attention on buffer `x`; returns its output buffer.
-    fn attention(&mut self, p: &str, x: usize, c: usize, h: usize, w: usize) -> Result<usize, RuntimeError> {
+    fn attention(
+        &mut self,
+        p: &str,
+        x: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<usize, RuntimeError> {
         let [a, q, k] = others(x);
         let xin = self.buf(x, c, h, w);
         let v = view(&self.acts.v, [self.batch, c, h, w]);
         self.norm(&format!("{p}norm"), &xin, &self.buf(a, c, h, w), false)?;
-        for (l, out) in [("q", self.buf(q, c, h, w)), ("k", self.buf(k, c, h, w)), ("v", v.clone())] {
-            self.conv(&format!("{p}{l}"), &self.buf(a, c, h, w), &out, None, Geometry::same(0))?;
+        for (l, out) in [
+            ("q", self.buf(q, c, h, w)),
+            ("k", self.buf(k, c, h, w)),
+            ("v", v.clone()),
+        ] {
+            self.conv(
+                &format!("{p}{l}"),
+                &self.buf(a, c, h, w),
+                &out,
+                None,
+                Geometry::same(0),
+            )?;
         }
-        let (qt, kt, ot) = (self.buf(q, c, h, w), self.buf(k, c, h, w), self.buf(a, c, h, w));
+        let (qt, kt, ot) = (
+            self.buf(q, c, h, w),
+            self.buf(k, c, h, w),
+            self.buf(a, c, h, w),
+        );
         let rt = self.ctx.runtime();
-        record_spatial_attention(rt.gpu(), rt.pipelines(), self.ctx.encoder(), &qt, &kt, &v, &ot)?;
-        self.conv(&format!("{p}proj_out"), &self.buf(a, c, h, w), &self.buf(q, c, h, w), Some(&xin), Geometry::same(0))?;
+        record_spatial_attention(
+            rt.gpu(),
+            rt.pipelines(),
+            self.ctx.encoder(),
+            &qt,
+            &kt,
+            &v,
+            &ot,
+        )?;
+        self.conv(
+            &format!("{p}proj_out"),
+            &self.buf(a, c, h, w),
+            &self.buf(q, c, h, w),
+            Some(&xin),
+            Geometry::same(0),
+        )?;
         Ok(q)
     }
 }
@@ -242,7 +354,8 @@ impl FluxVae {
     /// `SHADER_F16`); open the [`Model`] with `ckpt.spec(..)` of the largest
     /// latent (or tile) it decodes. Tiling is [`Tiling::Auto`].
     pub fn new(rt: &Runtime, ckpt: &VaeCheckpoint, dtype: ActDtype) -> Result<Self, VaeError> {
-        dynvram_runtime::ops::cache::check_act_dtype(rt.gpu(), "vae", dtype).map_err(RuntimeError::from)?;
+        dynvram_runtime::ops::cache::check_act_dtype(rt.gpu(), "vae", dtype)
+            .map_err(RuntimeError::from)?;
         Ok(Self {
             config: ckpt.config.clone(),
             names: ckpt.names.clone(),
@@ -261,7 +374,15 @@ impl FluxVae {
     /// Decodes `z` `[batch, z_channels, h, w]` (already `latents / 0.3611 +
     /// 0.1159`) into `[batch, 3, 8h, 8w]` (for Flux's 4 levels), in tiles
     /// where [`Tiling`] says so.
-    pub fn decode(&mut self, rt: &Runtime, model: &Model, z: &[f32], batch: usize, h: usize, w: usize) -> Result<VaeDecoded, VaeError> {
+    pub fn decode(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        z: &[f32],
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<VaeDecoded, VaeError> {
         let c = &self.config;
         let want = batch * c.z_channels * h * w;
         if batch == 0 || h == 0 || w == 0 || z.len() != want {
@@ -286,7 +407,11 @@ impl FluxVae {
         let shape = [batch, c.z_channels, h, w];
         if (th, tw) == (h, w) {
             let (image, stats) = self.pass(rt, model, z, batch, h, w)?;
-            return Ok(VaeDecoded { image, stats, tiles: 1 });
+            return Ok(VaeDecoded {
+                image,
+                stats,
+                tiles: 1,
+            });
         }
         let mut blend = Blend::new([batch, c.image_channels, h * s, w * s]);
         let mut stats = PassStats::default();
@@ -301,12 +426,23 @@ impl FluxVae {
             }
         }
         tracing::debug!(tiles, th, tw, overlap, "tiled decode");
-        Ok(VaeDecoded { image: blend.finish(), stats, tiles })
+        Ok(VaeDecoded {
+            image: blend.finish(),
+            stats,
+            tiles,
+        })
     }
 
     /// The latent tile side and overlap of a decode (the whole latent:
     /// its larger side and 0).
-    fn tile_size(&self, rt: &Runtime, model: &Model, batch: usize, h: usize, w: usize) -> Result<(usize, usize), VaeError> {
+    fn tile_size(
+        &self,
+        rt: &Runtime,
+        model: &Model,
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<(usize, usize), VaeError> {
         let c = &self.config;
         let bytes = |th: usize, tw: usize| activation_bytes(c, batch, th, tw, self.dtype);
         match self.tiling {
@@ -325,11 +461,15 @@ impl FluxVae {
                 // model's plan reserved for activations.
                 let report = rt.budget_report();
                 let held = self.acts.as_ref().map_or(0, Acts::bytes);
-                let room = (report.usable.saturating_sub(report.tracked) + held).max(model.plan().scratch);
+                let room =
+                    (report.usable.saturating_sub(report.tracked) + held).max(model.plan().scratch);
                 if bytes(h, w) <= room {
                     return Ok((h.max(w), 0));
                 }
-                let fit = AUTO_SIZES.iter().copied().find(|&t| bytes(h.min(t), w.min(t)) <= room);
+                let fit = AUTO_SIZES
+                    .iter()
+                    .copied()
+                    .find(|&t| bytes(h.min(t), w.min(t)) <= room);
                 match fit {
                     Some(t) => Ok((t, auto_overlap(t))),
                     None => {
@@ -347,7 +487,15 @@ impl FluxVae {
     }
 
     /// One pass over a whole latent (or tile) `[batch, z, h, w]`.
-    fn pass(&mut self, rt: &Runtime, model: &Model, z: &[f32], batch: usize, h: usize, w: usize) -> Result<(Vec<f32>, PassStats), VaeError> {
+    fn pass(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        z: &[f32],
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<(Vec<f32>, PassStats), VaeError> {
         let key = (batch, h, w);
         if self.acts.as_ref().is_none_or(|a| a.key != key) {
             // Old buffers go first: both need not fit at once.
@@ -367,7 +515,13 @@ impl FluxVae {
             match stage {
                 Stage::Mid => {
                     let m = c.mid_channels();
-                    r.conv(&nm.dec("conv_in"), &zt, &r.buf(0, m, h, w), None, Geometry::same(1))?;
+                    r.conv(
+                        &nm.dec("conv_in"),
+                        &zt,
+                        &r.buf(0, m, h, w),
+                        None,
+                        Geometry::same(1),
+                    )?;
                     let [b1, b2] = nm.mid_blocks(c);
                     let x = r.resnet(&b1, 0, h, w)?;
                     let x = r.attention(&nm.dec("mid.attn_1."), x, m, h, w)?;
@@ -381,7 +535,10 @@ impl FluxVae {
                     if i > 0 {
                         let ci = c.channels(i);
                         let out = others(cur)[0];
-                        let geom = Geometry { up: 2, ..Geometry::same(1) };
+                        let geom = Geometry {
+                            up: 2,
+                            ..Geometry::same(1)
+                        };
                         r.conv(
                             &nm.dec(&format!("up.{i}.upsample.conv")),
                             &r.buf(cur, ci, lh, lw),
@@ -396,15 +553,29 @@ impl FluxVae {
                     let (fh, fw) = (h << (n - 1), w << (n - 1));
                     let c0 = c.channels(0);
                     let [a, out, _] = others(cur);
-                    r.norm(&nm.dec("norm_out"), &r.buf(cur, c0, fh, fw), &r.buf(a, c0, fh, fw), true)?;
-                    r.conv(&nm.dec("conv_out"), &r.buf(a, c0, fh, fw), &r.buf(out, c.image_channels, fh, fw), None, Geometry::same(1))?;
+                    r.norm(
+                        &nm.dec("norm_out"),
+                        &r.buf(cur, c0, fh, fw),
+                        &r.buf(a, c0, fh, fw),
+                        true,
+                    )?;
+                    r.conv(
+                        &nm.dec("conv_out"),
+                        &r.buf(a, c0, fh, fw),
+                        &r.buf(out, c.image_channels, fh, fw),
+                        None,
+                        Geometry::same(1),
+                    )?;
                     cur = out;
                 }
             }
             Ok(())
         })?;
         let s = c.scale();
-        let image = rt.read_f32(&view(&acts.bufs[cur], [batch, c.image_channels, h * s, w * s]))?;
+        let image = rt.read_f32(&view(
+            &acts.bufs[cur],
+            [batch, c.image_channels, h * s, w * s],
+        ))?;
         Ok((image, stats))
     }
 }

@@ -26,7 +26,11 @@ pub fn tensors(c: &VaeConfig) -> Vec<SynthTensor> {
         });
     };
     let mut norms: Vec<(String, usize)> = Vec::new();
-    let resnet = |conv: &mut dyn FnMut(String, usize, usize, usize), norms: &mut Vec<(String, usize)>, p: String, cin: usize, cout: usize| {
+    let resnet = |conv: &mut dyn FnMut(String, usize, usize, usize),
+                  norms: &mut Vec<(String, usize)>,
+                  p: String,
+                  cin: usize,
+                  cout: usize| {
         norms.push((format!("{p}.norm1"), cin));
         conv(format!("{p}.conv1"), cout, cin, 3);
         norms.push((format!("{p}.norm2"), cout));
@@ -36,7 +40,9 @@ pub fn tensors(c: &VaeConfig) -> Vec<SynthTensor> {
         }
     };
     let (n, m) = (c.levels(), c.mid_channels());
-    let mid = |conv: &mut dyn FnMut(String, usize, usize, usize), norms: &mut Vec<(String, usize)>, part: &str| {
+    let mid = |conv: &mut dyn FnMut(String, usize, usize, usize),
+               norms: &mut Vec<(String, usize)>,
+               part: &str| {
         resnet(conv, norms, format!("{part}.mid.block_1"), m, m);
         norms.push((format!("{part}.mid.attn_1.norm"), m));
         for l in ["q", "k", "v", "proj_out"] {
@@ -47,13 +53,28 @@ pub fn tensors(c: &VaeConfig) -> Vec<SynthTensor> {
     // Encoder.
     conv("encoder.conv_in".into(), c.channels(0), c.image_channels, 3);
     for i in 0..n {
-        let cin = if i == 0 { c.channels(0) } else { c.channels(i - 1) };
+        let cin = if i == 0 {
+            c.channels(0)
+        } else {
+            c.channels(i - 1)
+        };
         for j in 0..c.num_res_blocks {
             let ci = if j == 0 { cin } else { c.channels(i) };
-            resnet(&mut conv, &mut norms, format!("encoder.down.{i}.block.{j}"), ci, c.channels(i));
+            resnet(
+                &mut conv,
+                &mut norms,
+                format!("encoder.down.{i}.block.{j}"),
+                ci,
+                c.channels(i),
+            );
         }
         if i + 1 < n {
-            conv(format!("encoder.down.{i}.downsample.conv"), c.channels(i), c.channels(i), 3);
+            conv(
+                format!("encoder.down.{i}.downsample.conv"),
+                c.channels(i),
+                c.channels(i),
+                3,
+            );
         }
     }
     mid(&mut conv, &mut norms, "encoder");
@@ -66,14 +87,30 @@ pub fn tensors(c: &VaeConfig) -> Vec<SynthTensor> {
         let cin = if i + 1 == n { m } else { c.channels(i + 1) };
         for j in 0..=c.num_res_blocks {
             let ci = if j == 0 { cin } else { c.channels(i) };
-            resnet(&mut conv, &mut norms, format!("decoder.up.{i}.block.{j}"), ci, c.channels(i));
+            resnet(
+                &mut conv,
+                &mut norms,
+                format!("decoder.up.{i}.block.{j}"),
+                ci,
+                c.channels(i),
+            );
         }
         if i > 0 {
-            conv(format!("decoder.up.{i}.upsample.conv"), c.channels(i), c.channels(i), 3);
+            conv(
+                format!("decoder.up.{i}.upsample.conv"),
+                c.channels(i),
+                c.channels(i),
+                3,
+            );
         }
     }
     norms.push(("decoder.norm_out".into(), c.channels(0)));
-    conv("decoder.conv_out".into(), c.image_channels, c.channels(0), 3);
+    conv(
+        "decoder.conv_out".into(),
+        c.image_channels,
+        c.channels(0),
+        3,
+    );
     for (name, ch) in norms {
         out.push(SynthTensor {
             name: format!("{name}.weight"),
@@ -92,7 +129,12 @@ pub fn tensors(c: &VaeConfig) -> Vec<SynthTensor> {
 /// Writes a random-weight `ae.safetensors` for `config` at `path`
 /// (atomically), stored as `dtype`, drawn from `seed`; returns the bytes of
 /// tensor data.
-pub fn write(path: &Path, config: &VaeConfig, dtype: SynthDtype, seed: u64) -> Result<u64, VaeError> {
+pub fn write(
+    path: &Path,
+    config: &VaeConfig,
+    dtype: SynthDtype,
+    seed: u64,
+) -> Result<u64, VaeError> {
     let _span = tracing::info_span!("vae_synth", path = %path.display()).entered();
     config.validate().map_err(|why| VaeError::Config {
         path: path.to_owned(),

@@ -38,7 +38,10 @@ pub(crate) fn starts(n: usize, size: usize, overlap: usize) -> Vec<usize> {
         return vec![0];
     }
     let step = size.saturating_sub(overlap).max(1);
-    let mut v: Vec<usize> = (0..).map(|i| i * step).take_while(|&s| s + size < n).collect();
+    let mut v: Vec<usize> = (0..)
+        .map(|i| i * step)
+        .take_while(|&s| s + size < n)
+        .collect();
     v.push(n - size);
     v.dedup();
     v
@@ -79,7 +82,15 @@ impl Blend {
 
     /// Adds `tile` `[batch, ch, th, tw]` at `(y0, x0)`, its edges ramped
     /// over `ramp` pixels where neighbours overlap it.
-    pub fn add(&mut self, tile: &[f32], th: usize, tw: usize, y0: usize, x0: usize, ramp_px: usize) {
+    pub fn add(
+        &mut self,
+        tile: &[f32],
+        th: usize,
+        tw: usize,
+        y0: usize,
+        x0: usize,
+        ramp_px: usize,
+    ) {
         let [b, c, h, w] = self.shape;
         for y in 0..th {
             let wy = ramp(y, y0, th, h, ramp_px);
@@ -104,7 +115,14 @@ impl Blend {
 }
 
 /// Latent tile `[batch, ch, th, tw]` at `(y0, x0)` of `z` `[batch, ch, h, w]`.
-pub(crate) fn crop(z: &[f32], shape: [usize; 4], y0: usize, x0: usize, th: usize, tw: usize) -> Vec<f32> {
+pub(crate) fn crop(
+    z: &[f32],
+    shape: [usize; 4],
+    y0: usize,
+    x0: usize,
+    th: usize,
+    tw: usize,
+) -> Vec<f32> {
     let [b, c, h, w] = shape;
     let mut out = Vec::with_capacity(b * c * th * tw);
     for bc in 0..b * c {
@@ -138,7 +156,9 @@ mod tests {
     #[test]
     fn blending_identical_tiles_gives_the_image() {
         let (b, c, h, w) = (2, 3, 20, 28);
-        let img: Vec<f32> = (0..b * c * h * w).map(|i| (i as f32 * 0.37).sin()).collect();
+        let img: Vec<f32> = (0..b * c * h * w)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
         let mut blend = Blend::new([b, c, h, w]);
         let (th, tw) = (12, 16);
         for &y0 in &starts(h, th, 4) {

@@ -21,7 +21,11 @@ const REL: f32 = 1e-3;
 fn fixture() -> PathBuf {
     fixtures::dir(
         "tiny-flux-pipeline",
-        &["ae.safetensors", "vae_reference.safetensors", "reference.safetensors"],
+        &[
+            "ae.safetensors",
+            "vae_reference.safetensors",
+            "reference.safetensors",
+        ],
     )
 }
 
@@ -31,10 +35,19 @@ fn ae() -> PathBuf {
 
 /// Opens `ckpt`'s decoder for latents up to `[batch, z, h, w]` under
 /// `budget`, and a decoder with `tiling`.
-fn open(ckpt: &VaeCheckpoint, batch: usize, h: usize, w: usize, budget: Option<u64>, tiling: Tiling) -> (Runtime, Model, FluxVae) {
+fn open(
+    ckpt: &VaeCheckpoint,
+    batch: usize,
+    h: usize,
+    w: usize,
+    budget: Option<u64>,
+    tiling: Tiling,
+) -> (Runtime, Model, FluxVae) {
     let rt = runtime(budget);
     let model = Model::open(&rt, &ckpt.spec(batch, h, w, ActDtype::F32)).expect("vae opens");
-    let vae = FluxVae::new(&rt, ckpt, ActDtype::F32).expect("decoder").with_tiling(tiling);
+    let vae = FluxVae::new(&rt, ckpt, ActDtype::F32)
+        .expect("decoder")
+        .with_tiling(tiling);
     (rt, model, vae)
 }
 
@@ -48,12 +61,17 @@ fn check(test: &str, reference: &str, input: &str, want: &str, streamed: bool) {
     assert!(ckpt.inferred);
     let r = safetensors::read(&fixture().join(reference));
     let z = &r[input];
-    let &[b, _, h, w] = &z.shape[..] else { panic!("{input} is NCHW") };
+    let &[b, _, h, w] = &z.shape[..] else {
+        panic!("{input} is NCHW")
+    };
     let budget = streamed.then(|| quarter_budget(&ckpt.spec(b, h, w, ActDtype::F32)));
     let (rt, model, mut vae) = open(&ckpt, b, h, w, budget, Tiling::Auto);
     let report = model.report();
     if streamed {
-        assert!(report.streamed_bytes * 2 > ckpt.decoder_bytes(), "{report:?}");
+        assert!(
+            report.streamed_bytes * 2 > ckpt.decoder_bytes(),
+            "{report:?}"
+        );
     } else {
         assert_eq!(report.streamed_bytes, 0, "{report:?}");
     }
@@ -108,15 +126,19 @@ fn big_latent(b: usize, h: usize, w: usize) -> Vec<f32> {
         .map(|i| {
             let (bc, y, x) = (i / (h * w), (i / w) % h, i % w);
             let (bi, c) = (bc / 16, bc % 16);
-            src[(bi % 2) * n + (c * 12 + (y * 7 + x) % 12) * 12 + (x * 5 + y) % 12] * if (x + y) % 3 == 0 { 1.0 } else { 0.8 }
+            src[(bi % 2) * n + (c * 12 + (y * 7 + x) % 12) * 12 + (x * 5 + y) % 12]
+                * if (x + y) % 3 == 0 { 1.0 } else { 0.8 }
         })
         .collect()
 }
 
-/// Tiled decoding against the whole decode on a latent needing 3 × 3
+/// Tiled decoding against the whole decode on a latent needing 2 × 2
 /// tiles. The tiles' GroupNorm statistics are their own, so they are not
-/// equal: the blend keeps the difference small, the bound measured on
-/// lavapipe with the fixture's random weights (see the printed figure).
+/// equal (diffusers' and ComfyUI's tiled decodes differ from the whole the
+/// same way). Measured on lavapipe with the fixture's random weights, 10×10
+/// tiles overlapping by 4: max |diff| 0.136 × max|x|, mean |diff| 0.047
+/// (1.3 % of max|x|), cosine 0.9939; asserted: cosine > 0.99 and max |diff|
+/// ≤ 0.25 × max|x|.
 #[test]
 fn vae_tiled_decode_is_close_to_the_whole() {
     const TEST: &str = "vae_tiled_decode_is_close_to_the_whole";
@@ -124,25 +146,51 @@ fn vae_tiled_decode_is_close_to_the_whole() {
         return;
     }
     let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
-    let (b, h, w) = (1, 28, 24);
+    let (b, h, w) = (1, 16, 12);
     let z = big_latent(b, h, w);
     let (rt, model, vae) = open(&ckpt, b, h, w, None, Tiling::Whole);
     let whole = { vae }.decode(&rt, &model, &z, b, h, w).expect("whole");
     assert_eq!(whole.tiles, 1);
     let mut tiled = FluxVae::new(&rt, &ckpt, ActDtype::F32)
         .expect("decoder")
-        .with_tiling(Tiling::Tiles { size: 12, overlap: 4 });
+        .with_tiling(Tiling::Tiles {
+            size: 10,
+            overlap: 4,
+        });
     let got = tiled.decode(&rt, &model, &z, b, h, w).expect("tiled");
-    assert_eq!(got.tiles, 9);
-    let err = got.image.iter().zip(&whole.image).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    let mean = got.image.iter().zip(&whole.image).map(|(a, b)| (a - b).abs()).sum::<f32>() / got.image.len() as f32;
+    assert_eq!(got.tiles, 4);
+    let err = got
+        .image
+        .iter()
+        .zip(&whole.image)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let mean = got
+        .image
+        .iter()
+        .zip(&whole.image)
+        .map(|(a, b)| (a - b).abs())
+        .sum::<f32>()
+        / got.image.len() as f32;
     let scale = max_abs(&whole.image);
-    eprintln!("tiled vs whole: max |diff| {err:.4} ({:.4} of max|x| {scale:.3}), mean |diff| {mean:.5}, cosine {:.6}", err / scale, cosine(&got.image, &whole.image));
+    eprintln!(
+        "tiled vs whole: max |diff| {err:.4} ({:.4} of max|x| {scale:.3}), mean |diff| {mean:.5}, cosine {:.6}",
+        err / scale,
+        cosine(&got.image, &whole.image)
+    );
     assert!(got.image.iter().all(|v| v.is_finite()));
-    assert!(cosine(&got.image, &whole.image) > 0.99, "tiled and whole decodes differ");
+    assert!(
+        cosine(&got.image, &whole.image) > 0.99,
+        "tiled and whole decodes differ"
+    );
     assert!(err <= 0.25 * scale, "max |diff| {err} > 0.25 x {scale}");
     // Tiles exactly as large as the latent are the whole decode.
-    let mut one = FluxVae::new(&rt, &ckpt, ActDtype::F32).expect("decoder").with_tiling(Tiling::Tiles { size: 28, overlap: 4 });
+    let mut one = FluxVae::new(&rt, &ckpt, ActDtype::F32)
+        .expect("decoder")
+        .with_tiling(Tiling::Tiles {
+            size: 16,
+            overlap: 4,
+        });
     let same = one.decode(&rt, &model, &z, b, h, w).expect("one tile");
     assert_eq!(same.tiles, 1);
     assert_close_rel("one tile", &same.image, &whole.image, 1e-6);
@@ -157,23 +205,27 @@ fn vae_decode_tiles_itself_under_a_small_budget() {
         return;
     }
     let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
-    let (b, h, w) = (1, 40, 40);
-    let tile = vae::activation_bytes(&ckpt.config, b, 24, 24, ActDtype::F32);
-    let whole = vae::activation_bytes(&ckpt.config, b, h, w, ActDtype::F32);
-    let spec = ckpt.spec(b, 24, 24, ActDtype::F32);
-    let budget = quarter_budget(&spec) + ckpt.decoder_bytes() + tile / 2;
-    assert!(whole > budget, "the whole decode ({whole} B) must not fit {budget} B");
+    let (b, h, w) = (1, 20, 20);
+    // Room for an 8 x 8 tile's activations, about a fifth of the whole's.
+    let spec = ckpt.spec(b, 8, 8, ActDtype::F32);
+    let budget = quarter_budget(&spec);
     let rt = runtime(Some(budget));
     let model = Model::open(&rt, &spec).expect("vae opens");
     let mut vae = FluxVae::new(&rt, &ckpt, ActDtype::F32).expect("decoder");
     let z = big_latent(b, h, w);
-    let got = vae.decode(&rt, &model, &z, b, h, w).expect("auto-tiled decode");
+    let got = vae
+        .decode(&rt, &model, &z, b, h, w)
+        .expect("auto-tiled decode");
     eprintln!("{} tiles", got.tiles);
     assert!(got.tiles > 1, "decoded whole under {budget} B");
     assert_eq!(got.image.len(), 3 * 8 * h * 8 * w);
     assert!(got.image.iter().all(|v| v.is_finite()));
     let report = rt.budget_report();
-    assert!(report.peak <= budget, "peak {} over the budget {budget}", report.peak);
+    assert!(
+        report.peak <= budget,
+        "peak {} over the budget {budget}",
+        report.peak
+    );
 }
 
 /// bf16 weights (the real `ae.safetensors` may be bf16) decode close to the
@@ -194,7 +246,10 @@ fn vae_synth_bf16_decodes_close_to_f32() {
         image_channels: 3,
     };
     let mut images = Vec::new();
-    for (name, dtype) in [("f32.safetensors", SynthDtype::F32), ("bf16.safetensors", SynthDtype::Bf16)] {
+    for (name, dtype) in [
+        ("f32.safetensors", SynthDtype::F32),
+        ("bf16.safetensors", SynthDtype::Bf16),
+    ] {
         let path = dir.path().join(name);
         vae::synth::write(&path, &config, dtype, 7).expect("synth");
         let ckpt = VaeCheckpoint::open(&path, None).expect("synth opens");
@@ -213,16 +268,30 @@ fn vae_synth_bf16_decodes_close_to_f32() {
 
 #[test]
 fn vae_config_from_diffusers_json_matches_the_inferred() {
-    let c = VaeConfig::from_diffusers_json(&fixture().join("configs/vae/config.json")).expect("config");
+    let c =
+        VaeConfig::from_diffusers_json(&fixture().join("configs/vae/config.json")).expect("config");
     let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
     assert_eq!(c, ckpt.config);
-    assert_eq!(c, VaeConfig { ch: 32, ch_mult: vec![1, 1, 1, 1], num_res_blocks: 2, z_channels: 16, image_channels: 3 });
+    assert_eq!(
+        c,
+        VaeConfig {
+            ch: 32,
+            ch_mult: vec![1, 1, 1, 1],
+            num_res_blocks: 2,
+            z_channels: 16,
+            image_channels: 3
+        }
+    );
     let flux = VaeConfig::flux();
     assert_eq!((flux.ch, flux.mid_channels(), flux.scale()), (128, 512, 8));
 }
 
 /// Writes the fixture's tensors, `edit`ed, to `dir/name`.
-fn edited(dir: &Path, name: &str, edit: impl Fn(&str, &Tensor) -> Option<(String, Tensor)>) -> PathBuf {
+fn edited(
+    dir: &Path,
+    name: &str,
+    edit: impl Fn(&str, &Tensor) -> Option<(String, Tensor)>,
+) -> PathBuf {
     let all = safetensors::read(&ae());
     let kept: Vec<(String, Tensor)> = all.iter().filter_map(|(n, t)| edit(n, t)).collect();
     let path = dir.join(name);
@@ -243,7 +312,10 @@ fn vae_refuses_what_is_no_flux_vae() {
     let dir = tempfile::tempdir().expect("tempdir");
     // The transformer is no VAE.
     let e = open_err(&fixture().join("flux1-dev.safetensors"), None);
-    assert!(e.contains("not a VAE") && e.contains("Flux transformer"), "{e}");
+    assert!(
+        e.contains("not a VAE") && e.contains("Flux transformer"),
+        "{e}"
+    );
     // A 4-channel latent: Stable Diffusion's VAE.
     let sd = edited(dir.path(), "sd.safetensors", |n, t| {
         let t = if n == "decoder.conv_in.weight" {
@@ -254,7 +326,10 @@ fn vae_refuses_what_is_no_flux_vae() {
         Some((n.to_owned(), t))
     });
     let e = open_err(&sd, None);
-    assert!(e.contains("4 latent channels") && e.contains("sd.safetensors"), "{e}");
+    assert!(
+        e.contains("4 latent channels") && e.contains("sd.safetensors"),
+        "{e}"
+    );
     // A tensor of the wrong shape is named with both shapes.
     let bad = edited(dir.path(), "bad.safetensors", |n, t| {
         let t = if n == "decoder.up.2.block.1.conv2.weight" {
@@ -265,14 +340,24 @@ fn vae_refuses_what_is_no_flux_vae() {
         Some((n.to_owned(), t))
     });
     let e = open_err(&bad, None);
-    assert!(e.contains("decoder.up.2.block.1.conv2.weight") && e.contains("[32, 32, 1, 1]") && e.contains("[32, 32, 3, 3]"), "{e}");
+    assert!(
+        e.contains("decoder.up.2.block.1.conv2.weight")
+            && e.contains("[32, 32, 1, 1]")
+            && e.contains("[32, 32, 3, 3]"),
+        "{e}"
+    );
     // A missing tensor.
-    let missing = edited(dir.path(), "missing.safetensors", |n, t| (n != "decoder.mid.attn_1.q.bias").then(|| (n.to_owned(), t.clone())));
+    let missing = edited(dir.path(), "missing.safetensors", |n, t| {
+        (n != "decoder.mid.attn_1.q.bias").then(|| (n.to_owned(), t.clone()))
+    });
     let e = open_err(&missing, None);
     assert!(e.contains("no tensor `decoder.mid.attn_1.q.bias`"), "{e}");
     // Flux's real shape given for the tiny file.
     let e = open_err(&ae(), Some(VaeConfig::flux()));
-    assert!(e.contains("decoder.conv_in.weight") && e.contains("[512, 16, 3, 3]"), "{e}");
+    assert!(
+        e.contains("decoder.conv_in.weight") && e.contains("[512, 16, 3, 3]"),
+        "{e}"
+    );
     // No file at all.
     let e = open_err(&dir.path().join("nothing.safetensors"), None);
     assert!(e.contains("no such file"), "{e}");
@@ -294,7 +379,10 @@ fn vae_decode_refuses_a_latent_of_the_wrong_size() {
     }
     let mut bad_tiles = FluxVae::new(&rt, &ckpt, ActDtype::F32)
         .expect("decoder")
-        .with_tiling(Tiling::Tiles { size: 4, overlap: 4 });
+        .with_tiling(Tiling::Tiles {
+            size: 4,
+            overlap: 4,
+        });
     match bad_tiles.decode(&rt, &model, &vec![0.5; 16 * 64], 1, 8, 8) {
         Err(VaeError::Input(m)) => assert!(m.contains("overlap"), "{m}"),
         other => panic!("bad tiles accepted: {other:?}"),
