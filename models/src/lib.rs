@@ -21,3 +21,4 @@ pub mod synth;
 mod synth_io;
 pub mod t5;
 pub mod tokenize;
+pub mod vae;

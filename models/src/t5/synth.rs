@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::{T5Config, T5Error};
-use crate::llama::synth::{Init, SynthDtype, SynthTensor};
+use crate::synth::{Init, SynthDtype, SynthTensor};
 
 /// Every tensor of a T5 encoder for `c`, in HF order.
 pub fn tensors(c: &T5Config) -> Vec<SynthTensor> {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use dynvram_models::llama::synth::SynthDtype;
+use dynvram_models::synth::SynthDtype;
 use dynvram_models::t5::{T5Checkpoint, T5Config, T5Encoder, T5Error, synth};
 use dynvram_models::tokenize::T5Tokenizer;
 use dynvram_runtime::ActDtype;

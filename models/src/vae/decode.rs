@@ -1,0 +1,594 @@
+//! The decoder on the runtime: one pass per latent (or per tile of it), one
+//! runtime block per [`Stage`], the activations in four rotating NCHW
+//! buffers of the largest map plus the mid attention's values and the
+//! GroupNorm statistics.
+//!
+//! ```text
+//! h = conv_in(z)                                   16 → C_mid
+//! h = mid.block_2(mid.attn_1(mid.block_1(h)))
+//! for i = levels−1 .. 0: h = up[i].block[0..=n](h); if i > 0: h = conv(upsample_2x(h))
+//! image = conv_out(silu(norm_out(h)))              C_0 → 3
+//! ResNet(x) = conv2(silu(gn2(conv1(silu(gn1(x)))))) + (nin_shortcut(x) or x)
+//! attn(x)   = x + proj_out(softmax(q kᵀ/√C) v),  q, k, v = 1×1 convs of gn(x)
+//! ```
+
+use dynvram_runtime::ops::conv::{ConvWeight, Geometry, record_conv2d};
+use dynvram_runtime::ops::embed::TableDtype;
+use dynvram_runtime::ops::group_norm::{record_group_norm, scratch_len};
+use dynvram_runtime::ops::spatial_attention::record_spatial_attention;
+use dynvram_runtime::{
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
+};
+
+use super::VaeError;
+use super::checkpoint::{Names, ResBlock, Stage, VaeCheckpoint, stages};
+use super::config::{EPS, GROUPS, VaeConfig};
+use super::tiles::{AUTO_SIZES, Blend, Tiling, auto_overlap, crop, starts};
+
+/// Element counts of a decode's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sizes {
+    /// Each of the four rotating buffers (the largest map of the batch).
+    big: usize,
+    /// The mid attention's values.
+    mid: usize,
+    /// GroupNorm statistics (f32).
+    stats: usize,
+    /// The latent input.
+    z: usize,
+}
+
+fn sizes(c: &VaeConfig, batch: usize, h: usize, w: usize) -> Sizes {
+    let n = c.levels();
+    let gn = |ch: usize, hw: usize| {
+        scratch_len(batch as u64, ch as u64, hw as u64, GROUPS as u64) as usize
+    };
+    let mid = c.mid_channels() * h * w;
+    let (mut big, mut stats) = (mid, gn(c.mid_channels(), h * w));
+    for i in (0..n).rev() {
+        let hw = (h << (n - 1 - i)) * (w << (n - 1 - i));
+        let cin = if i + 1 == n {
+            c.mid_channels()
+        } else {
+            c.channels(i + 1)
+        };
+        big = big.max(cin * hw).max(c.channels(i) * hw);
+        stats = stats.max(gn(cin, hw)).max(gn(c.channels(i), hw));
+        if i > 0 {
+            big = big.max(c.channels(i) * hw * 4);
+        }
+    }
+    let full = (h << (n - 1)) * (w << (n - 1));
+    big = big.max(c.image_channels * full);
+    Sizes {
+        big: big * batch,
+        mid: mid * batch,
+        stats,
+        z: c.z_channels * h * w * batch,
+    }
+}
+
+/// Bytes of activations a decode of `batch` latents of `h × w` allocates
+/// in `dtype` (what [`VaeCheckpoint::spec`] reserves).
+pub fn activation_bytes(c: &VaeConfig, batch: usize, h: usize, w: usize, dtype: ActDtype) -> u64 {
+    let s = sizes(c, batch, h, w);
+    let word = |n: usize, size: u64| (n as u64 * size).div_ceil(4) * 4;
+    4 * word(s.big, dtype.size())
+        + word(s.mid, dtype.size())
+        + word(s.z, dtype.size())
+        + word(s.stats, 4)
+}
+
+/// What a decode returns.
+#[derive(Debug, Clone)]
+pub struct VaeDecoded {
+    /// `[batch, 3, scale·h, scale·w]` (about −1..1, unclamped).
+    pub image: Vec<f32>,
+    /// The passes' figures, summed over tiles.
+    pub stats: PassStats,
+    /// Passes run (1 without tiling).
+    pub tiles: usize,
+}
+
+/// The buffers of decodes of one latent shape.
+#[derive(Debug)]
+struct Acts {
+    key: (usize, usize, usize),
+    z: Activation,
+    bufs: [Activation; 4],
+    v: Activation,
+    stats: Activation,
+}
+
+impl Acts {
+    fn new(
+        rt: &Runtime,
+        c: &VaeConfig,
+        key: (usize, usize, usize),
+        dtype: ActDtype,
+    ) -> Result<Self, RuntimeError> {
+        let s = sizes(c, key.0, key.1, key.2);
+        let a = |label: &str, n: usize| rt.activation_of(label, &[n], dtype);
+        Ok(Self {
+            key,
+            z: a("vae z", s.z)?,
+            bufs: [
+                a("vae a", s.big)?,
+                a("vae b", s.big)?,
+                a("vae c", s.big)?,
+                a("vae d", s.big)?,
+            ],
+            v: a("vae v", s.mid)?,
+            stats: rt.activation_of("vae norm stats", &[s.stats], ActDtype::F32)?,
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bufs
+            .iter()
+            .chain([&self.z, &self.v, &self.stats])
+            .map(|t| t.binding_bytes())
+            .sum()
+    }
+}
+
+/// `t`'s buffer as `[b, c, h, w]`.
+fn view(t: &GpuTensor, shape: [usize; 4]) -> GpuTensor {
+    debug_assert!(shape.iter().product::<usize>() as u64 <= t.numel());
+    GpuTensor {
+        shape: shape.iter().map(|&d| d as u64).collect(),
+        ..t.clone()
+    }
+}
+
+/// A decoder stage's recording: the context, the buffers, the batch.
+struct Rec<'c, 'a, 'b> {
+    ctx: &'c mut BlockCtx<'a>,
+    acts: &'b Acts,
+    batch: usize,
+}
+
+impl Rec<'_, '_, '_> {
+    /// Buffer `i` as `[batch, c, h, w]`.
+    fn buf(&self, i: usize, c: usize, h: usize, w: usize) -> GpuTensor {
+        view(&self.acts.bufs[i], [self.batch, c, h, w])
+    }
+
+    /// `out = conv(x) + bias (+ res)` with layer `name`'s weights.
+    fn conv(
+        &mut self,
+        name: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        res: Option<&GpuTensor>,
+        geom: Geometry,
+    ) -> Result<(), RuntimeError> {
+        let key = format!("{name}.weight");
+        let w = self.ctx.weight(&key)?;
+        let dtype = match (w.as_f32, w.dtype) {
+            (true, _) | (false, dynvram_runtime::loader::Dtype::F32) => TableDtype::F32,
+            (false, dynvram_runtime::loader::Dtype::F16) => TableDtype::F16,
+            (false, dynvram_runtime::loader::Dtype::BF16) => TableDtype::Bf16,
+            (false, other) => {
+                return Err(RuntimeError::Dtype {
+                    model: self.ctx.model().path().to_owned(),
+                    tensor: key,
+                    dtype: other,
+                    why: "is not a convolution weight type (f32, f16 or bf16)".into(),
+                });
+            }
+        };
+        let &[cout, cin, k, _] = w.shape else {
+            return Err(RuntimeError::Shape {
+                op: "conv2d".into(),
+                detail: format!("`{key}` has shape {:?}, expected [out, in, k, k]", w.shape),
+            });
+        };
+        let weight = ConvWeight {
+            buffer: w.buffer,
+            offset: w.offset,
+            dtype,
+            cout: cout as u64,
+            cin: cin as u64,
+            ksize: k as u64,
+        };
+        let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
+        let rt = self.ctx.runtime();
+        Ok(record_conv2d(
+            rt.gpu(),
+            rt.pipelines(),
+            self.ctx.encoder(),
+            x,
+            &weight,
+            &bias,
+            res,
+            out,
+            geom,
+        )?)
+    }
+
+    /// `out = GroupNorm(x)` with norm `name`'s affine weights, then SiLU where `silu`.
+    fn norm(
+        &mut self,
+        name: &str,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        silu: bool,
+    ) -> Result<(), RuntimeError> {
+        let weight = self.ctx.weight_tensor(&format!("{name}.weight"))?;
+        let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
+        let rt = self.ctx.runtime();
+        Ok(record_group_norm(
+            rt.gpu(),
+            rt.pipelines(),
+            self.ctx.encoder(),
+            x,
+            &weight,
+            &bias,
+            &self.acts.stats,
+            out,
+            GROUPS as u64,
+            EPS,
+            silu,
+        )?)
+    }
+
+    /// A ResNet block on the map in buffer `x` (`h × w`); returns the buffer
+    /// holding its output.
+    fn resnet(
+        &mut self,
+        b: &ResBlock,
+        x: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<usize, RuntimeError> {
+        let [a, t, y] = others(x);
+        let p = &b.prefix;
+        let xin = self.buf(x, b.cin, h, w);
+        self.norm(&format!("{p}norm1"), &xin, &self.buf(a, b.cin, h, w), true)?;
+        self.conv(
+            &format!("{p}conv1"),
+            &self.buf(a, b.cin, h, w),
+            &self.buf(t, b.cout, h, w),
+            None,
+            Geometry::same(1),
+        )?;
+        self.norm(
+            &format!("{p}norm2"),
+            &self.buf(t, b.cout, h, w),
+            &self.buf(a, b.cout, h, w),
+            true,
+        )?;
+        let skip = if b.cin == b.cout {
+            xin
+        } else {
+            let s = self.buf(t, b.cout, h, w);
+            self.conv(
+                &format!("{p}nin_shortcut"),
+                &xin,
+                &s,
+                None,
+                Geometry::same(0),
+            )?;
+            s
+        };
+        self.conv(
+            &format!("{p}conv2"),
+            &self.buf(a, b.cout, h, w),
+            &self.buf(y, b.cout, h, w),
+            Some(&skip),
+            Geometry::same(1),
+        )?;
+        Ok(y)
+    }
+
+    /// The mid block's attention on buffer `x`; returns its output buffer.
+    fn attention(
+        &mut self,
+        p: &str,
+        x: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<usize, RuntimeError> {
+        let [a, q, k] = others(x);
+        let xin = self.buf(x, c, h, w);
+        let v = view(&self.acts.v, [self.batch, c, h, w]);
+        self.norm(&format!("{p}norm"), &xin, &self.buf(a, c, h, w), false)?;
+        for (l, out) in [
+            ("q", self.buf(q, c, h, w)),
+            ("k", self.buf(k, c, h, w)),
+            ("v", v.clone()),
+        ] {
+            self.conv(
+                &format!("{p}{l}"),
+                &self.buf(a, c, h, w),
+                &out,
+                None,
+                Geometry::same(0),
+            )?;
+        }
+        let (qt, kt, ot) = (
+            self.buf(q, c, h, w),
+            self.buf(k, c, h, w),
+            self.buf(a, c, h, w),
+        );
+        let rt = self.ctx.runtime();
+        record_spatial_attention(
+            rt.gpu(),
+            rt.pipelines(),
+            self.ctx.encoder(),
+            &qt,
+            &kt,
+            &v,
+            &ot,
+        )?;
+        self.conv(
+            &format!("{p}proj_out"),
+            &self.buf(a, c, h, w),
+            &self.buf(q, c, h, w),
+            Some(&xin),
+            Geometry::same(0),
+        )?;
+        Ok(q)
+    }
+}
+
+/// The three buffers besides `x`.
+fn others(x: usize) -> [usize; 3] {
+    [(x + 1) % 4, (x + 2) % 4, (x + 3) % 4]
+}
+
+/// The Flux VAE decoder, ready to run decodes on an opened [`Model`].
+#[derive(Debug)]
+pub struct FluxVae {
+    config: VaeConfig,
+    names: Names,
+    dtype: ActDtype,
+    tiling: Tiling,
+    acts: Option<Acts>,
+}
+
+impl FluxVae {
+    /// A decoder for `ckpt` with activations in `dtype` (f16 needs
+    /// `SHADER_F16`); open the [`Model`] with `ckpt.spec(..)` of the largest
+    /// latent (or tile) it decodes. Tiling is [`Tiling::Auto`].
+    pub fn new(rt: &Runtime, ckpt: &VaeCheckpoint, dtype: ActDtype) -> Result<Self, VaeError> {
+        dynvram_runtime::ops::cache::check_act_dtype(rt.gpu(), "vae", dtype)
+            .map_err(RuntimeError::from)?;
+        Ok(Self {
+            config: ckpt.config.clone(),
+            names: ckpt.names.clone(),
+            dtype,
+            tiling: Tiling::Auto,
+            acts: None,
+        })
+    }
+
+    /// How later decodes are split.
+    pub fn with_tiling(mut self, tiling: Tiling) -> Self {
+        self.tiling = tiling;
+        self
+    }
+
+    /// Decodes `z` `[batch, z_channels, h, w]` (already `latents / 0.3611 +
+    /// 0.1159`) into `[batch, 3, 8h, 8w]` (for Flux's 4 levels), in tiles
+    /// where [`Tiling`] says so.
+    pub fn decode(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        z: &[f32],
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<VaeDecoded, VaeError> {
+        let c = &self.config;
+        let want = batch * c.z_channels * h * w;
+        if batch == 0 || h == 0 || w == 0 || z.len() != want {
+            return Err(VaeError::Input(format!(
+                "latent of {} values for [batch {batch}, {} channels, {h}, {w}] ({want} values, none of the sizes 0)",
+                z.len(),
+                c.z_channels
+            )));
+        }
+        if model.block_count() != stages(c).len() {
+            return Err(VaeError::Input(format!(
+                "{}: the model has {} blocks, this VAE's decoder {}; open it with VaeCheckpoint::spec",
+                model.path().display(),
+                model.block_count(),
+                stages(c).len()
+            )));
+        }
+        let (size, overlap) = self.tile_size(rt, model, batch, h, w)?;
+        let (th, tw) = (h.min(size), w.min(size));
+        let _span = tracing::info_span!("vae_decode", batch, h, w, th, tw).entered();
+        let s = c.scale();
+        let shape = [batch, c.z_channels, h, w];
+        if (th, tw) == (h, w) {
+            let (image, stats) = self.pass(rt, model, z, batch, h, w)?;
+            return Ok(VaeDecoded {
+                image,
+                stats,
+                tiles: 1,
+            });
+        }
+        let mut blend = Blend::new([batch, c.image_channels, h * s, w * s]);
+        let mut stats = PassStats::default();
+        let mut tiles = 0;
+        for &y0 in &starts(h, th, overlap) {
+            for &x0 in &starts(w, tw, overlap) {
+                let tile = crop(z, shape, y0, x0, th, tw);
+                let (img, st) = self.pass(rt, model, &tile, batch, th, tw)?;
+                blend.add(&img, th * s, tw * s, y0 * s, x0 * s, overlap * s);
+                add_stats(&mut stats, &st);
+                tiles += 1;
+            }
+        }
+        tracing::debug!(tiles, th, tw, overlap, "tiled decode");
+        Ok(VaeDecoded {
+            image: blend.finish(),
+            stats,
+            tiles,
+        })
+    }
+
+    /// The latent tile side and overlap of a decode (the whole latent:
+    /// its larger side and 0).
+    fn tile_size(
+        &self,
+        rt: &Runtime,
+        model: &Model,
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<(usize, usize), VaeError> {
+        let c = &self.config;
+        let bytes = |th: usize, tw: usize| activation_bytes(c, batch, th, tw, self.dtype);
+        match self.tiling {
+            Tiling::Whole => Ok((h.max(w), 0)),
+            Tiling::Tiles { size, overlap } => {
+                if size == 0 || overlap >= size {
+                    return Err(VaeError::Input(format!(
+                        "tiles of {size} latent pixels overlapping by {overlap}: the overlap must be below the size"
+                    )));
+                }
+                Ok((size, overlap))
+            }
+            Tiling::Auto => {
+                // Free budget now, plus what this decoder holds (freed before
+                // new buffers are allocated), and at least the room the
+                // model's plan reserved for activations.
+                let report = rt.budget_report();
+                let held = self.acts.as_ref().map_or(0, Acts::bytes);
+                let room =
+                    (report.usable.saturating_sub(report.tracked) + held).max(model.plan().scratch);
+                if bytes(h, w) <= room {
+                    return Ok((h.max(w), 0));
+                }
+                let fit = AUTO_SIZES
+                    .iter()
+                    .copied()
+                    .find(|&t| bytes(h.min(t), w.min(t)) <= room);
+                match fit {
+                    Some(t) => Ok((t, auto_overlap(t))),
+                    None => {
+                        let t = AUTO_SIZES[AUTO_SIZES.len() - 1];
+                        Err(VaeError::NoRoom {
+                            tile_h: h.min(t),
+                            tile_w: w.min(t),
+                            need: bytes(h.min(t), w.min(t)),
+                            room,
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass over a whole latent (or tile) `[batch, z, h, w]`.
+    fn pass(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        z: &[f32],
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<(Vec<f32>, PassStats), VaeError> {
+        let key = (batch, h, w);
+        if self.acts.as_ref().is_none_or(|a| a.key != key) {
+            // Old buffers go first: both need not fit at once.
+            self.acts = None;
+            self.acts = Some(Acts::new(rt, &self.config, key, self.dtype)?);
+        }
+        let acts = self.acts.as_ref().expect("allocated above");
+        let (c, nm) = (&self.config, &self.names);
+        let zt = view(&acts.z, [batch, c.z_channels, h, w]);
+        rt.write_f32(&zt, z)?;
+        let plan = stages(c);
+        let n = c.levels();
+        let mut cur = 0usize;
+        let stats = model.run_pass(rt, None, |ctx| {
+            let stage = plan[ctx.index()];
+            let mut r = Rec { ctx, acts, batch };
+            match stage {
+                Stage::Mid => {
+                    let m = c.mid_channels();
+                    r.conv(
+                        &nm.dec("conv_in"),
+                        &zt,
+                        &r.buf(0, m, h, w),
+                        None,
+                        Geometry::same(1),
+                    )?;
+                    let [b1, b2] = nm.mid_blocks(c);
+                    let x = r.resnet(&b1, 0, h, w)?;
+                    let x = r.attention(&nm.dec("mid.attn_1."), x, m, h, w)?;
+                    cur = r.resnet(&b2, x, h, w)?;
+                }
+                Stage::Up(i) => {
+                    let (lh, lw) = (h << (n - 1 - i), w << (n - 1 - i));
+                    for b in nm.up_blocks(c, i) {
+                        cur = r.resnet(&b, cur, lh, lw)?;
+                    }
+                    if i > 0 {
+                        let ci = c.channels(i);
+                        let out = others(cur)[0];
+                        let geom = Geometry {
+                            up: 2,
+                            ..Geometry::same(1)
+                        };
+                        r.conv(
+                            &nm.dec(&format!("up.{i}.upsample.conv")),
+                            &r.buf(cur, ci, lh, lw),
+                            &r.buf(out, ci, 2 * lh, 2 * lw),
+                            None,
+                            geom,
+                        )?;
+                        cur = out;
+                    }
+                }
+                Stage::Out => {
+                    let (fh, fw) = (h << (n - 1), w << (n - 1));
+                    let c0 = c.channels(0);
+                    let [a, out, _] = others(cur);
+                    r.norm(
+                        &nm.dec("norm_out"),
+                        &r.buf(cur, c0, fh, fw),
+                        &r.buf(a, c0, fh, fw),
+                        true,
+                    )?;
+                    r.conv(
+                        &nm.dec("conv_out"),
+                        &r.buf(a, c0, fh, fw),
+                        &r.buf(out, c.image_channels, fh, fw),
+                        None,
+                        Geometry::same(1),
+                    )?;
+                    cur = out;
+                }
+            }
+            Ok(())
+        })?;
+        let s = c.scale();
+        let image = rt.read_f32(&view(
+            &acts.bufs[cur],
+            [batch, c.image_channels, h * s, w * s],
+        ))?;
+        Ok((image, stats))
+    }
+}
+
+/// `acc += s` for the figures that add up over passes.
+fn add_stats(acc: &mut PassStats, s: &PassStats) {
+    acc.streamed_bytes += s.streamed_bytes;
+    acc.loaded_bytes += s.loaded_bytes;
+    acc.seconds += s.seconds;
+    acc.submits += s.submits;
+    acc.ring_stalls += s.ring_stalls;
+    acc.sources.add(s.sources);
+    acc.record_seconds += s.record_seconds;
+    acc.submit_seconds += s.submit_seconds;
+    acc.wait_seconds += s.wait_seconds;
+}
