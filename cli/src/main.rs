@@ -54,6 +54,8 @@ enum Command {
     Dit(cmd::dit::Args),
     /// Write a randomly initialised checkpoint of a real model's shapes.
     Synth(cmd::synth::Args),
+    /// FLUX.1 text to image from ComfyUI's four files under a VRAM budget, written as PNG.
+    Txt2img(cmd::txt2img::Args),
     /// Measure throughput (uploads, kernels).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -67,6 +69,7 @@ impl Command {
             Command::Plan(a) => Some(&a.budget),
             Command::Generate(a) => Some(&a.budget),
             Command::Dit(a) => Some(&a.budget),
+            Command::Txt2img(a) => Some(&a.budget),
             Command::Bench(cmd::bench::BenchCommand::Pass(a)) => Some(&a.budget),
             _ => None,
         }
@@ -111,6 +114,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(a) => cmd::generate::run(a, cli.json),
         Command::Synth(a) => cmd::synth::run(a, cli.json),
         Command::Dit(a) => cmd::dit::run(a, cli.json),
+        Command::Txt2img(a) => cmd::txt2img::run(a, cli.json),
         Command::Bench(c) => cmd::bench::run(c, cli.json),
     });
     match result {

@@ -51,6 +51,15 @@ pub fn bar(total: u64, what: &str) -> ProgressBar {
     styled_bar(total, what, "{msg:>12} [{bar:30}] {pos}/{len} {wide_msg}")
 }
 
+/// A progress bar over `total` units with the rate and the time left.
+pub fn eta_bar(total: u64, what: &str) -> ProgressBar {
+    styled_bar(
+        total,
+        what,
+        "{msg:>12} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+    )
+}
+
 fn styled_bar(total: u64, what: &str, template: &str) -> ProgressBar {
     let pb = ProgressBar::new(total);
     pb.set_style(

@@ -21,4 +21,5 @@ pub mod synth;
 mod synth_io;
 pub mod t5;
 pub mod tokenize;
+pub mod txt2img;
 pub mod vae;

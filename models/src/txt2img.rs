@@ -19,8 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use dynvram_runtime::loader::ModelFiles;
-use dynvram_runtime::{ActDtype, FilesList, Model, ModelReport, PassStats, Runtime, RuntimeError};
 use dynvram_runtime::quant::TensorList;
+use dynvram_runtime::{
+    ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, Runtime, RuntimeError,
+};
 
 use crate::clip::{ClipCheckpoint, ClipConfig, ClipText};
 use crate::error::ModelError;
@@ -109,7 +111,10 @@ fn expect_kind(path: &Path, want: TextEncoderKind, role: &str) -> Result<(), Mod
             path: path.to_owned(),
             why: format!(
                 "given as the {role}, but it holds {}",
-                found.map_or("neither a CLIP nor a T5 text encoder", TextEncoderKind::name)
+                found.map_or(
+                    "neither a CLIP nor a T5 text encoder",
+                    TextEncoderKind::name
+                )
             ),
         }),
     }
@@ -199,6 +204,9 @@ pub struct StageReport {
     pub peak_vram: u64,
     /// The model's residency at the end of the stage.
     pub model: ModelReport,
+    /// Decode: the latent tiles decoded one by one (1: whole).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tiles: Option<usize>,
 }
 
 /// A prompt cut to fit an encoder.
@@ -439,12 +447,13 @@ impl Pipeline {
             .into_iter()
             .map(|v| v / SCALING_FACTOR + SHIFT_FACTOR)
             .collect();
-        let vae_spec = self.vae.spec(b, latent.height, latent.width, req.dtype);
-        let (decoded, report) = stage(rt, Stage::Decode, &vae_spec, |model| {
+        let vae_spec = self.vae_spec(rt, latent, req.dtype);
+        let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, &vae_spec, |model| {
             let mut vae = FluxVae::new(rt, &self.vae, req.dtype)?;
             let out = vae.decode(rt, model, &z, b, latent.height, latent.width)?;
-            Ok((out.image, vec![out.stats]))
+            Ok(((out.image, out.tiles), vec![out.stats]))
         })?;
+        report.tiles = Some(tiles);
         stages.push(report);
 
         let pixels = to_rgb8(&decoded, b, req.height, req.width);
@@ -462,12 +471,36 @@ impl Pipeline {
     }
 }
 
+impl Pipeline {
+    /// The VAE's spec for decoding `latent` on `rt` now: the whole latent
+    /// where its activations and two arenas fit the free budget, else the
+    /// largest tile of [`crate::vae::AUTO_SIZES`] that does (the decoder's
+    /// `Tiling::Auto` then tiles to what the plan reserved); the smallest
+    /// when none fits, so opening it names what is short.
+    fn vae_spec(&self, rt: &Runtime, latent: LatentShape, dtype: ActDtype) -> ModelSpec {
+        let report = rt.budget_report();
+        let room = report.usable.saturating_sub(report.tracked);
+        let (h, w) = (latent.height, latent.width);
+        let side = h.max(w);
+        let sides = std::iter::once(side)
+            .chain(crate::vae::AUTO_SIZES.iter().copied().filter(|&s| s < side));
+        let mut spec = self.vae.spec(latent.batch, h, w, dtype);
+        for s in sides {
+            spec = self.vae.spec(latent.batch, h.min(s), w.min(s), dtype);
+            if dynvram_runtime::plan_spec(&spec, room).is_ok() {
+                break;
+            }
+        }
+        spec
+    }
+}
+
 /// Opens a stage's model on `rt` (on top of the priority list), runs
 /// `body` on it and drops it, timing it all and taking the ledger's peak.
 fn stage<T>(
     rt: &Runtime,
     which: Stage,
-    spec: &dynvram_runtime::ModelSpec,
+    spec: &ModelSpec,
     body: impl FnOnce(&Model) -> Result<(T, Vec<PassStats>), ModelError>,
 ) -> Result<(T, StageReport), ModelError> {
     let _span = tracing::info_span!("txt2img_stage", stage = ?which).entered();
@@ -486,6 +519,7 @@ fn stage<T>(
         loaded_bytes: opened.resident_bytes + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
         peak_vram: rt.budget_report().peak,
         model: model.report(),
+        tiles: None,
     };
     drop(model);
     Ok((out, report))

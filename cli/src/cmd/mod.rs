@@ -16,6 +16,7 @@ pub mod profile;
 pub mod quantize;
 pub mod run;
 pub mod synth;
+pub mod txt2img;
 
 /// dynvram's cache folder (the built-in model, the pipeline cache):
 /// `$DYNVRAM_CACHE`, else `$XDG_CACHE_HOME/dynvram`, else

@@ -20,8 +20,7 @@ use dynvram_models::flux::sample::{self, Schedule};
 use dynvram_models::flux::{FluxCheckpoint, FluxConfig};
 use dynvram_models::t5::T5Config;
 use dynvram_models::txt2img::{
-    Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport,
-    TextEncoderKind,
+    Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport, TextEncoderKind,
 };
 use dynvram_models::vae::VaeConfig;
 use dynvram_runtime::{ActDtype, Runtime, RuntimeConfig};
@@ -137,7 +136,9 @@ fn candidates(root: &Path, dirs: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
             continue;
         }
         for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-            let p = e.with_context(|| format!("reading {}", dir.display()))?.path();
+            let p = e
+                .with_context(|| format!("reading {}", dir.display()))?
+                .path();
             if p.is_file() && p.extension().is_some_and(|x| x == "safetensors") {
                 out.push(p);
             }
@@ -209,7 +210,10 @@ pub fn find_files(args: &Args) -> anyhow::Result<Files> {
             }
         };
         if args.model.is_some() {
-            bail!("--model picks a file in a models/ folder; {} is already the transformer", m.display());
+            bail!(
+                "--model picks a file in a models/ folder; {} is already the transformer",
+                m.display()
+            );
         }
         return Ok(Files {
             transformer: m.clone(),
@@ -401,7 +405,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         .unwrap_or(if dev { 512 } else { 256 });
     let noise = match &args.noise {
         Some(path) => {
-            let latent = sample::LatentShape::for_image(args.prompt.len(), args.width, args.height)?;
+            let latent =
+                sample::LatentShape::for_image(args.prompt.len(), args.width, args.height)?;
             Noise::Latents(sample::read_noise(path, latent)?)
         }
         None => Noise::Seed(args.seed),
@@ -521,8 +526,12 @@ fn print_text(r: &Report) {
         r.runtime_seconds * 1e3
     );
     for s in &r.stages {
+        let tiles = match s.tiles {
+            Some(t) if t > 1 => format!(", {t} tiles"),
+            _ => String::new(),
+        };
         println!(
-            "{:<10} {:>9.1} ms ({} pass{}), {} loaded, {} streamed, peak VRAM {}",
+            "{:<10} {:>9.1} ms ({} pass{}{tiles}), {} loaded, {} streamed, peak VRAM {}",
             format!("{:?}", s.stage).to_lowercase(),
             s.seconds * 1e3,
             s.passes,

@@ -24,6 +24,7 @@ pub use config::VaeConfig;
 pub use decode::{FluxVae, VaeDecoded, activation_bytes};
 pub use error::VaeError;
 pub use tiles::Tiling;
+pub(crate) use tiles::AUTO_SIZES;
 
 /// Flux's latent scaling factor (`vae.config.scaling_factor`).
 pub const SCALING_FACTOR: f32 = 0.3611;

@@ -18,4 +18,5 @@ mod mlp_stack_files;
 mod t5;
 mod text_common;
 mod tokenize;
+mod txt2img;
 mod vae;

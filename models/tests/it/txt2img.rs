@@ -109,10 +109,18 @@ fn check_pipeline(test: &str, streamed: bool) {
         })
         .expect("run");
     assert_eq!(steps, 4);
-    assert_eq!(stages, [Stage::Clip, Stage::T5, Stage::Sample, Stage::Decode]);
+    assert_eq!(
+        stages,
+        [Stage::Clip, Stage::T5, Stage::Sample, Stage::Decode]
+    );
     assert_eq!(images.sigmas, get(&r, "sigmas").values);
     assert!(images.truncated.is_empty());
-    assert_close_rel("vae_decoded", &images.decoded, &get(&r, "vae_decoded").values, REL);
+    assert_close_rel(
+        "vae_decoded",
+        &images.decoded,
+        &get(&r, "vae_decoded").values,
+        REL,
+    );
     // Bytes within one level of round(image_float · 255) (NHWC).
     let want = &get(&r, "image_float").values;
     assert_eq!(images.pixels.len(), want.len());
@@ -151,9 +159,13 @@ fn txt2img_refuses_mismatched_files_and_requests() {
         clip: f.t5.clone(),
         ..f.clone()
     };
-    let e = Pipeline::open(&swapped, configs()).expect_err("T5 as CLIP").to_string();
+    let e = Pipeline::open(&swapped, configs())
+        .expect_err("T5 as CLIP")
+        .to_string();
     assert!(
-        e.contains("t5xxl_fp16.safetensors") && e.contains("given as the CLIP-L text encoder") && e.contains("a T5 encoder"),
+        e.contains("t5xxl_fp16.safetensors")
+            && e.contains("given as the CLIP-L text encoder")
+            && e.contains("a T5 encoder"),
         "{e}"
     );
     // A transformer of another family.
@@ -161,8 +173,13 @@ fn txt2img_refuses_mismatched_files_and_requests() {
         transformer: f.vae.clone(),
         ..f.clone()
     };
-    let e = Pipeline::open(&not_flux, configs()).expect_err("VAE as Flux").to_string();
-    assert!(e.contains("ae.safetensors") && e.contains("no Flux tensors"), "{e}");
+    let e = Pipeline::open(&not_flux, configs())
+        .expect_err("VAE as Flux")
+        .to_string();
+    assert!(
+        e.contains("ae.safetensors") && e.contains("no Flux tensors"),
+        "{e}"
+    );
     // Requests.
     let p = Pipeline::open(&f, configs()).expect("pipeline");
     let r = reference();
