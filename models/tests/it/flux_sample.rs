@@ -39,13 +39,9 @@ fn schedule_and_mu_match_diffusers_exactly() {
     assert_eq!(got, get(&r, "sigmas").values, "sigmas");
     let timesteps: Vec<f32> = got[..STEPS].iter().map(|s| s * 1000.0).collect();
     assert_eq!(timesteps, get(&r, "timesteps").values, "timesteps");
-    for i in 0..STEPS {
+    for (i, sigma) in got[..STEPS].iter().enumerate() {
         let t = &get(&r, &format!("step{i}_timestep")).values;
-        assert!(
-            t.iter().all(|&t| t == got[i]),
-            "step {i}: {t:?} vs {}",
-            got[i]
-        );
+        assert!(t.iter().all(|t| t == sigma), "step {i}: {t:?} vs {sigma}");
     }
 }
 

@@ -180,6 +180,35 @@ fn txt2img_refuses_mismatched_files_and_requests() {
         e.contains("ae.safetensors") && e.contains("no Flux tensors"),
         "{e}"
     );
+    // A VAE of 4 latent channels (Stable Diffusion's): its decoder's
+    // first convolution is all the file needs to be told apart.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sd_vae = dir.path().join("sd_vae.safetensors");
+    safetensors::write_f32(
+        &sd_vae,
+        &[(
+            "decoder.conv_in.weight",
+            vec![32, 4, 3, 3],
+            vec![0.01; 32 * 4 * 9],
+        )],
+    );
+    let four = Files {
+        vae: sd_vae,
+        ..f.clone()
+    };
+    let e = Pipeline::open(
+        &four,
+        Configs {
+            vae: None,
+            ..configs()
+        },
+    )
+    .expect_err("4-channel VAE")
+    .to_string();
+    assert!(
+        e.contains("sd_vae.safetensors") && e.contains("4 latent channels"),
+        "{e}"
+    );
     // Requests.
     let p = Pipeline::open(&f, configs()).expect("pipeline");
     let r = reference();
