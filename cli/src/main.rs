@@ -68,8 +68,8 @@ impl Command {
             Command::Run(a) => Some(&a.budget),
             Command::Plan(a) => Some(&a.budget),
             Command::Generate(a) => Some(&a.budget),
-            Command::Dit(a) => Some(&a.budget),
-            Command::Txt2img(a) => Some(&a.budget),
+            Command::Dit(a) => Some(&a.runtime.budget),
+            Command::Txt2img(a) => Some(&a.runtime.budget),
             Command::Bench(cmd::bench::BenchCommand::Pass(a)) => Some(&a.budget),
             _ => None,
         }

@@ -11,12 +11,10 @@ use dynvram_loader::atomic::write_file;
 use dynvram_models::flux::sample::{self, SampleOptions, StepDone};
 use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs, ForwardOptions};
 use dynvram_runtime::trace::Trace;
-use dynvram_runtime::{ActDtype, Model, PassStats, Runtime, RuntimeConfig};
+use dynvram_runtime::{Model, PassStats};
 use serde::Serialize;
 
-use crate::cmd::adapter_args::AdapterArgs;
-use crate::cmd::budget_args::BudgetArgs;
-use crate::cmd::run::LinearDtypeArg;
+use crate::cmd::runtime_args::RuntimeArgs;
 use crate::output::{bar, dtype_name, print_adapter, print_json, size};
 
 /// Most `--steps`.
@@ -65,39 +63,8 @@ pub struct Args {
     /// of the resolution-shifted one (FLUX.1-dev's).
     #[arg(long)]
     no_shift: bool,
-    /// Activation dtype; kernels accumulate in f32 either way. auto: f16
-    /// where the adapter has SHADER_F16, else f32.
-    #[arg(long, value_enum, default_value = "auto")]
-    compute_dtype: ComputeDtype,
     #[command(flatten)]
-    adapter: AdapterArgs,
-    #[command(flatten)]
-    pub(crate) budget: BudgetArgs,
-    /// Activation arithmetic of int4 layers.
-    #[arg(long, value_enum, default_value = "auto")]
-    linear_dtype: LinearDtypeArg,
-}
-
-/// `--compute-dtype`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ComputeDtype {
-    /// f16 where the adapter has SHADER_F16, else f32.
-    Auto,
-    /// 32-bit activations (the reference).
-    F32,
-    /// 16-bit activations (needs SHADER_F16; an error without it).
-    F16,
-}
-
-impl ComputeDtype {
-    /// The dtype on `rt`'s adapter.
-    pub fn resolve(self, rt: &Runtime) -> ActDtype {
-        match self {
-            Self::Auto if rt.gpu().caps.shader_f16 => ActDtype::F16,
-            Self::Auto | Self::F32 => ActDtype::F32,
-            Self::F16 => ActDtype::F16,
-        }
-    }
+    pub(crate) runtime: RuntimeArgs,
 }
 
 /// `--steps`: 1 to [`MAX_STEPS`].
@@ -146,13 +113,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             c.in_channels
         );
     }
-    let rt = Runtime::new(RuntimeConfig {
-        adapter: args.adapter.choice(),
-        budget: args.budget.config()?,
-        linear_dtype: args.linear_dtype.into(),
-        ..args.budget.host_config()?
-    })?;
-    let dtype = args.compute_dtype.resolve(&rt);
+    let (rt, dtype) = args.runtime.open()?;
     let model = Model::open(&rt, &ckpt.spec(inputs.shape, dtype))
         .with_context(|| format!("opening {}", args.model.display()))?;
     let mut flux = Flux::new(&rt, &ckpt, inputs.shape, dtype).context("--compute-dtype")?;

@@ -15,6 +15,7 @@ pub mod probe;
 pub mod profile;
 pub mod quantize;
 pub mod run;
+pub mod runtime_args;
 pub mod synth;
 pub mod txt2img;
 

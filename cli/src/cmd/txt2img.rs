@@ -23,13 +23,11 @@ use dynvram_models::txt2img::{
     Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport, TextEncoderKind,
 };
 use dynvram_models::vae::VaeConfig;
-use dynvram_runtime::{ActDtype, Runtime, RuntimeConfig};
+use dynvram_runtime::ActDtype;
 use serde::Serialize;
 
-use crate::cmd::adapter_args::AdapterArgs;
-use crate::cmd::budget_args::BudgetArgs;
-use crate::cmd::dit::{ComputeDtype, steps};
-use crate::cmd::run::LinearDtypeArg;
+use crate::cmd::dit::steps;
+use crate::cmd::runtime_args::RuntimeArgs;
 use crate::output::{dtype_name, eta_bar, print_adapter, print_json, size};
 
 /// Arguments of `dynvram txt2img`.
@@ -91,17 +89,8 @@ pub struct Args {
     /// (`image_0.png`, `image_1.png`).
     #[arg(long, default_value = "image.png")]
     out: PathBuf,
-    /// Activation dtype; kernels accumulate in f32 either way. auto: f16
-    /// where the adapter has SHADER_F16, else f32.
-    #[arg(long, value_enum, default_value = "auto")]
-    compute_dtype: ComputeDtype,
     #[command(flatten)]
-    adapter: AdapterArgs,
-    #[command(flatten)]
-    pub(crate) budget: BudgetArgs,
-    /// Activation arithmetic of int4 layers.
-    #[arg(long, value_enum, default_value = "auto")]
-    linear_dtype: LinearDtypeArg,
+    pub(crate) runtime: RuntimeArgs,
 }
 
 /// Where the PNG of image `index` of `batch` goes.
@@ -425,15 +414,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     // Sizes, steps and lengths are named before the device opens.
     pipeline.check(&req)?;
     let t_rt = Instant::now();
-    let rt = Runtime::new(RuntimeConfig {
-        adapter: args.adapter.choice(),
-        budget: args.budget.config()?,
-        linear_dtype: args.linear_dtype.into(),
-        ..args.budget.host_config()?
-    })?;
+    let (rt, dtype) = args.runtime.open()?;
     let runtime_seconds = t_rt.elapsed().as_secs_f64();
-    req.dtype = args.compute_dtype.resolve(&rt);
-    let dtype = req.dtype;
+    req.dtype = dtype;
     let mut pb = None;
     let mut on_progress = |p: Progress<'_>| match p {
         Progress::Stage(Stage::Sample) if !json => pb = Some(eta_bar(steps as u64, "sampling")),

@@ -51,37 +51,27 @@ struct Raw {
 impl FluxInputs {
     /// Reads and checks `path` against `config`.
     pub fn from_file(path: &Path, config: &FluxConfig) -> Result<Self, FluxError> {
-        let bytes = std::fs::read(path).map_err(|source| FluxError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        let err = |why: String| FluxError::Input(format!("{}: {why}", path.display()));
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .map_err(|e| err(format!("not a safetensors file: {e}")))?;
+        let err = |why: String| input_error(path, why);
         let mut raw = BTreeMap::new();
-        for (name, view) in st.tensors() {
-            if !NAMES.contains(&name.as_str()) {
+        for t in read_tensors(path)? {
+            if !NAMES.contains(&t.name.as_str()) {
                 return Err(err(format!(
-                    "unknown input `{name}`; the inputs are {}",
+                    "unknown input `{}`; the inputs are {}",
+                    t.name,
                     NAMES.join(", ")
                 )));
             }
-            if view.dtype() != safetensors::Dtype::F32 {
+            if t.dtype != safetensors::Dtype::F32 {
                 return Err(err(format!(
-                    "`{name}` is {:?}; every input must be F32",
-                    view.dtype()
+                    "`{}` is {:?}; every input must be F32",
+                    t.name, t.dtype
                 )));
             }
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
             raw.insert(
-                name,
+                t.name,
                 Raw {
-                    shape: view.shape().to_vec(),
-                    values,
+                    shape: t.shape,
+                    values: t.values,
                 },
             );
         }
@@ -220,6 +210,49 @@ impl FluxInputs {
         }
         out
     }
+}
+
+/// One tensor of a small safetensors file of inputs.
+#[derive(Debug)]
+pub(super) struct FileTensor {
+    pub name: String,
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    /// The values of an F32 tensor (empty for other dtypes).
+    pub values: Vec<f32>,
+}
+
+/// Bad input read from `path`: the error names the file.
+pub(super) fn input_error(path: &Path, why: String) -> FluxError {
+    FluxError::Input(format!("{}: {why}", path.display()))
+}
+
+/// Every tensor of the safetensors file `path` (inputs and noise: small
+/// files, read whole).
+pub(super) fn read_tensors(path: &Path) -> Result<Vec<FileTensor>, FluxError> {
+    let bytes = std::fs::read(path).map_err(|source| FluxError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| input_error(path, format!("not a safetensors file: {e}")))?;
+    Ok(st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| FileTensor {
+            name,
+            dtype: view.dtype(),
+            shape: view.shape().to_vec(),
+            values: if view.dtype() == safetensors::Dtype::F32 {
+                view.data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        })
+        .collect())
 }
 
 fn dims3(name: &str, shape: &[usize]) -> Result<[usize; 3], String> {

@@ -32,6 +32,7 @@ use rand::SeedableRng;
 use rand_distr::Distribution;
 
 use super::config::FluxConfig;
+use super::inputs::{input_error, read_tensors};
 use super::{Flux, FluxError, FluxInputs, ForwardOptions, Shape};
 
 /// Image tokens at which `mu` is [`BASE_SHIFT`] (diffusers' `base_image_seq_len`).
@@ -250,36 +251,30 @@ pub fn seeded_noise(seed: u64, shape: LatentShape) -> Vec<f32> {
 /// Reads [`NOISE_NAME`] (F32, exactly `[B, C, h, w]` of `shape`, finite)
 /// from the safetensors file `path`.
 pub fn read_noise(path: &Path, shape: LatentShape) -> Result<Vec<f32>, FluxError> {
-    let bytes = std::fs::read(path).map_err(|source| FluxError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    let err = |why: String| FluxError::Input(format!("{}: {why}", path.display()));
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| err(format!("not a safetensors file: {e}")))?;
-    let view = st.tensor(NOISE_NAME).map_err(|_| {
-        err(format!(
-            "no tensor `{NOISE_NAME}` (the initial noise, F32 [batch, {}, height/8, width/8])",
-            shape.channels
-        ))
-    })?;
+    let err = |why: String| input_error(path, why);
+    let t = read_tensors(path)?
+        .into_iter()
+        .find(|t| t.name == NOISE_NAME)
+        .ok_or_else(|| {
+            err(format!(
+                "no tensor `{NOISE_NAME}` (the initial noise, F32 [batch, {}, height/8, width/8])",
+                shape.channels
+            ))
+        })?;
     let want = [shape.batch, shape.channels, shape.height, shape.width];
-    if view.dtype() != safetensors::Dtype::F32 || view.shape() != want {
+    if t.dtype != safetensors::Dtype::F32 || t.shape != want {
         return Err(err(format!(
             "`{NOISE_NAME}` is {:?} {:?}; this run needs F32 {want:?} (batch, channels, height/8, width/8)",
-            view.dtype(),
-            view.shape()
+            t.dtype, t.shape
         )));
     }
-    let values: Vec<f32> = view
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-        return Err(err(format!("`{NOISE_NAME}` element {i} is {}", values[i])));
+    if let Some(i) = t.values.iter().position(|v| !v.is_finite()) {
+        return Err(err(format!(
+            "`{NOISE_NAME}` element {i} is {}",
+            t.values[i]
+        )));
     }
-    Ok(values)
+    Ok(t.values)
 }
 
 /// The inputs of a sampling run: packed noise, ids, the text conditioning
