@@ -20,6 +20,7 @@ use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::profile;
 use crate::cmd::run::LinearDtypeArg;
+use crate::cmd::runtime_args::ComputeDtype;
 use crate::output::{dtype_name, print_adapter, print_json, size};
 
 /// Arguments of `dynvram generate`.
@@ -122,28 +123,6 @@ fn max_new_tokens(s: &str) -> Result<usize, String> {
         return Err(format!("{n} is more than {MAX_NEW_TOKENS}"));
     }
     Ok(n)
-}
-
-/// `--compute-dtype`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ComputeDtype {
-    /// f16 where the adapter has SHADER_F16, else f32.
-    Auto,
-    /// 32-bit activations.
-    F32,
-    /// 16-bit activations and KV cache (needs SHADER_F16).
-    F16,
-}
-
-impl ComputeDtype {
-    /// The activation dtype on `rt`'s adapter.
-    fn resolve(self, rt: &Runtime) -> dynvram_runtime::ActDtype {
-        match self {
-            Self::Auto if rt.gpu().caps.shader_f16 => dynvram_runtime::ActDtype::F16,
-            Self::Auto | Self::F32 => dynvram_runtime::ActDtype::F32,
-            Self::F16 => dynvram_runtime::ActDtype::F16,
-        }
-    }
 }
 
 #[derive(Debug, Serialize)]
