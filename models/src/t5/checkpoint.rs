@@ -10,8 +10,8 @@ use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{LAYER_NORM_EPS, MAX_DISTANCE, T5Config};
-use super::{T5Error, forward};
 use crate::check::{Checker, count_blocks, prefix_of};
+use crate::error::ModelError as T5Error;
 
 /// The key every T5 encoder has.
 const FINAL_NORM: &str = "encoder.final_layer_norm.weight";
@@ -181,7 +181,7 @@ impl T5Checkpoint {
         let blocks = self.blocks();
         ModelSpec {
             files: vec![self.path.clone()],
-            scratch_bytes: forward::scratch_bytes(
+            scratch_bytes: super::scratch::scratch_bytes(
                 &self.config,
                 batch,
                 len,

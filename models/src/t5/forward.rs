@@ -11,11 +11,12 @@ use dynvram_runtime::ops::attention::{self, Heads};
 use dynvram_runtime::ops::elementwise::{self, Binary};
 use dynvram_runtime::{ActDtype, Activation, BlockCtx, Model, PassStats, Runtime, RuntimeError};
 
-use super::T5Error;
 use super::checkpoint::{Names, T5Checkpoint};
 use super::config::T5Config;
+use super::scratch::act_shapes;
+use crate::error::ModelError as T5Error;
 use crate::host_embed::HostEmbed;
-use crate::record::{op, word_bytes};
+use crate::record::op;
 
 /// What a pass returns.
 #[derive(Debug, Clone)]
@@ -24,42 +25,6 @@ pub struct T5Output {
     pub hidden: Vec<f32>,
     /// The pass's figures.
     pub stats: PassStats,
-}
-
-/// Activation shapes of a pass: (name, shape, always f32).
-fn act_shapes(c: &T5Config, batch: usize, len: usize) -> [(&'static str, [usize; 2], bool); 11] {
-    let (r, d, inner, f) = (batch * len, c.d_model, c.inner_dim(), c.d_ff);
-    [
-        ("x", [r, d], false),
-        ("n", [r, d], false),
-        ("q", [r, inner], false),
-        ("k", [r, inner], false),
-        ("v", [r, inner], false),
-        ("attn", [r, inner], false),
-        ("o", [r, d], false),
-        ("gate", [r, f], false),
-        ("up", [r, f], false),
-        ("buckets", [len * len, 1], true),
-        ("bias", [len * len, c.num_heads], true),
-    ]
-}
-
-/// Activation bytes of a pass over `batch` prompts of `len` tokens in
-/// `dtype` (the output is the residual stream's last norm, in `n`), plus
-/// the linear kernels' scratch for the widest layer that quantizes its
-/// activations (`widest_integer_k`; 0 when none does).
-pub fn scratch_bytes(
-    c: &T5Config,
-    batch: usize,
-    len: usize,
-    dtype: ActDtype,
-    widest_integer_k: usize,
-) -> u64 {
-    let acts: u64 = act_shapes(c, batch, len)
-        .iter()
-        .map(|(_, [r, w], f32_only)| word_bytes(r * w, if *f32_only { 4 } else { dtype.size() }))
-        .sum();
-    acts + 2 * (batch * len) as u64 * widest_integer_k as u64 * 4
 }
 
 /// The activations of a pass.

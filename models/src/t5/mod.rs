@@ -20,11 +20,13 @@
 mod checkpoint;
 pub mod config;
 mod forward;
+mod scratch;
 pub mod synth;
 
 pub use checkpoint::{Names, T5Checkpoint};
 pub use config::T5Config;
-pub use forward::{T5Encoder, T5Output, scratch_bytes};
+pub use forward::{T5Encoder, T5Output};
+pub use scratch::scratch_bytes;
 
 /// Errors of the T5 encoder: the models' one error type.
 pub use crate::error::ModelError as T5Error;
