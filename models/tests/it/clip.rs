@@ -9,9 +9,9 @@ use dynvram_models::clip::{ClipCheckpoint, ClipConfig, ClipError, ClipText, synt
 use dynvram_models::llama::synth::SynthDtype;
 use dynvram_models::tokenize::ClipTokenizer;
 use dynvram_runtime::ActDtype;
-use dynvram_test_support::gpu::have_gpu;
-use dynvram_test_support::safetensors;
-use dynvram_test_support::tolerance::assert_close_rel;
+use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
+use dynvram_test_support::safetensors::{self, Dtype, Tensor};
+use dynvram_test_support::tolerance::{assert_close_rel, cosine};
 
 use crate::text_common::{REL, open, pipeline, reference};
 
@@ -60,6 +60,60 @@ fn clip_matches_diffusers_resident() {
 #[test]
 fn clip_matches_diffusers_streamed() {
     check_fixture("clip_matches_diffusers_streamed", true);
+}
+
+#[test]
+fn clip_ignores_the_tensors_it_does_not_use_under_any_prefix() {
+    let dir = pipeline();
+    let mut tensors = safetensors::read(&dir.join("clip_l.safetensors"));
+    // As a full SD checkpoint holds it, with transformers' extra tensors.
+    let ids: Vec<u8> = (0..77i64).flat_map(i64::to_le_bytes).collect();
+    tensors.insert(
+        "text_model.embeddings.position_ids".into(),
+        Tensor::new(Dtype::I64, vec![1, 77], ids),
+    );
+    tensors.insert(
+        "text_projection.weight".into(),
+        Tensor::from_f32(vec![16, 16], &[0.5; 256]),
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("sd.safetensors");
+    let prefix = "cond_stage_model.transformer.";
+    safetensors::write(
+        &path,
+        tensors.iter().map(|(n, t)| (format!("{prefix}{n}"), t)),
+    );
+    let config =
+        ClipConfig::from_hf_json(&dir.join("configs/text_encoder/config.json")).expect("config");
+    let ckpt = ClipCheckpoint::open(&path, Some(config)).expect("opens");
+    assert_eq!(ckpt.names.prefix, prefix);
+    if !have_gpu("clip_ignores_the_tensors_it_does_not_use_under_any_prefix") {
+        return;
+    }
+    let reference = reference();
+    let ids = safetensors::get(&reference, "clip_input_ids").ids_u32();
+    let (rt, model) = open(&ckpt.spec(2, ActDtype::F32), false);
+    let mut clip = ClipText::new(&rt, &ckpt, 2, ActDtype::F32).expect("runner");
+    let out = clip.encode(&rt, &model, &ids).expect("encode");
+    let want = safetensors::get(&reference, "clip_pooled");
+    assert_close_rel("clip_pooled", &out.pooled, &want.values, REL);
+}
+
+#[test]
+fn clip_in_f16_points_as_f32() {
+    let test = "clip_in_f16_points_as_f32";
+    if test_gpu(test, needs_f16).is_none() {
+        return;
+    }
+    let ckpt = fixture();
+    let reference = reference();
+    let ids = safetensors::get(&reference, "clip_input_ids").ids_u32();
+    let (rt, model) = open(&ckpt.spec(2, ActDtype::F16), false);
+    let mut clip = ClipText::new(&rt, &ckpt, 2, ActDtype::F16).expect("runner");
+    let out = clip.encode(&rt, &model, &ids).expect("encode");
+    let want = safetensors::get(&reference, "clip_last_hidden_state");
+    let cos = cosine(&out.last_hidden_state, &want.values);
+    assert!(cos >= 0.999, "cosine {cos}");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use dynvram_models::tokenize::T5Tokenizer;
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::quant::quantize::quantize_float8_e4m3fn_weight;
 use dynvram_runtime::quant::reference::e4m3fn_to_f32;
-use dynvram_test_support::gpu::have_gpu;
+use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
 use dynvram_test_support::safetensors::{self, Dtype, Tensor};
 use dynvram_test_support::tolerance::{assert_close_rel, cosine, max_abs};
 
@@ -64,6 +64,32 @@ fn t5_matches_diffusers_resident() {
 #[test]
 fn t5_matches_diffusers_streamed() {
     check_fixture("t5_matches_diffusers_streamed", true);
+}
+
+#[test]
+fn t5_ignores_embed_tokens_and_runs_in_f16() {
+    let test = "t5_ignores_embed_tokens_and_runs_in_f16";
+    let dir = pipeline();
+    let mut tensors = safetensors::read(&dir.join("t5xxl_fp16.safetensors"));
+    // Files saved from a T5EncoderModel hold the tied table twice.
+    let shared = tensors["shared.weight"].clone();
+    tensors.insert("encoder.embed_tokens.weight".into(), shared);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("t5.safetensors");
+    safetensors::write(&path, tensors.iter().map(|(n, t)| (n.clone(), t)));
+    let ckpt = T5Checkpoint::open(&path, None).expect("opens");
+    assert_eq!(ckpt.names.embedding, "shared.weight");
+    if test_gpu(test, needs_f16).is_none() {
+        return;
+    }
+    let (ids, len) = fixture_ids();
+    let (rt, model) = open(&ckpt.spec(2, len, ActDtype::F16), false);
+    let mut t5 = T5Encoder::new(&rt, &ckpt, 2, len, ActDtype::F16).expect("runner");
+    let out = t5.encode(&rt, &model, &ids).expect("encode");
+    let reference = reference();
+    let want = safetensors::get(&reference, "t5_last_hidden_state");
+    let cos = cosine(&out.hidden, &want.values);
+    assert!(cos >= 0.999, "cosine {cos}");
 }
 
 #[test]
