@@ -2,7 +2,9 @@
 //! (`t5xxl_fp16.safetensors`, f16, HF keys, config inferred from the
 //! shapes) against diffusers' `t5_last_hidden_state` (within 1e-3 of its
 //! max), resident and streamed under a budget; the same file in ComfyUI's
-//! scaled fp8 form against the f16 output; relative-position buckets
+//! scaled fp8 form against its dequantized weights and the f16 output;
+//! the `comfy_quant` int8 and fp8 forms (written by the quantizer) against
+//! the f16 output, streamed; f16 activations; relative-position buckets
 //! against HF's formula; a synthetic encoder whose inner width differs
 //! from d_model; clear errors for a CLIP file given as T5, a config that
 //! does not match and bad ids.
@@ -15,6 +17,7 @@ use dynvram_models::tokenize::T5Tokenizer;
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::quant::quantize::quantize_float8_e4m3fn_weight;
 use dynvram_runtime::quant::reference::e4m3fn_to_f32;
+use dynvram_runtime::quant::{QuantizeOptions, TargetFormat, quantize_file};
 use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
 use dynvram_test_support::safetensors::{self, Dtype, Tensor};
 use dynvram_test_support::tolerance::{assert_close_rel, cosine, max_abs};
@@ -187,6 +190,48 @@ fn t5_scaled_fp8_matches_f16() {
     );
     assert!(diff <= 0.2 * max_abs(&want), "max diff {diff}");
     assert!(cos >= 0.99, "cosine {cos}");
+}
+
+#[test]
+fn t5_comfy_quant_layers_run() {
+    let test = "t5_comfy_quant_layers_run";
+    let dir = pipeline();
+    let src = dir.join("t5xxl_fp16.safetensors");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut quantized = Vec::new();
+    for (name, target, min_cos) in [
+        ("int8", TargetFormat::Int8Tensorwise, 0.995),
+        // convrot_w4a4 needs in_features a multiple of 64: the fixture's
+        // are 16 and 32.
+        ("fp8", TargetFormat::Float8E4m3fn, 0.99),
+    ] {
+        let path = tmp.path().join(format!("t5_{name}.safetensors"));
+        let opts =
+            QuantizeOptions::new(target, Some(r"SelfAttention\.[qkvo]$|DenseReluDense"), None)
+                .expect("options");
+        let report = quantize_file(&src, &path, &opts, &mut |_, _, _| {}).expect("quantizes");
+        assert_eq!(
+            report.quantized.len(),
+            14,
+            "{name}: 7 linears per block: {:?}",
+            report.skipped
+        );
+        let ckpt = T5Checkpoint::open(&path, None).expect("quantized T5 opens");
+        quantized.push((name, ckpt, min_cos));
+    }
+    if !have_gpu(test) {
+        return;
+    }
+    let f16 = T5Checkpoint::open(&src, None).expect("f16");
+    let (ids, len) = fixture_ids();
+    let want = encode(&f16, &ids, len, false);
+    for (name, ckpt, min_cos) in &quantized {
+        let got = encode(ckpt, &ids, len, true);
+        let cos = cosine(&got, &want);
+        eprintln!("{test}: {name} cosine {cos} to the f16 output");
+        assert!(cos >= *min_cos, "{name}: cosine {cos}");
+        assert_ne!(got, want, "{name}: quantized weights changed nothing");
+    }
 }
 
 #[test]
