@@ -195,6 +195,21 @@ fn clip_refuses_bad_checkpoints_and_ids() {
         .expect_err("missing layer");
     let msg = err.to_string();
     assert!(msg.contains("encoder.layers.2.self_attn.q_proj"), "{msg}");
+    // A truncated file: the header promises bytes the file lacks.
+    let bytes = std::fs::read(dir.join("clip_l.safetensors")).expect("read");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cut = tmp.path().join("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let err = ClipCheckpoint::open(&cut, None).expect_err("truncated");
+    assert!(err.to_string().contains("cut.safetensors"), "{err}");
+    // A T5 config given as CLIP's.
+    let err = ClipConfig::from_hf_json(&dir.join("configs/text_encoder_2/config.json"))
+        .expect_err("T5 config");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("text_encoder_2/config.json") && msg.contains("hidden_size"),
+        "{msg}"
+    );
     let ckpt = fixture();
     if !have_gpu("clip_refuses_bad_checkpoints_and_ids") {
         return;

@@ -369,6 +369,13 @@ fn t5_refuses_bad_checkpoints_and_ids() {
         msg.contains("relative_attention_bias") && msg.contains("[32, 4]"),
         "{msg}"
     );
+    let err = T5Config::from_hf_json(&dir.join("configs/text_encoder/config.json"))
+        .expect_err("CLIP config");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("text_encoder/config.json") && msg.contains("d_model"),
+        "{msg}"
+    );
     let path = dir.join("t5xxl_fp16.safetensors");
     let ckpt = T5Checkpoint::open(&path, None).expect("opens");
     if !have_gpu("t5_refuses_bad_checkpoints_and_ids") {
