@@ -3,8 +3,8 @@
 //! prefetched one ahead. Per block:
 //! `x += o(attn(rms(x)))` with scores `q·k + bias` (no 1/√d_kv, no mask),
 //! `x += wo(gelu_tanh(wi_0 h) · wi_1 h)` with `h = rms(x)`; the bias
-//! `[L, L, heads]` is gathered once from block 0's table by the host's
-//! bucket ids and reused by every block.
+//! `[L, L, heads]` is made on the host once per runner from block 0's
+//! table (32 × heads values) and reused by every block and pass.
 
 use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::attention::{self, Heads};
@@ -44,9 +44,7 @@ struct Acts {
     gate: Activation,
     /// `wi_1 h`.
     up: Activation,
-    /// The bucket of every (query, key) pair (u32 bits).
-    buckets: Activation,
-    /// `[L·L, heads]` f32: the relative position bias.
+    /// `[L·L, heads]` f32: the relative position bias, written once.
     bias: Activation,
 }
 
@@ -98,17 +96,11 @@ impl T5Encoder {
             o: next(),
             gate: next(),
             up: next(),
-            buckets: next(),
             bias: next(),
         };
-        let buckets: Vec<u32> = (0..len as i64)
-            .flat_map(|i| (0..len as i64).map(move |j| (i, j)))
-            .map(|(i, j)| c.bucket(j - i))
-            .collect();
-        rt.gpu()
-            .queue
-            .write_buffer(&acts.buckets.buffer, 0, bytemuck::cast_slice(&buckets));
-        let files = ModelFiles::open(&ckpt.path).map_err(RuntimeError::from)?;
+        let open = || ModelFiles::open(&ckpt.path).map_err(RuntimeError::from);
+        rt.write_f32(&acts.bias, &position_bias(c, &ckpt.names, open()?, len)?)?;
+        let files = open()?;
         Ok(Self {
             config: c.clone(),
             names: ckpt.names.clone(),
@@ -162,6 +154,27 @@ impl T5Encoder {
     }
 }
 
+/// The relative position bias `[len, len, heads]` (query, key, head): block
+/// 0's `relative_attention_bias` row of each pair's [`T5Config::bucket`].
+fn position_bias(
+    c: &T5Config,
+    nm: &Names,
+    files: ModelFiles,
+    len: usize,
+) -> Result<Vec<f32>, T5Error> {
+    let table = HostEmbed::new(files, &nm.relative_attention_bias())?
+        .gather(&(0..c.relative_attention_num_buckets as u32).collect::<Vec<_>>())?;
+    let h = c.num_heads;
+    let mut bias = Vec::with_capacity(len * len * h);
+    for i in 0..len as i64 {
+        for j in 0..len as i64 {
+            let b = c.bucket(j - i) as usize;
+            bias.extend_from_slice(&table[b * h..][..h]);
+        }
+    }
+    Ok(bias)
+}
+
 /// What the blocks of one pass need.
 struct Step<'a> {
     c: &'a T5Config,
@@ -177,13 +190,9 @@ impl Step<'_> {
         ctx.rms_norm(&self.a.x, &w, &self.a.n, self.c.layer_norm_epsilon)
     }
 
-    /// Block `i`'s attention: `x += o(attn(rms(x)))`; block 0 first
-    /// gathers the position bias.
+    /// Block `i`'s attention: `x += o(attn(rms(x)))`.
     fn attention(&self, ctx: &mut BlockCtx<'_>, i: usize) -> Result<(), RuntimeError> {
         let (a, c) = (self.a, self.c);
-        if i == 0 {
-            ctx.embed(&self.nm.relative_attention_bias(), &a.buckets, &a.bias)?;
-        }
         self.norm(ctx, &self.nm.norm(i, 0))?;
         let [q, k, v, o] = self.nm.attn_linears(i);
         ctx.linears(&[(&q, &a.q), (&k, &a.k), (&v, &a.v)], &a.n)?;

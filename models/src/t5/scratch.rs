@@ -11,7 +11,7 @@ pub(super) fn act_shapes(
     c: &T5Config,
     batch: usize,
     len: usize,
-) -> [(&'static str, [usize; 2], bool); 11] {
+) -> [(&'static str, [usize; 2], bool); 10] {
     let (r, d, inner, f) = (batch * len, c.d_model, c.inner_dim(), c.d_ff);
     [
         ("x", [r, d], false),
@@ -23,7 +23,6 @@ pub(super) fn act_shapes(
         ("o", [r, d], false),
         ("gate", [r, f], false),
         ("up", [r, f], false),
-        ("buckets", [len * len, 1], true),
         ("bias", [len * len, c.num_heads], true),
     ]
 }

@@ -16,7 +16,7 @@ use dynvram_models::t5::{T5Checkpoint, T5Config, T5Encoder, T5Error, synth};
 use dynvram_models::tokenize::T5Tokenizer;
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::quant::quantize::quantize_float8_e4m3fn_weight;
-use dynvram_runtime::quant::reference::e4m3fn_to_f32;
+use dynvram_runtime::quant::reference::{e4m3fn_to_f32, f32_to_e4m3fn};
 use dynvram_runtime::quant::{QuantizeOptions, TargetFormat, quantize_file};
 use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
 use dynvram_test_support::safetensors::{self, Dtype, Tensor};
@@ -190,6 +190,48 @@ fn t5_scaled_fp8_matches_f16() {
     );
     assert!(diff <= 0.2 * max_abs(&want), "max diff {diff}");
     assert!(cos >= 0.99, "cosine {cos}");
+}
+
+#[test]
+fn t5_fp8_tables_cast_at_scale_one() {
+    let test = "t5_fp8_tables_cast_at_scale_one";
+    // The embedding and position tables cast to e4m3fn without scales
+    // (ComfyUI multiplies by 1). Bare fp8 *linears* are not run: the
+    // float kernels refuse an fp8 weight without a weight_scale.
+    let src = safetensors::read(&pipeline().join("t5xxl_fp16.safetensors"));
+    let (mut fp8, mut cast) = (HashMap::new(), HashMap::new());
+    for (name, t) in &src {
+        if name == "shared.weight" || name.ends_with("relative_attention_bias.weight") {
+            let codes: Vec<u8> = t.values.iter().map(|&v| f32_to_e4m3fn(v)).collect();
+            let values: Vec<f32> = codes.iter().map(|&b| e4m3fn_to_f32(b)).collect();
+            cast.insert(name.clone(), Tensor::from_f32(t.shape.clone(), &values));
+            fp8.insert(
+                name.clone(),
+                Tensor::new(Dtype::F8_E4M3, t.shape.clone(), codes),
+            );
+        } else {
+            cast.insert(name.clone(), t.clone());
+            fp8.insert(name.clone(), t.clone());
+        }
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let [fp8_path, cast_path] =
+        ["fp8", "cast"].map(|n| tmp.path().join(format!("{n}.safetensors")));
+    safetensors::write(&fp8_path, fp8.iter().map(|(n, t)| (n.clone(), t)));
+    safetensors::write(&cast_path, cast.iter().map(|(n, t)| (n.clone(), t)));
+    let fp8 = T5Checkpoint::open(&fp8_path, None).expect("fp8 opens");
+    let cast = T5Checkpoint::open(&cast_path, None).expect("cast opens");
+    if !have_gpu(test) {
+        return;
+    }
+    let (ids, len) = fixture_ids();
+    let want = encode(&cast, &ids, len, false);
+    assert_close_rel(
+        "fp8 vs its values",
+        &encode(&fp8, &ids, len, false),
+        &want,
+        REL,
+    );
 }
 
 #[test]
