@@ -13,7 +13,7 @@ use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
 use dynvram_test_support::safetensors::{self, Dtype, Tensor};
 use dynvram_test_support::tolerance::{assert_close_rel, cosine};
 
-use crate::text_common::{REL, open, pipeline, reference};
+use crate::text_common::{REL, open, pipeline, plan_under, reference, sparse_f16_file};
 
 fn fixture() -> ClipCheckpoint {
     let dir = pipeline();
@@ -114,6 +114,21 @@ fn clip_in_f16_points_as_f32() {
     let want = safetensors::get(&reference, "clip_last_hidden_state");
     let cos = cosine(&out.last_hidden_state, &want.values);
     assert!(cos >= 0.999, "cosine {cos}");
+}
+
+#[test]
+fn clip_l_shapes_infer_back_and_stream_under_64_mib() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("clip_l.safetensors");
+    sparse_f16_file(&path, &synth::tensors(&ClipConfig::clip_l()));
+    let ckpt = ClipCheckpoint::open(&path, None).expect("opens");
+    assert_eq!(ckpt.config, ClipConfig::clip_l());
+    let usable = 64 << 20;
+    let (streamed, weights, taken) = plan_under(&ckpt.spec(1, ActDtype::F16), usable);
+    eprintln!("CLIP-L under 64 MiB: {streamed} of {weights} B streamed, {taken} B taken");
+    assert!(weights > 160_000_000, "{weights}");
+    assert!(streamed * 2 > weights, "{streamed} of {weights}");
+    assert!(taken <= usable, "{taken}");
 }
 
 #[test]

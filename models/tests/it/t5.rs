@@ -22,7 +22,7 @@ use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
 use dynvram_test_support::safetensors::{self, Dtype, Tensor};
 use dynvram_test_support::tolerance::{assert_close_rel, cosine, max_abs};
 
-use crate::text_common::{REL, open, pipeline, reference};
+use crate::text_common::{REL, open, pipeline, plan_under, reference, sparse_f16_file};
 
 /// The fixture's T5 ids and the prompts' length.
 fn fixture_ids() -> (Vec<u32>, usize) {
@@ -93,6 +93,24 @@ fn t5_ignores_embed_tokens_and_runs_in_f16() {
     let want = safetensors::get(&reference, "t5_last_hidden_state");
     let cos = cosine(&out.hidden, &want.values);
     assert!(cos >= 0.999, "cosine {cos}");
+}
+
+#[test]
+fn t5_xxl_shapes_infer_back_and_stream_under_2_gib() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("t5xxl_fp16.safetensors");
+    sparse_f16_file(&path, &synth::tensors(&T5Config::t5_xxl()));
+    let ckpt = T5Checkpoint::open(&path, None).expect("opens");
+    assert_eq!(ckpt.config, T5Config::t5_xxl());
+    let spec = ckpt.spec(1, 512, ActDtype::F16);
+    // 9.5 GB of weights (263 MB of them the host-read table, the rest
+    // streamed by half blocks) under 2 GiB.
+    let usable = 2 << 30;
+    let (streamed, weights, taken) = plan_under(&spec, usable);
+    eprintln!("T5-XXL under 2 GiB: {streamed} of {weights} B streamed, {taken} B taken");
+    assert!(weights > 9_000_000_000, "{weights}");
+    assert!(streamed * 4 > weights * 3, "{streamed} of {weights}");
+    assert!(taken <= usable, "{taken}");
 }
 
 #[test]
