@@ -64,7 +64,7 @@ pub fn sparse_f16_file(path: &Path, tensors: &[SynthTensor]) {
         offset += bytes;
     }
     let mut text = serde_json::Value::Object(header).to_string();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut f = std::fs::File::create(path).expect("create");
