@@ -1,10 +1,12 @@
 //! Embedding rows gathered on the host from the weights file: a table the
 //! GPU would only gather a few rows of (the text encoders' token tables,
-//! 76 MB for CLIP-L and 263 MB for T5-XXL; a tied Llama table, which the
-//! head holds anyway) stays out of VRAM and out of the streamed blocks.
+//! 76 MB for CLIP-L and 263 MB for T5-XXL; T5's tiny relative position
+//! table; a tied Llama table, which the head holds anyway) stays out of
+//! VRAM and out of the streamed blocks.
 
 use dynvram_runtime::RuntimeError;
 use dynvram_runtime::loader::{Dtype, ModelFiles};
+use dynvram_runtime::quant::reference::{e4m3fn_to_f32, e5m2_to_f32};
 
 use crate::error::ModelError;
 
@@ -37,9 +39,12 @@ impl HostEmbed {
                 )));
             }
         };
-        if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        if !matches!(
+            dtype,
+            Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F8_E4M3 | Dtype::F8_E5M2
+        ) {
             return Err(weights_err(format!(
-                "`{name}` is {dtype:?}; an embedding table must be f32, f16 or bf16"
+                "`{name}` is {dtype:?}; an embedding table must be f32, f16, bf16 or fp8"
             )));
         }
         let &[vocab, hidden] = shape.as_slice() else {
@@ -56,8 +61,9 @@ impl HostEmbed {
         })
     }
 
-    /// `[ids.len(), hidden]` rows widened to f32; an id past the table is
-    /// an input error.
+    /// `[ids.len(), hidden]` rows widened to f32 (fp8 at scale 1, as ComfyUI
+    /// casts an unscaled fp8 table); an id past the table is an input
+    /// error.
     pub(crate) fn gather(&self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
         let row_bytes = (self.hidden * self.dtype.bitsize() / 8) as u64;
         let (file, _) = self.files.get(&self.name).ok_or_else(|| {
@@ -87,6 +93,8 @@ impl HostEmbed {
                     raw.chunks_exact(2)
                         .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
                 ),
+                Dtype::F8_E4M3 => out.extend(raw.iter().map(|&b| e4m3fn_to_f32(b))),
+                Dtype::F8_E5M2 => out.extend(raw.iter().map(|&b| e5m2_to_f32(b))),
                 _ => out.extend(
                     raw.chunks_exact(2)
                         .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),

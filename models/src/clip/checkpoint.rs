@@ -9,8 +9,8 @@ use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{ClipConfig, HEAD_DIM, LAYER_NORM_EPS};
-use super::{ClipError, forward};
 use crate::check::{Checker, count_blocks, prefix_of};
+use crate::error::ModelError as ClipError;
 
 /// The key every CLIP text model has: the token embedding.
 const TOKEN_EMBEDDING: &str = "text_model.embeddings.token_embedding.weight";
@@ -191,7 +191,7 @@ impl ClipCheckpoint {
         ModelSpec {
             files: vec![self.path.clone()],
             blocks: self.blocks(),
-            scratch_bytes: forward::scratch_bytes(
+            scratch_bytes: super::scratch::scratch_bytes(
                 &self.config,
                 batch,
                 dtype,

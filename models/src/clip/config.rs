@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::hf_config::HfConfig;
 use crate::tokenize::CLIP_MAX_LEN;
 
-use super::ClipError;
+use crate::error::ModelError as ClipError;
 
 /// Head width of CLIP-L and CLIP-G, what inference assumes.
 pub const HEAD_DIM: usize = 64;

@@ -10,11 +10,12 @@ use dynvram_runtime::ops::elementwise::{self, Unary};
 use dynvram_runtime::ops::norm;
 use dynvram_runtime::{ActDtype, Activation, BlockCtx, Model, PassStats, Runtime, RuntimeError};
 
-use super::ClipError;
 use super::checkpoint::{ClipCheckpoint, Names};
 use super::config::ClipConfig;
+use super::scratch::act_shapes;
+use crate::error::ModelError as ClipError;
 use crate::host_embed::HostEmbed;
-use crate::record::{op, word_bytes};
+use crate::record::op;
 use crate::tokenize::CLIP_MAX_LEN;
 
 /// What a pass returns.
@@ -27,48 +28,6 @@ pub struct ClipOutput {
     pub pooled: Vec<f32>,
     /// The pass's figures.
     pub stats: PassStats,
-}
-
-/// Activation shapes of a pass over `batch` prompts: (name, shape).
-fn act_shapes(c: &ClipConfig, batch: usize) -> [(&'static str, [usize; 2]); 11] {
-    let (rows, h) = (batch * CLIP_MAX_LEN, c.hidden_size);
-    [
-        ("tokens", [rows, h]),
-        ("positions", [rows, 1]),
-        ("x", [rows, h]),
-        ("n", [rows, h]),
-        ("q", [rows, h]),
-        ("k", [rows, h]),
-        ("v", [rows, h]),
-        ("attn", [rows, h]),
-        ("o", [rows, h]),
-        ("mlp", [rows, c.intermediate_size]),
-        ("out", [rows, h]),
-    ]
-}
-
-/// Activation bytes of a pass over `batch` prompts in `dtype`, plus the
-/// linear kernels' scratch for the widest layer that quantizes its
-/// activations (`widest_integer_k`, its input width; 0 when none does).
-pub fn scratch_bytes(
-    c: &ClipConfig,
-    batch: usize,
-    dtype: ActDtype,
-    widest_integer_k: usize,
-) -> u64 {
-    let acts: u64 = act_shapes(c, batch)
-        .iter()
-        .map(|(name, [r, w])| {
-            let size = if *name == "positions" {
-                4
-            } else {
-                dtype.size()
-            };
-            word_bytes(r * w, size)
-        })
-        .sum();
-    let rows = (batch * CLIP_MAX_LEN) as u64;
-    acts + 2 * rows * widest_integer_k as u64 * 4
 }
 
 /// The activations of a pass.

@@ -17,11 +17,13 @@
 mod checkpoint;
 pub mod config;
 mod forward;
+mod scratch;
 pub mod synth;
 
 pub use checkpoint::{ClipCheckpoint, Names};
 pub use config::ClipConfig;
-pub use forward::{ClipOutput, ClipText, scratch_bytes};
+pub use forward::{ClipOutput, ClipText};
+pub use scratch::scratch_bytes;
 
 /// Errors of the CLIP encoder: the models' one error type.
 pub use crate::error::ModelError as ClipError;

@@ -7,7 +7,8 @@
 
 use std::path::Path;
 
-use super::{ClipConfig, ClipError};
+use super::config::ClipConfig;
+use crate::error::ModelError as ClipError;
 use crate::synth::{Init, SynthDtype, SynthTensor};
 
 /// Every tensor of a CLIP text model for `c`, in HF order.

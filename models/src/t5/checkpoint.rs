@@ -10,8 +10,8 @@ use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{LAYER_NORM_EPS, MAX_DISTANCE, T5Config};
-use super::{T5Error, forward};
 use crate::check::{Checker, count_blocks, prefix_of};
+use crate::error::ModelError as T5Error;
 
 /// The key every T5 encoder has.
 const FINAL_NORM: &str = "encoder.final_layer_norm.weight";
@@ -140,10 +140,10 @@ impl T5Checkpoint {
     }
 
     /// The blocks of one pass: per encoder block its attention (norm,
-    /// q/k/v/o; block 0 also the relative position bias) and its gated MLP
-    /// (norm, wi_0/wi_1/wo) — half a block each, so a budget double-buffers
-    /// half as much — and `final_layer_norm`. The embedding rows are
-    /// gathered on the host.
+    /// q/k/v/o) and its gated MLP (norm, wi_0/wi_1/wo) — half a block each,
+    /// so a budget double-buffers half as much — and `final_layer_norm`.
+    /// The embedding rows and the relative position table are read on the
+    /// host.
     pub fn blocks(&self) -> Vec<BlockSpec> {
         let nm = &self.names;
         let layers = (0..self.config.num_layers).flat_map(|i| {
@@ -152,11 +152,7 @@ impl T5Checkpoint {
                     name: format!("encoder.block.{i}.layer.0"),
                     linears: nm.attn_linears(i).to_vec(),
                     tensors: vec![nm.norm(i, 0)],
-                    raw_tensors: if i == 0 {
-                        vec![nm.relative_attention_bias()]
-                    } else {
-                        Vec::new()
-                    },
+                    ..BlockSpec::default()
                 },
                 BlockSpec {
                     name: format!("encoder.block.{i}.layer.1"),
@@ -181,7 +177,7 @@ impl T5Checkpoint {
         let blocks = self.blocks();
         ModelSpec {
             files: vec![self.path.clone()],
-            scratch_bytes: forward::scratch_bytes(
+            scratch_bytes: super::scratch::scratch_bytes(
                 &self.config,
                 batch,
                 len,

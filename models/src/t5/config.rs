@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::hf_config::HfConfig;
 
-use super::T5Error;
+use crate::error::ModelError as T5Error;
 
 /// Relative-position buckets of every T5 v1.1 model.
 pub const NUM_BUCKETS: usize = 32;

@@ -3,19 +3,20 @@
 //! prefetched one ahead. Per block:
 //! `x += o(attn(rms(x)))` with scores `q·k + bias` (no 1/√d_kv, no mask),
 //! `x += wo(gelu_tanh(wi_0 h) · wi_1 h)` with `h = rms(x)`; the bias
-//! `[L, L, heads]` is gathered once from block 0's table by the host's
-//! bucket ids and reused by every block.
+//! `[L, L, heads]` is made on the host once per runner from block 0's
+//! table (32 × heads values) and reused by every block and pass.
 
 use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::attention::{self, Heads};
 use dynvram_runtime::ops::elementwise::{self, Binary};
 use dynvram_runtime::{ActDtype, Activation, BlockCtx, Model, PassStats, Runtime, RuntimeError};
 
-use super::T5Error;
 use super::checkpoint::{Names, T5Checkpoint};
 use super::config::T5Config;
+use super::scratch::act_shapes;
+use crate::error::ModelError as T5Error;
 use crate::host_embed::HostEmbed;
-use crate::record::{op, word_bytes};
+use crate::record::op;
 
 /// What a pass returns.
 #[derive(Debug, Clone)]
@@ -24,42 +25,6 @@ pub struct T5Output {
     pub hidden: Vec<f32>,
     /// The pass's figures.
     pub stats: PassStats,
-}
-
-/// Activation shapes of a pass: (name, shape, always f32).
-fn act_shapes(c: &T5Config, batch: usize, len: usize) -> [(&'static str, [usize; 2], bool); 11] {
-    let (r, d, inner, f) = (batch * len, c.d_model, c.inner_dim(), c.d_ff);
-    [
-        ("x", [r, d], false),
-        ("n", [r, d], false),
-        ("q", [r, inner], false),
-        ("k", [r, inner], false),
-        ("v", [r, inner], false),
-        ("attn", [r, inner], false),
-        ("o", [r, d], false),
-        ("gate", [r, f], false),
-        ("up", [r, f], false),
-        ("buckets", [len * len, 1], true),
-        ("bias", [len * len, c.num_heads], true),
-    ]
-}
-
-/// Activation bytes of a pass over `batch` prompts of `len` tokens in
-/// `dtype` (the output is the residual stream's last norm, in `n`), plus
-/// the linear kernels' scratch for the widest layer that quantizes its
-/// activations (`widest_integer_k`; 0 when none does).
-pub fn scratch_bytes(
-    c: &T5Config,
-    batch: usize,
-    len: usize,
-    dtype: ActDtype,
-    widest_integer_k: usize,
-) -> u64 {
-    let acts: u64 = act_shapes(c, batch, len)
-        .iter()
-        .map(|(_, [r, w], f32_only)| word_bytes(r * w, if *f32_only { 4 } else { dtype.size() }))
-        .sum();
-    acts + 2 * (batch * len) as u64 * widest_integer_k as u64 * 4
 }
 
 /// The activations of a pass.
@@ -79,9 +44,7 @@ struct Acts {
     gate: Activation,
     /// `wi_1 h`.
     up: Activation,
-    /// The bucket of every (query, key) pair (u32 bits).
-    buckets: Activation,
-    /// `[L·L, heads]` f32: the relative position bias.
+    /// `[L·L, heads]` f32: the relative position bias, written once.
     bias: Activation,
 }
 
@@ -133,17 +96,11 @@ impl T5Encoder {
             o: next(),
             gate: next(),
             up: next(),
-            buckets: next(),
             bias: next(),
         };
-        let buckets: Vec<u32> = (0..len as i64)
-            .flat_map(|i| (0..len as i64).map(move |j| (i, j)))
-            .map(|(i, j)| c.bucket(j - i))
-            .collect();
-        rt.gpu()
-            .queue
-            .write_buffer(&acts.buckets.buffer, 0, bytemuck::cast_slice(&buckets));
-        let files = ModelFiles::open(&ckpt.path).map_err(RuntimeError::from)?;
+        let open = || ModelFiles::open(&ckpt.path).map_err(RuntimeError::from);
+        rt.write_f32(&acts.bias, &position_bias(c, &ckpt.names, open()?, len)?)?;
+        let files = open()?;
         Ok(Self {
             config: c.clone(),
             names: ckpt.names.clone(),
@@ -197,6 +154,27 @@ impl T5Encoder {
     }
 }
 
+/// The relative position bias `[len, len, heads]` (query, key, head): block
+/// 0's `relative_attention_bias` row of each pair's [`T5Config::bucket`].
+fn position_bias(
+    c: &T5Config,
+    nm: &Names,
+    files: ModelFiles,
+    len: usize,
+) -> Result<Vec<f32>, T5Error> {
+    let table = HostEmbed::new(files, &nm.relative_attention_bias())?
+        .gather(&(0..c.relative_attention_num_buckets as u32).collect::<Vec<_>>())?;
+    let h = c.num_heads;
+    let mut bias = Vec::with_capacity(len * len * h);
+    for i in 0..len as i64 {
+        for j in 0..len as i64 {
+            let b = c.bucket(j - i) as usize;
+            bias.extend_from_slice(&table[b * h..][..h]);
+        }
+    }
+    Ok(bias)
+}
+
 /// What the blocks of one pass need.
 struct Step<'a> {
     c: &'a T5Config,
@@ -212,13 +190,9 @@ impl Step<'_> {
         ctx.rms_norm(&self.a.x, &w, &self.a.n, self.c.layer_norm_epsilon)
     }
 
-    /// Block `i`'s attention: `x += o(attn(rms(x)))`; block 0 first
-    /// gathers the position bias.
+    /// Block `i`'s attention: `x += o(attn(rms(x)))`.
     fn attention(&self, ctx: &mut BlockCtx<'_>, i: usize) -> Result<(), RuntimeError> {
         let (a, c) = (self.a, self.c);
-        if i == 0 {
-            ctx.embed(&self.nm.relative_attention_bias(), &a.buckets, &a.bias)?;
-        }
         self.norm(ctx, &self.nm.norm(i, 0))?;
         let [q, k, v, o] = self.nm.attn_linears(i);
         ctx.linears(&[(&q, &a.q), (&k, &a.k), (&v, &a.v)], &a.n)?;

@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use super::{T5Config, T5Error};
+use super::config::T5Config;
+use crate::error::ModelError as T5Error;
 use crate::synth::{Init, SynthDtype, SynthTensor};
 
 /// Every tensor of a T5 encoder for `c`, in HF order.

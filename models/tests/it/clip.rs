@@ -9,11 +9,11 @@ use dynvram_models::clip::{ClipCheckpoint, ClipConfig, ClipError, ClipText, synt
 use dynvram_models::synth::SynthDtype;
 use dynvram_models::tokenize::ClipTokenizer;
 use dynvram_runtime::ActDtype;
-use dynvram_test_support::gpu::have_gpu;
-use dynvram_test_support::safetensors;
-use dynvram_test_support::tolerance::assert_close_rel;
+use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
+use dynvram_test_support::safetensors::{self, Dtype, Tensor};
+use dynvram_test_support::tolerance::{assert_close_rel, cosine};
 
-use crate::text_common::{REL, open, pipeline, reference};
+use crate::text_common::{REL, open, pipeline, plan_under, reference, sparse_f16_file};
 
 fn fixture() -> ClipCheckpoint {
     let dir = pipeline();
@@ -60,6 +60,75 @@ fn clip_matches_diffusers_resident() {
 #[test]
 fn clip_matches_diffusers_streamed() {
     check_fixture("clip_matches_diffusers_streamed", true);
+}
+
+#[test]
+fn clip_ignores_the_tensors_it_does_not_use_under_any_prefix() {
+    let dir = pipeline();
+    let mut tensors = safetensors::read(&dir.join("clip_l.safetensors"));
+    // As a full SD checkpoint holds it, with transformers' extra tensors.
+    let ids: Vec<u8> = (0..77i64).flat_map(i64::to_le_bytes).collect();
+    tensors.insert(
+        "text_model.embeddings.position_ids".into(),
+        Tensor::new(Dtype::I64, vec![1, 77], ids),
+    );
+    tensors.insert(
+        "text_projection.weight".into(),
+        Tensor::from_f32(vec![16, 16], &[0.5; 256]),
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("sd.safetensors");
+    let prefix = "cond_stage_model.transformer.";
+    safetensors::write(
+        &path,
+        tensors.iter().map(|(n, t)| (format!("{prefix}{n}"), t)),
+    );
+    let config =
+        ClipConfig::from_hf_json(&dir.join("configs/text_encoder/config.json")).expect("config");
+    let ckpt = ClipCheckpoint::open(&path, Some(config)).expect("opens");
+    assert_eq!(ckpt.names.prefix, prefix);
+    if !have_gpu("clip_ignores_the_tensors_it_does_not_use_under_any_prefix") {
+        return;
+    }
+    let reference = reference();
+    let ids = safetensors::get(&reference, "clip_input_ids").ids_u32();
+    let (rt, model) = open(&ckpt.spec(2, ActDtype::F32), false);
+    let mut clip = ClipText::new(&rt, &ckpt, 2, ActDtype::F32).expect("runner");
+    let out = clip.encode(&rt, &model, &ids).expect("encode");
+    let want = safetensors::get(&reference, "clip_pooled");
+    assert_close_rel("clip_pooled", &out.pooled, &want.values, REL);
+}
+
+#[test]
+fn clip_in_f16_points_as_f32() {
+    let test = "clip_in_f16_points_as_f32";
+    if test_gpu(test, needs_f16).is_none() {
+        return;
+    }
+    let ckpt = fixture();
+    let reference = reference();
+    let ids = safetensors::get(&reference, "clip_input_ids").ids_u32();
+    let (rt, model) = open(&ckpt.spec(2, ActDtype::F16), false);
+    let mut clip = ClipText::new(&rt, &ckpt, 2, ActDtype::F16).expect("runner");
+    let out = clip.encode(&rt, &model, &ids).expect("encode");
+    let want = safetensors::get(&reference, "clip_last_hidden_state");
+    let cos = cosine(&out.last_hidden_state, &want.values);
+    assert!(cos >= 0.999, "cosine {cos}");
+}
+
+#[test]
+fn clip_l_shapes_infer_back_and_stream_under_64_mib() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("clip_l.safetensors");
+    sparse_f16_file(&path, &synth::tensors(&ClipConfig::clip_l()));
+    let ckpt = ClipCheckpoint::open(&path, None).expect("opens");
+    assert_eq!(ckpt.config, ClipConfig::clip_l());
+    let usable = 64 << 20;
+    let (streamed, weights, taken) = plan_under(&ckpt.spec(1, ActDtype::F16), usable);
+    eprintln!("CLIP-L under 64 MiB: {streamed} of {weights} B streamed, {taken} B taken");
+    assert!(weights > 160_000_000, "{weights}");
+    assert!(streamed * 2 > weights, "{streamed} of {weights}");
+    assert!(taken <= usable, "{taken}");
 }
 
 #[test]
@@ -141,6 +210,21 @@ fn clip_refuses_bad_checkpoints_and_ids() {
         .expect_err("missing layer");
     let msg = err.to_string();
     assert!(msg.contains("encoder.layers.2.self_attn.q_proj"), "{msg}");
+    // A truncated file: the header promises bytes the file lacks.
+    let bytes = std::fs::read(dir.join("clip_l.safetensors")).expect("read");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cut = tmp.path().join("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let err = ClipCheckpoint::open(&cut, None).expect_err("truncated");
+    assert!(err.to_string().contains("cut.safetensors"), "{err}");
+    // A T5 config given as CLIP's.
+    let err = ClipConfig::from_hf_json(&dir.join("configs/text_encoder_2/config.json"))
+        .expect_err("T5 config");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("text_encoder_2/config.json") && msg.contains("hidden_size"),
+        "{msg}"
+    );
     let ckpt = fixture();
     if !have_gpu("clip_refuses_bad_checkpoints_and_ids") {
         return;
