@@ -175,7 +175,8 @@ impl VaeCheckpoint {
         &self.files
     }
 
-    /// The decoder's runtime blocks ([`Stage`] order): convolution weights
+    /// The decoder's runtime blocks in pass order (`conv_in` + mid, the up
+    /// levels from the lowest resolution, `norm_out` + `conv_out`): convolution weights
     /// uploaded as stored, norms and biases as f32.
     pub fn blocks(&self) -> Vec<BlockSpec> {
         let (c, nm) = (&self.config, &self.names);

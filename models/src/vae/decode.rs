@@ -12,12 +12,15 @@
 //! attn(x)   = x + proj_out(softmax(q kᵀ/√C) v),  q, k, v = 1×1 convs of gn(x)
 //! ```
 
+use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::conv::{ConvWeight, Geometry, record_conv2d};
 use dynvram_runtime::ops::embed::TableDtype;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::group_norm::{record_group_norm, scratch_len};
 use dynvram_runtime::ops::spatial_attention::record_spatial_attention;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
+    ActDtype, Activation, BlockCtx, Gpu, GpuError, GpuTensor, Model, PassStats, Runtime,
+    RuntimeError,
 };
 
 use super::VaeError;
@@ -193,18 +196,16 @@ impl Rec<'_, '_, '_> {
             ksize: k as u64,
         };
         let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
+        self.op(|gpu, cache, enc| record_conv2d(gpu, cache, enc, x, &weight, &bias, res, out, geom))
+    }
+
+    /// Records one raw op into the block's encoder.
+    fn op(
+        &mut self,
+        f: impl FnOnce(&Gpu, &PipelineCache, &mut Encoder) -> Result<(), GpuError>,
+    ) -> Result<(), RuntimeError> {
         let rt = self.ctx.runtime();
-        Ok(record_conv2d(
-            rt.gpu(),
-            rt.pipelines(),
-            self.ctx.encoder(),
-            x,
-            &weight,
-            &bias,
-            res,
-            out,
-            geom,
-        )?)
+        Ok(f(rt.gpu(), rt.pipelines(), self.ctx.encoder())?)
     }
 
     /// `out = GroupNorm(x)` with norm `name`'s affine weights, then SiLU where `silu`.
@@ -217,20 +218,13 @@ impl Rec<'_, '_, '_> {
     ) -> Result<(), RuntimeError> {
         let weight = self.ctx.weight_tensor(&format!("{name}.weight"))?;
         let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
-        let rt = self.ctx.runtime();
-        Ok(record_group_norm(
-            rt.gpu(),
-            rt.pipelines(),
-            self.ctx.encoder(),
-            x,
-            &weight,
-            &bias,
-            &self.acts.stats,
-            out,
-            GROUPS as u64,
-            EPS,
-            silu,
-        )?)
+        let stats = &self.acts.stats;
+        self.op(|gpu, cache, enc| {
+            let groups = GROUPS as u64;
+            record_group_norm(
+                gpu, cache, enc, x, &weight, &bias, stats, out, groups, EPS, silu,
+            )
+        })
     }
 
     /// A ResNet block on the map in buffer `x` (`h × w`); returns the buffer
@@ -313,16 +307,7 @@ impl Rec<'_, '_, '_> {
             self.buf(k, c, h, w),
             self.buf(a, c, h, w),
         );
-        let rt = self.ctx.runtime();
-        record_spatial_attention(
-            rt.gpu(),
-            rt.pipelines(),
-            self.ctx.encoder(),
-            &qt,
-            &kt,
-            &v,
-            &ot,
-        )?;
+        self.op(|gpu, cache, enc| record_spatial_attention(gpu, cache, enc, &qt, &kt, &v, &ot))?;
         self.conv(
             &format!("{p}proj_out"),
             &self.buf(a, c, h, w),
