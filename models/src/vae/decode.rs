@@ -28,6 +28,11 @@ use super::checkpoint::{Names, ResBlock, Stage, VaeCheckpoint, stages};
 use super::config::{EPS, GROUPS, VaeConfig};
 use super::tiles::{AUTO_SIZES, Blend, Tiling, auto_overlap, crop, starts};
 
+/// Image pixels one pass decodes at most under [`Tiling::Auto`]: the
+/// convolution's pixel tiles (64 each) fill one grid axis of 65,535
+/// workgroups, WebGPU's minimum limit.
+const MAX_PASS_PIXELS: u64 = 65_535 * 64;
+
 /// Element counts of a decode's buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Sizes {
@@ -448,13 +453,19 @@ impl FluxVae {
                 let held = self.acts.as_ref().map_or(0, Acts::bytes);
                 let room =
                     (report.usable.saturating_sub(report.tracked) + held).max(model.plan().scratch);
-                if bytes(h, w) <= room {
+                // A pass's image must also stay inside the kernels' grids
+                // (the convolution's 64-pixel tiles on one grid axis).
+                let fits = |th: usize, tw: usize| {
+                    bytes(th, tw) <= room
+                        && (th * tw * c.scale() * c.scale()) as u64 <= MAX_PASS_PIXELS
+                };
+                if fits(h, w) {
                     return Ok((h.max(w), 0));
                 }
                 let fit = AUTO_SIZES
                     .iter()
                     .copied()
-                    .find(|&t| bytes(h.min(t), w.min(t)) <= room);
+                    .find(|&t| fits(h.min(t), w.min(t)));
                 match fit {
                     Some(t) => Ok((t, auto_overlap(t))),
                     None => {

@@ -388,3 +388,25 @@ fn vae_decode_refuses_a_latent_of_the_wrong_size() {
         other => panic!("bad tiles accepted: {other:?}"),
     }
 }
+
+/// f16 activations (where the adapter has `SHADER_F16`) stay close to the
+/// reference (cosine ≥ 0.999, the fixture README's bound for f16 compute).
+#[test]
+fn vae_decode_in_f16_is_close_to_the_reference() {
+    const TEST: &str = "vae_decode_in_f16_is_close_to_the_reference";
+    if dynvram_test_support::gpu::test_gpu(TEST, dynvram_test_support::gpu::needs_f16).is_none() {
+        return;
+    }
+    let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
+    let r = safetensors::read(&fixture().join("vae_reference.safetensors"));
+    let (b, h, w) = (1, 8, 6);
+    let rt = runtime(None);
+    let model = Model::open(&rt, &ckpt.spec(b, h, w, ActDtype::F16)).expect("vae opens");
+    let mut vae = FluxVae::new(&rt, &ckpt, ActDtype::F16).expect("decoder");
+    let got = vae
+        .decode(&rt, &model, &r["vae_test_latent"].values, b, h, w)
+        .expect("decode");
+    let c = cosine(&got.image, &r["vae_test_decoded"].values);
+    eprintln!("f16 decode: cosine {c:.6}");
+    assert!(c >= 0.999, "cosine {c}");
+}
