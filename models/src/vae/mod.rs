@@ -21,7 +21,7 @@ mod tiles;
 
 pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
-pub use decode::{FluxVae, VaeDecoded, activation_bytes};
+pub use decode::{FluxVae, VaeDecoded, VaeEncoded, activation_bytes, encoder_activation_bytes};
 pub use error::VaeError;
 pub use tiles::Tiling;
 

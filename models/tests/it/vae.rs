@@ -410,3 +410,57 @@ fn vae_decode_in_f16_is_close_to_the_reference() {
     eprintln!("f16 decode: cosine {c:.6}");
     assert!(c >= 0.999, "cosine {c}");
 }
+
+/// The encoder: `vae_test_image` → `vae_test_encoded_mean`, resident and
+/// streamed.
+#[test]
+fn vae_encode_matches_reference() {
+    const TEST: &str = "vae_encode_matches_reference";
+    if !have_gpu(TEST) {
+        return;
+    }
+    let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
+    let r = safetensors::read(&fixture().join("vae_reference.safetensors"));
+    let (b, h, w) = (1, 64, 48);
+    let spec = ckpt.encoder_spec(b, h, w, ActDtype::F32).expect("encoder");
+    for streamed in [false, true] {
+        let rt = runtime(streamed.then(|| quarter_budget(&spec)));
+        let model = Model::open(&rt, &spec).expect("encoder opens");
+        let mut vae = FluxVae::new(&rt, &ckpt, ActDtype::F32).expect("vae");
+        let got = vae
+            .encode(&rt, &model, &r["vae_test_image"].values, b, h, w)
+            .expect("encode");
+        assert_eq!(got.stats.streamed_bytes > 0, streamed, "{:?}", got.stats);
+        assert_close_rel(
+            &format!("vae_test_encoded_mean (streamed: {streamed})"),
+            &got.mean,
+            &r["vae_test_encoded_mean"].values,
+            REL,
+        );
+        // A side that is no multiple of 8 is refused.
+        match vae.encode(&rt, &model, &vec![0.0; 3 * 60 * 48], 1, 60, 48) {
+            Err(VaeError::Input(m)) => assert!(m.contains("multiples of 8"), "{m}"),
+            other => panic!("encoded a 60-pixel side: {other:?}"),
+        }
+    }
+}
+
+/// A decoder-only file decodes, and its encoder is refused by name.
+#[test]
+fn vae_without_an_encoder_refuses_to_encode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = edited(dir.path(), "decoder.safetensors", |n, t| {
+        (!n.starts_with("encoder.")).then(|| (n.to_owned(), t.clone()))
+    });
+    let ckpt = VaeCheckpoint::open(&path, None).expect("a decoder alone opens");
+    match ckpt.encoder_spec(1, 64, 64, ActDtype::F32) {
+        Err(e @ VaeError::Weights { .. }) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("encoder") && m.contains("no tensor `encoder.conv_in.weight`"),
+                "{m}"
+            );
+        }
+        other => panic!("encoder of a decoder-only file: {other:?}"),
+    }
+}
