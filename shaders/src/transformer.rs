@@ -135,7 +135,7 @@ pub const ARGMAX: &str = wgsl!("argmax.wgsl");
 /// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
 /// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
 /// sequence, and a batched row/column gather (optionally through GELU).
-pub const DIT: &str = wgsl!("dit.wgsl");
+pub const DIT: &str = wgsl!("workgroup_sum.wgsl", "dit.wgsl");
 
 /// Every transformer shader file, as (file name, source).
 pub const ALL: &[(&str, &str)] = &[
