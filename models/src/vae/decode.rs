@@ -308,42 +308,28 @@ impl Rec<'_, '_, '_> {
         w: usize,
     ) -> Result<usize, RuntimeError> {
         let [a, t, y] = others(x);
-        let p = &b.prefix;
-        let xin = self.buf(x, b.cin, h, w);
-        self.norm(&format!("{p}norm1"), &xin, &self.buf(a, b.cin, h, w), true)?;
-        self.conv(
-            &format!("{p}conv1"),
-            &self.buf(a, b.cin, h, w),
-            &self.buf(t, b.cout, h, w),
-            None,
-            Geometry::same(1),
-        )?;
-        self.norm(
-            &format!("{p}norm2"),
-            &self.buf(t, b.cout, h, w),
-            &self.buf(a, b.cout, h, w),
-            true,
-        )?;
-        let skip = if b.cin == b.cout {
+        let (p, ci, co) = (&b.prefix, b.cin, b.cout);
+        let xin = self.buf(x, ci, h, w);
+        let (a_in, a_out) = (self.buf(a, ci, h, w), self.buf(a, co, h, w));
+        let (tt, yt) = (self.buf(t, co, h, w), self.buf(y, co, h, w));
+        self.norm(&format!("{p}norm1"), &xin, &a_in, true)?;
+        self.conv(&format!("{p}conv1"), &a_in, &tt, None, Geometry::same(1))?;
+        self.norm(&format!("{p}norm2"), &tt, &a_out, true)?;
+        // The shortcut reuses conv1's buffer, free after norm2.
+        let skip = if ci == co {
             xin
         } else {
-            let s = self.buf(t, b.cout, h, w);
             self.conv(
                 &format!("{p}nin_shortcut"),
                 &xin,
-                &s,
+                &tt,
                 None,
                 Geometry::same(0),
             )?;
-            s
+            tt
         };
-        self.conv(
-            &format!("{p}conv2"),
-            &self.buf(a, b.cout, h, w),
-            &self.buf(y, b.cout, h, w),
-            Some(&skip),
-            Geometry::same(1),
-        )?;
+        let same = Geometry::same(1);
+        self.conv(&format!("{p}conv2"), &a_out, &yt, Some(&skip), same)?;
         Ok(y)
     }
 
