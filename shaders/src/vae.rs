@@ -8,7 +8,7 @@
 pub const CONV2D: &str = wgsl!("stored_float.wgsl", "conv2d.wgsl");
 /// GroupNorm statistics per chunk, their merge, and the normalisation
 /// (+ SiLU).
-pub const GROUP_NORM: &str = wgsl!("group_norm.wgsl");
+pub const GROUP_NORM: &str = wgsl!("workgroup_sum.wgsl", "group_norm.wgsl");
 /// Single-head softmax attention over the positions of NCHW maps.
 pub const SPATIAL_ATTENTION: &str = wgsl!("spatial_attention.wgsl");
 

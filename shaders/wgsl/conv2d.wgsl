@@ -15,6 +15,8 @@
 // operand tiles in workgroup memory. Workgroups: x = pixel tiles,
 // y = batch * channel tiles.
 //
+// needs: stored_value
+//
 
 struct Params {
     cin: u32,

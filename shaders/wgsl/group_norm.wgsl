@@ -15,6 +15,9 @@
 //
 // Each chunk's deviations are summed around its own mean (two reads of the
 // chunk): one pass of sums and squares would cancel badly on large images.
+//
+// needs: workgroup_sum
+// provides: WG
 
 struct Params {
     channels: u32,
@@ -42,23 +45,6 @@ var<immediate> params: Params;
 @group(0) @binding(6) var<storage, read> bias: array<f32>;
 @group(0) @binding(7) var<storage, read_write> out: array<act>;
 
-var<workgroup> red: array<f32, WG>;
-
-// Sum of `v` over the workgroup; every invocation gets the total.
-fn group_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if lid < s {
-            red[lid] = red[lid] + red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
 // Values in chunk c of a group of `len` values.
 fn chunk_len(c: u32, len: u32) -> u32 {
     return min(params.chunk, len - c * params.chunk);
@@ -75,13 +61,13 @@ fn group_stats(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     for (var i = lid; i < n; i = i + WG) {
         s = s + f32(x[base + i]);
     }
-    let mean = group_sum(lid, s) / f32(n);
+    let mean = workgroup_sum(lid, s) / f32(n);
     var sq = 0.0;
     for (var i = lid; i < n; i = i + WG) {
         let d = f32(x[base + i]) - mean;
         sq = sq + d * d;
     }
-    let m2 = group_sum(lid, sq);
+    let m2 = workgroup_sum(lid, sq);
     if lid == 0u {
         let at = (bg * params.n_chunks + c) * 2u;
         part[at] = mean;
@@ -98,13 +84,13 @@ fn group_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     for (var c = lid; c < params.n_chunks; c = c + WG) {
         s = s + f32(chunk_len(c, len)) * part[first + c * 2u];
     }
-    let mean = group_sum(lid, s) / f32(len);
+    let mean = workgroup_sum(lid, s) / f32(len);
     var m2 = 0.0;
     for (var c = lid; c < params.n_chunks; c = c + WG) {
         let d = part[first + c * 2u] - mean;
         m2 = m2 + part[first + c * 2u + 1u] + f32(chunk_len(c, len)) * d * d;
     }
-    let total = group_sum(lid, m2);
+    let total = workgroup_sum(lid, m2);
     if lid == 0u {
         stats[bg * 2u] = mean;
         stats[bg * 2u + 1u] = 1.0 / sqrt(total / f32(len) + params.eps);

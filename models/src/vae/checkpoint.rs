@@ -25,19 +25,57 @@ pub(crate) struct ResBlock {
 }
 
 impl ResBlock {
-    /// Convolutions (weights read as stored) and f32 tensors (norms, biases).
-    fn tensors(&self, convs: &mut Vec<String>, f32s: &mut Vec<String>) {
+    /// Its layers: norm1, conv1, norm2, conv2, and the 1×1 shortcut where
+    /// the channels change.
+    fn layers(&self, out: &mut Vec<Layer>) {
         let p = &self.prefix;
-        for n in ["norm1", "norm2"] {
-            f32s.extend([format!("{p}{n}.weight"), format!("{p}{n}.bias")]);
+        let (cin, cout) = (self.cin, self.cout);
+        out.extend([
+            Layer::norm(format!("{p}norm1"), cin),
+            Layer::conv(format!("{p}conv1"), cout, cin, 3),
+            Layer::norm(format!("{p}norm2"), cout),
+            Layer::conv(format!("{p}conv2"), cout, cout, 3),
+        ]);
+        if cin != cout {
+            out.push(Layer::conv(format!("{p}nin_shortcut"), cout, cin, 1));
         }
-        let mut layers = vec!["conv1", "conv2"];
-        if self.cin != self.cout {
-            layers.push("nin_shortcut");
-        }
-        for l in layers {
-            convs.push(format!("{p}{l}.weight"));
-            f32s.push(format!("{p}{l}.bias"));
+    }
+}
+
+/// A layer's tensors as the file must hold them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Layer {
+    /// `{name}.weight` `[cout, cin, k, k]` (read as stored) and `{name}.bias` `[cout]`.
+    Conv {
+        name: String,
+        cout: usize,
+        cin: usize,
+        k: usize,
+    },
+    /// GroupNorm `{name}.weight` and `{name}.bias`, `[ch]` each.
+    Norm { name: String, ch: usize },
+}
+
+impl Layer {
+    fn conv(name: String, cout: usize, cin: usize, k: usize) -> Self {
+        Self::Conv { name, cout, cin, k }
+    }
+
+    fn norm(name: String, ch: usize) -> Self {
+        Self::Norm { name, ch }
+    }
+
+    /// (tensor, shape, read as stored) of each of its tensors.
+    fn tensors(&self) -> Vec<(String, Vec<usize>, bool)> {
+        match self {
+            Self::Conv { name, cout, cin, k } => vec![
+                (format!("{name}.weight"), vec![*cout, *cin, *k, *k], true),
+                (format!("{name}.bias"), vec![*cout], false),
+            ],
+            Self::Norm { name, ch } => vec![
+                (format!("{name}.weight"), vec![*ch], false),
+                (format!("{name}.bias"), vec![*ch], false),
+            ],
         }
     }
 }
@@ -70,14 +108,62 @@ impl Names {
             .collect()
     }
 
-    /// The mid block's two ResNets.
-    pub fn mid_blocks(&self, c: &VaeConfig) -> [ResBlock; 2] {
+    /// `prefix + "encoder." + name`.
+    pub fn enc(&self, name: &str) -> String {
+        format!("{}encoder.{name}", self.prefix)
+    }
+
+    /// `prefix + part + "." + name` (`part` is `encoder` or `decoder`).
+    fn part(&self, encoder: bool, name: &str) -> String {
+        if encoder {
+            self.enc(name)
+        } else {
+            self.dec(name)
+        }
+    }
+
+    /// The ResNet blocks of the encoder's down level `i`, in order.
+    pub fn down_blocks(&self, c: &VaeConfig, i: usize) -> Vec<ResBlock> {
+        let cin = if i == 0 {
+            c.channels(0)
+        } else {
+            c.channels(i - 1)
+        };
+        (0..c.num_res_blocks)
+            .map(|j| ResBlock {
+                prefix: self.enc(&format!("down.{i}.block.{j}.")),
+                cin: if j == 0 { cin } else { c.channels(i) },
+                cout: c.channels(i),
+            })
+            .collect()
+    }
+
+    /// The mid block's two ResNets (of the encoder or the decoder).
+    pub fn mid_blocks(&self, c: &VaeConfig, encoder: bool) -> [ResBlock; 2] {
         let m = c.mid_channels();
         ["block_1", "block_2"].map(|b| ResBlock {
-            prefix: self.dec(&format!("mid.{b}.")),
+            prefix: self.part(encoder, &format!("mid.{b}.")),
             cin: m,
             cout: m,
         })
+    }
+
+    /// The mid block's layers: ResNet, attention (norm; q, k, v and
+    /// proj_out as 1×1 convolutions), ResNet.
+    fn mid_layers(&self, c: &VaeConfig, encoder: bool, out: &mut Vec<Layer>) {
+        let m = c.mid_channels();
+        let [b1, b2] = self.mid_blocks(c, encoder);
+        b1.layers(out);
+        out.push(Layer::norm(self.part(encoder, "mid.attn_1.norm"), m));
+        for l in ["q", "k", "v", "proj_out"] {
+            out.push(Layer::conv(
+                self.part(encoder, &format!("mid.attn_1.{l}")),
+                m,
+                m,
+                1,
+            ));
+        }
+        b2.layers(out);
     }
 }
 
@@ -91,6 +177,119 @@ pub(crate) enum Stage {
     Up(usize),
     /// `norm_out`, SiLU, `conv_out`.
     Out,
+    /// The encoder's down level `i` (`conv_in` first where `i = 0`): its
+    /// ResNets, then its stride-2 downsampling where `i < levels − 1`.
+    Down(usize),
+    /// The encoder's mid block.
+    EncoderMid,
+    /// The encoder's `norm_out`, SiLU, `conv_out` (mean and log-variance).
+    EncoderOut,
+}
+
+impl Stage {
+    /// The runtime block's name.
+    fn name(self) -> String {
+        match self {
+            Self::Mid => "decoder.mid".into(),
+            Self::Up(i) => format!("decoder.up.{i}"),
+            Self::Out => "decoder.out".into(),
+            Self::Down(i) => format!("encoder.down.{i}"),
+            Self::EncoderMid => "encoder.mid".into(),
+            Self::EncoderOut => "encoder.out".into(),
+        }
+    }
+
+    /// The stage's layers, in the order they run.
+    pub(crate) fn layers(self, c: &VaeConfig, nm: &Names) -> Vec<Layer> {
+        let mut out = Vec::new();
+        match self {
+            Self::Mid => {
+                out.push(Layer::conv(
+                    nm.dec("conv_in"),
+                    c.mid_channels(),
+                    c.z_channels,
+                    3,
+                ));
+                nm.mid_layers(c, false, &mut out);
+            }
+            Self::Up(i) => {
+                for b in nm.up_blocks(c, i) {
+                    b.layers(&mut out);
+                }
+                if i > 0 {
+                    let ci = c.channels(i);
+                    out.push(Layer::conv(
+                        nm.dec(&format!("up.{i}.upsample.conv")),
+                        ci,
+                        ci,
+                        3,
+                    ));
+                }
+            }
+            Self::Out => {
+                out.push(Layer::norm(nm.dec("norm_out"), c.channels(0)));
+                out.push(Layer::conv(
+                    nm.dec("conv_out"),
+                    c.image_channels,
+                    c.channels(0),
+                    3,
+                ));
+            }
+            Self::Down(i) => {
+                if i == 0 {
+                    out.push(Layer::conv(
+                        nm.enc("conv_in"),
+                        c.channels(0),
+                        c.image_channels,
+                        3,
+                    ));
+                }
+                for b in nm.down_blocks(c, i) {
+                    b.layers(&mut out);
+                }
+                if i + 1 < c.levels() {
+                    let ci = c.channels(i);
+                    out.push(Layer::conv(
+                        nm.enc(&format!("down.{i}.downsample.conv")),
+                        ci,
+                        ci,
+                        3,
+                    ));
+                }
+            }
+            Self::EncoderMid => nm.mid_layers(c, true, &mut out),
+            Self::EncoderOut => {
+                let m = c.mid_channels();
+                out.push(Layer::norm(nm.enc("norm_out"), m));
+                out.push(Layer::conv(nm.enc("conv_out"), 2 * c.z_channels, m, 3));
+            }
+        }
+        out
+    }
+
+    /// The runtime block: convolution weights read as stored, the rest f32.
+    fn block(self, c: &VaeConfig, nm: &Names) -> BlockSpec {
+        let (mut raw, mut f32s) = (Vec::new(), Vec::new());
+        for l in self.layers(c, nm) {
+            for (t, _, as_stored) in l.tensors() {
+                if as_stored { raw.push(t) } else { f32s.push(t) }
+            }
+        }
+        BlockSpec {
+            name: self.name(),
+            tensors: f32s,
+            raw_tensors: raw,
+            ..BlockSpec::default()
+        }
+    }
+}
+
+/// The stages of an encode of `c`, in order.
+pub(crate) fn encoder_stages(c: &VaeConfig) -> Vec<Stage> {
+    (0..c.levels())
+        .map(Stage::Down)
+        .chain([Stage::EncoderMid, Stage::EncoderOut])
+        .collect()
 }
 
 /// The stages of a decode of `c`, in order.
@@ -159,7 +358,7 @@ impl VaeCheckpoint {
                 (c, true)
             }
         };
-        check(&list, &names, &config).map_err(err)?;
+        check(&list, &names, &config, &stages(&config)).map_err(err)?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),
@@ -175,58 +374,52 @@ impl VaeCheckpoint {
         &self.files
     }
 
-    /// The decoder's runtime blocks ([`Stage`] order): convolution weights
+    /// The decoder's runtime blocks in pass order (`conv_in` + mid, the up
+    /// levels from the lowest resolution, `norm_out` + `conv_out`): convolution weights
     /// uploaded as stored, norms and biases as f32.
     pub fn blocks(&self) -> Vec<BlockSpec> {
-        let (c, nm) = (&self.config, &self.names);
-        stages(c)
+        stages(&self.config)
             .into_iter()
-            .map(|stage| {
-                let (mut convs, mut f32s) = (Vec::new(), Vec::new());
-                let conv = |name: String, convs: &mut Vec<String>, f32s: &mut Vec<String>| {
-                    convs.push(format!("{name}.weight"));
-                    f32s.push(format!("{name}.bias"));
-                };
-                let name = match stage {
-                    Stage::Mid => {
-                        conv(nm.dec("conv_in"), &mut convs, &mut f32s);
-                        let [b1, b2] = nm.mid_blocks(c);
-                        b1.tensors(&mut convs, &mut f32s);
-                        let a = nm.dec("mid.attn_1.");
-                        f32s.extend([format!("{a}norm.weight"), format!("{a}norm.bias")]);
-                        for l in ["q", "k", "v", "proj_out"] {
-                            conv(format!("{a}{l}"), &mut convs, &mut f32s);
-                        }
-                        b2.tensors(&mut convs, &mut f32s);
-                        "decoder.mid".to_owned()
-                    }
-                    Stage::Up(i) => {
-                        for b in nm.up_blocks(c, i) {
-                            b.tensors(&mut convs, &mut f32s);
-                        }
-                        if i > 0 {
-                            conv(
-                                nm.dec(&format!("up.{i}.upsample.conv")),
-                                &mut convs,
-                                &mut f32s,
-                            );
-                        }
-                        format!("decoder.up.{i}")
-                    }
-                    Stage::Out => {
-                        f32s.extend([nm.dec("norm_out.weight"), nm.dec("norm_out.bias")]);
-                        conv(nm.dec("conv_out"), &mut convs, &mut f32s);
-                        "decoder.out".to_owned()
-                    }
-                };
-                BlockSpec {
-                    name,
-                    tensors: f32s,
-                    raw_tensors: convs,
-                    ..BlockSpec::default()
-                }
-            })
+            .map(|st| st.block(&self.config, &self.names))
             .collect()
+    }
+
+    /// The encoder's runtime blocks in pass order (each down level, the mid
+    /// block, `norm_out` + `conv_out`); an error naming the tensor where the
+    /// file has no encoder or a tensor of the wrong shape.
+    pub fn encoder_blocks(&self) -> Result<Vec<BlockSpec>, VaeError> {
+        let stages = encoder_stages(&self.config);
+        let list = FilesList::new(&self.files);
+        check(&list, &self.names, &self.config, &stages).map_err(|why| VaeError::Weights {
+            path: self.path.clone(),
+            why: format!("encoder: {why}"),
+        })?;
+        Ok(stages
+            .into_iter()
+            .map(|st| st.block(&self.config, &self.names))
+            .collect())
+    }
+
+    /// The runtime spec of encodes of `batch` images of `h × w` pixels with
+    /// activations in `dtype` ([`Self::encoder_blocks`]' errors).
+    pub fn encoder_spec(
+        &self,
+        batch: usize,
+        h: usize,
+        w: usize,
+        dtype: ActDtype,
+    ) -> Result<ModelSpec, VaeError> {
+        Ok(ModelSpec {
+            files: vec![self.path.clone()],
+            blocks: self.encoder_blocks()?,
+            scratch_bytes: super::decode::encoder_activation_bytes(
+                &self.config,
+                batch,
+                h,
+                w,
+                dtype,
+            ),
+        })
     }
 
     /// The runtime spec of decodes of up to `batch` latents of `h × w`
@@ -307,61 +500,25 @@ pub(crate) fn infer_config(list: &dyn TensorList, nm: &Names) -> Result<VaeConfi
     })
 }
 
-/// Every tensor the decoder uses is present with the config's shape.
-fn check(list: &dyn TensorList, nm: &Names, c: &VaeConfig) -> Result<(), String> {
-    let expect = |name: String, want: &[usize]| -> Result<(), String> {
-        match list.dtype_shape(&name) {
-            Some((_, s)) if s == want => Ok(()),
-            Some((_, s)) => Err(format!(
-                "`{name}` has shape {s:?}; the config {} implies {want:?}",
-                describe(c)
-            )),
-            None => Err(format!("no tensor `{name}` (config {})", describe(c))),
-        }
-    };
-    let conv = |name: String, cout: usize, cin: usize, k: usize| -> Result<(), String> {
-        expect(format!("{name}.weight"), &[cout, cin, k, k])?;
-        expect(format!("{name}.bias"), &[cout])
-    };
-    let norm = |name: String, ch: usize| -> Result<(), String> {
-        expect(format!("{name}.weight"), &[ch])?;
-        expect(format!("{name}.bias"), &[ch])
-    };
-    let res = |b: &ResBlock| -> Result<(), String> {
-        let p = &b.prefix;
-        norm(format!("{p}norm1"), b.cin)?;
-        conv(format!("{p}conv1"), b.cout, b.cin, 3)?;
-        norm(format!("{p}norm2"), b.cout)?;
-        conv(format!("{p}conv2"), b.cout, b.cout, 3)?;
-        if b.cin != b.cout {
-            conv(format!("{p}nin_shortcut"), b.cout, b.cin, 1)?;
-        }
-        Ok(())
-    };
-    let m = c.mid_channels();
-    conv(nm.dec("conv_in"), m, c.z_channels, 3)?;
-    for b in nm.mid_blocks(c) {
-        res(&b)?;
-    }
-    norm(nm.dec("mid.attn_1.norm"), m)?;
-    for l in ["q", "k", "v", "proj_out"] {
-        conv(nm.dec(&format!("mid.attn_1.{l}")), m, m, 1)?;
-    }
-    for i in 0..c.levels() {
-        for b in nm.up_blocks(c, i) {
-            res(&b)?;
-        }
-        if i > 0 {
-            conv(
-                nm.dec(&format!("up.{i}.upsample.conv")),
-                c.channels(i),
-                c.channels(i),
-                3,
-            )?;
+/// Every tensor of `stages` is present with the config's shape, and the
+/// decoder has no up level past the config's.
+fn check(list: &dyn TensorList, nm: &Names, c: &VaeConfig, stages: &[Stage]) -> Result<(), String> {
+    for stage in stages {
+        for layer in stage.layers(c, nm) {
+            for (name, want, _) in layer.tensors() {
+                match list.dtype_shape(&name) {
+                    Some((_, s)) if s == want => {}
+                    Some((_, s)) => {
+                        return Err(format!(
+                            "`{name}` has shape {s:?}; the config {} implies {want:?}",
+                            describe(c)
+                        ));
+                    }
+                    None => return Err(format!("no tensor `{name}` (config {})", describe(c))),
+                }
+            }
         }
     }
-    norm(nm.dec("norm_out"), c.channels(0))?;
-    conv(nm.dec("conv_out"), c.image_channels, c.channels(0), 3)?;
     let names = list.names();
     if let Some(extra) = names
         .iter()

@@ -12,18 +12,26 @@
 //! attn(x)   = x + proj_out(softmax(q kᵀ/√C) v),  q, k, v = 1×1 convs of gn(x)
 //! ```
 
+use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::conv::{ConvWeight, Geometry, record_conv2d};
 use dynvram_runtime::ops::embed::TableDtype;
+use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::group_norm::{record_group_norm, scratch_len};
 use dynvram_runtime::ops::spatial_attention::record_spatial_attention;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
+    ActDtype, Activation, BlockCtx, Gpu, GpuError, GpuTensor, Model, PassStats, Runtime,
+    RuntimeError,
 };
 
 use super::VaeError;
-use super::checkpoint::{Names, ResBlock, Stage, VaeCheckpoint, stages};
+use super::checkpoint::{Names, ResBlock, Stage, VaeCheckpoint, encoder_stages, stages};
 use super::config::{EPS, GROUPS, VaeConfig};
 use super::tiles::{AUTO_SIZES, Blend, Tiling, auto_overlap, crop, starts};
+
+/// Image pixels one pass decodes at most under [`Tiling::Auto`]: the
+/// convolution's pixel tiles (64 each) fill one grid axis of 65,535
+/// workgroups, WebGPU's minimum limit.
+const MAX_PASS_PIXELS: u64 = 65_535 * 64;
 
 /// Element counts of a decode's buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,15 +76,57 @@ fn sizes(c: &VaeConfig, batch: usize, h: usize, w: usize) -> Sizes {
     }
 }
 
-/// Bytes of activations a decode of `batch` latents of `h × w` allocates
-/// in `dtype` (what [`VaeCheckpoint::spec`] reserves).
-pub fn activation_bytes(c: &VaeConfig, batch: usize, h: usize, w: usize, dtype: ActDtype) -> u64 {
-    let s = sizes(c, batch, h, w);
+/// [`sizes`] of an encode of `batch` images of `h × w` pixels (sides
+/// multiples of the config's scale).
+fn encoder_sizes(c: &VaeConfig, batch: usize, h: usize, w: usize) -> Sizes {
+    let n = c.levels();
+    let gn = |ch: usize, hw: usize| {
+        scratch_len(batch as u64, ch as u64, hw as u64, GROUPS as u64) as usize
+    };
+    let (mut big, mut stats) = (0, 0);
+    for i in 0..n {
+        let hw = (h >> i) * (w >> i);
+        let cin = c.channels(i.saturating_sub(1));
+        big = big.max(cin * hw).max(c.channels(i) * hw);
+        stats = stats.max(gn(cin, hw)).max(gn(c.channels(i), hw));
+        if i + 1 < n {
+            big = big.max(c.channels(i) * hw / 4);
+        }
+    }
+    let (m, hw) = (c.mid_channels(), (h >> (n - 1)) * (w >> (n - 1)));
+    big = big.max(m * hw).max(2 * c.z_channels * hw);
+    Sizes {
+        big: big * batch,
+        mid: m * hw * batch,
+        stats: stats.max(gn(m, hw)),
+        z: c.image_channels * h * w * batch,
+    }
+}
+
+/// Bytes of activations an encode of `batch` images of `h × w` pixels
+/// allocates in `dtype` (what [`VaeCheckpoint::encoder_spec`] reserves).
+pub fn encoder_activation_bytes(
+    c: &VaeConfig,
+    batch: usize,
+    h: usize,
+    w: usize,
+    dtype: ActDtype,
+) -> u64 {
+    sizes_bytes(encoder_sizes(c, batch, h, w), dtype)
+}
+
+fn sizes_bytes(s: Sizes, dtype: ActDtype) -> u64 {
     let word = |n: usize, size: u64| (n as u64 * size).div_ceil(4) * 4;
     4 * word(s.big, dtype.size())
         + word(s.mid, dtype.size())
         + word(s.z, dtype.size())
         + word(s.stats, 4)
+}
+
+/// Bytes of activations a decode of `batch` latents of `h × w` allocates
+/// in `dtype` (what [`VaeCheckpoint::spec`] reserves).
+pub fn activation_bytes(c: &VaeConfig, batch: usize, h: usize, w: usize, dtype: ActDtype) -> u64 {
+    sizes_bytes(sizes(c, batch, h, w), dtype)
 }
 
 /// What a decode returns.
@@ -90,10 +140,39 @@ pub struct VaeDecoded {
     pub tiles: usize,
 }
 
-/// The buffers of decodes of one latent shape.
+/// What a set of buffers was sized for: an encode or a decode of
+/// `[batch, .., h, w]` inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    encoder: bool,
+    batch: usize,
+    h: usize,
+    w: usize,
+}
+
+impl Key {
+    fn sizes(self, c: &VaeConfig) -> Sizes {
+        if self.encoder {
+            encoder_sizes(c, self.batch, self.h, self.w)
+        } else {
+            sizes(c, self.batch, self.h, self.w)
+        }
+    }
+}
+
+/// What an encode returns.
+#[derive(Debug, Clone)]
+pub struct VaeEncoded {
+    /// `[batch, z_channels, h/8, w/8]`: the latent distribution's mean.
+    pub mean: Vec<f32>,
+    /// The pass's figures.
+    pub stats: PassStats,
+}
+
+/// The buffers of passes over one input shape.
 #[derive(Debug)]
 struct Acts {
-    key: (usize, usize, usize),
+    key: Key,
     z: Activation,
     bufs: [Activation; 4],
     v: Activation,
@@ -101,13 +180,8 @@ struct Acts {
 }
 
 impl Acts {
-    fn new(
-        rt: &Runtime,
-        c: &VaeConfig,
-        key: (usize, usize, usize),
-        dtype: ActDtype,
-    ) -> Result<Self, RuntimeError> {
-        let s = sizes(c, key.0, key.1, key.2);
+    fn new(rt: &Runtime, c: &VaeConfig, key: Key, dtype: ActDtype) -> Result<Self, RuntimeError> {
+        let s = key.sizes(c);
         let a = |label: &str, n: usize| rt.activation_of(label, &[n], dtype);
         Ok(Self {
             key,
@@ -193,18 +267,16 @@ impl Rec<'_, '_, '_> {
             ksize: k as u64,
         };
         let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
+        self.op(|gpu, cache, enc| record_conv2d(gpu, cache, enc, x, &weight, &bias, res, out, geom))
+    }
+
+    /// Records one raw op into the block's encoder.
+    fn op(
+        &mut self,
+        f: impl FnOnce(&Gpu, &PipelineCache, &mut Encoder) -> Result<(), GpuError>,
+    ) -> Result<(), RuntimeError> {
         let rt = self.ctx.runtime();
-        Ok(record_conv2d(
-            rt.gpu(),
-            rt.pipelines(),
-            self.ctx.encoder(),
-            x,
-            &weight,
-            &bias,
-            res,
-            out,
-            geom,
-        )?)
+        Ok(f(rt.gpu(), rt.pipelines(), self.ctx.encoder())?)
     }
 
     /// `out = GroupNorm(x)` with norm `name`'s affine weights, then SiLU where `silu`.
@@ -217,20 +289,13 @@ impl Rec<'_, '_, '_> {
     ) -> Result<(), RuntimeError> {
         let weight = self.ctx.weight_tensor(&format!("{name}.weight"))?;
         let bias = self.ctx.weight_tensor(&format!("{name}.bias"))?;
-        let rt = self.ctx.runtime();
-        Ok(record_group_norm(
-            rt.gpu(),
-            rt.pipelines(),
-            self.ctx.encoder(),
-            x,
-            &weight,
-            &bias,
-            &self.acts.stats,
-            out,
-            GROUPS as u64,
-            EPS,
-            silu,
-        )?)
+        let stats = &self.acts.stats;
+        self.op(|gpu, cache, enc| {
+            let groups = GROUPS as u64;
+            record_group_norm(
+                gpu, cache, enc, x, &weight, &bias, stats, out, groups, EPS, silu,
+            )
+        })
     }
 
     /// A ResNet block on the map in buffer `x` (`h × w`); returns the buffer
@@ -243,42 +308,28 @@ impl Rec<'_, '_, '_> {
         w: usize,
     ) -> Result<usize, RuntimeError> {
         let [a, t, y] = others(x);
-        let p = &b.prefix;
-        let xin = self.buf(x, b.cin, h, w);
-        self.norm(&format!("{p}norm1"), &xin, &self.buf(a, b.cin, h, w), true)?;
-        self.conv(
-            &format!("{p}conv1"),
-            &self.buf(a, b.cin, h, w),
-            &self.buf(t, b.cout, h, w),
-            None,
-            Geometry::same(1),
-        )?;
-        self.norm(
-            &format!("{p}norm2"),
-            &self.buf(t, b.cout, h, w),
-            &self.buf(a, b.cout, h, w),
-            true,
-        )?;
-        let skip = if b.cin == b.cout {
+        let (p, ci, co) = (&b.prefix, b.cin, b.cout);
+        let xin = self.buf(x, ci, h, w);
+        let (a_in, a_out) = (self.buf(a, ci, h, w), self.buf(a, co, h, w));
+        let (tt, yt) = (self.buf(t, co, h, w), self.buf(y, co, h, w));
+        self.norm(&format!("{p}norm1"), &xin, &a_in, true)?;
+        self.conv(&format!("{p}conv1"), &a_in, &tt, None, Geometry::same(1))?;
+        self.norm(&format!("{p}norm2"), &tt, &a_out, true)?;
+        // The shortcut reuses conv1's buffer, free after norm2.
+        let skip = if ci == co {
             xin
         } else {
-            let s = self.buf(t, b.cout, h, w);
             self.conv(
                 &format!("{p}nin_shortcut"),
                 &xin,
-                &s,
+                &tt,
                 None,
                 Geometry::same(0),
             )?;
-            s
+            tt
         };
-        self.conv(
-            &format!("{p}conv2"),
-            &self.buf(a, b.cout, h, w),
-            &self.buf(y, b.cout, h, w),
-            Some(&skip),
-            Geometry::same(1),
-        )?;
+        let same = Geometry::same(1);
+        self.conv(&format!("{p}conv2"), &a_out, &yt, Some(&skip), same)?;
         Ok(y)
     }
 
@@ -313,16 +364,7 @@ impl Rec<'_, '_, '_> {
             self.buf(k, c, h, w),
             self.buf(a, c, h, w),
         );
-        let rt = self.ctx.runtime();
-        record_spatial_attention(
-            rt.gpu(),
-            rt.pipelines(),
-            self.ctx.encoder(),
-            &qt,
-            &kt,
-            &v,
-            &ot,
-        )?;
+        self.op(|gpu, cache, enc| record_spatial_attention(gpu, cache, enc, &qt, &kt, &v, &ot))?;
         self.conv(
             &format!("{p}proj_out"),
             &self.buf(a, c, h, w),
@@ -331,6 +373,152 @@ impl Rec<'_, '_, '_> {
             Geometry::same(0),
         )?;
         Ok(q)
+    }
+}
+
+impl Rec<'_, '_, '_> {
+    /// Records `stage` of a pass whose input `input` is `h × w`, the map in
+    /// buffer `cur`; returns the buffer holding the stage's output.
+    #[allow(clippy::too_many_arguments)] // the stage and where the pass stands
+    fn stage(
+        &mut self,
+        c: &VaeConfig,
+        nm: &Names,
+        stage: Stage,
+        input: &GpuTensor,
+        h: usize,
+        w: usize,
+        cur: usize,
+    ) -> Result<usize, RuntimeError> {
+        let n = c.levels();
+        match stage {
+            Stage::Mid => {
+                let out = self.buf(0, c.mid_channels(), h, w);
+                self.conv(&nm.dec("conv_in"), input, &out, None, Geometry::same(1))?;
+                self.mid(c, nm, false, 0, h, w)
+            }
+            Stage::Up(i) => {
+                let (lh, lw) = (h << (n - 1 - i), w << (n - 1 - i));
+                let mut cur = cur;
+                for b in nm.up_blocks(c, i) {
+                    cur = self.resnet(&b, cur, lh, lw)?;
+                }
+                if i == 0 {
+                    return Ok(cur);
+                }
+                let ci = c.channels(i);
+                let out = others(cur)[0];
+                let geom = Geometry {
+                    up: 2,
+                    ..Geometry::same(1)
+                };
+                let (x, y) = (self.buf(cur, ci, lh, lw), self.buf(out, ci, 2 * lh, 2 * lw));
+                self.conv(
+                    &nm.dec(&format!("up.{i}.upsample.conv")),
+                    &x,
+                    &y,
+                    None,
+                    geom,
+                )?;
+                Ok(out)
+            }
+            Stage::Out => self.out(
+                &nm.dec(""),
+                c.channels(0),
+                c.image_channels,
+                cur,
+                h << (n - 1),
+                w << (n - 1),
+            ),
+            Stage::Down(i) => {
+                let (lh, lw) = (h >> i, w >> i);
+                let mut cur = cur;
+                if i == 0 {
+                    let out = self.buf(0, c.channels(0), h, w);
+                    self.conv(&nm.enc("conv_in"), input, &out, None, Geometry::same(1))?;
+                    cur = 0;
+                }
+                for b in nm.down_blocks(c, i) {
+                    cur = self.resnet(&b, cur, lh, lw)?;
+                }
+                if i + 1 == n {
+                    return Ok(cur);
+                }
+                let ci = c.channels(i);
+                let out = others(cur)[0];
+                // BFL's Downsample: pad (0, 1, 0, 1), then 3×3 stride 2.
+                let geom = Geometry {
+                    up: 1,
+                    stride: 2,
+                    pad: [0, 1, 0, 1],
+                };
+                let (x, y) = (self.buf(cur, ci, lh, lw), self.buf(out, ci, lh / 2, lw / 2));
+                self.conv(
+                    &nm.enc(&format!("down.{i}.downsample.conv")),
+                    &x,
+                    &y,
+                    None,
+                    geom,
+                )?;
+                Ok(out)
+            }
+            Stage::EncoderMid => self.mid(c, nm, true, cur, h >> (n - 1), w >> (n - 1)),
+            Stage::EncoderOut => self.out(
+                &nm.enc(""),
+                c.mid_channels(),
+                2 * c.z_channels,
+                cur,
+                h >> (n - 1),
+                w >> (n - 1),
+            ),
+        }
+    }
+
+    /// The mid block (ResNet, attention, ResNet) on buffer `x`.
+    #[allow(clippy::too_many_arguments)] // the block and its map
+    fn mid(
+        &mut self,
+        c: &VaeConfig,
+        nm: &Names,
+        encoder: bool,
+        x: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<usize, RuntimeError> {
+        let [b1, b2] = nm.mid_blocks(c, encoder);
+        let x = self.resnet(&b1, x, h, w)?;
+        let attn = if encoder {
+            nm.enc("mid.attn_1.")
+        } else {
+            nm.dec("mid.attn_1.")
+        };
+        let x = self.attention(&attn, x, c.mid_channels(), h, w)?;
+        self.resnet(&b2, x, h, w)
+    }
+
+    /// `conv_out(silu(norm_out(x)))` under `part` (`…coder.`), from `cin` to
+    /// `cout` channels of an `h × w` map in buffer `x`.
+    fn out(
+        &mut self,
+        part: &str,
+        cin: usize,
+        cout: usize,
+        x: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<usize, RuntimeError> {
+        let [a, out, _] = others(x);
+        let (xt, at) = (self.buf(x, cin, h, w), self.buf(a, cin, h, w));
+        self.norm(&format!("{part}norm_out"), &xt, &at, true)?;
+        let ot = self.buf(out, cout, h, w);
+        self.conv(
+            &format!("{part}conv_out"),
+            &at,
+            &ot,
+            None,
+            Geometry::same(1),
+        )?;
+        Ok(out)
     }
 }
 
@@ -383,7 +571,7 @@ impl FluxVae {
         h: usize,
         w: usize,
     ) -> Result<VaeDecoded, VaeError> {
-        let c = &self.config;
+        let c = &self.config.clone();
         let want = batch * c.z_channels * h * w;
         if batch == 0 || h == 0 || w == 0 || z.len() != want {
             return Err(VaeError::Input(format!(
@@ -392,21 +580,26 @@ impl FluxVae {
                 c.z_channels
             )));
         }
-        if model.block_count() != stages(c).len() {
-            return Err(VaeError::Input(format!(
-                "{}: the model has {} blocks, this VAE's decoder {}; open it with VaeCheckpoint::spec",
-                model.path().display(),
-                model.block_count(),
-                stages(c).len()
-            )));
-        }
         let (size, overlap) = self.tile_size(rt, model, batch, h, w)?;
         let (th, tw) = (h.min(size), w.min(size));
         let _span = tracing::info_span!("vae_decode", batch, h, w, th, tw).entered();
         let s = c.scale();
         let shape = [batch, c.z_channels, h, w];
         if (th, tw) == (h, w) {
-            let (image, stats) = self.pass(rt, model, z, batch, h, w)?;
+            let key = Key {
+                encoder: false,
+                batch,
+                h,
+                w,
+            };
+            let (image, stats) = self.pass(
+                rt,
+                model,
+                z,
+                key,
+                &stages(c),
+                [batch, c.image_channels, h * s, w * s],
+            )?;
             return Ok(VaeDecoded {
                 image,
                 stats,
@@ -419,7 +612,14 @@ impl FluxVae {
         for &y0 in &starts(h, th, overlap) {
             for &x0 in &starts(w, tw, overlap) {
                 let tile = crop(z, shape, y0, x0, th, tw);
-                let (img, st) = self.pass(rt, model, &tile, batch, th, tw)?;
+                let key = Key {
+                    encoder: false,
+                    batch,
+                    h: th,
+                    w: tw,
+                };
+                let out = [batch, c.image_channels, th * s, tw * s];
+                let (img, st) = self.pass(rt, model, &tile, key, &stages(c), out)?;
                 blend.add(&img, th * s, tw * s, y0 * s, x0 * s, overlap * s);
                 add_stats(&mut stats, &st);
                 tiles += 1;
@@ -463,13 +663,19 @@ impl FluxVae {
                 let held = self.acts.as_ref().map_or(0, Acts::bytes);
                 let room =
                     (report.usable.saturating_sub(report.tracked) + held).max(model.plan().scratch);
-                if bytes(h, w) <= room {
+                // A pass's image must also stay inside the kernels' grids
+                // (the convolution's 64-pixel tiles on one grid axis).
+                let fits = |th: usize, tw: usize| {
+                    bytes(th, tw) <= room
+                        && (th * tw * c.scale() * c.scale()) as u64 <= MAX_PASS_PIXELS
+                };
+                if fits(h, w) {
                     return Ok((h.max(w), 0));
                 }
                 let fit = AUTO_SIZES
                     .iter()
                     .copied()
-                    .find(|&t| bytes(h.min(t), w.min(t)) <= room);
+                    .find(|&t| fits(h.min(t), w.min(t)));
                 match fit {
                     Some(t) => Ok((t, auto_overlap(t))),
                     None => {
@@ -486,17 +692,78 @@ impl FluxVae {
         }
     }
 
-    /// One pass over a whole latent (or tile) `[batch, z, h, w]`.
+    /// Encodes `image` `[batch, 3, h, w]` (values in −1..1; sides multiples
+    /// of 8 for Flux) into the latent distribution's mean `[batch,
+    /// z_channels, h/8, w/8]` (the first half of `conv_out`'s channels; the
+    /// sampler's latent is `(mean − SHIFT_FACTOR) · SCALING_FACTOR`), in one
+    /// pass on a model opened with [`VaeCheckpoint::encoder_spec`]. Not tiled.
+    pub fn encode(
+        &mut self,
+        rt: &Runtime,
+        model: &Model,
+        image: &[f32],
+        batch: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<VaeEncoded, VaeError> {
+        let c = &self.config.clone();
+        let s = c.scale();
+        let want = batch * c.image_channels * h * w;
+        if batch == 0
+            || h == 0
+            || w == 0
+            || !h.is_multiple_of(s)
+            || !w.is_multiple_of(s)
+            || image.len() != want
+        {
+            return Err(VaeError::Input(format!(
+                "image of {} values for [batch {batch}, {} channels, {h}, {w}] ({want} values; sides positive multiples of {s})",
+                image.len(),
+                c.image_channels
+            )));
+        }
+        let _span = tracing::info_span!("vae_encode", batch, h, w).entered();
+        let key = Key {
+            encoder: true,
+            batch,
+            h,
+            w,
+        };
+        let (lh, lw) = (h / s, w / s);
+        let out = [batch, 2 * c.z_channels, lh, lw];
+        let (moments, stats) = self.pass(rt, model, image, key, &encoder_stages(c), out)?;
+        // The first z_channels of each image's moments are the mean.
+        let per = c.z_channels * lh * lw;
+        let mean = moments
+            .chunks(2 * per)
+            .flat_map(|m| &m[..per])
+            .copied()
+            .collect();
+        Ok(VaeEncoded { mean, stats })
+    }
+
+    /// One pass of `plan` over `input` (a latent or tile for the decoder,
+    /// an image for the encoder) of `key`'s shape; returns the map of shape
+    /// `out` the last stage wrote.
     fn pass(
         &mut self,
         rt: &Runtime,
         model: &Model,
-        z: &[f32],
-        batch: usize,
-        h: usize,
-        w: usize,
+        input: &[f32],
+        key: Key,
+        plan: &[Stage],
+        out: [usize; 4],
     ) -> Result<(Vec<f32>, PassStats), VaeError> {
-        let key = (batch, h, w);
+        if model.block_count() != plan.len() {
+            return Err(VaeError::Input(format!(
+                "{}: the model has {} blocks, this VAE's {} has {}; open it with VaeCheckpoint::{}",
+                model.path().display(),
+                model.block_count(),
+                if key.encoder { "encoder" } else { "decoder" },
+                plan.len(),
+                if key.encoder { "encoder_spec" } else { "spec" },
+            )));
+        }
         if self.acts.as_ref().is_none_or(|a| a.key != key) {
             // Old buffers go first: both need not fit at once.
             self.acts = None;
@@ -504,78 +771,25 @@ impl FluxVae {
         }
         let acts = self.acts.as_ref().expect("allocated above");
         let (c, nm) = (&self.config, &self.names);
-        let zt = view(&acts.z, [batch, c.z_channels, h, w]);
-        rt.write_f32(&zt, z)?;
-        let plan = stages(c);
-        let n = c.levels();
+        let in_ch = if key.encoder {
+            c.image_channels
+        } else {
+            c.z_channels
+        };
+        let xt = view(&acts.z, [key.batch, in_ch, key.h, key.w]);
+        rt.write_f32(&xt, input)?;
         let mut cur = 0usize;
         let stats = model.run_pass(rt, None, |ctx| {
             let stage = plan[ctx.index()];
-            let mut r = Rec { ctx, acts, batch };
-            match stage {
-                Stage::Mid => {
-                    let m = c.mid_channels();
-                    r.conv(
-                        &nm.dec("conv_in"),
-                        &zt,
-                        &r.buf(0, m, h, w),
-                        None,
-                        Geometry::same(1),
-                    )?;
-                    let [b1, b2] = nm.mid_blocks(c);
-                    let x = r.resnet(&b1, 0, h, w)?;
-                    let x = r.attention(&nm.dec("mid.attn_1."), x, m, h, w)?;
-                    cur = r.resnet(&b2, x, h, w)?;
-                }
-                Stage::Up(i) => {
-                    let (lh, lw) = (h << (n - 1 - i), w << (n - 1 - i));
-                    for b in nm.up_blocks(c, i) {
-                        cur = r.resnet(&b, cur, lh, lw)?;
-                    }
-                    if i > 0 {
-                        let ci = c.channels(i);
-                        let out = others(cur)[0];
-                        let geom = Geometry {
-                            up: 2,
-                            ..Geometry::same(1)
-                        };
-                        r.conv(
-                            &nm.dec(&format!("up.{i}.upsample.conv")),
-                            &r.buf(cur, ci, lh, lw),
-                            &r.buf(out, ci, 2 * lh, 2 * lw),
-                            None,
-                            geom,
-                        )?;
-                        cur = out;
-                    }
-                }
-                Stage::Out => {
-                    let (fh, fw) = (h << (n - 1), w << (n - 1));
-                    let c0 = c.channels(0);
-                    let [a, out, _] = others(cur);
-                    r.norm(
-                        &nm.dec("norm_out"),
-                        &r.buf(cur, c0, fh, fw),
-                        &r.buf(a, c0, fh, fw),
-                        true,
-                    )?;
-                    r.conv(
-                        &nm.dec("conv_out"),
-                        &r.buf(a, c0, fh, fw),
-                        &r.buf(out, c.image_channels, fh, fw),
-                        None,
-                        Geometry::same(1),
-                    )?;
-                    cur = out;
-                }
-            }
+            let mut r = Rec {
+                ctx,
+                acts,
+                batch: key.batch,
+            };
+            cur = r.stage(c, nm, stage, &xt, key.h, key.w, cur)?;
             Ok(())
         })?;
-        let s = c.scale();
-        let image = rt.read_f32(&view(
-            &acts.bufs[cur],
-            [batch, c.image_channels, h * s, w * s],
-        ))?;
+        let image = rt.read_f32(&view(&acts.bufs[cur], out))?;
         Ok((image, stats))
     }
 }

@@ -3,7 +3,9 @@
 //! runtime, one runtime block per stage (`conv_in` + mid block, each up
 //! level, `norm_out` + `conv_out`) so it streams under a budget with
 //! prefetch like any model, and tiled decoding when the budget cannot hold
-//! a whole image's activations.
+//! a whole image's activations. The encoder (image-to-image) runs the same
+//! way as a second runtime model of the same file
+//! ([`VaeCheckpoint::encoder_spec`], [`FluxVae::encode`]; not tiled).
 //!
 //! Kernels: `ops::conv` (3×3 and 1×1 convolutions, the nearest ×2
 //! upsampling folded into the following convolution's input indexing, the
@@ -21,7 +23,7 @@ mod tiles;
 
 pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
-pub use decode::{FluxVae, VaeDecoded, activation_bytes};
+pub use decode::{FluxVae, VaeDecoded, VaeEncoded, activation_bytes, encoder_activation_bytes};
 pub use error::VaeError;
 pub use tiles::Tiling;
 pub(crate) use tiles::AUTO_SIZES;

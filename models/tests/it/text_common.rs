@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use dynvram_models::llama::synth::SynthTensor;
+use dynvram_models::synth::SynthTensor;
 
 use dynvram_runtime::{Model, ModelSpec, Runtime};
 use dynvram_test_support::fixtures;

@@ -205,8 +205,8 @@ fn vae_decode_tiles_itself_under_a_small_budget() {
         return;
     }
     let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
-    let (b, h, w) = (1, 20, 20);
-    // Room for an 8 x 8 tile's activations, about a fifth of the whole's.
+    let (b, h, w) = (1, 12, 12);
+    // Room for an 8 x 8 tile's activations, under half the whole's.
     let spec = ckpt.spec(b, 8, 8, ActDtype::F32);
     let budget = quarter_budget(&spec);
     let rt = runtime(Some(budget));
@@ -386,5 +386,81 @@ fn vae_decode_refuses_a_latent_of_the_wrong_size() {
     match bad_tiles.decode(&rt, &model, &vec![0.5; 16 * 64], 1, 8, 8) {
         Err(VaeError::Input(m)) => assert!(m.contains("overlap"), "{m}"),
         other => panic!("bad tiles accepted: {other:?}"),
+    }
+}
+
+/// f16 activations (where the adapter has `SHADER_F16`) stay close to the
+/// reference (cosine ≥ 0.999, the fixture README's bound for f16 compute).
+#[test]
+fn vae_decode_in_f16_is_close_to_the_reference() {
+    const TEST: &str = "vae_decode_in_f16_is_close_to_the_reference";
+    if dynvram_test_support::gpu::test_gpu(TEST, dynvram_test_support::gpu::needs_f16).is_none() {
+        return;
+    }
+    let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
+    let r = safetensors::read(&fixture().join("vae_reference.safetensors"));
+    let (b, h, w) = (1, 8, 6);
+    let rt = runtime(None);
+    let model = Model::open(&rt, &ckpt.spec(b, h, w, ActDtype::F16)).expect("vae opens");
+    let mut vae = FluxVae::new(&rt, &ckpt, ActDtype::F16).expect("decoder");
+    let got = vae
+        .decode(&rt, &model, &r["vae_test_latent"].values, b, h, w)
+        .expect("decode");
+    let c = cosine(&got.image, &r["vae_test_decoded"].values);
+    eprintln!("f16 decode: cosine {c:.6}");
+    assert!(c >= 0.999, "cosine {c}");
+}
+
+/// The encoder: `vae_test_image` → `vae_test_encoded_mean`, resident and
+/// streamed.
+#[test]
+fn vae_encode_matches_reference() {
+    const TEST: &str = "vae_encode_matches_reference";
+    if !have_gpu(TEST) {
+        return;
+    }
+    let ckpt = VaeCheckpoint::open(&ae(), None).expect("ae opens");
+    let r = safetensors::read(&fixture().join("vae_reference.safetensors"));
+    let (b, h, w) = (1, 64, 48);
+    let spec = ckpt.encoder_spec(b, h, w, ActDtype::F32).expect("encoder");
+    for streamed in [false, true] {
+        let rt = runtime(streamed.then(|| quarter_budget(&spec)));
+        let model = Model::open(&rt, &spec).expect("encoder opens");
+        let mut vae = FluxVae::new(&rt, &ckpt, ActDtype::F32).expect("vae");
+        let got = vae
+            .encode(&rt, &model, &r["vae_test_image"].values, b, h, w)
+            .expect("encode");
+        assert_eq!(got.stats.streamed_bytes > 0, streamed, "{:?}", got.stats);
+        assert_close_rel(
+            &format!("vae_test_encoded_mean (streamed: {streamed})"),
+            &got.mean,
+            &r["vae_test_encoded_mean"].values,
+            REL,
+        );
+        // A side that is no multiple of 8 is refused.
+        match vae.encode(&rt, &model, &vec![0.0; 3 * 60 * 48], 1, 60, 48) {
+            Err(VaeError::Input(m)) => assert!(m.contains("multiples of 8"), "{m}"),
+            other => panic!("encoded a 60-pixel side: {other:?}"),
+        }
+    }
+}
+
+/// A decoder-only file decodes, and its encoder is refused by name.
+#[test]
+fn vae_without_an_encoder_refuses_to_encode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = edited(dir.path(), "decoder.safetensors", |n, t| {
+        (!n.starts_with("encoder.")).then(|| (n.to_owned(), t.clone()))
+    });
+    let ckpt = VaeCheckpoint::open(&path, None).expect("a decoder alone opens");
+    match ckpt.encoder_spec(1, 64, 64, ActDtype::F32) {
+        Err(e @ VaeError::Weights { .. }) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("encoder") && m.contains("no tensor `encoder.conv_in.weight`"),
+                "{m}"
+            );
+        }
+        other => panic!("encoder of a decoder-only file: {other:?}"),
     }
 }
