@@ -19,9 +19,15 @@ pub struct Args {
     /// Shapes to copy: tiny, llama-7b, llama-13b, qwen2-7b, qwen2-0.5b;
     /// flux-dev, flux-schnell (BFL layout: MODEL_DIR ending in .safetensors
     /// is written as that one file, as ComfyUI users have it; else a folder
-    /// with model.safetensors and config.json).
+    /// with model.safetensors and config.json); flux-dev-comfyui,
+    /// flux-schnell-comfyui (a ComfyUI models/ folder of all four files
+    /// `txt2img` takes: diffusion_models/, text_encoders/, vae/).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
-        synth::PRESETS.iter().chain(&dynvram_models::flux::synth::PRESETS).copied()
+        synth::PRESETS
+            .iter()
+            .chain(&dynvram_models::flux::synth::PRESETS)
+            .chain(&dynvram_models::txt2img::synth::PRESETS)
+            .copied()
     ))]
     like: String,
     /// Stored dtype of the weights.
@@ -65,6 +71,10 @@ impl From<DtypeArg> for SynthDtype {
 
 /// The preset's config and the writer's options, the flags checked.
 pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)> {
+    if dynvram_models::txt2img::synth::preset(&args.like).is_some() {
+        let opts = flux_options(args.layers, args.tokenizer, args.dtype.into(), args.seed)?;
+        return Ok((serde_json::Value::Null, opts));
+    }
     if let Some(flux) = dynvram_models::flux::synth::preset(&args.like) {
         return flux_options(args.layers, args.tokenizer, args.dtype.into(), args.seed)
             .map(|opts| (flux.to_json(), opts));
@@ -93,6 +103,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let (config, opts) = options(&args)?;
     if dynvram_models::flux::synth::preset(&args.like).is_some() {
         return write_flux(&args.model_dir, &args.like, opts, json);
+    }
+    if let Some(shapes) = dynvram_models::txt2img::synth::preset(&args.like) {
+        return write_comfyui(&args.model_dir, &shapes, opts, json);
     }
     let pb = bytes_bar(0, "synth");
     let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
@@ -183,6 +196,43 @@ fn write_flux(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow
     } else {
         println!("wrote {} like {like} into {}", size(bytes), path.display());
         for f in &files {
+            println!("  {}", f.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--like flux-dev-comfyui|flux-schnell-comfyui`: a ComfyUI `models/`
+/// folder of random weights for `txt2img` (transformer, CLIP-L, T5-XXL,
+/// autoencoder).
+fn write_comfyui(
+    dir: &Path,
+    shapes: &dynvram_models::txt2img::synth::Shapes,
+    opts: SynthOptions,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let pb = bytes_bar(0, "synth");
+    let (files, bytes) = dynvram_models::txt2img::synth::write_folder(
+        dir,
+        shapes,
+        opts.dtype,
+        opts.seed,
+        &mut |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        },
+    )
+    .with_context(|| format!("writing {}", dir.display()))?;
+    pb.finish_and_clear();
+    if json {
+        print_json(&serde_json::json!({"files": files, "bytes": bytes}))?;
+    } else {
+        println!(
+            "wrote {} into the ComfyUI folder {}",
+            size(bytes),
+            dir.display()
+        );
+        for f in [&files.transformer, &files.clip, &files.t5, &files.vae] {
             println!("  {}", f.display());
         }
     }

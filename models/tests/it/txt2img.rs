@@ -9,8 +9,12 @@ use std::collections::HashMap;
 
 use dynvram_models::clip::ClipConfig;
 use dynvram_models::flux::FluxConfig;
+use dynvram_models::synth::SynthDtype;
 use dynvram_models::t5::T5Config;
-use dynvram_models::txt2img::{Configs, Files, Noise, Pipeline, Progress, Request, Stage};
+use dynvram_models::txt2img::synth::{self, Shapes};
+use dynvram_models::txt2img::{
+    Configs, Files, Noise, Pipeline, Progress, Request, Stage, TextEncoderKind,
+};
 use dynvram_models::vae::VaeConfig;
 use dynvram_runtime::ActDtype;
 use dynvram_test_support::fixtures;
@@ -227,4 +231,50 @@ fn txt2img_refuses_mismatched_files_and_requests() {
         q.prompts.pop();
     });
     assert!(e.contains("[1, 16, 12, 12]"), "{e}");
+}
+
+/// A random ComfyUI folder of the fixture's shapes (`txt2img::synth`) is
+/// told apart by its tensors, opens as a pipeline and makes an image.
+#[test]
+fn synth_folder_runs_through_the_pipeline() {
+    const TEST: &str = "synth_folder_runs_through_the_pipeline";
+    let c = configs();
+    let shapes = Shapes {
+        flux: c.transformer.clone().expect("flux"),
+        clip: c.clip.clone().expect("clip"),
+        t5: c.t5.clone().expect("t5"),
+        vae: c.vae.clone().expect("vae"),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (files, bytes) =
+        synth::write_folder(dir.path(), &shapes, SynthDtype::F16, 3, &mut |_, _| {})
+            .expect("synth");
+    assert!(bytes > 0);
+    for (path, kind) in [
+        (&files.clip, TextEncoderKind::Clip),
+        (&files.t5, TextEncoderKind::T5),
+    ] {
+        assert_eq!(TextEncoderKind::of_file(path).expect("header"), Some(kind));
+    }
+    let p = Pipeline::open(&files, c).expect("the written folder opens");
+    if !have_gpu(TEST) {
+        return;
+    }
+    let rt = runtime(None);
+    let req = Request {
+        prompts: vec!["a cat".into()],
+        width: 32,
+        height: 32,
+        steps: 1,
+        guidance: 3.5,
+        max_sequence_length: 8,
+        noise: Noise::Seed(1),
+        schedule: None,
+        dtype: ActDtype::F32,
+    };
+    let images = p.run(&rt, &req, &mut |_| {}).expect("run");
+    assert_eq!(images.pixels.len(), 32 * 32 * 3);
+    assert!(images.decoded.iter().all(|v| v.is_finite()));
+    let first = images.pixels[0];
+    assert!(images.pixels.iter().any(|&v| v != first), "a flat image");
 }

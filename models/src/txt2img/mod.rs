@@ -15,6 +15,8 @@
 //! time, the bytes it uploaded and streamed, and the ledger's peak while it
 //! ran; the fixed costs (opening files, tokenizers) are reported apart.
 
+pub mod synth;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
