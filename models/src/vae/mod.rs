@@ -25,8 +25,8 @@ pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
 pub use decode::{FluxVae, VaeDecoded, VaeEncoded, activation_bytes, encoder_activation_bytes};
 pub use error::VaeError;
-pub use tiles::Tiling;
 pub(crate) use tiles::AUTO_SIZES;
+pub use tiles::Tiling;
 
 /// Flux's latent scaling factor (`vae.config.scaling_factor`).
 pub const SCALING_FACTOR: f32 = 0.3611;
