@@ -449,7 +449,11 @@ impl Pipeline {
             .into_iter()
             .map(|v| v / SCALING_FACTOR + SHIFT_FACTOR)
             .collect();
-        let vae_spec = self.vae_spec(rt, latent, req.dtype);
+        let room = {
+            let r = rt.budget_report();
+            r.usable.saturating_sub(r.tracked)
+        };
+        let vae_spec = self.vae_spec(room, latent, req.dtype);
         let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, &vae_spec, |model| {
             let mut vae = FluxVae::new(rt, &self.vae, req.dtype)?;
             let out = vae.decode(rt, model, &z, b, latent.height, latent.width)?;
@@ -474,14 +478,12 @@ impl Pipeline {
 }
 
 impl Pipeline {
-    /// The VAE's spec for decoding `latent` on `rt` now: the whole latent
-    /// where its activations and two arenas fit the free budget, else the
-    /// largest tile of [`crate::vae::AUTO_SIZES`] that does (the decoder's
+    /// The VAE's spec for decoding `latent` within `room` bytes: the whole
+    /// latent where its activations and two arenas fit, else the largest
+    /// tile of [`crate::vae::AUTO_SIZES`] that does (the decoder's
     /// `Tiling::Auto` then tiles to what the plan reserved); the smallest
     /// when none fits, so opening it names what is short.
-    fn vae_spec(&self, rt: &Runtime, latent: LatentShape, dtype: ActDtype) -> ModelSpec {
-        let report = rt.budget_report();
-        let room = report.usable.saturating_sub(report.tracked);
+    fn vae_spec(&self, room: u64, latent: LatentShape, dtype: ActDtype) -> ModelSpec {
         let (h, w) = (latent.height, latent.width);
         let side = h.max(w);
         let sides = std::iter::once(side)
@@ -495,6 +497,98 @@ impl Pipeline {
         }
         spec
     }
+
+    /// Each stage's spec for `req` (the VAE's planned within `room`).
+    fn specs(&self, req: &Request, latent: LatentShape, room: u64) -> [(Stage, ModelSpec); 4] {
+        let b = latent.batch;
+        let shape = crate::flux::Shape {
+            batch: b,
+            img_len: latent.tokens(),
+            txt_len: req.max_sequence_length,
+        };
+        [
+            (Stage::Clip, self.clip.spec(b, req.dtype)),
+            (
+                Stage::T5,
+                self.t5.spec(b, req.max_sequence_length, req.dtype),
+            ),
+            (Stage::Sample, self.flux.spec(shape, req.dtype)),
+            (Stage::Decode, self.vae_spec(room, latent, req.dtype)),
+        ]
+    }
+
+    /// What `req` would keep resident and stream in each stage with
+    /// `usable` bytes of VRAM (no GPU needed: the plans `Model::open`
+    /// makes, one model at a time as [`Self::run`] opens them), and the
+    /// smallest `usable` every stage plans in.
+    pub fn plan(&self, req: &Request, usable: u64) -> Result<PipelinePlan, ModelError> {
+        let latent = self.check(req)?;
+        let mut stages = Vec::new();
+        for (stage, spec) in self.specs(req, latent, usable) {
+            let (plan, _) = dynvram_runtime::plan_spec(&spec, usable)?;
+            let passes = if stage == Stage::Sample { req.steps } else { 1 };
+            stages.push(StagePlan {
+                stage,
+                passes,
+                resident_bytes: plan.plan.resident_bytes,
+                streamed_bytes: plan.plan.streamed_bytes,
+                vram_bytes: plan.plan.page_bytes + 2 * plan.arena_bytes + plan.scratch,
+            });
+        }
+        // The smallest room each stage plans in (the VAE at its smallest
+        // tile): plans only shrink what stays resident as room shrinks.
+        let mut least = 0;
+        for (_, spec) in self.specs(req, latent, 0) {
+            let (mut lo, mut hi) = (0u64, spec_bytes(&spec)?);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if dynvram_runtime::plan_spec(&spec, mid).is_ok() {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            least = least.max(lo);
+        }
+        Ok(PipelinePlan {
+            usable,
+            stages,
+            least_usable: least,
+        })
+    }
+}
+
+/// Room that holds `spec` whole: its weights twice over (resident pages
+/// and arenas with padding) and its scratch; an upper bound for the search.
+fn spec_bytes(spec: &ModelSpec) -> Result<u64, ModelError> {
+    let (plan, _) = dynvram_runtime::plan_spec(spec, u64::MAX / 4)?;
+    Ok(2 * (plan.plan.page_bytes + 2 * plan.arena_bytes) + plan.scratch + (64 << 20))
+}
+
+/// One stage of a [`PipelinePlan`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StagePlan {
+    /// Which.
+    pub stage: Stage,
+    /// Passes it runs.
+    pub passes: usize,
+    /// Weight bytes kept on the GPU.
+    pub resident_bytes: u64,
+    /// Weight bytes streamed every pass.
+    pub streamed_bytes: u64,
+    /// VRAM the plan takes: resident pages, two arenas, activations.
+    pub vram_bytes: u64,
+}
+
+/// [`Pipeline::plan`]'s answer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PipelinePlan {
+    /// The room planned in.
+    pub usable: u64,
+    /// Per stage, in order.
+    pub stages: Vec<StagePlan>,
+    /// The smallest room every stage plans in.
+    pub least_usable: u64,
 }
 
 /// Opens a stage's model on `rt` (on top of the priority list), runs

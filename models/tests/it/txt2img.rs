@@ -278,3 +278,43 @@ fn synth_folder_runs_through_the_pipeline() {
     let first = images.pixels[0];
     assert!(images.pixels.iter().any(|&v| v != first), "a flat image");
 }
+
+/// `Pipeline::plan` without a GPU: everything resident with room to
+/// spare, weights streamed near the least room, nothing below it; and a
+/// run at the least room it names completes inside it.
+#[test]
+fn plan_names_the_least_budget_that_runs() {
+    let r = reference();
+    let p = Pipeline::open(&files(), configs()).expect("pipeline");
+    let req = request(&r);
+    let roomy = p.plan(&req, 1 << 30).expect("plan");
+    assert_eq!(roomy.stages.len(), 4);
+    assert!(
+        roomy.stages.iter().all(|s| s.streamed_bytes == 0),
+        "{roomy:?}"
+    );
+    assert_eq!(roomy.stages[2].passes, 4);
+    let least = roomy.least_usable;
+    let tight = p.plan(&req, least).expect("plans at the least room");
+    assert!(
+        tight.stages.iter().any(|s| s.streamed_bytes > 0),
+        "{tight:?}"
+    );
+    assert!(
+        tight.stages.iter().all(|s| s.vram_bytes <= least),
+        "{tight:?}"
+    );
+    p.plan(&req, least - 1).expect_err("below the least room");
+    const TEST: &str = "plan_names_the_least_budget_that_runs";
+    if !have_gpu(TEST) {
+        return;
+    }
+    let reserve = dynvram_runtime::memory::BudgetConfig::default().reserve;
+    let rt = runtime(Some(least + reserve));
+    let images = p
+        .run(&rt, &req, &mut |_| {})
+        .expect("runs at the least room");
+    for s in &images.stages {
+        assert!(s.peak_vram <= least, "{s:?} over {least}");
+    }
+}
