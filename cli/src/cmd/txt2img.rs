@@ -27,7 +27,7 @@ use dynvram_runtime::ActDtype;
 use serde::Serialize;
 
 use crate::cmd::dit::steps;
-use crate::cmd::runtime_args::RuntimeArgs;
+use crate::cmd::runtime_args::{ComputeDtype, RuntimeArgs};
 use crate::output::{dtype_name, eta_bar, print_adapter, print_json, size};
 
 /// Arguments of `dynvram txt2img`.
@@ -89,6 +89,12 @@ pub struct Args {
     /// (`image_0.png`, `image_1.png`).
     #[arg(long, default_value = "image.png")]
     out: PathBuf,
+    /// Print what each stage would keep resident and stream under
+    /// --vram-budget (needed: no GPU is asked), and the least budget that
+    /// runs the whole image, instead of making it. `--compute-dtype auto`
+    /// plans f16 activations.
+    #[arg(long)]
+    plan: bool,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
@@ -413,6 +419,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     };
     // Sizes, steps and lengths are named before the device opens.
     pipeline.check(&req)?;
+    if args.plan {
+        return print_plan(&args, &pipeline, &mut req, files, json);
+    }
     let t_rt = Instant::now();
     let (rt, dtype) = args.runtime.open()?;
     let runtime_seconds = t_rt.elapsed().as_secs_f64();
@@ -551,4 +560,63 @@ mod tests {
         assert_eq!(out_path(q, 0, 1), PathBuf::from("dir/img_0.png"));
         assert_eq!(out_path(Path::new("cat"), 1, 2), PathBuf::from("cat_1"));
     }
+}
+
+/// `--plan`: the pipeline's plan under the budget flags, no GPU.
+fn print_plan(
+    args: &Args,
+    pipeline: &Pipeline,
+    req: &mut Request,
+    files: Files,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let config = args.runtime.budget.config()?;
+    let Some(capacity) = config.vram_budget else {
+        bail!(
+            "--plan needs --vram-budget GIB (it runs without a GPU, so it cannot ask the driver)"
+        );
+    };
+    let usable =
+        dynvram_memory::Budget::new(capacity, dynvram_memory::CapacitySource::Explicit, config)
+            .map_err(|e| anyhow::anyhow!("--vram-budget {}: {e}", size(capacity)))?
+            .usable();
+    req.dtype = match args.runtime.compute_dtype {
+        ComputeDtype::F32 => ActDtype::F32,
+        ComputeDtype::Auto | ComputeDtype::F16 => ActDtype::F16,
+    };
+    let plan = pipeline
+        .plan(req, usable)
+        .with_context(|| format!("planning in {} usable", size(usable)))?;
+    if json {
+        print_json(&serde_json::json!({
+            "files": files,
+            "compute_dtype": dtype_name(req.dtype),
+            "plan": plan,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "plan       {} image(s) of {}×{}, {} steps, {} activations, {} usable",
+        req.prompts.len(),
+        req.width,
+        req.height,
+        req.steps,
+        dtype_name(req.dtype),
+        size(usable)
+    );
+    for s in &plan.stages {
+        println!(
+            "{:<10} {} resident, {} streamed a pass × {}, {} of VRAM",
+            format!("{:?}", s.stage).to_lowercase(),
+            size(s.resident_bytes),
+            size(s.streamed_bytes),
+            s.passes,
+            size(s.vram_bytes)
+        );
+    }
+    println!(
+        "least      {} usable runs every stage",
+        size(plan.least_usable)
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -296,3 +296,49 @@ fn synth_comfyui_folder_refuses_llama_flags() {
     );
     assert!(!dir.path().join("models").exists());
 }
+
+/// `--plan` answers without a GPU: each stage's resident and streamed
+/// bytes under the budget and the least budget; no image is made.
+#[test]
+fn txt2img_plan_needs_no_gpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let models = models_folder(dir.path());
+    let out = dir.path().join("never.png");
+    let args = [
+        "--prompt",
+        "a cat",
+        "--width",
+        "96",
+        "--height",
+        "96",
+        "--steps",
+        "4",
+        "--max-sequence-length",
+        "32",
+        "--vram-budget",
+        "0.003",
+        "--plan",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ];
+    let report = match txt2img(&models, &args) {
+        Some(Ok(r)) => r,
+        other => panic!("--plan: {other:?}"),
+    };
+    let stages = report["plan"]["stages"].as_array().expect("stages");
+    let names: Vec<&str> = stages.iter().filter_map(|s| s["stage"].as_str()).collect();
+    assert_eq!(names, ["clip", "t5", "sample", "decode"], "{report}");
+    assert_eq!(stages[2]["passes"], 4);
+    // 3 MiB holds the transformer; the VAE's activations leave its weights
+    // only part of the room.
+    assert_eq!(stages[2]["streamed_bytes"], 0, "{report}");
+    assert!(
+        stages[3]["streamed_bytes"].as_u64().expect("bytes") > 0,
+        "{report}"
+    );
+    let least = report["plan"]["least_usable"].as_u64().expect("least");
+    assert!(least > 0 && least <= 3 << 20, "{report}");
+    assert!(!out.exists());
+    let e = txt2img_err(&models, &["--prompt", "a cat", "--plan"]);
+    assert!(e.contains("--plan needs --vram-budget"), "{e}");
+}
