@@ -545,23 +545,6 @@ fn print_text(r: &Report) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::out_path;
-    use std::path::{Path, PathBuf};
-
-    #[test]
-    fn out_paths_of_a_batch() {
-        let p = Path::new("dir/image.png");
-        assert_eq!(out_path(p, 0, 1), PathBuf::from("dir/image.png"));
-        assert_eq!(out_path(p, 1, 2), PathBuf::from("dir/image_1.png"));
-        let q = Path::new("dir/img_{}.png");
-        assert_eq!(out_path(q, 3, 4), PathBuf::from("dir/img_3.png"));
-        assert_eq!(out_path(q, 0, 1), PathBuf::from("dir/img_0.png"));
-        assert_eq!(out_path(Path::new("cat"), 1, 2), PathBuf::from("cat_1"));
-    }
-}
-
 /// `--plan`: the pipeline's plan under the budget flags, no GPU.
 fn print_plan(
     args: &Args,
@@ -619,4 +602,21 @@ fn print_plan(
         size(plan.least_usable)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::out_path;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn out_paths_of_a_batch() {
+        let p = Path::new("dir/image.png");
+        assert_eq!(out_path(p, 0, 1), PathBuf::from("dir/image.png"));
+        assert_eq!(out_path(p, 1, 2), PathBuf::from("dir/image_1.png"));
+        let q = Path::new("dir/img_{}.png");
+        assert_eq!(out_path(q, 3, 4), PathBuf::from("dir/img_3.png"));
+        assert_eq!(out_path(q, 0, 1), PathBuf::from("dir/img_0.png"));
+        assert_eq!(out_path(Path::new("cat"), 1, 2), PathBuf::from("cat_1"));
+    }
 }
