@@ -277,26 +277,6 @@ fn txt2img_errors_name_the_problem() {
     assert!(!out.exists(), "no image is written on failure");
 }
 
-/// `synth --like flux-dev-comfyui` (the whole pipeline's real shapes, too
-/// large to write here) checks its flags before writing anything.
-#[test]
-fn synth_comfyui_folder_refuses_llama_flags() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let o = dynvram()
-        .arg("synth")
-        .arg(dir.path().join("models"))
-        .args(["--like", "flux-dev-comfyui", "--tokenizer"])
-        .output()
-        .expect("runs");
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("--layers and --tokenizer apply to the Llama presets"),
-        "{err}"
-    );
-    assert!(!dir.path().join("models").exists());
-}
-
 /// `--plan` answers without a GPU: each stage's resident and streamed
 /// bytes under the budget and the least budget; no image is made.
 #[test]

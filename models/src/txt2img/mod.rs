@@ -283,27 +283,32 @@ impl Pipeline {
             path: path.to_owned(),
             why,
         };
-        if clip.config.hidden_size != fc.vec_in_dim {
-            return Err(mismatch(
+        // The encoders' widths are what the transformer's embedders take.
+        for (path, what, got, input, want) in [
+            (
                 &files.clip,
-                format!(
-                    "CLIP's width {} is not the transformer's vec_in_dim {} ({})",
-                    clip.config.hidden_size,
-                    fc.vec_in_dim,
-                    files.transformer.display()
-                ),
-            ));
-        }
-        if t5.config.d_model != fc.context_in_dim {
-            return Err(mismatch(
+                "CLIP's width",
+                clip.config.hidden_size,
+                "vec_in_dim",
+                fc.vec_in_dim,
+            ),
+            (
                 &files.t5,
-                format!(
-                    "T5's d_model {} is not the transformer's context_in_dim {} ({})",
-                    t5.config.d_model,
-                    fc.context_in_dim,
-                    files.transformer.display()
-                ),
-            ));
+                "T5's d_model",
+                t5.config.d_model,
+                "context_in_dim",
+                fc.context_in_dim,
+            ),
+        ] {
+            if got != want {
+                return Err(mismatch(
+                    path,
+                    format!(
+                        "{what} {got} is not the transformer's {input} {want} ({})",
+                        files.transformer.display()
+                    ),
+                ));
+            }
         }
         let latent_features = vae.config.z_channels * sample::PATCH * sample::PATCH;
         if vae.config.z_channels != sample::LATENT_CHANNELS || fc.in_channels != latent_features {

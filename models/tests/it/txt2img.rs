@@ -213,6 +213,29 @@ fn txt2img_refuses_mismatched_files_and_requests() {
         e.contains("sd_vae.safetensors") && e.contains("4 latent channels"),
         "{e}"
     );
+    // A CLIP wider than the transformer's vec_in_dim.
+    let mut wide = configs().clip.expect("clip");
+    wide.hidden_size = 32;
+    let wide_clip = dir.path().join("wide_clip.safetensors");
+    dynvram_models::clip::synth::write(&wide_clip, &wide, SynthDtype::F16, 1).expect("synth");
+    let e = Pipeline::open(
+        &Files {
+            clip: wide_clip,
+            ..f.clone()
+        },
+        Configs {
+            clip: Some(wide),
+            ..configs()
+        },
+    )
+    .expect_err("CLIP of another width")
+    .to_string();
+    assert!(
+        e.contains("wide_clip.safetensors")
+            && e.contains("CLIP's width 32")
+            && e.contains("vec_in_dim 16"),
+        "{e}"
+    );
     // Requests.
     let p = Pipeline::open(&f, configs()).expect("pipeline");
     let r = reference();
