@@ -54,12 +54,15 @@ impl Shapes {
     }
 }
 
-/// Writes random weights of `shapes` into the ComfyUI folder `dir`:
-/// `diffusion_models/flux1.safetensors` (BFL keys),
-/// `text_encoders/clip_l.safetensors` and `text_encoders/t5xxl.safetensors`
-/// (HF keys), `vae/ae.safetensors` (BFL keys), stored as `dtype`, drawn
-/// from `seed`. `progress(done, total)` counts the transformer's bytes
-/// (nearly all of them). Returns the files and the bytes of tensor data.
+/// Writes random weights of `shapes` into the ComfyUI folder `dir` under
+/// the names and dtypes ComfyUI users have:
+/// `diffusion_models/flux1-dev.safetensors` (`flux1-schnell` without a
+/// guidance embedder; BFL keys, stored as `dtype`),
+/// `text_encoders/clip_l.safetensors` and
+/// `text_encoders/t5xxl_fp16.safetensors` (HF keys, f16),
+/// `vae/ae.safetensors` (BFL keys, f32), drawn from `seed`.
+/// `progress(done, total)` counts the transformer's bytes (nearly all of
+/// them). Returns the files and the bytes of tensor data.
 pub fn write_folder(
     dir: &Path,
     shapes: &Shapes,
@@ -68,10 +71,15 @@ pub fn write_folder(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Files, u64), ModelError> {
     let _span = tracing::info_span!("txt2img_synth", dir = %dir.display()).entered();
+    let variant = if shapes.flux.guidance_embed {
+        "dev"
+    } else {
+        "schnell"
+    };
     let files = Files {
-        transformer: dir.join("diffusion_models/flux1.safetensors"),
+        transformer: dir.join(format!("diffusion_models/flux1-{variant}.safetensors")),
         clip: dir.join("text_encoders/clip_l.safetensors"),
-        t5: dir.join("text_encoders/t5xxl.safetensors"),
+        t5: dir.join("text_encoders/t5xxl_fp16.safetensors"),
         vae: dir.join("vae/ae.safetensors"),
     };
     let opts = SynthOptions {
@@ -87,8 +95,8 @@ pub fn write_folder(
         false,
         progress,
     )?;
-    bytes += crate::clip::synth::write(&files.clip, &shapes.clip, dtype, seed)?;
-    bytes += crate::t5::synth::write(&files.t5, &shapes.t5, dtype, seed)?;
-    bytes += crate::vae::synth::write(&files.vae, &shapes.vae, dtype, seed)?;
+    bytes += crate::clip::synth::write(&files.clip, &shapes.clip, SynthDtype::F16, seed)?;
+    bytes += crate::t5::synth::write(&files.t5, &shapes.t5, SynthDtype::F16, seed)?;
+    bytes += crate::vae::synth::write(&files.vae, &shapes.vae, SynthDtype::F32, seed)?;
     Ok((files, bytes))
 }

@@ -273,6 +273,12 @@ fn synth_folder_runs_through_the_pipeline() {
         synth::write_folder(dir.path(), &shapes, SynthDtype::F16, 3, &mut |_, _| {})
             .expect("synth");
     assert!(bytes > 0);
+    assert!(
+        files
+            .transformer
+            .ends_with("diffusion_models/flux1-dev.safetensors")
+    );
+    assert!(files.t5.ends_with("text_encoders/t5xxl_fp16.safetensors"));
     for (path, kind) in [
         (&files.clip, TextEncoderKind::Clip),
         (&files.t5, TextEncoderKind::T5),
