@@ -369,10 +369,20 @@ fn main(
     let put = |t: &mut String, indent: &str, base: Option<(&str, &str)>| {
         let at = |b: Option<&str>| b.map(|b| format!("{b}, ")).unwrap_or_default();
         for i in 0..a_per {
-            let _ = writeln!(t, "{indent}put_a({}{}, ra_{i});", at(base.map(|b| b.0)), slot(i));
+            let _ = writeln!(
+                t,
+                "{indent}put_a({}{}, ra_{i});",
+                at(base.map(|b| b.0)),
+                slot(i)
+            );
         }
         for i in 0..b_per {
-            let _ = writeln!(t, "{indent}put_b({}{}, rb_{i});", at(base.map(|b| b.1)), slot(i));
+            let _ = writeln!(
+                t,
+                "{indent}put_b({}{}, rb_{i});",
+                at(base.map(|b| b.1)),
+                slot(i)
+            );
         }
     };
     let mut first = String::new();
@@ -384,7 +394,9 @@ fn main(
         t.push_str("    for (var kt = 0u; kt < p.k; kt += BK) {\n");
         t.push_str("        let more = kt + BK < p.k;\n        if more {\n");
         fetch(&mut t, "            ", "kt + BK");
-        t.push_str("        }\n        let sa = stage * A_STAGE;\n        let sb = stage * B_STAGE;\n");
+        t.push_str(
+            "        }\n        let sa = stage * A_STAGE;\n        let sb = stage * B_STAGE;\n",
+        );
         ("sa + ", "sb + ")
     } else {
         t.push_str("    for (var kt = 0u; kt < p.k; kt += BK) {\n");

@@ -14,8 +14,8 @@ use dynvram_runtime::gpu::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
-    CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
-    Region, WeightPart, record_linear_with, record_linears_fused, row_bytes,
+    CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights,
+    RecordOptions, Region, WeightPart, record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};

@@ -339,7 +339,12 @@ fn float_coop_double_gemm_matches_the_reference() {
         coop_gemm: Some(CoopGemmKernel::Double),
         ..Default::default()
     };
-    let shapes = [None, Some("1x2x32x3x1"), Some("2x1x48x1x4"), Some("1x1x64x2x2")];
+    let shapes = [
+        None,
+        Some("1x2x32x3x1"),
+        Some("2x1x48x1x4"),
+        Some("1x1x64x2x2"),
+    ];
     let thorough = std::env::var("DYNVRAM_THOROUGH").is_ok();
     for (i, format) in [Format::F16, Format::Bf16].into_iter().enumerate() {
         let mut cases = vec![(9, 17, 40), (70, 130, 296), (33 + i, 64, 1032)];

@@ -758,10 +758,7 @@ fn coop_double_gemm_matches_dot4_exactly() {
         ..Default::default()
     };
     check_integer(&mut env, &h, ActArith::Int4, false, &x, double);
-    assert_eq!(
-        env.scratch.last_coop_kernel(),
-        Some(CoopGemmKernel::Single)
-    );
+    assert_eq!(env.scratch.last_coop_kernel(), Some(CoopGemmKernel::Single));
 }
 
 fn bits(y: &[f32]) -> Vec<u32> {

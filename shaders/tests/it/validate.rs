@@ -113,7 +113,11 @@ fn coop_gemm_shapes_generate_and_validate() {
             (begin, t.find("// END main").expect("end"))
         };
         let ((b, e), (ob, oe)) = (main(&text), main(&own));
-        std::fs::write(path, format!("{}{}{}", &text[..b], &own[ob..oe], &text[e..])).expect("write");
+        std::fs::write(
+            path,
+            format!("{}{}{}", &text[..b], &own[ob..oe], &text[e..]),
+        )
+        .expect("write");
     } else {
         assert!(
             own == file,
@@ -126,10 +130,28 @@ fn coop_gemm_shapes_generate_and_validate() {
         ("float coop16", linear::FLOAT_GEMM_COOP16, 16, single, true),
         ("int coop8", linear::INT_GEMM_COOP8, 8, single, false),
         ("float coop8", linear::FLOAT_GEMM_COOP8, 8, single, true),
-        ("int coop16 db", linear::INT_GEMM_COOP16_DB, 16, double, false),
-        ("float coop16 db", linear::FLOAT_GEMM_COOP16_DB, 16, double, true),
+        (
+            "int coop16 db",
+            linear::INT_GEMM_COOP16_DB,
+            16,
+            double,
+            false,
+        ),
+        (
+            "float coop16 db",
+            linear::FLOAT_GEMM_COOP16_DB,
+            16,
+            double,
+            true,
+        ),
         ("int coop8 db", linear::INT_GEMM_COOP8_DB, 8, double, false),
-        ("float coop8 db", linear::FLOAT_GEMM_COOP8_DB, 8, double, true),
+        (
+            "float coop8 db",
+            linear::FLOAT_GEMM_COOP8_DB,
+            8,
+            double,
+            true,
+        ),
     ] {
         for (sg, sg_m, sg_n, wm, wn, bk) in [
             (32, 4, 4, 2, 2, 32),

@@ -258,12 +258,12 @@ pub fn double_unusable(
         None if int4_weights => u64::from(b_cols),
         None => u64::from(a_cols),
     };
-    if k % need != 0 {
+    if !k.is_multiple_of(need) {
         return Some(format!(
             "K = {k} is not a multiple of {need} (its 16-byte loads)"
         ));
     }
-    if float.is_none() && shape.bk % b_cols != 0 {
+    if float.is_none() && !shape.bk.is_multiple_of(b_cols) {
         return Some(format!(
             "{} staged K columns: integer layers need a multiple of {b_cols}",
             shape.bk
@@ -498,14 +498,14 @@ mod tests {
         let four = CoopShape::for_double(&caps);
         assert_eq!(four.to_string(), "2x2x32x4x4");
         // Two stages of 128-row tiles, padded: 2 · 256 · 40 · 2 + 4 · 1024.
-        assert_eq!(
-            four.workgroup_bytes_of(16, CoopGemmKernel::Double),
-            45_056
-        );
+        assert_eq!(four.workgroup_bytes_of(16, CoopGemmKernel::Double), 45_056);
         let mut small = coop_caps(16, 32);
         small.max_workgroup_storage = 32 << 10;
         assert_eq!(CoopShape::for_double(&small), CoopShape::default());
-        assert_eq!(CoopShape::for_double(&coop_caps(8, 8)), CoopShape::default());
+        assert_eq!(
+            CoopShape::for_double(&coop_caps(8, 8)),
+            CoopShape::default()
+        );
         // 4 x 4 subgroups of 2 x 2 fit one stage in 48 KiB, not two.
         let big = CoopShape::for_adapter(&caps);
         assert!(coop_unusable(&caps, big).is_none());
@@ -515,12 +515,18 @@ mod tests {
         assert_eq!(double_unusable(&caps, d, 96, None, true), None);
         assert!(double_unusable(&caps, d, 80, None, true).is_some_and(|w| w.contains("K = 80")));
         assert_eq!(double_unusable(&caps, d, 80, None, false), None);
-        assert_eq!(double_unusable(&caps, d, 40, Some(Format::Bf16), false), None);
+        assert_eq!(
+            double_unusable(&caps, d, 40, Some(Format::Bf16), false),
+            None
+        );
         assert!(double_unusable(&caps, d, 44, Some(Format::F16), false).is_some());
         assert!(double_unusable(&caps, d, 64, Some(Format::Float8E4m3fn), false).is_some());
         let shallow = CoopShape { bk: 16, ..d };
         assert!(double_unusable(&caps, shallow, 64, None, true).is_some());
-        assert_eq!(double_unusable(&caps, shallow, 64, Some(Format::F16), false), None);
+        assert_eq!(
+            double_unusable(&caps, shallow, 64, Some(Format::F16), false),
+            None
+        );
     }
 
     #[test]
