@@ -26,15 +26,16 @@
 #          double-buffered one (DYNVRAM_COOP_GEMM=double).
 #                                                -> linear-{single,double}.json
 # flash    `dynvram bench attention` at FLUX.1's joint attention (24 heads x
-#          4608 tokens x 128, no mask), the device's default kernel.
-#                                                          -> attention.json
+#          4608 tokens x 128, no mask): the device's default kernel, then
+#          FLASH (paired + prefetch, and the double-staged `d` tunings that
+#          fit 48 KiB at head_dim 128).                    -> attention.json
 # bench    llama.cpp `llama-bench -p 512,4096 -n 0 -fa 0,1` on the peer kit's
 #          Llama-2-7B-shaped GGUF files (F16 and Q4_0, LAYERS layers: 8 by
 #          default, as the GEMM rates do not depend on the layer count), with
 #          and without NV_coopmat2.            -> llama-bench-{cm2,cm1}.json
 # Then bench/ceilings_table.py writes $OUT/ceilings/table.md: TFLOP/s of
 # each, with the card's name.
-# Settings: OUT (bench-out), DYNVRAM (.dev/dynvram), LAYERS (8), STEPS
+# Settings: OUT (bench-out), DYNVRAM (.dev/dynvram), LAYERS (8), FLASH, STEPS
 # ("coop flash linear tbo bench", in that order), DEADLINE (570), PEER_BIN
 # (/tmp/peer-llama-vulkan), MODEL_DIR (/tmp).
 set -uo pipefail
@@ -99,8 +100,9 @@ s_linear() {
     done
 }
 s_flash() {
-    step 90 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 --heads 24 --head-dim 128 \
-        --no-causal --reps 5 > "$o/attention.json" 2> "$o/attention.err" || tail -3 "$o/attention.err"
+    step 120 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 --heads 24 --head-dim 128 \
+        --no-causal --flash "${FLASH:-128x32w8c2pr,128x16w8c2dr,128x16w8c2drt,64x16w4c2dr}" --reps 5 \
+        > "$o/attention.json" 2> "$o/attention.err" || tail -3 "$o/attention.err"
 }
 s_bench() {
     peer || return

@@ -311,6 +311,10 @@ fn flash_attention_tunings_generate_and_validate() {
             "64x64w4c2gt",
             "64x64w4c2m",
             "128x32w8c2prtm",
+            "64x64w4c2dr",
+            "64x32w4k2c2dr",
+            "128x32w8c2drt",
+            "64x64w4dr",
         ] {
             let tuning: FlashTuning = tuning.parse().expect("tuning");
             for hd in [edge * 4, 80, 128, 256] {
@@ -358,6 +362,7 @@ fn flash_tuning_text_round_trips() {
         "64x32w8prt",
         "64x64w4c2m",
         "128x32w8c2gtm",
+        "128x32w8c2drt",
     ] {
         let t: FlashTuning = text.parse().expect(text);
         assert_eq!(t.to_string(), text);
@@ -371,6 +376,13 @@ fn flash_tuning_text_round_trips() {
     assert_eq!((t.staging, t.prefetch), (KvStaging::Serial, false));
     assert!(!t.column_major);
     assert_eq!("64x32w4s".parse::<FlashTuning>(), Ok(t));
+    // Double staging stores from the prefetch registers: `r` is needed.
+    let d: FlashTuning = "64x64w4d".parse().expect("parses");
+    assert_eq!(d.staging, KvStaging::Double);
+    let why = d
+        .geometry(16, 32, 128)
+        .expect_err("no registers to store from");
+    assert!(why.contains("`r`"), "{why}");
     for bad in [
         "",
         "64",
