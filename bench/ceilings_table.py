@@ -92,7 +92,7 @@ def attention_rows(d):
         (
             "dynvram `bench attention`",
             f"{f['heads']} heads x {f['queries']} x {f['head_dim']}, {f['tuning']}"
-            + (" (default)" if f.get("default") else ""),
+            + (" (default)" if f.get("default") else f", max diff from the default {f['max_diff']:.1e}"),
             f["tflops"],
         )
         for f in r.get("figures", [])
