@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use dynvram_runtime::quant::{self, TensorList};
+use dynvram_runtime::quant::{self, Format, TensorList};
 
 use crate::error::ModelError;
 
@@ -38,6 +38,14 @@ impl Checker<'_> {
             return Err(self.err(format!(
                 "`{name}` is [{}, {}] (out × in), the config implies [{n}, {k}]",
                 l.n, l.k
+            )));
+        }
+        if matches!(l.format, Format::Float8E4m3fn | Format::Float8E5m2) && l.scale.is_none() {
+            // Validation takes it as ComfyUI's cast at scale 1; the float
+            // kernels bind a scale, so refuse it here, by name.
+            return Err(self.err(format!(
+                "`{name}` is fp8 without a scale (`scale_weight` or `weight_scale`): \
+                 unscaled fp8 linears are not run; use the scaled-fp8 or f16 file"
             )));
         }
         if l.has_bias != bias {

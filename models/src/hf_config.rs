@@ -36,6 +36,18 @@ impl HfConfig {
         }
     }
 
+    /// The object under `key` (e.g. a `CLIPConfig`'s `text_config`) as a
+    /// config of the same file, if there is one.
+    pub(crate) fn nested(&self, key: &str) -> Option<Self> {
+        match self.obj.get(key) {
+            Some(Value::Object(obj)) => Some(Self {
+                path: self.path.clone(),
+                obj: obj.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// A config error naming this file.
     pub(crate) fn err(&self, why: String) -> ModelError {
         ModelError::Config {

@@ -53,11 +53,12 @@ impl ClipConfig {
         self.hidden_size / self.num_attention_heads.max(1)
     }
 
-    /// Reads an HF `CLIPTextConfig` `config.json` (a `CLIPConfig`'s
-    /// `text_config` object is not read: give the text model's). The
-    /// activation must be `quick_gelu`, the only one implemented.
+    /// Reads an HF `CLIPTextConfig` `config.json`, or a whole model's
+    /// `CLIPConfig` (its `text_config`). The activation must be
+    /// `quick_gelu`, the only one implemented.
     pub fn from_hf_json(path: &Path) -> Result<Self, ClipError> {
-        let j = HfConfig::read(path)?;
+        let file = HfConfig::read(path)?;
+        let j = file.nested("text_config").unwrap_or(file);
         if let Some(act) = j.string("hidden_act")?
             && act != "quick_gelu"
         {

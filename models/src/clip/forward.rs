@@ -45,7 +45,7 @@ struct Acts {
     k: Activation,
     v: Activation,
     attn: Activation,
-    /// A projection's output (and the position embeddings).
+    /// A projection's output.
     o: Activation,
     /// The MLP's inner activations.
     mlp: Activation,

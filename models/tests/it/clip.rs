@@ -167,6 +167,20 @@ fn clip_infers_its_config_from_the_shapes() {
     let ckpt = ClipCheckpoint::open(&path, None).expect("opens");
     assert!(ckpt.inferred);
     assert_eq!(ckpt.config, config);
+    // A whole CLIPConfig: its text_config is read.
+    let text = std::fs::read_to_string(pipeline().join("configs/text_encoder/config.json"))
+        .expect("config");
+    let whole = dir.path().join("config.json");
+    std::fs::write(
+        &whole,
+        format!("{{\"text_config\": {text}, \"projection_dim\": 16}}"),
+    )
+    .expect("write");
+    let from_whole = ClipConfig::from_hf_json(&whole).expect("CLIPConfig");
+    assert_eq!(
+        (from_whole.hidden_size, from_whole.num_attention_heads),
+        (16, 2)
+    );
     let l = ClipConfig::clip_l();
     assert_eq!(
         (l.hidden_size, l.num_attention_heads, l.head_dim()),

@@ -214,8 +214,8 @@ fn t5_scaled_fp8_matches_f16() {
 fn t5_fp8_tables_cast_at_scale_one() {
     let test = "t5_fp8_tables_cast_at_scale_one";
     // The embedding and position tables cast to e4m3fn without scales
-    // (ComfyUI multiplies by 1). Bare fp8 *linears* are not run: the
-    // float kernels refuse an fp8 weight without a weight_scale.
+    // (ComfyUI multiplies by 1). Bare fp8 *linears* are refused at open:
+    // the float kernels need a weight scale.
     let src = safetensors::read(&pipeline().join("t5xxl_fp16.safetensors"));
     let (mut fp8, mut cast) = (HashMap::new(), HashMap::new());
     for (name, t) in &src {
@@ -239,6 +239,27 @@ fn t5_fp8_tables_cast_at_scale_one() {
     safetensors::write(&cast_path, cast.iter().map(|(n, t)| (n.clone(), t)));
     let fp8 = T5Checkpoint::open(&fp8_path, None).expect("fp8 opens");
     let cast = T5Checkpoint::open(&cast_path, None).expect("cast opens");
+    let mut bare = HashMap::new();
+    let q = "encoder.block.1.layer.0.SelfAttention.q.weight";
+    for (name, t) in &src {
+        let t = if name == q {
+            let codes = t.values.iter().map(|&v| f32_to_e4m3fn(v)).collect();
+            Tensor::new(Dtype::F8_E4M3, t.shape.clone(), codes)
+        } else {
+            t.clone()
+        };
+        bare.insert(name.clone(), t);
+    }
+    let bare_path = tmp.path().join("bare.safetensors");
+    safetensors::write(&bare_path, bare.iter().map(|(n, t)| (n.clone(), t)));
+    let err = T5Checkpoint::open(&bare_path, None).expect_err("bare fp8 linear");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("bare.safetensors")
+            && msg.contains("SelfAttention.q")
+            && msg.contains("without a scale"),
+        "{msg}"
+    );
     if !have_gpu(test) {
         return;
     }
