@@ -288,3 +288,144 @@ fn spatial_attention_matches_reference() {
         assert_close(&tag, &read(g, &out), &want, 1e-5 * max_abs(&want), 1e-5);
     }
 }
+
+/// The three kernels with f16 activations (sums in f32) against their f32
+/// runs: the stored-f16 rounding of inputs and outputs only.
+#[test]
+fn vae_ops_in_f16_match_f32() {
+    let Some(c) = crate::ops_common::ctx_with(
+        "vae_ops_in_f16_match_f32",
+        dynvram_test_support::gpu::needs_f16,
+    ) else {
+        return;
+    };
+    use crate::ops_common::{up, zeros};
+    use dynvram_gpu::ActDtype;
+    let g = &c.gpu;
+    let (b, ch, h, w) = (2u64, 64u64, 9u64, 7u64);
+    let shape = [b, ch, h, w];
+    let n = (b * ch * h * w) as usize;
+    let x = nonzero(1, n, 2.0);
+    let wv = nonzero(2, (ch * ch * 9) as usize, 0.1);
+    let (gw, gb) = (nonzero(3, ch as usize, 1.0), nonzero(4, ch as usize, 0.5));
+    let bias = upload(g, &[ch], &nonzero(5, ch as usize, 0.5));
+    let (gwt, gbt) = (upload(g, &[ch], &gw), upload(g, &[ch], &gb));
+    let wbuf = upload_bytes(g, "weight", bytemuck::cast_slice(&wv));
+    let weight = ConvWeight {
+        buffer: &wbuf,
+        offset: 0,
+        dtype: TableDtype::F32,
+        cout: ch,
+        cin: ch,
+        ksize: 3,
+    };
+    let scratch = nan_tensor(g, &[scratch_len(b, ch, h * w, 32)]);
+    let mut results = Vec::new();
+    for dtype in [ActDtype::F32, ActDtype::F16] {
+        let xt = up(&c, &x, &shape, dtype);
+        let (n1, c1, att) = (
+            zeros(&c, &shape, dtype),
+            zeros(&c, &shape, dtype),
+            zeros(&c, &shape, dtype),
+        );
+        run(&c, |enc| {
+            record_group_norm(
+                g, &c.cache, enc, &xt, &gwt, &gbt, &scratch, &n1, 32, 1e-6, true,
+            )?;
+            record_conv2d(
+                g,
+                &c.cache,
+                enc,
+                &n1,
+                &weight,
+                &bias,
+                Some(&xt),
+                &c1,
+                Geometry::same(1),
+            )?;
+            record_spatial_attention(g, &c.cache, enc, &c1, &n1, &xt, &att)
+        });
+        results.push([read(g, &n1), read(g, &c1), read(g, &att)]);
+    }
+    for (i, name) in ["group_norm", "conv2d", "spatial_attention"]
+        .iter()
+        .enumerate()
+    {
+        let (f32s, f16s) = (&results[0][i], &results[1][i]);
+        let scale = max_abs(f32s);
+        assert_close(
+            &format!("{name} f16 vs f32"),
+            f16s,
+            f32s,
+            1e-2 * scale,
+            1e-2,
+        );
+    }
+}
+
+/// Operands that do not fit the op are typed errors naming them.
+#[test]
+fn vae_ops_reject_bad_operands() {
+    let Some(c) = ctx("vae_ops_reject_bad_operands") else {
+        return;
+    };
+    let g = &c.gpu;
+    let x = upload(g, &[1, 6, 4, 4], &nonzero(1, 96, 1.0));
+    let bias = upload(g, &[8], &[0.5; 8]);
+    let wbuf = upload_bytes(g, "weight", &[0u8; 8 * 6 * 9 * 4]);
+    let weight = |cin| ConvWeight {
+        buffer: &wbuf,
+        offset: 0,
+        dtype: TableDtype::F32,
+        cout: 8,
+        cin,
+        ksize: 3,
+    };
+    let err = |f: &dyn Fn(
+        &mut dynvram_gpu::ops::encoder::Encoder,
+    ) -> Result<(), dynvram_gpu::GpuError>| {
+        let mut enc = dynvram_gpu::ops::encoder::Encoder::new(&g.device, "bad");
+        f(&mut enc).expect_err("bad operands recorded").to_string()
+    };
+    let out = nan_tensor(g, &[1, 8, 4, 4]);
+    let e = err(&|enc| {
+        record_conv2d(
+            g,
+            &c.cache,
+            enc,
+            &x,
+            &weight(5),
+            &bias,
+            None,
+            &out,
+            Geometry::same(1),
+        )
+    });
+    assert!(e.contains("6 channels") && e.contains("takes 5"), "{e}");
+    let small = nan_tensor(g, &[1, 8, 3, 4]);
+    let e = err(&|enc| {
+        record_conv2d(
+            g,
+            &c.cache,
+            enc,
+            &x,
+            &weight(6),
+            &bias,
+            None,
+            &small,
+            Geometry::same(1),
+        )
+    });
+    assert!(e.contains("`out`") && e.contains("[1, 8, 4, 4]"), "{e}");
+    let stats = nan_tensor(g, &[4]);
+    let e = err(&|enc| {
+        record_group_norm(
+            g, &c.cache, enc, &x, &bias, &bias, &stats, &out, 4, 1e-6, false,
+        )
+    });
+    assert!(e.contains("6 channels do not split into 4 groups"), "{e}");
+    let wide = upload(g, &[1, 513, 1, 1], &[1.0; 513]);
+    let wide_out = nan_tensor(g, &[1, 513, 1, 1]);
+    let e = err(&|enc| record_spatial_attention(g, &c.cache, enc, &wide, &wide, &wide, &wide_out));
+    assert!(e.contains("513 channels exceed"), "{e}");
+}

@@ -9,8 +9,8 @@ use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
-use super::VaeError;
 use super::config::VaeConfig;
+use super::error::VaeError;
 use crate::block_index::block_index;
 
 /// Key prefixes a VAE's tensors are found under.
@@ -412,7 +412,7 @@ impl VaeCheckpoint {
         Ok(ModelSpec {
             files: vec![self.path.clone()],
             blocks: self.encoder_blocks()?,
-            scratch_bytes: super::decode::encoder_activation_bytes(
+            scratch_bytes: super::activations::encoder_activation_bytes(
                 &self.config,
                 batch,
                 h,
@@ -429,7 +429,7 @@ impl VaeCheckpoint {
         ModelSpec {
             files: vec![self.path.clone()],
             blocks: self.blocks(),
-            scratch_bytes: super::decode::activation_bytes(&self.config, batch, h, w, dtype),
+            scratch_bytes: super::activations::activation_bytes(&self.config, batch, h, w, dtype),
         }
     }
 

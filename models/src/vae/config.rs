@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::VaeError;
+use super::error::VaeError;
 
 /// GroupNorm groups of every norm (BFL and diffusers).
 pub const GROUPS: usize = 32;

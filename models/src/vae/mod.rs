@@ -14,6 +14,7 @@
 //! block's single head over h·w positions, scale 1/√C). The decoder takes
 //! `z = latents / SCALING_FACTOR + SHIFT_FACTOR`, as FluxPipeline gives it.
 
+mod activations;
 mod checkpoint;
 pub mod config;
 mod decode;
@@ -21,9 +22,10 @@ mod error;
 pub mod synth;
 mod tiles;
 
+pub use activations::{activation_bytes, encoder_activation_bytes};
 pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
-pub use decode::{FluxVae, VaeDecoded, VaeEncoded, activation_bytes, encoder_activation_bytes};
+pub use decode::{FluxVae, VaeDecoded, VaeEncoded};
 pub use error::VaeError;
 pub(crate) use tiles::AUTO_SIZES;
 pub use tiles::Tiling;

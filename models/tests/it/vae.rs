@@ -361,6 +361,19 @@ fn vae_refuses_what_is_no_flux_vae() {
     // No file at all.
     let e = open_err(&dir.path().join("nothing.safetensors"), None);
     assert!(e.contains("no such file"), "{e}");
+    // synth refuses a config that is no Flux VAE, and writes nothing.
+    let sd = VaeConfig {
+        z_channels: 4,
+        ..VaeConfig::flux()
+    };
+    let path = dir.path().join("sd-synth.safetensors");
+    match vae::synth::write(&path, &sd, SynthDtype::F32, 1) {
+        Err(e @ VaeError::Config { .. }) => {
+            assert!(e.to_string().contains("4 latent channels"), "{e}")
+        }
+        other => panic!("wrote a 4-channel VAE: {other:?}"),
+    }
+    assert!(!path.exists());
 }
 
 #[test]
