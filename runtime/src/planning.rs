@@ -383,6 +383,116 @@ mod tests {
         assert!(p.plan.streamed > 0 && p.arena_bytes > 0, "{p:?}");
     }
 
+    /// Sizes with a group each: (size, block, group).
+    fn grouped(sizes: &[(u64, usize, usize)]) -> Vec<PlanWeight> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(size, block, group))| PlanWeight {
+                name: format!("w{i}"),
+                size,
+                block,
+                group,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_too_large_to_double_buffer_stream_in_parts() {
+        const MIB: u64 = 1 << 20;
+        // Two blocks of four 40 MiB groups (160 MiB each): 200 MiB usable
+        // holds two arenas of one group, not of one block.
+        let sizes: Vec<(u64, usize, usize)> = (0..8).map(|i| (40 * MIB, i / 4, i % 4)).collect();
+        let w = grouped(&sizes);
+        let p = plan_model(&w, 200 * MIB, 8 * MIB).unwrap();
+        assert_eq!(p.granularity, Granularity::Part, "{p:?}");
+        // The highest watermark first (two groups resident), then arenas
+        // as large as the room left allows: one group each.
+        assert_eq!((p.plan.page_bytes, p.arena_bytes), (80 * MIB, 48 * MIB), "{p:?}");
+        assert!(p.plan.page_bytes + ARENAS * p.arena_bytes + p.scratch <= p.usable);
+        let l = arena_layout(&w, |i| p.streamed(i), part_capacity(&p));
+        assert!(l.fill <= p.arena_bytes);
+        // Every streamed group is in one part; parts follow the groups' order.
+        for (a, b) in w.iter().zip(&w[1..]).zip(&l.homes).zip(&l.homes[1..]).filter_map(
+            |((pair, ha), hb)| Some((pair, ((*ha)?, (*hb)?))),
+        ) {
+            let ((wa, wb), ((pa, _), (pb, _))) = (a, b);
+            if wa.block == wb.block {
+                assert!(pa <= pb, "{wa:?} {wb:?}");
+            }
+        }
+        assert_eq!(p.streamed_parts, l.streamed_parts);
+        assert_eq!(p.streamed_parts, 6, "{p:?}");
+        // The same weights without groups cannot be planned at all.
+        let whole: Vec<PlanWeight> = w.iter().map(|x| PlanWeight { group: 0, ..x.clone() }).collect();
+        let err = plan_model(&whole, 200 * MIB, 8 * MIB).unwrap_err();
+        assert!(matches!(err, PlanError::BudgetTooSmall { .. }), "{err}");
+        // Room for whole blocks: they move whole.
+        let p = plan_model(&w, 400 * MIB, 8 * MIB).unwrap();
+        assert_eq!(p.granularity, Granularity::Block, "{p:?}");
+        // Below two arenas of one group, it is too small either way, and
+        // the error says how much the smallest setup needs.
+        let err = plan_model(&w, 80 * MIB, 8 * MIB).unwrap_err();
+        match err {
+            // Arenas grow in 16 MiB steps: 48 MiB for a 40 MiB group.
+            PlanError::BudgetTooSmall { needed, .. } => assert_eq!(needed, 104 * MIB),
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn layout_packs_whole_groups_in_order() {
+        let w = grouped(&[(100, 0, 0), (50, 0, 0), (300, 0, 1), (10, 0, 2), (10, 1, 0)]);
+        let l = arena_layout(&w, |_| true, Some(800));
+        // Groups 0 (512 B aligned) and 1 would be 1024 B: a new part, which
+        // group 2 joins.
+        assert_eq!(
+            l.homes,
+            vec![
+                Some((0, 0)),
+                Some((0, 256)),
+                Some((1, 0)),
+                Some((1, 512)),
+                Some((0, 0))
+            ]
+        );
+        assert_eq!((l.parts.clone(), l.fill, l.streamed_parts), (vec![2, 1], 768, 3));
+        // A resident group leaves no hole; whole blocks ignore the groups.
+        let l = arena_layout(&w, |i| i != 2, Some(800));
+        assert_eq!(l.homes[3], Some((0, 512)));
+        let l = arena_layout(&w, |_| true, None);
+        assert_eq!((l.parts, l.fill, l.streamed_parts), (vec![1, 1], 1280, 2));
+    }
+
+    proptest! {
+        /// With groups, a plan by part fits too: pages, two arenas and
+        /// scratch within usable, every part within an arena, and the
+        /// residency policy's question gives the same watermark back.
+        #[test]
+        fn a_plan_by_part_fits_and_is_a_fixed_point(
+            sizes in prop::collection::vec((1u64..3_000_000, 0usize..4, 0usize..3), 1..24),
+            usable in 0u64..40_000_000,
+            scratch in 0u64..2_000_000,
+        ) {
+            let mut sizes = sizes;
+            sizes.sort_by_key(|&(_, b, g)| (b, g));
+            let w = grouped(&sizes);
+            let Ok(p) = plan_model(&w, usable, scratch) else {
+                return Ok(());
+            };
+            let l = arena_layout(&w, |i| p.streamed(i), part_capacity(&p));
+            prop_assert!(arena_size(l.fill) <= p.arena_bytes);
+            let used = p.plan.page_bytes + ARENAS * p.arena_bytes + scratch;
+            prop_assert!(used <= usable, "{} > {}", used, usable);
+            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
+            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
+            prop_assert_eq!(
+                layout.max_watermark_within(usable - scratch - ARENAS * p.arena_bytes),
+                p.plan.pages_resident
+            );
+        }
+    }
+
     proptest! {
         /// The plan fits, no higher watermark fits, and the residency
         /// policy's question (highest watermark within usable − scratch −
