@@ -378,12 +378,19 @@ fn print_text(r: &Report, out: &Path) {
         size(r.streamed_bytes_per_pass)
     );
     println!(
-        "budget     {} usable of {} ({}); resident {}, streamed {}; peak VRAM {}",
+        "budget     {} usable of {} ({}); resident {}, streamed {} by {}{}; peak VRAM {}",
         size(b.usable),
         size(b.capacity),
         b.source,
         size(m.resident_bytes),
         size(m.streamed_bytes),
+        m.granularity.as_str(),
+        match m.granularity {
+            dynvram_runtime::planning::Granularity::Part => {
+                format!(" ({} parts a pass)", m.streamed_parts)
+            }
+            dynvram_runtime::planning::Granularity::Block => String::new(),
+        },
         size(b.peak)
     );
     println!(
