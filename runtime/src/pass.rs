@@ -477,11 +477,12 @@ impl Stream<'_> {
         let mut result = Ok(());
         if next < self.units && !self.resident {
             let mut batch = Vec::new();
+            let name = self.unit_name(next);
             result = self
                 .stage(enc.commands(), next, self.copy_queue.map(|_| &mut batch))
                 .and_then(|()| {
                     self.copies
-                        .submit(self.copy_queue, batch, next, &mut *self.trace)
+                        .submit(self.copy_queue, batch, next, &name, &mut *self.trace)
                 });
         }
         let t = self.trace.begin();
@@ -493,21 +494,25 @@ impl Stream<'_> {
         self.last_submit = Some(self.ring.submit(&self.gpu.queue, encoder.into_inner()));
         self.stats.submits += 1;
         self.keep.clear();
-        let (b, part) = self.block_part(u);
-        let name = &self.model.blocks[b].name;
-        match part {
-            0 => self
-                .trace
-                .end(t, Lane::Submit, format_args!("submit {name}"), 0),
-            p => self
-                .trace
-                .end(t, Lane::Submit, format_args!("submit {name} part {p}"), 0),
-        }
+        let name = self.unit_name(u);
+        let model = self.model;
+        self.trace.end(
+            t,
+            Lane::Submit,
+            format_args!("submit {}", name.label(model)),
+            0,
+        );
         self.stats.submit_seconds += submitting.elapsed().as_secs_f64();
         result?;
         self.ring.recycle(&self.gpu.device)?;
         self.unit = next;
         Ok(())
+    }
+
+    /// Unit `u`'s block and part, for traces.
+    fn unit_name(&self, u: usize) -> UnitName {
+        let (block, part) = self.block_part(u);
+        UnitName { block, part }
     }
 
     /// The block of unit `u` and its part there.
@@ -577,12 +582,7 @@ impl Stream<'_> {
         self.stats.streamed_bytes += bytes;
         self.stats.staged_units += u64::from(bytes > 0);
         self.stats.sources.add(sources);
-        let (b, part) = self.block_part(u);
-        let block = &self.model.blocks[b].name;
-        let name = match part {
-            0 => block.clone(),
-            p => format!("{block} part {p}"),
-        };
+        let name = self.unit_name(u).label(self.model);
         let trace = &mut *self.trace;
         trace.end(t, Lane::Upload, format_args!("stage {name}"), bytes);
         let after = self.ring.counters();
@@ -614,6 +614,34 @@ impl Stream<'_> {
     }
 }
 
+/// A unit as traces name it: block index and part.
+#[derive(Debug, Clone, Copy)]
+struct UnitName {
+    block: usize,
+    part: usize,
+}
+
+impl UnitName {
+    /// `blocks.3`, or `blocks.3 part 2` past a block's first part.
+    fn label(self, model: &Model) -> String {
+        let name = &model.blocks[self.block].name;
+        match self.part {
+            0 => name.clone(),
+            p => format!("{name} part {p}"),
+        }
+    }
+}
+
+/// `block 3` or `block 3 part 2` (copy-queue events name blocks by index).
+impl std::fmt::Display for UnitName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.part {
+            0 => write!(f, "block {}", self.block),
+            p => write!(f, "block {} part {p}", self.block),
+        }
+    }
+}
+
 /// The copy queue's side of one pass: which `kernels` value last read each
 /// arena, and the copy batch the next block's kernels wait for.
 #[derive(Debug, Default)]
@@ -630,6 +658,7 @@ impl CopyQueueState {
         queue: Option<&TransferQueue>,
         batch: Vec<CopyCmd>,
         b: usize,
+        name: &UnitName,
         trace: &mut Trace,
     ) -> Result<()> {
         let Some(q) = queue.filter(|_| !batch.is_empty()) else {
@@ -642,7 +671,7 @@ impl CopyQueueState {
         trace.end(
             t,
             Lane::Upload,
-            format_args!("copy queue: unit {b}"),
+            format_args!("copy queue: {name}"),
             bytes,
         );
         Ok(())
