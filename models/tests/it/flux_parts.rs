@@ -166,3 +166,120 @@ fn flux1_dev_plans_at_one_gib_by_part() {
     let (plan, _) = dynvram_runtime::plan_spec(&spec, 2 << 30).expect("2 GiB plans");
     assert_eq!(plan.granularity, Granularity::Block);
 }
+
+/// The tiny-flux fixture, its inputs, and its spec with room for captures.
+fn tiny() -> (FluxCheckpoint, FluxInputs, ModelSpec) {
+    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
+    let inputs = FluxInputs::from_file(
+        &fixtures::tiny_flux().join("inputs.safetensors"),
+        &ckpt.config,
+    )
+    .expect("inputs");
+    let spec = ckpt.spec(inputs.shape, ActDtype::F32);
+    (ckpt, inputs, spec)
+}
+
+/// A budget holding two arenas of `spec`'s largest group and its scratch.
+fn part_budget(spec: &ModelSpec) -> u64 {
+    let (group, _) = largest_group_and_block(spec);
+    BudgetConfig::default().reserve + spec.scratch_bytes + 2 * arena_size(group)
+}
+
+/// By part with copies from registered pins on the copy queue (wgpu's own
+/// queue where the adapter has one queue, as CI's): the second pass copies
+/// from pins and gives the first pass's output bit for bit.
+#[test]
+fn flux_by_part_on_the_copy_queue_is_bit_identical() {
+    use dynvram_runtime::gpu::{CopyQueueMode, GpuOptions};
+    use dynvram_runtime::{AdapterChoice, Runtime, RuntimeConfig};
+    let test = "flux_by_part_on_the_copy_queue_is_bit_identical";
+    if !have_gpu(test) {
+        return;
+    }
+    let (ckpt, inputs, spec) = tiny();
+    let rt = Runtime::new(RuntimeConfig {
+        copy_queue: true,
+        adapter: AdapterChoice {
+            options: GpuOptions {
+                copy_queue: CopyQueueMode::Shared,
+                ..GpuOptions::default()
+            },
+            ..AdapterChoice::default()
+        },
+        // `with_vram` is the whole budget: no reserve.
+        ..RuntimeConfig::with_vram(part_budget(&spec) - BudgetConfig::default().reserve)
+    })
+    .expect("runtime");
+    if rt.gpu().transfer_queue().is_none() {
+        eprintln!("{test}: skipped: no copy queue (needs Vulkan 1.2)");
+        return;
+    }
+    let model = Model::open(&rt, &spec).expect("opens");
+    assert_eq!(model.plan().granularity, Granularity::Part);
+    let mut flux = Flux::new(&rt, &ckpt, inputs.shape, ActDtype::F32).expect("runner");
+    let first = flux.forward(&rt, &model, &inputs).expect("pass 1");
+    let second = flux.forward(&rt, &model, &inputs).expect("pass 2");
+    eprintln!("{test}: pass 2 {:?}", second.stats);
+    assert!(second.stats.sources.registered_pin_bytes > 0, "{:?}", second.stats);
+    assert!(second.stats.staged_units > ckpt.blocks().len() as u64);
+    assert!(
+        first
+            .out
+            .iter()
+            .zip(&second.out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "pass 2 differs from pass 1"
+    );
+    let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
+    assert_close_rel("out", &second.out, &reference["out"].values, REL);
+}
+
+/// A block's code that uses an earlier part's weight after a later one's
+/// gets an error naming the weight and the parts (its arena was reused),
+/// and the runtime stays usable; groups that miss or repeat a weight are
+/// refused at open, naming the block.
+#[test]
+fn parts_out_of_order_and_bad_groups_are_clear_errors() {
+    let test = "parts_out_of_order_and_bad_groups_are_clear_errors";
+    if !have_gpu(test) {
+        return;
+    }
+    let (ckpt, inputs, spec) = tiny();
+    let rt = runtime(Some(part_budget(&spec)));
+    let mut missing = spec.clone();
+    missing.blocks[1].groups.pop();
+    let err = Model::open(&rt, &missing).expect_err("a linear in no group");
+    let text = err.to_string();
+    assert!(
+        text.contains("double_blocks.0") && text.contains("txt_mlp.2") && text.contains("no group"),
+        "{text}"
+    );
+    let mut twice = spec.clone();
+    let first = twice.blocks[1].groups[0].clone();
+    twice.blocks[1].groups.push(first);
+    let text = Model::open(&rt, &twice).expect_err("twice").to_string();
+    assert!(text.contains("img_mod.lin") && text.contains("groups 0 and"), "{text}");
+
+    let model = Model::open(&rt, &spec).expect("opens");
+    let nm = &ckpt.names;
+    let (late, early) = (
+        nm.double(0, "txt_mlp.2.bias"),
+        nm.double(0, "img_mod.lin.bias"),
+    );
+    let err = model
+        .run_pass(&rt, None, |ctx| {
+            if ctx.index() == 1 {
+                ctx.weight_tensor(&late)?;
+                ctx.weight_tensor(&early)?;
+            }
+            Ok(())
+        })
+        .expect_err("out of order");
+    let text = err.to_string();
+    assert!(text.contains(&early) && text.contains("(part 0) after part"), "{text}");
+    // The runtime still runs the real forward.
+    let mut flux = Flux::new(&rt, &ckpt, inputs.shape, ActDtype::F32).expect("runner");
+    let out = flux.forward(&rt, &model, &inputs).expect("forward");
+    let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
+    assert_close_rel("out", &out.out, &reference["out"].values, REL);
+}
