@@ -6,6 +6,12 @@
 //! submit. All ring recycling happens at the submit boundary, never while a
 //! block is being recorded.
 //!
+//! A block streaming by part (`planning::Granularity::Part`) is several
+//! *units*, one per part, and everything above holds per unit: the first
+//! use of a weight of the block's next part ends the unit being recorded
+//! there (its kernels submitted with the next part's uploads), so the
+//! block's code is unchanged; the block must use its parts in order.
+//!
 //! Where the device has a copy queue (`gpu::TransferQueue`: a transfer-only
 //! Vulkan family, the copy engines) block *i+1*'s copies from registered pins
 //! go there as one batch, submitted before block *i*'s kernels, waiting only
