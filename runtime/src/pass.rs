@@ -350,8 +350,8 @@ impl Model {
             };
             result = body(&mut ctx);
             // Parts ended inside the block count as submitting, not recording.
-            s.stats.record_seconds += recording.elapsed().as_secs_f64()
-                - (s.stats.submit_seconds - submitted);
+            s.stats.record_seconds +=
+                recording.elapsed().as_secs_f64() - (s.stats.submit_seconds - submitted);
             let name = &self.blocks[i].name;
             s.trace
                 .end(t, Lane::Compute, format_args!("record {name}"), 0);
@@ -674,12 +674,7 @@ impl CopyQueueState {
         let bytes = batch.iter().map(|c| c.size).sum();
         let after = self.readers[b % self.readers.len()];
         self.pending = Some(q.submit(batch, after)?);
-        trace.end(
-            t,
-            Lane::Upload,
-            format_args!("copy queue: {name}"),
-            bytes,
-        );
+        trace.end(t, Lane::Upload, format_args!("copy queue: {name}"), bytes);
         Ok(())
     }
 

@@ -115,7 +115,10 @@ pub fn arena_offsets(
     streamed: impl Fn(usize) -> bool,
 ) -> (Vec<Option<u64>>, u64) {
     let l = arena_layout(weights, streamed, None);
-    (l.homes.iter().map(|h| h.map(|(_, at)| at)).collect(), l.fill)
+    (
+        l.homes.iter().map(|h| h.map(|(_, at)| at)).collect(),
+        l.fill,
+    )
 }
 
 /// Cuts each block's streamed weights into parts of at most `capacity`
@@ -180,7 +183,8 @@ pub fn arena_layout(
 
 /// Bytes a weight takes in an arena, the next one starting aligned.
 fn aligned(size: u64) -> u64 {
-    size.checked_next_multiple_of(ARENA_ALIGN).unwrap_or(u64::MAX)
+    size.checked_next_multiple_of(ARENA_ALIGN)
+        .unwrap_or(u64::MAX)
 }
 
 /// Bytes of one arena that must hold `need` bytes of one block's streamed weights.
@@ -264,9 +268,17 @@ pub fn plan_model(
             .find(|&(w, arena)| fits(w, arena))?;
         // The arenas take the room the watermark leaves: fewer parts.
         let room = usable.saturating_sub(scratch + layout.prefix[w as usize]) / ARENAS;
-        let step = if room >= ARENA_STEP { ARENA_STEP } else { ARENA_ALIGN };
+        let step = if room >= ARENA_STEP {
+            ARENA_STEP
+        } else {
+            ARENA_ALIGN
+        };
         let capacity = (room / step * step).max(least);
-        Some((w, arena_size(layout_at(w, Some(capacity)).fill), Some(capacity)))
+        Some((
+            w,
+            arena_size(layout_at(w, Some(capacity)).fill),
+            Some(capacity),
+        ))
     });
     // The page-level plan with the arenas held back; with nothing that
     // fits, the same call names the largest tensor in its error.
@@ -408,14 +420,22 @@ mod tests {
         assert_eq!(p.granularity, Granularity::Part, "{p:?}");
         // The highest watermark first (two groups resident), then arenas
         // as large as the room left allows: one group each.
-        assert_eq!((p.plan.page_bytes, p.arena_bytes), (80 * MIB, 48 * MIB), "{p:?}");
+        assert_eq!(
+            (p.plan.page_bytes, p.arena_bytes),
+            (80 * MIB, 48 * MIB),
+            "{p:?}"
+        );
         assert!(p.plan.page_bytes + ARENAS * p.arena_bytes + p.scratch <= p.usable);
         let l = arena_layout(&w, |i| p.streamed(i), part_capacity(&p));
         assert!(l.fill <= p.arena_bytes);
         // Every streamed group is in one part; parts follow the groups' order.
-        for (a, b) in w.iter().zip(&w[1..]).zip(&l.homes).zip(&l.homes[1..]).filter_map(
-            |((pair, ha), hb)| Some((pair, ((*ha)?, (*hb)?))),
-        ) {
+        for (a, b) in w
+            .iter()
+            .zip(&w[1..])
+            .zip(&l.homes)
+            .zip(&l.homes[1..])
+            .filter_map(|((pair, ha), hb)| Some((pair, ((*ha)?, (*hb)?))))
+        {
             let ((wa, wb), ((pa, _), (pb, _))) = (a, b);
             if wa.block == wb.block {
                 assert!(pa <= pb, "{wa:?} {wb:?}");
@@ -424,7 +444,13 @@ mod tests {
         assert_eq!(p.streamed_parts, l.streamed_parts);
         assert_eq!(p.streamed_parts, 6, "{p:?}");
         // The same weights without groups cannot be planned at all.
-        let whole: Vec<PlanWeight> = w.iter().map(|x| PlanWeight { group: 0, ..x.clone() }).collect();
+        let whole: Vec<PlanWeight> = w
+            .iter()
+            .map(|x| PlanWeight {
+                group: 0,
+                ..x.clone()
+            })
+            .collect();
         let err = plan_model(&whole, 200 * MIB, 8 * MIB).unwrap_err();
         assert!(matches!(err, PlanError::BudgetTooSmall { .. }), "{err}");
         // Room for whole blocks: they move whole.
@@ -456,7 +482,10 @@ mod tests {
                 Some((0, 0))
             ]
         );
-        assert_eq!((l.parts.clone(), l.fill, l.streamed_parts), (vec![2, 1], 768, 3));
+        assert_eq!(
+            (l.parts.clone(), l.fill, l.streamed_parts),
+            (vec![2, 1], 768, 3)
+        );
         // A resident group leaves no hole; whole blocks ignore the groups.
         let l = arena_layout(&w, |i| i != 2, Some(800));
         assert_eq!(l.homes[3], Some((0, 512)));

@@ -186,11 +186,19 @@ mod tests {
         assert_eq!(p.seconds, 10.0);
         assert_eq!(p.seconds_by_bound, [2.0, 3.0, 5.0]);
         assert_eq!(p.bound, Bound::Pcie);
-        assert_eq!((p.compute_seconds, p.memory_seconds, p.transfer_seconds), (3.0, 4.5, 5.0));
+        assert_eq!(
+            (p.compute_seconds, p.memory_seconds, p.transfer_seconds),
+            (3.0, 4.5, 5.0)
+        );
         assert_eq!(p.flops, 3000);
         // Totals alone (max of the three sums) would say 5 s: each block
         // waits for its slowest part, so the pass is slower than that.
-        assert!(p.seconds > p.transfer_seconds.max(p.memory_seconds).max(p.compute_seconds));
+        assert!(
+            p.seconds
+                > p.transfer_seconds
+                    .max(p.memory_seconds)
+                    .max(p.compute_seconds)
+        );
         assert_eq!(predict(&[], &RATES).per_second(), 0.0);
     }
 }

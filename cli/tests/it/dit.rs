@@ -328,7 +328,10 @@ fn plan_takes_flux_files() {
         let parts = plan(&model, "0.002", "64").expect("plan");
         assert_eq!(parts["granularity"], "part", "{parts}");
         assert!(parts["streamed_parts"].as_u64() > tight["streamed_parts"].as_u64());
-        assert!(parts["peak_bytes"].as_u64() <= parts["usable"].as_u64(), "{parts}");
+        assert!(
+            parts["peak_bytes"].as_u64() <= parts["usable"].as_u64(),
+            "{parts}"
+        );
     }
 }
 

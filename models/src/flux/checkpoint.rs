@@ -109,9 +109,13 @@ impl Names {
     pub fn double_groups(&self, i: usize) -> Vec<Vec<String>> {
         let p = |s: &str, rest: &str| self.double(i, &format!("{s}_{rest}"));
         let qkv = |s: &str| {
-            ["attn.qkv", "attn.norm.query_norm.scale", "attn.norm.key_norm.scale"]
-                .map(|r| p(s, r))
-                .to_vec()
+            [
+                "attn.qkv",
+                "attn.norm.query_norm.scale",
+                "attn.norm.key_norm.scale",
+            ]
+            .map(|r| p(s, r))
+            .to_vec()
         };
         let after = |s: &str| ["attn.proj", "mlp.0", "mlp.2"].map(|r| vec![p(s, r)]);
         let mut groups = Vec::new();

@@ -68,7 +68,8 @@ mod tests {
         assert_eq!(f[1], double);
         assert_eq!(f[1], 1_304_822_808_576);
         // A single block: linear1 and linear2 at 4608 rows, modulation, attention.
-        let single = 2 * 4608 * 3072 * (21504 + 15360u64) + 2 * 9216 * 3072 + 4 * 4608 * 4608 * 3072;
+        let single =
+            2 * 4608 * 3072 * (21504 + 15360u64) + 2 * 9216 * 3072 + 4 * 4608 * 4608 * 3072;
         assert_eq!(f[20], single);
         let total: u64 = f.iter().sum();
         assert!((74.0e12..75.0e12).contains(&(total as f64)), "{total}");

@@ -17,13 +17,17 @@ pub fn block_flops(c: &LlamaConfig, rows: usize, past: usize) -> Vec<u64> {
         c.head_dim as u64,
     );
     let (m, past) = (rows as u64, past as u64);
-    let linears = 2 * m * h * (heads * hd + 2 * kv * hd) + 2 * m * heads * hd * h + 2 * m * 3 * h * i;
+    let linears =
+        2 * m * h * (heads * hd + 2 * kv * hd) + 2 * m * heads * hd * h + 2 * m * 3 * h * i;
     // Row r (0-based) sees past + r + 1 keys.
     let keys = m * past + m * (m + 1) / 2;
     let attention = 4 * heads * hd * keys;
     let head = 2 * h * c.vocab_size as u64;
     std::iter::once(0)
-        .chain(std::iter::repeat_n(linears + attention, c.num_hidden_layers))
+        .chain(std::iter::repeat_n(
+            linears + attention,
+            c.num_hidden_layers,
+        ))
         .chain(std::iter::once(head))
         .collect()
 }

@@ -79,7 +79,12 @@ fn tiny_flux_streamed_by_part_matches_reference() {
     assert_eq!(got.stats.staged_units, report.streamed_parts as u64);
     // Everything streams at this budget, each weight's file bytes once.
     assert_eq!(report.resident_bytes, 0, "{report:?}");
-    assert_eq!(got.stats.streamed_bytes, ckpt.weight_bytes(), "{:?}", got.stats);
+    assert_eq!(
+        got.stats.streamed_bytes,
+        ckpt.weight_bytes(),
+        "{:?}",
+        got.stats
+    );
     let b = rt.budget_report();
     assert!(b.peak <= b.usable, "peak {} > usable {}", b.peak, b.usable);
     let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
@@ -108,7 +113,8 @@ fn sparse_bf16(path: &Path, tensors: &[(String, Vec<usize>)]) {
         text.push(' ');
     }
     let mut f = std::fs::File::create(path).expect("create");
-    f.write_all(&(text.len() as u64).to_le_bytes()).expect("write");
+    f.write_all(&(text.len() as u64).to_le_bytes())
+        .expect("write");
     f.write_all(text.as_bytes()).expect("write");
     f.set_len(8 + text.len() as u64 + at).expect("sparse data");
 }
@@ -149,7 +155,10 @@ fn flux1_dev_plans_at_one_gib_by_part() {
     // Arenas hold the largest linear (single blocks' linear1, 132 MB bf16)
     // and less than a double block (680 MB).
     let linear1 = 2 * (3 * 3072 + 4 * 3072) * 3072;
-    assert!(plan.arena_bytes >= linear1 && plan.arena_bytes < 680_000_000, "{plan:?}");
+    assert!(
+        plan.arena_bytes >= linear1 && plan.arena_bytes < 680_000_000,
+        "{plan:?}"
+    );
     // More loads than the 59 blocks: the double blocks went in parts.
     assert!(plan.streamed_parts > 59, "{plan:?}");
     // Whole blocks cannot be planned at 1 GiB: the same weights ungrouped.
@@ -220,7 +229,11 @@ fn flux_by_part_on_the_copy_queue_is_bit_identical() {
     let first = flux.forward(&rt, &model, &inputs).expect("pass 1");
     let second = flux.forward(&rt, &model, &inputs).expect("pass 2");
     eprintln!("{test}: pass 2 {:?}", second.stats);
-    assert!(second.stats.sources.registered_pin_bytes > 0, "{:?}", second.stats);
+    assert!(
+        second.stats.sources.registered_pin_bytes > 0,
+        "{:?}",
+        second.stats
+    );
     assert!(second.stats.staged_units > ckpt.blocks().len() as u64);
     assert!(
         first
@@ -258,7 +271,10 @@ fn parts_out_of_order_and_bad_groups_are_clear_errors() {
     let first = twice.blocks[1].groups[0].clone();
     twice.blocks[1].groups.push(first);
     let text = Model::open(&rt, &twice).expect_err("twice").to_string();
-    assert!(text.contains("img_mod.lin") && text.contains("groups 0 and"), "{text}");
+    assert!(
+        text.contains("img_mod.lin") && text.contains("groups 0 and"),
+        "{text}"
+    );
 
     let model = Model::open(&rt, &spec).expect("opens");
     let nm = &ckpt.names;
@@ -276,7 +292,10 @@ fn parts_out_of_order_and_bad_groups_are_clear_errors() {
         })
         .expect_err("out of order");
     let text = err.to_string();
-    assert!(text.contains(&early) && text.contains("(part 0) after part"), "{text}");
+    assert!(
+        text.contains(&early) && text.contains("(part 0) after part"),
+        "{text}"
+    );
     // The runtime still runs the real forward.
     let mut flux = Flux::new(&rt, &ckpt, inputs.shape, ActDtype::F32).expect("runner");
     let out = flux.forward(&rt, &model, &inputs).expect("forward");
