@@ -335,7 +335,10 @@ impl Model {
             if result.is_err() {
                 break;
             }
-            s.begin(&mut enc);
+            // Later blocks were begun by the advance that ended the one before.
+            if i == 0 {
+                s.begin(&mut enc);
+            }
             let t = s.trace.begin();
             let recording = Instant::now();
             let submitted = s.stats.submit_seconds;

@@ -40,20 +40,14 @@ fn tiny_flux_streamed_by_part_matches_reference() {
     if !have_gpu(test) {
         return;
     }
-    let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
-    let inputs = FluxInputs::from_file(
-        &fixtures::tiny_flux().join("inputs.safetensors"),
-        &ckpt.config,
-    )
-    .expect("inputs");
+    let (ckpt, inputs, mut spec) = tiny();
     let dtype = ActDtype::F32;
-    let mut spec = ckpt.spec(inputs.shape, dtype);
     spec.scratch_bytes += dynvram_models::flux::capture_bytes(&ckpt.config, inputs.shape, dtype);
     // Two arenas of the largest linear and nothing else: whole blocks
     // cannot be double-buffered.
     let (group, block) = largest_group_and_block(&spec);
     assert!(block > group, "{block} {group}");
-    let budget = BudgetConfig::default().reserve + spec.scratch_bytes + 2 * arena_size(group);
+    let budget = part_budget(&spec);
     let rt = runtime(Some(budget));
     let model = Model::open(&rt, &spec).expect("model opens");
     let plan = model.plan();
@@ -87,7 +81,7 @@ fn tiny_flux_streamed_by_part_matches_reference() {
     );
     let b = rt.budget_report();
     assert!(b.peak <= b.usable, "peak {} > usable {}", b.peak, b.usable);
-    let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
+    let reference = reference();
     for (name, values) in &got.captures {
         assert_close_rel(name, values, &reference[name.as_str()].values, REL);
     }
@@ -109,7 +103,7 @@ fn sparse_bf16(path: &Path, tensors: &[(String, Vec<usize>)]) {
         at += len;
     }
     let mut text = serde_json::to_string(&header).expect("json");
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut f = std::fs::File::create(path).expect("create");
@@ -188,6 +182,11 @@ fn tiny() -> (FluxCheckpoint, FluxInputs, ModelSpec) {
     (ckpt, inputs, spec)
 }
 
+/// What diffusers computed for the fixture.
+fn reference() -> HashMap<String, safetensors::Tensor> {
+    safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"))
+}
+
 /// A budget holding two arenas of `spec`'s largest group and its scratch.
 fn part_budget(spec: &ModelSpec) -> u64 {
     let (group, _) = largest_group_and_block(spec);
@@ -243,8 +242,7 @@ fn flux_by_part_on_the_copy_queue_is_bit_identical() {
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "pass 2 differs from pass 1"
     );
-    let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
-    assert_close_rel("out", &second.out, &reference["out"].values, REL);
+    assert_close_rel("out", &second.out, &reference()["out"].values, REL);
 }
 
 /// A block's code that uses an earlier part's weight after a later one's
@@ -299,6 +297,5 @@ fn parts_out_of_order_and_bad_groups_are_clear_errors() {
     // The runtime still runs the real forward.
     let mut flux = Flux::new(&rt, &ckpt, inputs.shape, ActDtype::F32).expect("runner");
     let out = flux.forward(&rt, &model, &inputs).expect("forward");
-    let reference = safetensors::read(&fixtures::tiny_flux().join("reference.safetensors"));
-    assert_close_rel("out", &out.out, &reference["out"].values, REL);
+    assert_close_rel("out", &out.out, &reference()["out"].values, REL);
 }
