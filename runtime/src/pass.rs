@@ -149,14 +149,24 @@ impl<'a> BlockCtx<'a> {
     /// before it), where its block streams in parts.
     pub(crate) fn enter(&mut self, i: usize) -> Result<()> {
         let (_, unit) = self.locate(i)?;
+        let current = self.stream.current();
         match unit {
-            Some(u) if u > self.stream.current() => self.stream.advance(self.enc, u),
+            Some(u) if u > current => self.stream.advance(self.enc, u),
+            Some(u) if u < current => {
+                let first = self.first_unit();
+                Err(RuntimeError::PartOrder {
+                    tensor: self.model.weights[i].name.clone(),
+                    block_name: self.model.blocks[self.block].name.clone(),
+                    part: u - first,
+                    current: current - first,
+                })
+            }
             _ => Ok(()),
         }
     }
 
-    /// Where weight `i` is during its part (it may be a later part, not
-    /// staged yet: for its shape and size), and that part's unit when it
+    /// Where weight `i` is during its part (it may be another part, not
+    /// staged now: for its shape and size), and that part's unit when it
     /// streams.
     pub(crate) fn locate(&self, i: usize) -> Result<(WeightView<'a>, Option<usize>)> {
         let (model, placed) = (self.model, self.placed);
@@ -178,16 +188,7 @@ impl<'a> BlockCtx<'a> {
                         block_name: block_name(),
                     });
                 }
-                let first = placed.first_unit(self.block);
-                let (unit, current) = (first + part, self.stream.current());
-                if unit < current {
-                    return Err(RuntimeError::PartOrder {
-                        tensor: w.name.clone(),
-                        block_name: block_name(),
-                        part,
-                        current: current - first,
-                    });
-                }
+                let unit = placed.first_unit(self.block) + part;
                 let arena = &placed.arenas[unit % placed.arenas.len()];
                 (&arena.buffer, offset, Some(unit))
             }
