@@ -84,8 +84,8 @@ pub struct Args {
     #[arg(long, default_value_t = DEFAULT_MEM_GBPS, value_name = "GB/S")]
     mem_gbps: f64,
     /// The GPU's matrix rate (GEMM and attention) as dynvram's kernels
-    /// reach it, in TFLOP/s (10^12 FLOPs), e.g. from `dynvram bench` or a
-    /// `--profile` run's TFLOP/s column.
+    /// reach it, in TFLOP/s (10^12 FLOPs): e.g. `dynvram dit --json`'s
+    /// `achieved_tflops` on that GPU, or a `--profile` run's TFLOP/s column.
     #[arg(long, default_value_t = DEFAULT_MATRIX_TFLOPS, value_name = "TFLOP/S")]
     matrix_tflops: f64,
     /// List every tensor, not only the totals.
