@@ -105,13 +105,7 @@ impl BlockCtx<'_> {
         for layer in &names {
             let (w, c) = self.layer_weights(layer)?;
             if self.unit() != unit {
-                let l = model.linear(names[0])?;
-                return Err(crate::RuntimeError::PartOrder {
-                    tensor: model.weights[l.weight].name.clone(),
-                    block_name: model.blocks[self.index()].name.clone(),
-                    part: unit - self.first_unit(),
-                    current: self.unit() - self.first_unit(),
-                });
+                return Err(self.part_order(model.linear(names[0])?.weight, unit));
             }
             if choice.is_some_and(|first| first != c) {
                 return Ok(false);

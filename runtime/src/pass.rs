@@ -152,16 +152,19 @@ impl<'a> BlockCtx<'a> {
         let current = self.stream.current();
         match unit {
             Some(u) if u > current => self.stream.advance(self.enc, u),
-            Some(u) if u < current => {
-                let first = self.first_unit();
-                Err(RuntimeError::PartOrder {
-                    tensor: self.model.weights[i].name.clone(),
-                    block_name: self.model.blocks[self.block].name.clone(),
-                    part: u - first,
-                    current: current - first,
-                })
-            }
+            Some(u) if u < current => Err(self.part_order(i, u)),
             _ => Ok(()),
+        }
+    }
+
+    /// The error for weight `i`, in unit `unit`, used after that unit ended.
+    pub(crate) fn part_order(&self, i: usize, unit: usize) -> RuntimeError {
+        let first = self.first_unit();
+        RuntimeError::PartOrder {
+            tensor: self.model.weights[i].name.clone(),
+            block_name: self.model.blocks[self.block].name.clone(),
+            part: unit - first,
+            current: self.stream.current() - first,
         }
     }
 
@@ -174,18 +177,15 @@ impl<'a> BlockCtx<'a> {
         let (shared, offset, unit) = match &placed.homes[i] {
             Home::Resident(r) => (&r.buffer, 0, None),
             &Home::Arena { part, offset } => {
-                let block_name = || {
-                    model
-                        .blocks
-                        .get(self.block)
-                        .map(|b| b.name.clone())
-                        .unwrap_or_default()
-                };
                 if w.block != self.block {
                     return Err(RuntimeError::NotInBlock {
                         tensor: w.name.clone(),
                         block: self.block,
-                        block_name: block_name(),
+                        block_name: model
+                            .blocks
+                            .get(self.block)
+                            .map(|b| b.name.clone())
+                            .unwrap_or_default(),
                     });
                 }
                 let unit = placed.first_unit(self.block) + part;
@@ -211,7 +211,7 @@ impl<'a> BlockCtx<'a> {
     }
 
     /// This block's first unit.
-    pub(crate) fn first_unit(&self) -> usize {
+    fn first_unit(&self) -> usize {
         self.placed.first_unit(self.block)
     }
 }
