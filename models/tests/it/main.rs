@@ -6,6 +6,7 @@
 //! modules.
 
 mod flux;
+mod flux_parts;
 mod llama_common;
 mod llama_f16;
 mod llama_pipelined;
