@@ -5,6 +5,7 @@
 //! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
 //! modules.
 
+mod clip;
 mod flux;
 mod flux_parts;
 mod llama_common;
@@ -14,3 +15,6 @@ mod llama_quant;
 mod llama_qwen2;
 mod llama_tiny;
 mod mlp_stack_files;
+mod t5;
+mod text_common;
+mod tokenize;
