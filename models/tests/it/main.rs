@@ -7,6 +7,7 @@
 
 mod clip;
 mod flux;
+mod flux_parts;
 mod flux_sample;
 mod llama_common;
 mod llama_f16;
