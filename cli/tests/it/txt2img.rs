@@ -17,6 +17,18 @@ const PROMPTS: [&str; 2] = [
     "A watercolor painting of the Eiffel Tower at sunset, highly detailed",
 ];
 
+/// The fixture's size, steps and T5 length (`spec.json`).
+const FIXTURE_RUN: [&str; 8] = [
+    "--width",
+    "96",
+    "--height",
+    "96",
+    "--steps",
+    "4",
+    "--max-sequence-length",
+    "32",
+];
+
 /// A ComfyUI `models/` folder of links to the fixture's four files.
 fn models_folder(root: &Path) -> PathBuf {
     let fx = fixtures::tiny_flux_pipeline();
@@ -110,17 +122,10 @@ fn txt2img_pngs_match_diffusers_resident_and_streamed() {
             PROMPTS[0],
             "--prompt",
             PROMPTS[1],
-            "--width",
-            "96",
-            "--height",
-            "96",
-            "--steps",
-            "4",
             "--guidance",
             "3.5",
-            "--max-sequence-length",
-            "32",
         ];
+        args.extend(FIXTURE_RUN);
         let (noise_s, out_s) = (noise.to_str().expect("utf-8"), out.to_str().expect("utf-8"));
         args.extend(["--noise", noise_s, "--out", out_s]);
         if let Some(b) = budget {
@@ -284,23 +289,15 @@ fn txt2img_plan_needs_no_gpu() {
     let dir = tempfile::tempdir().expect("tempdir");
     let models = models_folder(dir.path());
     let out = dir.path().join("never.png");
-    let args = [
-        "--prompt",
-        "a cat",
-        "--width",
-        "96",
-        "--height",
-        "96",
-        "--steps",
-        "4",
-        "--max-sequence-length",
-        "32",
+    let mut args = vec!["--prompt", "a cat"];
+    args.extend(FIXTURE_RUN);
+    args.extend([
         "--vram-budget",
         "0.003",
         "--plan",
         "--out",
         out.to_str().expect("utf-8"),
-    ];
+    ]);
     let report = match txt2img(&models, &args) {
         Some(Ok(r)) => r,
         other => panic!("--plan: {other:?}"),
