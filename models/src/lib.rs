@@ -23,3 +23,4 @@ mod record;
 mod synth_io;
 pub mod t5;
 pub mod tokenize;
+pub mod vae;

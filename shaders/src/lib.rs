@@ -35,6 +35,7 @@ pub mod bench;
 pub mod flash;
 pub mod linear;
 pub mod transformer;
+pub mod vae;
 
 /// The first line of every module: activations are f32 by default.
 pub const ACT_ALIAS_F32: &str = "alias act = f32;\n";
@@ -88,5 +89,6 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
     let mut v = linear::ALL.to_vec();
     v.extend_from_slice(transformer::ALL);
     v.extend_from_slice(bench::ALL);
+    v.extend_from_slice(vae::ALL);
     v
 }

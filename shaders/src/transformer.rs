@@ -4,7 +4,7 @@
 /// Residual add, GELU (tanh), SiLU, SwiGLU, scale; out-of-place and in-place entries.
 pub const ELEMENTWISE: &str = wgsl!("elementwise.wgsl");
 /// RMSNorm and LayerNorm, one workgroup per row.
-pub const NORM: &str = wgsl!("norm.wgsl");
+pub const NORM: &str = wgsl!("workgroup_sum.wgsl", "norm.wgsl");
 /// Hugging Face `rotate_half` RoPE from a host cos/sin table, in place.
 pub const ROPE: &str = wgsl!("rope.wgsl");
 /// Causal grouped-query softmax attention with an online softmax.
@@ -134,7 +134,7 @@ pub fn with_two_walk_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
 }
 
 /// Embedding row gather from an f32, f16 or bf16 table.
-pub const EMBED: &str = wgsl!("embed.wgsl");
+pub const EMBED: &str = wgsl!("stored_float.wgsl", "embed.wgsl");
 
 /// Greedy token choice: the argmax of one row of logits as a `u32`.
 pub const ARGMAX: &str = wgsl!("argmax.wgsl");
@@ -142,12 +142,13 @@ pub const ARGMAX: &str = wgsl!("argmax.wgsl");
 /// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
 /// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
 /// sequence, and a batched row/column gather (optionally through GELU).
-pub const DIT: &str = wgsl!("dit.wgsl");
+pub const DIT: &str = wgsl!("workgroup_sum.wgsl", "dit.wgsl");
 
 /// Every transformer shader file, as (file name, source).
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise.wgsl", ELEMENTWISE),
     ("norm.wgsl", NORM),
+    ("workgroup_sum.wgsl", NORM),
     ("rope.wgsl", ROPE),
     ("attention.wgsl", ATTENTION),
     ("attention_params.wgsl", ATTENTION),

@@ -28,6 +28,9 @@
 //              b = src row0, c = src width, d = src col0,
 //              e = dst rows per batch, f = dst row0, g = dst width,
 //              h = dst col0, op (0 = copy, 1 = GELU tanh)
+//
+// needs: workgroup_sum
+// provides: WG
 
 struct Params {
     rows: u32,
@@ -57,24 +60,8 @@ var<immediate> params: Params;
 @group(0) @binding(4) var<storage, read> w: array<f32>;
 @group(0) @binding(5) var<storage, read> pe: array<vec2<f32>>;
 
-var<workgroup> red: array<f32, WG>;
-
 fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
-}
-
-fn workgroup_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if lid < s {
-            red[lid] = red[lid] + red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
 }
 
 @compute @workgroup_size(256)

@@ -1,13 +1,13 @@
 // Embedding lookup: out[t, c] = table[ids[t], c], decoded to f32 and stored
 // as `act` (f32 or f16).
-// The table is read as raw 32-bit words so one kernel serves f32, f16 and
-// bf16 storage without the f16 shader feature; f16 is decoded by hand
-// (unpack2x16float needs a downlevel capability some GL drivers lack).
+// The table is read as raw 32-bit words (stored_float.wgsl decodes them).
 // DTYPE: 0 = f32, 1 = f16, 2 = bf16 (16-bit values little-endian, element
 // e in the low half of word e/2 when e is even). Ids >= vocab give a zero row.
 // A table larger than one storage binding is gathered in row chunks, one
 // dispatch each: `table` is rows first_row..end_row, and a dispatch writes
 // only the tokens whose ids fall there (the last chunk also the zero rows).
+//
+// needs: stored_value
 
 struct Params {
     n_tokens: u32,
@@ -29,33 +29,8 @@ var<immediate> params: Params;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;
 
-// IEEE binary16 bits (low 16 bits of `h`) to f32, exact for every value.
-fn f16_bits_to_f32(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let exponent = (h >> 10u) & 0x1fu;
-    let mantissa = h & 0x3ffu;
-    if exponent == 0u {
-        // zero or subnormal: mantissa * 2^-24
-        let magnitude = f32(mantissa) * 5.9604644775390625e-8;
-        return select(magnitude, -magnitude, sign != 0u);
-    }
-    if exponent == 31u {
-        return bitcast<f32>(sign | 0x7f800000u | (mantissa << 13u));
-    }
-    return bitcast<f32>(sign | ((exponent + 112u) << 23u) | (mantissa << 13u));
-}
-
 fn load(e: u32) -> f32 {
-    if DTYPE == 0u {
-        return bitcast<f32>(table[e]);
-    }
-    let word = table[e / 2u];
-    let odd = (e & 1u) == 1u;
-    if DTYPE == 1u {
-        return f16_bits_to_f32(select(word & 0xffffu, word >> 16u, odd));
-    }
-    let bits = select(word << 16u, word & 0xffff0000u, odd);
-    return bitcast<f32>(bits);
+    return stored_value(table[select(e / 2u, e, DTYPE == 0u)], e, DTYPE);
 }
 
 @compute @workgroup_size(256)

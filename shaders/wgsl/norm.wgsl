@@ -8,6 +8,9 @@
 //
 // 1/sqrt instead of inverseSqrt: sqrt and division are correctly rounded on
 // common drivers, inverseSqrt only to a few ulp.
+//
+// needs: workgroup_sum
+// provides: WG
 
 struct Params {
     rows: u32,
@@ -29,26 +32,9 @@ var<immediate> params: Params;
 @group(0) @binding(5) var<storage, read_write> xs: array<act>;
 @group(0) @binding(6) var<storage, read> delta: array<act>;
 
-var<workgroup> red: array<f32, 1024>;
-
 // Row elements each invocation loads before using any (a constant count:
 // the loads are issued together, not one memory latency per element).
 const UNROLL: u32 = 4u;
-
-// Sum of `v` over the workgroup; every invocation gets the total.
-fn workgroup_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if lid < s {
-            red[lid] = red[lid] + red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
 
 // The row workgroup `wid` normalises (>= params.rows past the end).
 fn norm_row(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {

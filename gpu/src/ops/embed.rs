@@ -13,7 +13,8 @@ use crate::tensor::GpuTensor;
 
 const WG: u64 = 256;
 
-/// Storage type of an embedding table.
+/// Storage type of a table or weight that a kernel decodes itself
+/// (embedding tables, convolution weights).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TableDtype {
     /// 32-bit float.
@@ -33,7 +34,8 @@ impl TableDtype {
         }
     }
 
-    fn code(self) -> f64 {
+    /// The shaders' `DTYPE` / `WDT` constant (`stored_float.wgsl`).
+    pub(crate) fn code(self) -> f64 {
         match self {
             Self::F32 => 0.0,
             Self::F16 => 1.0,
@@ -70,7 +72,7 @@ pub struct TokenIds<'a> {
 
 /// A buffer region binding of `bytes` bytes rounded up to whole 4-byte
 /// words, checked to lie inside the buffer.
-fn region<'a>(
+pub(crate) fn region<'a>(
     op: &'static str,
     name: &str,
     buffer: &'a wgpu::Buffer,

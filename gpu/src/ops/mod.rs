@@ -4,10 +4,12 @@
 pub mod argmax;
 pub mod attention;
 pub mod cache;
+pub mod conv;
 pub mod dit;
 pub mod elementwise;
 pub mod embed;
 pub mod encoder;
+pub mod group_norm;
 pub mod host;
 mod kernel;
 pub mod launch;
@@ -15,3 +17,4 @@ pub mod linear;
 pub mod norm;
 pub mod profile;
 pub mod rope;
+pub mod spatial_attention;

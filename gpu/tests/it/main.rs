@@ -26,6 +26,7 @@ mod ops_embed;
 mod ops_norm;
 mod ops_rope;
 mod ops_tiny_llama;
+mod ops_vae;
 mod pipeline_cache;
 mod staging_ring;
 mod upload_bench;

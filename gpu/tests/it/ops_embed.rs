@@ -1,7 +1,7 @@
 //! Embedding gather from f32, f16 and bf16 tables (odd sizes, so 16-bit
 //! rows straddle 32-bit words), with an out-of-range id giving a zero row.
 
-use crate::ops_common::{ctx, nan_tensor, read, run, upload_bytes};
+use crate::ops_common::{ctx, nan_tensor, read, run, stored_as, upload_bytes};
 use dynvram_gpu::GpuError;
 use dynvram_gpu::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
 use dynvram_gpu::ops::encoder::Encoder;
@@ -21,24 +21,7 @@ fn embed_gathers_every_dtype() {
     ];
     let ids_buf = upload_bytes(g, "ids", bytemuck::cast_slice(&ids));
     for dtype in [TableDtype::F32, TableDtype::F16, TableDtype::Bf16] {
-        // the f32 values each table really stores, and its bytes
-        let (stored, bytes): (Vec<f32>, Vec<u8>) = match dtype {
-            TableDtype::F32 => (values.clone(), bytemuck::cast_slice(&values).to_vec()),
-            TableDtype::F16 => {
-                let h: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
-                (
-                    h.iter().map(|v| v.to_f32()).collect(),
-                    h.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                )
-            }
-            TableDtype::Bf16 => {
-                let h: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
-                (
-                    h.iter().map(|v| v.to_f32()).collect(),
-                    h.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                )
-            }
-        };
+        let (stored, bytes) = stored_as(&values, dtype);
         let table_buf = upload_bytes(g, "table", &bytes);
         let table = EmbedTable {
             buffer: &table_buf,

@@ -18,3 +18,4 @@ mod mlp_stack_files;
 mod t5;
 mod text_common;
 mod tokenize;
+mod vae;

@@ -128,7 +128,13 @@ fn names(src: &str) -> Names {
 /// The files of each module, as `wgsl!(…)` lists them in shaders/src.
 fn modules() -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    for f in ["lib.rs", "linear.rs", "transformer.rs", "bench.rs"] {
+    for f in [
+        "lib.rs",
+        "linear.rs",
+        "transformer.rs",
+        "bench.rs",
+        "vae.rs",
+    ] {
         let src = std::fs::read_to_string(format!("{}/src/{f}", env!("CARGO_MANIFEST_DIR")))
             .expect("read");
         for call in src.split("wgsl!(").skip(1) {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use dynvram_gpu::ops::cache::PipelineCache;
+use dynvram_gpu::ops::embed::TableDtype;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;
 use dynvram_gpu::{ActDtype, Gpu, GpuError, GpuTensor};
@@ -88,4 +89,27 @@ pub fn up(c: &Ctx, data: &[f32], shape: &[u64], dtype: ActDtype) -> GpuTensor {
 /// A zeroed tensor of `dtype`.
 pub fn zeros(c: &Ctx, shape: &[u64], dtype: ActDtype) -> GpuTensor {
     host::zeros(&c.gpu, "out", shape.to_vec(), dtype).expect("zeros")
+}
+
+/// `values` stored as `dtype`: the f32 values the stored ones really are,
+/// and their little-endian bytes.
+pub fn stored_as(values: &[f32], dtype: TableDtype) -> (Vec<f32>, Vec<u8>) {
+    use half::{bf16, f16};
+    match dtype {
+        TableDtype::F32 => (values.to_vec(), bytemuck::cast_slice(values).to_vec()),
+        TableDtype::F16 => {
+            let h: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
+            (
+                h.iter().map(|v| v.to_f32()).collect(),
+                h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
+        }
+        TableDtype::Bf16 => {
+            let h: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+            (
+                h.iter().map(|v| v.to_f32()).collect(),
+                h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
+        }
+    }
 }
