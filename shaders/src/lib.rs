@@ -31,6 +31,7 @@ macro_rules! wgsl {
     };
 }
 
+pub mod backends;
 pub mod bench;
 pub mod flash;
 pub mod linear;
