@@ -18,6 +18,7 @@
 //! every other case runs the scalar kernels (`scalar.rs`), whose keys split
 //! over workgroups when there are too few rows to fill the GPU.
 
+mod coop_blocks;
 mod decode;
 mod flash;
 mod scalar;
@@ -27,7 +28,7 @@ mod two_walk;
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
-use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
+use crate::ops::kernel::{bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
@@ -379,17 +380,6 @@ fn coop_caps(edge: u32, sg: u32, storage: u32) -> dynvram_quant::AdapterCaps {
         max_invocations_per_workgroup: 1024,
         ..dynvram_quant::AdapterCaps::baseline("test", "vulkan")
     }
-}
-
-/// Bytes (q, out, and the visible k/v rows once per kv head) and FLOPs
-/// (q·k and p·v over the keys each query row sees) of one attention.
-fn cost(q: &GpuTensor, heads: Heads, span: Span) -> kernel::Cost {
-    let row = heads.n_kv_heads * heads.head_dim * q.dtype.size();
-    kernel::Cost::new(
-        q.bytes() + 2 * span.batch * span.kv_len * row,
-        q.bytes(),
-        4 * heads.n_heads * heads.head_dim * span.visible_pairs(),
-    )
 }
 
 /// Records a copy of `rows` `[s, width]` into cache rows `pos0..pos0+s` of

@@ -55,7 +55,7 @@ pub(super) fn record(
     };
     let params = params(heads, span, chunk, splits)?;
     let groups = (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "rows", rows)?);
-    let cost = super::cost(q, heads, span);
+    let cost = super::shape::cost(q, heads, span);
     let constants = [("HD", head_dim as f64)];
     let act = q.dtype;
     let dispatch = |entry, bindings, groups, cost| Dispatch {
