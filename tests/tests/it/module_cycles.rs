@@ -477,13 +477,13 @@ fn absolute(
     }
 }
 
+/// A path's segments and the byte where it starts.
+type PathAt = (usize, Vec<String>);
+
 /// Every path that starts at `crate`, `super`, `self` or a child module's
 /// name in `code`, as (start, segments); `pub use` statements are
 /// returned apart (re-exports), with each leaf's alias.
-fn paths(
-    code: &[u8],
-    children: &BTreeSet<String>,
-) -> (Vec<(usize, Vec<String>)>, Vec<(usize, Vec<String>)>) {
+fn paths(code: &[u8], children: &BTreeSet<String>) -> (Vec<PathAt>, Vec<PathAt>) {
     let (mut uses, mut reexports) = (Vec::new(), Vec::new());
     let mut in_use = Vec::new();
     for (at, e) in find_word(code, b"use") {
