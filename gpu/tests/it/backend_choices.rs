@@ -137,6 +137,14 @@ fn chosen_needs(caps: &AdapterCaps) -> Vec<(String, Vec<Need>)> {
     if caps.shader_f16 {
         out.push(("f16 activations".into(), vec![Need::F16]));
     }
+    // The row GEMVs' and the fused norm + quantization's subgroup variants
+    // take `caps.subgroups` itself (their choosers need a device).
+    if caps.subgroups {
+        out.push((
+            "subgroup GEMV rows, norm + quant".into(),
+            vec![Need::Subgroups],
+        ));
+    }
     // Linear kernels for every format and override; the fast ones are the
     // subgroup modules.
     let formats = [
