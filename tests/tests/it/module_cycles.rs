@@ -19,10 +19,10 @@
 //! File granularity: every file but the crate root is a node. There is an
 //! edge `a.rs → b.rs` when `a.rs` names an item that `b.rs` defines, by a
 //! path from `crate::`, `super::`, `self::` or a child module's name, in a
-//! `use` or in code; a name some file re-exports (`pub use x::Item`) is
-//! followed to the file that defines it, and a re-export itself is no
-//! edge (it passes names through: `mod.rs` re-exporting its children's
-//! items is not a use of them).
+//! `use` or in code; a name some file imports (`use x::Item`, `pub use
+//! x::Item`) is followed to the file that defines it, and a re-export
+//! itself is no edge (it passes names through: `mod.rs` re-exporting its
+//! children's items is not a use of them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -98,8 +98,8 @@ fn file_allow_list_is_current() {
 
 /// The file graph on a small made-up crate: paths through `crate::`,
 /// `super::`, `self::` and child names, grouped and nested imports,
-/// re-exports followed to the defining file, re-exports themselves no
-/// edge, and test items skipped.
+/// re-exports and private imports followed to the defining file,
+/// re-exports themselves no edge, and test items skipped.
 #[test]
 fn file_graph_follows_uses_and_reexports() {
     let dir = tempfile::tempdir().unwrap();
@@ -112,7 +112,7 @@ fn file_graph_follows_uses_and_reexports() {
     write("lib.rs", "mod ops; mod util;\npub use util::Helper;");
     write(
         "ops/mod.rs",
-        "mod cache; mod launch; mod profile;\npub use launch::{launch, Launch as L};\nfn f() { cache::clear(); }",
+        "mod cache; mod launch; mod profile;\npub use launch::{launch, Launch as L};\nuse launch::launch as go;\nfn f() { cache::clear(); }",
     );
     write(
         "ops/cache.rs",
@@ -124,7 +124,7 @@ fn file_graph_follows_uses_and_reexports() {
     );
     write(
         "ops/profile.rs",
-        "pub struct Profile;\nfn g() { self::h(); super::super::ops::cache::clear(); }\nfn h() {}\n#[cfg(test)]\nmod tests { use crate::util::x; }",
+        "pub struct Profile;\nfn g() { self::h(); super::super::ops::cache::clear(); super::go(); }\nfn h() {}\n#[cfg(test)]\nmod tests { use crate::util::x; }",
     );
     write(
         "util.rs",
@@ -132,13 +132,13 @@ fn file_graph_follows_uses_and_reexports() {
     );
     let g = file_graph(src);
     let targets = |m: &str| g[m].keys().cloned().collect::<Vec<_>>();
-    assert_eq!(targets("ops"), ["ops::cache"]);
+    assert_eq!(targets("ops"), ["ops::cache", "ops::launch"]);
     assert_eq!(
         targets("ops::cache"),
         ["ops::launch", "ops::profile", "util"]
     );
     assert!(targets("ops::launch").is_empty());
-    assert_eq!(targets("ops::profile"), ["ops::cache"]);
+    assert_eq!(targets("ops::profile"), ["ops::cache", "ops::launch"]);
     assert_eq!(targets("util"), ["ops::launch"]);
     assert_eq!(cycles(&g), [["ops::cache", "ops::profile"]]);
 }
@@ -481,8 +481,8 @@ fn absolute(
 type PathAt = (usize, Vec<String>);
 
 /// Every path that starts at `crate`, `super`, `self` or a child module's
-/// name in `code`, as (start, segments); `pub use` statements are
-/// returned apart (re-exports), with each leaf's alias.
+/// name in `code`, as (start, segments), and the names its `use`
+/// statements bind (each leaf with its alias), public or not.
 fn paths(code: &[u8], children: &BTreeSet<String>) -> (Vec<PathAt>, Vec<PathAt>) {
     let (mut uses, mut reexports) = (Vec::new(), Vec::new());
     let mut in_use = Vec::new();
@@ -499,14 +499,18 @@ fn paths(code: &[u8], children: &BTreeSet<String>) -> (Vec<PathAt>, Vec<PathAt>)
         let end = expand_tree(code, e, &[], &mut leaves);
         in_use.push((at, end));
         for leaf in leaves {
-            if public {
-                reexports.push((at, leaf));
-            } else {
+            // A private `use` binds the name for the file's descendants
+            // too (`super::name`), so it is followed like a re-export.
+            if !public {
                 uses.push((
                     at,
-                    leaf.into_iter().filter(|s| !s.starts_with("as ")).collect(),
+                    leaf.iter()
+                        .filter(|s| !s.starts_with("as "))
+                        .cloned()
+                        .collect(),
                 ));
             }
+            reexports.push((at, leaf));
         }
     }
     let inside_use = |p: usize| in_use.iter().any(|(s, e)| (*s..*e).contains(&p));

@@ -128,7 +128,7 @@ pub(super) fn launch_blocks(
                 to_u32(op, "n_heads", heads.n_heads)?,
                 to_u32(op, "query blocks", blocks)?,
             ),
-            cost: super::shape::cost(q, heads, span),
+            cost: super::cost(q, heads, span),
         },
     )
 }

@@ -338,7 +338,7 @@ pub(super) fn record(
         ("HPW", hpw as f64),
     ];
     let Operands { q, k, v, out } = *ops;
-    let cost = super::shape::cost(q, heads, span);
+    let cost = super::cost(q, heads, span);
     let part_bytes = span.sq * n_heads * splits * (head_dim + 2) * 4;
     // The kernel binds both; with one split it writes `out` and not `part`.
     let part = scratch.attention_partials(gpu, part_bytes)?;

@@ -32,6 +32,7 @@ use crate::ops::kernel::{bad, expect_distinct, expect_dtype, expect_shape, rows_
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
+// The kernels' cost, for the files below (`super::cost`).
 pub use decode::{DecodeTuning, decode_split, device_tuning, lanes_per_key, uses_subgroups};
 pub use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, KvStaging};
 pub use flash::{
@@ -43,6 +44,7 @@ pub use flash::{
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
+use shape::cost;
 pub use shape::{Heads, MAX_HEAD_DIM};
 
 /// Query rows from which flash attention runs where it can: below, a block

@@ -55,7 +55,7 @@ pub(super) fn record(
     };
     let params = params(heads, span, chunk, splits)?;
     let groups = (to_u32(OP, "n_heads", n_heads)?, to_u32(OP, "rows", rows)?);
-    let cost = super::shape::cost(q, heads, span);
+    let cost = super::cost(q, heads, span);
     let constants = [("HD", head_dim as f64)];
     let act = q.dtype;
     let dispatch = |entry, bindings, groups, cost| Dispatch {
@@ -141,6 +141,18 @@ pub(super) fn params(
     chunk: u64,
     splits: u64,
 ) -> Result<kernel::Immediates, GpuError> {
+    let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
+    params_scaled(heads, span, chunk, splits, scale)
+}
+
+/// [`params`] with the scores scaled by `scale` instead of head_dim^-0.5.
+pub(super) fn params_scaled(
+    heads: Heads,
+    span: Span,
+    chunk: u64,
+    splits: u64,
+    scale: f32,
+) -> Result<kernel::Immediates, GpuError> {
     const OP: &str = "attention";
     let p = Params {
         sq: to_u32(OP, "sq", span.sq)?,
@@ -149,7 +161,7 @@ pub(super) fn params(
         head_dim: to_u32(OP, "head_dim", heads.head_dim)?,
         kv_len: to_u32(OP, "kv_len", span.kv_len)?,
         pos0: to_u32(OP, "pos0", span.pos0)?,
-        scale: (1.0 / (heads.head_dim as f64).sqrt()) as f32,
+        scale,
         chunk: to_u32(OP, "chunk", chunk)?,
         splits: to_u32(OP, "splits", splits)?,
         kv_rows: to_u32(OP, "kv_rows", span.kv_rows)?,
