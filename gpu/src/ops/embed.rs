@@ -13,20 +13,6 @@ use crate::tensor::GpuTensor;
 
 const WG: u64 = 256;
 
-/// `embed.wgsl`'s `Params`, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n_tokens: u32,
-    cols: u32,
-    /// The chunk of the table bound: rows `first_row..end_row`.
-    first_row: u32,
-    end_row: u32,
-    vocab: u32,
-    _pad: [u32; 3],
-}
-const _: () = assert!(size_of::<Params>() == 32);
-
 /// Storage type of an embedding table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TableDtype {
@@ -109,6 +95,20 @@ fn region<'a>(
         size: Some(size),
     }))
 }
+
+/// `embed.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n_tokens: u32,
+    cols: u32,
+    /// The chunk of the table bound: rows `first_row..end_row`.
+    first_row: u32,
+    end_row: u32,
+    vocab: u32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<Params>() == 32);
 
 /// Records `out[t] = table[ids[t]]` (converted to `out`'s dtype, f32 or f16)
 /// for `out` `[ids.count, hidden]`.
