@@ -91,13 +91,41 @@ fn every_file_in_the_folder_is_registered() {
     );
 }
 
-/// The cooperative GEMM's `main` in its file is the generator's for the
-/// file's own shape, and the generated modules of other shapes validate.
+/// The cooperative GEMMs' `main` in their files is the generator's for the
+/// files' own shape (the double-buffered file's with the float staging's
+/// slots), and the generated modules of other shapes validate, for both
+/// kernels.
 #[test]
 fn coop_gemm_shapes_generate_and_validate() {
-    use dynvram_shaders::linear::{self, CoopGemmShape};
+    use dynvram_shaders::linear::{self, CoopGemmKernel, CoopGemmShape};
+    let (single, double) = (CoopGemmKernel::Single, CoopGemmKernel::Double);
     let file = linear::FLOAT_GEMM_COOP16;
-    assert_eq!(linear::coop_gemm(file, 16, CoopGemmShape::FILE), file);
+    assert_eq!(
+        linear::coop_gemm(file, 16, CoopGemmShape::FILE, single, true),
+        file
+    );
+    let file = linear::FLOAT_GEMM_COOP16_DB;
+    let own = linear::coop_gemm(file, 16, CoopGemmShape::FILE, double, true);
+    if std::env::var("DYNVRAM_BLESS_WGSL").is_ok() && own != file {
+        // The generated main into the file (`DYNVRAM_BLESS_WGSL=1`).
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl/linear_gemm_coop_db.wgsl");
+        let text = std::fs::read_to_string(path).expect("read");
+        let main = |t: &str| {
+            let begin = t.find("// BEGIN main").expect("begin");
+            (begin, t.find("// END main").expect("end"))
+        };
+        let ((b, e), (ob, oe)) = (main(&text), main(&own));
+        std::fs::write(
+            path,
+            format!("{}{}{}", &text[..b], &own[ob..oe], &text[e..]),
+        )
+        .expect("write");
+    } else {
+        assert!(
+            own == file,
+            "linear_gemm_coop_db.wgsl's main is stale: DYNVRAM_BLESS_WGSL=1 rewrites it"
+        );
+    }
     validate_all(&variants::coop_gemms());
 }
 
@@ -238,6 +266,7 @@ fn flash_tuning_text_round_trips() {
         "64x32w8prt",
         "64x64w4c2m",
         "128x32w8c2gtm",
+        "128x32w8c2drt",
     ] {
         let t: FlashTuning = text.parse().expect(text);
         assert_eq!(t.to_string(), text);
@@ -251,6 +280,13 @@ fn flash_tuning_text_round_trips() {
     assert_eq!((t.staging, t.prefetch), (KvStaging::Serial, false));
     assert!(!t.column_major);
     assert_eq!("64x32w4s".parse::<FlashTuning>(), Ok(t));
+    // Double staging stores from the prefetch registers: `r` is needed.
+    let d: FlashTuning = "64x64w4d".parse().expect("parses");
+    assert_eq!(d.staging, KvStaging::Double);
+    let why = d
+        .geometry(16, 32, 128)
+        .expect_err("no registers to store from");
+    assert!(why.contains("`r`"), "{why}");
     for bad in [
         "",
         "64",

@@ -1,11 +1,11 @@
 //! Every module the runtime can create: each file of `wgsl/` in both
 //! activation types, and the generated ones (cooperative GEMM shapes,
 //! decode attention shapes, flash attention tunings, two-walk flash
-//! attention shapes). `validate.rs` and
-//! `translate.rs` walk these same lists.
+//! attention shapes). `validate.rs` and `translate.rs` walk these same
+//! lists.
 
 use dynvram_shaders::flash::{FlashTuning, flash_attention};
-use dynvram_shaders::linear::{self, CoopGemmShape};
+use dynvram_shaders::linear::{self, CoopGemmKernel, CoopGemmShape};
 use dynvram_shaders::transformer::{
     DecodeShape, FLASH_ATTENTION8, FLASH_ATTENTION16, FLASH_TWO_WALK8, FLASH_TWO_WALK16,
     attention_decode, with_decode_shape, with_two_walk_shape,
@@ -37,15 +37,39 @@ pub fn files() -> Vec<Variant> {
     f32.chain(f16).collect()
 }
 
-/// The cooperative GEMMs (integer and float staging, both matrix edges) in
-/// workgroup shapes of one to sixteen subgroups, in f16.
+/// The cooperative GEMMs (integer and float staging, both matrix edges,
+/// single and double-buffered) in workgroup shapes of one to sixteen
+/// subgroups, in f16.
 pub fn coop_gemms() -> Vec<Variant> {
+    let (single, double) = (CoopGemmKernel::Single, CoopGemmKernel::Double);
     let mut out = Vec::new();
-    for (name, src, edge) in [
-        ("int coop16", linear::INT_GEMM_COOP16, 16),
-        ("float coop16", linear::FLOAT_GEMM_COOP16, 16),
-        ("int coop8", linear::INT_GEMM_COOP8, 8),
-        ("float coop8", linear::FLOAT_GEMM_COOP8, 8),
+    for (name, src, edge, kernel, float) in [
+        ("int coop16", linear::INT_GEMM_COOP16, 16, single, false),
+        ("float coop16", linear::FLOAT_GEMM_COOP16, 16, single, true),
+        ("int coop8", linear::INT_GEMM_COOP8, 8, single, false),
+        ("float coop8", linear::FLOAT_GEMM_COOP8, 8, single, true),
+        (
+            "int coop16 db",
+            linear::INT_GEMM_COOP16_DB,
+            16,
+            double,
+            false,
+        ),
+        (
+            "float coop16 db",
+            linear::FLOAT_GEMM_COOP16_DB,
+            16,
+            double,
+            true,
+        ),
+        ("int coop8 db", linear::INT_GEMM_COOP8_DB, 8, double, false),
+        (
+            "float coop8 db",
+            linear::FLOAT_GEMM_COOP8_DB,
+            8,
+            double,
+            true,
+        ),
     ] {
         for (sg, sg_m, sg_n, wm, wn, bk) in [
             (32, 4, 4, 2, 2, 32),
@@ -53,7 +77,12 @@ pub fn coop_gemms() -> Vec<Variant> {
             (32, 2, 2, 4, 4, 32),
             (8, 1, 3, 3, 1, 16),
             (16, 2, 1, 1, 4, 48),
+            (8, 1, 3, 3, 1, 32),
         ] {
+            // The double-buffered integer staging takes 32 columns a slot.
+            if kernel == double && !float && bk % 32 != 0 {
+                continue;
+            }
             let shape = CoopGemmShape {
                 sg,
                 sg_m,
@@ -62,7 +91,7 @@ pub fn coop_gemms() -> Vec<Variant> {
                 wn,
                 bk,
             };
-            let text = with_f16_activations(&linear::coop_gemm(src, edge, shape));
+            let text = with_f16_activations(&linear::coop_gemm(src, edge, shape, kernel, float));
             out.push(variant(format!("{name} {shape:?}"), text));
         }
     }
@@ -144,6 +173,10 @@ pub fn flash_attentions() -> Vec<FlashVariant> {
             "64x64w4c2gt",
             "64x64w4c2m",
             "128x32w8c2prtm",
+            "64x64w4c2dr",
+            "64x32w4k2c2dr",
+            "128x32w8c2drt",
+            "64x64w4dr",
         ] {
             let tuning: FlashTuning = tuning.parse().expect("tuning");
             for hd in [edge * 4, 80, 128, 256] {
@@ -190,15 +223,5 @@ pub fn two_walks() -> Vec<Variant> {
             ));
         }
     }
-    out
-}
-
-/// Every module above, in one list.
-pub fn every() -> Vec<Variant> {
-    let mut out = files();
-    out.extend(coop_gemms());
-    out.extend(decode_attention());
-    out.extend(two_walks());
-    out.extend(flash_attentions().into_iter().map(|f| f.variant));
     out
 }
