@@ -10,6 +10,7 @@ pub mod budget_args;
 pub mod conformance;
 pub mod dit;
 pub mod generate;
+pub mod gpu_timing;
 pub mod plan;
 pub mod probe;
 pub mod profile;

@@ -37,6 +37,18 @@ pub enum MlpError {
     Reference(#[from] quant::ReferenceError),
 }
 
+/// Seed of a generated input.
+pub const INPUT_SEED: u64 = 7;
+
+/// `n` seeded standard-normal values (ChaCha8, reproducible across
+/// platforms): generated inputs, and the built-in model's weights.
+pub fn random_normal(n: usize, seed: u64) -> Vec<f32> {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
+}
+
 /// Layer names of block `i`.
 pub fn layer_names(i: usize) -> [String; 2] {
     [format!("blocks.{i}.mlp.fc1"), format!("blocks.{i}.mlp.fc2")]
@@ -288,9 +300,9 @@ impl Probe {
 
     /// The file's `input` tensor, else seeded N(0,1)-like values.
     pub fn input(&self, rows: usize) -> Vec<f32> {
-        self.input.clone().unwrap_or_else(|| {
-            builtin::random_normal(rows * self.shape.hidden, builtin::INPUT_SEED)
-        })
+        self.input
+            .clone()
+            .unwrap_or_else(|| random_normal(rows * self.shape.hidden, INPUT_SEED))
     }
 
     /// The runtime spec.
