@@ -238,6 +238,30 @@ pub enum LoadError {
     /// The reader pool's threads are gone.
     #[error("reader pool is shut down")]
     PoolShutDown,
+    /// An output path resolves to something the command reads
+    /// ([`crate::output_path`]): writing it would destroy an input.
+    #[error(
+        "output `{}` is `{}`, which this command reads (through `{}`): choose another output",
+        output.display(), input.display(), resolved.display()
+    )]
+    OutputIsInput {
+        /// The output as given.
+        output: PathBuf,
+        /// The input as given.
+        input: PathBuf,
+        /// What the output resolved to: the input, a folder holding it, or
+        /// a file of an input folder.
+        resolved: PathBuf,
+    },
+    /// An output folder exists with files in it and `--force` was not given.
+    #[error(
+        "output folder `{}` exists and is not empty: remove it, choose another, or pass --force to replace it",
+        path.display()
+    )]
+    OutputNotEmpty {
+        /// The folder.
+        path: PathBuf,
+    },
 }
 
 /// Shorthand used throughout the crate.

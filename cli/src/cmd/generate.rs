@@ -242,6 +242,11 @@ fn check_context(prompt: usize, max_new: usize, ckpt: &Checkpoint) -> anyhow::Re
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let reads: Vec<&std::path::Path> = [Some(args.model_dir.as_path()), args.weights.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    crate::cmd::check_outputs(&reads, &[args.logits_out.as_deref()], &args.adapter)?;
     let sampling = sampling(&args)?;
     let mut sampler = Sampler::new(sampling).map_err(anyhow::Error::msg)?;
     let tokenizer = match &args.prompt {

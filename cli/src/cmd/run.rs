@@ -74,6 +74,11 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         Some(f) => f.clone(),
         None => builtin::ensure_cached_in(&crate::cmd::cache_dir())?,
     };
+    crate::cmd::check_outputs(
+        &[&file],
+        &[args.timeline.as_deref(), args.trace.as_deref()],
+        &args.adapter,
+    )?;
     let probe = mlp_stack::Probe::open(&file)?;
     let mut budget = args.budget.config()?;
     if budget.vram_budget.is_none() && args.file.is_none() {

@@ -12,3 +12,4 @@ mod dit;
 mod faults;
 mod generate_f16;
 mod generate_prompt;
+mod outputs;
