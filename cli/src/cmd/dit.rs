@@ -51,8 +51,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1, conflicts_with = "steps", value_parser = steps)]
     passes: usize,
     /// Untimed forwards first, so shader compilation and first uploads are
-    /// not counted.
-    #[arg(long, default_value_t = 0)]
+    /// not counted (0 to 1000).
+    #[arg(long, default_value_t = 0, value_parser = crate::cmd::ranges::int::<usize, 0, 1000>)]
     warmup: usize,
     /// Draw the last pass as an SVG timeline (lanes: reads/uploads,
     /// kernels, submits, waits).

@@ -53,8 +53,10 @@ pub struct Args {
     /// softmax of logits / temperature.
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     temperature: f32,
-    /// With --temperature: draw only from the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 0, value_name = "K")]
+    /// With --temperature: draw only from the K most likely tokens (0: all;
+    /// at most 16 777 216, the largest vocabulary).
+    #[arg(long, default_value_t = 0, value_name = "K",
+          value_parser = crate::cmd::ranges::int::<usize, 0, { 1 << 24 }>)]
     top_k: usize,
     /// With --temperature: draw only from the fewest most likely tokens
     /// whose probabilities reach P (1: all).
@@ -77,8 +79,9 @@ pub struct Args {
     #[arg(long)]
     ignore_eos: bool,
     /// Untimed runs (the prompt, then one decode step) before the measured
-    /// one, so first-use shader compilation is not counted as prefill time.
-    #[arg(long, default_value_t = 0)]
+    /// one, so first-use shader compilation is not counted as prefill time
+    /// (0 to 1000).
+    #[arg(long, default_value_t = 0, value_parser = crate::cmd::ranges::int::<usize, 0, 1000>)]
     warmup: usize,
     /// Greedy decoding waits for each step's logits and picks the token on
     /// the CPU before recording the next step, as sampling does (for

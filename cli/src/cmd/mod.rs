@@ -14,6 +14,7 @@ pub mod plan;
 pub mod probe;
 pub mod profile;
 pub mod quantize;
+pub mod ranges;
 pub mod run;
 pub mod synth;
 

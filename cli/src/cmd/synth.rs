@@ -33,8 +33,9 @@ pub struct Args {
     /// Override the number of decoder layers.
     #[arg(long)]
     layers: Option<usize>,
-    /// Largest shard in GiB; bigger checkpoints get an index.
-    #[arg(long, default_value_t = 4.0)]
+    /// Largest shard in GiB (above 0, at most 1 048 576); bigger
+    /// checkpoints get an index.
+    #[arg(long, default_value_t = 4.0, value_parser = crate::cmd::ranges::positive::<{ 1 << 20 }>)]
     shard_gib: f64,
     /// Also write a synthetic byte-level BPE tokenizer.json filling the
     /// vocabulary, so `dynvram generate --prompt TEXT` works on the checkpoint.
@@ -92,7 +93,7 @@ pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)>
         dtype: args.dtype.into(),
         seed: args.seed,
         layers: args.layers,
-        shard_bytes: (args.shard_gib.min(1e9) * f64::from(1u32 << 30)) as u64,
+        shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,
     };
     Ok((config, opts))
 }

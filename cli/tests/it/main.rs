@@ -5,6 +5,7 @@
 //! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
 //! modules.
 
+mod bounds;
 mod cli;
 mod common;
 mod day_one;
