@@ -3,7 +3,6 @@
 //! when asked), tokens printed to stdout as they come, then prefill/decode
 //! speed, bytes streamed per token and the budget figures.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -289,7 +288,6 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let mut llama = Llama::with_dtype(&rt, &ckpt, limits, args.compute_dtype.resolve(&rt))
         .context("--compute-dtype")?;
     tracing::info!(?prompt, text = ?args.prompt, ?eos, "prompt");
-    let mut stdout = std::io::stdout();
     // Greedy without logits to keep: the GPU may pick the tokens.
     let greedy = sampling.is_greedy() && args.logits_out.is_none();
     let decode_loop = if args.sync_decode {
@@ -313,12 +311,12 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             return;
         }
         match stream.as_mut().map(|s| s.step(t)) {
-            None => _ = write!(stdout, "{t} "),
-            Some(Ok(Some(text))) => _ = write!(stdout, "{text}"),
+            None => crate::output::out(format_args!("{t} ")),
+            Some(Ok(Some(text))) => crate::output::out(format_args!("{text}")),
             Some(Ok(None)) => {}
             Some(Err(e)) => _ = stream_error.get_or_insert(e),
         }
-        let _ = stdout.flush();
+        crate::output::flush_stdout();
     };
     let (max_new, keep_logits) = (args.max_new_tokens, args.logits_out.is_some());
     let g = if greedy {

@@ -14,3 +14,4 @@ mod faults;
 mod generate_f16;
 mod generate_prompt;
 mod outputs;
+mod streams;
