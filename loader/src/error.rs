@@ -238,6 +238,20 @@ pub enum LoadError {
     /// The reader pool's threads are gone.
     #[error("reader pool is shut down")]
     PoolShutDown,
+    /// The data section holds bytes past the last tensor (the `safetensors`
+    /// crate refuses such files too).
+    #[error(
+        "`{}`: {} bytes after the last tensor: the tensors end at byte {used} of the {data_len}-byte data section (a damaged or foreign file)",
+        path.display(), data_len - used
+    )]
+    TrailingBytes {
+        /// The file.
+        path: PathBuf,
+        /// Where the last tensor ends, relative to the data section.
+        used: u64,
+        /// Length of the data section.
+        data_len: u64,
+    },
     /// An output path resolves to something the command reads
     /// ([`crate::output_path`]): writing it would destroy an input.
     #[error(

@@ -60,6 +60,9 @@ pub enum QuantizeError {
         /// The regex error.
         message: String,
     },
+    /// The input holds no tensor: there is nothing to quantize.
+    #[error("`{}` holds no tensor: nothing to quantize", .0.display())]
+    NoTensors(PathBuf),
     /// Reading the input or writing the output failed (the loader's error
     /// names the file, the tensor and the sizes).
     #[error(transparent)]
@@ -521,6 +524,9 @@ pub fn quantize_file(
     }
     dynvram_loader::output_path::check_output(output, &[input])?;
     let file = SafetensorsFile::open(input)?;
+    if file.tensors().is_empty() {
+        return Err(QuantizeError::NoTensors(input.to_owned()));
+    }
     // Created up front: an output that cannot be written is refused before
     // the work, and an interrupted run has a temp file the signal handler removes.
     let mut dst = AtomicFile::create(output)?;
