@@ -204,6 +204,12 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             c.max_reference,
             report.end_to_end_tolerance
         );
+        if let Some(g) = &c.golden {
+            println!(
+                "golden     `{}` of the file: {:.2e} of its max (limit {:.0e})",
+                g.tensor, g.rel, report.end_to_end_tolerance
+            );
+        }
         if let Some(p) = &report.profile {
             profile::print("last pass", p);
         }
