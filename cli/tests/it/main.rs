@@ -14,4 +14,5 @@ mod faults;
 mod generate_f16;
 mod generate_prompt;
 mod outputs;
+mod readme_tours;
 mod streams;
