@@ -14,5 +14,6 @@ mod faults;
 mod generate_f16;
 mod generate_prompt;
 mod outputs;
+mod poison;
 mod readme_tours;
 mod streams;
