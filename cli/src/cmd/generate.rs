@@ -45,7 +45,7 @@ pub struct Args {
     /// (`chat_template` of tokenizer_config.json, or chat_template.jinja),
     /// with the assistant's header after it; the config's `eos_token` also
     /// ends generation.
-    #[arg(long, requires = "prompt")]
+    #[arg(long, requires = "prompt", conflicts_with = "prompt_ids")]
     chat: bool,
     /// Sampling temperature; 0 (the default) is greedy decoding, the same
     /// tokens every run. Above 0 tokens are drawn on the CPU from the
@@ -273,6 +273,21 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         ids.extend(chat_eos.filter(|id| !ids.contains(id)));
         ids
     };
+    // An id past the vocabulary can never be generated: the stop would
+    // never come, silently.
+    let vocab = ckpt.config.vocab_size;
+    if let Some(bad) = eos.iter().find(|&&id| id as usize >= vocab) {
+        bail!(
+            "end-of-sequence id {bad} is outside the vocabulary of {vocab} tokens (ids 0 to {}): \
+             it can never be generated (from {})",
+            vocab - 1,
+            if args.eos.is_empty() {
+                "the checkpoint's eos_token_id"
+            } else {
+                "--eos"
+            }
+        );
+    }
     let limits = Limits {
         max_seq: prompt.len() + args.max_new_tokens.max(1),
         max_rows: prompt.len(),

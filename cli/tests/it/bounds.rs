@@ -44,3 +44,32 @@ fn numeric_flags_out_of_range_are_refused_naming_flag_and_range() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// Issue 31, class 6: what would be ignored is refused, naming it: an
+/// end-of-sequence id that can never occur, `--chat` beside `--prompt-ids`.
+#[test]
+fn unreachable_eos_ids_and_chat_without_text_are_refused() {
+    let llama = dynvram_test_support::fixtures::tiny_llama();
+    let out = dynvram()
+        .arg("generate")
+        .arg(&llama)
+        .args(["--prompt-ids", "1,2", "--eos", "4000000000"])
+        .output()
+        .expect("generate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("end-of-sequence id 4000000000 is outside the vocabulary")
+            && stderr.contains("--eos"),
+        "{stderr}"
+    );
+    let out = dynvram()
+        .arg("generate")
+        .arg(&llama)
+        .args(["--prompt-ids", "1,2", "--chat"])
+        .output()
+        .expect("generate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--chat"), "{stderr}");
+}
