@@ -98,3 +98,61 @@ fn zero_negative_or_nonfinite_scales_are_refused_naming_tensor_and_row() {
     let stderr = String::from_utf8_lossy(&plan().stderr).into_owned();
     assert!(stderr.contains("element 7 (row 7)"), "{stderr}");
 }
+
+/// A NaN in a float weight (the final norm: every logit becomes NaN) stops
+/// `generate` naming the op and the step, instead of printing tokens picked
+/// from NaN logits at exit 0.
+#[test]
+fn nan_logits_stop_generate_naming_op_and_step() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dynvram_test_support::fixtures::tiny_llama();
+    for f in ["model.safetensors", "config.json", "generation_config.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).expect("copy");
+    }
+    let weights = dir.path().join("model.safetensors");
+    let at = dynvram_loader::SafetensorsFile::open(&weights)
+        .expect("open")
+        .tensors()
+        .iter()
+        .find(|t| t.name == "model.norm.weight")
+        .expect("norm")
+        .range
+        .start;
+    let mut f = std::fs::File::options()
+        .write(true)
+        .open(&weights)
+        .expect("open");
+    f.seek(SeekFrom::Start(at)).expect("seek");
+    f.write_all(&0x7fc0u16.to_le_bytes()).expect("bf16 NaN");
+    drop(f);
+    let out = dynvram()
+        .arg("generate")
+        .arg(dir.path())
+        .args([
+            "--prompt-ids",
+            "1,2",
+            "--max-new-tokens",
+            "2",
+            "--compute-dtype",
+            "f32",
+        ])
+        .output()
+        .expect("generate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && dynvram_test_support::skip::skip_without_adapter("nan_logits_stop_generate", &stderr)
+    {
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("lm_head's logits at the prompt is NaN"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no token printed: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
