@@ -255,8 +255,8 @@ pub enum LoadError {
     /// An output path resolves to something the command reads
     /// ([`crate::output_path`]): writing it would destroy an input.
     #[error(
-        "output `{}` is `{}`, which this command reads (through `{}`): choose another output",
-        output.display(), input.display(), resolved.display()
+        "output `{}` resolves to `{}`, which this command reads (input `{}`): choose another output",
+        output.display(), resolved.display(), input.display()
     )]
     OutputIsInput {
         /// The output as given.
