@@ -51,6 +51,12 @@
 # kernels K1-K3 of issue 15 with the defaults: `bench linear` at 1x16384²,
 #         1x4096², 4096x12288x3072, int4/int8/bf16, f16 activations.
 #                                                            -> kernels.json
+# ceilings issue 30 item 1: bench/ceilings.sh as one part (llama.cpp's
+#         MUL_MAT / FLASH_ATTN_EXT with and without NV_coopmat2, llama-bench
+#         pp512/pp4096, bench coop with padded panels, bench linear at
+#         FLUX.1's shapes with the single-stage and double-buffered
+#         cooperative GEMMs, flash attention at 24 x 4608 x 128); best alone
+#         in its call (~9 min).                           -> ceilings/table.md
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -210,10 +216,14 @@ p_submits() {
         done
     done
 }
+p_ceilings() {
+    local left=$((deadline - ($(date +%s) - t0)))
+    DYNVRAM=$d OUT=$O DEADLINE=$((left - 5)) bash bench/ceilings.sh
+}
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"

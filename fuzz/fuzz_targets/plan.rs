@@ -4,7 +4,7 @@
 //! and every byte is either resident or streamed.
 #![no_main]
 
-use dynvram_runtime::planning::{ARENAS, PlanWeight, arena_offsets, plan_model};
+use dynvram_runtime::planning::{ARENAS, PlanWeight, arena_layout, part_capacity, plan_model};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,6 +33,7 @@ fuzz_target!(|input: Input| {
                 name: format!("w{i}"),
                 size: size >> shift,
                 block,
+                group: usize::from(step % 2),
             }
         })
         .collect();
@@ -45,7 +46,7 @@ fuzz_target!(|input: Input| {
         u128::from(p.plan.resident_bytes) + u128::from(p.plan.streamed_bytes),
         total
     );
-    let (_, need) = arena_offsets(&weights, |i| p.streamed(i));
+    let need = arena_layout(&weights, |i| p.streamed(i), part_capacity(&p)).fill;
     assert!(
         p.arena_bytes >= need,
         "arena {} < need {need}",

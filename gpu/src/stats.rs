@@ -13,8 +13,12 @@ pub struct PassStats {
     pub loaded_bytes: u64,
     /// Wall time of the pass, including the final wait for the GPU.
     pub seconds: f64,
-    /// Submits made (one per block, plus ring flushes).
+    /// Submits made (one per block, or per part where blocks stream in
+    /// parts, plus ring flushes).
     pub submits: u64,
+    /// Arena loads: blocks, or parts of blocks, whose streamed weights were
+    /// staged (each into the arena the one before it is not using).
+    pub staged_units: u64,
     /// Times the ring had to wait for a slot's earlier copy.
     pub ring_stalls: u64,
     /// Where the streamed bytes came from: registered pins, RAM pins, files.

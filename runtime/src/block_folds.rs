@@ -58,7 +58,7 @@ impl BlockCtx<'_> {
             2 => return Ok(true),
             _ => {}
         }
-        let (weights, choice) = self.layer_weights(layer)?;
+        let (weights, choice) = self.layer_weights_located(layer)?;
         let any = Fold {
             norm: None,
             residual: true,

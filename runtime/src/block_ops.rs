@@ -16,7 +16,7 @@ use dynvram_gpu::tensor::GpuTensor;
 impl BlockCtx<'_> {
     /// A weight of this block as an `f32` tensor view (norm weights, biases:
     /// tensors the model declared in [`crate::BlockSpec::tensors`]).
-    pub fn weight_tensor(&self, name: &str) -> Result<GpuTensor> {
+    pub fn weight_tensor(&mut self, name: &str) -> Result<GpuTensor> {
         let w = self.weight(name)?;
         if !(w.as_f32 || w.dtype == dynvram_loader::Dtype::F32) {
             return Err(crate::RuntimeError::Dtype {
@@ -94,13 +94,19 @@ impl BlockCtx<'_> {
             Fuse::Glu(names, _) => SmallVec::from_slice(&names),
         };
         let model = self.model();
+        if names.iter().any(|l| model.patches.contains_key(*l)) {
+            return Ok(false);
+        }
+        // One launch reads every layer: they must be in one part (a later
+        // layer's part would end the part holding the first).
         let mut weights: SmallVec<[LinearWeights; 4]> = SmallVec::new();
         let mut choice = None;
+        let unit = self.unit();
         for layer in &names {
-            if model.patches.contains_key(*layer) {
-                return Ok(false);
-            }
             let (w, c) = self.layer_weights(layer)?;
+            if self.unit() != unit {
+                return Err(self.part_order(model.linear(names[0])?.weight, unit));
+            }
             if choice.is_some_and(|first| first != c) {
                 return Ok(false);
             }
@@ -152,15 +158,33 @@ impl BlockCtx<'_> {
 
     /// Layer `layer`'s weights as the linear kernels take them, and the
     /// kernel path the model's plan chose for it.
-    pub(crate) fn layer_weights(&self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
+    pub(crate) fn layer_weights(&mut self, layer: &str) -> Result<(LinearWeights, KernelChoice)> {
         let l = self.model().linear(layer)?;
         Ok((self.linear_weights(l)?, l.path.kernel))
     }
 
-    /// `l`'s tensors where they are during this block.
-    fn linear_weights(&self, l: &crate::model::Linear) -> Result<LinearWeights> {
+    /// [`Self::layer_weights`] without moving to the layer's part (for its
+    /// shapes and format; the regions may be in a part not staged yet).
+    pub(crate) fn layer_weights_located(
+        &self,
+        layer: &str,
+    ) -> Result<(LinearWeights, KernelChoice)> {
+        let l = self.model().linear(layer)?;
+        Ok((self.linear_weights_located(l)?, l.path.kernel))
+    }
+
+    /// `l`'s tensors where they are during this block, its part entered.
+    fn linear_weights(&mut self, l: &crate::model::Linear) -> Result<LinearWeights> {
+        for i in [Some(l.weight), l.scale, l.bias].into_iter().flatten() {
+            self.enter(i)?;
+        }
+        self.linear_weights_located(l)
+    }
+
+    /// `l`'s tensors where they are during their part.
+    fn linear_weights_located(&self, l: &crate::model::Linear) -> Result<LinearWeights> {
         let region = |i: usize| -> Result<Region> {
-            let w = self.weight_at(i)?;
+            let (w, _) = self.locate(i)?;
             Ok(Region {
                 buffer: w.shared.clone(),
                 offset: w.offset,

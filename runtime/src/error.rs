@@ -96,6 +96,32 @@ pub enum RuntimeError {
         /// Block name.
         block_name: String,
     },
+    /// A block's `BlockSpec::groups` do not cover its linears and tensors
+    /// exactly once.
+    #[error("{model}: block `{block}`: bad groups: {why}")]
+    BadGroups {
+        /// The model's file.
+        model: PathBuf,
+        /// Block name.
+        block: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A block's code used a weight of a part of the block that streamed
+    /// before the current one (its arena has been reused since).
+    #[error(
+        "block `{block_name}` streams in parts and its code used `{tensor}` (part {part}) after part {current}: declare BlockSpec::groups in the order the code uses them"
+    )]
+    PartOrder {
+        /// Tensor name.
+        tensor: String,
+        /// Block name.
+        block_name: String,
+        /// The tensor's part.
+        part: usize,
+        /// The part being recorded.
+        current: usize,
+    },
     /// A linear layer could not be recorded.
     #[error("linear layer `{layer}`: {source}")]
     Linear {

@@ -22,6 +22,7 @@ mod pass;
 mod pins;
 pub mod planning;
 mod residency;
+pub mod roofline;
 mod runtime;
 pub mod trace;
 mod upload;

@@ -13,7 +13,9 @@ use dynvram_quant::{KernelPath, QuantLayer};
 
 use crate::error::{Result, RuntimeError};
 use crate::lora::LoraPatch;
-use crate::planning::{ModelPlan, PlanWeight, arena_offsets, arena_size, plan_model};
+use crate::planning::{
+    Granularity, ModelPlan, PlanWeight, arena_layout, arena_size, part_capacity, plan_model,
+};
 use crate::residency::{ModelResidency, Placed, SharedRegistry};
 use crate::runtime::Runtime;
 use crate::upload::{ModelView, Weight, upload_kind};
@@ -32,6 +34,14 @@ pub struct BlockSpec {
     /// Tensors uploaded with their bytes as stored (e.g. an embedding table
     /// that a kernel decodes itself).
     pub raw_tensors: Vec<String>,
+    /// Where the block may be cut when the budget cannot hold two arenas of
+    /// it (it then streams in parts, each staged while the part before it
+    /// computes): its linears and tensors by name, in groups, **in the
+    /// order the block's code first uses them**. A part is a run of whole
+    /// groups, so the linears of one fused launch (q/k/v) share a group.
+    /// Empty: the block is never cut. Otherwise every linear and tensor of
+    /// the block is in exactly one group.
+    pub groups: Vec<Vec<String>>,
 }
 
 /// What to open: files and blocks.
@@ -107,6 +117,10 @@ pub struct ModelReport {
     pub streamed_tensors: usize,
     /// Bytes of each transient arena its pass needs.
     pub arena_bytes: u64,
+    /// Whether streamed blocks move whole or in parts (the plan's choice).
+    pub granularity: Granularity,
+    /// Arena loads of a pass (streamed blocks, or parts of blocks).
+    pub streamed_parts: usize,
     /// Blocks.
     pub blocks: usize,
     /// Bytes of its resident weight buffers in the ledger.
@@ -305,13 +319,16 @@ impl Model {
         let streamed_tensors = (0..self.plan_weights.len())
             .filter(|&i| streamed(i))
             .count();
+        let layout = arena_layout(&self.plan_weights, streamed, part_capacity(&self.plan));
         ModelReport {
             model_bytes: sum(false) + sum(true),
             resident_bytes: sum(false),
             streamed_bytes: sum(true),
             resident_tensors: self.plan_weights.len() - streamed_tensors,
             streamed_tensors,
-            arena_bytes: arena_size(arena_offsets(&self.plan_weights, streamed).1),
+            arena_bytes: arena_size(layout.fill),
+            granularity: self.plan.granularity,
+            streamed_parts: layout.streamed_parts,
             blocks: self.blocks.len(),
             loaded_vram: residency.as_ref().map_or(0, |r| r.loaded_vram),
             pages_resident: residency.as_ref().map_or(0, |r| r.pages_resident),
@@ -407,6 +424,7 @@ fn plan_weights(weights: &[Weight]) -> Vec<PlanWeight> {
             // so resident pages and ledger figures agree exactly.
             size: w.upload.gpu_size(&w.info).max(4).next_multiple_of(4),
             block: w.block,
+            group: w.group,
         })
         .collect()
 }
@@ -427,7 +445,7 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
     let mut blocks = Vec::new();
     for (b, block) in spec.blocks.iter().enumerate() {
         let mut ids = Vec::new();
-        let mut add = |name: &str, raw: bool| -> Result<()> {
+        let mut add = |name: &str, raw: bool, group: usize| -> Result<()> {
             if by_name.contains_key(name) {
                 return Ok(());
             }
@@ -442,33 +460,36 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
                 name: name.to_owned(),
                 info: info.clone(),
                 block: b,
+                group,
                 upload,
             });
             Ok(())
         };
-        for l in &block.linears {
-            let layout = |source| RuntimeError::Layout {
-                model: path.to_owned(),
-                source,
-            };
-            let layer = dynvram_quant::validate_layer(&list, l).map_err(layout)?;
-            // Poisoned scales would make every output of the layer garbage
-            // (NaN/inf int scales even came out finite): refused at open.
-            dynvram_quant::check_scales(&list, &layer).map_err(layout)?;
-            add(&layer.weight, true)?;
-            for t in [&layer.scale, &layer.input_scale].into_iter().flatten() {
-                add(t, true)?;
+        // Load order: group by group where the block declares groups.
+        for (name, kind, group) in block_items(path, block)? {
+            match kind {
+                Item::Linear => {
+                    let layout = |source| RuntimeError::Layout {
+                        model: path.to_owned(),
+                        source,
+                    };
+                    let layer = dynvram_quant::validate_layer(&list, name).map_err(layout)?;
+                    // Poisoned scales would make every output of the layer
+                    // garbage (NaN/inf int scales even came out finite):
+                    // refused at open.
+                    dynvram_quant::check_scales(&list, &layer).map_err(layout)?;
+                    add(&layer.weight, true, group)?;
+                    for t in [&layer.scale, &layer.input_scale].into_iter().flatten() {
+                        add(t, true, group)?;
+                    }
+                    if let Some(bias) = &layer.bias {
+                        add(bias, false, group)?;
+                    }
+                    layers.insert(name.to_owned(), layer);
+                }
+                Item::Tensor => add(name, false, group)?,
+                Item::Raw => add(name, true, group)?,
             }
-            if let Some(bias) = &layer.bias {
-                add(bias, false)?;
-            }
-            layers.insert(l.clone(), layer);
-        }
-        for t in &block.tensors {
-            add(t, false)?;
-        }
-        for t in &block.raw_tensors {
-            add(t, true)?;
         }
         blocks.push(Block {
             name: block.name.clone(),
@@ -481,6 +502,55 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
         layers,
         blocks,
     })
+}
+
+/// What a block declares a name as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item {
+    Linear,
+    Tensor,
+    Raw,
+}
+
+/// A block's linears and tensors in load order with their group: as
+/// declared (all in group 0) without groups, else group by group, each
+/// checked to be declared once and grouped once.
+fn block_items<'s>(path: &Path, block: &'s BlockSpec) -> Result<Vec<(&'s str, Item, usize)>> {
+    let declared = block
+        .linears
+        .iter()
+        .map(|n| (n, Item::Linear))
+        .chain(block.tensors.iter().map(|n| (n, Item::Tensor)))
+        .chain(block.raw_tensors.iter().map(|n| (n, Item::Raw)));
+    if block.groups.is_empty() {
+        return Ok(declared.map(|(n, kind)| (n.as_str(), kind, 0)).collect());
+    }
+    let bad = |why: String| RuntimeError::BadGroups {
+        model: path.to_owned(),
+        block: block.name.clone(),
+        why,
+    };
+    let declared: Vec<(&str, Item)> = declared.map(|(n, kind)| (n.as_str(), kind)).collect();
+    let kinds: HashMap<&str, Item> = declared.iter().copied().collect();
+    let mut seen = HashMap::new();
+    let mut items = Vec::new();
+    for (g, group) in block.groups.iter().enumerate() {
+        for name in group {
+            let kind = *kinds.get(name.as_str()).ok_or_else(|| {
+                bad(format!(
+                    "group {g} names `{name}`, which is none of the block's linears or tensors"
+                ))
+            })?;
+            if let Some(first) = seen.insert(name.as_str(), g) {
+                return Err(bad(format!("`{name}` is in groups {first} and {g}")));
+            }
+            items.push((name.as_str(), kind, g));
+        }
+    }
+    if let Some((name, _)) = declared.iter().find(|(n, _)| !seen.contains_key(n)) {
+        return Err(bad(format!("`{name}` is in no group")));
+    }
+    Ok(items)
 }
 
 fn open_files(files: &[PathBuf]) -> Result<ModelFiles> {

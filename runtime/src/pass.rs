@@ -6,6 +6,12 @@
 //! submit. All ring recycling happens at the submit boundary, never while a
 //! block is being recorded.
 //!
+//! A block streaming by part (`planning::Granularity::Part`) is several
+//! *units*, one per part, and everything above holds per unit: the first
+//! use of a weight of the block's next part ends the unit being recorded
+//! there (its kernels submitted with the next part's uploads), so the
+//! block's code is unchanged; the block must use its parts in order.
+//!
 //! Where the device has a copy queue (`gpu::TransferQueue`: a transfer-only
 //! Vulkan family, the copy engines) block *i+1*'s copies from registered pins
 //! go there as one batch, submitted before block *i*'s kernels, waiting only
@@ -82,15 +88,16 @@ pub struct WeightView<'a> {
     pub(crate) shared: &'a std::sync::Arc<wgpu::Buffer>,
 }
 
-/// What a block's code sees: its weights, the encoder, the GPU.
-#[derive(Debug)]
+/// What a block's code sees: its weights, the encoder, the GPU. Where the
+/// block streams in parts, using a weight of the next part ends the part
+/// being recorded (its kernels are submitted with the next part's uploads).
 pub struct BlockCtx<'a> {
     rt: &'a Runtime,
     model: &'a Model,
     enc: &'a mut Encoder,
     block: usize,
-    keep: &'a mut Vec<crate::Activation>,
     placed: &'a Placed,
+    stream: &'a mut dyn Units,
     /// The last op left the activation codes of its output in the linear
     /// scratch for the next linears (`BlockCtx::add_rms_norm_for`).
     pub(crate) quantized: bool,
@@ -118,67 +125,75 @@ impl<'a> BlockCtx<'a> {
         self.enc
     }
 
-    /// Keeps a temporary activation (and its ledger entry) until the block's
-    /// encoder has been submitted.
+    /// Keeps a temporary activation (and its ledger entry) until the
+    /// encoder recording it has been submitted.
     pub fn keep_alive(&mut self, a: crate::Activation) {
-        self.keep.push(a);
+        self.stream.keep(a);
     }
 
-    /// A weight of this block, resident or in this block's arena.
-    pub fn weight(&self, name: &str) -> Result<WeightView<'a>> {
-        self.model.weight_view(self.placed, name, self.block)
+    /// A weight of this block, resident or in this block's arena (where the
+    /// block streams in parts, a weight of a later part ends the parts
+    /// before it; one of an earlier part is an error).
+    pub fn weight(&mut self, name: &str) -> Result<WeightView<'a>> {
+        let i = self.model.weight_index(name)?;
+        self.weight_at(i)
     }
 
     /// [`Self::weight`] by index into the model's weights.
-    pub(crate) fn weight_at(&self, i: usize) -> Result<WeightView<'a>> {
-        self.model.weight_view_at(self.placed, i, self.block)
-    }
-}
-
-impl Model {
-    /// Where a weight of `block` is on the GPU during that block.
-    pub(crate) fn weight_view<'a>(
-        &'a self,
-        placed: &'a Placed,
-        name: &str,
-        block: usize,
-    ) -> Result<WeightView<'a>> {
-        let &i = self
-            .by_name
-            .get(name)
-            .ok_or_else(|| RuntimeError::MissingTensor {
-                model: self.path.clone(),
-                tensor: name.to_owned(),
-            })?;
-        self.weight_view_at(placed, i, block)
+    pub(crate) fn weight_at(&mut self, i: usize) -> Result<WeightView<'a>> {
+        self.enter(i)?;
+        Ok(self.locate(i)?.0)
     }
 
-    /// [`Self::weight_view`] of weight `i` (an index into `weights`).
-    pub(crate) fn weight_view_at<'a>(
-        &'a self,
-        placed: &'a Placed,
-        i: usize,
-        block: usize,
-    ) -> Result<WeightView<'a>> {
-        let w = &self.weights[i];
-        let (shared, offset) = match placed.homes[i] {
-            Home::Resident(ref r) => (&r.buffer, 0),
-            Home::Arena(off) => {
-                if w.block != block {
+    /// Makes weight `i`'s part the one being recorded (ending the parts
+    /// before it), where its block streams in parts.
+    pub(crate) fn enter(&mut self, i: usize) -> Result<()> {
+        let (_, unit) = self.locate(i)?;
+        let current = self.stream.current();
+        match unit {
+            Some(u) if u > current => self.stream.advance(self.enc, u),
+            Some(u) if u < current => Err(self.part_order(i, u)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error for weight `i`, in unit `unit`, used after that unit ended.
+    pub(crate) fn part_order(&self, i: usize, unit: usize) -> RuntimeError {
+        let first = self.first_unit();
+        RuntimeError::PartOrder {
+            tensor: self.model.weights[i].name.clone(),
+            block_name: self.model.blocks[self.block].name.clone(),
+            part: unit - first,
+            current: self.stream.current() - first,
+        }
+    }
+
+    /// Where weight `i` is during its part (it may be another part, not
+    /// staged now: for its shape and size), and that part's unit when it
+    /// streams.
+    pub(crate) fn locate(&self, i: usize) -> Result<(WeightView<'a>, Option<usize>)> {
+        let (model, placed) = (self.model, self.placed);
+        let w = &model.weights[i];
+        let (shared, offset, unit) = match &placed.homes[i] {
+            Home::Resident(r) => (&r.buffer, 0, None),
+            &Home::Arena { part, offset } => {
+                if w.block != self.block {
                     return Err(RuntimeError::NotInBlock {
                         tensor: w.name.clone(),
-                        block,
-                        block_name: self
+                        block: self.block,
+                        block_name: model
                             .blocks
-                            .get(block)
+                            .get(self.block)
                             .map(|b| b.name.clone())
                             .unwrap_or_default(),
                     });
                 }
-                (&placed.arenas[block % placed.arenas.len()].buffer, off)
+                let unit = placed.first_unit(self.block) + part;
+                let arena = &placed.arenas[unit % placed.arenas.len()];
+                (&arena.buffer, offset, Some(unit))
             }
         };
-        Ok(WeightView {
+        let view = WeightView {
             buffer: shared,
             shared,
             offset,
@@ -186,7 +201,51 @@ impl Model {
             shape: &w.info.shape,
             as_f32: w.upload == crate::upload::Upload::ToF32,
             dtype: w.info.dtype,
-        })
+        };
+        Ok((view, unit))
+    }
+
+    /// The unit (a block, or a part of one) being recorded.
+    pub(crate) fn unit(&self) -> usize {
+        self.stream.current()
+    }
+
+    /// This block's first unit.
+    fn first_unit(&self) -> usize {
+        self.placed.first_unit(self.block)
+    }
+}
+
+impl std::fmt::Debug for BlockCtx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockCtx")
+            .field("block", &self.block)
+            .field("unit", &self.stream.current())
+            .field("quantized", &self.quantized)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pass's side of streaming by part, as a block's code drives it.
+pub(crate) trait Units {
+    /// The unit being recorded.
+    fn current(&self) -> usize;
+    /// Ends units (staging the next, submitting) until `unit` is current.
+    fn advance(&mut self, enc: &mut Encoder, unit: usize) -> Result<()>;
+    /// Keeps `a` alive until the encoder recording it is submitted.
+    fn keep(&mut self, a: crate::Activation);
+}
+
+impl Model {
+    /// Index of weight `name` in the model's weights.
+    pub(crate) fn weight_index(&self, name: &str) -> Result<usize> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| RuntimeError::MissingTensor {
+                model: self.path.clone(),
+                tensor: name.to_owned(),
+            })
     }
 
     /// Runs one pass: `body` is called once per block, in order, to record
@@ -222,20 +281,16 @@ impl Model {
         let mut pins = rt.pins.lock().unwrap_or_else(|e| e.into_inner());
         pins.begin_pass(self.id);
         let before = ring.counters();
-        let mut stats = PassStats::default();
         let new_encoder = || Encoder::new(&gpu.device, "block");
         let mut enc = new_encoder();
         // Residency first: this model goes on top; others yield if it needs room.
         let placed = self.acquire(rt, &mut ring, enc.commands())?;
-        stats.loaded_bytes = placed.loaded_bytes;
         let n = self.blocks.len();
         // Nothing streams: no staging between blocks, fewer submits.
         let resident = placed.homes.iter().all(|h| matches!(h, Home::Resident(_)));
-        let mut result = Ok(());
-        let mut keep = Vec::new();
         let copy_queue = gpu.transfer_queue().filter(|_| rt.config.copy_queue);
         let mut copies = CopyQueueState::default();
-        let mut last_submit = None;
+        let mut submits = 0;
         let cleared = &placed.arenas_cleared;
         if let Some(q) = copy_queue.filter(|_| !cleared.swap(true, Ordering::Relaxed)) {
             // wgpu zero-fills a buffer's unwritten ranges before their first
@@ -249,48 +304,70 @@ impl Model {
                 &gpu.queue,
                 std::mem::replace(&mut enc, new_encoder()).into_inner(),
             );
-            stats.submits += 1;
+            submits += 1;
         }
+        let mut s = Stream {
+            model: self,
+            placed: &placed,
+            gpu,
+            ring: &mut ring,
+            pins: &mut pins,
+            copy_queue,
+            copies,
+            trace: &mut *trace,
+            stats: PassStats {
+                loaded_bytes: placed.loaded_bytes,
+                submits,
+                ..PassStats::default()
+            },
+            keep: Vec::new(),
+            last_submit: None,
+            unit: 0,
+            units: placed.first_unit(n),
+            resident,
+        };
+        // Unit 0 has nothing to overlap with; every later unit is staged
+        // while the one before it is recorded.
+        let mut result = match resident {
+            true => Ok(()),
+            false => s.stage(enc.commands(), 0, None),
+        };
         for i in 0..n {
-            // Block 0 has nothing to overlap with; every later block was staged
-            // during the previous one.
-            if i == 0
-                && let Err(e) = self.stage_block(
-                    &placed,
-                    &mut ring,
-                    &mut pins,
-                    gpu,
-                    enc.commands(),
-                    0,
-                    None,
-                    trace,
-                    &mut stats,
-                )
-            {
-                result = Err(e);
+            if result.is_err() {
                 break;
             }
-            match (copy_queue, copies.pending.take()) {
-                // Before recording: a ring flush may submit this block's kernels.
-                (Some(q), Some(value)) => q.kernels_wait_for(&gpu.queue, value),
-                (None, _) if i + 1 < n && !resident => {
-                    self.open_arena_for_copies(&placed, enc.commands(), i + 1)
-                }
-                _ => {}
+            // Later blocks were begun by the advance that ended the one before.
+            if i == 0 {
+                s.begin(&mut enc);
             }
-            let t = trace.begin();
+            let t = s.trace.begin();
+            let recording = Instant::now();
+            let submitted = s.stats.submit_seconds;
             let mut ctx = BlockCtx {
                 rt,
                 model: self,
                 enc: &mut enc,
                 block: i,
-                keep: &mut keep,
                 placed: &placed,
+                stream: &mut s,
                 quantized: false,
             };
-            let recording = Instant::now();
             result = body(&mut ctx);
-            stats.record_seconds += recording.elapsed().as_secs_f64();
+            // Parts ended inside the block count as submitting, not recording.
+            s.stats.record_seconds +=
+                recording.elapsed().as_secs_f64() - (s.stats.submit_seconds - submitted);
+            let name = &self.blocks[i].name;
+            s.trace
+                .end(t, Lane::Compute, format_args!("record {name}"), 0);
+            if result.is_err() {
+                break;
+            }
+            if !resident {
+                // Stages the next block's first unit and submits this
+                // block's last (and any part its code did not use).
+                result = s.advance(&mut enc, placed.first_unit(i + 1));
+                continue;
+            }
             // Resident: a submit every few blocks, so the GPU starts on the
             // first blocks while the CPU records (and wgpu encodes) the rest.
             // A pipelined pass (`Submitted`) records while the GPU still runs
@@ -303,61 +380,16 @@ impl Model {
             };
             // After block 1, 1 + k, 1 + 2k, … (every block when k = 1).
             let submit_here = k != 0 && i % k == 1 % k;
-            if resident && result.is_ok() && i + 1 < n && !submit_here {
-                trace.end(
-                    t,
-                    Lane::Compute,
-                    format_args!("record {}", self.blocks[i].name),
-                    0,
-                );
-                continue;
+            if i + 1 == n || submit_here {
+                s.unit = i;
+                result = s.end(&mut enc);
             }
-            let submitting = Instant::now();
-            trace.end(
-                t,
-                Lane::Compute,
-                format_args!("record {}", self.blocks[i].name),
-                0,
-            );
-            if result.is_ok() && i + 1 < n && !resident {
-                let mut batch = Vec::new();
-                result = self
-                    .stage_block(
-                        &placed,
-                        &mut ring,
-                        &mut pins,
-                        gpu,
-                        enc.commands(),
-                        i + 1,
-                        copy_queue.map(|_| &mut batch),
-                        trace,
-                        &mut stats,
-                    )
-                    .and_then(|()| copies.submit(copy_queue, batch, i + 1, trace));
-            }
-            let t = trace.begin();
-            if let Some(q) = copy_queue {
-                let value = q.signal_kernels(&gpu.queue);
-                copies.read(i, value);
-            }
-            last_submit = Some(ring.submit(
-                &gpu.queue,
-                std::mem::replace(&mut enc, new_encoder()).into_inner(),
-            ));
-            stats.submits += 1;
-            keep.clear();
-            trace.end(
-                t,
-                Lane::Submit,
-                format_args!("submit {}", self.blocks[i].name),
-                0,
-            );
-            stats.submit_seconds += submitting.elapsed().as_secs_f64();
-            if result.is_err() {
-                break;
-            }
-            ring.recycle(&gpu.device)?;
         }
+        let Stream {
+            mut stats,
+            mut last_submit,
+            ..
+        } = s;
         if n == 0 || result.is_err() {
             last_submit = Some(ring.submit(&gpu.queue, enc.into_inner()));
         }
@@ -385,67 +417,185 @@ impl Model {
             waited,
         })
     }
+}
 
-    /// Switches block `b`'s arena to copy usage before the current block's
-    /// kernels are recorded (see the module docs): a 4-byte clear at its
-    /// first streamed weight, which that weight's upload overwrites.
-    fn open_arena_for_copies(&self, placed: &Placed, enc: &mut wgpu::CommandEncoder, b: usize) {
-        let Some(arena) = placed.arenas.get(b % crate::planning::ARENAS as usize) else {
-            return;
-        };
-        let first = self.blocks[b]
+/// One pass's streaming state: the units (blocks, or parts of blocks) in
+/// turn, unit `u` staged into arena `u % 2` while unit `u − 1` is recorded
+/// and submitted with its kernels.
+struct Stream<'p> {
+    model: &'p Model,
+    placed: &'p Placed,
+    gpu: &'p Gpu,
+    ring: &'p mut StagingRing,
+    pins: &'p mut Pins,
+    copy_queue: Option<&'p TransferQueue>,
+    copies: CopyQueueState,
+    trace: &'p mut Trace,
+    stats: PassStats,
+    /// Activations to keep until the current encoder is submitted.
+    keep: Vec<crate::Activation>,
+    last_submit: Option<wgpu::SubmissionIndex>,
+    /// The unit being recorded.
+    unit: usize,
+    /// Units in the pass.
+    units: usize,
+    /// Nothing streams.
+    resident: bool,
+}
+
+impl Units for Stream<'_> {
+    fn current(&self) -> usize {
+        self.unit
+    }
+
+    fn advance(&mut self, enc: &mut Encoder, unit: usize) -> Result<()> {
+        while self.unit < unit {
+            self.end(enc)?;
+            if self.unit < self.units {
+                self.begin(enc);
+            }
+        }
+        Ok(())
+    }
+
+    fn keep(&mut self, a: crate::Activation) {
+        self.keep.push(a);
+    }
+}
+
+impl Stream<'_> {
+    /// Before the current unit's kernels: on the copy queue, wgpu's next
+    /// submit waits for the unit's copies; on wgpu's queue, the next unit's
+    /// arena is switched to copy usage (see the module docs).
+    fn begin(&mut self, enc: &mut Encoder) {
+        let next = self.unit + 1;
+        match (self.copy_queue, self.copies.pending.take()) {
+            // Before recording: a ring flush may submit this unit's kernels.
+            (Some(q), Some(value)) => q.kernels_wait_for(&self.gpu.queue, value),
+            (None, _) if next < self.units && !self.resident => {
+                self.open_arena_for_copies(enc.commands(), next)
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends the current unit: stages the next one after its kernels,
+    /// submits, and moves on to the next unit.
+    fn end(&mut self, enc: &mut Encoder) -> Result<()> {
+        let submitting = Instant::now();
+        let (u, next) = (self.unit, self.unit + 1);
+        let mut result = Ok(());
+        if next < self.units && !self.resident {
+            let mut batch = Vec::new();
+            let name = self.unit_name(next);
+            result = self
+                .stage(enc.commands(), next, self.copy_queue.map(|_| &mut batch))
+                .and_then(|()| {
+                    self.copies
+                        .submit(self.copy_queue, batch, next, &name, &mut *self.trace)
+                });
+        }
+        let t = self.trace.begin();
+        if let Some(q) = self.copy_queue {
+            let value = q.signal_kernels(&self.gpu.queue);
+            self.copies.read(u, value);
+        }
+        let encoder = std::mem::replace(enc, Encoder::new(&self.gpu.device, "block"));
+        self.last_submit = Some(self.ring.submit(&self.gpu.queue, encoder.into_inner()));
+        self.stats.submits += 1;
+        self.keep.clear();
+        let name = self.unit_name(u);
+        let model = self.model;
+        self.trace.end(
+            t,
+            Lane::Submit,
+            format_args!("submit {}", name.label(model)),
+            0,
+        );
+        self.stats.submit_seconds += submitting.elapsed().as_secs_f64();
+        result?;
+        self.ring.recycle(&self.gpu.device)?;
+        self.unit = next;
+        Ok(())
+    }
+
+    /// Unit `u`'s block and part, for traces.
+    fn unit_name(&self, u: usize) -> UnitName {
+        let (block, part) = self.block_part(u);
+        UnitName { block, part }
+    }
+
+    /// The block of unit `u` and its part there.
+    fn block_part(&self, u: usize) -> (usize, usize) {
+        let n = self.model.blocks.len();
+        let b = (0..n)
+            .rev()
+            .find(|&b| self.placed.first_unit(b) <= u)
+            .unwrap_or(0);
+        (b, u - self.placed.first_unit(b))
+    }
+
+    /// Weights unit `u` streams: its block's weights in the unit's part.
+    fn unit_weights(&self, u: usize) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let (b, part) = self.block_part(u);
+        self.model.blocks[b]
             .weights
             .iter()
-            .find_map(|&i| match placed.homes[i] {
-                Home::Arena(off) => Some(off),
-                Home::Resident(_) => None,
-            });
-        if let Some(off) = first {
+            .filter_map(move |&i| match self.placed.homes[i] {
+                Home::Arena { part: p, offset } if p == part => Some((i, offset)),
+                _ => None,
+            })
+    }
+
+    /// Switches unit `u`'s arena to copy usage before the current unit's
+    /// kernels are recorded (see the module docs): a 4-byte clear at its
+    /// first streamed weight, which that weight's upload overwrites.
+    fn open_arena_for_copies(&self, enc: &mut wgpu::CommandEncoder, u: usize) {
+        let Some(arena) = self.placed.arenas.get(u % crate::planning::ARENAS as usize) else {
+            return;
+        };
+        if let Some((_, off)) = self.unit_weights(u).next() {
             enc.clear_buffer(&arena.buffer, off, Some(4));
         }
     }
 
-    /// Records the uploads of block `b`'s streamed weights into its arena
+    /// Records the uploads of unit `u`'s streamed weights into its arena
     /// (from pins or through the ring), in the trace and the pass figures.
-    #[allow(clippy::too_many_arguments)]
-    fn stage_block(
-        &self,
-        placed: &Placed,
-        ring: &mut StagingRing,
-        pins: &mut Pins,
-        gpu: &Gpu,
+    fn stage(
+        &mut self,
         enc: &mut wgpu::CommandEncoder,
-        b: usize,
+        u: usize,
         mut copies: Option<&mut Vec<CopyCmd>>,
-        trace: &mut Trace,
-        stats: &mut PassStats,
     ) -> Result<()> {
-        let _span = tracing::debug_span!("stage_block", block = b).entered();
-        let t = trace.begin();
-        let before = ring.counters();
-        let arena = &placed.arenas.get(b % crate::planning::ARENAS as usize);
+        let _span = tracing::debug_span!("stage_unit", unit = u).entered();
+        let t = self.trace.begin();
+        let before = self.ring.counters();
+        let arena = self.placed.arenas.get(u % crate::planning::ARENAS as usize);
         let mut sources = StreamSources::default();
-        for &i in &self.blocks[b].weights {
-            if let (Home::Arena(off), Some(arena)) = (&placed.homes[i], arena) {
+        let weights: Vec<(usize, u64)> = self.unit_weights(u).collect();
+        if let Some(arena) = arena {
+            for (i, off) in weights {
                 let to_queue = copies.as_deref_mut();
-                sources.add(pins.stage(
-                    self.view(),
-                    ring,
-                    gpu,
+                sources.add(self.pins.stage(
+                    self.model.view(),
+                    self.ring,
+                    self.gpu,
                     enc,
                     i,
                     &arena.buffer,
-                    *off,
+                    off,
                     to_queue,
                 )?);
             }
         }
         let bytes = sources.total();
-        stats.streamed_bytes += bytes;
-        stats.sources.add(sources);
-        let name = &self.blocks[b].name;
+        self.stats.streamed_bytes += bytes;
+        self.stats.staged_units += u64::from(bytes > 0);
+        self.stats.sources.add(sources);
+        let name = self.unit_name(u).label(self.model);
+        let trace = &mut *self.trace;
         trace.end(t, Lane::Upload, format_args!("stage {name}"), bytes);
-        let after = ring.counters();
+        let after = self.ring.counters();
         if after.stalls > before.stalls {
             let waits = after.stalls - before.stalls;
             trace.record_ended(
@@ -474,6 +624,34 @@ impl Model {
     }
 }
 
+/// A unit as traces name it: block index and part.
+#[derive(Debug, Clone, Copy)]
+struct UnitName {
+    block: usize,
+    part: usize,
+}
+
+impl UnitName {
+    /// `blocks.3`, or `blocks.3 part 2` past a block's first part.
+    fn label(self, model: &Model) -> String {
+        let name = &model.blocks[self.block].name;
+        match self.part {
+            0 => name.clone(),
+            p => format!("{name} part {p}"),
+        }
+    }
+}
+
+/// `block 3` or `block 3 part 2` (copy-queue events name blocks by index).
+impl std::fmt::Display for UnitName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.part {
+            0 => write!(f, "block {}", self.block),
+            p => write!(f, "block {} part {p}", self.block),
+        }
+    }
+}
+
 /// The copy queue's side of one pass: which `kernels` value last read each
 /// arena, and the copy batch the next block's kernels wait for.
 #[derive(Debug, Default)]
@@ -483,13 +661,14 @@ struct CopyQueueState {
 }
 
 impl CopyQueueState {
-    /// Submits block `b`'s copies (if any) once the submit that last read
+    /// Submits unit `b`'s copies (if any) once the submit that last read
     /// its arena has run; its kernels will wait for them.
     fn submit(
         &mut self,
         queue: Option<&TransferQueue>,
         batch: Vec<CopyCmd>,
         b: usize,
+        name: &UnitName,
         trace: &mut Trace,
     ) -> Result<()> {
         let Some(q) = queue.filter(|_| !batch.is_empty()) else {
@@ -499,16 +678,11 @@ impl CopyQueueState {
         let bytes = batch.iter().map(|c| c.size).sum();
         let after = self.readers[b % self.readers.len()];
         self.pending = Some(q.submit(batch, after)?);
-        trace.end(
-            t,
-            Lane::Upload,
-            format_args!("copy queue: block {b}"),
-            bytes,
-        );
+        trace.end(t, Lane::Upload, format_args!("copy queue: {name}"), bytes);
         Ok(())
     }
 
-    /// Block `b`'s submit, which reads `b`'s arena, signals `value`.
+    /// Unit `b`'s submit, which reads `b`'s arena, signals `value`.
     fn read(&mut self, b: usize, value: u64) {
         let n = self.readers.len();
         self.readers[b % n] = value;

@@ -2,13 +2,22 @@
 //! sizes alone (no GPU), so `dynvram plan` and a run agree by construction.
 //!
 //! The memory crate's single-model plan places pages under a watermark; on
-//! top of it this module reserves the two transient arenas that block-level
-//! prefetch needs: each arena holds one block's streamed weights, grown in
+//! top of it this module reserves the two transient arenas that prefetch
+//! needs: each arena holds one block's streamed weights, grown in
 //! [`ARENA_STEP`] steps. The arena size depends on what streams, so the plan
 //! takes the highest watermark whose pages, arenas and scratch fit together
 //! (a model that fits whole needs no arena at all). That watermark is a
 //! fixed point: the highest watermark within `usable − scratch − 2 × arena`
 //! is the same one, which is what the runtime's residency policy computes.
+//!
+//! **Granularity.** Where no watermark leaves room for two arenas of a whole
+//! block (FLUX.1-dev's double blocks are 680 MB in bf16), blocks that
+//! declare groups ([`PlanWeight::group`], from `BlockSpec::groups`) stream
+//! in *parts*: runs of whole groups packed up to the arena's size, each part
+//! staged into one arena while the part before it computes. The plan then
+//! takes the highest watermark with arenas of the largest streamed group,
+//! and grows the arenas into whatever room that watermark leaves, so the
+//! parts are as few as the budget allows ([`Granularity`]).
 
 use dynvram_memory::{Layout, LayoutConfig, Placement, Plan, PlanError, PlanRoom, plan};
 use serde::Serialize;
@@ -32,6 +41,46 @@ pub struct PlanWeight {
     pub size: u64,
     /// The block that uses it.
     pub block: usize,
+    /// Its group inside the block (`BlockSpec::groups`, in the order the
+    /// block's code uses them): a block streaming in parts is cut only
+    /// between groups. Every weight of a block without groups is in group 0.
+    pub group: usize,
+}
+
+/// How a model's streamed weights move through the arenas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Granularity {
+    /// Each arena holds one block's streamed weights (or nothing streams).
+    #[default]
+    Block,
+    /// Blocks larger than an arena stream in parts of whole groups, each at
+    /// most one arena.
+    Part,
+}
+
+impl Granularity {
+    /// `block` or `part`, as reports print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Block => "block",
+            Self::Part => "part",
+        }
+    }
+}
+
+/// Where each streamed weight goes in the arenas: [`arena_layout`]'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ArenaLayout {
+    /// Per weight (load order): its part within its block and its offset in
+    /// that part's arena; `None` when it is resident.
+    pub homes: Vec<Option<(usize, u64)>>,
+    /// Parts of each block (at least 1, also where nothing streams).
+    pub parts: Vec<usize>,
+    /// The fullest part's bytes: what each arena must hold.
+    pub fill: u64,
+    /// Parts that stream something, over all blocks (what a pass stages).
+    pub streamed_parts: usize,
 }
 
 /// The plan of a model under a budget.
@@ -45,6 +94,11 @@ pub struct ModelPlan {
     pub scratch: u64,
     /// Usable bytes (`capacity − reserve − headroom`).
     pub usable: u64,
+    /// Whether streamed blocks move whole or in parts.
+    pub granularity: Granularity,
+    /// Arena loads a pass makes: streamed blocks, or parts where blocks
+    /// stream in parts (0 when nothing streams).
+    pub streamed_parts: usize,
 }
 
 impl ModelPlan {
@@ -55,25 +109,82 @@ impl ModelPlan {
 }
 
 /// Offsets of each block's streamed weights inside an arena, and the largest
-/// block's total.
+/// block's total (whole blocks: [`arena_layout`] with no capacity).
 pub fn arena_offsets(
     weights: &[PlanWeight],
     streamed: impl Fn(usize) -> bool,
 ) -> (Vec<Option<u64>>, u64) {
+    let l = arena_layout(weights, streamed, None);
+    (
+        l.homes.iter().map(|h| h.map(|(_, at)| at)).collect(),
+        l.fill,
+    )
+}
+
+/// Cuts each block's streamed weights into parts of at most `capacity`
+/// bytes (whole groups, in load order; a group larger than `capacity` is a
+/// part of its own) and places each part's weights from offset 0 of an
+/// arena, [`ARENA_ALIGN`]ed. With no capacity every block is one part.
+/// Weights are in load order with blocks ascending, as a model lists them.
+pub fn arena_layout(
+    weights: &[PlanWeight],
+    streamed: impl Fn(usize) -> bool,
+    capacity: Option<u64>,
+) -> ArenaLayout {
     let blocks = weights.iter().map(|w| w.block + 1).max().unwrap_or(0);
-    let mut fill = vec![0u64; blocks];
-    let offsets = weights
-        .iter()
-        .enumerate()
-        .map(|(i, w)| {
-            streamed(i).then(|| {
-                let at = fill[w.block];
-                fill[w.block] = (at + w.size).next_multiple_of(ARENA_ALIGN);
-                at
-            })
-        })
-        .collect();
-    (offsets, fill.into_iter().max().unwrap_or(0))
+    let mut parts = vec![1usize; blocks];
+    let mut homes = vec![None; weights.len()];
+    let (mut fill, mut streamed_parts) = (0u64, 0usize);
+    // The part being filled: (block, part, bytes so far).
+    let mut open: Option<(usize, usize, u64)> = None;
+    let mut i = 0;
+    while i < weights.len() {
+        let (block, group) = (weights[i].block, weights[i].group);
+        let end = (i..weights.len())
+            .find(|&j| (weights[j].block, weights[j].group) != (block, group))
+            .unwrap_or(weights.len());
+        let members: Vec<usize> = (i..end).filter(|&j| streamed(j)).collect();
+        i = end;
+        if members.is_empty() {
+            continue;
+        }
+        let bytes: u64 = members
+            .iter()
+            .map(|&j| aligned(weights[j].size))
+            .fold(0, u64::saturating_add);
+        let (part, at) = match open {
+            Some((b, p, used)) if b == block => {
+                match capacity.is_some_and(|c| used.saturating_add(bytes) > c) {
+                    true => (p + 1, 0),
+                    false => (p, used),
+                }
+            }
+            _ => (0, 0),
+        };
+        if open.is_none_or(|(b, p, _)| (b, p) != (block, part)) {
+            streamed_parts += 1;
+        }
+        parts[block] = parts[block].max(part + 1);
+        let mut used = at;
+        for j in members {
+            homes[j] = Some((part, used));
+            used = used.saturating_add(aligned(weights[j].size));
+        }
+        fill = fill.max(used);
+        open = Some((block, part, used));
+    }
+    ArenaLayout {
+        homes,
+        parts,
+        fill,
+        streamed_parts,
+    }
+}
+
+/// Bytes a weight takes in an arena, the next one starting aligned.
+fn aligned(size: u64) -> u64 {
+    size.checked_next_multiple_of(ARENA_ALIGN)
+        .unwrap_or(u64::MAX)
 }
 
 /// Bytes of one arena that must hold `need` bytes of one block's streamed weights.
@@ -110,7 +221,9 @@ pub fn layout_for(weights: &[PlanWeight]) -> LayoutConfig {
 
 /// Plans a model: resident weights plus two arenas plus scratch fit `usable`.
 /// At each pass the runtime asks the same question with the activations and
-/// patches alive then in place of `scratch` (see `residency`).
+/// patches alive then in place of `scratch` (see `residency`). Blocks move
+/// whole when some watermark leaves room for their arenas; otherwise, where
+/// blocks declare groups, in parts (see the module docs).
 pub fn plan_model(
     weights: &[PlanWeight],
     usable: u64,
@@ -120,7 +233,12 @@ pub fn plan_model(
     let sizes: Vec<(&str, u64)> = weights.iter().map(|w| (w.name.as_str(), w.size)).collect();
     let only: Vec<u64> = weights.iter().map(|w| w.size).collect();
     let layout = Layout::new(&only, &config)?;
-    let arena_at = |w: u32| arena_size(arena_offsets(weights, |i| !layout.is_resident(i, w)).1);
+    let layout_at = |w: u32, capacity: Option<u64>| {
+        arena_layout(weights, |i| !layout.is_resident(i, w), capacity)
+    };
+    let whole = |w: u32| arena_size(layout_at(w, None).fill);
+    // Capacity 0 makes every group a part: arenas of the largest group.
+    let least = |w: u32| arena_size(layout_at(w, Some(0)).fill);
     // Checked, not saturating: a sum past u64::MAX never fits, even an
     // unlimited (u64::MAX) budget.
     let reserved = |arena: u64| {
@@ -133,14 +251,41 @@ pub fn plan_model(
             .and_then(|r| r.checked_add(layout.prefix[w as usize]))
             .is_some_and(|n| n <= usable)
     };
-    let found = (0..=layout.page_count())
-        .rev()
-        .filter(|&w| layout.cut[w as usize])
-        .map(|w| (w, arena_at(w)))
-        .find(|&(w, arena)| fits(w, arena));
+    let cuts = || {
+        (0..=layout.page_count())
+            .rev()
+            .filter(|&w| layout.cut[w as usize])
+    };
+    let splittable = weights.iter().any(|w| w.group > 0);
+    let by_block = cuts()
+        .map(|w| (w, whole(w)))
+        .find(|&(w, arena)| fits(w, arena))
+        .map(|(w, arena)| (w, arena, None));
+    let found = by_block.or_else(|| {
+        let (w, least) = cuts()
+            .filter(|_| splittable)
+            .map(|w| (w, least(w)))
+            .find(|&(w, arena)| fits(w, arena))?;
+        // The arenas take the room the watermark leaves: fewer parts.
+        let room = usable.saturating_sub(scratch + layout.prefix[w as usize]) / ARENAS;
+        let step = if room >= ARENA_STEP {
+            ARENA_STEP
+        } else {
+            ARENA_ALIGN
+        };
+        let capacity = (room / step * step).max(least);
+        Some((
+            w,
+            arena_size(layout_at(w, Some(capacity)).fill),
+            Some(capacity),
+        ))
+    });
     // The page-level plan with the arenas held back; with nothing that
     // fits, the same call names the largest tensor in its error.
-    let arena = found.map_or_else(|| arena_at(0), |(_, a)| a);
+    let arena = found.map_or_else(
+        || if splittable { least(0) } else { whole(0) },
+        |(_, a, _)| a,
+    );
     let room = PlanRoom {
         usable: if reserved(arena).is_some() { usable } else { 0 },
         scratch: reserved(arena).unwrap_or(u64::MAX),
@@ -161,12 +306,23 @@ pub fn plan_model(
     match found {
         // `p` keeps exactly the pages found (the fixed point above); its
         // arenas are sized for what it streams.
-        Some(_) => Ok(ModelPlan {
-            arena_bytes: arena_at(p.pages_resident),
-            plan: p,
-            scratch,
-            usable,
-        }),
+        Some((_, arena, capacity)) => {
+            // By part, the runtime packs parts into arenas of `arena` bytes
+            // (at most the capacity found, so never more parts than it).
+            let capacity = capacity.map(|_| arena);
+            let l = layout_at(p.pages_resident, capacity);
+            Ok(ModelPlan {
+                arena_bytes: capacity.unwrap_or_else(|| arena_size(l.fill)),
+                granularity: match capacity {
+                    Some(_) => Granularity::Part,
+                    None => Granularity::Block,
+                },
+                streamed_parts: l.streamed_parts,
+                plan: p,
+                scratch,
+                usable,
+            })
+        }
         None => Err(PlanError::BudgetTooSmall {
             tensor: String::new(),
             size: 0,
@@ -176,6 +332,12 @@ pub fn plan_model(
             usable,
         }),
     }
+}
+
+/// The capacity the arenas of `plan` hold per part (`None`: whole blocks),
+/// as the runtime passes it to [`arena_layout`].
+pub fn part_capacity(plan: &ModelPlan) -> Option<u64> {
+    (plan.granularity == Granularity::Part).then_some(plan.arena_bytes)
 }
 
 #[cfg(test)]
@@ -192,6 +354,7 @@ mod tests {
                 name: format!("w{i}"),
                 size,
                 block,
+                group: 0,
             })
             .collect()
     }
@@ -230,6 +393,133 @@ mod tests {
         // A byte less and a block streams, with its arenas.
         let p = plan_model(&w, (8 << 20) + 4095, 4096).unwrap();
         assert!(p.plan.streamed > 0 && p.arena_bytes > 0, "{p:?}");
+    }
+
+    /// Sizes with a group each: (size, block, group).
+    fn grouped(sizes: &[(u64, usize, usize)]) -> Vec<PlanWeight> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(size, block, group))| PlanWeight {
+                name: format!("w{i}"),
+                size,
+                block,
+                group,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_too_large_to_double_buffer_stream_in_parts() {
+        const MIB: u64 = 1 << 20;
+        // Two blocks of four 40 MiB groups (160 MiB each): 200 MiB usable
+        // holds two arenas of one group, not of one block.
+        let sizes: Vec<(u64, usize, usize)> = (0..8).map(|i| (40 * MIB, i / 4, i % 4)).collect();
+        let w = grouped(&sizes);
+        let p = plan_model(&w, 200 * MIB, 8 * MIB).unwrap();
+        assert_eq!(p.granularity, Granularity::Part, "{p:?}");
+        // The highest watermark first (two groups resident), then arenas
+        // as large as the room left allows: one group each.
+        assert_eq!(
+            (p.plan.page_bytes, p.arena_bytes),
+            (80 * MIB, 48 * MIB),
+            "{p:?}"
+        );
+        assert!(p.plan.page_bytes + ARENAS * p.arena_bytes + p.scratch <= p.usable);
+        let l = arena_layout(&w, |i| p.streamed(i), part_capacity(&p));
+        assert!(l.fill <= p.arena_bytes);
+        // Every streamed group is in one part; parts follow the groups' order.
+        for (a, b) in w
+            .iter()
+            .zip(&w[1..])
+            .zip(&l.homes)
+            .zip(&l.homes[1..])
+            .filter_map(|((pair, ha), hb)| Some((pair, ((*ha)?, (*hb)?))))
+        {
+            let ((wa, wb), ((pa, _), (pb, _))) = (a, b);
+            if wa.block == wb.block {
+                assert!(pa <= pb, "{wa:?} {wb:?}");
+            }
+        }
+        assert_eq!(p.streamed_parts, l.streamed_parts);
+        assert_eq!(p.streamed_parts, 6, "{p:?}");
+        // The same weights without groups cannot be planned at all.
+        let whole: Vec<PlanWeight> = w
+            .iter()
+            .map(|x| PlanWeight {
+                group: 0,
+                ..x.clone()
+            })
+            .collect();
+        let err = plan_model(&whole, 200 * MIB, 8 * MIB).unwrap_err();
+        assert!(matches!(err, PlanError::BudgetTooSmall { .. }), "{err}");
+        // Room for whole blocks: they move whole.
+        let p = plan_model(&w, 400 * MIB, 8 * MIB).unwrap();
+        assert_eq!(p.granularity, Granularity::Block, "{p:?}");
+        // Below two arenas of one group, it is too small either way, and
+        // the error says how much the smallest setup needs.
+        let err = plan_model(&w, 80 * MIB, 8 * MIB).unwrap_err();
+        match err {
+            // Arenas grow in 16 MiB steps: 48 MiB for a 40 MiB group.
+            PlanError::BudgetTooSmall { needed, .. } => assert_eq!(needed, 104 * MIB),
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn layout_packs_whole_groups_in_order() {
+        let w = grouped(&[(100, 0, 0), (50, 0, 0), (300, 0, 1), (10, 0, 2), (10, 1, 0)]);
+        let l = arena_layout(&w, |_| true, Some(800));
+        // Groups 0 (512 B aligned) and 1 would be 1024 B: a new part, which
+        // group 2 joins.
+        assert_eq!(
+            l.homes,
+            vec![
+                Some((0, 0)),
+                Some((0, 256)),
+                Some((1, 0)),
+                Some((1, 512)),
+                Some((0, 0))
+            ]
+        );
+        assert_eq!(
+            (l.parts.clone(), l.fill, l.streamed_parts),
+            (vec![2, 1], 768, 3)
+        );
+        // A resident group leaves no hole; whole blocks ignore the groups.
+        let l = arena_layout(&w, |i| i != 2, Some(800));
+        assert_eq!(l.homes[3], Some((0, 512)));
+        let l = arena_layout(&w, |_| true, None);
+        assert_eq!((l.parts, l.fill, l.streamed_parts), (vec![1, 1], 1280, 2));
+    }
+
+    proptest! {
+        /// With groups, a plan by part fits too: pages, two arenas and
+        /// scratch within usable, every part within an arena, and the
+        /// residency policy's question gives the same watermark back.
+        #[test]
+        fn a_plan_by_part_fits_and_is_a_fixed_point(
+            sizes in prop::collection::vec((1u64..3_000_000, 0usize..4, 0usize..3), 1..24),
+            usable in 0u64..40_000_000,
+            scratch in 0u64..2_000_000,
+        ) {
+            let mut sizes = sizes;
+            sizes.sort_by_key(|&(_, b, g)| (b, g));
+            let w = grouped(&sizes);
+            let Ok(p) = plan_model(&w, usable, scratch) else {
+                return Ok(());
+            };
+            let l = arena_layout(&w, |i| p.streamed(i), part_capacity(&p));
+            prop_assert!(arena_size(l.fill) <= p.arena_bytes);
+            let used = p.plan.page_bytes + ARENAS * p.arena_bytes + scratch;
+            prop_assert!(used <= usable, "{} > {}", used, usable);
+            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
+            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
+            prop_assert_eq!(
+                layout.max_watermark_within(usable - scratch - ARENAS * p.arena_bytes),
+                p.plan.pages_resident
+            );
+        }
     }
 
     proptest! {

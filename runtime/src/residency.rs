@@ -27,7 +27,9 @@ use serde::Serialize;
 
 use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
-use crate::planning::{ARENAS, PlanWeight, arena_offsets, arena_size, layout_for, plan_model};
+use crate::planning::{
+    ARENAS, PlanWeight, arena_layout, arena_size, layout_for, part_capacity, plan_model,
+};
 use crate::upload::ModelView;
 use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
 use dynvram_gpu::gpu::{Gpu, StagingRing};
@@ -75,8 +77,9 @@ struct Entry {
     path: PathBuf,
     /// Resident buffer of each weight (load order), `None` while it streams.
     buffers: Vec<Option<Arc<TrackedBuffer>>>,
-    /// The last plan's inputs (usable, reserve) and its arena bytes.
-    planned: Option<(u64, u64, u64)>,
+    /// The last plan's inputs (usable, reserve), its arena bytes and part
+    /// capacity (`None`: whole blocks).
+    planned: Option<(u64, u64, u64, Option<u64>)>,
 }
 
 impl Entry {
@@ -90,8 +93,13 @@ impl Entry {
 pub(crate) enum Home {
     /// In its own resident buffer.
     Resident(Arc<TrackedBuffer>),
-    /// At this offset of the block's transient arena.
-    Arena(u64),
+    /// In the arena of its block's part `part`, at `offset`.
+    Arena {
+        /// The part of its block (0 where blocks stream whole).
+        part: usize,
+        /// Byte offset in the arena.
+        offset: u64,
+    },
 }
 
 /// The active model's weights for one pass; holds their buffers until the
@@ -102,6 +110,10 @@ pub(crate) struct Placed {
     pub homes: Vec<Home>,
     /// The two arenas (empty when nothing streams).
     pub arenas: Vec<Arc<TrackedBuffer>>,
+    /// Each block's first unit: the pass stages units (a block, or a part
+    /// of one) in turn, unit `u` into arena `u % 2`; block `b` has units
+    /// `first_unit[b]..first_unit[b + 1]` (the last entry is the count).
+    pub first_unit: Vec<usize>,
     /// File bytes made resident by this acquisition.
     pub loaded_bytes: u64,
     /// Set once the arenas have been cleared through wgpu: wgpu zero-fills
@@ -109,6 +121,18 @@ pub(crate) struct Placed {
     /// overwrite copies made on the copy queue. Shared by every pass over
     /// the same arenas.
     pub arenas_cleared: Arc<AtomicBool>,
+}
+
+impl Placed {
+    /// Block `b`'s first unit (blocks past the last weight's have one unit
+    /// each, staging nothing).
+    pub fn first_unit(&self, b: usize) -> usize {
+        let last = self.first_unit.len() - 1;
+        match self.first_unit.get(b) {
+            Some(&u) => u,
+            None => self.first_unit[last] + (b - last),
+        }
+    }
 }
 
 /// Residency of one open model, for reports.
@@ -216,7 +240,7 @@ impl Registry {
         // Room besides weight pages: the pass's activations (declared, or
         // what is alive now if more) and the arenas of what must stream.
         let reserve = model.scratch_bytes.max(live);
-        let arena_bytes = self.arena_bytes_for(model, usable, reserve)?;
+        let (arena_bytes, capacity) = self.arena_bytes_for(model, usable, reserve)?;
         let limit = usable
             .saturating_sub(reserve)
             .saturating_sub(ARENAS.saturating_mul(arena_bytes));
@@ -230,10 +254,10 @@ impl Registry {
             self.drop_evicted(m);
         }
         let streamed = |i: usize| plan.tensors[i] == Placement::Stream;
-        let (offsets, fill) = arena_offsets(model.plan_weights, streamed);
+        let layout = arena_layout(model.plan_weights, streamed, capacity);
         let placed = self
-            .resize_arenas(rt, arena_size(fill))
-            .and_then(|()| self.load(rt, model, &offsets, ring, enc));
+            .resize_arenas(rt, arena_size(layout.fill))
+            .and_then(|()| self.load(rt, model, &layout, ring, enc));
         match placed {
             Ok(placed) => {
                 tracing::info!(
@@ -257,14 +281,20 @@ impl Registry {
     }
 
     /// The arena size `model`'s plan needs under `usable` bytes with
-    /// `reserve` held back: planned once per (usable, reserve) and model,
-    /// not on every pass (a decode step is a pass).
-    fn arena_bytes_for(&mut self, model: ModelView<'_>, usable: u64, reserve: u64) -> Result<u64> {
+    /// `reserve` held back, and the capacity of its parts where blocks
+    /// stream in parts: planned once per (usable, reserve) and model, not on
+    /// every pass (a decode step is a pass).
+    fn arena_bytes_for(
+        &mut self,
+        model: ModelView<'_>,
+        usable: u64,
+        reserve: u64,
+    ) -> Result<(u64, Option<u64>)> {
         let entry = self.models.get_mut(&model.id);
-        if let Some(&(u, r, bytes)) = entry.as_ref().and_then(|e| e.planned.as_ref())
+        if let Some(&(u, r, bytes, capacity)) = entry.as_ref().and_then(|e| e.planned.as_ref())
             && (u, r) == (usable, reserve)
         {
-            return Ok(bytes);
+            return Ok((bytes, capacity));
         }
         let room = plan_model(model.plan_weights, usable, reserve).map_err(|source| {
             RuntimeError::Plan {
@@ -272,10 +302,11 @@ impl Registry {
                 source,
             }
         })?;
+        let capacity = part_capacity(&room);
         if let Some(e) = entry {
-            e.planned = Some((usable, reserve, room.arena_bytes));
+            e.planned = Some((usable, reserve, room.arena_bytes, capacity));
         }
-        Ok(room.arena_bytes)
+        Ok((room.arena_bytes, capacity))
     }
 
     /// Drops the buffers of `m`'s weights that its watermark no longer covers.
@@ -335,7 +366,7 @@ impl Registry {
         &mut self,
         rt: Device<'_>,
         model: ModelView<'_>,
-        offsets: &[Option<u64>],
+        layout: &crate::planning::ArenaLayout,
         ring: &mut StagingRing,
         enc: &mut wgpu::CommandEncoder,
     ) -> Result<Placed> {
@@ -352,12 +383,12 @@ impl Registry {
             .weights
             .iter()
             .zip(model.plan_weights)
-            .zip(offsets.iter().zip(&mut entry.buffers))
+            .zip(layout.homes.iter().zip(&mut entry.buffers))
         {
             let home = match (offset, slot.as_ref()) {
-                (Some(off), _) => {
+                (&Some((part, offset)), _) => {
                     *slot = None;
-                    Home::Arena(*off)
+                    Home::Arena { part, offset }
                 }
                 (None, Some(buf)) => Home::Resident(buf.clone()),
                 (None, None) => {
@@ -377,8 +408,15 @@ impl Registry {
             };
             homes.push(home);
         }
+        let first_unit = std::iter::once(0)
+            .chain(layout.parts.iter().scan(0, |n, p| {
+                *n += p;
+                Some(*n)
+            }))
+            .collect();
         Ok(Placed {
             homes,
+            first_unit,
             arenas: self.arenas.clone(),
             loaded_bytes,
             arenas_cleared: self.arenas_cleared.clone(),

@@ -18,6 +18,8 @@ pub(crate) struct Weight {
     pub name: String,
     pub info: TensorInfo,
     pub block: usize,
+    /// Its group in the block (`BlockSpec::groups`; 0 without groups).
+    pub group: usize,
     pub upload: Upload,
 }
 

@@ -5,8 +5,9 @@
 pub const STREAM: &str = wgsl!("stream.wgsl");
 
 /// Cooperative-matrix throughput on 16×16×16 f16 matrices with f32 sums
-/// (entries `mma_registers`, `mma_shared`): the ceiling of the
-/// tensor-core kernels on this path.
+/// (entries `mma_registers`, `mma_shared`, `mma_shared_padded`,
+/// `mma_shared_double`): the ceiling of the tensor-core kernels on this
+/// path, and what bank conflicts and load latency take from it.
 pub const COOP_PEAK16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_coop16.wgsl",

@@ -21,23 +21,29 @@ pub enum KvStaging {
     /// block; a block's partial last tile of keys goes through workgroup
     /// memory, zero past the last key). Needs one key group.
     Global,
+    /// Keys and values paired, in two stages: the next block's, read into
+    /// registers at the top of a block (`r`, which it needs), are stored
+    /// into the other stage once this block's scores are out, so they are
+    /// never waited for (two barriers a block; twice the memory of
+    /// [`Self::Paired`]).
+    Double,
 }
 
 /// A flash-attention workgroup's shape (see `flash_attention.wgsl`).
 ///
 /// Text form ([`FromStr`], [`fmt::Display`]):
-/// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]` — `BR` query rows per workgroup and
+/// `BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m]` — `BR` query rows per workgroup and
 /// `BC` keys per block (multiples of the matrix edge, `BR` a power of two);
 /// `wNSG` subgroups (a power of two, default 4); `kKG` key groups: the
 /// subgroups sharing a row block's scores split its keys (default 1);
 /// `cCG` column groups: the subgroups sharing an output row block split its
 /// head columns (default 1); the staging of keys and values, `s` serial
-/// (default), `p` paired or `g` global ([`KvStaging`]); `r`: the next
-/// block's keys and values read into registers while this block computes
-/// (serial and paired); `t`: scores and probabilities column-major in
+/// (default), `p` paired, `g` global or `d` double ([`KvStaging`]); `r`:
+/// the next block's keys and values read into registers while this block
+/// computes (serial, paired, and double, which needs it); `t`: scores and probabilities column-major in
 /// workgroup memory (default row-major); `m`: the queries' matrices
 /// materialized in registers as loaded. E.g. `64x64w4c2`, `128x32w8c2pr`,
-/// `64x64w4gt`.
+/// `64x64w4gt`, `128x16w8c2dr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlashTuning {
     /// Query rows per workgroup (`BR`).
@@ -147,6 +153,9 @@ impl FlashTuning {
             KvStaging::Global if s.prefetch => {
                 return Err("global staging has nothing to prefetch (no `r`)".into());
             }
+            KvStaging::Double if !s.prefetch => {
+                return Err("double staging stores the next block from registers (add `r`)".into());
+            }
             _ => {}
         }
         let wg = s.subgroups * sg;
@@ -172,6 +181,7 @@ impl FlashTuning {
             KvStaging::Serial => s.keys * kp,
             KvStaging::Paired => 2 * s.keys * kp,
             KvStaging::Global => 2 * edge * kp,
+            KvStaging::Double => 4 * s.keys * kp,
         };
         let lines = if s.column_major { s.keys } else { s.rows };
         let p_halves = lines * pp;
@@ -217,6 +227,7 @@ impl fmt::Display for KvStaging {
             Self::Serial => "serial",
             Self::Paired => "paired",
             Self::Global => "global",
+            Self::Double => "double",
         })
     }
 }
@@ -235,6 +246,7 @@ impl fmt::Display for FlashTuning {
             KvStaging::Serial => {}
             KvStaging::Paired => f.write_str("p")?,
             KvStaging::Global => f.write_str("g")?,
+            KvStaging::Double => f.write_str("d")?,
         }
         if self.prefetch {
             f.write_str("r")?;
@@ -252,12 +264,12 @@ impl fmt::Display for FlashTuning {
 impl FromStr for FlashTuning {
     type Err = String;
 
-    /// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`, see [`FlashTuning`]; the shape's
+    /// `BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m]`, see [`FlashTuning`]; the shape's
     /// own limits are checked by [`FlashTuning::geometry`].
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             format!(
-                "bad flash tuning `{text}`: {why} (want BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m], e.g. 64x64w4c2, 128x32w8c2pr)"
+                "bad flash tuning `{text}`: {why} (want BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m], e.g. 64x64w4c2, 128x32w8c2pr)"
             )
         };
         let mut rest = text.trim();
@@ -297,7 +309,7 @@ impl FromStr for FlashTuning {
                 'w' => 1,
                 'k' => 2,
                 'c' => 3,
-                's' | 'p' | 'g' => 4,
+                's' | 'p' | 'g' | 'd' => 4,
                 'r' => 5,
                 't' => 6,
                 'm' => 7,
@@ -315,6 +327,7 @@ impl FromStr for FlashTuning {
                 's' => t.staging = KvStaging::Serial,
                 'p' => t.staging = KvStaging::Paired,
                 'g' => t.staging = KvStaging::Global,
+                'd' => t.staging = KvStaging::Double,
                 'r' => t.prefetch = true,
                 't' => t.column_major = true,
                 _ => t.materialize = true,
@@ -506,7 +519,7 @@ const P_AT: u32 = {}u;
         g.kp,
         match t.staging {
             KvStaging::Serial => 0,
-            KvStaging::Paired => t.keys * g.kp,
+            KvStaging::Paired | KvStaging::Double => t.keys * g.kp,
             KvStaging::Global => g.edge * g.kp,
         },
         g.kv_halves,
@@ -520,6 +533,13 @@ const P_AT: u32 = {}u;
         p_row = if t.column_major { "1u" } else { "PP" },
         p_key = if t.column_major { "PP" } else { "1u" },
     );
+    if t.staging == KvStaging::Double {
+        let _ = writeln!(
+            w,
+            "// The second stage of keys and values.\nconst KV_STAGE: u32 = {}u;",
+            2 * t.keys * g.kp
+        );
+    }
     let kv_ty = if global { "act" } else { "vec4<act>" };
     let _ = writeln!(
         w,
@@ -690,6 +710,12 @@ fn main(
             );
         }
     }
+    if t.staging == KvStaging::Double {
+        // Block 0 into the first stage (the queries' staging is done).
+        stage(w, g, "k", "0u");
+        stage(w, g, "v", "V_AT");
+        w.push_str("    workgroupBarrier();\n    var st = 0u;\n");
+    }
     w.push_str("    for (var j0 = 0u; j0 < block_keys; j0 += BC) {\n");
     match t.staging {
         KvStaging::Serial => {
@@ -710,6 +736,21 @@ fn main(
             prefetch(w, g, "v");
             scores(w, g);
             w.push_str("        workgroupBarrier();\n");
+        }
+        KvStaging::Double => {
+            prefetch(w, g, "k");
+            prefetch(w, g, "v");
+            scores(w, g);
+            w.push_str(
+                "        workgroupBarrier();
+        // The next block into the other stage: its last reader, the
+        // previous block's values, is behind the barrier.
+        if j0 + BC < block_keys {
+",
+            );
+            stage(w, g, "k", "KV_STAGE - st");
+            stage(w, g, "v", "KV_STAGE - st + V_AT");
+            w.push_str("        }\n");
         }
         KvStaging::Global => {
             w.push_str(
@@ -741,13 +782,16 @@ fn main(
             );
         }
     }
-    if t.staging == KvStaging::Global {
+    if matches!(t.staging, KvStaging::Global | KvStaging::Double) {
         // The next block's scores overwrite the scratch without a barrier
         // in between otherwise.
         w.push_str("            workgroupBarrier();\n");
     }
     w.push_str("        }\n");
     values(w, g);
+    if t.staging == KvStaging::Double {
+        w.push_str("        st = KV_STAGE - st;\n");
+    }
     w.push_str("    }\n    // Each row's 1 / sum.\n");
     for i in 0..g.rows_per_lane {
         let _ = writeln!(
@@ -854,8 +898,14 @@ fn scores(w: &mut String, g: &FlashGeometry) {
             let _ = writeln!(w, "        var s_{a}_{n} = cm_c();");
         }
     }
-    let staged =
-        |n: u32, d: u32| format!("coopLoad<cm_b>(&hs[(s_key0 + {n}u * CM) * KP + {d}u * CM], KP)");
+    let st = if g.tuning.staging == KvStaging::Double {
+        "st + "
+    } else {
+        ""
+    };
+    let staged = |n: u32, d: u32| {
+        format!("coopLoad<cm_b>(&hs[{st}(s_key0 + {n}u * CM) * KP + {d}u * CM], KP)")
+    };
     let global = |n: u32, d: u32| {
         format!("coopLoad<cm_b>(&k[kv.base + (j0 + {n}u * CM) * kv.stride + {d}u * CM], kv.stride)")
     };
@@ -967,8 +1017,13 @@ fn values(w: &mut String, g: &FlashGeometry) {
         });
         w.push_str("            }\n");
     } else {
+        let st = if g.tuning.staging == KvStaging::Double {
+            "st + "
+        } else {
+            ""
+        };
         product(w, "            ", &|j| {
-            format!("coopLoadT<cm_b>(&hs[V_AT + kt * KP + o_col0 + {j}u * CM], KP)")
+            format!("coopLoadT<cm_b>(&hs[{st}V_AT + kt * KP + o_col0 + {j}u * CM], KP)")
         });
     }
     w.push_str("        }\n");

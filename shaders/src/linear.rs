@@ -101,34 +101,144 @@ pub const INT_GEMM: &str = wgsl!("linear_int_common.wgsl", "linear_int_gemm.wgsl
 pub const INT_GEMM_COOP16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_int_common.wgsl",
+    "linear_coop_codes.wgsl",
     "linear_coop_int.wgsl",
     "linear_coop16.wgsl",
+    "linear_coop_drain.wgsl",
     "linear_gemm_coop.wgsl"
 );
 /// [`INT_GEMM_COOP16`] on 8×8×8 matrices.
 pub const INT_GEMM_COOP8: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_int_common.wgsl",
+    "linear_coop_codes.wgsl",
     "linear_coop_int.wgsl",
     "linear_coop8.wgsl",
+    "linear_coop_drain.wgsl",
     "linear_gemm_coop.wgsl"
 );
 /// Float-weight GEMM on 16×16×16 f16 cooperative matrices (f16 activations).
 pub const FLOAT_GEMM_COOP16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_float_common.wgsl",
+    "linear_coop_pairs.wgsl",
     "linear_coop_float.wgsl",
     "linear_coop16.wgsl",
+    "linear_coop_drain.wgsl",
     "linear_gemm_coop.wgsl"
 );
 /// [`FLOAT_GEMM_COOP16`] on 8×8×8 matrices.
 pub const FLOAT_GEMM_COOP8: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
     "linear_float_common.wgsl",
+    "linear_coop_pairs.wgsl",
     "linear_coop_float.wgsl",
     "linear_coop8.wgsl",
+    "linear_coop_drain.wgsl",
     "linear_gemm_coop.wgsl"
 );
+/// [`INT_GEMM_COOP16`] double-buffered with 16-byte loads
+/// (`linear_gemm_coop_db.wgsl`, [`CoopGemmKernel::Double`]).
+pub const INT_GEMM_COOP16_DB: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_int_common.wgsl",
+    "linear_coop_codes.wgsl",
+    "linear_coop_int_v4.wgsl",
+    "linear_coop16.wgsl",
+    "linear_coop_drain.wgsl",
+    "linear_gemm_coop_db.wgsl"
+);
+/// [`INT_GEMM_COOP16_DB`] on 8×8×8 matrices.
+pub const INT_GEMM_COOP8_DB: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_int_common.wgsl",
+    "linear_coop_codes.wgsl",
+    "linear_coop_int_v4.wgsl",
+    "linear_coop8.wgsl",
+    "linear_coop_drain.wgsl",
+    "linear_gemm_coop_db.wgsl"
+);
+/// [`FLOAT_GEMM_COOP16`] double-buffered with 16-byte loads (f16 and bf16
+/// weights).
+pub const FLOAT_GEMM_COOP16_DB: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_float_common.wgsl",
+    "linear_coop_pairs.wgsl",
+    "linear_coop_float_v4.wgsl",
+    "linear_coop16.wgsl",
+    "linear_coop_drain.wgsl",
+    "linear_gemm_coop_db.wgsl"
+);
+/// [`FLOAT_GEMM_COOP16_DB`] on 8×8×8 matrices.
+pub const FLOAT_GEMM_COOP8_DB: &str = wgsl!(
+    enable "f16", "wgpu_cooperative_matrix";
+    "linear_float_common.wgsl",
+    "linear_coop_pairs.wgsl",
+    "linear_coop_float_v4.wgsl",
+    "linear_coop8.wgsl",
+    "linear_coop_drain.wgsl",
+    "linear_gemm_coop_db.wgsl"
+);
+
+/// Which cooperative-matrix GEMM kernel runs the layers that take one
+/// (`GpuOptions::coop_gemm`, `DYNVRAM_COOP_GEMM`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CoopGemmKernel {
+    /// `linear_gemm_coop.wgsl`: one stage of staged tiles, two barriers a
+    /// K step, 4- and 8-byte global loads. The default (the measured one).
+    #[default]
+    Single,
+    /// `linear_gemm_coop_db.wgsl`: two stages, one barrier a K step, the
+    /// next step's loads stored after this step's products, 16-byte
+    /// global loads; needs K a multiple of its slots' columns (else the
+    /// layer takes [`Self::Single`]). Not measured yet (BENCHMARKS.md).
+    Double,
+}
+
+impl CoopGemmKernel {
+    /// Columns of one activation and one weight staging slot for integer
+    /// (`float` false) or float layers: the `A_COLS`/`B_COLS` of the
+    /// staging fragment (4 and 8 for [`Self::Single`], whose fragments
+    /// read 4- and 8-column words).
+    pub fn slot_columns(self, float: bool) -> (u32, u32) {
+        match (self, float) {
+            (Self::Single, _) => (4, 8),
+            (Self::Double, false) => (16, 32),
+            (Self::Double, true) => (8, 8),
+        }
+    }
+
+    /// Copies of the staged tiles in workgroup memory.
+    pub fn stages(self) -> u32 {
+        match self {
+            Self::Single => 1,
+            Self::Double => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for CoopGemmKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single => "single",
+            Self::Double => "double",
+        })
+    }
+}
+
+/// `single` or `double`.
+impl std::str::FromStr for CoopGemmKernel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "single" => Ok(Self::Single),
+            "double" => Ok(Self::Double),
+            other => Err(format!(
+                "cooperative GEMM kernel `{other}`: want single or double"
+            )),
+        }
+    }
+}
 
 /// The workgroup shape of a cooperative-matrix GEMM: `sg_m × sg_n`
 /// subgroups of `sg` invocations, each holding `wm × wn` accumulators, `bk`
@@ -164,13 +274,20 @@ impl CoopGemmShape {
 const MAIN_BEGIN: &str = "// BEGIN main";
 const MAIN_END: &str = "// END main\n";
 
-/// A cooperative-matrix GEMM module (`*_GEMM_COOP*`) for `shape`, on
-/// matrices of edge `edge`: the shape's constants written in and `main`
-/// generated with one variable per accumulator and staging register (array
-/// sizes cannot be `override` expressions through naga 30's constant
-/// processing, and NVIDIA's compiler runs arrays of cooperative matrices at
-/// half the speed of separate variables — BENCHMARKS.md, run G).
-pub fn coop_gemm(source: &str, edge: u32, shape: CoopGemmShape) -> String {
+/// A cooperative-matrix GEMM module (`*_GEMM_COOP*`) of `kernel`, integer
+/// or `float`, for `shape`, on matrices of edge `edge`: the shape's
+/// constants written in and `main` generated with one variable per
+/// accumulator and staging register (array sizes cannot be `override`
+/// expressions through naga 30's constant processing, and NVIDIA's
+/// compiler runs arrays of cooperative matrices at half the speed of
+/// separate variables — BENCHMARKS.md, run G).
+pub fn coop_gemm(
+    source: &str,
+    edge: u32,
+    shape: CoopGemmShape,
+    kernel: CoopGemmKernel,
+    float: bool,
+) -> String {
     let f = CoopGemmShape::FILE;
     let with = crate::with_consts(
         source,
@@ -182,6 +299,14 @@ pub fn coop_gemm(source: &str, edge: u32, shape: CoopGemmShape) -> String {
             ("BK", f.bk, shape.bk),
         ],
     );
+    let (a_cols, b_cols) = kernel.slot_columns(float);
+    if kernel == CoopGemmKernel::Double {
+        // The generated loops and the fragment's slots must agree.
+        for (name, cols) in [("A_COLS", a_cols), ("B_COLS", b_cols)] {
+            let line = format!("const {name}: u32 = {cols}u;");
+            assert!(with.contains(&line), "the staging fragment lacks `{line}`");
+        }
+    }
     let begin = with.find(MAIN_BEGIN).expect("the module marks its main");
     let end = with
         .find(MAIN_END)
@@ -191,17 +316,20 @@ pub fn coop_gemm(source: &str, edge: u32, shape: CoopGemmShape) -> String {
     format!(
         "{}{head}\n{}{}",
         &with[..begin],
-        coop_gemm_main(edge, shape),
+        coop_gemm_main(edge, shape, kernel, (a_cols, b_cols)),
         &with[end..]
     )
 }
 
-/// `main` of `linear_gemm_coop.wgsl` for `shape` (ends with the END marker).
-fn coop_gemm_main(edge: u32, s: CoopGemmShape) -> String {
+/// `main` of `linear_gemm_coop.wgsl` (or, double-buffered,
+/// `linear_gemm_coop_db.wgsl`) for `shape` with staging slots of `cols`
+/// (activation, weight) columns; ends with the END marker.
+fn coop_gemm_main(edge: u32, s: CoopGemmShape, kernel: CoopGemmKernel, cols: (u32, u32)) -> String {
     use std::fmt::Write;
     let threads = s.sg * s.sg_m * s.sg_n;
-    let a_per = (s.wm * edge * s.sg_m * s.bk / 4).div_ceil(threads);
-    let b_per = (s.wn * edge * s.sg_n * s.bk / 8).div_ceil(threads);
+    let a_per = (s.wm * edge * s.sg_m * s.bk / cols.0).div_ceil(threads);
+    let b_per = (s.wn * edge * s.sg_n * s.bk / cols.1).div_ceil(threads);
+    let double = kernel == CoopGemmKernel::Double;
     let (wm, wn) = (s.wm, s.wn);
     let mut t = String::from(
         "@compute @workgroup_size(SG * NSG)
@@ -237,23 +365,52 @@ fn main(
             let _ = writeln!(t, "{indent}rb_{i} = fetch_b(n0, {kt}, {});", slot(i));
         }
     };
+    // The stores of the fetched slots (into the stage at `base`, if double).
+    let put = |t: &mut String, indent: &str, base: Option<(&str, &str)>| {
+        let at = |b: Option<&str>| b.map(|b| format!("{b}, ")).unwrap_or_default();
+        for i in 0..a_per {
+            let _ = writeln!(
+                t,
+                "{indent}put_a({}{}, ra_{i});",
+                at(base.map(|b| b.0)),
+                slot(i)
+            );
+        }
+        for i in 0..b_per {
+            let _ = writeln!(
+                t,
+                "{indent}put_b({}{}, rb_{i});",
+                at(base.map(|b| b.1)),
+                slot(i)
+            );
+        }
+    };
     let mut first = String::new();
     fetch(&mut first, "    var ", "0u");
     t.push_str(&first);
-    t.push_str("    for (var kt = 0u; kt < p.k; kt += BK) {\n");
-    for i in 0..a_per {
-        let _ = writeln!(t, "        put_a({}, ra_{i});", slot(i));
-    }
-    for i in 0..b_per {
-        let _ = writeln!(t, "        put_b({}, rb_{i});", slot(i));
-    }
-    t.push_str("        workgroupBarrier();\n        if kt + BK < p.k {\n");
-    fetch(&mut t, "            ", "kt + BK");
-    t.push_str("        }\n        for (var kk = 0u; kk < BK; kk += CM) {\n");
+    let (sa, sb) = if double {
+        put(&mut t, "    ", Some(("0u", "0u")));
+        t.push_str("    workgroupBarrier();\n    var stage = 0u;\n");
+        t.push_str("    for (var kt = 0u; kt < p.k; kt += BK) {\n");
+        t.push_str("        let more = kt + BK < p.k;\n        if more {\n");
+        fetch(&mut t, "            ", "kt + BK");
+        t.push_str(
+            "        }\n        let sa = stage * A_STAGE;\n        let sb = stage * B_STAGE;\n",
+        );
+        ("sa + ", "sb + ")
+    } else {
+        t.push_str("    for (var kt = 0u; kt < p.k; kt += BK) {\n");
+        put(&mut t, "        ", None);
+        t.push_str("        workgroupBarrier();\n        if kt + BK < p.k {\n");
+        fetch(&mut t, "            ", "kt + BK");
+        t.push_str("        }\n");
+        ("", "")
+    };
+    t.push_str("        for (var kk = 0u; kk < BK; kk += CM) {\n");
     for i in 0..wm {
         let _ = writeln!(
             t,
-            "            let a_{i} = coopLoadT<cm_a>(&a_sh[(sm + {i}u * CM) * PITCH + kk], PITCH);"
+            "            let a_{i} = coopLoadT<cm_a>(&a_sh[{sa}(sm + {i}u * CM) * PITCH + kk], PITCH);"
         );
     }
     t.push_str(
@@ -264,7 +421,7 @@ fn main(
     for j in 0..wn {
         let _ = writeln!(
             t,
-            "            let b_{j} = coopLoad<cm_b>(&b_sh[(sn + {j}u * CM) * PITCH + kk], PITCH);"
+            "            let b_{j} = coopLoad<cm_b>(&b_sh[{sb}(sn + {j}u * CM) * PITCH + kk], PITCH);"
         );
     }
     for i in 0..wm {
@@ -275,7 +432,18 @@ fn main(
             );
         }
     }
-    t.push_str("        }\n        workgroupBarrier();\n    }\n");
+    t.push_str("        }\n");
+    if double {
+        t.push_str("        // The other stage was last read before the previous barrier.\n");
+        t.push_str("        stage = 1u - stage;\n        if more {\n");
+        put(
+            &mut t,
+            "            ",
+            Some(("stage * A_STAGE", "stage * B_STAGE")),
+        );
+        t.push_str("        }\n");
+    }
+    t.push_str("        workgroupBarrier();\n    }\n");
     for i in 0..wm {
         for j in 0..wn {
             let _ = writeln!(
@@ -467,6 +635,13 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_coop_float.wgsl", FLOAT_GEMM_COOP16),
     ("linear_coop16.wgsl", FLOAT_GEMM_COOP16),
     ("linear_coop8.wgsl", FLOAT_GEMM_COOP8),
+    ("linear_coop_codes.wgsl", INT_GEMM_COOP16),
+    ("linear_coop_pairs.wgsl", FLOAT_GEMM_COOP16),
+    ("linear_coop_drain.wgsl", INT_GEMM_COOP8),
+    ("linear_gemm_coop_db.wgsl", INT_GEMM_COOP16_DB),
+    ("linear_coop_int_v4.wgsl", INT_GEMM_COOP8_DB),
+    ("linear_coop_float_v4.wgsl", FLOAT_GEMM_COOP16_DB),
+    ("linear_gemm_coop_db.wgsl [float, 8x8]", FLOAT_GEMM_COOP8_DB),
     ("linear_float_gemv.wgsl", FLOAT_GEMV),
     ("linear_float_gemm.wgsl", FLOAT_GEMM),
     // The tree fragments need a body's WGS: listed as their composition.

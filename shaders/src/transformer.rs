@@ -9,6 +9,13 @@ pub const NORM: &str = wgsl!("norm.wgsl");
 pub const ROPE: &str = wgsl!("rope.wgsl");
 /// Causal grouped-query softmax attention with an online softmax.
 pub const ATTENTION: &str = wgsl!("attention_params.wgsl", "attention.wgsl");
+/// [`ATTENTION`] with an additive per-head bias and any score scale, no
+/// mask (T5's relative position bias).
+pub const ATTENTION_BIAS: &str = wgsl!(
+    "attention_params.wgsl",
+    "attention.wgsl",
+    "attention_bias.wgsl"
+);
 /// Decode attention over a KV cache, coalesced (flash-decoding: keys split
 /// over workgroups, the partials combined by [`ATTENTION`]'s
 /// `attend_combine`), the key groups' sums through workgroup memory.
@@ -144,6 +151,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("rope.wgsl", ROPE),
     ("attention.wgsl", ATTENTION),
     ("attention_params.wgsl", ATTENTION),
+    ("attention_bias.wgsl", ATTENTION_BIAS),
     // The decode fragments need the body: listed as its compositions.
     ("attention_decode.wgsl", ATTENTION_DECODE),
     ("attention_decode_workgroup.wgsl", ATTENTION_DECODE),

@@ -20,6 +20,9 @@
 // reads kv head h / (n_heads / n_kv) (contiguous groups, HF repeat_kv).
 //
 // needs: Params
+// provides: DPT, NEG_BIG, WG, empty_partial, key_dot, kv_column, kv_row0
+// provides: load_query, online_step, out, params
+//
 
 // Params: attention_params.wgsl, before this file.
 
@@ -77,49 +80,67 @@ struct Partial {
     acc: array<f32, DPT>,
 }
 
+// q·k of the query row in `qs` and key row `kv_row`, columns kv_col..
+// (unscaled).
+fn key_dot(kv_row: u32, kv_col: u32) -> f32 {
+    let hd = params.head_dim;
+    let k_base = kv_row * params.n_kv * hd + kv_col;
+    var dot = 0.0;
+    for (var d = 0u; d < hd; d = d + 1u) {
+        dot = dot + qs[d] * f32(k[k_base + d]);
+    }
+    return dot;
+}
+
+// Folds the tile of keys t0..min(t0 + WG, hi) into the running softmax
+// `run`: `score` is this invocation's key's (t0 + lid; NEG_BIG past hi).
+// Called in uniform control flow (it synchronises the workgroup).
+fn online_step(lid: u32, run: Partial, score: f32, kv_row0: u32, kv_col: u32, t0: u32, hi: u32) -> Partial {
+    let hd = params.head_dim;
+    let kv_stride = params.n_kv * hd;
+    let m_new = max(run.m, workgroup_max(lid, score));
+    let correction = exp(run.m - m_new);
+    var p = 0.0;
+    if t0 + lid < hi {
+        p = exp(score - m_new);
+    }
+    probs[lid] = p;
+    let l = run.l * correction + workgroup_sum(lid, p);
+    let n_tile = min(WG, hi - t0);
+    var acc = run.acc;
+    for (var c = 0u; c < DPT; c = c + 1u) {
+        let d = lid + c * WG;
+        if d < hd {
+            var a = acc[c] * correction;
+            for (var jj = 0u; jj < n_tile; jj = jj + 1u) {
+                a = a + probs[jj] * f32(v[(kv_row0 + t0 + jj) * kv_stride + kv_col + d]);
+            }
+            acc[c] = a;
+        }
+    }
+    workgroupBarrier();
+    return Partial(m_new, l, acc);
+}
+
+// A softmax over no keys yet.
+fn empty_partial() -> Partial {
+    return Partial(NEG_BIG, 0.0, array<f32, DPT>(0.0, 0.0, 0.0, 0.0));
+}
+
 // Online softmax over keys lo..hi (bounds uniform over the workgroup) for
 // the query row already in `qs`, reading kv columns kv_col.. of rows
 // kv_row0 + (lo..hi).
 fn attend_range(lid: u32, kv_row0: u32, kv_col: u32, lo: u32, hi: u32) -> Partial {
-    let hd = params.head_dim;
-    let kv_stride = params.n_kv * hd;
-    var m = NEG_BIG;
-    var l = 0.0;
-    var acc = array<f32, DPT>(0.0, 0.0, 0.0, 0.0);
+    var run = empty_partial();
     for (var t0 = lo; t0 < hi; t0 = t0 + WG) {
         let j = t0 + lid;
         var score = NEG_BIG;
         if j < hi {
-            let k_base = (kv_row0 + j) * kv_stride + kv_col;
-            var dot = 0.0;
-            for (var d = 0u; d < hd; d = d + 1u) {
-                dot = dot + qs[d] * f32(k[k_base + d]);
-            }
-            score = dot * params.scale;
+            score = key_dot(kv_row0 + j, kv_col) * params.scale;
         }
-        let m_new = max(m, workgroup_max(lid, score));
-        let correction = exp(m - m_new);
-        var p = 0.0;
-        if j < hi {
-            p = exp(score - m_new);
-        }
-        probs[lid] = p;
-        l = l * correction + workgroup_sum(lid, p);
-        let n_tile = min(WG, hi - t0);
-        for (var c = 0u; c < DPT; c = c + 1u) {
-            let d = lid + c * WG;
-            if d < hd {
-                var a = acc[c] * correction;
-                for (var jj = 0u; jj < n_tile; jj = jj + 1u) {
-                    a = a + probs[jj] * f32(v[(kv_row0 + t0 + jj) * kv_stride + kv_col + d]);
-                }
-                acc[c] = a;
-            }
-        }
-        m = m_new;
-        workgroupBarrier();
+        run = online_step(lid, run, score, kv_row0, kv_col, t0, hi);
     }
-    return Partial(m, l, acc);
+    return run;
 }
 
 // Loads query row r of head h into `qs`; returns its offset in q and out.

@@ -3,8 +3,10 @@
 // The op is an override constant, so each (entry, OP) pair is its own
 // pipeline with no branch at run time.
 //
-// Unary OP:  0 = GELU (tanh approximation), 1 = SiLU, 2 = scale by `params.scale`.
-// Binary OP: 0 = a + b, 1 = silu(a) * b (SwiGLU), 2 = a * b.
+// Unary OP:  0 = GELU (tanh approximation), 1 = SiLU, 2 = scale by `params.scale`,
+//            3 = quick GELU x * sigmoid(1.702 x) (CLIP).
+// Binary OP: 0 = a + b, 1 = silu(a) * b (SwiGLU), 2 = a * b,
+//            3 = gelu_tanh(a) * b (GEGLU, T5 v1.1).
 
 struct Params {
     n: u32,
@@ -49,6 +51,8 @@ fn unary(x: f32) -> f32 {
         return gelu_tanh(x);
     } else if OP == 1u {
         return silu(x);
+    } else if OP == 3u {
+        return x / (1.0 + exp(-1.702 * x));
     }
     return x * params.scale;
 }
@@ -58,6 +62,8 @@ fn binary(x: f32, y: f32) -> f32 {
         return x + y;
     } else if OP == 1u {
         return silu(x) * y;
+    } else if OP == 3u {
+        return gelu_tanh(x) * y;
     }
     return x * y;
 }

@@ -9,9 +9,10 @@
 // stored (`put_*`), so that the reads of the next K step stay in flight
 // while this step multiplies.
 //
-// needs: A_SLOTS, B_SLOTS, PITCH, WFMT, a_sh, a_slot, b_sh, b_slot, bf16_pair
-// needs: f16_pair, fp8_quad, p, store, w, weight_scale, x
+// needs: A_SLOTS, B_SLOTS, PITCH, WFMT, a_sh, a_slot, b_sh, b_slot, fp8_quad
+// needs: p, pair_quad, store, w, weight_scale, x
 // provides: emit, fetch_a, fetch_b, put_a, put_b
+//
 
 // Four activation columns.
 alias a_raw = vec4<f16>;
@@ -66,16 +67,6 @@ fn fetch_b(n0: u32, kt: u32, slot: u32) -> b_raw {
         }
     }
     return v;
-}
-
-// Four weight columns from two words of pairs (f16 or bf16).
-fn pair_quad(lo: u32, hi: u32) -> vec4<f16> {
-    // (naga 30 cannot bitcast a u32 to vec2<f16>, so f16 goes through f32,
-    // exactly.)
-    if WFMT == 1u {
-        return vec4<f16>(vec4<f32>(f16_pair(lo), f16_pair(hi)));
-    }
-    return vec4<f16>(vec4<f32>(bf16_pair(lo), bf16_pair(hi)));
 }
 
 fn put_b(slot: u32, v: b_raw) {

@@ -9,22 +9,15 @@
 // stored (`put_*`), so that the reads of the next K step stay in flight
 // while this step multiplies.
 //
-// needs: A_SLOTS, B_SLOTS, PITCH, W4, a_sh, a_slot, b_sh, b_slot, p, store, w
-// needs: xq
+// needs: A_SLOTS, B_SLOTS, PITCH, W4, a_sh, a_slot, b_sh, b_slot, i4_at, i8_at
+// needs: p, store, w, xq
 // provides: emit, fetch_a, fetch_b, put_a, put_b
+//
 
 // Four activation codes.
 alias a_raw = u32;
 // Eight weight columns: one word of int4 nibbles (x), or two of int8 (x, y).
 alias b_raw = vec2<u32>;
-
-fn i8_at(word: u32, i: u32) -> f16 {
-    return f16(bitcast<i32>(word << (24u - 8u * i)) >> 24u);
-}
-
-fn i4_at(word: u32, i: u32) -> f16 {
-    return f16(bitcast<i32>(word << (28u - 4u * i)) >> 28u);
-}
 
 // Activation slot `slot` of K step `kt` (zero past M, K and the slots).
 fn fetch_a(m0: u32, kt: u32, slot: u32) -> a_raw {

@@ -16,8 +16,9 @@
 // hides behind the matrix work.
 // Dispatch: (ceil(N / TILE_N), ceil(M / TILE_M), 1).
 //
-// needs: CM, cm_a, cm_b, cm_c, emit, fetch_a, fetch_b, out, p, put_a, put_b
-// provides: A_SLOTS, B_SLOTS, PITCH, a_sh, a_slot, b_sh, b_slot
+// needs: CM, cm_a, cm_b, cm_c, drain, fetch_a, fetch_b, p, put_a, put_b
+// provides: A_SLOTS, B_SLOTS, NSG, PITCH, SG, a_sh, a_slot, b_sh, b_slot
+//
 
 override SG: u32 = 32u;
 // The workgroup shape. Constants, not overrides, because they size
@@ -44,8 +45,6 @@ const B_SLOTS: u32 = TILE_N * BK / 8u;
 
 var<workgroup> a_sh: array<f16, TILE_M * PITCH>;
 var<workgroup> b_sh: array<f16, TILE_N * PITCH>;
-// One accumulator per subgroup on its way to the epilogue.
-var<workgroup> c_sh: array<f32, NSG * CM * CM>;
 
 // Row and first column of activation slot `slot` in the staged tile.
 fn a_slot(slot: u32) -> vec2<u32> {
@@ -55,25 +54,6 @@ fn a_slot(slot: u32) -> vec2<u32> {
 // Row and first column of weight slot `slot` in the staged tile.
 fn b_slot(slot: u32) -> vec2<u32> {
     return vec2<u32>(slot / (BK / 8u), 8u * (slot % (BK / 8u)));
-}
-
-// Writes one accumulator whose first element is output (m, n), or NaN
-// where `ok` is false. Called by the whole workgroup (it holds barriers).
-fn drain(acc: cm_c, sq: u32, lane: u32, ok: bool, m: u32, n: u32) {
-    coopStoreT(acc, &c_sh[sq * CM * CM], CM);
-    workgroupBarrier();
-    for (var e = lane; e < CM * CM; e += SG) {
-        let mm = m + e / CM;
-        let nn = n + e % CM;
-        if mm < p.m && nn < p.n {
-            if ok {
-                emit(mm, nn, c_sh[sq * CM * CM + e]);
-            } else {
-                out[mm * p.out_stride + p.n_base + nn] = act(bitcast<f32>(0x7FC00000u));
-            }
-        }
-    }
-    workgroupBarrier();
 }
 
 // BEGIN main (generated for other shapes by dynvram_shaders::linear::coop_gemm)

@@ -102,6 +102,23 @@ pub fn quarter_budget(spec: &dynvram_runtime::ModelSpec) -> u64 {
     BudgetConfig::default().reserve + spec.scratch_bytes + 2 * arena + model / 4
 }
 
+/// A capacity holding the reserve, the scratch and two arenas of `spec`'s
+/// largest group (`BlockSpec::groups`) and nothing more: no block larger
+/// than one group can be double-buffered, so such blocks stream by part.
+#[cfg(feature = "runtime")]
+pub fn part_budget(spec: &dynvram_runtime::ModelSpec) -> u64 {
+    use dynvram_runtime::memory::BudgetConfig;
+    use dynvram_runtime::planning::{ARENA_ALIGN, arena_size};
+    let (_, weights) = dynvram_runtime::plan_spec(spec, u64::MAX).expect("plan");
+    let mut per_group = std::collections::HashMap::new();
+    for w in &weights {
+        *per_group.entry((w.block, w.group)).or_insert(0u64) +=
+            w.size.next_multiple_of(ARENA_ALIGN);
+    }
+    let group = per_group.values().copied().max().unwrap_or(0);
+    BudgetConfig::default().reserve + spec.scratch_bytes + 2 * arena_size(group)
+}
+
 /// A bare wgpu device on `backends` opened as the runtime opens its own
 /// (host-memory import and a copy queue enabled where offered), and whether
 /// `VK_EXT_external_memory_host` was enabled; or `None` under the skip rule.

@@ -75,7 +75,8 @@ impl AdapterArgs {
 /// `DYNVRAM_FLASH` (the flash-attention kernel, a `FlashKernel`:
 /// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning) and
 /// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
-/// `512x32m8`, for tuning): the one place the program reads them. A value
+/// `512x32m8`, for tuning) and `DYNVRAM_COOP_GEMM` (the cooperative-matrix
+/// GEMM kernel: `single`, the default, or `double`, for comparisons): the one place the program reads them. A value
 /// it does not know is warned about and the default kept. No pipeline
 /// cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
@@ -99,6 +100,7 @@ pub fn gpu_options() -> GpuOptions {
         spread_quant: var("DYNVRAM_SPREAD_QUANT", d.spread_quant),
         flash: optional("DYNVRAM_FLASH"),
         decode: optional("DYNVRAM_DECODE"),
+        coop_gemm: var("DYNVRAM_COOP_GEMM", d.coop_gemm),
         pipeline_cache: None,
     }
 }

@@ -14,8 +14,8 @@ use dynvram_runtime::gpu::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::ops::linear::{
-    CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights, RecordOptions,
-    Region, WeightPart, record_linear_with, record_linears_fused, row_bytes,
+    CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights,
+    RecordOptions, Region, WeightPart, record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -651,9 +651,12 @@ fn time_case(
         m,
         n,
         k,
-        kernel: match scratch.last_coop_shape() {
-            Some(shape) => format!("{} coop-matrix {shape}", plan.kernel),
-            None => plan.kernel.to_string(),
+        kernel: match (scratch.last_coop_shape(), scratch.last_coop_kernel()) {
+            (Some(shape), Some(CoopGemmKernel::Double)) => {
+                format!("{} coop-matrix {shape} double", plan.kernel)
+            }
+            (Some(shape), _) => format!("{} coop-matrix {shape}", plan.kernel),
+            _ => plan.kernel.to_string(),
         },
         coop: scratch.last_used_coop(),
         dispatches: scratch.last_dispatches(),

@@ -56,10 +56,10 @@ pub struct AttentionArgs {
     /// Prefill: flash kernels to time after the device's choice (always
     /// first: the adapter's default, the one-walk kernel in its first
     /// fitting tuning, or `DYNVRAM_FLASH`), comma separated: `two-walk`, or a one-walk tuning
-    /// `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`: BR query rows a workgroup,
+    /// `BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m]`: BR query rows a workgroup,
     /// BC keys a block, NSG subgroups, KG key groups splitting a row
     /// block's scores, CG column groups splitting an output row block's
-    /// head columns, staging serial/paired/global, r: the next block read
+    /// head columns, staging serial/paired/global/double (d needs r), r: the next block read
     /// into registers, t: scores and probabilities column-major, m: the
     /// queries materialized in registers (see `FlashTuning`). Each output
     /// is compared with the first's (`max_diff`).
@@ -410,7 +410,7 @@ struct PrefillFigure {
     head_dim: u64,
     batch: u64,
     causal: bool,
-    /// The flash kernel (`two-walk` or `BRxBC[wNSG][kKG][cCG][s|p|g][r][t][m]`).
+    /// The flash kernel (`two-walk` or `BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m]`).
     tuning: String,
     /// Whether it is the device's choice at this head_dim (the adapter's
     /// default, or `DYNVRAM_FLASH`).

@@ -1,6 +1,9 @@
 //! `dynvram bench coop`: the cooperative matrices' own multiply-add rate
 //! through WGSL (`coop_peak.wgsl`), with the operands in registers and
-//! loaded from workgroup memory every round as the GEMM's inner loop does.
+//! loaded from workgroup memory every round as the GEMM's inner loop does:
+//! from 128-byte rows (every row of a tile on the same banks), from rows
+//! padded by 16 bytes (conflict-free, as the GEMM's staged tiles), and
+//! padded with the next round's tiles loaded before this round's products.
 //! The ceiling any tensor-core kernel on this path can reach, so a GEMM or
 //! attention target it cannot reach is shown by measurement, not guessed.
 
@@ -37,7 +40,9 @@ pub struct CoopArgs {
 
 #[derive(Debug, Serialize)]
 struct Figure {
-    /// `registers` or `shared`.
+    /// Where the operands come from: `registers`, `shared` (rows of
+    /// 4 matrix edges), `shared-padded` (rows padded by 8 f16) or
+    /// `shared-double` (padded, the next round's tiles loaded first).
     operands: &'static str,
     seconds: f64,
     tflops: f64,
@@ -71,7 +76,12 @@ pub fn run(a: CoopArgs, json: bool) -> anyhow::Result<ExitCode> {
     let sums = gpu.create_buffer("bench.coop_sums", bytes, wgpu::BufferUsages::STORAGE)?;
     let flops = u64::from(a.groups) * NSG * CHAINS * u64::from(a.iters) * 2 * e * e * e;
     let mut figures = Vec::new();
-    for (entry, operands) in [("mma_registers", "registers"), ("mma_shared", "shared")] {
+    for (entry, operands) in [
+        ("mma_registers", "registers"),
+        ("mma_shared", "shared"),
+        ("mma_shared_padded", "shared-padded"),
+        ("mma_shared_double", "shared-double"),
+    ] {
         let pipeline = gpu.create_compute_pipeline(
             &format!("bench.coop.{entry}"),
             source,
@@ -120,7 +130,7 @@ pub fn run(a: CoopArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
         for f in &report.figures {
             println!(
-                "  operands in {:<9} {:>8.1} TFLOP/s ({:.3} ms a launch)",
+                "  operands in {:<13} {:>8.1} TFLOP/s ({:.3} ms a launch)",
                 f.operands,
                 f.tflops,
                 f.seconds * 1e3

@@ -126,6 +126,12 @@ struct Report {
     seconds_per_pass: f64,
     best_seconds_per_pass: f64,
     streamed_bytes_per_pass: u64,
+    /// Matrix and attention FLOPs of one pass (`flux::flops`).
+    flops_per_pass: u64,
+    /// FLOPs per second of the best pass: what `plan --matrix-tflops`
+    /// takes as this adapter's rate (in TFLOP/s; the whole pass, launches
+    /// and streaming included, so below the kernels' own rate).
+    achieved_tflops: f64,
     max_abs_out: f32,
     model_report: dynvram_runtime::ModelReport,
     budget: dynvram_runtime::BudgetReport,
@@ -245,6 +251,13 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let seconds: f64 = stats.iter().map(|s| s.seconds).sum();
     let streamed: u64 = stats.iter().map(|s| s.streamed_bytes).sum();
     let passes = stats.len();
+    let flops: u64 = dynvram_models::flux::flops::block_flops(c, inputs.shape)
+        .iter()
+        .sum();
+    let best = stats
+        .iter()
+        .map(|s| s.seconds)
+        .fold(f64::INFINITY, f64::min);
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),
@@ -260,11 +273,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         sigmas,
         seconds,
         seconds_per_pass: seconds / passes.max(1) as f64,
-        best_seconds_per_pass: stats
-            .iter()
-            .map(|s| s.seconds)
-            .fold(f64::INFINITY, f64::min),
+        best_seconds_per_pass: best,
         streamed_bytes_per_pass: streamed / passes.max(1) as u64,
+        flops_per_pass: flops,
+        achieved_tflops: if best > 0.0 {
+            flops as f64 / best / 1e12
+        } else {
+            0.0
+        },
         max_abs_out: out.iter().fold(0f32, |m, v| m.max(v.abs())),
         model_report: model.report(),
         budget: rt.budget_report(),
@@ -392,20 +408,29 @@ fn print_text(r: &Report, out: &Path) {
         r.shape.batch, r.shape.img_len, r.shape.txt_len
     );
     println!(
-        "passes     {} in {:.1} ms ({:.1} ms each, best {:.1} ms), {} streamed per pass",
+        "passes     {} in {:.1} ms ({:.1} ms each, best {:.1} ms), {} streamed per pass; {:.3} TFLOP a pass, {:.2} TFLOP/s at best",
         r.passes,
         r.seconds * 1e3,
         r.seconds_per_pass * 1e3,
         r.best_seconds_per_pass * 1e3,
-        size(r.streamed_bytes_per_pass)
+        size(r.streamed_bytes_per_pass),
+        r.flops_per_pass as f64 / 1e12,
+        r.achieved_tflops
     );
     println!(
-        "budget     {} usable of {} ({}); resident {}, streamed {}; peak VRAM {}",
+        "budget     {} usable of {} ({}); resident {}, streamed {} by {}{}; peak VRAM {}",
         size(b.usable),
         size(b.capacity),
         b.source,
         size(m.resident_bytes),
         size(m.streamed_bytes),
+        m.granularity.as_str(),
+        match m.granularity {
+            dynvram_runtime::planning::Granularity::Part => {
+                format!(" ({} parts a pass)", m.streamed_parts)
+            }
+            dynvram_runtime::planning::Granularity::Block => String::new(),
+        },
         size(b.peak)
     );
     println!(

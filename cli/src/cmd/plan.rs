@@ -1,7 +1,9 @@
 //! `dynvram plan MODEL --vram-budget GIB`: which weights stay resident,
-//! which stream, the bytes moved per token (or per pass) and a predicted
-//! speed from a PCIe rate and a memory rate — the same placement a run
-//! computes, from the files' headers alone: no GPU, no driver.
+//! which stream (by block, or by part where a block is too large to
+//! double-buffer), the bytes moved per token (or per pass) and a predicted
+//! speed from a PCIe rate, a memory rate and a matrix rate
+//! (`runtime::roofline`) — the same placement a run computes, from the
+//! files' headers alone: no GPU, no driver.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +15,7 @@ use dynvram_models::llama::{Checkpoint, Limits};
 use dynvram_models::mlp_stack;
 use dynvram_runtime::ModelSpec;
 use dynvram_runtime::planning::PlanWeight;
+use dynvram_runtime::roofline::{self, BlockTime, BlockWork, Prediction, Rates};
 use serde::Serialize;
 
 use crate::cmd::budget_args::BudgetArgs;
@@ -22,6 +25,10 @@ use crate::output::{print_json, size};
 const DEFAULT_PCIE_GBPS: f64 = 25.0;
 /// Default `--mem-gbps`: a mid-range 8 GiB card's memory rate.
 const DEFAULT_MEM_GBPS: f64 = 400.0;
+/// Default `--matrix-tflops`: a mid-range 8 GiB card's dense f16 matrix
+/// rate (~80 TFLOP/s) at the share of its peak dynvram's cooperative-matrix
+/// GEMM reaches on the H200 (76.6 of 989 TFLOP/s, BENCHMARKS.md): ~10.
+const DEFAULT_MATRIX_TFLOPS: f64 = 10.0;
 
 /// Arguments of `dynvram plan`.
 #[derive(Debug, clap::Args)]
@@ -30,11 +37,16 @@ The budget: --vram-budget is required (plan asks no driver) and is the whole
 budget: the 0.25 GiB default reserve applies only to budgets a driver reports
 (give --reserve-vram to keep some of it free); --vram-headroom always applies.
 
-The prediction: a decode step reads every weight from VRAM once and moves the
-streamed ones over PCIe while the previous block computes, so one step takes
-the longer of (streamed bytes / --pcie-gbps) and (all weight bytes /
---mem-gbps). KV-cache reads and kernel launch costs are not counted: it is an
-upper bound on speed.
+The prediction: a pass reads every weight from VRAM once, computes its matrix
+products and attention, and moves the streamed weights over PCIe while the
+previous block computes, so each block takes the longest of (its FLOPs /
+--matrix-tflops), (its weight bytes / --mem-gbps) and (its streamed bytes /
+--pcie-gbps), and a pass the sum over blocks. FLOPs are counted for Flux (one
+step at --image-tokens and --text-tokens) and Llama checkpoints (a decode
+token at --context, and a prefill of --rows tokens); not for MLP stacks.
+KV-cache reads and kernel launch costs are not counted: it is an upper bound
+on speed. plan opens no GPU: the matrix rate is --matrix-tflops, by default
+a mid-range card's rate as dynvram's kernels reach it.
 
 Examples:
   dynvram plan MODEL_DIR --vram-budget 8
@@ -73,6 +85,11 @@ pub struct Args {
     /// The GPU's memory rate, in GB/s (10^9 bytes).
     #[arg(long, default_value_t = DEFAULT_MEM_GBPS, value_name = "GB/S")]
     mem_gbps: f64,
+    /// The GPU's matrix rate (GEMM and attention) as dynvram's kernels
+    /// reach it, in TFLOP/s (10^12 FLOPs): e.g. `dynvram dit --json`'s
+    /// `achieved_tflops` on that GPU, or a `--profile` run's TFLOP/s column.
+    #[arg(long, default_value_t = DEFAULT_MATRIX_TFLOPS, value_name = "TFLOP/S")]
+    matrix_tflops: f64,
     /// List every tensor, not only the totals.
     #[arg(long)]
     tensors: bool,
@@ -87,12 +104,28 @@ struct TensorRow {
     streamed: bool,
 }
 
-/// Where a block's weights live.
+/// Where a block's weights live, its FLOPs and what limits it.
 #[derive(Debug, Serialize)]
 struct BlockRow {
     name: String,
     resident_bytes: u64,
     streamed_bytes: u64,
+    /// Matrix and attention FLOPs of one pass (0 where not counted).
+    flops: u64,
+    /// `compute`, `memory` or `pcie`: the longest of the block's times.
+    bound: &'static str,
+}
+
+/// A Llama prefill's prediction.
+#[derive(Debug, Serialize)]
+struct PrefillReport {
+    /// Prompt tokens.
+    tokens: usize,
+    flops: u64,
+    seconds: f64,
+    tokens_per_second: f64,
+    /// What limits most of it.
+    bound: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -108,6 +141,13 @@ struct Report {
     usable: u64,
     scratch: u64,
     arena_bytes: u64,
+    /// `block` (each arena holds a block's streamed weights) or `part`
+    /// (blocks too large for two arenas stream a few linears at a time).
+    granularity: &'static str,
+    /// Arena loads a pass makes (streamed blocks or parts).
+    streamed_parts: usize,
+    /// VRAM the plan takes at most: resident pages, arenas, activations.
+    peak_bytes: u64,
     weight_bytes: u64,
     resident_tensors: usize,
     streamed_tensors: usize,
@@ -115,24 +155,40 @@ struct Report {
     streamed_bytes_per_pass: u64,
     pcie_gbps: f64,
     mem_gbps: f64,
+    matrix_tflops: f64,
+    /// Matrix and attention FLOPs of a pass (0 where not counted).
+    flops_per_pass: u64,
+    /// Whether FLOPs are counted for this kind of model.
+    flops_counted: bool,
     /// Seconds per pass moving the streamed weights.
     transfer_seconds: f64,
     /// Seconds per pass reading every weight from VRAM.
     memory_seconds: f64,
-    /// Passes (tokens) per second: 1 / max(transfer, memory).
+    /// Seconds per pass computing at the matrix rate.
+    compute_seconds: f64,
+    /// Seconds per pass: the sum of each block's longest time.
+    predicted_seconds: f64,
+    /// Passes (tokens, steps) per second: 1 / predicted_seconds.
     predicted_per_second: f64,
-    /// `pcie` or `memory`: which of the two sets the speed.
+    /// `compute`, `memory` or `pcie`: what limits most of the pass.
     bound: &'static str,
+    /// Llama: a prefill of `--rows` tokens.
+    prefill: Option<PrefillReport>,
     blocks: Vec<BlockRow>,
     tensors: Vec<TensorRow>,
 }
 
-/// A model to plan: its runtime spec and words for the report.
+/// A model to plan: its runtime spec, the FLOPs of its blocks, and words
+/// for the report.
 struct Target {
     spec: ModelSpec,
     kind: &'static str,
     unit: &'static str,
     describe: String,
+    /// FLOPs of each block in one pass (the unit), where counted.
+    flops: Option<Vec<u64>>,
+    /// A prefill's tokens and FLOPs of each block, for checkpoints.
+    prefill: Option<(usize, Vec<u64>)>,
 }
 
 fn checkpoint_target(args: &Args) -> anyhow::Result<Target> {
@@ -171,6 +227,8 @@ fn checkpoint_target(args: &Args) -> anyhow::Result<Target> {
     });
     Ok(Target {
         spec,
+        flops: Some(dynvram_models::llama::flops::block_flops(c, 1, context - 1)),
+        prefill: Some((rows, dynvram_models::llama::flops::block_flops(c, rows, 0))),
         kind: "llama checkpoint",
         unit: "token",
         describe: format!(
@@ -200,6 +258,8 @@ fn flux_target(args: &Args, found: DetectedFlux) -> anyhow::Result<Target> {
     Ok(Target {
         // f16 activations, as `dit` takes them on GPUs with SHADER_F16.
         spec: ckpt.spec(shape, dynvram_runtime::ActDtype::F16),
+        flops: Some(flux::flops::block_flops(c, shape)),
+        prefill: None,
         kind: "flux transformer",
         unit: "step",
         describe: format!(
@@ -232,6 +292,8 @@ fn stack_target(args: &Args) -> anyhow::Result<Target> {
     let rows = probe.rows(args.rows.unwrap_or(4));
     Ok(Target {
         spec: probe.spec(rows),
+        flops: None,
+        prefill: None,
         kind: "mlp stack",
         unit: "pass",
         describe: format!("MLP blocks, {rows} activation rows"),
@@ -262,8 +324,11 @@ fn rate(flag: &str, gbps: f64) -> anyhow::Result<f64> {
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let pcie = rate("--pcie-gbps", args.pcie_gbps)?;
-    let mem = rate("--mem-gbps", args.mem_gbps)?;
+    let rates = Rates {
+        pcie_bytes_per_second: rate("--pcie-gbps", args.pcie_gbps)?,
+        memory_bytes_per_second: rate("--mem-gbps", args.mem_gbps)?,
+        matrix_flops_per_second: rate("--matrix-tflops", args.matrix_tflops)? * 1e3,
+    };
     let config = args.budget.config()?;
     let Some(capacity) = config.vram_budget else {
         anyhow::bail!(
@@ -289,10 +354,29 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     })?;
     let p = &plan.plan;
     let weight_bytes: u64 = weights.iter().map(|w| w.size).sum();
-    let transfer_seconds = p.streamed_bytes as f64 / pcie;
-    let memory_seconds = weight_bytes as f64 / mem;
-    let step = transfer_seconds.max(memory_seconds);
     let streamed = |i: usize| p.tensors[i].placement == Placement::Stream;
+    let work = |flops: Option<&[u64]>| block_work(&target.spec, &weights, streamed, flops);
+    let pass = work(target.flops.as_deref());
+    let predicted = roofline::predict(&pass, &rates);
+    let prefill = target.prefill.as_ref().map(|(tokens, flops)| {
+        let p = roofline::predict(&work(Some(flops)), &rates);
+        PrefillReport {
+            tokens: *tokens,
+            flops: p.flops,
+            seconds: p.seconds,
+            tokens_per_second: *tokens as f64 * p.per_second(),
+            bound: p.bound.as_str(),
+        }
+    });
+    let Prediction {
+        seconds,
+        flops,
+        compute_seconds,
+        memory_seconds,
+        transfer_seconds,
+        bound,
+        ..
+    } = predicted;
     let report = Report {
         model: args.model.clone(),
         kind: target.kind,
@@ -303,6 +387,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         usable,
         scratch: plan.scratch,
         arena_bytes: plan.arena_bytes,
+        granularity: plan.granularity.as_str(),
+        streamed_parts: plan.streamed_parts,
+        peak_bytes: p.page_bytes + 2 * plan.arena_bytes + plan.scratch,
         weight_bytes,
         resident_tensors: p.resident,
         streamed_tensors: p.streamed,
@@ -310,15 +397,17 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         streamed_bytes_per_pass: p.streamed_bytes,
         pcie_gbps: args.pcie_gbps,
         mem_gbps: args.mem_gbps,
+        matrix_tflops: args.matrix_tflops,
+        flops_per_pass: flops,
+        flops_counted: target.flops.is_some(),
         transfer_seconds,
         memory_seconds,
-        predicted_per_second: if step > 0.0 { 1.0 / step } else { 0.0 },
-        bound: if transfer_seconds >= memory_seconds {
-            "pcie"
-        } else {
-            "memory"
-        },
-        blocks: blocks(&target.spec, &weights, streamed),
+        compute_seconds,
+        predicted_seconds: seconds,
+        predicted_per_second: predicted.per_second(),
+        bound: bound.as_str(),
+        prefill,
+        blocks: blocks(&target.spec, &pass, &rates),
         tensors: weights
             .iter()
             .enumerate()
@@ -338,29 +427,42 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn blocks(
+/// Each block's weight bytes, streamed bytes and FLOPs (`flops` per block
+/// where counted).
+fn block_work(
     spec: &ModelSpec,
     weights: &[PlanWeight],
     streamed: impl Fn(usize) -> bool,
-) -> Vec<BlockRow> {
-    let mut rows: Vec<BlockRow> = spec
-        .blocks
-        .iter()
-        .map(|b| BlockRow {
-            name: b.name.clone(),
-            resident_bytes: 0,
-            streamed_bytes: 0,
+    flops: Option<&[u64]>,
+) -> Vec<BlockWork> {
+    let mut work: Vec<BlockWork> = (0..spec.blocks.len())
+        .map(|b| BlockWork {
+            flops: flops.and_then(|f| f.get(b)).copied().unwrap_or(0),
+            ..BlockWork::default()
         })
         .collect();
     for (i, w) in weights.iter().enumerate() {
-        let r = &mut rows[w.block];
+        let b = &mut work[w.block];
+        b.weight_bytes += w.size;
         if streamed(i) {
-            r.streamed_bytes += w.size;
-        } else {
-            r.resident_bytes += w.size;
+            b.streamed_bytes += w.size;
         }
     }
-    rows
+    work
+}
+
+fn blocks(spec: &ModelSpec, work: &[BlockWork], rates: &Rates) -> Vec<BlockRow> {
+    spec.blocks
+        .iter()
+        .zip(work)
+        .map(|(b, w)| BlockRow {
+            name: b.name.clone(),
+            resident_bytes: w.weight_bytes - w.streamed_bytes,
+            streamed_bytes: w.streamed_bytes,
+            flops: w.flops,
+            bound: BlockTime::of(w, rates).bound().as_str(),
+        })
+        .collect()
 }
 
 /// Block names as runs: `layers.0 … layers.19` for consecutive blocks.
@@ -396,11 +498,20 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
     println!(
         "           activations and caches {}, {}",
         size(r.scratch),
-        if r.arena_bytes == 0 {
-            "no arenas (nothing streams)".to_owned()
-        } else {
-            format!("2 arenas of {} for streamed blocks", size(r.arena_bytes))
+        match (r.arena_bytes, r.granularity) {
+            (0, _) => "no arenas (nothing streams)".to_owned(),
+            (a, "part") => format!(
+                "2 arenas of {}: blocks too large for two stream by part ({} parts a {})",
+                size(a),
+                r.streamed_parts,
+                r.unit
+            ),
+            (a, _) => format!("2 arenas of {} for streamed blocks", size(a)),
         }
+    );
+    println!(
+        "peak       {} at most (resident pages, arenas, activations)",
+        size(r.peak_bytes)
     );
     let only_resident: Vec<&str> = r
         .blocks
@@ -445,9 +556,26 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
             format!(": {}", where_.join("; "))
         }
     );
+    let bound = |b: &'static str| -> &'static str {
+        match b {
+            "pcie" => "PCIe",
+            other => other,
+        }
+    };
+    let compute = match r.flops_counted {
+        true => format!(
+            "{:.2} TFLOP at {} TFLOP/s takes {}",
+            r.flops_per_pass as f64 / 1e12,
+            r.matrix_tflops,
+            duration(r.compute_seconds)
+        ),
+        false => "FLOPs not counted for this kind of model".to_owned(),
+    };
     println!(
-        "predicted  {:.2} {}s/s at most: {} over PCIe at {} GB/s takes {}, reading {} at {} GB/s takes {} (bound by {})",
+        "predicted  {:.2} {}s/s at most ({} a {}): {} over PCIe at {} GB/s takes {}, reading {} at {} GB/s takes {}, {compute}; each block takes its longest (bound by {})",
         r.predicted_per_second,
+        r.unit,
+        duration(r.predicted_seconds),
         r.unit,
         size(r.streamed_bytes_per_pass),
         r.pcie_gbps,
@@ -455,8 +583,18 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
         size(r.weight_bytes),
         r.mem_gbps,
         duration(r.memory_seconds),
-        if r.bound == "pcie" { "PCIe" } else { "memory" }
+        bound(r.bound)
     );
+    if let Some(p) = &r.prefill {
+        println!(
+            "prefill    {} tokens: {:.2} TFLOP, {} ({:.0} tokens/s at most, bound by {})",
+            p.tokens,
+            p.flops as f64 / 1e12,
+            duration(p.seconds),
+            p.tokens_per_second,
+            bound(p.bound)
+        );
+    }
     if tensors {
         for t in &r.tensors {
             let place = if t.streamed { "streamed" } else { "resident" };

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::gpu::{AdapterSummary, enumerate_adapters};
-use dynvram_runtime::ops::linear::{CoopShape, coop_unusable};
+use dynvram_runtime::ops::linear::{CoopGemmKernel, CoopShape, coop_unusable, double_unusable};
 use serde::Serialize;
 
 use crate::output::{print_json, size};
@@ -121,6 +121,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 Some(why) => format!("tiled (dot4 for integer layers): {why}"),
             }
         );
+        if coop_unusable(c, coop_shape).is_none() {
+            println!("  cooperative GEMM kernel: {}", coop_kernel_line(c));
+        }
         println!(
             "  max buffer {}  max storage binding {}  workgroup memory {}",
             size(c.max_buffer_size),
@@ -171,4 +174,22 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which cooperative GEMM kernel the layers take on adapter `c` under
+/// `DYNVRAM_COOP_GEMM`, and why.
+fn coop_kernel_line(c: &dynvram_quant::AdapterCaps) -> String {
+    match crate::cmd::adapter_args::gpu_options().coop_gemm {
+        CoopGemmKernel::Single => "single-stage (linear_gemm_coop.wgsl, the default; DYNVRAM_COOP_GEMM=double for the double-buffered one)".into(),
+        CoopGemmKernel::Double => {
+            let shape = CoopShape::for_double(c);
+            // Depth 1024 fits every slot: what is left is the adapter's.
+            match double_unusable(c, shape, 1024, None, true) {
+                None => format!(
+                    "double-buffered (linear_gemm_coop_db.wgsl, DYNVRAM_COOP_GEMM=double), shape {shape}, for layers with K a multiple of its 16-byte slots (32 for int4 weights, 16 for int8, 8 for f16/bf16; fp8 and other K: single-stage)"
+                ),
+                Some(why) => format!("single-stage: the double-buffered kernel was asked for but {why}"),
+            }
+        }
+    }
 }

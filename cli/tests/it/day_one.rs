@@ -402,10 +402,28 @@ fn plan_a_model_dir_without_any_gpu() {
         r["predicted_per_second"].as_f64().unwrap_or(0.0) > 0.0,
         "{r}"
     );
-    // Twice the PCIe rate: a PCIe-bound prediction doubles.
+    // A checkpoint's FLOPs: a decode token, and a prefill of --rows tokens.
+    assert!(r["flops_per_pass"].as_u64().unwrap_or(0) > 0, "{r}");
+    assert_eq!(r["prefill"]["tokens"], 128, "{r}");
+    assert!(
+        r["prefill"]["flops"].as_u64() > r["flops_per_pass"].as_u64(),
+        "{r}"
+    );
+    // Twice the PCIe rate: the transfer time halves, and a prediction
+    // bound by PCIe in every block doubles.
     let fast = plan(&["--json", d, "--vram-budget", "0.008", "--pcie-gbps", "50"]);
     let f: serde_json::Value = serde_json::from_slice(&fast.stdout).expect("json");
-    if r["bound"] == "pcie" && f["bound"] == "pcie" {
+    let transfer = |v: &serde_json::Value| v["transfer_seconds"].as_f64().unwrap_or(0.0);
+    assert!(
+        (2.0 * transfer(&f) - transfer(&r)).abs() <= 1e-9 * transfer(&r),
+        "{f}"
+    );
+    let all_pcie = |v: &serde_json::Value| {
+        v["blocks"]
+            .as_array()
+            .is_some_and(|b| b.iter().all(|b| b["bound"] == "pcie"))
+    };
+    if all_pcie(&r) && all_pcie(&f) {
         let ratio = f["predicted_per_second"].as_f64().unwrap_or(0.0)
             / r["predicted_per_second"].as_f64().unwrap_or(1.0);
         assert!((ratio - 2.0).abs() < 1e-6, "{ratio}");

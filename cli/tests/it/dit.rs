@@ -64,9 +64,12 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
         "--trace",
         json_s,
     ];
+    // 0.002 GiB holds two arenas of a linear, not of a double block: the
+    // blocks stream by part.
     for (name, extra) in [
         ("resident", timed.to_vec()),
         ("streamed", vec!["--vram-budget", "0.0035"]),
+        ("by part", vec!["--vram-budget", "0.002"]),
     ] {
         let out = dir.path().join(format!("{name}.safetensors"));
         let Some(report) = dit(
@@ -79,11 +82,29 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
         let report = report.unwrap_or_else(|e| panic!("{name}: {e}"));
         let streamed = report["streamed_bytes_per_pass"].as_u64().expect("bytes");
         eprintln!("{name}: {streamed} bytes streamed per pass");
-        if name == "streamed" {
-            assert!(streamed > 0, "{report}");
-        } else {
+        if name == "resident" {
             assert_eq!(streamed, 0, "{report}");
+        } else {
+            assert!(streamed > 0, "{report}");
         }
+        let granularity = if name == "by part" { "part" } else { "block" };
+        assert_eq!(
+            report["model_report"]["granularity"], granularity,
+            "{report}"
+        );
+        let budget = &report["budget"];
+        assert!(
+            budget["peak"].as_u64() <= budget["usable"].as_u64(),
+            "{report}"
+        );
+        assert!(
+            report["flops_per_pass"].as_u64().unwrap_or(0) > 0,
+            "{report}"
+        );
+        assert!(
+            report["achieved_tflops"].as_f64().unwrap_or(0.0) > 0.0,
+            "{report}"
+        );
         assert_eq!(report["passes"], if name == "resident" { 2 } else { 1 });
         let got = out_of(&out);
         assert_eq!(got.shape, want.shape);
@@ -310,5 +331,69 @@ fn plan_takes_flux_files() {
         assert_eq!(tight["weight_bytes"], all["weight_bytes"]);
         let err = plan(&model, "1", "0").expect_err("no image tokens");
         assert!(err.contains("--image-tokens"), "{err}");
+        // FLOPs of one step at 64 image and 16 text tokens, per block and
+        // in all, against the model's count; whole blocks at 4 MiB.
+        let ckpt = dynvram_models::flux::FluxCheckpoint::open(&model).expect("opens");
+        let shape = dynvram_models::flux::Shape {
+            batch: 1,
+            img_len: 64,
+            txt_len: 16,
+        };
+        let flops = dynvram_models::flux::flops::block_flops(&ckpt.config, shape);
+        assert_eq!(all["flops_per_pass"], flops.iter().sum::<u64>(), "{all}");
+        assert_eq!(all["blocks"][1]["flops"], flops[1], "{all}");
+        assert_eq!(all["flops_counted"], true);
+        assert_eq!(all["granularity"], "block");
+        assert_eq!(tight["granularity"], "block", "{tight}");
+        // 2 MiB cannot hold two arenas of a double block: by part, within it.
+        let parts = plan(&model, "0.002", "64").expect("plan");
+        assert_eq!(parts["granularity"], "part", "{parts}");
+        assert!(parts["streamed_parts"].as_u64() > tight["streamed_parts"].as_u64());
+        assert!(
+            parts["peak_bytes"].as_u64() <= parts["usable"].as_u64(),
+            "{parts}"
+        );
     }
+}
+
+/// `plan`'s prediction counts FLOPs: a step bound by compute takes its FLOPs
+/// at `--matrix-tflops`, so twice the rate halves it; the text names the
+/// FLOPs, the rate and the bound.
+#[test]
+fn plan_predicts_from_flops() {
+    let model = fixtures::tiny_flux();
+    let plan = |tflops: &str| {
+        let o = dynvram()
+            .args(["--json", "plan", "--vram-budget", "1"])
+            .args(["--matrix-tflops", tflops])
+            .arg(&model)
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json")
+    };
+    let slow = plan("0.5");
+    assert_eq!(slow["bound"], "compute", "{slow}");
+    let flops = slow["flops_per_pass"].as_f64().expect("flops");
+    let seconds = slow["predicted_seconds"].as_f64().expect("seconds");
+    assert!((seconds - flops / 0.5e12).abs() < 1e-9 * seconds, "{slow}");
+    let fast = plan("1");
+    let halved = fast["predicted_seconds"].as_f64().expect("seconds");
+    assert!((2.0 * halved - seconds).abs() < 1e-9 * seconds, "{fast}");
+    let o = dynvram()
+        .args(["plan", "--vram-budget", "1", "--matrix-tflops", "0.5"])
+        .arg(&model)
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("TFLOP at 0.5 TFLOP/s") && text.contains("bound by compute"),
+        "{text}"
+    );
+    let o = dynvram()
+        .args(["plan", "--vram-budget", "1", "--matrix-tflops", "0"])
+        .arg(&model)
+        .output()
+        .expect("runs");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--matrix-tflops"));
 }

@@ -45,6 +45,7 @@ use std::sync::{Arc, Mutex};
 
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::flash::FlashKernel;
+use dynvram_shaders::linear::CoopGemmKernel;
 
 /// An open device and queue on the chosen adapter.
 #[derive(Debug)]
@@ -83,6 +84,8 @@ pub struct Gpu {
     flash: Option<FlashKernel>,
     /// [`GpuOptions::decode`].
     decode: Option<crate::decode_tuning::DecodeTuning>,
+    /// [`GpuOptions::coop_gemm`].
+    coop_gemm: CoopGemmKernel,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -221,6 +224,7 @@ impl Gpu {
             readback: Mutex::new(None),
             flash: options.flash,
             decode: options.decode,
+            coop_gemm: options.coop_gemm,
         })
     }
 
@@ -242,6 +246,11 @@ impl Gpu {
     /// [`GpuOptions::decode`] of this device.
     pub fn decode_tuning(&self) -> Option<crate::decode_tuning::DecodeTuning> {
         self.decode
+    }
+
+    /// [`GpuOptions::coop_gemm`] of this device.
+    pub fn coop_gemm(&self) -> CoopGemmKernel {
+        self.coop_gemm
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -677,6 +686,11 @@ pub struct GpuOptions {
     /// The decode-attention kernel's tuning instead of the default
     /// (tuning; where it does not fit a launch, the default runs).
     pub decode: Option<crate::decode_tuning::DecodeTuning>,
+    /// The cooperative-matrix GEMM kernel for the layers that take one:
+    /// [`CoopGemmKernel::Single`] by default (the measured one),
+    /// [`CoopGemmKernel::Double`] for comparisons (where a layer does not
+    /// fit it, the single-stage kernel runs).
+    pub coop_gemm: CoopGemmKernel,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
     /// loaded when the device opens, written back when it is dropped or at
@@ -695,6 +709,7 @@ impl Default for GpuOptions {
             spread_quant: SpreadQuant::CodeKernel,
             flash: None,
             decode: None,
+            coop_gemm: CoopGemmKernel::Single,
             pipeline_cache: None,
         }
     }

@@ -1,6 +1,8 @@
 //! Elementwise ops on f32 or f16 activations (every operand of one call in
 //! the same dtype, computed in f32): residual add, GELU (tanh), SiLU,
-//! SwiGLU (`silu(gate) * up`), multiply and scale, each out of place or in place.
+//! quick GELU (CLIP's `x·sigmoid(1.702x)`), SwiGLU (`silu(gate) * up`), GEGLU
+//! (`gelu_tanh(gate) * up`, T5's gated MLP), multiply and scale, each out of
+//! place or in place.
 
 use dynvram_shaders::transformer::ELEMENTWISE;
 
@@ -21,6 +23,8 @@ pub enum Unary {
     Silu,
     /// `x · s`.
     Scale(f32),
+    /// `x · sigmoid(1.702·x)` (CLIP's `quick_gelu`).
+    QuickGelu,
 }
 
 /// A two-input op `f(a, b)`.
@@ -32,6 +36,9 @@ pub enum Binary {
     SwiGlu,
     /// `a · b`.
     Mul,
+    /// `gelu_tanh(a) · b` (T5 v1.1's gated GELU with `a` = `wi_0 h`, `b` =
+    /// `wi_1 h`).
+    GeGlu,
 }
 
 impl Unary {
@@ -40,6 +47,7 @@ impl Unary {
             Self::GeluTanh => 0.0,
             Self::Silu => 1.0,
             Self::Scale(_) => 2.0,
+            Self::QuickGelu => 3.0,
         }
     }
 
@@ -48,6 +56,7 @@ impl Unary {
             Self::GeluTanh => "gelu_tanh",
             Self::Silu => "silu",
             Self::Scale(_) => "scale",
+            Self::QuickGelu => "quick_gelu",
         }
     }
 
@@ -65,6 +74,7 @@ impl Binary {
             Self::Add => 0.0,
             Self::SwiGlu => 1.0,
             Self::Mul => 2.0,
+            Self::GeGlu => 3.0,
         }
     }
 
@@ -73,6 +83,7 @@ impl Binary {
             Self::Add => "add",
             Self::SwiGlu => "swiglu",
             Self::Mul => "mul",
+            Self::GeGlu => "geglu",
         }
     }
 }

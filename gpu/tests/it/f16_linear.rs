@@ -19,8 +19,8 @@ use dynvram_gpu::gpu::SpreadQuant;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
 use dynvram_gpu::ops::linear::{
-    CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights, RecordOptions,
-    coop_unusable, record_linear_with,
+    CoopGemmKernel, CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights,
+    RecordOptions, coop_unusable, double_unusable, record_linear_with,
 };
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
@@ -313,6 +313,87 @@ fn float_coop_gemm_matches_the_reference() {
     )
     .expect_err("forced coop on f32 weights");
     assert!(err.to_string().contains("f32 weights"), "{err}");
+}
+
+/// The double-buffered cooperative GEMM (`linear_gemm_coop_db.wgsl`,
+/// 16-byte loads, bf16 → f16 in its load stage) against the reference under
+/// the module's tolerance, f16 and bf16 weights, on M, N and K that leave
+/// partial tiles and a partial last K step, with its default shape and
+/// others (odd accumulator counts, slots that do not divide among the
+/// invocations, deep K steps); layers it does not fit (K not a multiple of
+/// 8, fp8 weights) run the single-stage kernel. `DYNVRAM_REQUIRE_COOP=1`
+/// turns the skip into a failure.
+#[test]
+fn float_coop_double_gemm_matches_the_reference() {
+    let test = "float_coop_double_gemm_matches_the_reference";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    if let Some(why) = coop_unusable(&env.gpu.caps, CoopShape::default()) {
+        coop_skipped(&format!("{test}: skipped: {why}"));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(43);
+    let double = RecordOptions {
+        gemm: GemmKernel::Coop,
+        coop_gemm: Some(CoopGemmKernel::Double),
+        ..Default::default()
+    };
+    let shapes = [
+        None,
+        Some("1x2x32x3x1"),
+        Some("2x1x48x1x4"),
+        Some("1x1x64x2x2"),
+    ];
+    let thorough = std::env::var("DYNVRAM_THOROUGH").is_ok();
+    for (i, format) in [Format::F16, Format::Bf16].into_iter().enumerate() {
+        let mut cases = vec![(9, 17, 40), (70, 130, 296), (33 + i, 64, 1032)];
+        if thorough {
+            cases.extend([(257, 1, 8), (128, 128, 512), (100, 300, 24)]);
+        }
+        for (m, n, k) in cases {
+            let h = HostLayer::random(&mut rng, format, n, k, (m + i) % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            for shape in shapes.map(|s| s.map(|s| s.parse::<CoopShape>().expect("shape"))) {
+                let caps = &env.gpu.caps;
+                let used = shape.unwrap_or_else(|| CoopShape::for_double(caps));
+                if let Some(why) = double_unusable(caps, used, k as u64, Some(format), false) {
+                    eprintln!("double {used}: skipped: {why}");
+                    continue;
+                }
+                let opts = RecordOptions {
+                    coop: shape,
+                    ..double
+                };
+                let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+                let what = format!("double {used} {format:?} M={m} N={n} K={k}");
+                assert_eq!(
+                    env.scratch.last_coop_kernel(),
+                    Some(CoopGemmKernel::Double),
+                    "{what}"
+                );
+                assert_eq!(env.scratch.last_coop_shape(), Some(used), "{what}");
+                assert_f16_close(&what, &y, &e, 1e-5);
+            }
+        }
+    }
+    // Layers the double-buffered kernel does not fit: the single-stage one.
+    for (format, k) in [(Format::Bf16, 36), (Format::Float8E4m3fn, 64)] {
+        let h = HostLayer::random(&mut rng, format, 20, k, true);
+        let x = random_x(&mut rng, 40, k);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        let y = env.run_f16_with(&h, KernelChoice::Float, &x, &double).out;
+        let what = format!("{format:?} K={k}");
+        assert_eq!(
+            env.scratch.last_coop_kernel(),
+            Some(CoopGemmKernel::Single),
+            "{what}"
+        );
+        assert_f16_close(&what, &y, &e, 1e-5);
+    }
 }
 
 #[test]

@@ -95,7 +95,12 @@ fn elementwise_ops_in_f16_match_f32() {
     let n = 1001;
     let a = uniform_seeded(1, n, 6.0);
     let b = uniform_seeded(2, n, 3.0);
-    for op in [Unary::GeluTanh, Unary::Silu, Unary::Scale(0.37)] {
+    for op in [
+        Unary::GeluTanh,
+        Unary::Silu,
+        Unary::Scale(0.37),
+        Unary::QuickGelu,
+    ] {
         compare(
             &c,
             &format!("{op:?}"),
@@ -115,7 +120,7 @@ fn elementwise_ops_in_f16_match_f32() {
             },
         );
     }
-    for op in [Binary::Add, Binary::SwiGlu, Binary::Mul] {
+    for op in [Binary::Add, Binary::SwiGlu, Binary::Mul, Binary::GeGlu] {
         compare(
             &c,
             &format!("{op:?}"),

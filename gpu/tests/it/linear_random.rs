@@ -17,9 +17,9 @@ use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;
 use dynvram_gpu::ops::linear::conformance::upload_f32;
 use dynvram_gpu::ops::linear::{
-    AddNorm, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape, LinearWeights,
-    RecordOptions, coop_gemm_unusable, record_add_norm_quant, record_linear_with,
-    record_linears_fused, rows_gemv_max_m,
+    AddNorm, CoopGemmKernel, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape,
+    LinearWeights, RecordOptions, coop_gemm_unusable, double_unusable, record_add_norm_quant,
+    record_linear_with, record_linears_fused, rows_gemv_max_m,
 };
 use dynvram_gpu::ops::norm::record_add_rms_norm;
 use dynvram_gpu::{ActDtype, Gpu, GpuTensor};
@@ -675,6 +675,90 @@ fn coop_gemm_matches_dot4_exactly() {
         assert!(env.scratch.last_used_coop());
         assert_eq!(bits(&y), bits(&y_dot4), "{shape:?}: coop vs dot4");
     }
+}
+
+/// The double-buffered cooperative GEMM (`linear_gemm_coop_db.wgsl`: two
+/// stages, 16-byte loads, int4 and int8 → f16 in its load stage) against
+/// the reference (codes, scales and accumulators exactly) and the dot4 GEMM
+/// (outputs bit for bit), on M and N that leave partial tiles, K that
+/// leaves a partial last K step (and half an int8 weight slot), with its
+/// default shape and others; a layer it does not fit (int4 weights with K
+/// not a multiple of 32) runs the single-stage kernel, with the same bits.
+/// `DYNVRAM_REQUIRE_COOP=1` turns the skip into a failure.
+#[test]
+fn coop_double_gemm_matches_dot4_exactly() {
+    let test = "coop_double_gemm_matches_dot4_exactly";
+    let Some(mut env) = env(test, any_adapter) else {
+        return;
+    };
+    if let Some(why) = coop_gemm_unusable(&env.gpu.caps, 64, false, false, CoopShape::default()) {
+        coop_skipped(&format!("{test}: skipped: {why}"));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(53);
+    let w4 = |group| Format::ConvrotW4a4 {
+        group,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let int8 = |convrot_group| Format::Int8Tensorwise { convrot_group };
+    // (format, K, activation arithmetic, shape or the default): K % 64 != 0
+    // (a partial K step at BK = 64), int8 K % 32 != 0 (half a slot).
+    let cases = [
+        (w4(16), 96, ActArith::Int4, None),
+        (w4(16), 1056, ActArith::Int8, None),
+        (int8(None), 208, ActArith::Int8, None),
+        (w4(16), 160, ActArith::Int4, Some("2x2x64x2x2")),
+        (int8(Some(4)), 1008, ActArith::Int8, Some("1x2x32x3x1")),
+        (w4(16), 224, ActArith::Int8, Some("2x1x96x1x4")),
+    ];
+    let (ms, ns) = ([9usize, 100, 257], [17usize, 130, 1, 64]);
+    let dot4 = RecordOptions {
+        gemm: GemmKernel::Tiled,
+        ..Default::default()
+    };
+    for (i, &(format, k, act, shape)) in cases.iter().enumerate() {
+        let shape = shape.map(|s| s.parse::<CoopShape>().expect("shape"));
+        let caps = &env.gpu.caps;
+        let used = shape.unwrap_or_else(|| CoopShape::for_double(caps));
+        let w4 = matches!(format, Format::ConvrotW4a4 { .. });
+        if let Some(why) = double_unusable(caps, used, k as u64, None, w4) {
+            eprintln!("double {used}: skipped: {why}");
+            continue;
+        }
+        let double = RecordOptions {
+            gemm: GemmKernel::Coop,
+            coop_gemm: Some(CoopGemmKernel::Double),
+            coop: shape,
+            ..Default::default()
+        };
+        for (j, m) in ms.into_iter().enumerate() {
+            let n = ns[(i + j) % ns.len()];
+            let h = HostLayer::random(&mut rng, format, n, k, j % 2 == 0);
+            let x = activations(&mut rng, m, k);
+            let what = format!("double {used} {format:?} {act:?} M={m} N={n} K={k}");
+            check_integer(&mut env, &h, act, false, &x, double);
+            assert_eq!(
+                env.scratch.last_coop_kernel(),
+                Some(CoopGemmKernel::Double),
+                "{what}"
+            );
+            let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+            let choice = KernelChoice::Integer { act, fast: false };
+            let y_double = env.run(&w, choice, &x, double).out;
+            let y_dot4 = env.run(&w, choice, &x, dot4).out;
+            assert_eq!(bits(&y_double), bits(&y_dot4), "{what}: double vs dot4");
+        }
+    }
+    // int4 weights with K % 32 != 0: the single-stage kernel, same bits.
+    let h = HostLayer::random(&mut rng, w4(16), 40, 80, true);
+    let x = activations(&mut rng, 33, 80);
+    let double = RecordOptions {
+        gemm: GemmKernel::Coop,
+        coop_gemm: Some(CoopGemmKernel::Double),
+        ..Default::default()
+    };
+    check_integer(&mut env, &h, ActArith::Int4, false, &x, double);
+    assert_eq!(env.scratch.last_coop_kernel(), Some(CoopGemmKernel::Single));
 }
 
 fn bits(y: &[f32]) -> Vec<u32> {

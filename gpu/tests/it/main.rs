@@ -18,6 +18,7 @@ mod linear_random;
 mod linear_spread;
 mod ops_argmax;
 mod ops_attention;
+mod ops_attention_bias;
 mod ops_common;
 mod ops_dit;
 mod ops_elementwise;

@@ -948,48 +948,14 @@ fn flash_tunings_match_cpu() {
     let mut failed = Vec::new();
     let mut extras_case = 0;
     for (i, &(h, batch, sq, skv, mask, ramp, every)) in cases.iter().enumerate() {
-        let seed = 300 + 3 * i as u64;
-        let (nh, nkv, hd) = (
-            h.n_heads as usize,
-            h.n_kv_heads as usize,
-            h.head_dim as usize,
-        );
-        let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
-        let mut ks = nonzero(seed + 1, batch * skv * nkv * hd, 1.5);
-        if ramp {
-            // Key j's scores grow about 5x along the sequence.
-            for (r, row) in ks.chunks_mut(nkv * hd).enumerate() {
-                let f = 1.0 + 4.0 * (r % skv) as f32 / skv as f32;
-                row.iter_mut().for_each(|x| *x *= f);
-            }
-        }
-        let ks: Vec<f32> = ks.into_iter().map(|x| host::round_to(x, dtype)).collect();
-        let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
         let b = Batch::plain(batch, sq, skv, mask);
-        let (q, k, v) = up_qkv(&c, h, b, (&qs, &ks, &vs), dtype);
-        let want = reference(&qs, &ks, &vs, h, b);
+        let (q, k, v, want) = flash_case(&c, h, b, 300 + 3 * i as u64, ramp);
         // The extras rotate over the cases that take them.
         let extras = every.then_some(extras_case);
         extras_case += usize::from(every);
         for t in flash_kernels(&c, h.head_dim, i, extras, &mut skipped) {
             *ran.entry(t.to_string()).or_insert(0) += 1;
-            let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
-            run(&c, |enc| {
-                record_flash_attention_tuned(
-                    g,
-                    &c.cache,
-                    enc,
-                    &q,
-                    &k,
-                    &v,
-                    &out,
-                    h,
-                    batch as u64,
-                    mask,
-                    Some(&t),
-                )
-            });
-            let got = host::read(g, &out).expect("read");
+            let got = flash_run(&c, (&q, &k, &v), h, b, &t);
             check_close(
                 &mut failed,
                 &format!("{t} {h:?} {b:?} ramp {ramp}"),
@@ -1070,6 +1036,146 @@ fn flash_tunings_match_cpu() {
         }
     }
     assert!(ran.len() >= 4, "only {} tunings ran", ran.len());
+    assert!(
+        failed.is_empty(),
+        "{} cases failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// A flash case's f16 q, k and v on the GPU and the f64 reference's output:
+/// random values from `seed`, with `ramp` keys whose scores grow about 5x
+/// along the sequence (the running maximum moves: the outputs' rescale).
+fn flash_case(
+    c: &Ctx,
+    h: Heads,
+    b: Batch,
+    seed: u64,
+    ramp: bool,
+) -> (GpuTensor, GpuTensor, GpuTensor, Vec<f32>) {
+    let dtype = ActDtype::F16;
+    let (nh, nkv, hd) = (
+        h.n_heads as usize,
+        h.n_kv_heads as usize,
+        h.head_dim as usize,
+    );
+    let (batch, sq, skv) = (b.batch, b.sq, b.kv_rows);
+    let qs = rounded(seed, batch * sq * nh * hd, 1.5, dtype);
+    let mut ks = nonzero(seed + 1, batch * skv * nkv * hd, 1.5);
+    if ramp {
+        for (r, row) in ks.chunks_mut(nkv * hd).enumerate() {
+            let f = 1.0 + 4.0 * (r % skv) as f32 / skv as f32;
+            row.iter_mut().for_each(|x| *x *= f);
+        }
+    }
+    let ks: Vec<f32> = ks.into_iter().map(|x| host::round_to(x, dtype)).collect();
+    let vs = rounded(seed + 2, batch * skv * nkv * hd, 2.0, dtype);
+    let (q, k, v) = up_qkv(c, h, b, (&qs, &ks, &vs), dtype);
+    let want = reference(&qs, &ks, &vs, h, b);
+    (q, k, v, want)
+}
+
+/// Flash attention of `b` with kernel `t` into a NaN-filled f16 output,
+/// read back.
+fn flash_run(
+    c: &Ctx,
+    (q, k, v): (&GpuTensor, &GpuTensor, &GpuTensor),
+    h: Heads,
+    b: Batch,
+    t: &FlashKernel,
+) -> Vec<f32> {
+    let n = q.shape.iter().product::<u64>() as usize;
+    let out = up(c, &vec![f32::NAN; n], &q.shape, ActDtype::F16);
+    let mask = if b.causal { Mask::Causal } else { Mask::None };
+    run(c, |enc| {
+        record_flash_attention_tuned(
+            &c.gpu,
+            &c.cache,
+            enc,
+            q,
+            k,
+            v,
+            &out,
+            h,
+            b.batch as u64,
+            mask,
+            Some(t),
+        )
+    });
+    host::read(&c.gpu, &out).expect("read")
+}
+
+/// The one-walk flash kernel with double-staged keys and values (`d`: the
+/// next block stored into a second stage while this one computes) against
+/// the f64 reference, f16: several key blocks with a partial last one,
+/// causal and not, GQA, batch 2, keys whose scores grow along the sequence
+/// (the outputs' rescale, whose scratch the next block's scores would
+/// overwrite without its barrier); tunings with key and column groups and
+/// column-major scores, scaled to the adapter's matrix edge.
+/// `DYNVRAM_REQUIRE_COOP=1` fails where none runs.
+#[test]
+fn flash_double_staging_matches_cpu() {
+    let test = "flash_double_staging_matches_cpu";
+    let Some(c) = ctx(test) else {
+        return;
+    };
+    let caps = &c.gpu.caps;
+    if let Some(why) = flash_unusable(caps, ActDtype::F16, 64) {
+        let msg = format!("{test}: skipped: {why}");
+        assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
+        eprintln!("{msg}");
+        return;
+    }
+    let edge = caps.coop_matrix_edge;
+    let tunings: Vec<FlashKernel> = [
+        "64x64w4c2dr",
+        "64x32w4k2c2dr",
+        "128x32w8c2drt",
+        "128x16w8c2dr",
+    ]
+    .into_iter()
+    .map(|t| {
+        let mut t: FlashTuning = t.parse().expect("tuning");
+        t.rows = (t.rows * edge / 16).max(edge);
+        t.keys = (t.keys * edge / 16).max(edge);
+        FlashKernel::OneWalk(t)
+    })
+    .collect();
+    let heads = |n_heads, n_kv_heads, head_dim| Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    let cases = [
+        (heads(4, 2, 64), 1, 37, 150, Mask::Causal, true),
+        (heads(4, 2, 64), 1, 37, 150, Mask::None, true),
+        (heads(2, 2, 64), 2, 21, 70, Mask::None, false),
+        (heads(2, 1, 128), 1, 17, 100, Mask::None, true),
+    ];
+    let mut skipped = std::collections::BTreeSet::new();
+    let (mut ran, mut failed) = (0, Vec::new());
+    for (i, &(h, batch, sq, skv, mask, ramp)) in cases.iter().enumerate() {
+        let b = Batch::plain(batch, sq, skv, mask);
+        let (q, k, v, want) = flash_case(&c, h, b, 700 + 3 * i as u64, ramp);
+        for t in tunings
+            .iter()
+            .filter(|t| flash_fits(&c, t, h.head_dim, &mut skipped))
+        {
+            let got = flash_run(&c, (&q, &k, &v), h, b, t);
+            check_close(
+                &mut failed,
+                &format!("{t} {h:?} {b:?} ramp {ramp}"),
+                &got,
+                &want,
+            );
+            ran += 1;
+        }
+    }
+    for why in &skipped {
+        eprintln!("{test}: skipped: {why}");
+    }
+    assert!(ran >= cases.len(), "only {ran} runs");
     assert!(
         failed.is_empty(),
         "{} cases failed:\n{}",

@@ -17,15 +17,17 @@ fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
 
+fn gelu_tanh(h: f64) -> f64 {
+    0.5 * h * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (h + 0.044715 * h * h * h)).tanh())
+}
+
 fn unary_ref(op: Unary, x: f32) -> f32 {
     let h = f64::from(x);
     (match op {
-        Unary::GeluTanh => {
-            0.5 * h
-                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (h + 0.044715 * h * h * h)).tanh())
-        }
+        Unary::GeluTanh => gelu_tanh(h),
         Unary::Silu => silu(h),
         Unary::Scale(s) => h * f64::from(s),
+        Unary::QuickGelu => h / (1.0 + (-1.702 * h).exp()),
     }) as f32
 }
 
@@ -35,6 +37,7 @@ fn binary_ref(op: Binary, a: f32, b: f32) -> f32 {
         Binary::Add => a + b,
         Binary::SwiGlu => silu(a) * b,
         Binary::Mul => a * b,
+        Binary::GeGlu => gelu_tanh(a) * b,
     }) as f32
 }
 
@@ -49,7 +52,12 @@ fn elementwise_ops_match_cpu() {
         // range 6 exercises the tails of tanh and exp
         let a = nonzero(10 + si as u64, n, 6.0);
         let b = nonzero(100 + si as u64, n, 3.0);
-        for op in [Unary::GeluTanh, Unary::Silu, Unary::Scale(-0.37)] {
+        for op in [
+            Unary::GeluTanh,
+            Unary::Silu,
+            Unary::Scale(-0.37),
+            Unary::QuickGelu,
+        ] {
             let want: Vec<f32> = a.iter().map(|&x| unary_ref(op, x)).collect();
             let x = upload(g, shape, &a);
             let out = nan_tensor(g, shape);
@@ -70,7 +78,7 @@ fn elementwise_ops_match_cpu() {
                 1e-6,
             );
         }
-        for op in [Binary::Add, Binary::SwiGlu, Binary::Mul] {
+        for op in [Binary::Add, Binary::SwiGlu, Binary::Mul, Binary::GeGlu] {
             let want: Vec<f32> = a
                 .iter()
                 .zip(&b)

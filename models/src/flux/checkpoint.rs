@@ -92,6 +92,53 @@ impl Names {
             .to_vec()
     }
 
+    /// Groups of the embedder block in the order `forward` uses them (one
+    /// linear each), so it may stream in parts.
+    pub fn embed_groups(&self, guidance: bool) -> Vec<Vec<String>> {
+        let mut order = vec!["img_in", "txt_in", "time_in.in_layer", "time_in.out_layer"];
+        if guidance {
+            order.extend(["guidance_in.in_layer", "guidance_in.out_layer"]);
+        }
+        order.extend(["vector_in.in_layer", "vector_in.out_layer"]);
+        order.into_iter().map(|s| vec![self.n(s)]).collect()
+    }
+
+    /// Groups of double block `i` in the order `forward` uses them: each
+    /// stream's modulation and q/k/v (with its QK norms), then each
+    /// stream's projection and MLP, one linear a group.
+    pub fn double_groups(&self, i: usize) -> Vec<Vec<String>> {
+        let p = |s: &str, rest: &str| self.double(i, &format!("{s}_{rest}"));
+        let qkv = |s: &str| {
+            [
+                "attn.qkv",
+                "attn.norm.query_norm.scale",
+                "attn.norm.key_norm.scale",
+            ]
+            .map(|r| p(s, r))
+            .to_vec()
+        };
+        let after = |s: &str| ["attn.proj", "mlp.0", "mlp.2"].map(|r| vec![p(s, r)]);
+        let mut groups = Vec::new();
+        for s in ["img", "txt"] {
+            groups.extend([vec![p(s, "mod.lin")], qkv(s)]);
+        }
+        for s in ["img", "txt"] {
+            groups.extend(after(s));
+        }
+        groups
+    }
+
+    /// Groups of single block `i` in the order `forward` uses them.
+    pub fn single_groups(&self, i: usize) -> Vec<Vec<String>> {
+        let mut linear1 = vec![self.single(i, "linear1")];
+        linear1.extend(self.single_norms(i));
+        vec![
+            vec![self.single(i, "modulation.lin")],
+            linear1,
+            vec![self.single(i, "linear2")],
+        ]
+    }
+
     /// The final layer's linears.
     pub fn final_linears(&self) -> Vec<String> {
         vec![
@@ -350,23 +397,27 @@ impl FluxCheckpoint {
         let embed = BlockSpec {
             name: "embed".into(),
             linears: nm.embed_linears(c.guidance_embed),
+            groups: nm.embed_groups(c.guidance_embed),
             ..BlockSpec::default()
         };
         let doubles = (0..c.depth).map(|i| BlockSpec {
             name: format!("double_blocks.{i}"),
             linears: nm.double_linears(i),
             tensors: nm.double_norms(i),
+            groups: nm.double_groups(i),
             ..BlockSpec::default()
         });
         let singles = (0..c.depth_single_blocks).map(|i| BlockSpec {
             name: format!("single_blocks.{i}"),
             linears: nm.single_linears(i),
             tensors: nm.single_norms(i),
+            groups: nm.single_groups(i),
             ..BlockSpec::default()
         });
         let fin = BlockSpec {
             name: "final_layer".into(),
             linears: nm.final_linears(),
+            groups: nm.final_linears().into_iter().map(|l| vec![l]).collect(),
             ..BlockSpec::default()
         };
         std::iter::once(embed)

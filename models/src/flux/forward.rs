@@ -3,19 +3,17 @@
 //! each, so streamed blocks are prefetched one ahead.
 
 use dynvram_runtime::ops::attention::{self, Heads, Mask};
-use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::dit::{self, Block, GatherOp, Joint};
 use dynvram_runtime::ops::elementwise::{self, Unary};
-use dynvram_runtime::ops::encoder::Encoder;
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{
-    ActDtype, Activation, BlockCtx, Gpu, GpuError, GpuTensor, Model, PassStats, Runtime,
-    RuntimeError,
+    ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
 };
 
 use super::checkpoint::{FluxCheckpoint, Names};
 use super::config::{FluxConfig, TIME_DIM};
 use super::{FluxError, FluxInputs, Shape};
+use crate::record::{op, view, word_bytes};
 
 /// LayerNorm and QK RMSNorm epsilon (BFL).
 const EPS: f32 = 1e-6;
@@ -136,12 +134,6 @@ pub fn capture_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype) -> u64 {
         .sum()
 }
 
-/// Bytes of an activation of `numel` values of `size` bytes, in whole
-/// 4-byte words as its binding covers them.
-fn word_bytes(numel: usize, size: u64) -> u64 {
-    (numel as u64 * size).div_ceil(4) * 4
-}
-
 /// The activations of a pass, by name.
 #[derive(Debug)]
 struct Acts(Vec<(&'static str, Activation)>);
@@ -155,24 +147,6 @@ impl Acts {
             .unwrap_or_else(|| panic!("activation `{name}` is allocated in act_shapes"))
             .1
     }
-}
-
-/// The first `rows × cols` elements of `t` as a `[rows, cols]` tensor.
-fn view(t: &GpuTensor, rows: usize, cols: usize) -> GpuTensor {
-    debug_assert!((rows * cols) as u64 <= t.numel());
-    GpuTensor {
-        shape: vec![rows as u64, cols as u64],
-        ..t.clone()
-    }
-}
-
-/// Records one raw op into the block's encoder.
-fn op(
-    ctx: &mut BlockCtx<'_>,
-    f: impl FnOnce(&Gpu, &PipelineCache, &mut Encoder) -> Result<(), GpuError>,
-) -> Result<(), RuntimeError> {
-    let rt = ctx.runtime();
-    Ok(f(rt.gpu(), rt.pipelines(), ctx.encoder())?)
 }
 
 /// A Flux model ready to run passes of one [`Shape`] on an opened [`Model`].

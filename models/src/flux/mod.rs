@@ -15,6 +15,7 @@
 
 mod checkpoint;
 pub mod config;
+pub mod flops;
 mod forward;
 mod inputs;
 pub mod synth;

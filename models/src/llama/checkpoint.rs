@@ -40,6 +40,19 @@ pub mod names {
         ATTN.iter().chain(&MLP).map(|p| proj(i, p)).collect()
     }
 
+    /// Layer `i`'s groups in the order the forward uses them (a layer too
+    /// large for two arenas streams by part): the first norm with q/k/v
+    /// (one fused launch), the second norm with o and gate/up (the norm is
+    /// read before o, and held until gate/up's launch), then down.
+    pub fn layer_groups(i: usize) -> Vec<Vec<String>> {
+        let p = |name: &str| proj(i, name);
+        vec![
+            vec![input_norm(i), p("q_proj"), p("k_proj"), p("v_proj")],
+            vec![post_norm(i), p("o_proj"), p("gate_proj"), p("up_proj")],
+            vec![p("down_proj")],
+        ]
+    }
+
     /// `model.layers.{i}.input_layernorm.weight`.
     pub fn input_norm(i: usize) -> String {
         format!("model.layers.{i}.input_layernorm.weight")
@@ -254,6 +267,7 @@ impl Checkpoint {
             name: format!("layers.{i}"),
             linears: names::layer_linears(i),
             tensors: vec![names::input_norm(i), names::post_norm(i)],
+            groups: names::layer_groups(i),
             ..BlockSpec::default()
         });
         let head = BlockSpec {

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 
 use dynvram_runtime::gpu::{ReadbackRing, ReadbackSlot};
-use dynvram_runtime::loader::{Dtype, ModelFiles};
+use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::attention::Heads;
 use dynvram_runtime::ops::rope::RopeTable;
 use dynvram_runtime::trace::Trace;
@@ -15,6 +15,7 @@ use dynvram_runtime::{
 
 use super::checkpoint::{Checkpoint, Limits, names};
 use super::{LlamaConfig, LlamaError};
+use crate::host_embed::HostEmbed;
 
 /// Which rows' logits a pass computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,49 +132,6 @@ impl Acts {
     }
 }
 
-/// Rows of the embedding table read on the host (tied embeddings: the table
-/// is the head's weight, so the `embed` block gathers from the file).
-#[derive(Debug)]
-struct HostEmbed {
-    files: ModelFiles,
-    dtype: Dtype,
-    hidden: usize,
-}
-
-impl HostEmbed {
-    fn gather(&self, ids: &[u32]) -> Result<Vec<f32>, LlamaError> {
-        let row_bytes = (self.hidden * self.dtype.bitsize() / 8) as u64;
-        let (file, _) = self.files.get(names::EMBED).ok_or_else(|| {
-            LlamaError::Runtime(RuntimeError::MissingTensor {
-                model: Default::default(),
-                tensor: names::EMBED.into(),
-            })
-        })?;
-        let mut raw = vec![0u8; row_bytes as usize];
-        let mut out = Vec::with_capacity(ids.len() * self.hidden);
-        for &id in ids {
-            let start = u64::from(id) * row_bytes;
-            file.read_into(names::EMBED, start..start + row_bytes, &mut raw)
-                .map_err(RuntimeError::from)?;
-            match self.dtype {
-                Dtype::F32 => out.extend(
-                    raw.chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                ),
-                Dtype::F16 => out.extend(
-                    raw.chunks_exact(2)
-                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
-                ),
-                _ => out.extend(
-                    raw.chunks_exact(2)
-                        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-                ),
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// A Llama-family model ready to run on an opened [`Model`]: its KV cache,
 /// RoPE table and activations.
 ///
@@ -273,12 +231,7 @@ impl Llama {
                 many => ModelFiles::from_files(many),
             }
             .map_err(RuntimeError::from)?;
-            let dtype = files.get(names::EMBED).map_or(Dtype::F32, |(_, t)| t.dtype);
-            Some(HostEmbed {
-                files,
-                dtype,
-                hidden: c.hidden_size,
-            })
+            Some(HostEmbed::new(files, names::EMBED)?)
         } else {
             None
         };

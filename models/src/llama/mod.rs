@@ -12,6 +12,7 @@
 pub mod chat;
 mod checkpoint;
 mod config;
+pub mod flops;
 mod forward;
 mod generate;
 pub mod sample;

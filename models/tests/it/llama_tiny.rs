@@ -1,12 +1,14 @@
 //! The tiny-llama golden checkpoint end to end against transformers'
 //! reference: logits, per-layer hidden states, the final norm and greedy
-//! generations, fully resident and with three quarters of the weights
-//! streamed (both must give bit-identical output).
+//! generations, fully resident, with three quarters of the weights
+//! streamed, and streamed by part (all must give bit-identical output).
 
 use crate::llama_common::open;
 use dynvram_models::llama::{Checkpoint, ForwardOptions, Limits};
+use dynvram_runtime::memory::Placement;
+use dynvram_runtime::planning::Granularity;
 use dynvram_test_support::fixtures;
-use dynvram_test_support::gpu::{have_gpu, quarter_budget, runtime};
+use dynvram_test_support::gpu::{have_gpu, part_budget, quarter_budget, runtime};
 use dynvram_test_support::safetensors::{self, get};
 use dynvram_test_support::tolerance::assert_close_rel;
 
@@ -23,7 +25,18 @@ struct Outputs {
     step_logits: Vec<Vec<Vec<f32>>>,
 }
 
-fn run(test: &str, quarter: bool) -> Option<Outputs> {
+/// The budget of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Budget {
+    /// Everything resident.
+    Resident,
+    /// About a quarter of the weights resident, blocks streamed whole.
+    Quarter,
+    /// Two arenas of the largest group: layers stream by part.
+    ByPart,
+}
+
+fn run(test: &str, budget: Budget) -> Option<Outputs> {
     let dir = fixtures::tiny_llama();
     if !have_gpu(test) {
         return None;
@@ -39,15 +52,31 @@ fn run(test: &str, quarter: bool) -> Option<Outputs> {
         max_seq: longest + NEW_TOKENS,
         max_rows: longest,
     };
-    let budget = quarter.then(|| quarter_budget(&ckpt.spec(limits)));
+    let mode = budget;
+    let budget = match mode {
+        Budget::Resident => None,
+        Budget::Quarter => Some(quarter_budget(&ckpt.spec(limits))),
+        Budget::ByPart => Some(part_budget(&ckpt.spec(limits))),
+    };
     let rt = runtime(budget);
     let (model, mut llama) = open(&rt, &ckpt, limits);
+    let by_part = model.plan().granularity == Granularity::Part;
+    let streamed_file_bytes: u64 = model
+        .plan()
+        .plan
+        .tensors
+        .iter()
+        .filter(|t| t.placement == Placement::Stream)
+        .filter_map(|t| ckpt.files().get(&t.name))
+        .map(|(_, info)| info.len())
+        .sum();
+    assert_eq!(by_part, mode == Budget::ByPart, "{:?}", model.plan());
     let report = model.report();
     eprintln!(
         "{test}: model {} B, resident {} B, streamed {} B (budget {budget:?})",
         report.model_bytes, report.resident_bytes, report.streamed_bytes
     );
-    if quarter {
+    if mode != Budget::Resident {
         assert!(
             // The plan places whole pages, so "a quarter" lands a little above it.
             report.streamed_bytes >= report.model_bytes / 2
@@ -76,8 +105,10 @@ fn run(test: &str, quarter: bool) -> Option<Outputs> {
                 },
             )
             .expect("forward");
+        // Each streamed weight's file bytes once (norms land as f32, so
+        // the plan's sizes can be larger).
         assert_eq!(
-            f.stats.streamed_bytes, report.streamed_bytes,
+            f.stats.streamed_bytes, streamed_file_bytes,
             "each pass streams the streamed weights once"
         );
         assert_close_rel(
@@ -144,16 +175,28 @@ fn run(test: &str, quarter: bool) -> Option<Outputs> {
 #[test]
 fn tiny_llama_matches_transformers_resident_and_at_quarter_budget() {
     let test = "tiny_llama_matches_transformers_resident_and_at_quarter_budget";
-    let Some(resident) = run(test, false) else {
+    let Some(resident) = run(test, Budget::Resident) else {
         return;
     };
-    let Some(streamed) = run(test, true) else {
+    let Some(streamed) = run(test, Budget::Quarter) else {
         return;
     };
     assert!(
         resident == streamed,
         "resident and quarter-budget runs differ"
     );
+}
+
+#[test]
+fn tiny_llama_streamed_by_part_is_bit_identical_to_resident() {
+    let test = "tiny_llama_streamed_by_part_is_bit_identical_to_resident";
+    let Some(resident) = run(test, Budget::Resident) else {
+        return;
+    };
+    let Some(by_part) = run(test, Budget::ByPart) else {
+        return;
+    };
+    assert!(resident == by_part, "resident and by-part runs differ");
 }
 
 #[test]

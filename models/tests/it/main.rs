@@ -5,7 +5,9 @@
 //! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
 //! modules.
 
+mod clip;
 mod flux;
+mod flux_parts;
 mod llama_common;
 mod llama_f16;
 mod llama_pipelined;
@@ -13,3 +15,6 @@ mod llama_quant;
 mod llama_qwen2;
 mod llama_tiny;
 mod mlp_stack_files;
+mod t5;
+mod text_common;
+mod tokenize;

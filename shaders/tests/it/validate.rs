@@ -89,19 +89,69 @@ fn every_file_in_the_folder_is_registered() {
     );
 }
 
-/// The cooperative GEMM's `main` in its file is the generator's for the
-/// file's own shape, and the generated modules of other shapes validate.
+/// The cooperative GEMMs' `main` in their files is the generator's for the
+/// files' own shape (the double-buffered file's with the float staging's
+/// slots), and the generated modules of other shapes validate, for both
+/// kernels.
 #[test]
 fn coop_gemm_shapes_generate_and_validate() {
-    use dynvram_shaders::linear::{self, CoopGemmShape};
+    use dynvram_shaders::linear::{self, CoopGemmKernel, CoopGemmShape};
+    let (single, double) = (CoopGemmKernel::Single, CoopGemmKernel::Double);
     let file = linear::FLOAT_GEMM_COOP16;
-    assert_eq!(linear::coop_gemm(file, 16, CoopGemmShape::FILE), file);
+    assert_eq!(
+        linear::coop_gemm(file, 16, CoopGemmShape::FILE, single, true),
+        file
+    );
+    let file = linear::FLOAT_GEMM_COOP16_DB;
+    let own = linear::coop_gemm(file, 16, CoopGemmShape::FILE, double, true);
+    if std::env::var("DYNVRAM_BLESS_WGSL").is_ok() && own != file {
+        // The generated main into the file (`DYNVRAM_BLESS_WGSL=1`).
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl/linear_gemm_coop_db.wgsl");
+        let text = std::fs::read_to_string(path).expect("read");
+        let main = |t: &str| {
+            let begin = t.find("// BEGIN main").expect("begin");
+            (begin, t.find("// END main").expect("end"))
+        };
+        let ((b, e), (ob, oe)) = (main(&text), main(&own));
+        std::fs::write(
+            path,
+            format!("{}{}{}", &text[..b], &own[ob..oe], &text[e..]),
+        )
+        .expect("write");
+    } else {
+        assert!(
+            own == file,
+            "linear_gemm_coop_db.wgsl's main is stale: DYNVRAM_BLESS_WGSL=1 rewrites it"
+        );
+    }
     let mut failures = Vec::new();
-    for (name, src, edge) in [
-        ("int coop16", linear::INT_GEMM_COOP16, 16),
-        ("float coop16", linear::FLOAT_GEMM_COOP16, 16),
-        ("int coop8", linear::INT_GEMM_COOP8, 8),
-        ("float coop8", linear::FLOAT_GEMM_COOP8, 8),
+    for (name, src, edge, kernel, float) in [
+        ("int coop16", linear::INT_GEMM_COOP16, 16, single, false),
+        ("float coop16", linear::FLOAT_GEMM_COOP16, 16, single, true),
+        ("int coop8", linear::INT_GEMM_COOP8, 8, single, false),
+        ("float coop8", linear::FLOAT_GEMM_COOP8, 8, single, true),
+        (
+            "int coop16 db",
+            linear::INT_GEMM_COOP16_DB,
+            16,
+            double,
+            false,
+        ),
+        (
+            "float coop16 db",
+            linear::FLOAT_GEMM_COOP16_DB,
+            16,
+            double,
+            true,
+        ),
+        ("int coop8 db", linear::INT_GEMM_COOP8_DB, 8, double, false),
+        (
+            "float coop8 db",
+            linear::FLOAT_GEMM_COOP8_DB,
+            8,
+            double,
+            true,
+        ),
     ] {
         for (sg, sg_m, sg_n, wm, wn, bk) in [
             (32, 4, 4, 2, 2, 32),
@@ -109,7 +159,12 @@ fn coop_gemm_shapes_generate_and_validate() {
             (32, 2, 2, 4, 4, 32),
             (8, 1, 3, 3, 1, 16),
             (16, 2, 1, 1, 4, 48),
+            (8, 1, 3, 3, 1, 32),
         ] {
+            // The double-buffered integer staging takes 32 columns a slot.
+            if kernel == double && !float && bk % 32 != 0 {
+                continue;
+            }
             let shape = CoopGemmShape {
                 sg,
                 sg_m,
@@ -118,7 +173,9 @@ fn coop_gemm_shapes_generate_and_validate() {
                 wn,
                 bk,
             };
-            let text = dynvram_shaders::with_f16_activations(&linear::coop_gemm(src, edge, shape));
+            let text = dynvram_shaders::with_f16_activations(&linear::coop_gemm(
+                src, edge, shape, kernel, float,
+            ));
             if let Err(e) = validate(&format!("{name} {shape:?}"), &text) {
                 failures.push(e);
             }
@@ -254,6 +311,10 @@ fn flash_attention_tunings_generate_and_validate() {
             "64x64w4c2gt",
             "64x64w4c2m",
             "128x32w8c2prtm",
+            "64x64w4c2dr",
+            "64x32w4k2c2dr",
+            "128x32w8c2drt",
+            "64x64w4dr",
         ] {
             let tuning: FlashTuning = tuning.parse().expect("tuning");
             for hd in [edge * 4, 80, 128, 256] {
@@ -301,6 +362,7 @@ fn flash_tuning_text_round_trips() {
         "64x32w8prt",
         "64x64w4c2m",
         "128x32w8c2gtm",
+        "128x32w8c2drt",
     ] {
         let t: FlashTuning = text.parse().expect(text);
         assert_eq!(t.to_string(), text);
@@ -314,6 +376,13 @@ fn flash_tuning_text_round_trips() {
     assert_eq!((t.staging, t.prefetch), (KvStaging::Serial, false));
     assert!(!t.column_major);
     assert_eq!("64x32w4s".parse::<FlashTuning>(), Ok(t));
+    // Double staging stores from the prefetch registers: `r` is needed.
+    let d: FlashTuning = "64x64w4d".parse().expect("parses");
+    assert_eq!(d.staging, KvStaging::Double);
+    let why = d
+        .geometry(16, 32, 128)
+        .expect_err("no registers to store from");
+    assert!(why.contains("`r`"), "{why}");
     for bad in [
         "",
         "64",

@@ -726,6 +726,7 @@ fn a_scratch_need_near_u64_max_is_refused_not_wrapped() {
         name: "w0".into(),
         size: 431,
         block: 0,
+        group: 0,
     }];
     let err = plan_model(&weights, 1 << 51, u64::MAX - 255).expect_err("cannot fit");
     names_all(&err.to_string(), &["budget too small", "w0"]);

@@ -16,8 +16,11 @@
 //! two-walk kernel of `two_walk.rs` by default, or the one-walk kernel
 //! shaped by a [`FlashTuning`]);
 //! every other case runs the scalar kernels (`scalar.rs`), whose keys split
-//! over workgroups when there are too few rows to fill the GPU.
+//! over workgroups when there are too few rows to fill the GPU. An
+//! additive per-head bias with a score scale of the caller's (T5) runs on
+//! its own portable kernel ([`record_attention_bias`], `biased.rs`).
 
+mod biased;
 mod decode;
 mod flash;
 mod scalar;
@@ -31,6 +34,7 @@ use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape,
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
+pub use biased::record_attention_bias;
 pub use decode::{DecodeTuning, decode_split, device_tuning, lanes_per_key, uses_subgroups};
 pub use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, KvStaging};
 pub use flash::{

@@ -120,8 +120,19 @@ pub(super) fn params(
     chunk: u64,
     splits: u64,
 ) -> Result<kernel::Immediates, GpuError> {
-    const OP: &str = "attention";
     let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
+    params_scaled(heads, span, chunk, splits, scale)
+}
+
+/// [`params`] with the scores scaled by `scale` instead of head_dim^-0.5.
+pub(super) fn params_scaled(
+    heads: Heads,
+    span: Span,
+    chunk: u64,
+    splits: u64,
+    scale: f32,
+) -> Result<kernel::Immediates, GpuError> {
+    const OP: &str = "attention";
     Ok(kernel::params(&[
         to_u32(OP, "sq", span.sq)?,
         to_u32(OP, "n_heads", heads.n_heads)?,

@@ -22,7 +22,10 @@ mod gemv;
 mod norm_quant;
 mod spec;
 mod spread;
-pub use coop::{CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, float_coop_unusable};
+pub use coop::{
+    CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
+    float_coop_unusable,
+};
 pub use fold::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable, record_linear_folded};
 pub use fused::{Fusion, record_linears_fused};
 pub use gemv::{GemvShape, ROWS_GEMV_MAX_M, rows_gemv_max_m};
@@ -61,6 +64,10 @@ pub struct RecordOptions {
     /// The cooperative-matrix GEMM's shape instead of [`CoopShape::for_adapter`] (for
     /// tuning on a real GPU; checked against the adapter's limits).
     pub coop: Option<CoopShape>,
+    /// The cooperative-matrix GEMM kernel instead of the device's
+    /// `GpuOptions::coop_gemm` (tests and tools comparing them; a layer
+    /// [`CoopGemmKernel::Double`] does not fit takes the single-stage one).
+    pub coop_gemm: Option<CoopGemmKernel>,
     /// The scratch may already hold `x`'s activation codes from the linear
     /// recorded just before with the same input (q/k/v, gate/up): they are
     /// used where they were quantized the same way, instead of quantizing
@@ -235,6 +242,8 @@ fn record(
         coop: opts
             .coop
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
+        coop_asked: opts.coop,
+        coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
         spread: if opts.quantize_apart {
@@ -480,6 +489,10 @@ struct Recorder<'a> {
     gemm: GemmKernel,
     /// The cooperative-matrix GEMM's shape.
     coop: CoopShape,
+    /// [`RecordOptions::coop`]: the double-buffered kernel's shape too.
+    coop_asked: Option<CoopShape>,
+    /// The cooperative-matrix GEMM kernel asked for.
+    coop_gemm: CoopGemmKernel,
     /// [`RecordOptions::reuse_codes`].
     reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
@@ -667,22 +680,56 @@ impl Recorder<'_> {
         }
     }
 
-    /// The cooperative-matrix GEMM on this adapter, integer or `float`,
-    /// its constants after the kernel's own `constants`.
-    fn coop_kernel(&self, float: bool, constants: &[(&'static str, f64)]) -> KernelSpec {
+    /// The double-buffered GEMM's shape where it is asked for and fits this
+    /// layer (integer with `int4_weights`, or of `float` weights), else
+    /// `None`: the single-stage kernel runs.
+    fn double_shape(&self, float: Option<Format>, int4_weights: bool) -> Option<CoopShape> {
+        if self.coop_gemm != CoopGemmKernel::Double {
+            return None;
+        }
         let caps = &self.gpu.caps;
+        let shape = self
+            .coop_asked
+            .unwrap_or_else(|| CoopShape::for_double(caps));
+        match double_unusable(caps, shape, self.weights.k, float, int4_weights) {
+            None => Some(shape),
+            Some(why) => {
+                tracing::debug!(%shape, why, "double-buffered GEMM left for the single-stage one");
+                None
+            }
+        }
+    }
+
+    /// The cooperative-matrix GEMM on this adapter, integer or `float`,
+    /// single-stage or, with its shape, `double`-buffered; its constants
+    /// after the kernel's own `constants`.
+    fn coop_kernel(
+        &self,
+        float: bool,
+        constants: &[(&'static str, f64)],
+        double: Option<CoopShape>,
+    ) -> KernelSpec {
+        let caps = &self.gpu.caps;
+        let (shape, kernel) = match double {
+            Some(s) => (s, CoopGemmKernel::Double),
+            None => (self.coop, CoopGemmKernel::Single),
+        };
         let k = coop::specialise(
             caps.coop_matrix_edge,
             caps.subgroup_min_size,
-            self.coop,
+            shape,
             float,
+            kernel,
         );
         let mut all = Constants::from_slice(constants);
         all.extend_from_slice(&k.constants);
-        // The profile's name, as before kernels were found by `Program`.
-        let name = match caps.coop_matrix_edge {
-            16 => "gemm_coop16",
-            _ => "gemm_coop8",
+        // The profile's name, as before kernels were found by `Program`;
+        // `_db` for the double-buffered kernel.
+        let name = match (caps.coop_matrix_edge, kernel) {
+            (16, CoopGemmKernel::Single) => "gemm_coop16",
+            (_, CoopGemmKernel::Single) => "gemm_coop8",
+            (16, CoopGemmKernel::Double) => "gemm_coop16_db",
+            (_, CoopGemmKernel::Double) => "gemm_coop8_db",
         };
         (k.source, name, k.tile, all)
     }
@@ -708,7 +755,8 @@ impl Recorder<'_> {
                 self.coop,
             )
         })?;
-        scratch.set_coop(coop.then_some(self.coop));
+        let double = coop.then(|| self.double_shape(None, int.w4)).flatten();
+        scratch.set_coop(coop.then(|| coop_ran(self.coop, double)));
         let epi = if raw {
             IntEpilogue::RawAccumulator
         } else {
@@ -878,7 +926,7 @@ impl Recorder<'_> {
                 (GEMM_TILE, GEMM_TILE),
                 Constants::from_slice(&constants),
             ),
-            (false, _, true) => self.coop_kernel(false, &constants),
+            (false, _, true) => self.coop_kernel(false, &constants, double),
         };
         let scale = self
             .weights
@@ -909,6 +957,31 @@ impl Recorder<'_> {
             } else {
                 (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
+            let params = Params {
+                a: m as u32,
+                b: c.rows as u32,
+                c: k as u32,
+                d: c.first_row as u32,
+                e: n as u32,
+                pad: [0; 3],
+            };
+            let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
+            if double.is_some() {
+                // The weights and codes as 16-byte words (bindings 6 and
+                // 7), not as the u32 words of bindings 0 and 3.
+                let bindings = [
+                    (1, region(scale)),
+                    (2, bias),
+                    (4, buf(&scales, 0, m * 4)),
+                    (5, out.binding()),
+                    (6, buf(c.buffer, c.offset, c.size)),
+                    (7, buf(&codes, 0, m * kw * 4)),
+                ];
+                self.dispatch_at(
+                    encoder, name, source, &constants, &bindings, params, groups, cost,
+                )?;
+                continue;
+            }
             self.dispatch(
                 encoder,
                 name,
@@ -922,16 +995,9 @@ impl Recorder<'_> {
                     buf(&scales, 0, m * 4),
                     out.binding(),
                 ],
-                Params {
-                    a: m as u32,
-                    b: c.rows as u32,
-                    c: k as u32,
-                    d: c.first_row as u32,
-                    e: n as u32,
-                    pad: [0; 3],
-                },
+                params,
                 groups,
-                self.chunk_cost(&c, m * kw * 4 + m * 4),
+                cost,
             )?;
         }
         Ok(())
@@ -955,7 +1021,10 @@ impl Recorder<'_> {
         let coop = self.coop_chosen(|caps| {
             float_coop_unusable(caps, self.weights.format, self.act, self.coop)
         })?;
-        scratch.set_coop(coop.then_some(self.coop));
+        let double = coop
+            .then(|| self.double_shape(Some(self.weights.format), false))
+            .flatten();
+        scratch.set_coop(coop.then(|| coop_ran(self.coop, double)));
         let constants = [
             ("WFMT", f64::from(wfmt as u32)),
             ("HAS_BIAS", f64::from(u8::from(has_bias))),
@@ -973,7 +1042,7 @@ impl Recorder<'_> {
                 (GEMM_TILE, GEMM_TILE),
                 Constants::from_slice(&constants),
             ),
-            (false, true) => self.coop_kernel(true, &constants),
+            (false, true) => self.coop_kernel(true, &constants, double),
         };
         for c in self.chunks()? {
             let scale = self
@@ -1001,6 +1070,30 @@ impl Recorder<'_> {
             } else {
                 (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
+            let params = Params {
+                a: m as u32,
+                b: c.rows as u32,
+                c: k as u32,
+                d: c.first_row as u32,
+                e: n as u32,
+                pad: [0; 3],
+            };
+            let cost = self.chunk_cost(&c, x.bytes());
+            if double.is_some() {
+                // The weights and activations as 16-byte words (bindings 5
+                // and 6), not as bindings 0 and 3.
+                let bindings = [
+                    (1, scale),
+                    (2, bias),
+                    (4, out.binding()),
+                    (5, buf(c.buffer, c.offset, c.size)),
+                    (6, x.binding()),
+                ];
+                self.dispatch_at(
+                    encoder, name, source, &constants, &bindings, params, groups, cost,
+                )?;
+                continue;
+            }
             self.dispatch(
                 encoder,
                 name,
@@ -1013,20 +1106,21 @@ impl Recorder<'_> {
                     x.binding(),
                     out.binding(),
                 ],
-                Params {
-                    a: m as u32,
-                    b: c.rows as u32,
-                    c: k as u32,
-                    d: c.first_row as u32,
-                    e: n as u32,
-                    pad: [0; 3],
-                },
+                params,
                 groups,
-                self.chunk_cost(&c, x.bytes()),
+                cost,
             )?;
         }
         Ok(())
     }
+}
+
+/// The cooperative GEMM a layer runs: the double-buffered kernel with its
+/// shape where chosen, else the single-stage one with `single`.
+fn coop_ran(single: CoopShape, double: Option<CoopShape>) -> (CoopShape, CoopGemmKernel) {
+    double.map_or((single, CoopGemmKernel::Single), |s| {
+        (s, CoopGemmKernel::Double)
+    })
 }
 
 /// A linear launch's profile label (`kernel NxK m=M`, with `+N` for each

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dynvram_memory::OwnerClass;
 
-use super::{CoopShape, LinearError};
+use super::{CoopGemmKernel, CoopShape, LinearError};
 use crate::accounting::{BufferError, SharedBudget, TrackedBuffer};
 use crate::gpu::Gpu;
 
@@ -35,9 +35,9 @@ pub struct LinearScratch {
     codes_key: Option<super::record::CodesKey>,
     /// Dispatches the last recorded linear took.
     dispatches: u32,
-    /// The cooperative-matrix GEMM shape the last recorded linear ran, if
-    /// it ran that GEMM.
-    coop: Option<CoopShape>,
+    /// The cooperative-matrix GEMM kernel and shape the last recorded
+    /// linear ran, if it ran that GEMM.
+    coop: Option<(CoopShape, CoopGemmKernel)>,
 }
 
 /// Scratch buffers up to this size grow geometrically (see `ensure`).
@@ -214,10 +214,16 @@ impl LinearScratch {
     /// The workgroup shape of the cooperative-matrix GEMM the last recorded
     /// linear ran, if it ran one.
     pub fn last_coop_shape(&self) -> Option<CoopShape> {
-        self.coop
+        self.coop.map(|c| c.0)
     }
 
-    pub(super) fn set_coop(&mut self, coop: Option<CoopShape>) {
+    /// Which cooperative-matrix GEMM kernel the last recorded linear ran,
+    /// if it ran one.
+    pub fn last_coop_kernel(&self) -> Option<CoopGemmKernel> {
+        self.coop.map(|c| c.1)
+    }
+
+    pub(super) fn set_coop(&mut self, coop: Option<(CoopShape, CoopGemmKernel)>) {
         self.coop = coop;
     }
 

@@ -12,9 +12,16 @@
 //! or fp8 weights (exact in f16, bf16 within f16's range, fp8 without its
 //! scale, which multiplies the sum); products are exact in f32, sums f32 in
 //! another order than the tiled GEMM's, so outputs agree to rounding.
+//!
+//! Two kernels ([`CoopGemmKernel`], the device's `GpuOptions::coop_gemm`):
+//! the single-stage one (`linear_gemm_coop.wgsl`, the default) and the
+//! double-buffered one with 16-byte loads (`linear_gemm_coop_db.wgsl`),
+//! which needs K a multiple of its slots' columns ([`double_unusable`]);
+//! layers it does not fit take the single-stage kernel.
 
 use dynvram_quant::{AdapterCaps, Format};
 use dynvram_shaders::linear as shaders;
+pub use dynvram_shaders::linear::CoopGemmKernel;
 
 use crate::ops::cache::Generated;
 use crate::tensor::ActDtype;
@@ -127,20 +134,69 @@ impl CoopShape {
         }
     }
 
+    /// The shape of the double-buffered kernel when none is asked for: the
+    /// largest of 128 × 128 tiles of 4 subgroups with 4 × 4 accumulators,
+    /// 128 × 128 tiles of 8 subgroups with 4 × 2, then
+    /// [`CoopShape::default`] that fits the adapter's workgroup memory and
+    /// invocations (two stages of tiles take twice the memory of one).
+    /// Not measured yet: the candidates follow the usual tensor-core tiling
+    /// (CUTLASS's 128 × 128 × 32 with 64 × 64 warp tiles first).
+    pub fn for_double(caps: &AdapterCaps) -> Self {
+        let tensor_cores = [
+            Self {
+                sg_m: 2,
+                sg_n: 2,
+                bk: 32,
+                wm: 4,
+                wn: 4,
+            },
+            Self {
+                sg_m: 2,
+                sg_n: 4,
+                bk: 32,
+                wm: 4,
+                wn: 2,
+            },
+        ];
+        let candidates = if caps.coop_matrix_edge == 16 {
+            &tensor_cores[..]
+        } else {
+            &[]
+        };
+        candidates
+            .iter()
+            .copied()
+            .find(|&s| kernel_unusable(caps, s, CoopGemmKernel::Double).is_none())
+            .unwrap_or_default()
+    }
+
     /// Output tile `(rows of M, rows of N)` for matrix edge `edge`.
     pub fn tile(self, edge: u32) -> (u32, u32) {
         (self.wm * edge * self.sg_m, self.wn * edge * self.sg_n)
     }
 
-    /// Workgroup memory for matrix edge `edge`: the two staged f16 tiles
-    /// (rows padded by 8 columns) and one f32 matrix per subgroup.
+    /// Workgroup memory of the single-stage kernel for matrix edge `edge`:
+    /// the two staged f16 tiles (rows padded by 8 columns) and one f32
+    /// matrix per subgroup.
     pub fn workgroup_bytes(self, edge: u32) -> u32 {
+        self.workgroup_bytes_of(edge, CoopGemmKernel::Single)
+    }
+
+    /// Workgroup memory of `kernel` for matrix edge `edge`: each stage's two
+    /// staged f16 tiles and one f32 matrix per subgroup.
+    pub fn workgroup_bytes_of(self, edge: u32, kernel: CoopGemmKernel) -> u32 {
         let (tm, tn) = self.tile(edge);
-        (tm + tn) * (self.bk + 8) * 2 + self.sg_m * self.sg_n * edge * edge * 4
+        kernel.stages() * (tm + tn) * (self.bk + 8) * 2 + self.sg_m * self.sg_n * edge * edge * 4
     }
 
     /// Checks the shape against the kernel's and the adapter's limits.
-    fn check(self, edge: u32, sg: u32, caps: &AdapterCaps) -> Result<(), String> {
+    fn check(
+        self,
+        edge: u32,
+        sg: u32,
+        caps: &AdapterCaps,
+        kernel: CoopGemmKernel,
+    ) -> Result<(), String> {
         let Self {
             sg_m,
             sg_n,
@@ -161,7 +217,7 @@ impl CoopShape {
                 "{bk} staged K columns: a multiple of 8 and of the matrix edge {edge}, at most 256"
             ));
         }
-        let (invocations, bytes) = (sg * sg_m * sg_n, self.workgroup_bytes(edge));
+        let (invocations, bytes) = (sg * sg_m * sg_n, self.workgroup_bytes_of(edge, kernel));
         if invocations > caps.max_invocations_per_workgroup || bytes > caps.max_workgroup_storage {
             return Err(format!(
                 "{sg_m} x {sg_n} subgroups of {sg} ({invocations} invocations) and {bytes} bytes of workgroup memory exceed the adapter's {} and {}",
@@ -175,6 +231,49 @@ impl CoopShape {
 /// Why no cooperative-matrix GEMM can run on this adapter with `shape`, or
 /// `None` when one can.
 pub fn coop_unusable(caps: &AdapterCaps, shape: CoopShape) -> Option<String> {
+    kernel_unusable(caps, shape, CoopGemmKernel::Single)
+}
+
+/// Why the double-buffered GEMM cannot run a layer of depth `k` with
+/// `shape` — integer (`int4_weights` says which weights) or `float` (f16
+/// or bf16 weights, f16 activations: [`float_coop_unusable`] checks the
+/// rest) — or `None` when it can: besides the adapter, its 16-byte slots
+/// need K a multiple of their columns (rows of activations and weights on
+/// 16 bytes), and integer slots of 32 weight columns need BK a multiple
+/// of 32.
+pub fn double_unusable(
+    caps: &AdapterCaps,
+    shape: CoopShape,
+    k: u64,
+    float: Option<Format>,
+    int4_weights: bool,
+) -> Option<String> {
+    if let Some(why) = kernel_unusable(caps, shape, CoopGemmKernel::Double) {
+        return Some(why);
+    }
+    let (a_cols, b_cols) = CoopGemmKernel::Double.slot_columns(float.is_some());
+    let need = match float {
+        Some(Format::F16 | Format::Bf16) => u64::from(b_cols),
+        Some(other) => return Some(format!("{other} weights (it reads f16 and bf16)")),
+        None if int4_weights => u64::from(b_cols),
+        None => u64::from(a_cols),
+    };
+    if !k.is_multiple_of(need) {
+        return Some(format!(
+            "K = {k} is not a multiple of {need} (its 16-byte loads)"
+        ));
+    }
+    if float.is_none() && !shape.bk.is_multiple_of(b_cols) {
+        return Some(format!(
+            "{} staged K columns: integer layers need a multiple of {b_cols}",
+            shape.bk
+        ));
+    }
+    None
+}
+
+/// [`coop_unusable`] for `kernel`.
+fn kernel_unusable(caps: &AdapterCaps, shape: CoopShape, kernel: CoopGemmKernel) -> Option<String> {
     let edge = caps.coop_matrix_edge;
     if !caps.f16_coop_matrices() {
         return Some(
@@ -189,7 +288,7 @@ pub fn coop_unusable(caps: &AdapterCaps, shape: CoopShape) -> Option<String> {
             caps.subgroup_min_size, caps.subgroup_max_size
         ));
     }
-    shape.check(edge, sg, caps).err()
+    shape.check(edge, sg, caps, kernel).err()
 }
 
 /// Why the cooperative-matrix GEMM cannot run an integer layer of depth `k`
@@ -248,14 +347,26 @@ pub(super) struct CoopKernel {
     pub tile: (u64, u64),
 }
 
-/// The integer (`float` false) or float kernel on an adapter whose matrix
-/// edge and subgroup size are `edge` and `sg` (checked by [`coop_unusable`]).
-pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape, float: bool) -> CoopKernel {
-    let source = match (float, edge) {
-        (false, 16) => shaders::INT_GEMM_COOP16,
-        (false, _) => shaders::INT_GEMM_COOP8,
-        (true, 16) => shaders::FLOAT_GEMM_COOP16,
-        (true, _) => shaders::FLOAT_GEMM_COOP8,
+/// The integer (`float` false) or float `kernel` on an adapter whose
+/// matrix edge and subgroup size are `edge` and `sg` (checked by
+/// [`coop_unusable`] or [`double_unusable`]).
+pub(super) fn specialise(
+    edge: u32,
+    sg: u32,
+    shape: CoopShape,
+    float: bool,
+    kernel: CoopGemmKernel,
+) -> CoopKernel {
+    use CoopGemmKernel::{Double, Single};
+    let source = match (kernel, float, edge) {
+        (Single, false, 16) => shaders::INT_GEMM_COOP16,
+        (Single, false, _) => shaders::INT_GEMM_COOP8,
+        (Single, true, 16) => shaders::FLOAT_GEMM_COOP16,
+        (Single, true, _) => shaders::FLOAT_GEMM_COOP8,
+        (Double, false, 16) => shaders::INT_GEMM_COOP16_DB,
+        (Double, false, _) => shaders::INT_GEMM_COOP8_DB,
+        (Double, true, 16) => shaders::FLOAT_GEMM_COOP16_DB,
+        (Double, true, _) => shaders::FLOAT_GEMM_COOP8_DB,
     };
     let CoopShape {
         sg_m,
@@ -273,10 +384,10 @@ pub(super) fn specialise(edge: u32, sg: u32, shape: CoopShape, float: bool) -> C
         wn,
         bk,
     };
-    static SOURCES: Generated<(u32, u32, CoopShape, bool)> = Generated::new();
+    static SOURCES: Generated<(u32, u32, CoopShape, bool, CoopGemmKernel)> = Generated::new();
     CoopKernel {
-        source: SOURCES.get((edge, sg, shape, float), || {
-            shaders::coop_gemm(source, edge, text)
+        source: SOURCES.get((edge, sg, shape, float, kernel), || {
+            shaders::coop_gemm(source, edge, text, kernel, float)
         }),
         constants: [("SG", f64::from(sg))],
         tile: (u64::from(tm), u64::from(tn)),
@@ -379,6 +490,43 @@ mod tests {
         assert_eq!(coop_gemm_unusable(&caps, 64, true, true, deep), None);
         let wide = CoopShape { wm: 5, ..deep };
         assert!(coop_gemm_unusable(&caps, 64, true, true, wide).is_some());
+    }
+
+    #[test]
+    fn the_double_buffered_kernel_takes_what_fits() {
+        let caps = coop_caps(16, 32);
+        let four = CoopShape::for_double(&caps);
+        assert_eq!(four.to_string(), "2x2x32x4x4");
+        // Two stages of 128-row tiles, padded: 2 · 256 · 40 · 2 + 4 · 1024.
+        assert_eq!(four.workgroup_bytes_of(16, CoopGemmKernel::Double), 45_056);
+        let mut small = coop_caps(16, 32);
+        small.max_workgroup_storage = 32 << 10;
+        assert_eq!(CoopShape::for_double(&small), CoopShape::default());
+        assert_eq!(
+            CoopShape::for_double(&coop_caps(8, 8)),
+            CoopShape::default()
+        );
+        // 4 x 4 subgroups of 2 x 2 fit one stage in 48 KiB, not two.
+        let big = CoopShape::for_adapter(&caps);
+        assert!(coop_unusable(&caps, big).is_none());
+        let why = double_unusable(&caps, big, 64, None, true).expect("two stages");
+        assert!(why.contains("workgroup memory"), "{why}");
+        let d = CoopShape::default();
+        assert_eq!(double_unusable(&caps, d, 96, None, true), None);
+        assert!(double_unusable(&caps, d, 80, None, true).is_some_and(|w| w.contains("K = 80")));
+        assert_eq!(double_unusable(&caps, d, 80, None, false), None);
+        assert_eq!(
+            double_unusable(&caps, d, 40, Some(Format::Bf16), false),
+            None
+        );
+        assert!(double_unusable(&caps, d, 44, Some(Format::F16), false).is_some());
+        assert!(double_unusable(&caps, d, 64, Some(Format::Float8E4m3fn), false).is_some());
+        let shallow = CoopShape { bk: 16, ..d };
+        assert!(double_unusable(&caps, shallow, 64, None, true).is_some());
+        assert_eq!(
+            double_unusable(&caps, shallow, 64, Some(Format::F16), false),
+            None
+        );
     }
 
     #[test]

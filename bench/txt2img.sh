@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Issue 33 item 7: one FLUX.1-dev image at 1024², 28 steps, from a ComfyUI
+# models/ folder of random weights of the four real shapes — dynvram
+# resident and at --vram-budget 8, 2 and 1, bf16 and int4 (convrot_w4a4)
+# transformer; diffusers' FluxPipeline resident, with
+# enable_model_cpu_offload and with leaf-level group offload; on the same
+# GPU in the same run; ends with the issue's table.
+#
+#   bash bench/txt2img.sh   # on the lent GPU from the checkout root; carry .dev, .gl, .whl
+#
+# 1. `dynvram synth --like flux-dev-comfyui` into $MODELS (34 GB: transformer
+#    bf16, T5-XXL f16, CLIP-L f16, VAE f32; kept between runs on one
+#    machine), then `quantize --format convrot_w4a4` of the transformer
+#    beside it (ComfyUI's defaults).
+# 2. dynvram `txt2img --json`, one image per setting ($SETTINGS: "resident",
+#    or a budget in GiB), the bf16 transformer, then the int4 one.
+# 3. diffusers (bench/txt2img_diffusers.py): resident, model_cpu_offload,
+#    group_leaf. Its wheels (and transformers', tokenizers') travel in .whl/:
+#      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#        --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 transformers tokenizers \
+#        huggingface_hub regex Pillow requests charset_normalizer idna urllib3 certifi filelock \
+#        importlib_metadata zipp packaging tqdm pyyaml
+# 4. bench/txt2img_table.py: $OUT/txt2img/table.md.
+# Every part runs under `timeout`, limited by what is left of $DEADLINE
+# seconds; a failure is reported and the script goes on. The dynvram
+# settings at 28 steps take ~1 min each at today's step time: split the run
+# over two calls with SETTINGS/INT4/DIFFUSERS when a call's limit is short.
+#
+# Settings: DYNVRAM (.dev/dynvram), OUT (bench-out), MODELS (/tmp/comfy),
+# SIZE (1024), STEPS (28), SETTINGS ("resident 8 2 1"), INT4 (1),
+# DIFFUSERS (1), DIFFUSERS_MODES (resident,model_cpu_offload,group_leaf),
+# WHEELS (.whl), DEADLINE (570 s), BACKEND (vulkan).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+d=${DYNVRAM:-.dev/dynvram}
+out=${OUT:-bench-out}/txt2img
+models=${MODELS:-/tmp/comfy}
+size=${SIZE:-1024}
+steps=${STEPS:-28}
+deadline=${DEADLINE:-570}
+start=$(date +%s)
+mkdir -p "$out"
+left() { echo $((deadline - ($(date +%s) - start))); }
+part() { # part NAME CMD...: under the time left, its seconds in parts.tsv
+    local name=$1 t l
+    shift
+    l=$(left)
+    if [ "$l" -lt 15 ]; then
+        echo "[txt2img.sh] $name: skipped, ${l} s left" >&2
+        return 0
+    fi
+    t=$(date +%s)
+    timeout "$l" "$@"
+    local rc=$?
+    printf '%s\t%s\t%s\n' "$name" "$rc" $(($(date +%s) - t)) >>"$out/parts.tsv"
+    [ $rc -eq 0 ] || echo "[txt2img.sh] $name: exit $rc" >&2
+    return 0
+}
+flux="$models/diffusion_models/flux1-dev.safetensors"
+int4="$models/diffusion_models/flux1-dev-int4.safetensors"
+[ -f "$flux" ] || part synth "$d" synth "$models" --like flux-dev-comfyui
+if [ "${INT4:-1}" = 1 ] && [ ! -f "$int4" ]; then
+    part quantize "$d" quantize "$flux" "$int4" --format convrot_w4a4
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+one() { # one LABEL MODEL SETTING
+    local label=$1 model=$2 s=$3 budget=()
+    [ "$s" = resident ] || budget=(--vram-budget "$s")
+    part "$label-$s" "$d" --json txt2img "$models" --model "$model" \
+        --prompt "a photo of a cat wearing a tiny red hat" --width "$size" --height "$size" \
+        --steps "$steps" --seed 1 --backend "${BACKEND:-vulkan}" "${budget[@]}" \
+        --out "$out/$label-$s.png" >"$out/$label-$s.json" 2>"$out/$label-$s.err"
+}
+for s in ${SETTINGS:-resident 8 2 1}; do one bf16 "$flux" "$s"; done
+if [ "${INT4:-1}" = 1 ]; then
+    for s in ${SETTINGS:-resident 8 2 1}; do one int4 "$int4" "$s"; done
+fi
+if [ "${DIFFUSERS:-1}" = 1 ]; then
+    site=/tmp/site
+    mkdir -p "$site"
+    for w in "${WHEELS:-.whl}"/*.whl; do [ -f "$w" ] && python3 -m pip install -q --no-deps --target "$site" "$w"; done
+    PYTHONPATH=$site part diffusers python3 bench/txt2img_diffusers.py --size "$size" --steps "$steps" \
+        --modes "${DIFFUSERS_MODES:-resident,model_cpu_offload,group_leaf}" \
+        --deadline-s "$(left)" >"$out/diffusers.json" 2>"$out/diffusers.err"
+fi
+python3 bench/txt2img_table.py "$out" | tee "$out/table.md"

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Issue 33 item 7's table from bench/txt2img.sh's outputs: per setting the
+whole image, its stages (encode = CLIP + T5, sample, decode), the fixed
+costs, peak VRAM and bytes streamed; diffusers' modes beside; the targets
+(budget 8: whole ≤ 1.15 × the sum of the resident stages; budget 1: peak ≤
+budget).
+
+    python3 bench/txt2img_table.py bench-out/txt2img
+"""
+import json
+import os
+import sys
+
+GIB = 1 << 30
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def stages(r):
+    s = {st["stage"]: st for st in r["stages"]}
+    enc = sum(s[k]["seconds"] for k in ("clip", "t5") if k in s)
+    return enc, s.get("sample", {}).get("seconds", 0.0), s.get("decode", {}).get("seconds", 0.0), \
+        sum(st["streamed_bytes"] for st in r["stages"])
+
+
+def main():
+    d = sys.argv[1]
+    gpu = open(os.path.join(d, "gpu.txt")).read().strip() if os.path.exists(os.path.join(d, "gpu.txt")) else "?"
+    print(f"GPU: {gpu}\n")
+    print("| run | whole (s) | encode | sample | decode | fixed costs | peak VRAM (GiB) | streamed (GiB) | target |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for label in ("bf16", "int4"):
+        resident = load(os.path.join(d, f"{label}-resident.json"))
+        for s in ("resident", "8", "2", "1"):
+            r = load(os.path.join(d, f"{label}-{s}.json"))
+            if r is None:
+                continue
+            enc, sample, dec, streamed = stages(r)
+            target = ""
+            if s == "8" and resident:
+                re, rs, rd, _ = stages(resident)
+                bar = 1.15 * (re + rs + rd)
+                target = f"≤ {bar:.2f} s: {'met' if r['stages_seconds'] <= bar else 'not met'}"
+            elif s == "1":
+                target = f"peak ≤ 1 GiB: {'met' if r['peak_vram'] <= GIB else 'not met'}"
+            fixed = r["open_seconds"] + r["runtime_seconds"]
+            print(f"| dynvram {label} {s if s == 'resident' else '--vram-budget ' + s} | {r['stages_seconds']:.2f} | "
+                  f"{enc:.2f} | {sample:.2f} | {dec:.2f} | {fixed:.2f} | {r['peak_vram'] / GIB:.2f} | "
+                  f"{streamed / GIB:.1f} | {target} |")
+    dj = load(os.path.join(d, "diffusers.json"))
+    for mode, m in (dj or {}).get("modes", {}).items():
+        if "error" in m:
+            print(f"| diffusers {mode} | {m['error']} | | | | | | | |")
+            continue
+        st = m["stage_seconds"]
+        print(f"| diffusers {mode} | {m['whole_seconds']:.2f} | {st['encode']:.2f} | {st['sample']:.2f} | "
+              f"{st['decode']:.2f} | {m['build_seconds'] + m['setup_seconds']:.2f} | "
+              f"{m['peak_allocated_bytes'] / GIB:.2f} | | |")
+
+
+if __name__ == "__main__":
+    main()
