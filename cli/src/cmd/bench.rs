@@ -24,6 +24,7 @@ use crate::cmd::budget_args::StagingMemoryArg;
 use crate::cmd::gpu_timing::{
     activation, copy_baseline, median_seconds, shader_baselines, submit_timed,
 };
+use crate::cmd::ranges;
 use crate::output::{print_json, size};
 
 /// What to measure.
@@ -57,17 +58,18 @@ pub struct UploadArgs {
     /// File to stream (created with `--size` bytes if absent).
     #[arg(long, default_value = "dynvram-bench-upload.bin")]
     file: PathBuf,
-    /// Size of the test file to create, e.g. 1GiB.
-    #[arg(long, default_value = "256MiB")]
+    /// Size of the test file to create, e.g. 1GiB (1 B to 1 TiB).
+    #[arg(long, default_value = "256MiB", value_parser = ranges::bytes::<1, { 1 << 40 }>)]
     size: bytesize::ByteSize,
-    /// Reader threads.
-    #[arg(long, default_value_t = 8)]
+    /// Reader threads (1 to 256).
+    #[arg(long, default_value_t = 8, value_parser = ranges::int::<usize, 1, 256>)]
     threads: usize,
-    /// Staging ring slots.
-    #[arg(long, default_value_t = DEFAULT_SLOTS)]
+    /// Staging ring slots (1 to 64).
+    #[arg(long, default_value_t = DEFAULT_SLOTS, value_parser = ranges::int::<usize, 1, 64>)]
     slots: usize,
-    /// Bytes per ring slot, e.g. 64MiB.
-    #[arg(long, default_value_t = bytesize::ByteSize::b(DEFAULT_SLOT_SIZE))]
+    /// Bytes per ring slot, e.g. 64MiB (4 KiB to 4 GiB).
+    #[arg(long, default_value_t = bytesize::ByteSize::b(DEFAULT_SLOT_SIZE),
+          value_parser = ranges::bytes::<4096, { 4 << 30 }>)]
     slot_size: bytesize::ByteSize,
     /// Ring slot memories to measure, comma separated: `mapped` (ordinary
     /// `MAP_WRITE` buffers: BAR on resizable-BAR GPUs) and/or `host`
@@ -77,8 +79,8 @@ pub struct UploadArgs {
     /// Skip the zero-copy import of the file's own map.
     #[arg(long)]
     no_file_import: bool,
-    /// Repetitions per figure (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions per figure (the median is reported; 1 to 10 000).
+    #[arg(long, default_value_t = 3, value_parser = ranges::int::<usize, 1, 10_000>)]
     reps: usize,
     #[command(flatten)]
     adapter: AdapterArgs,
@@ -93,20 +95,21 @@ pub struct LinearArgs {
     /// Formats: w4a4, w4a8, w8a8, fp8, f16, bf16, f32 (comma separated).
     #[arg(long, default_value = "w4a4,w4a8,w8a8,fp8,f16")]
     formats: String,
-    /// Timed repetitions per case (after a warm-up).
-    #[arg(long, default_value_t = 20)]
+    /// Timed repetitions per case (after a warm-up; 1 to 100 000).
+    #[arg(long, default_value_t = 20, value_parser = ranges::int::<usize, 1, 100_000>)]
     reps: usize,
     /// Output rows per workgroup of the small-M GEMV (default: per adapter
-    /// and M, see `GemvShape::default_for`); for tuning.
-    #[arg(long)]
+    /// and M, see `GemvShape::default_for`; 1 to 1024); for tuning.
+    #[arg(long, value_parser = ranges::int::<u32, 1, 1024>)]
     gemv_rows: Option<u32>,
-    /// Invocations per workgroup of the small-M GEMV (with --gemv-rows).
-    #[arg(long, default_value_t = 256)]
+    /// Invocations per workgroup of the small-M GEMV (with --gemv-rows;
+    /// 1 to 1024).
+    #[arg(long, default_value_t = 256, value_parser = ranges::int::<u32, 1, 1024>)]
     gemv_wgs: u32,
     /// Invocations per workgroup of the fast fused rotate/quantize kernel
     /// (M <= 8, integer formats; default: per K, or `DYNVRAM_QUANT_WGS`);
-    /// for tuning.
-    #[arg(long)]
+    /// 1 to 1024; for tuning.
+    #[arg(long, value_parser = ranges::int::<u32, 1, 1024>)]
     quant_wgs: Option<u32>,
     /// Time several weights of the shape as one launch: `stack` three (like
     /// q/k/v), `glu` two with SwiGLU (like gate/up); figures count all their
@@ -127,8 +130,8 @@ pub struct LinearArgs {
     /// GEMM takes only these).
     #[arg(long)]
     f16: bool,
-    /// Bytes of the copy and streaming baselines (0: skip them).
-    #[arg(long, default_value = "512MiB")]
+    /// Bytes of the copy and streaming baselines (0: skip them; at most 64 GiB).
+    #[arg(long, default_value = "512MiB", value_parser = ranges::bytes::<0, { 64 << 30 }>)]
     copy_size: bytesize::ByteSize,
     #[command(flatten)]
     adapter: AdapterArgs,

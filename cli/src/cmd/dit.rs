@@ -51,8 +51,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1, conflicts_with = "steps", value_parser = steps)]
     passes: usize,
     /// Untimed forwards first, so shader compilation and first uploads are
-    /// not counted.
-    #[arg(long, default_value_t = 0)]
+    /// not counted (0 to 1000).
+    #[arg(long, default_value_t = 0, value_parser = crate::cmd::ranges::int::<usize, 0, 1000>)]
     warmup: usize,
     /// Draw the last pass as an SVG timeline (lanes: reads/uploads,
     /// kernels, submits, waits).
@@ -157,6 +157,15 @@ pub fn schedule(steps: usize, image_tokens: usize, shift: bool) -> Vec<f64> {
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    crate::cmd::check_outputs(
+        &[&args.model, &args.inputs],
+        &[
+            Some(args.out.as_path()),
+            args.timeline.as_deref(),
+            args.trace.as_deref(),
+        ],
+        &args.adapter,
+    )?;
     let ckpt = FluxCheckpoint::open(&args.model)
         .with_context(|| format!("opening {}", args.model.display()))?;
     let mut inputs = FluxInputs::from_file(&args.inputs, &ckpt.config)?;
@@ -302,14 +311,27 @@ pub fn synth_options(
     })
 }
 
+/// Whether `synth --like flux-*` writes `path` as one file.
+pub fn is_single_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "safetensors")
+}
+
 /// `synth --like flux-dev|flux-schnell`: random weights of FLUX.1's shapes
 /// in BFL layout, as one `.safetensors` file (when `path` ends so; the
 /// config is then inferred from the shapes, as for ComfyUI's files) or a
 /// folder with `model.safetensors` and `config.json`.
-pub fn synth(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow::Result<ExitCode> {
+/// The files go into the folder `write_to` (the folder's temp name while
+/// it is built; `path`'s folder for one file) and are reported under `path`.
+pub fn synth(
+    path: &Path,
+    write_to: &Path,
+    like: &str,
+    opts: SynthOptions,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let config = dynvram_models::flux::synth::preset(like)
         .with_context(|| format!("unknown --like {like}"))?;
-    let single = path.extension().is_some_and(|e| e == "safetensors");
+    let single = is_single_file(path);
     let file = if single {
         path.to_owned()
     } else {
@@ -317,7 +339,7 @@ pub fn synth(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow:
     };
     let pb = bytes_bar(0, "synth");
     let bytes = dynvram_models::flux::synth::write_checkpoint(
-        &file,
+        &write_to.join(file.file_name().unwrap_or_default()),
         &config,
         "",
         opts,

@@ -1,10 +1,11 @@
 //! `dynvram synth MODEL_DIR --like llama-7b`: a randomly initialised
 //! checkpoint of a real model's shapes in Hugging Face layout, for benchmarks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use dynvram_loader::atomic::AtomicDir;
 use dynvram_models::llama::MAX_LAYERS;
 use dynvram_models::llama::synth::{self, SynthDtype, SynthOptions};
 
@@ -32,13 +33,18 @@ pub struct Args {
     /// Override the number of decoder layers.
     #[arg(long)]
     layers: Option<usize>,
-    /// Largest shard in GiB; bigger checkpoints get an index.
-    #[arg(long, default_value_t = 4.0)]
+    /// Largest shard in GiB (above 0, at most 1 048 576); bigger
+    /// checkpoints get an index.
+    #[arg(long, default_value_t = 4.0, value_parser = crate::cmd::ranges::positive::<{ 1 << 20 }>)]
     shard_gib: f64,
     /// Also write a synthetic byte-level BPE tokenizer.json filling the
     /// vocabulary, so `dynvram generate --prompt TEXT` works on the checkpoint.
     #[arg(long)]
     tokenizer: bool,
+    /// Replace MODEL_DIR when it exists with files in it (refused without;
+    /// the old folder stays until the new one is complete).
+    #[arg(long)]
+    force: bool,
 }
 
 /// `--dtype`.
@@ -87,19 +93,30 @@ pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)>
         dtype: args.dtype.into(),
         seed: args.seed,
         layers: args.layers,
-        shard_bytes: (args.shard_gib.min(1e9) * f64::from(1u32 << 30)) as u64,
+        shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,
     };
     Ok((config, opts))
 }
 
 /// Runs the subcommand.
+/// A folder is built under a temp name beside MODEL_DIR and renamed into
+/// place whole (`AtomicDir`): an interrupted or failed run, or one ended
+/// by a signal, leaves no folder at the final name.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let (config, opts) = options(&args)?;
-    if dynvram_models::flux::synth::preset(&args.like).is_some() {
-        return crate::cmd::dit::synth(&args.model_dir, &args.like, opts, json);
+    let flux = dynvram_models::flux::synth::preset(&args.like).is_some();
+    if flux && crate::cmd::dit::is_single_file(&args.model_dir) {
+        let folder = args.model_dir.parent().unwrap_or(Path::new(""));
+        return crate::cmd::dit::synth(&args.model_dir, folder, &args.like, opts, json);
+    }
+    let out = AtomicDir::replacing(&args.model_dir, args.force)?;
+    if flux {
+        let code = crate::cmd::dit::synth(&args.model_dir, out.tmp(), &args.like, opts, json)?;
+        out.commit()?;
+        return Ok(code);
     }
     let pb = bytes_bar(0, "synth");
-    let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
+    let mut report = synth::write_checkpoint(out.tmp(), &config, opts, &mut |done, total| {
         pb.set_length(total);
         pb.set_position(done);
     })
@@ -109,13 +126,19 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let vocab = config["vocab_size"]
             .as_u64()
             .with_context(|| format!("preset {} has no vocab_size", args.like))?;
-        let path = synth::write_tokenizer(&args.model_dir, vocab as usize)?;
+        let path = synth::write_tokenizer(out.tmp(), vocab as usize)?;
         report.files.push(path);
         report.files.push(
-            args.model_dir
+            out.tmp()
                 .join(dynvram_models::llama::chat::TOKENIZER_CONFIG),
         );
     }
+    for f in &mut report.files {
+        if let Ok(rel) = f.strip_prefix(out.tmp()) {
+            *f = args.model_dir.join(rel);
+        }
+    }
+    out.commit()?;
     if json {
         print_json(&report)?;
     } else {
