@@ -1,5 +1,19 @@
 //! `dynvram`: run models larger than VRAM on any wgpu adapter.
 
+/// `println!` that never panics: a failed write to stdout (a full disk, a
+/// closed descriptor) ends the process with a message and status 2
+/// ([`output::stream_failed`]) instead of Rust's panic. Defined before the
+/// modules so that every `println!` of this crate is this one.
+macro_rules! println {
+    () => { $crate::output::out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::output::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprintln!` that never panics (see `println!`).
+macro_rules! eprintln {
+    ($($arg:tt)*) => { $crate::output::err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 #[cfg(test)]
 mod args_proptest;
 mod cmd;
@@ -102,6 +116,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     restore_sigpipe();
+    if let Err(code) = output::check_standard_streams() {
+        return code;
+    }
     let cli = Cli::parse();
     output::init_logging(cli.verbose);
     signals::remove_temp_files_on_exit();
@@ -117,6 +134,8 @@ fn main() -> std::process::ExitCode {
         Command::Txt2img(a) => cmd::txt2img::run(a, cli.json),
         Command::Bench(c) => cmd::bench::run(c, cli.json),
     });
+    // Rust flushes stdout at exit and ignores a failure: flush here.
+    output::flush_stdout();
     match result {
         Ok(code) => code,
         Err(e) => {

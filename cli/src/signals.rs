@@ -1,6 +1,8 @@
-//! SIGINT and SIGTERM: remove the temp files of writes in progress
-//! (`dynvram_loader::atomic`), then exit with the shell's status for the
-//! signal (128 + its number: 130, 143), as an interrupted tool does.
+//! SIGINT, SIGTERM, SIGHUP (the terminal closed) and SIGQUIT: remove the
+//! temp files and folders of writes in progress (`dynvram_loader::atomic`),
+//! then exit with the shell's status for the signal (128 + its number: 130,
+//! 143, 129, 131), as an interrupted tool does. (SIGQUIT's core dump is
+//! given up for the clean-up.)
 //!
 //! The signal is received on a thread of its own (signal-hook's iterator),
 //! so the clean-up runs as ordinary code, not in a signal handler.
@@ -10,11 +12,15 @@
 pub fn remove_temp_files_on_exit() {
     #[cfg(unix)]
     {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+        use std::io::Write;
+
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([
+            SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+        ]) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "no SIGINT/SIGTERM handler: an interrupted write may leave a temp file");
+                tracing::warn!(error = %e, "no signal handler: an interrupted write may leave a temp file");
                 return;
             }
         };
@@ -24,7 +30,10 @@ pub fn remove_temp_files_on_exit() {
                 if let Some(signal) = signals.forever().next() {
                     // Held until the process ends: no temp file appears after this.
                     let removed = dynvram_loader::atomic::remove_temp_files();
-                    eprintln!(
+                    // Not our `eprintln!`: its failure path takes the
+                    // registry lock, which `removed` holds.
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "interrupted by signal {signal}; removed {} unfinished file(s)",
                         removed.removed
                     );

@@ -136,11 +136,7 @@ impl AtomicFile {
                 source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
             })?;
         sweep_stale(folder(&path), &base);
-        let tmp = folder(&path).join(format!(
-            ".{base}.tmp-{}-{}",
-            std::process::id(),
-            SERIAL.fetch_add(1, Ordering::Relaxed)
-        ));
+        let tmp = temp_beside(&path, &base);
         // Created under the lock: once a signal handler has removed the temp
         // files (and kept the lock), none can be created any more.
         let mut live = live();
@@ -239,24 +235,30 @@ pub struct AtomicDir {
     committed: bool,
 }
 
+/// A temp name beside `path` for target `base` (`.BASE.tmp-PID-N`), which
+/// [`sweep_stale`] recognises.
+fn temp_beside(path: &Path, base: &str) -> PathBuf {
+    folder(path).join(format!(
+        ".{base}.tmp-{}-{}",
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 impl AtomicDir {
     /// Starts filling `path`, which must not exist or be an empty folder
     /// (a folder with files in it is refused, naming it: nothing is
-    /// overwritten).
+    /// overwritten; [`Self::replacing`] for `--force`).
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        Self::replacing(path, false)
+    }
+
+    /// [`Self::create`], or with `force` also over a folder with files in
+    /// it, which [`Self::commit`] replaces whole (the old folder stays
+    /// until the new one is complete).
+    pub fn replacing(path: impl AsRef<Path>, force: bool) -> Result<Self> {
         let path = path.as_ref().to_owned();
-        match std::fs::read_dir(&path) {
-            Ok(mut entries) => {
-                if entries.next().is_some() {
-                    return Err(io_error(&path, "write into")(io::Error::new(
-                        io::ErrorKind::AlreadyExists,
-                        "the folder exists and is not empty (remove it or choose another)",
-                    )));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error(&path, "write into")(e)),
-        }
+        crate::output_path::check_output_dir(&path, &[], force)?;
         let base = path
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
@@ -267,11 +269,7 @@ impl AtomicDir {
                 ))
             })?;
         sweep_stale(folder(&path), &base);
-        let tmp = folder(&path).join(format!(
-            ".{base}.tmp-{}-{}",
-            std::process::id(),
-            SERIAL.fetch_add(1, Ordering::Relaxed)
-        ));
+        let tmp = temp_beside(&path, &base);
         let mut live = live();
         std::fs::create_dir(&tmp).map_err(io_error(&path, "create a temp folder beside"))?;
         live.push(tmp.clone());
@@ -293,12 +291,31 @@ impl AtomicDir {
         &self.path
     }
 
-    /// Renames the temp folder into place (replacing an empty folder there).
+    /// Renames the temp folder into place. A folder there (empty, or any
+    /// with [`Self::replacing`]) is first moved aside under a temp name and
+    /// removed once the new one is in place; should that rename fail, the
+    /// old folder is put back.
     pub fn commit(mut self) -> Result<()> {
+        let mut old = None;
         if self.path.is_dir() {
-            std::fs::remove_dir(&self.path).map_err(io_error(&self.path, "replace"))?;
+            let base = self
+                .path
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let aside = temp_beside(&self.path, &base);
+            std::fs::rename(&self.path, &aside).map_err(io_error(&self.path, "replace"))?;
+            old = Some(aside);
         }
-        std::fs::rename(&self.tmp, &self.path).map_err(io_error(&self.path, "rename into"))?;
+        if let Err(e) = std::fs::rename(&self.tmp, &self.path) {
+            if let Some(aside) = &old {
+                let _ = std::fs::rename(aside, &self.path);
+            }
+            return Err(io_error(&self.path, "rename into")(e));
+        }
+        if let Some(aside) = old {
+            let _ = std::fs::remove_dir_all(aside);
+        }
         if let Ok(d) = File::open(folder(&self.path)) {
             let _ = d.sync_all();
         }
@@ -450,6 +467,27 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("model")]);
+    }
+
+    #[test]
+    fn a_forced_dir_replaces_a_full_folder_whole() {
+        let _turn = turn();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("model");
+        std::fs::create_dir(&out).expect("mkdir");
+        std::fs::write(out.join("old.bin"), b"old").expect("write");
+        let e = AtomicDir::create(&out).expect_err("not empty");
+        assert!(e.to_string().contains("--force"), "{e}");
+        let d = AtomicDir::replacing(&out, true).expect("forced");
+        write_file(d.tmp().join("new.bin"), b"new").expect("write");
+        assert_eq!(std::fs::read(out.join("old.bin")).expect("old"), b"old");
+        d.commit().expect("commit");
+        let names: Vec<_> = std::fs::read_dir(&out)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("new.bin")]);
+        assert_eq!(temps(dir.path()), Vec::<String>::new());
     }
 
     #[cfg(unix)]

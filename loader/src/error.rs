@@ -238,6 +238,44 @@ pub enum LoadError {
     /// The reader pool's threads are gone.
     #[error("reader pool is shut down")]
     PoolShutDown,
+    /// The data section holds bytes past the last tensor (the `safetensors`
+    /// crate refuses such files too).
+    #[error(
+        "`{}`: {} bytes after the last tensor: the tensors end at byte {used} of the {data_len}-byte data section (a damaged or foreign file)",
+        path.display(), data_len - used
+    )]
+    TrailingBytes {
+        /// The file.
+        path: PathBuf,
+        /// Where the last tensor ends, relative to the data section.
+        used: u64,
+        /// Length of the data section.
+        data_len: u64,
+    },
+    /// An output path resolves to something the command reads
+    /// ([`crate::output_path`]): writing it would destroy an input.
+    #[error(
+        "output `{}` resolves to `{}`, which this command reads (input `{}`): choose another output",
+        output.display(), resolved.display(), input.display()
+    )]
+    OutputIsInput {
+        /// The output as given.
+        output: PathBuf,
+        /// The input as given.
+        input: PathBuf,
+        /// What the output resolved to: the input, a folder holding it, or
+        /// a file of an input folder.
+        resolved: PathBuf,
+    },
+    /// An output folder exists with files in it and `--force` was not given.
+    #[error(
+        "output folder `{}` exists and is not empty: remove it, choose another, or pass --force to replace it",
+        path.display()
+    )]
+    OutputNotEmpty {
+        /// The folder.
+        path: PathBuf,
+    },
 }
 
 /// Shorthand used throughout the crate.

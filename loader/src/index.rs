@@ -83,7 +83,10 @@ impl SafetensorsFile {
                 op: "open",
                 source: std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
-                    format!("not a regular file ({kind:?}); a safetensors file is needed"),
+                    format!(
+                        "{}, not a file; a safetensors file is needed",
+                        describe_kind(&kind)
+                    ),
                 ),
             });
         }
@@ -304,6 +307,33 @@ pub struct ParsedHeader {
     pub metadata: BTreeMap<String, String>,
 }
 
+/// "is a FIFO" and the like, for a path that is not a regular file.
+pub fn describe_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "is a FIFO (named pipe)";
+        }
+        if kind.is_socket() {
+            return "is a socket";
+        }
+        if kind.is_block_device() {
+            return "is a block device";
+        }
+        if kind.is_char_device() {
+            return "is a character device";
+        }
+    }
+    if kind.is_dir() {
+        "is a folder"
+    } else if kind.is_symlink() {
+        "is a symbolic link"
+    } else {
+        "is a special file"
+    }
+}
+
 /// Parses and validates a header: every entry's dtype, shape, offsets and
 /// byte count, and that no two tensors overlap. `data_start` turns relative
 /// offsets into absolute ones; `data_len` is the length of the data section.
@@ -353,6 +383,16 @@ pub fn parse_header(
         if last.is_none_or(|p| t.range.end > p.range.end) {
             last = Some(t);
         }
+    }
+    // As the `safetensors` crate refuses them (`MetadataIncompleteBuffer`):
+    // bytes past the last tensor are a sign of a damaged or foreign file.
+    let used = last.map_or(0, |t| t.range.end - data_start);
+    if used != data_len {
+        return Err(LoadError::TrailingBytes {
+            path: path.to_owned(),
+            used,
+            data_len,
+        });
     }
     Ok(ParsedHeader { tensors, metadata })
 }

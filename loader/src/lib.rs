@@ -9,6 +9,8 @@
 //! - [`RingSlots`]: the staging ring's bookkeeping (slot states, placement,
 //!   counters); the slots' GPU memory is `dynvram_gpu::gpu`'s.
 //! - [`atomic`]: every file dynvram writes, through a temp file and a rename.
+//! - [`output_path`]: the one output-path rule (never an input; a folder
+//!   with files in it only with `--force`), checked by every writer.
 //! - [`bench`](mod@bench): the host-side measurements of `dynvram bench upload`.
 
 pub mod atomic;
@@ -16,6 +18,7 @@ pub mod bench;
 mod error;
 mod fileio;
 mod index;
+pub mod output_path;
 mod reader;
 mod ring;
 mod source;

@@ -37,6 +37,21 @@ pub enum ModelError {
     /// Bad input: token ids out of range, sequence longer than the cache.
     #[error("{0}")]
     Input(String),
+    /// A run computed NaN or ±inf (poisoned weights, an overflow): stopped
+    /// before a token, PASS or image is made from it.
+    #[error(
+        "{op} at {step} is {value} at element {index}: the run stopped (a weight or scale of the model is likely NaN or infinite)"
+    )]
+    NonFinite {
+        /// The op whose output it is.
+        op: &'static str,
+        /// When: `the prompt`, `decode step N`.
+        step: String,
+        /// The element.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
     /// `tokenizer.json` is missing or unreadable, or text failed to encode.
     #[error("{path}: {why}")]
     Tokenizer {

@@ -11,6 +11,24 @@ pub enum LayoutError {
     /// Bad metadata.
     #[error(transparent)]
     Meta(#[from] MetaError),
+    /// A quantization scale (`weight_scale`, `input_scale`, fp8 and int4
+    /// group scales) is zero, negative or not finite: every value computed
+    /// with it would be garbage.
+    #[error(
+        "layer {layer}: tensor {tensor} holds scale {value} at element {index}{row}: quantization scales must be positive and finite"
+    )]
+    BadScale {
+        /// The layer.
+        layer: String,
+        /// The scale tensor.
+        tensor: String,
+        /// The element.
+        index: usize,
+        /// ` (row R)` where the scale has one entry or more per weight row.
+        row: String,
+        /// The value found.
+        value: f32,
+    },
     /// A tensor the format needs is absent.
     #[error("layer {layer}: missing tensor {tensor} (needed by {format})")]
     Missing {
@@ -338,4 +356,40 @@ pub fn discover_layers(file: &dyn TensorList) -> Result<Vec<QuantLayer>, LayoutE
     }
     names.sort();
     names.iter().map(|n| validate_layer(file, n)).collect()
+}
+
+/// Checks a validated layer's quantization scales (`weight_scale`,
+/// `input_scale`): each must be positive and finite
+/// ([`LayoutError::BadScale`], naming the tensor, element and weight row).
+/// They are small (one value, or a few per row), so every model open reads
+/// them all. A float layer has none to check; a scale whose bytes this
+/// view cannot read is left to the kernels' own checks.
+pub fn check_scales(file: &dyn TensorList, layer: &QuantLayer) -> Result<(), LayoutError> {
+    if matches!(layer.format, Format::F32 | Format::F16 | Format::Bf16) {
+        return Ok(());
+    }
+    for name in [&layer.scale, &layer.input_scale].into_iter().flatten() {
+        let (Some((dtype, shape)), Some(bytes)) = (file.dtype_shape(name), file.bytes(name)) else {
+            continue;
+        };
+        let Some(values) = crate::tensors::floats_to_f32(dtype, &bytes) else {
+            continue;
+        };
+        if let Some(index) = values.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+            let per_row = values.len() / layer.n.max(1);
+            let row = if shape.first() == Some(&layer.n) && per_row >= 1 {
+                format!(" (row {})", index / per_row)
+            } else {
+                String::new()
+            };
+            return Err(LayoutError::BadScale {
+                layer: layer.name.clone(),
+                tensor: name.clone(),
+                index,
+                row,
+                value: values[index],
+            });
+        }
+    }
+    Ok(())
 }

@@ -24,7 +24,7 @@ pub mod tolerance;
 pub use caps::AdapterCaps;
 pub use format::{Format, LinearDtype};
 pub use kernel_path::{ActArith, KernelChoice, KernelPath, LinearDtypeOverride, choose};
-pub use layer::{LayoutError, QuantLayer, discover_layers, validate_layer};
+pub use layer::{LayoutError, QuantLayer, check_scales, discover_layers, validate_layer};
 pub use meta::{LayerMeta, MetaError, MetaSource, layer_meta, parse_comfy_quant};
 pub use quantize::{QuantizeError, QuantizeOptions, QuantizeReport, TargetFormat, quantize_file};
 pub use reference::{LayerBytes, LinearTrace, ReferenceError, reference_linear};

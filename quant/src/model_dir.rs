@@ -110,17 +110,18 @@ pub fn quantize_model(
             .entered();
     let start = Instant::now();
     let (inputs, side_dir) = shards(input)?;
-    if let (Ok(a), Ok(b)) = (side_dir.canonicalize(), output.canonicalize())
-        && a == b
-    {
-        return Err(QuantizeError::SameFile(output.to_owned()));
-    }
+    let reads: Vec<&Path> = inputs
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([input, side_dir.as_path()])
+        .collect();
+    dynvram_loader::output_path::check_output_dir(output, &reads, opts.force)?;
     let counts = inputs
         .iter()
         .map(|p| candidates(p))
         .collect::<Result<Vec<_>, _>>()?;
     let total: usize = counts.iter().sum();
-    let out = AtomicDir::create(output)?;
+    let out = AtomicDir::replacing(output, opts.force)?;
     let mut report = ModelReport {
         output: output.to_owned(),
         ..ModelReport::default()

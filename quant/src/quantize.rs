@@ -60,9 +60,9 @@ pub enum QuantizeError {
         /// The regex error.
         message: String,
     },
-    /// Input and output are the same file.
-    #[error("output {0} is the input file")]
-    SameFile(PathBuf),
+    /// The input holds no tensor: there is nothing to quantize.
+    #[error("`{}` holds no tensor: nothing to quantize", .0.display())]
+    NoTensors(PathBuf),
     /// Reading the input or writing the output failed (the loader's error
     /// names the file, the tensor and the sizes).
     #[error(transparent)]
@@ -147,6 +147,9 @@ pub struct QuantizeOptions {
     pub skip: Option<Regex>,
     /// Quantize weights holding NaN or ±inf instead of refusing them.
     pub allow_nonfinite: bool,
+    /// Replace an output folder that exists with files in it (refused by
+    /// default; see `dynvram_loader::output_path`).
+    pub force: bool,
 }
 
 impl QuantizeOptions {
@@ -173,6 +176,7 @@ impl QuantizeOptions {
             only: compile("only", only)?,
             skip: compile("skip", skip)?,
             allow_nonfinite: false,
+            force: false,
         })
     }
 }
@@ -518,12 +522,11 @@ pub fn quantize_file(
     {
         return Err(QuantizeError::GroupSize(group));
     }
-    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize())
-        && a == b
-    {
-        return Err(QuantizeError::SameFile(output.to_owned()));
-    }
+    dynvram_loader::output_path::check_output(output, &[input])?;
     let file = SafetensorsFile::open(input)?;
+    if file.tensors().is_empty() {
+        return Err(QuantizeError::NoTensors(input.to_owned()));
+    }
     // Created up front: an output that cannot be written is refused before
     // the work, and an interrupted run has a temp file the signal handler removes.
     let mut dst = AtomicFile::create(output)?;

@@ -469,12 +469,15 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
         for (name, kind, group) in block_items(path, block)? {
             match kind {
                 Item::Linear => {
-                    let layer = dynvram_quant::validate_layer(&list, name).map_err(|source| {
-                        RuntimeError::Layout {
-                            model: path.to_owned(),
-                            source,
-                        }
-                    })?;
+                    let layout = |source| RuntimeError::Layout {
+                        model: path.to_owned(),
+                        source,
+                    };
+                    let layer = dynvram_quant::validate_layer(&list, name).map_err(layout)?;
+                    // Poisoned scales would make every output of the layer
+                    // garbage (NaN/inf int scales even came out finite):
+                    // refused at open.
+                    dynvram_quant::check_scales(&list, &layer).map_err(layout)?;
                     add(&layer.weight, true, group)?;
                     for t in [&layer.scale, &layer.input_scale].into_iter().flatten() {
                         add(t, true, group)?;

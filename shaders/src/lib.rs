@@ -11,9 +11,11 @@
 //! starts with its `enable` directives, then the alias. `override` constants cannot change a
 //! type, so this one substitution replaces a copy of every file.
 //!
-//! Owns: the shader sources and their validation (see `tests/it/validate.rs`,
+//! Owns: the shader sources, their validation (see `tests/it/validate.rs`,
 //! which parses and validates every file with naga, in both activation
-//! types). Knows nothing else.
+//! types) and what each wgpu backend's translator can take of them
+//! ([`backends`], kept true by `tests/it/translate.rs`). Knows nothing
+//! else.
 
 /// A complete module: `enable` directives if any (`wgsl!(enable "f16"; ..)`),
 /// the activation alias, then the listed files of `wgsl/` concatenated
@@ -31,6 +33,7 @@ macro_rules! wgsl {
     };
 }
 
+pub mod backends;
 pub mod bench;
 pub mod flash;
 pub mod linear;

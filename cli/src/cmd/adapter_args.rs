@@ -30,16 +30,21 @@ pub struct AdapterArgs {
 }
 
 impl AdapterArgs {
+    /// The pipeline cache folder this run writes, if any.
+    pub fn cache_folder(&self) -> Option<PathBuf> {
+        (!self.no_pipeline_cache).then(|| {
+            self.pipeline_cache
+                .clone()
+                .unwrap_or_else(crate::cmd::cache_dir)
+        })
+    }
+
     /// As the runtime's choice struct: the flags, else `WGPU_ADAPTER_NAME`
     /// and `WGPU_POWER_PREF` (the backend's `WGPU_BACKEND` is wgpu's own),
     /// and the device options of the `DYNVRAM_*` diagnosis variables
     /// ([`gpu_options`]) with the pipeline cache folder.
     pub fn choice(&self) -> AdapterChoice {
-        let pipeline_cache = (!self.no_pipeline_cache).then(|| {
-            self.pipeline_cache
-                .clone()
-                .unwrap_or_else(crate::cmd::cache_dir)
-        });
+        let pipeline_cache = self.cache_folder();
         AdapterChoice {
             backend: self.backend.clone(),
             adapter: self

@@ -22,7 +22,7 @@ use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
-use crate::cmd::bench::{activation, median_seconds, submit_timed};
+use crate::cmd::gpu_timing::{activation, median_seconds, submit_timed};
 use crate::output::print_json;
 
 /// Arguments of `dynvram bench attention`.

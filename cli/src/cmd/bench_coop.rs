@@ -14,7 +14,7 @@ use dynvram_runtime::ops::linear::{CoopShape, coop_unusable};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
-use crate::cmd::bench::{median_seconds, submit_timed};
+use crate::cmd::gpu_timing::{median_seconds, submit_timed};
 use crate::output::print_json;
 
 /// Subgroups per workgroup in `coop_peak.wgsl` (`NSG`).

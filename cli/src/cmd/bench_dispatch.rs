@@ -59,7 +59,7 @@ pub fn run(a: DispatchArgs, json: bool) -> anyhow::Result<ExitCode> {
     let usage = wgpu::BufferUsages::STORAGE;
     let src = gpu.create_buffer("bench.dispatch_src", 4096, usage)?;
     let dst = gpu.create_buffer("bench.dispatch_dst", 4096, usage)?;
-    let (pipeline, bind) = crate::cmd::bench::stream_kernel(&gpu, "stream_read", &src, &dst)?;
+    let (pipeline, bind) = crate::cmd::gpu_timing::stream_kernel(&gpu, "stream_read", &src, &dst)?;
     let once = |mode: Mode| -> anyhow::Result<[f64; 4]> {
         let t0 = Instant::now();
         let mut enc = gpu.device.create_command_encoder(&Default::default());

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::cmd::adapter_args::AdapterArgs;
 use crate::cmd::budget_args::BudgetArgs;
 use crate::cmd::profile;
+use crate::cmd::ranges;
 use crate::cmd::synth::DtypeArg;
 use crate::output::{bytes_bar, print_json, size};
 
@@ -31,28 +32,30 @@ pub struct PassArgs {
     /// below when absent.
     #[arg(long, default_value = "dynvram-bench-pass.safetensors")]
     file: PathBuf,
-    /// Blocks of a generated stack.
-    #[arg(long, default_value_t = 32)]
+    /// Blocks of a generated stack (1 to 65 536).
+    #[arg(long, default_value_t = 32, value_parser = ranges::int::<usize, 1, 65_536>)]
     blocks: usize,
-    /// Residual width of a generated stack.
-    #[arg(long, default_value_t = 4096)]
+    /// Residual width of a generated stack (1 to 1 048 576).
+    #[arg(long, default_value_t = 4096, value_parser = ranges::int::<usize, 1, { 1 << 20 }>)]
     hidden: usize,
-    /// Inner width of a generated stack.
-    #[arg(long, default_value_t = 14336)]
+    /// Inner width of a generated stack (1 to 1 048 576).
+    #[arg(long, default_value_t = 14336, value_parser = ranges::int::<usize, 1, { 1 << 20 }>)]
     ffn: usize,
     /// Stored dtype of a generated stack.
     #[arg(long, value_enum, default_value = "f16")]
     dtype: DtypeArg,
     /// Input rows, comma separated: one measurement each (few rows: the pass
-    /// is upload-bound; many: compute-bound).
-    #[arg(long, default_value = "1,16,64", value_delimiter = ',')]
+    /// is upload-bound; many: compute-bound; each 1 to 65 536).
+    #[arg(long, default_value = "1,16,64", value_delimiter = ',',
+          value_parser = ranges::int::<usize, 1, 65_536>)]
     rows: Vec<usize>,
     /// The model's weights are this many times the usable budget (less the
-    /// activations).
-    #[arg(long, default_value_t = 4.0)]
+    /// activations; above 0, at most 1 000 000).
+    #[arg(long, default_value_t = 4.0, value_parser = ranges::positive::<1_000_000>)]
     ratio: f64,
-    /// Timed passes per figure (the median is reported), after one warm-up.
-    #[arg(long, default_value_t = 3)]
+    /// Timed passes per figure (the median is reported), after one warm-up
+    /// (1 to 10 000).
+    #[arg(long, default_value_t = 3, value_parser = ranges::int::<usize, 1, 10_000>)]
     passes: usize,
     /// After the timed passes of each row count, profile one more streamed
     /// pass (as `run --profile`).
@@ -103,6 +106,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
     if !(args.ratio.is_finite() && args.ratio >= 1.0) {
         anyhow::bail!("--ratio {} must be at least 1", args.ratio);
     }
+    crate::cmd::check_outputs(&[&args.file], &[], &args.adapter)?;
     ensure_file(&args)?;
     let probe = Probe::open(&args.file)?;
     let model_bytes = probe.weight_bytes();

@@ -49,8 +49,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1, conflicts_with = "steps", value_parser = steps)]
     passes: usize,
     /// Untimed forwards first, so shader compilation and first uploads are
-    /// not counted.
-    #[arg(long, default_value_t = 0)]
+    /// not counted (0 to 1000).
+    #[arg(long, default_value_t = 0, value_parser = crate::cmd::ranges::int::<usize, 0, 1000>)]
     warmup: usize,
     /// Draw the last pass as an SVG timeline (lanes: reads/uploads,
     /// kernels, submits, waits).
@@ -108,6 +108,15 @@ struct Report {
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    crate::cmd::check_outputs(
+        &[&args.model, &args.inputs],
+        &[
+            Some(args.out.as_path()),
+            args.timeline.as_deref(),
+            args.trace.as_deref(),
+        ],
+        &args.runtime.adapter,
+    )?;
     let ckpt = FluxCheckpoint::open(&args.model)
         .with_context(|| format!("opening {}", args.model.display()))?;
     let mut inputs = FluxInputs::from_file(&args.inputs, &ckpt.config)?;

@@ -3,7 +3,6 @@
 //! when asked), tokens printed to stdout as they come, then prefill/decode
 //! speed, bytes streamed per token and the budget figures.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -47,15 +46,17 @@ pub struct Args {
     /// (`chat_template` of tokenizer_config.json, or chat_template.jinja),
     /// with the assistant's header after it; the config's `eos_token` also
     /// ends generation.
-    #[arg(long, requires = "prompt")]
+    #[arg(long, requires = "prompt", conflicts_with = "prompt_ids")]
     chat: bool,
     /// Sampling temperature; 0 (the default) is greedy decoding, the same
     /// tokens every run. Above 0 tokens are drawn on the CPU from the
     /// softmax of logits / temperature.
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     temperature: f32,
-    /// With --temperature: draw only from the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 0, value_name = "K")]
+    /// With --temperature: draw only from the K most likely tokens (0: all;
+    /// at most 16 777 216, the largest vocabulary).
+    #[arg(long, default_value_t = 0, value_name = "K",
+          value_parser = crate::cmd::ranges::int::<usize, 0, { 1 << 24 }>)]
     top_k: usize,
     /// With --temperature: draw only from the fewest most likely tokens
     /// whose probabilities reach P (1: all).
@@ -78,8 +79,9 @@ pub struct Args {
     #[arg(long)]
     ignore_eos: bool,
     /// Untimed runs (the prompt, then one decode step) before the measured
-    /// one, so first-use shader compilation is not counted as prefill time.
-    #[arg(long, default_value_t = 0)]
+    /// one, so first-use shader compilation is not counted as prefill time
+    /// (0 to 1000).
+    #[arg(long, default_value_t = 0, value_parser = crate::cmd::ranges::int::<usize, 0, 1000>)]
     warmup: usize,
     /// Greedy decoding waits for each step's logits and picks the token on
     /// the CPU before recording the next step, as sampling does (for
@@ -221,6 +223,11 @@ fn check_context(prompt: usize, max_new: usize, ckpt: &Checkpoint) -> anyhow::Re
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let reads: Vec<&std::path::Path> = [Some(args.model_dir.as_path()), args.weights.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    crate::cmd::check_outputs(&reads, &[args.logits_out.as_deref()], &args.adapter)?;
     let sampling = sampling(&args)?;
     let mut sampler = Sampler::new(sampling).map_err(anyhow::Error::msg)?;
     let tokenizer = match &args.prompt {
@@ -245,6 +252,21 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         ids.extend(chat_eos.filter(|id| !ids.contains(id)));
         ids
     };
+    // An id past the vocabulary can never be generated: the stop would
+    // never come, silently.
+    let vocab = ckpt.config.vocab_size;
+    if let Some(bad) = eos.iter().find(|&&id| id as usize >= vocab) {
+        bail!(
+            "end-of-sequence id {bad} is outside the vocabulary of {vocab} tokens (ids 0 to {}): \
+             it can never be generated (from {})",
+            vocab - 1,
+            if args.eos.is_empty() {
+                "the checkpoint's eos_token_id"
+            } else {
+                "--eos"
+            }
+        );
+    }
     let limits = Limits {
         max_seq: prompt.len() + args.max_new_tokens.max(1),
         max_rows: prompt.len(),
@@ -260,7 +282,6 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let mut llama = Llama::with_dtype(&rt, &ckpt, limits, args.compute_dtype.resolve(&rt))
         .context("--compute-dtype")?;
     tracing::info!(?prompt, text = ?args.prompt, ?eos, "prompt");
-    let mut stdout = std::io::stdout();
     // Greedy without logits to keep: the GPU may pick the tokens.
     let greedy = sampling.is_greedy() && args.logits_out.is_none();
     let decode_loop = if args.sync_decode {
@@ -284,12 +305,12 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             return;
         }
         match stream.as_mut().map(|s| s.step(t)) {
-            None => _ = write!(stdout, "{t} "),
-            Some(Ok(Some(text))) => _ = write!(stdout, "{text}"),
+            None => crate::output::out(format_args!("{t} ")),
+            Some(Ok(Some(text))) => crate::output::out(format_args!("{text}")),
             Some(Ok(None)) => {}
             Some(Err(e)) => _ = stream_error.get_or_insert(e),
         }
-        let _ = stdout.flush();
+        crate::output::flush_stdout();
     };
     let (max_new, keep_logits) = (args.max_new_tokens, args.logits_out.is_some());
     let g = if greedy {

@@ -63,19 +63,21 @@ pub struct Args {
     pub(crate) budget: BudgetArgs,
     /// Rows of one pass: prompt tokens of the prefill (default 128) for a
     /// checkpoint, activation rows (default 4) for an MLP stack; they size
-    /// the activations reserved beside the weights.
-    #[arg(long)]
+    /// the activations reserved beside the weights (1 to 1 048 576).
+    #[arg(long, value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 20 }>)]
     rows: Option<usize>,
     /// Checkpoints: tokens the KV cache holds (prompt + generated); default
     /// the model's context (max_position_embeddings) or 4096, the smaller.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 24 }>)]
     context: Option<usize>,
     /// Flux: image tokens of a step (packed 2×2 latent patches; 4096 is
-    /// 1024×1024 pixels).
-    #[arg(long, default_value_t = 4096, value_name = "TOKENS")]
+    /// 1024×1024 pixels; 1 to 1 048 576).
+    #[arg(long, default_value_t = 4096, value_name = "TOKENS",
+          value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 20 }>)]
     image_tokens: usize,
-    /// Flux: text tokens of a step.
-    #[arg(long, default_value_t = 512, value_name = "TOKENS")]
+    /// Flux: text tokens of a step (1 to 1 048 576).
+    #[arg(long, default_value_t = 512, value_name = "TOKENS",
+          value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 20 }>)]
     text_tokens: usize,
     /// Host-to-GPU rate for streamed weights, in GB/s (10^9 bytes).
     #[arg(long, default_value_t = DEFAULT_PCIE_GBPS, value_name = "GB/S")]
@@ -212,9 +214,12 @@ fn checkpoint_target(args: &Args) -> anyhow::Result<Target> {
             dir.join("config.json").display()
         );
     }
-    let rows = args.rows.unwrap_or(128).min(context);
-    if rows == 0 {
-        anyhow::bail!("--rows must be at least 1");
+    let rows = args.rows.unwrap_or(128);
+    if rows > context {
+        anyhow::bail!(
+            "--rows {rows} is more than the {context} tokens the KV cache holds (--context): \
+             a prefill of at most {context} rows fits"
+        );
     }
     let spec = ckpt.spec(Limits {
         max_seq: context,

@@ -13,7 +13,7 @@ const LIMIT_BYTES: u64 = 128 << 20;
 /// The device's shader read rate (GB/s), the limit of a weight-streaming
 /// kernel; `None` (with a warning) when it cannot be measured.
 pub fn memory_limit(rt: &Runtime) -> Option<f64> {
-    match crate::cmd::bench::shader_baselines(rt.gpu(), LIMIT_BYTES, 5) {
+    match crate::cmd::gpu_timing::shader_baselines(rt.gpu(), LIMIT_BYTES, 5) {
         Ok((_, read)) => Some(read),
         Err(e) => {
             tracing::warn!(error = %e, "profile: the memory rate could not be measured");

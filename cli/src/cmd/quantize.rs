@@ -101,6 +101,11 @@ pub struct Args {
     /// scale becomes inf or NaN and every code of the tensor garbage).
     #[arg(long)]
     pub allow_nonfinite: bool,
+    /// Replace an output folder that exists with files in it (refused
+    /// without; the old folder stays until the new one is complete). An
+    /// output that is the input, or holds it, is refused even so.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The quantizer's options from the flags, checked.
@@ -125,6 +130,7 @@ pub fn options(args: &Args) -> anyhow::Result<QuantizeOptions> {
     };
     let mut opts = QuantizeOptions::new(target, args.only.as_deref(), args.skip.as_deref())?;
     opts.allow_nonfinite = args.allow_nonfinite;
+    opts.force = args.force;
     if args.quantize_all {
         opts.keep = None;
     }

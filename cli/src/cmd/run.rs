@@ -29,11 +29,12 @@ pub struct Args {
     /// Activation arithmetic of int4 layers.
     #[arg(long, value_enum, default_value = "auto")]
     linear_dtype: LinearDtypeArg,
-    /// Input rows (ignored when the file has an `input` tensor).
-    #[arg(long, default_value_t = 4)]
-    rows: usize,
-    /// Passes to run (the first includes pipeline compilation).
-    #[arg(long, default_value_t = 2)]
+    /// Input rows (default 4; 1 to 65 536). A file with an `input` tensor
+    /// sets its own: another value given here is an error.
+    #[arg(long, value_parser = crate::cmd::ranges::int::<usize, 1, 65_536>)]
+    rows: Option<usize>,
+    /// Passes to run (the first includes pipeline compilation; 1 to 10 000).
+    #[arg(long, default_value_t = 2, value_parser = crate::cmd::ranges::int::<usize, 1, 10_000>)]
     passes: usize,
     /// Write a Chrome/Perfetto trace of the last pass.
     #[arg(long, value_name = "FILE.json")]
@@ -74,6 +75,11 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         Some(f) => f.clone(),
         None => builtin::ensure_cached_in(&crate::cmd::cache_dir())?,
     };
+    crate::cmd::check_outputs(
+        &[&file],
+        &[args.timeline.as_deref(), args.trace.as_deref()],
+        &args.adapter,
+    )?;
     let probe = mlp_stack::Probe::open(&file)?;
     let mut budget = args.budget.config()?;
     if budget.vram_budget.is_none() && args.file.is_none() {
@@ -88,7 +94,15 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         ..args.budget.host_config()?
     };
     let rt = Runtime::new(config)?;
-    let rows = probe.rows(args.rows);
+    let rows = probe.rows(args.rows.unwrap_or(4));
+    if let Some(asked) = args.rows
+        && asked != rows
+    {
+        anyhow::bail!(
+            "--rows {asked}: {} has an `input` tensor of {rows} rows, which is used",
+            file.display()
+        );
+    }
     let model = Model::open(&rt, &probe.spec(rows))
         .with_context(|| format!("opening {}", file.display()))?;
     let x = probe.input(rows);
@@ -100,7 +114,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let passes = args.passes.max(1);
+    let passes = args.passes;
     for i in 0..passes {
         trace = Trace::new();
         let mut pass = || mlp_stack::forward_gpu(&rt, &model, &x, rows, Some(&mut trace));
@@ -190,6 +204,12 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             c.max_reference,
             report.end_to_end_tolerance
         );
+        if let Some(g) = &c.golden {
+            println!(
+                "golden     `{}` of the file: {:.2e} of its max (limit {:.0e})",
+                g.tensor, g.rel, report.end_to_end_tolerance
+            );
+        }
         if let Some(p) = &report.profile {
             profile::print("last pass", p);
         }

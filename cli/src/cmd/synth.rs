@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use dynvram_loader::atomic::AtomicDir;
 use dynvram_models::llama::MAX_LAYERS;
 use dynvram_models::llama::synth;
 use dynvram_models::synth::{SynthDtype, SynthOptions};
@@ -39,13 +40,18 @@ pub struct Args {
     /// Override the number of decoder layers.
     #[arg(long)]
     layers: Option<usize>,
-    /// Largest shard in GiB; bigger checkpoints get an index.
-    #[arg(long, default_value_t = 4.0)]
+    /// Largest shard in GiB (above 0, at most 1 048 576); bigger
+    /// checkpoints get an index.
+    #[arg(long, default_value_t = 4.0, value_parser = crate::cmd::ranges::positive::<{ 1 << 20 }>)]
     shard_gib: f64,
     /// Also write a synthetic byte-level BPE tokenizer.json filling the
     /// vocabulary, so `dynvram generate --prompt TEXT` works on the checkpoint.
     #[arg(long)]
     tokenizer: bool,
+    /// Replace MODEL_DIR when it exists with files in it (refused without;
+    /// the old folder stays until the new one is complete).
+    #[arg(long)]
+    force: bool,
 }
 
 /// `--dtype`.
@@ -93,22 +99,35 @@ pub fn options(args: &Args) -> anyhow::Result<(serde_json::Value, SynthOptions)>
         dtype: args.dtype.into(),
         seed: args.seed,
         layers: args.layers,
-        shard_bytes: (args.shard_gib.min(1e9) * f64::from(1u32 << 30)) as u64,
+        shard_bytes: (args.shard_gib * f64::from(1u32 << 30)) as u64,
     };
     Ok((config, opts))
 }
 
 /// Runs the subcommand.
+/// A folder is built under a temp name beside MODEL_DIR and renamed into
+/// place whole (`AtomicDir`): an interrupted or failed run, or one ended
+/// by a signal, leaves no folder at the final name.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let (config, opts) = options(&args)?;
-    if dynvram_models::flux::synth::preset(&args.like).is_some() {
-        return write_flux(&args.model_dir, &args.like, opts, json);
+    let flux = dynvram_models::flux::synth::preset(&args.like).is_some();
+    if flux && is_single_file(&args.model_dir) {
+        let folder = args.model_dir.parent().unwrap_or(Path::new(""));
+        return write_flux(&args.model_dir, folder, &args.like, opts, json);
+    }
+    let out = AtomicDir::replacing(&args.model_dir, args.force)?;
+    if flux {
+        let code = write_flux(&args.model_dir, out.tmp(), &args.like, opts, json)?;
+        out.commit()?;
+        return Ok(code);
     }
     if let Some(shapes) = dynvram_models::txt2img::synth::preset(&args.like) {
-        return write_comfyui(&args.model_dir, &shapes, opts, json);
+        let code = write_comfyui(&args.model_dir, out.tmp(), &shapes, opts, json)?;
+        out.commit()?;
+        return Ok(code);
     }
     let pb = bytes_bar(0, "synth");
-    let mut report = synth::write_checkpoint(&args.model_dir, &config, opts, &mut |done, total| {
+    let mut report = synth::write_checkpoint(out.tmp(), &config, opts, &mut |done, total| {
         pb.set_length(total);
         pb.set_position(done);
     })
@@ -118,13 +137,19 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let vocab = config["vocab_size"]
             .as_u64()
             .with_context(|| format!("preset {} has no vocab_size", args.like))?;
-        let path = synth::write_tokenizer(&args.model_dir, vocab as usize)?;
+        let path = synth::write_tokenizer(out.tmp(), vocab as usize)?;
         report.files.push(path);
         report.files.push(
-            args.model_dir
+            out.tmp()
                 .join(dynvram_models::llama::chat::TOKENIZER_CONFIG),
         );
     }
+    for f in &mut report.files {
+        if let Ok(rel) = f.strip_prefix(out.tmp()) {
+            *f = args.model_dir.join(rel);
+        }
+    }
+    out.commit()?;
     if json {
         print_json(&report)?;
     } else {
@@ -160,14 +185,27 @@ fn flux_options(
     })
 }
 
-/// `--like flux-dev|flux-schnell`: random weights of FLUX.1's shapes
-/// in BFL layout, as one `.safetensors` file (when `path` ends so; the
-/// config is then inferred from the shapes, as for ComfyUI's files) or a
-/// folder with `model.safetensors` and `config.json`.
-fn write_flux(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow::Result<ExitCode> {
+/// Whether `--like flux-*` writes `path` as one file.
+fn is_single_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "safetensors")
+}
+
+/// `--like flux-dev|flux-schnell`: random weights of FLUX.1's shapes in
+/// BFL layout, as one `.safetensors` file (when `path` ends so; the config
+/// is then inferred from the shapes, as for ComfyUI's files) or a folder
+/// with `model.safetensors` and `config.json`. The files go into the folder
+/// `write_to` (the folder's temp name while it is built; `path`'s folder
+/// for one file) and are reported under `path`.
+fn write_flux(
+    path: &Path,
+    write_to: &Path,
+    like: &str,
+    opts: SynthOptions,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let config = dynvram_models::flux::synth::preset(like)
         .with_context(|| format!("unknown --like {like}"))?;
-    let single = path.extension().is_some_and(|e| e == "safetensors");
+    let single = is_single_file(path);
     let file = if single {
         path.to_owned()
     } else {
@@ -175,7 +213,7 @@ fn write_flux(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow
     };
     let pb = bytes_bar(0, "synth");
     let bytes = dynvram_models::flux::synth::write_checkpoint(
-        &file,
+        &write_to.join(file.file_name().unwrap_or_default()),
         &config,
         "",
         opts,
@@ -204,16 +242,18 @@ fn write_flux(path: &Path, like: &str, opts: SynthOptions, json: bool) -> anyhow
 
 /// `--like flux-dev-comfyui|flux-schnell-comfyui`: a ComfyUI `models/`
 /// folder of random weights for `txt2img` (transformer, CLIP-L, T5-XXL,
-/// autoencoder).
+/// autoencoder), written into `write_to` (the folder's temp name while it
+/// is built) and reported under `dir`.
 fn write_comfyui(
     dir: &Path,
+    write_to: &Path,
     shapes: &dynvram_models::txt2img::synth::Shapes,
     opts: SynthOptions,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let pb = bytes_bar(0, "synth");
     let (files, bytes) = dynvram_models::txt2img::synth::write_folder(
-        dir,
+        write_to,
         shapes,
         opts.dtype,
         opts.seed,
@@ -224,6 +264,10 @@ fn write_comfyui(
     )
     .with_context(|| format!("writing {}", dir.display()))?;
     pb.finish_and_clear();
+    let files: Vec<PathBuf> = [files.transformer, files.clip, files.t5, files.vae]
+        .iter()
+        .map(|f| dir.join(f.strip_prefix(write_to).unwrap_or(f)))
+        .collect();
     if json {
         print_json(&serde_json::json!({"files": files, "bytes": bytes}))?;
     } else {
@@ -232,7 +276,7 @@ fn write_comfyui(
             size(bytes),
             dir.display()
         );
-        for f in [&files.transformer, &files.clip, &files.t5, &files.vae] {
+        for f in &files {
             println!("  {}", f.display());
         }
     }

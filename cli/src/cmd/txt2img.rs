@@ -388,6 +388,21 @@ struct Report {
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let files = find_files(&args)?;
+    // No PNG may land on an input (the output-path rule of every writer).
+    let batch = args.prompt.len();
+    let outs: Vec<PathBuf> = (0..batch).map(|b| out_path(&args.out, b, batch)).collect();
+    let mut reads = vec![
+        files.transformer.as_path(),
+        &files.clip,
+        &files.t5,
+        &files.vae,
+    ];
+    reads.extend(args.noise.as_deref());
+    crate::cmd::check_outputs(
+        &reads,
+        &outs.iter().map(|o| Some(o.as_path())).collect::<Vec<_>>(),
+        &args.runtime.adapter,
+    )?;
     let configs = match &args.configs {
         Some(dir) => read_configs(dir, &files.transformer)?,
         None => Configs::default(),

@@ -5,6 +5,7 @@
 //! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
 //! modules.
 
+mod bounds;
 mod cli;
 mod common;
 mod day_one;
@@ -12,4 +13,8 @@ mod dit;
 mod faults;
 mod generate_f16;
 mod generate_prompt;
+mod outputs;
+mod poison;
+mod readme_tours;
+mod streams;
 mod txt2img;

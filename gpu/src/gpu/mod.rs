@@ -29,7 +29,7 @@ pub mod upload_bench;
 mod vram;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
-pub use caps::caps_of;
+pub use caps::{AdapterReport, caps_of, caps_of_report};
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};

@@ -13,6 +13,18 @@ use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};
 use crate::tensor::GpuTensor;
 
+/// `argmax.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    /// Values in the row.
+    n: u32,
+    /// Element index of the row's first value in `logits`.
+    first: u32,
+    _pad: [u32; 2],
+}
+const _: () = assert!(size_of::<Params>() == 16);
+
 /// Index of the largest value; the first one on ties (as `torch.argmax`),
 /// NaN never wins (a row of NaN only gives its last index; an empty row 0).
 pub fn argmax(row: &[f32]) -> u32 {
@@ -53,7 +65,11 @@ pub fn record_argmax(
             ),
         ));
     }
-    let params = kernel::params(&[to_u32(OP, "n", n)?, to_u32(OP, "first", row * n)?]);
+    let params = Params {
+        n: to_u32(OP, "n", n)?,
+        first: to_u32(OP, "first", row * n)?,
+        _pad: [0; 2],
+    };
     let out_binding = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
         buffer: &out.buffer,
         offset: out.offset,
@@ -67,7 +83,7 @@ pub fn record_argmax(
             source: ARGMAX,
             entry: "argmax",
             constants: &[],
-            params: &params,
+            params: bytemuck::bytes_of(&params),
             bindings: smallvec::smallvec![(0, logits.binding()), (1, out_binding)],
             groups: (1, 1),
             act: logits.dtype,

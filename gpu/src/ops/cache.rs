@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::launch::BindKey;
+use crate::ops::bindings::BindKey;
+use crate::ops::launch::Cost;
+use crate::ops::profile::{KernelSample, Profiler};
 use crate::tensor::ActDtype;
 
 /// What a pipeline is compiled from. Two launches of the same program get
@@ -132,7 +134,7 @@ pub struct PipelineCache {
     /// Bind groups by pipeline and buffers (see [`Self::bind_group`]).
     bind_groups: Mutex<BindGroups>,
     /// Timestamps and costs of launches while profiling.
-    pub(crate) profile: Mutex<Option<crate::ops::profile::Recording>>,
+    profile: Profiler,
 }
 
 #[derive(Debug, Default)]
@@ -311,5 +313,31 @@ impl PipelineCache {
                 .insert_unique(key.hash, (key, bind_group.clone()), |(k, _)| k.hash);
         }
         Ok(bind_group)
+    }
+}
+
+/// Launch profiling (`ops::profile`).
+impl PipelineCache {
+    /// Opens a recording (dropping any earlier one): later launches write
+    /// timestamps where the device has `TIMESTAMP_QUERY`.
+    pub fn start_profile(&self, gpu: &Gpu) {
+        self.profile.start(gpu);
+    }
+
+    /// Where the next launch writes its timestamps (and records it), while
+    /// a recording is open.
+    pub(crate) fn profile_slot(
+        &self,
+        gpu: &Gpu,
+        label: &dyn std::fmt::Display,
+        cost: Cost,
+    ) -> Option<(wgpu::QuerySet, u32)> {
+        self.profile.slot(gpu, label, cost)
+    }
+
+    /// Closes the recording and reads its timestamps back. Call after the
+    /// profiled work was submitted; waits for the GPU.
+    pub fn finish_profile(&self, gpu: &Gpu) -> Result<Vec<KernelSample>, GpuError> {
+        self.profile.finish(gpu)
     }
 }

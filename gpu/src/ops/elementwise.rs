@@ -88,12 +88,16 @@ impl Binary {
     }
 }
 
-fn params(n: u32, scale: f32) -> [u8; 16] {
-    let mut p = [0u8; 16];
-    p[0..4].copy_from_slice(&n.to_le_bytes());
-    p[4..8].copy_from_slice(&scale.to_le_bytes());
-    p
+/// `elementwise.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    /// `Unary::Scale`'s factor (1 otherwise).
+    scale: f32,
+    _pad: [u32; 2],
 }
+const _: () = assert!(size_of::<Params>() == 16);
 
 /// Element count of `t` (non-empty, of dtype `act`) as the kernel's u32.
 fn count(op: &'static str, name: &str, t: &GpuTensor, act: ActDtype) -> Result<u32, GpuError> {
@@ -142,7 +146,11 @@ fn dispatch(
             source: ELEMENTWISE,
             entry,
             constants: &[("OP", code)],
-            params: &params(n, scale),
+            params: bytemuck::bytes_of(&Params {
+                n,
+                scale,
+                _pad: [0; 2],
+            }),
             bindings,
             groups: kernel::grid(gpu, op, u64::from(n), WG)?,
             act,

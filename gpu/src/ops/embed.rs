@@ -98,6 +98,20 @@ pub(crate) fn region<'a>(
     }))
 }
 
+/// `embed.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n_tokens: u32,
+    cols: u32,
+    /// The chunk of the table bound: rows `first_row..end_row`.
+    first_row: u32,
+    end_row: u32,
+    vocab: u32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<Params>() == 32);
+
 /// Records `out[t] = table[ids[t]]` (converted to `out`'s dtype, f32 or f16)
 /// for `out` `[ids.count, hidden]`.
 /// An id ≥ vocab yields a zero row (the GPU cannot report it).
@@ -141,14 +155,16 @@ pub fn record_embed(
             table.offset + first * row_bytes,
             (end - first).max(1) * row_bytes,
         )?;
-        let params = kernel::params(&[
-            to_u32(OP, "tokens", ids.count)?,
-            to_u32(OP, "hidden", table.hidden)?,
-            to_u32(OP, "first row", first)?,
-            to_u32(OP, "end row", end)?,
-            to_u32(OP, "vocab", table.vocab)?,
-            to_u32(OP, "chunk * hidden", (end - first) * table.hidden)?,
-        ]);
+        // The chunk's elements are indexed in u32.
+        to_u32(OP, "chunk * hidden", (end - first) * table.hidden)?;
+        let params = Params {
+            n_tokens: to_u32(OP, "tokens", ids.count)?,
+            cols: to_u32(OP, "hidden", table.hidden)?,
+            first_row: to_u32(OP, "first row", first)?,
+            end_row: to_u32(OP, "end row", end)?,
+            vocab: to_u32(OP, "vocab", table.vocab)?,
+            _pad: [0; 3],
+        };
         kernel::record(
             gpu,
             cache,
@@ -157,7 +173,7 @@ pub fn record_embed(
                 source: EMBED,
                 entry: "gather",
                 constants: &[("DTYPE", table.dtype.code())],
-                params: &params,
+                params: bytemuck::bytes_of(&params),
                 bindings: smallvec::smallvec![
                     (1, table_binding),
                     (2, ids_binding.clone()),

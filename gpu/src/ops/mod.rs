@@ -3,6 +3,7 @@
 
 pub mod argmax;
 pub mod attention;
+mod bindings;
 pub mod cache;
 pub mod conv;
 pub mod dit;

@@ -12,27 +12,31 @@ use crate::ops::kernel::{
 };
 use crate::tensor::{ActDtype, GpuTensor};
 
-fn params(rows: u32, cols: u32, eps: f32, has_bias: bool) -> [u8; 16] {
-    let mut p = [0u8; 16];
-    p[0..4].copy_from_slice(&rows.to_le_bytes());
-    p[4..8].copy_from_slice(&cols.to_le_bytes());
-    p[8..12].copy_from_slice(&eps.to_le_bytes());
-    p[12..16].copy_from_slice(&u32::from(has_bias).to_le_bytes());
-    p
+/// `norm.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    /// 1 where `layer_norm` adds its bias.
+    has_bias: u32,
 }
+const _: () = assert!(size_of::<Params>() == 16);
 
-#[allow(clippy::too_many_arguments)] // the shared body of both norms
+/// The shared body of the norms; `extra` says which one runs.
+#[allow(clippy::too_many_arguments)] // the recording handle and the operands
 fn record_norm(
     gpu: &Gpu,
     cache: &PipelineCache,
     enc: &mut Encoder,
-    op: &'static str,
     x: &GpuTensor,
     weight: &GpuTensor,
     extra: Extra<'_>,
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
+    let op = extra.entry();
     let (bias, delta) = extra.operands();
     let (rows, cols) = check_norm(op, x, weight, extra, out, eps)?;
     let _span = tracing::trace_span!("record", op, rows, cols).entered();
@@ -43,7 +47,7 @@ fn record_norm(
         Some(d) => bindings.extend([(5, x.binding()), (6, d.binding())]),
         None => bindings.push((1, x.binding())),
     }
-    if op == "layer_norm" {
+    if let Extra::Bias(_) = extra {
         // `rms_norm` never reads binding 3, so its derived layout has no slot for it.
         // Without a bias the weight fills the bias slot; `has_bias = 0` keeps it unread.
         bindings.push((3, bias.unwrap_or(weight).binding()));
@@ -56,12 +60,12 @@ fn record_norm(
             source: NORM,
             entry: op,
             constants: &[("WG", f64::from(norm_wg(gpu, rows)))],
-            params: &params(
-                to_u32(op, "rows", rows)?,
-                to_u32(op, "hidden", cols)?,
+            params: bytemuck::bytes_of(&Params {
+                rows: to_u32(op, "rows", rows)?,
+                cols: to_u32(op, "hidden", cols)?,
                 eps,
-                bias.is_some(),
-            ),
+                has_bias: u32::from(bias.is_some()),
+            }),
             bindings,
             groups: kernel::grid(gpu, op, rows, 1)?,
             act: x.dtype,
@@ -120,17 +124,7 @@ pub fn record_rms_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
-    record_norm(
-        gpu,
-        cache,
-        enc,
-        "rms_norm",
-        x,
-        weight,
-        Extra::None,
-        out,
-        eps,
-    )
+    record_norm(gpu, cache, enc, x, weight, Extra::None, out, eps)
 }
 
 /// Records `x += delta`, then `out = rms_norm(x)` per row in one launch
@@ -147,17 +141,7 @@ pub fn record_add_rms_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
-    record_norm(
-        gpu,
-        cache,
-        enc,
-        "add_rms_norm",
-        x,
-        weight,
-        Extra::Add(delta),
-        out,
-        eps,
-    )
+    record_norm(gpu, cache, enc, x, weight, Extra::Add(delta), out, eps)
 }
 
 /// Rows up to which a norm row gets 1024 invocations (where the adapter
@@ -175,7 +159,7 @@ pub(crate) fn norm_wg(gpu: &Gpu, rows: u64) -> u32 {
     }
 }
 
-/// What a norm reads besides `x` and its weight.
+/// Which norm runs, by what it reads besides `x` and its weight.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Extra<'a> {
     None,
@@ -186,6 +170,15 @@ pub(crate) enum Extra<'a> {
 }
 
 impl<'a> Extra<'a> {
+    /// The entry point of `norm.wgsl` (also the op's name in errors).
+    pub(crate) fn entry(self) -> &'static str {
+        match self {
+            Extra::None => "rms_norm",
+            Extra::Bias(_) => "layer_norm",
+            Extra::Add(_) => "add_rms_norm",
+        }
+    }
+
     /// `(bias, delta)`.
     fn operands(self) -> (Option<&'a GpuTensor>, Option<&'a GpuTensor>) {
         match self {
@@ -209,15 +202,5 @@ pub fn record_layer_norm(
     out: &GpuTensor,
     eps: f32,
 ) -> Result<(), GpuError> {
-    record_norm(
-        gpu,
-        cache,
-        enc,
-        "layer_norm",
-        x,
-        weight,
-        Extra::Bias(bias),
-        out,
-        eps,
-    )
+    record_norm(gpu, cache, enc, x, weight, Extra::Bias(bias), out, eps)
 }

@@ -1,14 +1,36 @@
-//! Launch profiling: while a recording is open on a [`PipelineCache`], every
+//! Launch profiling: while a recording is open on a
+//! [`PipelineCache`](crate::ops::cache::PipelineCache), every
 //! launch's compute pass writes GPU timestamps at its start and end, and
-//! its label and [`Cost`] are kept; [`PipelineCache::finish_profile`] reads
+//! its label and [`Cost`] are kept;
+//! [`PipelineCache::finish_profile`](crate::ops::cache::PipelineCache::finish_profile) reads
 //! them back as [`KernelSample`]s. Adapters without `TIMESTAMP_QUERY` still
 //! get the launches and costs, without times.
+
+use std::sync::Mutex;
 
 use serde::Serialize;
 
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::cache::PipelineCache;
-use crate::ops::launch::Cost;
+
+/// What a launch moves and computes, for the profile's roofline columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cost {
+    /// Bytes read and written from device memory (a lower bound: each
+    /// operand once).
+    pub bytes: u64,
+    /// Arithmetic operations (a multiply-add counts 2).
+    pub flops: u64,
+}
+
+impl Cost {
+    /// A launch that reads `read` and writes `written` bytes, `flops` ops.
+    pub fn new(read: u64, written: u64, flops: u64) -> Self {
+        Self {
+            bytes: read + written,
+            flops,
+        }
+    }
+}
 
 /// Queries per query set (wgpu's maximum): two per launch.
 const QUERIES_PER_SET: u32 = 4096;
@@ -38,15 +60,19 @@ pub struct KernelSample {
     pub gpu_ns: Option<(f64, f64)>,
 }
 
-impl PipelineCache {
+/// The open recording of a [`crate::ops::cache::PipelineCache`], if any.
+#[derive(Debug, Default)]
+pub(crate) struct Profiler(Mutex<Option<Recording>>);
+
+impl Profiler {
     /// Opens a recording (dropping any earlier one): later launches write
     /// timestamps where the device has `TIMESTAMP_QUERY`.
-    pub fn start_profile(&self, gpu: &Gpu) {
+    pub(crate) fn start(&self, gpu: &Gpu) {
         let timestamps = gpu
             .device
             .features()
             .contains(wgpu::Features::TIMESTAMP_QUERY);
-        if let Ok(mut p) = self.profile.lock() {
+        if let Ok(mut p) = self.0.lock() {
             *p = Some(Recording {
                 timestamps,
                 ..Recording::default()
@@ -56,13 +82,13 @@ impl PipelineCache {
 
     /// Where the next launch writes its timestamps (and records it), while
     /// a recording is open.
-    pub(crate) fn profile_slot(
+    pub(crate) fn slot(
         &self,
         gpu: &Gpu,
         label: &dyn std::fmt::Display,
         cost: Cost,
     ) -> Option<(wgpu::QuerySet, u32)> {
-        let mut guard = self.profile.lock().ok()?;
+        let mut guard = self.0.lock().ok()?;
         let rec = guard.as_mut()?;
         let i = rec.launches.len() as u32 * 2;
         rec.launches.push((label.to_string(), cost));
@@ -86,9 +112,9 @@ impl PipelineCache {
 
     /// Closes the recording and reads its timestamps back. Call after the
     /// profiled work was submitted; waits for the GPU.
-    pub fn finish_profile(&self, gpu: &Gpu) -> Result<Vec<KernelSample>, GpuError> {
+    pub(crate) fn finish(&self, gpu: &Gpu) -> Result<Vec<KernelSample>, GpuError> {
         let rec = self
-            .profile
+            .0
             .lock()
             .ok()
             .and_then(|mut p| p.take())

@@ -20,6 +20,21 @@ use crate::tensor::{ActDtype, GpuTensor};
 
 const WG: u64 = 256;
 
+/// `rope.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    n_heads: u32,
+    half_dim: u32,
+    pos0: u32,
+    /// k's heads (`rope_qk`), and the row of k that is row 0.
+    n_kv: u32,
+    k_row0: u32,
+    _pad: [u32; 2],
+}
+const _: () = assert!(size_of::<Params>() == 32);
+
 /// Default RoPE inverse frequencies as torch computes them in f32:
 /// `1 / theta^((2i) / head_dim)` for `i < head_dim / 2`. Scaled variants
 /// (linear, llama3, …) are applied to this vector by the caller.
@@ -246,14 +261,15 @@ fn record(
     let items = rows * (n_heads + n_kv) * half;
     to_u32(OP, "rows * heads * head_dim / 2", items)?;
     let _span = tracing::trace_span!("record", op = OP, rows, n_heads, n_kv, pos0).entered();
-    let params = kernel::params(&[
-        to_u32(OP, "rows", rows)?,
-        to_u32(OP, "n_heads", n_heads)?,
-        to_u32(OP, "head_dim / 2", half)?,
-        to_u32(OP, "pos0", pos0)?,
-        to_u32(OP, "n_kv_heads", n_kv)?,
-        to_u32(OP, "k_row0", k_row0)?,
-    ]);
+    let params = Params {
+        rows: to_u32(OP, "rows", rows)?,
+        n_heads: to_u32(OP, "n_heads", n_heads)?,
+        half_dim: to_u32(OP, "head_dim / 2", half)?,
+        pos0: to_u32(OP, "pos0", pos0)?,
+        n_kv: to_u32(OP, "n_kv_heads", n_kv)?,
+        k_row0: to_u32(OP, "k_row0", k_row0)?,
+        _pad: [0; 2],
+    };
     let mut bindings: kernel::Bindings<'_> =
         smallvec::smallvec![(1, table.table.binding()), (2, x.binding())];
     let mut bytes = x.bytes();
@@ -273,7 +289,7 @@ fn record(
                 "rope_inplace"
             },
             constants: &[],
-            params: &params,
+            params: bytemuck::bytes_of(&params),
             bindings,
             groups: kernel::grid(gpu, OP, items, WG)?,
             act: x.dtype,

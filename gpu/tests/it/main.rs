@@ -6,6 +6,7 @@
 //! `dynvram-test-support`, the set-up of this crate's alone in the `*common`
 //! modules.
 
+mod backend_choices;
 mod f16_linear;
 mod f16_ops;
 mod gpu_open;

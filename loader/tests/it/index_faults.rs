@@ -306,10 +306,32 @@ fn special_files_are_refused_without_blocking() {
         eprintln!("special_files_are_refused_without_blocking: skipped: mkfifo unavailable");
         return;
     }
-    for path in [fifo.as_path(), dir.path()] {
+    for (path, says) in [(fifo.as_path(), "is a FIFO"), (dir.path(), "is a folder")] {
         let err = SafetensorsFile::open(path).expect_err("a special file opened");
         let msg = err.to_string();
-        assert!(msg.contains("not a regular file"), "{msg}");
+        // A sentence, not a `FileType { … }` Debug dump (issue 31).
+        assert!(msg.contains(says) && !msg.contains("FileType"), "{msg}");
         assert!(msg.contains(&path.display().to_string()), "{msg}");
     }
+}
+
+/// Bytes after the last tensor are refused, as the `safetensors` crate
+/// refuses them (issue 31: they were accepted).
+#[test]
+fn trailing_bytes_after_the_last_tensor_are_refused() {
+    let w = random::bytes(24, 1);
+    let mut bytes = file_bytes(&[("w", "U8", vec![24], w)]);
+    open_bytes(&bytes).2.expect("the file as written opens");
+    bytes.extend_from_slice(&[0; 5]);
+    expect_error(
+        &bytes,
+        &["5 bytes after the last tensor", "24 of the 29-byte"],
+    );
+    let crate_says = safetensors::SafeTensors::deserialize(&bytes).map(|_| ());
+    assert!(crate_says.is_err(), "the safetensors crate refuses it too");
+    // A header with no tensors and a data section: refused the same way.
+    expect_error(
+        &raw_file("{}", &[1, 2, 3]),
+        &["3 bytes after the last tensor"],
+    );
 }

@@ -19,6 +19,16 @@ pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 /// `generation_config.json`.
 pub const GENERATION_CONFIG: &str = "generation_config.json";
 
+/// The work one render may do ([`Environment::set_fuel`]: about one unit
+/// per instruction and per 64 bytes of data made). Real templates (Llama
+/// 3's, Qwen's, Mistral's with tools) take a few thousand; a template that
+/// loops without bound stops here instead of growing memory.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+
+/// The longest prompt text a template may render (bytes): past any
+/// model's context, and a bound on memory whatever the fuel allows.
+pub const TEMPLATE_OUTPUT_LIMIT: usize = 4 << 20;
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Message {
@@ -148,6 +158,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String, LlamaError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         // Jinja2 as transformers configures it.
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -160,7 +171,16 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         let err = |e: Error| {
-            let mut why = format!("chat template: {e}");
+            let mut why = match e.kind() {
+                ErrorKind::OutOfFuel => format!(
+                    "chat template: stopped after {TEMPLATE_FUEL} units of work (fuel), \
+                     a template that does not end or grows without bound: {e}"
+                ),
+                ErrorKind::WriteFailure => {
+                    format!("chat template: its output passed {TEMPLATE_OUTPUT_LIMIT} bytes: {e}")
+                }
+                _ => format!("chat template: {e}"),
+            };
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 why.push_str(&format!(": {s}"));
@@ -180,13 +200,36 @@ impl ChatTemplate {
                 .into()
             })
             .collect();
-        tmpl.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => &self.bos_token,
-            eos_token => &self.eos_token,
-        })
-        .map_err(err)
+        let mut out = Capped(Vec::new());
+        tmpl.render_captured_to(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            },
+            &mut out,
+        )
+        .map_err(err)?;
+        String::from_utf8(out.0)
+            .map_err(|e| config_error(&self.path, format!("chat template: {e}")))
+    }
+}
+
+/// A buffer that refuses to grow past [`TEMPLATE_OUTPUT_LIMIT`].
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > TEMPLATE_OUTPUT_LIMIT {
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -230,6 +273,48 @@ mod tests {
 
     fn write(dir: &Path, name: &str, v: &Value) {
         std::fs::write(dir.join(name), v.to_string()).expect("write");
+    }
+
+    #[test]
+    fn a_template_without_bound_stops_with_a_clear_error() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        let cases = [
+            // Nested loops, each level doubling a string: memory grew
+            // without bound (7.7 GB in 18 s) before the fuel.
+            (
+                "{% set ns = namespace(s='x') %}{% for i in range(100000) %}{% for j in range(100000) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% endfor %}{{ ns.s }}",
+                "fuel",
+            ),
+            (
+                "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}",
+                "fuel",
+            ),
+            (
+                "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+                "chat template",
+            ),
+            ("{{ 'x' * 100000000 }}", "4194304 bytes"),
+        ];
+        for (source, want) in cases {
+            write(
+                dir,
+                TOKENIZER_CONFIG,
+                &serde_json::json!({"chat_template": source}),
+            );
+            let t = ChatTemplate::open(dir).expect("template");
+            let start = std::time::Instant::now();
+            let e = t
+                .render(&[Message::user("hi")], true)
+                .expect_err(source)
+                .to_string();
+            assert!(
+                e.contains(want) && e.contains(TOKENIZER_CONFIG),
+                "{source}: {e}"
+            );
+            // Not a timing claim: a guard against the render running on.
+            assert!(start.elapsed().as_secs() < 60, "{source}");
+        }
     }
 
     #[test]

@@ -383,17 +383,49 @@ fn opt_f64(v: &Value, key: &str) -> Result<Option<f64>, String> {
 /// `rope_theta` and the scaling, from `rope_parameters` (transformers 5) or
 /// the top-level `rope_theta` / `rope_scaling` (older checkpoints).
 fn rope(v: &Value, family: Family) -> Result<(f32, RopeScaling), String> {
-    let params = v.get("rope_parameters").filter(|p| !p.is_null());
-    let scaling = params.or_else(|| v.get("rope_scaling").filter(|p| !p.is_null()));
-    let theta = params
+    // Present means an object: a string or list was silently ignored.
+    let object = |key: &str| match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) if x.is_object() => Ok(Some(x)),
+        Some(x) => Err(format!("`{key}` is {x}, expected an object")),
+    };
+    let params = object("rope_parameters")?;
+    let old_scaling = object("rope_scaling")?;
+    // The two spellings side by side must say the same thing.
+    if let (Some(p), Some(o)) = (params, old_scaling) {
+        for key in [
+            "rope_type",
+            "type",
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+        ] {
+            if let (Some(a), Some(b)) = (p.get(key), o.get(key))
+                && a != b
+            {
+                return Err(format!(
+                    "`rope_parameters.{key}` is {a} but `rope_scaling.{key}` is {b}: the two spellings disagree"
+                ));
+            }
+        }
+    }
+    let scaling = params.or(old_scaling);
+    let nested = params
         .map(|p| opt_f64(p, "rope_theta"))
         .transpose()?
-        .flatten()
-        .or(opt_f64(v, "rope_theta")?)
-        .unwrap_or(match family {
-            Family::Qwen2 => 1_000_000.0,
-            _ => 10_000.0,
-        });
+        .flatten();
+    let top = opt_f64(v, "rope_theta")?;
+    if let (Some(a), Some(b)) = (nested, top)
+        && a != b
+    {
+        return Err(format!(
+            "`rope_parameters.rope_theta` is {a} but the top-level `rope_theta` is {b}: the two spellings disagree"
+        ));
+    }
+    let theta = nested.or(top).unwrap_or(match family {
+        Family::Qwen2 => 1_000_000.0,
+        _ => 10_000.0,
+    });
     // The inverse frequencies are theta^(-2i/d): 0, negative or non-finite
     // values make NaN tables (NaN logits), never a model; below 1 the ladder
     // is upside down and its top overflows f32 for a wide head.
@@ -405,10 +437,14 @@ fn rope(v: &Value, family: Family) -> Result<(f32, RopeScaling), String> {
     let Some(s) = scaling else {
         return Ok((theta as f32, RopeScaling::Default));
     };
-    let kind = ["rope_type", "type"]
-        .iter()
-        .find_map(|k| s.get(*k).and_then(Value::as_str))
-        .unwrap_or("default");
+    let mut kind = "default";
+    for key in ["type", "rope_type"] {
+        match s.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(t)) => kind = t,
+            Some(x) => return Err(format!("rope scaling `{key}` is {x}, expected a string")),
+        }
+    }
     let num = |key: &str| -> Result<f32, String> {
         opt_f64(s, key)?
             .map(|x| x as f32)
@@ -497,6 +533,31 @@ mod tests {
                 "max_position_embeddings",
                 json!(0),
                 "`max_position_embeddings` is 0",
+            ),
+            (
+                "rope_scaling",
+                json!("linear"),
+                "`rope_scaling` is \"linear\", expected an object",
+            ),
+            (
+                "rope_scaling",
+                json!([1, 2]),
+                "`rope_scaling` is [1,2], expected an object",
+            ),
+            (
+                "rope_parameters",
+                json!("x"),
+                "`rope_parameters` is \"x\", expected an object",
+            ),
+            (
+                "rope_scaling",
+                json!({"rope_type": 3}),
+                "`rope_type` is 3, expected a string",
+            ),
+            (
+                "rope_parameters",
+                json!({"rope_type": "default", "rope_theta": 500000.0}),
+                "the two spellings disagree",
             ),
             ("rope_theta", json!(0.0), "`rope_theta` is 0"),
             ("rope_theta", json!(0.5), "`rope_theta` is 0.5"),

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use dynvram_runtime::quant::meta::comfy_quant_json;
 use dynvram_runtime::quant::{self, Format, LinearDtype};
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
 use safetensors::{Dtype, tensor::TensorView};
+
+pub use super::{INPUT_SEED, random_normal};
 
 /// Blocks of the built-in model.
 pub const BLOCKS: usize = 16;
@@ -18,8 +18,6 @@ pub const HIDDEN: usize = 512;
 pub const FFN: usize = 2048;
 /// Seed of the weights.
 pub const SEED: u64 = 20_261_202;
-/// Seed of a generated input.
-pub const INPUT_SEED: u64 = 7;
 /// Bump when the generator changes, so stale cache files are not reused.
 const VERSION: u32 = 1;
 
@@ -43,12 +41,6 @@ pub fn layer_formats() -> Vec<Format> {
         Format::Float8E4m3fn,
     ];
     (0..2 * BLOCKS).map(|i| cycle[i % cycle.len()]).collect()
-}
-
-/// `n` seeded standard-normal values (ChaCha8, reproducible across platforms).
-pub fn random_normal(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
 }
 
 /// The built-in model cached in `dir`, generated on first use.

@@ -37,6 +37,18 @@ pub enum MlpError {
     Reference(#[from] quant::ReferenceError),
 }
 
+/// Seed of a generated input.
+pub const INPUT_SEED: u64 = 7;
+
+/// `n` seeded standard-normal values (ChaCha8, reproducible across
+/// platforms): generated inputs, and the built-in model's weights.
+pub fn random_normal(n: usize, seed: u64) -> Vec<f32> {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
+}
+
 /// Layer names of block `i`.
 pub fn layer_names(i: usize) -> [String; 2] {
     [format!("blocks.{i}.mlp.fc1"), format!("blocks.{i}.mlp.fc2")]
@@ -101,16 +113,22 @@ pub fn discover(
 }
 
 /// Every tensor belongs to one of the `blocks` blocks found from 0 up, or is
-/// the `input`: a block index past them means a block is missing (blocks 0
-/// and 2 without 1 ran as a one-block model), any other name is not ours.
+/// the `input`, or a reference output the conformance goldens carry
+/// (`expected`, `expected_*`, `debug.blocks.{i}.*` of an existing block): a
+/// block index past them means a block is missing (blocks 0 and 2 without 1
+/// ran as a one-block model), any other name is not ours.
 fn check_names(list: &dyn TensorList, blocks: usize) -> Result<(), String> {
     let mut names = list.names();
     names.sort();
     for name in &names {
-        if name == INPUT {
+        if name == INPUT || name == GOLDEN || name.starts_with("expected_") {
             continue;
         }
-        match block_index(name, "blocks.") {
+        let index = match name.strip_prefix("debug.") {
+            Some(debug) => block_index(debug, "blocks."),
+            None => block_index(name, "blocks."),
+        };
+        match index {
             Some(i) if i < blocks => {}
             Some(i) => {
                 return Err(format!(
@@ -120,7 +138,7 @@ fn check_names(list: &dyn TensorList, blocks: usize) -> Result<(), String> {
             }
             None => {
                 return Err(format!(
-                    "unexpected tensor `{name}`: an MLP stack holds `blocks.{{i}}.mlp.fc1/fc2` and optionally `{INPUT}` [rows, hidden]"
+                    "unexpected tensor `{name}`: an MLP stack holds `blocks.{{i}}.mlp.fc1/fc2`, optionally `{INPUT}` [rows, hidden], and the goldens' references (`{GOLDEN}`, `expected_*`, `debug.blocks.{{i}}.*`)"
                 ));
             }
         }
@@ -130,6 +148,14 @@ fn check_names(list: &dyn TensorList, blocks: usize) -> Result<(), String> {
 
 /// The optional input tensor of an MLP-stack file.
 pub const INPUT: &str = "input";
+
+/// The goldens' end-to-end output of the stack for `input`, computed with
+/// each layer's stated activation arithmetic (conformance README §7).
+pub const GOLDEN: &str = "expected";
+
+/// The golden for int4-stated layers run with int8 activations (an adapter
+/// or `--linear-dtype int8` that takes the fallback).
+pub const GOLDEN_INT8: &str = "expected_fallback_int8";
 
 /// The runtime spec of a stack: one block per MLP block, scratch for `rows` rows.
 pub fn model_spec(file: &Path, shape: Shape, rows: usize) -> ModelSpec {
@@ -239,6 +265,15 @@ pub struct Probe {
     input: Option<Vec<f32>>,
 }
 
+/// A check of a GPU pass against the file's own golden output.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GoldenCheck {
+    /// The golden tensor compared with (`expected` or `expected_fallback_int8`).
+    pub tensor: String,
+    /// Max abs error against it relative to its max |value|.
+    pub rel: f32,
+}
+
 impl Probe {
     /// Opens and validates the file's structure.
     pub fn open(path: &Path) -> Result<Self, MlpError> {
@@ -288,9 +323,9 @@ impl Probe {
 
     /// The file's `input` tensor, else seeded N(0,1)-like values.
     pub fn input(&self, rows: usize) -> Vec<f32> {
-        self.input.clone().unwrap_or_else(|| {
-            builtin::random_normal(rows * self.shape.hidden, builtin::INPUT_SEED)
-        })
+        self.input
+            .clone()
+            .unwrap_or_else(|| random_normal(rows * self.shape.hidden, INPUT_SEED))
     }
 
     /// The runtime spec.
@@ -320,8 +355,40 @@ impl Probe {
         )
     }
 
+    /// The golden that applies to the arithmetic `acts` chose, if the file
+    /// has one: `expected` where every layer runs as the file states,
+    /// `expected_fallback_int8` where every int4-stated layer runs int8.
+    fn golden_name(&self, acts: &[[Option<ActArith>; 2]]) -> Option<&'static str> {
+        let mut as_stated = true;
+        let mut all_int8 = true;
+        for (block, act) in self.layers.iter().zip(acts) {
+            for (layer, act) in block.iter().zip(act) {
+                let stated = match layer.format {
+                    quant::Format::ConvrotW4a4 { linear_dtype, .. } => Some(match linear_dtype {
+                        quant::LinearDtype::Int4 => ActArith::Int4,
+                        quant::LinearDtype::Int8 => ActArith::Int8,
+                    }),
+                    _ => *act,
+                };
+                as_stated &= stated == *act;
+                all_int8 &= stated != Some(ActArith::Int4) || *act == Some(ActArith::Int8);
+            }
+        }
+        let list = FilesList::new(&self.files);
+        let has = |n: &str| list.dtype_shape(n).is_some();
+        if as_stated && has(GOLDEN) {
+            Some(GOLDEN)
+        } else if all_int8 && has(GOLDEN_INT8) {
+            Some(GOLDEN_INT8)
+        } else {
+            None
+        }
+    }
+
     /// Checks a GPU pass: each block against the CPU reference fed the GPU's
-    /// own input to that block, and the output end to end.
+    /// own input to that block, the output end to end, and, for a file with
+    /// its input and golden output (the conformance goldens), the output
+    /// against that golden within [`TOLERANCE`].
     pub fn verify(
         &self,
         model: &dynvram_runtime::Model,
@@ -343,14 +410,32 @@ impl Probe {
         let max_reference = max_abs(&reference);
         let max_error = max_abs_diff(&gpu.out, &reference);
         let end_rel = max_error / max_reference.max(f32::MIN_POSITIVE);
+        let golden = match (self.input.is_some(), self.golden_name(&acts)) {
+            (true, Some(name)) => {
+                let want = read_matrix(&self.path, &list, name, self.shape)?.unwrap_or_default();
+                let rel = if want.len() == gpu.out.len() {
+                    max_abs_diff(&gpu.out, &want) / max_abs(&want).max(f32::MIN_POSITIVE)
+                } else {
+                    f32::NAN
+                };
+                Some(GoldenCheck {
+                    tensor: name.to_owned(),
+                    rel,
+                })
+            }
+            _ => None,
+        };
+        let golden_ok = golden.as_ref().is_none_or(|g| g.rel <= TOLERANCE);
         Ok(Verification {
             worst_block: worst_block.0,
             worst_block_rel: worst_block.1,
             max_error,
             max_reference,
             end_to_end_rel: end_rel,
+            golden,
             pass: worst_block.1 <= BLOCK_TOLERANCE
                 && end_rel <= TOLERANCE
+                && golden_ok
                 && all_finite(&gpu.out)
                 && gpu.block_outputs.iter().all(|b| all_finite(b))
                 && all_finite(&reference),
@@ -365,12 +450,22 @@ fn read_input(
     list: &FilesList<'_>,
     shape: Shape,
 ) -> Result<Option<Vec<f32>>, MlpError> {
-    let Some((dtype, dims)) = list.dtype_shape(INPUT) else {
+    read_matrix(file, list, INPUT, shape)
+}
+
+/// Tensor `name` as `f32`, a finite float [rows, hidden] matrix, if present.
+fn read_matrix(
+    file: &Path,
+    list: &FilesList<'_>,
+    name: &str,
+    shape: Shape,
+) -> Result<Option<Vec<f32>>, MlpError> {
+    let Some((dtype, dims)) = list.dtype_shape(name) else {
         return Ok(None);
     };
     let bad = |why: String| MlpError::Layout {
         file: file.to_owned(),
-        why: format!("tensor `{INPUT}` {dtype:?} {dims:?}: {why}"),
+        why: format!("tensor `{name}` {dtype:?} {dims:?}: {why}"),
     };
     if dims.len() != 2 || dims[0] == 0 || dims[1] != shape.hidden {
         return Err(bad(format!(
@@ -378,7 +473,7 @@ fn read_input(
             shape.hidden
         )));
     }
-    let bytes = list.read(INPUT)?;
+    let bytes = list.read(name)?;
     let x = quant::tensors::floats_to_f32(dtype, &bytes)
         .ok_or_else(|| bad("expected F32, F16 or BF16".into()))?;
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {
@@ -400,7 +495,10 @@ pub struct Verification {
     pub max_reference: f32,
     /// End to end: `max_error / max_reference`.
     pub end_to_end_rel: f32,
-    /// Within [`BLOCK_TOLERANCE`] per block and [`TOLERANCE`] end to end.
+    /// Against the file's golden output, where it has one that applies.
+    pub golden: Option<GoldenCheck>,
+    /// Within [`BLOCK_TOLERANCE`] per block and [`TOLERANCE`] end to end
+    /// (and against the golden).
     pub pass: bool,
 }
 

@@ -89,6 +89,38 @@ fn a_stray_tensor_or_a_misshapen_input_is_an_error() {
     assert_eq!(probe.input(3), vec![0.25; 3 * HIDDEN]);
 }
 
+/// The goldens' reference tensors belong to a stack (issue 31: the
+/// README's own `dynvram run fixtures/conformance/stack_mixed.safetensors`
+/// was refused over `debug.blocks.0.fc1_out`); a truly stray one, or a
+/// reference of a block the stack does not have, is still refused.
+#[test]
+fn the_goldens_references_are_accepted_and_strays_refused() {
+    let stack = dynvram_test_support::fixtures::conformance().join("stack_mixed.safetensors");
+    let probe = Probe::open(&stack).expect("the conformance stack opens");
+    assert_eq!(probe.shape().blocks, 6);
+    assert_eq!(probe.rows(4), 5, "its input is used");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stack.safetensors");
+    for good in [
+        "expected",
+        "expected_eager_cpu",
+        "debug.blocks.0.out",
+        "debug.blocks.0.fc1_out",
+    ] {
+        write(&path, &[0], &[(good, vec![2, HIDDEN])]);
+        Probe::open(&path).unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+    for (stray, says) in [
+        ("debug.other", "unexpected tensor `debug.other`"),
+        ("expectedx", "unexpected tensor `expectedx`"),
+        ("debug.blocks.3.out", "block 1 is missing"),
+    ] {
+        write(&path, &[0], &[(stray, vec![2, HIDDEN])]);
+        let e = open_err(&path);
+        assert!(e.contains(says), "{stray}: {e}");
+    }
+}
+
 #[test]
 fn a_file_truncated_before_the_cpu_reference_is_an_error_naming_it() {
     use dynvram_models::mlp_stack::{MlpError, discover, forward_cpu};

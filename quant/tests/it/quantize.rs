@@ -124,6 +124,7 @@ fn quantized_files_load_back_and_validate() {
             only: None,
             skip: Some(skip.clone()),
             allow_nonfinite: false,
+            force: false,
         };
         let mut calls = Vec::new();
         let report = quantize_file(&input, &output, &opts, &mut |d, t, l| {
@@ -232,6 +233,7 @@ fn bad_group_size_and_missing_input_are_errors() {
         only: None,
         skip: None,
         allow_nonfinite: false,
+        force: false,
     };
     let e = quantize_file(&input, &out, &opts(128), &mut |_, _, _| {})
         .expect_err("128 is not a power of 4");
@@ -362,6 +364,21 @@ fn a_fifo_input_is_refused_without_blocking() {
     }
     let out = dir.path().join("o.safetensors");
     let e = quantize_file(&fifo, &out, &int8_options(), &mut |_, _, _| {}).expect_err("fifo");
-    assert!(e.to_string().contains("not a regular file"), "{e}");
+    assert!(e.to_string().contains("is a FIFO"), "{e}");
+    assert!(!out.exists());
+}
+
+/// A file with a `{}` header has nothing to quantize: an error, no output
+/// (issue 31: it became an empty file at exit 0).
+#[test]
+fn an_empty_header_is_refused_with_no_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("empty.safetensors");
+    let mut bytes = 8u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}      ");
+    std::fs::write(&input, bytes).expect("write");
+    let out = dir.path().join("o.safetensors");
+    let e = quantize_file(&input, &out, &int8_options(), &mut |_, _, _| {}).expect_err("empty");
+    assert!(e.to_string().contains("holds no tensor"), "{e}");
     assert!(!out.exists());
 }

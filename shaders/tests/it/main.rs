@@ -5,4 +5,6 @@
 //! `dynvram-test-support`.
 
 mod fragments;
+mod translate;
 mod validate;
+mod variants;

@@ -5,6 +5,8 @@
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
+use crate::variants;
+
 fn validate(name: &str, source: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source)
         .map_err(|e| format!("{name}: parse error\n{}", e.emit_to_string(source)))?;
@@ -124,100 +126,30 @@ fn coop_gemm_shapes_generate_and_validate() {
             "linear_gemm_coop_db.wgsl's main is stale: DYNVRAM_BLESS_WGSL=1 rewrites it"
         );
     }
-    let mut failures = Vec::new();
-    for (name, src, edge, kernel, float) in [
-        ("int coop16", linear::INT_GEMM_COOP16, 16, single, false),
-        ("float coop16", linear::FLOAT_GEMM_COOP16, 16, single, true),
-        ("int coop8", linear::INT_GEMM_COOP8, 8, single, false),
-        ("float coop8", linear::FLOAT_GEMM_COOP8, 8, single, true),
-        (
-            "int coop16 db",
-            linear::INT_GEMM_COOP16_DB,
-            16,
-            double,
-            false,
-        ),
-        (
-            "float coop16 db",
-            linear::FLOAT_GEMM_COOP16_DB,
-            16,
-            double,
-            true,
-        ),
-        ("int coop8 db", linear::INT_GEMM_COOP8_DB, 8, double, false),
-        (
-            "float coop8 db",
-            linear::FLOAT_GEMM_COOP8_DB,
-            8,
-            double,
-            true,
-        ),
-    ] {
-        for (sg, sg_m, sg_n, wm, wn, bk) in [
-            (32, 4, 4, 2, 2, 32),
-            (32, 2, 4, 4, 2, 64),
-            (32, 2, 2, 4, 4, 32),
-            (8, 1, 3, 3, 1, 16),
-            (16, 2, 1, 1, 4, 48),
-            (8, 1, 3, 3, 1, 32),
-        ] {
-            // The double-buffered integer staging takes 32 columns a slot.
-            if kernel == double && !float && bk % 32 != 0 {
-                continue;
-            }
-            let shape = CoopGemmShape {
-                sg,
-                sg_m,
-                sg_n,
-                wm,
-                wn,
-                bk,
-            };
-            let text = dynvram_shaders::with_f16_activations(&linear::coop_gemm(
-                src, edge, shape, kernel, float,
-            ));
-            if let Err(e) = validate(&format!("{name} {shape:?}"), &text) {
-                failures.push(e);
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    validate_all(&variants::coop_gemms());
 }
 
 /// Decode attention modules with their workgroup sizes written in validate
-/// for every module variant (sums on subgroups or workgroup memory, RoPE
-/// fused or not), workgroups of 32 to 1024 invocations and merges of one
-/// key group to all.
+/// ([`variants::decode_attention`]).
 #[test]
 fn decode_attention_shapes_generate_and_validate() {
-    use dynvram_shaders::transformer::{DecodeShape, attention_decode, with_decode_shape};
-    let mut failures = Vec::new();
-    for (subgroups, rope) in [(false, false), (true, false), (false, true), (true, true)] {
-        let src = attention_decode(subgroups, rope);
-        for (wg, lpk, merge, queries, head_dim) in [
-            (128u32, 32u32, 1u32, 1u32, 128u32),
-            (32, 32, 1, 8, 256),
-            (256, 16, 4, 4, 64),
-            (512, 32, 16, 2, 128),
-            (1024, 32, 32, 1, 128),
-            (1024, 8, 1, 8, 32),
-        ] {
-            let shape = DecodeShape {
-                wg,
-                key_groups: wg / lpk,
-                merge,
-                queries,
-                head_dim,
-            };
-            let text = with_decode_shape(src, subgroups, shape);
-            for text in [text.clone(), dynvram_shaders::with_f16_activations(&text)] {
-                let name = format!("attention_decode {subgroups} {rope} {shape:?}");
-                if let Err(e) = validate(&name, &text) {
-                    failures.push(e);
-                }
-            }
-        }
-    }
+    validate_all(&variants::decode_attention());
+}
+
+/// Two-walk flash attention modules with their shapes written in validate
+/// ([`variants::two_walks`]).
+#[test]
+fn two_walk_shapes_generate_and_validate() {
+    let modules = variants::two_walks();
+    assert!(modules.len() >= 8, "only {} modules", modules.len());
+    validate_all(&modules);
+}
+
+fn validate_all(modules: &[variants::Variant]) {
+    let failures: Vec<String> = modules
+        .iter()
+        .filter_map(|v| validate(&v.name, &v.source).err())
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -276,7 +208,6 @@ fn cooperative_modules_keep_workgroup_memory_aligned() {
 #[test]
 fn flash_attention_tunings_generate_and_validate() {
     use dynvram_shaders::flash::{FlashTuning, flash_attention};
-    use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl/flash_attention.wgsl");
     let file = std::fs::read_to_string(path).expect("read");
     let own = flash_attention(&file, 16, 32, 128, FlashTuning::FILE).expect("the file's tuning");
@@ -289,59 +220,32 @@ fn flash_attention_tunings_generate_and_validate() {
         );
     }
     let mut failures = Vec::new();
-    let mut count = 0;
-    for (src, edge, sg) in [
-        (FLASH_ATTENTION16, 16, 32),
-        (FLASH_ATTENTION8, 8, 8),
-        (FLASH_ATTENTION8, 8, 16),
-    ] {
-        for tuning in [
-            "64x64w4c2",
-            "64x64w4",
-            "64x32w4k2c2p",
-            "128x32w8c2pr",
-            "64x64w4c2r",
-            "128x64w8k2c4",
-            "64x64w4g",
-            "128x32w8c2g",
-            "32x32w2",
-            "256x16w4",
-            "64x64w4c2t",
-            "128x32w8k2c4prt",
-            "64x64w4c2gt",
-            "64x64w4c2m",
-            "128x32w8c2prtm",
-            "64x64w4c2dr",
-            "64x32w4k2c2dr",
-            "128x32w8c2drt",
-            "64x64w4dr",
-        ] {
-            let tuning: FlashTuning = tuning.parse().expect("tuning");
-            for hd in [edge * 4, 80, 128, 256] {
-                let Ok(text) = flash_attention(src, edge, sg, hd, tuning) else {
-                    continue;
-                };
-                count += 1;
-                let text = dynvram_shaders::with_f16_activations(&text);
-                let name = format!("flash {tuning} {edge} {sg} {hd}");
-                if let Err(e) = validate(&name, &text) {
-                    failures.push(e);
-                }
-                // The geometry's account of workgroup memory is the
-                // module's, in sizes that keep every array aligned.
-                match workgroup_sizes(&name, &text) {
-                    Ok(bytes) => {
-                        let g = tuning.geometry(edge, sg, hd).expect("geometry");
-                        if bytes != g.workgroup_bytes() {
-                            failures.push(format!(
-                                "{name}: {bytes} bytes of workgroup memory, the geometry says {}",
-                                g.workgroup_bytes()
-                            ));
-                        }
-                    }
-                    Err(e) => failures.push(e),
+    let modules = variants::flash_attentions();
+    let count = modules.len();
+    for variants::FlashVariant {
+        variant: variants::Variant { name, source: text },
+        tuning,
+        edge,
+        sg,
+        hd,
+    } in modules
+    {
+        if let Err(e) = validate(&name, &text) {
+            failures.push(e);
+        }
+        // The geometry's account of workgroup memory is the
+        // module's, in sizes that keep every array aligned.
+        match workgroup_sizes(&name, &text) {
+            Ok(bytes) => {
+                let g = tuning.geometry(edge, sg, hd).expect("geometry");
+                if bytes != g.workgroup_bytes() {
+                    failures.push(format!(
+                        "{name}: {bytes} bytes of workgroup memory, the geometry says {}",
+                        g.workgroup_bytes()
+                    ));
                 }
             }
+            Err(e) => failures.push(e),
         }
     }
     assert!(count > 40, "only {count} modules generated");

@@ -21,6 +21,7 @@
 //! its own portable kernel ([`record_attention_bias`], `biased.rs`).
 
 mod biased;
+mod coop_blocks;
 mod decode;
 mod flash;
 mod scalar;
@@ -30,7 +31,7 @@ mod two_walk;
 use crate::gpu::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
-use crate::ops::kernel::{self, bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
+use crate::ops::kernel::{bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
 use crate::ops::linear::LinearScratch;
 use crate::ops::rope::RopeTable;
 use crate::tensor::GpuTensor;
@@ -46,6 +47,8 @@ pub use flash::{
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;
+// The kernels' cost, for the files below (`super::cost`).
+use shape::cost;
 pub use shape::{Heads, MAX_HEAD_DIM};
 
 /// Query rows from which flash attention runs where it can: below, a block
@@ -383,17 +386,6 @@ fn coop_caps(edge: u32, sg: u32, storage: u32) -> dynvram_quant::AdapterCaps {
         max_invocations_per_workgroup: 1024,
         ..dynvram_quant::AdapterCaps::baseline("test", "vulkan")
     }
-}
-
-/// Bytes (q, out, and the visible k/v rows once per kv head) and FLOPs
-/// (q·k and p·v over the keys each query row sees) of one attention.
-fn cost(q: &GpuTensor, heads: Heads, span: Span) -> kernel::Cost {
-    let row = heads.n_kv_heads * heads.head_dim * q.dtype.size();
-    kernel::Cost::new(
-        q.bytes() + 2 * span.batch * span.kv_len * row,
-        q.bytes(),
-        4 * heads.n_heads * heads.head_dim * span.visible_pairs(),
-    )
 }
 
 /// Records a copy of `rows` `[s, width]` into cache rows `pos0..pos0+s` of

@@ -112,8 +112,29 @@ pub(super) fn record(
     )
 }
 
-/// `attention.wgsl`'s (and `attention_decode.wgsl`'s) params: `chunk` keys
-/// per split, `splits` per query row.
+/// `attention_params.wgsl`'s `Params` (of `attention.wgsl` and
+/// `attention_decode.wgsl`), field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    sq: u32,
+    n_heads: u32,
+    n_kv: u32,
+    head_dim: u32,
+    kv_len: u32,
+    pos0: u32,
+    scale: f32,
+    /// Split-K: keys per split and splits per query row.
+    chunk: u32,
+    splits: u32,
+    kv_rows: u32,
+    causal: u32,
+    _pad: u32,
+}
+const _: () = assert!(size_of::<Params>() == 48);
+
+/// The attention kernels' params: `chunk` keys per split, `splits` per
+/// query row.
 pub(super) fn params(
     heads: Heads,
     span: Span,
@@ -133,19 +154,21 @@ pub(super) fn params_scaled(
     scale: f32,
 ) -> Result<kernel::Immediates, GpuError> {
     const OP: &str = "attention";
-    Ok(kernel::params(&[
-        to_u32(OP, "sq", span.sq)?,
-        to_u32(OP, "n_heads", heads.n_heads)?,
-        to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
-        to_u32(OP, "head_dim", heads.head_dim)?,
-        to_u32(OP, "kv_len", span.kv_len)?,
-        to_u32(OP, "pos0", span.pos0)?,
-        scale.to_bits(),
-        to_u32(OP, "chunk", chunk)?,
-        to_u32(OP, "splits", splits)?,
-        to_u32(OP, "kv_rows", span.kv_rows)?,
-        u32::from(span.causal),
-    ]))
+    let p = Params {
+        sq: to_u32(OP, "sq", span.sq)?,
+        n_heads: to_u32(OP, "n_heads", heads.n_heads)?,
+        n_kv: to_u32(OP, "n_kv_heads", heads.n_kv_heads)?,
+        head_dim: to_u32(OP, "head_dim", heads.head_dim)?,
+        kv_len: to_u32(OP, "kv_len", span.kv_len)?,
+        pos0: to_u32(OP, "pos0", span.pos0)?,
+        scale,
+        chunk: to_u32(OP, "chunk", chunk)?,
+        splits: to_u32(OP, "splits", splits)?,
+        kv_rows: to_u32(OP, "kv_rows", span.kv_rows)?,
+        causal: u32::from(span.causal),
+        _pad: 0,
+    };
+    Ok(kernel::Immediates::from_slice(bytemuck::bytes_of(&p)))
 }
 
 /// Query (head, row) pairs below which the keys are split over workgroups:

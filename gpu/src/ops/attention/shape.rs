@@ -2,7 +2,8 @@
 //! and keys it covers.
 
 use crate::gpu::GpuError;
-use crate::ops::kernel::bad;
+use crate::ops::kernel::{self, bad};
+use crate::tensor::GpuTensor;
 
 /// Largest head dimension the kernel holds in workgroup memory.
 pub const MAX_HEAD_DIM: u64 = 256;
@@ -85,4 +86,15 @@ impl Span {
         };
         self.batch * per_element
     }
+}
+
+/// Bytes (q, out, and the visible k/v rows once per kv head) and FLOPs
+/// (q·k and p·v over the keys each query row sees) of one attention.
+pub(super) fn cost(q: &GpuTensor, heads: Heads, span: Span) -> kernel::Cost {
+    let row = heads.n_kv_heads * heads.head_dim * q.dtype.size();
+    kernel::Cost::new(
+        q.bytes() + 2 * span.batch * span.kv_len * row,
+        q.bytes(),
+        4 * heads.n_heads * heads.head_dim * span.visible_pairs(),
+    )
 }

@@ -9,7 +9,7 @@
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::transformer::{FLASH_TWO_WALK8, FLASH_TWO_WALK16, with_two_walk_shape};
 
-use super::flash::BlockLaunch;
+use super::coop_blocks::BlockLaunch;
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::gpu::{Gpu, GpuError};
@@ -55,7 +55,7 @@ impl TwoWalkShape {
 /// dimension `hd` on this adapter, or the shape it runs with.
 pub(super) fn shape(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Result<TwoWalkShape, String> {
     let edge = caps.coop_matrix_edge;
-    super::flash::coop_f16_unusable(
+    super::coop_blocks::coop_f16_unusable(
         caps,
         act,
         hd,
@@ -95,7 +95,7 @@ pub(super) fn record(
     });
     let scale = (1.0 / (heads.head_dim as f64).sqrt()) as f32;
     let constants = [("SG", f64::from(sg))];
-    super::flash::launch_blocks(
+    super::coop_blocks::launch_blocks(
         gpu,
         cache,
         enc,
