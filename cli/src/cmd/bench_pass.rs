@@ -106,7 +106,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
     if !(args.ratio.is_finite() && args.ratio >= 1.0) {
         anyhow::bail!("--ratio {} must be at least 1", args.ratio);
     }
-    crate::cmd::check_outputs(&[&args.file], &[], &args.adapter)?;
+    crate::cmd::outputs::check_outputs(&[&args.file], &[], &args.adapter)?;
     ensure_file(&args)?;
     let probe = Probe::open(&args.file)?;
     let model_bytes = probe.weight_bytes();

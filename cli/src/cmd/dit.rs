@@ -108,7 +108,7 @@ struct Report {
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    crate::cmd::check_outputs(
+    crate::cmd::outputs::check_outputs(
         &[&args.model, &args.inputs],
         &[
             Some(args.out.as_path()),

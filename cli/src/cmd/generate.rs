@@ -227,7 +227,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         .into_iter()
         .flatten()
         .collect();
-    crate::cmd::check_outputs(&reads, &[args.logits_out.as_deref()], &args.adapter)?;
+    crate::cmd::outputs::check_outputs(&reads, &[args.logits_out.as_deref()], &args.adapter)?;
     let sampling = sampling(&args)?;
     let mut sampler = Sampler::new(sampling).map_err(anyhow::Error::msg)?;
     let tokenizer = match &args.prompt {

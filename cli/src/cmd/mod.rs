@@ -11,6 +11,7 @@ pub mod conformance;
 pub mod dit;
 pub mod generate;
 pub mod gpu_timing;
+pub mod outputs;
 pub mod plan;
 pub mod probe;
 pub mod profile;
@@ -34,23 +35,4 @@ pub fn cache_dir() -> std::path::PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("dynvram")
-}
-
-/// Refuses, before any work, an output of a command that resolves to one
-/// of the paths it reads (`dynvram_loader::output_path`: through `..`,
-/// symlinks and hard links), naming both; likewise the pipeline cache
-/// folder of `adapter`, which files are written into. Absent outputs are
-/// skipped.
-pub fn check_outputs(
-    reads: &[&std::path::Path],
-    outputs: &[Option<&std::path::Path>],
-    adapter: &adapter_args::AdapterArgs,
-) -> anyhow::Result<()> {
-    for out in outputs.iter().flatten() {
-        dynvram_loader::output_path::check_output(out, reads)?;
-    }
-    if let Some(cache) = adapter.cache_folder() {
-        dynvram_loader::output_path::check_write_into(&cache, reads)?;
-    }
-    Ok(())
 }

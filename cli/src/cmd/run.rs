@@ -75,7 +75,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         Some(f) => f.clone(),
         None => builtin::ensure_cached_in(&crate::cmd::cache_dir())?,
     };
-    crate::cmd::check_outputs(
+    crate::cmd::outputs::check_outputs(
         &[&file],
         &[args.timeline.as_deref(), args.trace.as_deref()],
         &args.adapter,

@@ -398,7 +398,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         &files.vae,
     ];
     reads.extend(args.noise.as_deref());
-    crate::cmd::check_outputs(
+    crate::cmd::outputs::check_outputs(
         &reads,
         &outs.iter().map(|o| Some(o.as_path())).collect::<Vec<_>>(),
         &args.runtime.adapter,
