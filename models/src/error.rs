@@ -61,3 +61,24 @@ pub enum ModelError {
         why: String,
     },
 }
+
+impl ModelError {
+    /// Refuses `values` holding NaN or ±inf ([`ModelError::NonFinite`],
+    /// naming `op` and `step()`): a token, PASS or image made from them
+    /// would look as if it meant something.
+    pub fn check_finite(
+        op: &'static str,
+        step: impl FnOnce() -> String,
+        values: &[f32],
+    ) -> Result<(), ModelError> {
+        match values.iter().position(|v| !v.is_finite()) {
+            None => Ok(()),
+            Some(index) => Err(ModelError::NonFinite {
+                op,
+                step: step(),
+                index,
+                value: values[index],
+            }),
+        }
+    }
+}

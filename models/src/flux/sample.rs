@@ -420,6 +420,11 @@ pub fn sample(
                 ..ForwardOptions::default()
             },
         )?;
+        FluxError::check_finite(
+            "the transformer's velocity",
+            || format!("sampling step {index}"),
+            &f.out,
+        )?;
         euler_step(&mut inputs.img, &f.out, sigma, next);
         stats.push(f.stats);
         if let Some(on_step) = opts.on_step.as_deref_mut() {

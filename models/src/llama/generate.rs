@@ -258,7 +258,10 @@ impl Llama {
         )?;
         g.prefill
             .add(prompt.len(), start.elapsed().as_secs_f64(), &f.stats);
-        finite_logits(&f.logits, "the prompt".into())?;
+        // Every logits row that reaches the CPU is checked (the prompt's, and
+        // each step of the synchronous loop; the pipelined loop picks its
+        // tokens on the GPU, `--sync-decode` checks those steps too).
+        LlamaError::check_finite("lm_head's logits", || "the prompt".into(), &f.logits)?;
         let last = f.logits[(f.rows - 1) * vocab..].to_vec();
         if keep_prompt_logits {
             g.prompt_logits = Some(f.logits);
@@ -309,7 +312,11 @@ impl Llama {
                 },
             )?;
             g.decode.add(1, start.elapsed().as_secs_f64(), &f.stats);
-            finite_logits(&f.logits, format!("decode step {}", g.tokens.len()))?;
+            LlamaError::check_finite(
+                "lm_head's logits",
+                || format!("decode step {}", g.tokens.len()),
+                &f.logits,
+            )?;
             logits = f.logits;
             pos += 1;
         }
@@ -394,22 +401,5 @@ impl Llama {
                 "a greedy pass returned no read-back slot".into(),
             )),
         }
-    }
-}
-
-/// Refuses logits holding NaN or ±inf ([`LlamaError::NonFinite`]): a token
-/// picked from them would be printed as if it meant something. Every
-/// logits row that reaches the CPU is checked (the prompt's, and each step
-/// of the synchronous loop; the pipelined loop picks its tokens on the GPU,
-/// `--sync-decode` checks those steps too).
-fn finite_logits(logits: &[f32], step: String) -> Result<(), LlamaError> {
-    match logits.iter().position(|v| !v.is_finite()) {
-        None => Ok(()),
-        Some(index) => Err(LlamaError::NonFinite {
-            op: "lm_head's logits",
-            step,
-            index,
-            value: logits[index],
-        }),
     }
 }

@@ -411,6 +411,7 @@ impl Pipeline {
         let (y, report) = stage(rt, Stage::Clip, &self.clip.spec(b, req.dtype), |model| {
             let mut enc = ClipText::new(rt, &self.clip, b, req.dtype)?;
             let out = enc.encode(rt, model, &clip_ids)?;
+            ModelError::check_finite("CLIP's pooled output", || "encoding".into(), &out.pooled)?;
             Ok((out.pooled, vec![out.stats]))
         })?;
         stages.push(report);
@@ -420,6 +421,7 @@ impl Pipeline {
         let (txt, report) = stage(rt, Stage::T5, &t5_spec, |model| {
             let mut enc = T5Encoder::new(rt, &self.t5, b, req.max_sequence_length, req.dtype)?;
             let out = enc.encode(rt, model, &t5_ids)?;
+            ModelError::check_finite("T5's hidden states", || "encoding".into(), &out.hidden)?;
             Ok((out.hidden, vec![out.stats]))
         })?;
         stages.push(report);
@@ -462,6 +464,7 @@ impl Pipeline {
         let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, &vae_spec, |model| {
             let mut vae = FluxVae::new(rt, &self.vae, req.dtype)?;
             let out = vae.decode(rt, model, &z, b, latent.height, latent.width)?;
+            ModelError::check_finite("the VAE decoder's image", || "decoding".into(), &out.image)?;
             Ok(((out.image, out.tiles), vec![out.stats]))
         })?;
         report.tiles = Some(tiles);

@@ -181,3 +181,51 @@ fn sampling_inputs_are_checked() {
     assert_eq!((ok.shape.img_len, ok.shape.txt_len), (36, 32));
     assert_eq!(ok.img_ids.len(), BATCH * 36 * 3);
 }
+
+/// A velocity holding NaN (here from a NaN in the pooled text vector, as a
+/// poisoned encoder would give) stops sampling at that step, naming it,
+/// before any latent is updated from it.
+#[test]
+fn a_non_finite_velocity_stops_sampling_naming_the_step() {
+    if !have_gpu("a_non_finite_velocity_stops_sampling_naming_the_step") {
+        return;
+    }
+    let r = reference();
+    let ckpt = tiny_transformer();
+    let s = latent();
+    let mut y = get(&r, "step0_y").values.clone();
+    y[3] = f32::NAN;
+    let mut inputs = sample::sampling_inputs(
+        &ckpt.config,
+        &get(&r, "noise_latents").values,
+        s,
+        get(&r, "step0_txt").values.clone(),
+        y,
+        GUIDANCE,
+    )
+    .expect("inputs");
+    let before = inputs.img.clone();
+    let spec = ckpt.spec(inputs.shape, ActDtype::F32);
+    let rt = runtime(None);
+    let model = Model::open(&rt, &spec).expect("model");
+    let mut flux = Flux::new(&rt, &ckpt, inputs.shape, ActDtype::F32).expect("flux");
+    let sigmas: Vec<f64> = sample::sigmas(Schedule::for_config(&ckpt.config), STEPS, s.tokens())
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let e = sample::sample(
+        &mut flux,
+        &rt,
+        &model,
+        &mut inputs,
+        &sigmas,
+        SampleOptions::default(),
+    )
+    .expect_err("NaN velocity");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("velocity") && msg.contains("sampling step 0"),
+        "{msg}"
+    );
+    assert_eq!(inputs.img, before, "no latent was updated from it");
+}
