@@ -169,6 +169,76 @@ pub fn i8s(bytes: &[u8]) -> Vec<i8> {
     bytes.iter().map(|&b| b as i8).collect()
 }
 
+/// Whether `dtype` has NaN or infinite values at all ([`first_non_finite`]
+/// finds them): the floats of 8 bits or more, not integers.
+pub fn can_be_non_finite(dtype: Dtype) -> bool {
+    matches!(
+        dtype,
+        Dtype::F64
+            | Dtype::F32
+            | Dtype::F16
+            | Dtype::BF16
+            | Dtype::F8_E4M3
+            | Dtype::F8_E5M2
+            | Dtype::F8_E4M3FNUZ
+            | Dtype::F8_E5M2FNUZ
+            | Dtype::F8_E8M0
+    )
+}
+
+/// The first element of `bytes` (little-endian `dtype`) that is NaN or
+/// infinite, as its index and value; `None` when every element is finite
+/// or the dtype cannot hold such values (integers, 4- and 6-bit floats).
+/// Tests bit patterns only, so it runs at memory speed over mapped bytes.
+pub fn first_non_finite(dtype: Dtype, bytes: &[u8]) -> Option<(usize, f32)> {
+    // The exponent mask of a 16/32-bit float: all ones means NaN or infinity.
+    fn wide<const N: usize>(
+        bytes: &[u8],
+        mask: u64,
+        value: impl Fn([u8; N]) -> f32,
+    ) -> Option<(usize, f32)> {
+        bytes.chunks_exact(N).enumerate().find_map(|(i, c)| {
+            let bits: [u8; N] = c.try_into().ok()?;
+            let mut wide = [0u8; 8];
+            wide[..N].copy_from_slice(&bits);
+            (u64::from_le_bytes(wide) & mask == mask).then(|| (i, value(bits)))
+        })
+    }
+    // One-byte floats: which bytes are NaN or infinite, and as what.
+    let byte = |test: fn(u8) -> Option<f32>| {
+        bytes
+            .iter()
+            .enumerate()
+            .find_map(|(i, &b)| Some((i, test(b)?)))
+    };
+    if !can_be_non_finite(dtype) {
+        return None;
+    }
+    match dtype {
+        Dtype::F64 => wide::<8>(bytes, 0x7FF0_0000_0000_0000, |b| {
+            f64::from_le_bytes(b) as f32
+        }),
+        Dtype::F32 => wide::<4>(bytes, 0x7F80_0000, f32::from_le_bytes),
+        Dtype::F16 => wide::<2>(bytes, 0x7C00, |b| half::f16::from_le_bytes(b).to_f32()),
+        Dtype::BF16 => wide::<2>(bytes, 0x7F80, |b| half::bf16::from_le_bytes(b).to_f32()),
+        // e4m3fn: no infinity; S.1111.111 is NaN.
+        Dtype::F8_E4M3 => byte(|b| (b & 0x7F == 0x7F).then_some(f32::NAN)),
+        // e5m2: exponent all ones is infinity (mantissa 0) or NaN.
+        Dtype::F8_E5M2 => byte(|b| {
+            (b & 0x7C == 0x7C).then(|| match (b & 0x03, b & 0x80) {
+                (0, 0) => f32::INFINITY,
+                (0, _) => f32::NEG_INFINITY,
+                _ => f32::NAN,
+            })
+        }),
+        // The "fnuz" formats' only NaN is negative zero's pattern.
+        Dtype::F8_E4M3FNUZ | Dtype::F8_E5M2FNUZ => byte(|b| (b == 0x80).then_some(f32::NAN)),
+        // e8m0 (a scale type): 0xFF is NaN.
+        Dtype::F8_E8M0 => byte(|b| (b == 0xFF).then_some(f32::NAN)),
+        _ => None,
+    }
+}
+
 /// Converts a float tensor (`F32`, `F16`, `BF16`) to `f32`; `None` for other dtypes.
 pub fn floats_to_f32(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
     match dtype {
@@ -221,4 +291,69 @@ fn convert_into<'a>(
 /// `f32`s as little-endian bytes.
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod non_finite_tests {
+    use super::*;
+
+    #[test]
+    fn first_non_finite_finds_nan_and_infinity_per_dtype() {
+        let f32s: Vec<u8> = [1.0f32, -2.5, f32::INFINITY, f32::NAN]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(first_non_finite(Dtype::F32, &f32s[..8]), None);
+        assert_eq!(
+            first_non_finite(Dtype::F32, &f32s),
+            Some((2, f32::INFINITY))
+        );
+        let halves = |vals: &[f32], bf: bool| -> Vec<u8> {
+            vals.iter()
+                .flat_map(|&v| {
+                    if bf {
+                        half::bf16::from_f32(v).to_le_bytes()
+                    } else {
+                        half::f16::from_f32(v).to_le_bytes()
+                    }
+                })
+                .collect()
+        };
+        // 65504 is f16's largest finite value, 1e38 near bf16's.
+        let finite = [0.0, -0.0, 65504.0, -1.0e-7];
+        assert_eq!(first_non_finite(Dtype::F16, &halves(&finite, false)), None);
+        assert_eq!(
+            first_non_finite(Dtype::BF16, &halves(&[1.0e38, -3.0], true)),
+            None
+        );
+        let (i, v) = first_non_finite(Dtype::F16, &halves(&[1.0, 2.0, f32::NAN], false)).unwrap();
+        assert!(i == 2 && v.is_nan());
+        assert_eq!(
+            first_non_finite(Dtype::BF16, &halves(&[1.0, f32::NEG_INFINITY], true)),
+            Some((1, f32::NEG_INFINITY))
+        );
+        let f64s: Vec<u8> = [1.0f64, f64::MAX, f64::NAN]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(first_non_finite(Dtype::F64, &f64s[..16]), None);
+        assert!(first_non_finite(Dtype::F64, &f64s).is_some_and(|(i, v)| i == 2 && v.is_nan()));
+        // e4m3fn: 0x7E is 448, its largest finite; 0xFF is NaN.
+        assert_eq!(first_non_finite(Dtype::F8_E4M3, &[0x00, 0x7E, 0xFE]), None);
+        assert!(
+            first_non_finite(Dtype::F8_E4M3, &[0x01, 0xFF])
+                .is_some_and(|(i, v)| i == 1 && v.is_nan())
+        );
+        // e5m2: 0x7B is 57344, 0x7C +inf, 0xFC -inf, 0x7D NaN.
+        assert_eq!(first_non_finite(Dtype::F8_E5M2, &[0x7B, 0xFB]), None);
+        assert_eq!(
+            first_non_finite(Dtype::F8_E5M2, &[0x7B, 0xFC]),
+            Some((1, f32::NEG_INFINITY))
+        );
+        assert!(first_non_finite(Dtype::F8_E5M2, &[0x7D]).is_some_and(|(_, v)| v.is_nan()));
+        // Integer payloads cannot be non-finite: bytes that would be NaN as floats pass.
+        assert_eq!(first_non_finite(Dtype::I8, &[0xFF, 0x7F]), None);
+        assert_eq!(first_non_finite(Dtype::I32, &f32s), None);
+        assert_eq!(first_non_finite(Dtype::U8, &[0xFF]), None);
+    }
 }
