@@ -805,7 +805,7 @@ fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_anoth
 
 // ------------------------------------------------------- poisoned weights
 
-/// Overwrites element (`row`, 5) of the last 2-D `.weight` of `dtype` in
+/// Overwrites element (`row`, 5) of the last block's 2-D `.weight` of `dtype` in
 /// `path` with `bad` (one element's bytes); returns its name and element.
 fn poison_weight(path: &Path, dtype: Dtype, row: usize, bad: &[u8]) -> (String, usize) {
     use std::io::{Seek, SeekFrom, Write};
@@ -813,7 +813,14 @@ fn poison_weight(path: &Path, dtype: Dtype, row: usize, bad: &[u8]) -> (String, 
     let info = file
         .tensors()
         .iter()
-        .rfind(|t| t.dtype == dtype && t.shape.len() == 2 && t.name.ends_with(".weight"))
+        .filter(|t| t.dtype == dtype && t.shape.len() == 2 && t.name.ends_with(".weight"))
+        // The last block's: streamed first at a tight budget.
+        .max_by_key(|t| {
+            t.name
+                .split('.')
+                .nth(1)
+                .and_then(|b| b.parse::<usize>().ok())
+        })
         .expect("a weight of that dtype")
         .clone();
     drop(file);
