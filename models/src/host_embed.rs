@@ -84,6 +84,19 @@ impl HostEmbed {
             let start = u64::from(id) * row_bytes;
             file.read_into(&self.name, start..start + row_bytes, &mut raw)
                 .map_err(RuntimeError::from)?;
+            // Rows stay on the host and never pass the runtime's upload scan.
+            if let Some((i, value)) =
+                dynvram_runtime::quant::tensors::first_non_finite(self.dtype, &raw)
+            {
+                return Err(RuntimeError::NonFiniteWeight {
+                    file: file.path().to_path_buf(),
+                    tensor: self.name.clone(),
+                    index: u64::from(id) * self.hidden as u64 + i as u64,
+                    row: format!(" (row {id})"),
+                    value,
+                }
+                .into());
+            }
             match self.dtype {
                 Dtype::F32 => out.extend(
                     raw.chunks_exact(4)

@@ -51,6 +51,23 @@ pub enum RuntimeError {
         /// Why.
         source: dynvram_memory::ResidencyError,
     },
+    /// A float weight holds NaN or infinity: refused the first time its
+    /// bytes are read, before anything computed from it is used.
+    #[error(
+        "{file}: tensor `{tensor}` holds {value} at element {index}{row}: weights must be finite (the file is damaged or was saved from a diverged run)"
+    )]
+    NonFiniteWeight {
+        /// The file holding the tensor.
+        file: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// The first non-finite element, in storage order.
+        index: u64,
+        /// " (row N)" for a tensor of two or more dimensions, else empty.
+        row: String,
+        /// Its value (NaN, inf or -inf).
+        value: f32,
+    },
     /// The model has no tensor of that name.
     #[error("{model}: no tensor `{tensor}`")]
     MissingTensor {

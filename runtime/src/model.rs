@@ -462,6 +462,7 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
                 block: b,
                 group,
                 upload,
+                checked: Default::default(),
             });
             Ok(())
         };

@@ -354,6 +354,7 @@ impl Pins {
     ) -> Result<()> {
         let w = &model.weights[key.tensor as usize];
         let _span = tracing::debug_span!("pin", tensor = %w.name, ?tier).entered();
+        upload::check_finite(model, w)?;
         let copy = match (tier, w.upload) {
             (PinTier::Registered, Upload::Raw) => {
                 let (file, _) = upload::file_of(model, w)?;

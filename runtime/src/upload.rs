@@ -4,6 +4,7 @@
 //! weights) are converted on the host first (they are small).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use dynvram_loader::{Dtype, HostBytes, ModelFiles, SafetensorsFile, TensorInfo};
 use dynvram_memory::ModelId;
@@ -21,6 +22,8 @@ pub(crate) struct Weight {
     /// Its group in the block (`BlockSpec::groups`; 0 without groups).
     pub group: usize,
     pub upload: Upload,
+    /// Its bytes were scanned for NaN and infinity ([`check_finite`]).
+    pub checked: AtomicBool,
 }
 
 /// What moving a model's weights (uploads, pins, residency) needs to know
@@ -86,6 +89,7 @@ pub(crate) fn stage(
     dst: &wgpu::Buffer,
     offset: u64,
 ) -> Result<()> {
+    check_finite(model, w)?;
     match w.upload {
         Upload::Raw => {
             let (file, _) = file_of(model, w)?;
@@ -104,6 +108,49 @@ pub(crate) fn stage(
             )?;
         }
     }
+    Ok(())
+}
+
+/// Refuses weight `w` if it holds NaN or infinity
+/// ([`RuntimeError::NonFiniteWeight`]). Each weight is scanned once, the
+/// first time it is uploaded or pinned, so resident weights are checked as
+/// they load and streamed ones before their first pass uses them; integer
+/// payloads are skipped. The scan re-reads the bytes the upload is about to
+/// read, so they come from the page cache.
+pub(crate) fn check_finite(model: ModelView<'_>, w: &Weight) -> Result<()> {
+    if w.checked.load(Ordering::Relaxed) || !dynvram_quant::tensors::can_be_non_finite(w.info.dtype)
+    {
+        return Ok(());
+    }
+    let (file, _) = file_of(model, w)?;
+    let element = w.info.dtype.bitsize().div_ceil(8).max(1) as u64;
+    // A whole number of elements per read, small enough to stay in cache.
+    const CHUNK: u64 = 1 << 20;
+    let mut buf = vec![0u8; CHUNK.min(w.info.len()) as usize];
+    let mut start = 0;
+    while start < w.info.len() {
+        let end = (start + CHUNK).min(w.info.len());
+        let chunk = &mut buf[..(end - start) as usize];
+        file.read_into(&w.name, start..end, chunk)?;
+        if let Some((i, value)) = dynvram_quant::tensors::first_non_finite(w.info.dtype, chunk) {
+            let index = start / element + i as u64;
+            let row_len = w.info.shape.iter().skip(1).product::<usize>().max(1) as u64;
+            let row = if w.info.shape.len() >= 2 {
+                format!(" (row {})", index / row_len)
+            } else {
+                String::new()
+            };
+            return Err(RuntimeError::NonFiniteWeight {
+                file: file.path().to_path_buf(),
+                tensor: w.name.clone(),
+                index,
+                row,
+                value,
+            });
+        }
+        start = end;
+    }
+    w.checked.store(true, Ordering::Relaxed);
     Ok(())
 }
 

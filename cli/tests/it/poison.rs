@@ -99,11 +99,9 @@ fn zero_negative_or_nonfinite_scales_are_refused_naming_tensor_and_row() {
     assert!(stderr.contains("element 7 (row 7)"), "{stderr}");
 }
 
-/// A NaN in a float weight (the final norm: every logit becomes NaN) stops
-/// `generate` naming the op and the step, instead of printing tokens picked
-/// from NaN logits at exit 0.
-#[test]
-fn nan_logits_stop_generate_naming_op_and_step() {
+/// A copy of the tiny Llama in a temporary folder whose `model.norm.weight`
+/// (bf16) is overwritten with `values` (bf16 bits), repeated over it.
+fn tiny_llama_with_norm(values: &[u16]) -> tempfile::TempDir {
     use std::io::{Seek, SeekFrom, Write};
     let dir = tempfile::tempdir().expect("tempdir");
     let src = dynvram_test_support::fixtures::tiny_llama();
@@ -111,24 +109,33 @@ fn nan_logits_stop_generate_naming_op_and_step() {
         std::fs::copy(src.join(f), dir.path().join(f)).expect("copy");
     }
     let weights = dir.path().join("model.safetensors");
-    let at = dynvram_loader::SafetensorsFile::open(&weights)
+    let range = dynvram_loader::SafetensorsFile::open(&weights)
         .expect("open")
         .tensors()
         .iter()
         .find(|t| t.name == "model.norm.weight")
         .expect("norm")
         .range
-        .start;
+        .clone();
+    let bytes: Vec<u8> = values
+        .iter()
+        .cycle()
+        .take((range.end - range.start) as usize / 2)
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let mut f = std::fs::File::options()
         .write(true)
         .open(&weights)
         .expect("open");
-    f.seek(SeekFrom::Start(at)).expect("seek");
-    f.write_all(&0x7fc0u16.to_le_bytes()).expect("bf16 NaN");
-    drop(f);
-    let out = dynvram()
+    f.seek(SeekFrom::Start(range.start)).expect("seek");
+    f.write_all(&bytes).expect("norm");
+    dir
+}
+
+fn generate(dir: &std::path::Path) -> std::process::Output {
+    dynvram()
         .arg("generate")
-        .arg(dir.path())
+        .arg(dir)
         .args([
             "--prompt-ids",
             "1,2",
@@ -138,7 +145,17 @@ fn nan_logits_stop_generate_naming_op_and_step() {
             "f32",
         ])
         .output()
-        .expect("generate");
+        .expect("generate")
+}
+
+/// Finite weights that overflow (the final norm at ±bf16's largest value:
+/// the hidden state holds +inf and -inf, so every logit is NaN) stop
+/// `generate` naming the op and the step, instead of printing tokens picked
+/// from NaN logits at exit 0.
+#[test]
+fn nan_logits_stop_generate_naming_op_and_step() {
+    let dir = tiny_llama_with_norm(&[0x7f7f, 0xff7f]);
+    let out = generate(dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success()
         && dynvram_test_support::skip::skip_without_adapter("nan_logits_stop_generate", &stderr)
@@ -154,5 +171,83 @@ fn nan_logits_stop_generate_naming_op_and_step() {
         out.stdout.is_empty(),
         "no token printed: {:?}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// A NaN in a bf16 weight is refused before it is computed on, naming the
+/// file, tensor and element: `generate` prints no token.
+#[test]
+fn nan_weight_stops_generate_naming_the_tensor() {
+    let dir = tiny_llama_with_norm(&[0x3f80, 0x3f80, 0x7fc0]);
+    let out = generate(dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && dynvram_test_support::skip::skip_without_adapter("nan_weight_stops_generate", &stderr)
+    {
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("model.safetensors: tensor `model.norm.weight` holds NaN at element 2")
+            && stderr.contains("must be finite"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no token printed: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// `run` on an MLP stack with +inf in row 9 of an f32 weight exits non-zero
+/// naming it, without PASS; the clean file passes.
+#[test]
+fn run_refuses_an_infinite_weight_without_pass() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stack.safetensors");
+    write_stack(&path, "int8_tensorwise", safetensors::Dtype::I8, &[0.5]);
+    let run = || dynvram().arg("run").arg(&path).output().expect("run");
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && dynvram_test_support::skip::skip_without_adapter(
+            "run_refuses_an_infinite_weight",
+            &stderr,
+        )
+    {
+        return;
+    }
+    assert!(
+        out.status.success() && stdout.contains("PASS"),
+        "clean: {stdout}{stderr}"
+    );
+    let at = dynvram_loader::SafetensorsFile::open(&path)
+        .expect("open")
+        .tensor("blocks.0.mlp.fc2.weight")
+        .expect("fc2")
+        .range
+        .start;
+    // fc2 is [K, N] f32: element 9 * N + 1 is in row 9.
+    let mut f = std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.seek(SeekFrom::Start(at + 4 * (9 * N + 1) as u64))
+        .expect("seek");
+    f.write_all(&f32::INFINITY.to_le_bytes()).expect("poison");
+    drop(f);
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(!stdout.contains("PASS"), "{stdout}");
+    let element = 9 * N + 1;
+    assert!(
+        stderr.contains(&format!(
+            "tensor `blocks.0.mlp.fc2.weight` holds inf at element {element} (row 9)"
+        )),
+        "{stderr}"
     );
 }

@@ -802,3 +802,97 @@ fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_anoth
         assert!(probe.verify(&other, &x, &out).expect("verify").pass);
     }
 }
+
+// ------------------------------------------------------- poisoned weights
+
+/// Overwrites element (`row`, 5) of the last block's 2-D `.weight` of `dtype` in
+/// `path` with `bad` (one element's bytes); returns its name and element.
+fn poison_weight(path: &Path, dtype: Dtype, row: usize, bad: &[u8]) -> (String, usize) {
+    use std::io::{Seek, SeekFrom, Write};
+    let file = SafetensorsFile::open(path).expect("open");
+    let info = file
+        .tensors()
+        .iter()
+        .filter(|t| t.dtype == dtype && t.shape.len() == 2 && t.name.ends_with(".weight"))
+        // The last block's: streamed first at a tight budget.
+        .max_by_key(|t| {
+            t.name
+                .split('.')
+                .nth(1)
+                .and_then(|b| b.parse::<usize>().ok())
+        })
+        .expect("a weight of that dtype")
+        .clone();
+    drop(file);
+    let element = row * info.shape[1] + 5;
+    let mut f = File::options().write(true).open(path).expect("open");
+    f.seek(SeekFrom::Start(
+        info.range.start + (element * bad.len()) as u64,
+    ))
+    .expect("seek");
+    f.write_all(bad).expect("poison");
+    (info.name, element)
+}
+
+/// Issue 31 item 5: NaN or infinity in a float weight (f32, f16, fp8) is
+/// refused the first time its bytes are read — resident at a roomy budget,
+/// streamed at a tight one — naming the file, tensor, element and row,
+/// before any output computed from it comes back (it gave NaN outputs).
+#[test]
+fn non_finite_float_weights_are_refused_resident_and_streamed_naming_tensor_and_row() {
+    let name = "non_finite_float_weights_are_refused_resident_and_streamed_naming_tensor_and_row";
+    if !have_gpu(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("poisoned.safetensors");
+    let rows = 2;
+    for (dtype, bad, shown) in [
+        (Dtype::F32, f32::NAN.to_le_bytes().to_vec(), "NaN"),
+        (
+            Dtype::F16,
+            half::f16::INFINITY.to_le_bytes().to_vec(),
+            "inf",
+        ),
+        (Dtype::F8_E4M3, vec![0xFF], "NaN"),
+    ] {
+        builtin::write(&path).expect("write the built-in model");
+        let (tensor, element) = poison_weight(&path, dtype, 3, &bad);
+        let probe = Probe::open(&path).expect("probe");
+        for streamed in [false, true] {
+            let budget = if streamed {
+                probe.weight_bytes() / 4
+            } else {
+                4 * probe.weight_bytes()
+            };
+            let rt = runtime(budget);
+            let err = match Model::open(&rt, &probe.spec(rows)) {
+                Err(e) => MlpError::Runtime(e),
+                Ok(model) => {
+                    let placed = model.plan().plan.tensors.iter().find(|t| t.name == tensor);
+                    assert_eq!(
+                        placed.map(|t| t.placement == dynvram_memory::Placement::Stream),
+                        Some(streamed),
+                        "{tensor} placement at budget {budget}"
+                    );
+                    let x = probe.input(rows);
+                    mlp_stack::forward_gpu(&rt, &model, &x, rows, None)
+                        .expect_err("a poisoned weight gives no output")
+                }
+            };
+            assert!(
+                matches!(err, MlpError::Runtime(RuntimeError::NonFiniteWeight { .. })),
+                "{dtype:?} streamed={streamed}: {err:?}"
+            );
+            names_all(
+                &err.to_string(),
+                &[
+                    "poisoned.safetensors",
+                    &format!("`{tensor}` holds {shown} at element {element} (row 3)"),
+                    "must be finite",
+                ],
+            );
+        }
+    }
+    second_model_still_runs();
+}
