@@ -1,0 +1,158 @@
+// Float linear on NVIDIA's cooperative matrices 2 (VK_NV_cooperative_matrix2):
+// out[m, n_base + n] = f16(sum_k x[m, k] · W[n, k] + bias[n_base + n]), the
+// contract of linear_gemm_coop.wgsl's float path (f16 activations and
+// output, f32 sums, the bias added in f32 before the one rounding to f16).
+//
+// One workgroup computes a BM x BN output tile as one workgroup-scope
+// accumulator: the driver splits it over the workgroup's subgroups and
+// stages operands through shared memory itself. Activations are loaded by
+// tensor addressing straight from global memory; f16 weights too, through
+// a transposing view (W is [N, K], B is its transpose). bf16 weights have
+// no cooperative type in this compiler, so each K step converts them to f16
+// in a shared tile (the next step's global reads in flight meanwhile), and
+// B is loaded from there.
+//
+// Partial tiles: the tensor layouts clamp with the constant 0 past M, N and
+// K (loads) and drop stores past M and the chunk's last column, so no
+// shape needs padding. Built by scripts/spirv.sh with:
+//   WEIGHT_BF16 (0 or 1), BM, BN, BK, WG (invocations)
+// Dispatch: (ceil(n / BN), ceil(m / BM), 1).
+
+#extension GL_KHR_memory_scope_semantics : enable
+#extension GL_KHR_cooperative_matrix : enable
+#extension GL_NV_cooperative_matrix2 : enable
+#extension GL_EXT_shader_explicit_arithmetic_types : enable
+#extension GL_EXT_shader_16bit_storage : enable
+
+layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;
+
+// The immediates of the WGSL linears (ops/linear/record.rs `Params`).
+layout(push_constant) uniform Params {
+    uint m;
+    // Weight rows in this dispatch (one binding's chunk of N).
+    uint n;
+    uint k;
+    // Output column (and bias index) of the chunk's first row.
+    uint n_base;
+    // Row stride of the output: the layer's full N.
+    uint out_stride;
+    // Bit 0: add the bias.
+    uint flags;
+    uint pad0;
+    uint pad1;
+} p;
+
+#if WEIGHT_BF16
+// Four bf16 weights a word pair (K is a multiple of 4, so rows start on 8
+// bytes).
+layout(set = 0, binding = 0, std430) readonly buffer Weights { uvec2 w[]; };
+#else
+layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
+#endif
+layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
+layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
+layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
+
+#define CLAMP gl_CooperativeMatrixClampModeConstantNV
+
+// The bias of output column `col` of a tile whose first column is `first`
+// (clamped into the chunk: columns past it are not stored).
+float add_bias(const in uint row, const in uint col, const in float v, const in uint first) {
+    uint c = min(first + col, p.n_base + p.n - 1u);
+    return v + bias[c];
+}
+
+#if WEIGHT_BF16
+// Row pitch of the shared weight tile in f16: 16 bytes of skew per row.
+const uint PITCH = BK + 8u;
+shared float16_t b_sh[BN * PITCH];
+// Four-column loads of a step's BN x BK weights, per invocation.
+const uint QUADS = BN * BK / 4u;
+const uint LOADS = (QUADS + WG - 1u) / WG;
+
+// The word pair of quad `i` (this invocation's `i`-th) of K step `k0`, zero
+// past the chunk's rows and K.
+uvec2 fetch_w(uint n0, uint k0, uint i) {
+    uint q = gl_LocalInvocationIndex + i * WG;
+    uint row = q / (BK / 4u);
+    uint col = k0 + 4u * (q % (BK / 4u));
+    if (q < QUADS && n0 + row < p.n && col < p.k) {
+        return w[(n0 + row) * (p.k / 4u) + col / 4u];
+    }
+    return uvec2(0u);
+}
+
+float16_t bf16_to_f16(uint bits) {
+    return float16_t(uintBitsToFloat(bits << 16u));
+}
+
+void put_w(uint i, uvec2 v) {
+    uint q = gl_LocalInvocationIndex + i * WG;
+    if (q < QUADS) {
+        uint at = (q / (BK / 4u)) * PITCH + 4u * (q % (BK / 4u));
+        b_sh[at] = bf16_to_f16(v.x & 0xFFFFu);
+        b_sh[at + 1u] = bf16_to_f16(v.x >> 16u);
+        b_sh[at + 2u] = bf16_to_f16(v.y & 0xFFFFu);
+        b_sh[at + 3u] = bf16_to_f16(v.y >> 16u);
+    }
+}
+#endif
+
+void main() {
+    uint n0 = gl_WorkGroupID.x * BN;
+    uint m0 = gl_WorkGroupID.y * BM;
+
+    tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
+    t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
+#if !WEIGHT_BF16
+    tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
+    t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
+    // B[k][n] = W[n][k].
+    tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
+#endif
+
+    coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
+
+#if WEIGHT_BF16
+    uvec2 r[LOADS];
+    for (uint i = 0u; i < LOADS; i++) {
+        r[i] = fetch_w(n0, 0u, i);
+    }
+#endif
+    for (uint k0 = 0u; k0 < p.k; k0 += BK) {
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
+        coopMatLoadTensorNV(a, x, 0u, sliceTensorLayoutNV(t_x, m0, BM, k0, BK));
+        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
+#if WEIGHT_BF16
+        // The previous step's products are done with the tile.
+        barrier();
+        for (uint i = 0u; i < LOADS; i++) {
+            put_w(i, r[i]);
+        }
+        barrier();
+        if (k0 + BK < p.k) {
+            for (uint i = 0u; i < LOADS; i++) {
+                r[i] = fetch_w(n0, k0 + BK, i);
+            }
+        }
+        // Weight rows are B's columns: column-major with the tile's pitch.
+        coopMatLoad(b, b_sh, 0u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
+#else
+        coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(t_w, n0, BN, k0, BK), transpose);
+#endif
+        acc = coopMatMulAdd(a, b, acc);
+    }
+
+    if ((p.flags & 1u) != 0u) {
+        coopMatPerElementNV(acc, acc, add_bias, p.n_base + n0);
+    }
+    coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> out_tile =
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+    // The output as the layer's [M, out_stride], bounded at the chunk's last
+    // column: stores past it (or past M) are dropped.
+    tensorLayoutNV<2, CLAMP> t_y = createTensorLayoutNV(2, CLAMP);
+    t_y = setTensorLayoutDimensionNV(t_y, p.m, p.n_base + p.n);
+    t_y = setTensorLayoutStrideNV(t_y, p.out_stride, 1u);
+    coopMatStoreTensorNV(out_tile, y, 0u, sliceTensorLayoutNV(t_y, m0, BM, p.n_base + n0, BN));
+}
