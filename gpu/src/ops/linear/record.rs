@@ -9,12 +9,13 @@ use dynvram_shaders::linear as shaders;
 
 use super::weights::{LinearWeights, Region};
 use super::{LinearError, LinearScratch};
-use crate::gpu::{Gpu, SpreadQuant};
+use crate::gpu::{Gpu, SpirvGemm, SpreadQuant};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch};
+use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch, launch_spirv};
 use crate::tensor::{ActDtype, GpuTensor};
 
+mod cm2;
 mod coop;
 mod fold;
 mod fused;
@@ -22,6 +23,7 @@ mod gemv;
 mod norm_quant;
 mod spec;
 mod spread;
+pub use cm2::{Cm2Kernel, cm2_gemm};
 pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,
@@ -87,6 +89,11 @@ pub struct RecordOptions {
     /// one device). Whether a fold is usable still follows the device's
     /// ([`fold_unusable`]): a folded norm with this `Off` is an error.
     pub spread_quant: Option<SpreadQuant>,
+    /// Whether float GEMMs may take the SPIR-V cooperative-matrix-2 kernels,
+    /// instead of the device's `GpuOptions::spirv_gemm` (tests and tools
+    /// comparing them with the WGSL kernels; `Auto` still needs the device
+    /// to have enabled the extension).
+    pub spirv_gemm: Option<SpirvGemm>,
 }
 
 /// What activation codes in the scratch were made from and how.
@@ -244,6 +251,7 @@ fn record(
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         coop_asked: opts.coop,
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
+        spirv_gemm: opts.spirv_gemm.unwrap_or(SpirvGemm::Auto),
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
         spread: if opts.quantize_apart {
@@ -493,6 +501,8 @@ struct Recorder<'a> {
     coop_asked: Option<CoopShape>,
     /// The cooperative-matrix GEMM kernel asked for.
     coop_gemm: CoopGemmKernel,
+    /// [`RecordOptions::spirv_gemm`].
+    spirv_gemm: SpirvGemm,
     /// [`RecordOptions::reuse_codes`].
     reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
@@ -678,6 +688,86 @@ impl Recorder<'_> {
             Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
             Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
         }
+    }
+
+    /// The SPIR-V GEMM this float layer takes: never at GEMV sizes, when the
+    /// tiled GEMM or no SPIR-V is asked for, or where the device has not
+    /// enabled `VK_NV_cooperative_matrix2`; else where [`cm2_gemm`] finds
+    /// one for the layer (the WGSL kernels otherwise).
+    fn cm2_chosen(&self) -> Option<Cm2Kernel> {
+        if self.m <= GEMV_MAX_M
+            || self.gemv.is_some()
+            || self.gemm == GemmKernel::Tiled
+            || self.spirv_gemm == SpirvGemm::Off
+        {
+            return None;
+        }
+        let caps = self.gpu.cm2()?;
+        cm2_gemm(Some(caps), self.weights.format, self.act)
+            .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
+            .ok()
+    }
+
+    /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
+    /// weight chunk, with the bindings and immediates of the WGSL float
+    /// GEMM (bit 0 of the first padding word: add the bias).
+    fn float_cm2(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        dummy: &wgpu::Buffer,
+    ) -> Result<(), LinearError> {
+        let (m, n, k) = (self.m, self.weights.n, self.weights.k);
+        let g = kernel.gemm;
+        for c in self.chunks()? {
+            let scale = self
+                .weights
+                .scale
+                .as_ref()
+                .map_or(buf(dummy, 0, 16), region);
+            let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+            let bindings: Bindings<'_> = (0..)
+                .zip([
+                    buf(c.buffer, c.offset, c.size),
+                    scale,
+                    bias,
+                    x.binding(),
+                    out.binding(),
+                ])
+                .collect();
+            let params = Params {
+                a: m as u32,
+                b: c.rows as u32,
+                c: k as u32,
+                d: c.first_row as u32,
+                e: n as u32,
+                pad: [u32::from(self.weights.bias.is_some()), 0, 0],
+            };
+            let groups = (
+                c.rows.div_ceil(u64::from(g.tile_n)) as u32,
+                m.div_ceil(u64::from(g.tile_m)) as u32,
+            );
+            launch_spirv(
+                self.gpu,
+                self.cache,
+                encoder,
+                Launch {
+                    program: kernel.program,
+                    label: &LaunchLabel {
+                        kernel: g.name,
+                        rec: self,
+                    },
+                    bindings: &bindings,
+                    immediates: bytemuck::bytes_of(&params),
+                    groups,
+                    cost: self.chunk_cost(&c, x.bytes()),
+                },
+            )?;
+            self.dispatches.set(self.dispatches.get() + 1);
+        }
+        Ok(())
     }
 
     /// The double-buffered GEMM's shape where it is asked for and fits this
@@ -1018,6 +1108,10 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
+        if let Some(kernel) = self.cm2_chosen() {
+            scratch.set_spirv(kernel.gemm.name);
+            return self.float_cm2(encoder, kernel, x, out, &dummy);
+        }
         let coop = self.coop_chosen(|caps| {
             float_coop_unusable(caps, self.weights.format, self.act, self.coop)
         })?;

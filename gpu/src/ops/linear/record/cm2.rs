@@ -1,0 +1,261 @@
+//! The float GEMMs on NVIDIA's cooperative matrices 2 (SPIR-V,
+//! `dynvram_shaders::spirv`): whether a layer may take one on this device,
+//! which, and why not.
+//!
+//! They compute what the WGSL cooperative GEMM's float path does (f16
+//! activations and output, f16 or bf16 weights exact in f16, f32 sums, the
+//! bias added in f32 before the one rounding) with the same bindings and
+//! immediates, on workgroup-scope matrices whose staging the driver does.
+//! Only where the device enabled `VK_NV_cooperative_matrix2` with every
+//! feature they use ([`crate::gpu::Cm2Caps`]), the driver lists their
+//! matrix shape, and their own shared memory fits beside the driver's; the
+//! WGSL kernels everywhere else.
+
+use dynvram_quant::Format;
+use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm};
+
+use crate::gpu::Cm2Caps;
+use crate::gpu::cm2::{COMPONENT_F16, COMPONENT_F32, SCOPE_WORKGROUP};
+use crate::ops::cache::SpirvProgram;
+use crate::tensor::ActDtype;
+
+/// The bindings of the float linears (`linear_float_common.wgsl`): weights,
+/// weight scale, bias, activations (read-only), output.
+const BINDINGS: [(u32, bool); 5] = [(0, true), (1, true), (2, true), (3, true), (4, false)];
+
+/// The programs of [`CM2_GEMMS`], in the same order.
+static PROGRAMS: [SpirvProgram; 3] = {
+    const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
+        SpirvProgram {
+            spirv: g.spirv,
+            entry: "main",
+            bindings: &BINDINGS,
+            // The `Params` immediates of the linears.
+            immediate_size: 32,
+        }
+    }
+    [
+        program(&CM2_GEMMS[0]),
+        program(&CM2_GEMMS[1]),
+        program(&CM2_GEMMS[2]),
+    ]
+};
+
+/// A cooperative-matrix-2 GEMM chosen for a layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Cm2Kernel {
+    /// The kernel and its tile.
+    pub gemm: &'static Cm2Gemm,
+    /// Its pipeline's program.
+    pub(crate) program: &'static SpirvProgram,
+}
+
+/// The SPIR-V GEMM a float layer of weight `format` on `act` activations
+/// takes on a device with `cm2` (what it enabled of the extension, `None`
+/// where it did not), or why none can.
+pub fn cm2_gemm(cm2: Option<&Cm2Caps>, format: Format, act: ActDtype) -> Result<Cm2Kernel, String> {
+    let Some(caps) = cm2 else {
+        return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, a feature missing, or DYNVRAM_SPIRV_GEMM=off)".into());
+    };
+    let missing = caps.missing_features();
+    if !missing.is_empty() {
+        return Err(format!(
+            "VK_NV_cooperative_matrix2 lacks {}",
+            missing.join(", ")
+        ));
+    }
+    if act != ActDtype::F16 {
+        return Err(format!(
+            "{act} activations (the SPIR-V GEMM takes f16 activations)"
+        ));
+    }
+    let bf16 = match format {
+        Format::F16 => false,
+        Format::Bf16 => true,
+        other => {
+            return Err(format!(
+                "{other} weights (the SPIR-V GEMM reads f16 and bf16)"
+            ));
+        }
+    };
+    let mut why = Vec::new();
+    for (g, program) in CM2_GEMMS.iter().zip(&PROGRAMS) {
+        if g.bf16_weights != bf16 {
+            continue;
+        }
+        match fits(caps, g) {
+            Ok(()) => return Ok(Cm2Kernel { gemm: g, program }),
+            Err(w) => why.push(format!("{}: {w}", g.name)),
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// Whether `g` fits the device's limits and a listed matrix shape.
+fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), String> {
+    if g.invocations > caps.max_workgroup_size {
+        return Err(format!(
+            "{} invocations exceed the workgroup-scope maximum {}",
+            g.invocations, caps.max_workgroup_size
+        ));
+    }
+    let largest = g.tile_m.max(g.tile_n).max(g.tile_k);
+    if largest > caps.max_dimension {
+        return Err(format!(
+            "a {largest}-wide matrix exceeds the flexible-dimension maximum {}",
+            caps.max_dimension
+        ));
+    }
+    if g.shared_bytes > caps.shared_memory_left() {
+        return Err(format!(
+            "{} bytes of shared memory exceed the {} left beside the driver's {} reserved",
+            g.shared_bytes,
+            caps.shared_memory_left(),
+            caps.reserved_shared_memory
+        ));
+    }
+    let f16_f32 = [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32];
+    let listed = caps.flexible.iter().any(|d| {
+        d.scope == SCOPE_WORKGROUP
+            && d.types == f16_f32
+            && d.workgroup_invocations == g.invocations
+            && d.m_granularity > 0
+            && d.n_granularity > 0
+            && d.k_granularity > 0
+            && g.tile_m.is_multiple_of(d.m_granularity)
+            && g.tile_n.is_multiple_of(d.n_granularity)
+            && g.tile_k.is_multiple_of(d.k_granularity)
+    });
+    if !listed {
+        return Err(format!(
+            "the driver lists no workgroup-scope f16 x f16 + f32 shape of {} invocations that {} x {} x {} tiles",
+            g.invocations, g.tile_m, g.tile_n, g.tile_k
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::cm2::FlexibleDims;
+
+    /// An H100-like device: every feature, 48 KiB of shared memory with
+    /// 16 KiB reserved, 16-granular workgroup shapes of 128 and 256
+    /// invocations.
+    fn nvidia() -> Cm2Caps {
+        let dims = |workgroup_invocations| FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 16,
+            types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations,
+        };
+        Cm2Caps {
+            vulkan_1_3: true,
+            workgroup_scope: true,
+            flexible_dimensions: true,
+            per_element_operations: true,
+            tensor_addressing: true,
+            conversions: true,
+            max_workgroup_size: 1024,
+            max_dimension: 256,
+            reserved_shared_memory: 16 << 10,
+            max_shared_memory: 48 << 10,
+            flexible: vec![dims(128), dims(256)],
+        }
+    }
+
+    fn name(r: Result<Cm2Kernel, String>) -> Result<&'static str, String> {
+        r.map(|k| k.gemm.name)
+    }
+
+    #[test]
+    fn without_the_extension_it_is_never_chosen() {
+        let why = name(cm2_gemm(None, Format::Bf16, ActDtype::F16)).expect_err("no extension");
+        assert!(why.contains("VK_NV_cooperative_matrix2"), "{why}");
+        // Every feature missing in turn.
+        let full = nvidia();
+        let cases: [(&str, fn(&mut Cm2Caps)); 5] = [
+            ("Vulkan 1.3", |c| c.vulkan_1_3 = false),
+            ("cooperativeMatrixWorkgroupScope", |c| {
+                c.workgroup_scope = false
+            }),
+            ("cooperativeMatrixFlexibleDimensions", |c| {
+                c.flexible_dimensions = false
+            }),
+            ("cooperativeMatrixPerElementOperations", |c| {
+                c.per_element_operations = false
+            }),
+            ("cooperativeMatrixTensorAddressing", |c| {
+                c.tensor_addressing = false
+            }),
+        ];
+        for (feature, strip) in cases {
+            let mut caps = full.clone();
+            strip(&mut caps);
+            let why = name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16)).expect_err(feature);
+            assert!(why.contains(feature), "{feature}: {why}");
+        }
+        // A default (empty) capability set is refused too.
+        assert!(cm2_gemm(Some(&Cm2Caps::default()), Format::F16, ActDtype::F16).is_err());
+    }
+
+    #[test]
+    fn only_f16_activations_and_f16_or_bf16_weights() {
+        let caps = nvidia();
+        assert_eq!(
+            name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16)),
+            Ok("gemm_cm2_f16")
+        );
+        assert_eq!(
+            name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F16)),
+            Ok("gemm_cm2_bf16")
+        );
+        let why = name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F32)).expect_err("f32");
+        assert!(why.contains("f16 activations"), "{why}");
+        for f in [Format::F32, Format::Float8E4m3fn] {
+            let why = name(cm2_gemm(Some(&caps), f, ActDtype::F16)).expect_err("format");
+            assert!(why.contains("weights"), "{why}");
+        }
+    }
+
+    #[test]
+    fn tiles_follow_the_shared_memory_and_the_listed_shapes() {
+        // 20 KiB of bf16 staging does not fit beside 32 KiB reserved: the
+        // 128-wide tile (10 KiB) does.
+        let mut tight = nvidia();
+        tight.reserved_shared_memory = 32 << 10;
+        assert_eq!(
+            name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16)),
+            Ok("gemm_cm2_bf16_n128")
+        );
+        // f16 weights declare no shared memory.
+        tight.reserved_shared_memory = 48 << 10;
+        assert_eq!(
+            name(cm2_gemm(Some(&tight), Format::F16, ActDtype::F16)),
+            Ok("gemm_cm2_f16")
+        );
+        let why = name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16)).expect_err("full");
+        assert!(why.contains("shared memory"), "{why}");
+        // No listed shape of 256 invocations, or a granularity the tiles miss.
+        let mut unlisted = nvidia();
+        unlisted.flexible.retain(|d| d.workgroup_invocations != 256);
+        let why = name(cm2_gemm(Some(&unlisted), Format::F16, ActDtype::F16)).expect_err("list");
+        assert!(why.contains("lists no"), "{why}");
+        let mut coarse = nvidia();
+        for d in &mut coarse.flexible {
+            d.k_granularity = 64;
+        }
+        assert!(cm2_gemm(Some(&coarse), Format::F16, ActDtype::F16).is_err());
+        let mut small = nvidia();
+        small.max_workgroup_size = 128;
+        let why = name(cm2_gemm(Some(&small), Format::F16, ActDtype::F16)).expect_err("size");
+        assert!(why.contains("invocations"), "{why}");
+        let mut narrow = nvidia();
+        narrow.max_dimension = 128;
+        let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16)).expect_err("dim");
+        assert!(why.contains("flexible-dimension"), "{why}");
+    }
+}

@@ -1,0 +1,123 @@
+//! SPIR-V kernels for what WGSL cannot express: NVIDIA's cooperative
+//! matrices 2 (workgroup-scope matrices, tensor addressing). Written in GLSL
+//! under `spirv/` and compiled by `scripts/spirv.sh` (trixie's glslc) to the
+//! committed `.spv` files included here; `scripts/spirv.sh --check` (CI)
+//! validates each with `spirv-val` and checks it equals a fresh compile.
+//! wgpu passes them to the driver unvalidated: the GPU tests against CPU
+//! references are their only check of behaviour.
+
+/// A float-weight GEMM on workgroup-scope cooperative matrices
+/// (`spirv/gemm_cm2.glsl`): f16 activations and output, f16 or bf16
+/// weights, f32 sums; the bindings and immediates of the WGSL float linears.
+#[derive(Debug)]
+pub struct Cm2Gemm {
+    /// The profile's name of the kernel.
+    pub name: &'static str,
+    /// The module (SPIR-V 1.6, entry point `main`).
+    pub spirv: &'static [u8],
+    /// Weights are bf16 (else f16).
+    pub bf16_weights: bool,
+    /// Output tile rows (of M) of a workgroup.
+    pub tile_m: u32,
+    /// Output tile columns (of N) of a workgroup.
+    pub tile_n: u32,
+    /// K columns a step.
+    pub tile_k: u32,
+    /// Invocations of a workgroup.
+    pub invocations: u32,
+    /// Shared memory the kernel declares itself (besides the driver's
+    /// staging for workgroup-scope matrices).
+    pub shared_bytes: u32,
+}
+
+/// Every cooperative-matrix-2 GEMM, in the order they are preferred for
+/// their weight format (larger tiles first).
+pub static CM2_GEMMS: [Cm2Gemm; 3] = [
+    Cm2Gemm {
+        name: "gemm_cm2_f16",
+        spirv: include_bytes!("../spirv/gemm_cm2_f16.spv"),
+        bf16_weights: false,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 32,
+        invocations: 256,
+        shared_bytes: 0,
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_bf16",
+        spirv: include_bytes!("../spirv/gemm_cm2_bf16.spv"),
+        bf16_weights: true,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 32,
+        invocations: 256,
+        // 256 rows of 32 + 8 f16.
+        shared_bytes: 256 * 40 * 2,
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_bf16_n128",
+        spirv: include_bytes!("../spirv/gemm_cm2_bf16_n128.spv"),
+        bf16_weights: true,
+        tile_m: 128,
+        tile_n: 128,
+        tile_k: 32,
+        invocations: 256,
+        shared_bytes: 128 * 40 * 2,
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads the `#define NAME value` lines of a variant's `.comp`.
+    fn define(comp: &str, name: &str) -> u32 {
+        comp.lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no #define {name} in the .comp"))
+    }
+
+    #[test]
+    fn every_module_is_spirv_built_from_its_comp_with_the_listed_shape() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/spirv");
+        let mut comps = 0;
+        for entry in std::fs::read_dir(dir).expect("spirv/") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "comp") {
+                comps += 1;
+                let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
+                assert!(
+                    CM2_GEMMS.iter().any(|g| g.name == stem),
+                    "{stem}.comp is not listed in CM2_GEMMS"
+                );
+            }
+        }
+        assert_eq!(comps, CM2_GEMMS.len());
+        for g in &CM2_GEMMS {
+            let spv = &g.spirv;
+            assert!(spv.len() > 20 && spv.len().is_multiple_of(4), "{}", g.name);
+            assert_eq!(&spv[..4], &0x0723_0203u32.to_le_bytes(), "{}", g.name);
+            // SPIR-V 1.6, which SPV_NV_cooperative_matrix2 requires.
+            assert_eq!(&spv[4..8], &0x0001_0600u32.to_le_bytes(), "{}", g.name);
+            let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");
+            assert_eq!(
+                define(&comp, "WEIGHT_BF16") == 1,
+                g.bf16_weights,
+                "{}",
+                g.name
+            );
+            assert_eq!(define(&comp, "BM"), g.tile_m, "{}", g.name);
+            assert_eq!(define(&comp, "BN"), g.tile_n, "{}", g.name);
+            assert_eq!(define(&comp, "BK"), g.tile_k, "{}", g.name);
+            assert_eq!(define(&comp, "WG"), g.invocations, "{}", g.name);
+            let pitch = g.tile_k + 8;
+            let shared = if g.bf16_weights {
+                g.tile_n * pitch * 2
+            } else {
+                0
+            };
+            assert_eq!(g.shared_bytes, shared, "{}", g.name);
+        }
+    }
+}
