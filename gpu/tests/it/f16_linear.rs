@@ -35,8 +35,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Output, activation codes (column order) and scales of one f16 run.
-struct Run {
-    out: Vec<f32>,
+pub(crate) struct Run {
+    pub(crate) out: Vec<f32>,
     codes: Vec<i8>,
     scales: Vec<f32>,
 }
@@ -46,7 +46,7 @@ impl Env {
         self.run_f16_with(h, choice, x, &RecordOptions::default())
     }
 
-    fn run_f16_with(
+    pub(crate) fn run_f16_with(
         &mut self,
         h: &HostLayer,
         choice: KernelChoice,
@@ -91,7 +91,7 @@ impl Env {
 }
 
 /// The module's tolerance rule.
-fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
+pub(crate) fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
     assert_eq!(y.len(), e.len(), "{what}: lengths");
     let delta = rel * e.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let mut worst = 0.0f32;
@@ -109,7 +109,7 @@ fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
 
 /// [`activations`] rounded to f16: the reference sees exactly what the GPU
 /// holds.
-fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
+pub(crate) fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
     let x = activations(rng, m, k);
     x.iter().map(|&v| round_to(v, ActDtype::F16)).collect()
 }

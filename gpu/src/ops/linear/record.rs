@@ -94,6 +94,10 @@ pub struct RecordOptions {
     /// comparing them with the WGSL kernels; `Auto` still needs the device
     /// to have enabled the extension).
     pub spirv_gemm: Option<SpirvGemm>,
+    /// The SPIR-V GEMM whose tile is this wide instead of the widest that
+    /// fits (tests of every kernel, tuning; none of that width: the WGSL
+    /// kernels run).
+    pub cm2_tile_n: Option<u32>,
 }
 
 /// What activation codes in the scratch were made from and how.
@@ -252,6 +256,7 @@ fn record(
         coop_asked: opts.coop,
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
         spirv_gemm: opts.spirv_gemm.unwrap_or(SpirvGemm::Auto),
+        cm2_tile_n: opts.cm2_tile_n,
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
         spread: if opts.quantize_apart {
@@ -503,6 +508,8 @@ struct Recorder<'a> {
     coop_gemm: CoopGemmKernel,
     /// [`RecordOptions::spirv_gemm`].
     spirv_gemm: SpirvGemm,
+    /// [`RecordOptions::cm2_tile_n`].
+    cm2_tile_n: Option<u32>,
     /// [`RecordOptions::reuse_codes`].
     reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
@@ -703,7 +710,7 @@ impl Recorder<'_> {
             return None;
         }
         let caps = self.gpu.cm2()?;
-        cm2_gemm(Some(caps), self.weights.format, self.act)
+        cm2_gemm(Some(caps), self.weights.format, self.act, self.cm2_tile_n)
             .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
             .ok()
     }

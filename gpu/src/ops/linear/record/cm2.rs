@@ -52,8 +52,14 @@ pub struct Cm2Kernel {
 
 /// The SPIR-V GEMM a float layer of weight `format` on `act` activations
 /// takes on a device with `cm2` (what it enabled of the extension, `None`
-/// where it did not), or why none can.
-pub fn cm2_gemm(cm2: Option<&Cm2Caps>, format: Format, act: ActDtype) -> Result<Cm2Kernel, String> {
+/// where it did not) — the widest tile that fits, or the one `tile_n` wide
+/// where given — or why none can.
+pub fn cm2_gemm(
+    cm2: Option<&Cm2Caps>,
+    format: Format,
+    act: ActDtype,
+    tile_n: Option<u32>,
+) -> Result<Cm2Kernel, String> {
     let Some(caps) = cm2 else {
         return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, a feature missing, or DYNVRAM_SPIRV_GEMM=off)".into());
     };
@@ -80,13 +86,19 @@ pub fn cm2_gemm(cm2: Option<&Cm2Caps>, format: Format, act: ActDtype) -> Result<
     };
     let mut why = Vec::new();
     for (g, program) in CM2_GEMMS.iter().zip(&PROGRAMS) {
-        if g.bf16_weights != bf16 {
+        if g.bf16_weights != bf16 || tile_n.is_some_and(|t| t != g.tile_n) {
             continue;
         }
         match fits(caps, g) {
             Ok(()) => return Ok(Cm2Kernel { gemm: g, program }),
             Err(w) => why.push(format!("{}: {w}", g.name)),
         }
+    }
+    if why.is_empty() {
+        return Err(format!(
+            "no {format} kernel {} wide",
+            tile_n.unwrap_or_default()
+        ));
     }
     Err(why.join("; "))
 }
@@ -173,7 +185,8 @@ mod tests {
 
     #[test]
     fn without_the_extension_it_is_never_chosen() {
-        let why = name(cm2_gemm(None, Format::Bf16, ActDtype::F16)).expect_err("no extension");
+        let why =
+            name(cm2_gemm(None, Format::Bf16, ActDtype::F16, None)).expect_err("no extension");
         assert!(why.contains("VK_NV_cooperative_matrix2"), "{why}");
         // Every feature missing in turn.
         let full = nvidia();
@@ -195,28 +208,29 @@ mod tests {
         for (feature, strip) in cases {
             let mut caps = full.clone();
             strip(&mut caps);
-            let why = name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16)).expect_err(feature);
+            let why =
+                name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)).expect_err(feature);
             assert!(why.contains(feature), "{feature}: {why}");
         }
         // A default (empty) capability set is refused too.
-        assert!(cm2_gemm(Some(&Cm2Caps::default()), Format::F16, ActDtype::F16).is_err());
+        assert!(cm2_gemm(Some(&Cm2Caps::default()), Format::F16, ActDtype::F16, None).is_err());
     }
 
     #[test]
     fn only_f16_activations_and_f16_or_bf16_weights() {
         let caps = nvidia();
         assert_eq!(
-            name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16)),
+            name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
             Ok("gemm_cm2_f16")
         );
         assert_eq!(
-            name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F16)),
+            name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F16, None)),
             Ok("gemm_cm2_bf16")
         );
-        let why = name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F32)).expect_err("f32");
+        let why = name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F32, None)).expect_err("f32");
         assert!(why.contains("f16 activations"), "{why}");
         for f in [Format::F32, Format::Float8E4m3fn] {
-            let why = name(cm2_gemm(Some(&caps), f, ActDtype::F16)).expect_err("format");
+            let why = name(cm2_gemm(Some(&caps), f, ActDtype::F16, None)).expect_err("format");
             assert!(why.contains("weights"), "{why}");
         }
     }
@@ -228,34 +242,54 @@ mod tests {
         let mut tight = nvidia();
         tight.reserved_shared_memory = 32 << 10;
         assert_eq!(
-            name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16)),
+            name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16, None)),
             Ok("gemm_cm2_bf16_n128")
         );
         // f16 weights declare no shared memory.
         tight.reserved_shared_memory = 48 << 10;
         assert_eq!(
-            name(cm2_gemm(Some(&tight), Format::F16, ActDtype::F16)),
+            name(cm2_gemm(Some(&tight), Format::F16, ActDtype::F16, None)),
             Ok("gemm_cm2_f16")
         );
-        let why = name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16)).expect_err("full");
+        let why =
+            name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16, None)).expect_err("full");
         assert!(why.contains("shared memory"), "{why}");
         // No listed shape of 256 invocations, or a granularity the tiles miss.
         let mut unlisted = nvidia();
         unlisted.flexible.retain(|d| d.workgroup_invocations != 256);
-        let why = name(cm2_gemm(Some(&unlisted), Format::F16, ActDtype::F16)).expect_err("list");
+        let why =
+            name(cm2_gemm(Some(&unlisted), Format::F16, ActDtype::F16, None)).expect_err("list");
         assert!(why.contains("lists no"), "{why}");
         let mut coarse = nvidia();
         for d in &mut coarse.flexible {
             d.k_granularity = 64;
         }
-        assert!(cm2_gemm(Some(&coarse), Format::F16, ActDtype::F16).is_err());
+        assert!(cm2_gemm(Some(&coarse), Format::F16, ActDtype::F16, None).is_err());
         let mut small = nvidia();
         small.max_workgroup_size = 128;
-        let why = name(cm2_gemm(Some(&small), Format::F16, ActDtype::F16)).expect_err("size");
+        let why = name(cm2_gemm(Some(&small), Format::F16, ActDtype::F16, None)).expect_err("size");
         assert!(why.contains("invocations"), "{why}");
+        // A tile width asked for: that kernel, or none.
+        assert_eq!(
+            name(cm2_gemm(
+                Some(&nvidia()),
+                Format::Bf16,
+                ActDtype::F16,
+                Some(128)
+            )),
+            Ok("gemm_cm2_bf16_n128")
+        );
+        let why = name(cm2_gemm(
+            Some(&nvidia()),
+            Format::F16,
+            ActDtype::F16,
+            Some(128),
+        ))
+        .expect_err("no f16 kernel 128 wide");
+        assert!(why.contains("128 wide"), "{why}");
         let mut narrow = nvidia();
         narrow.max_dimension = 128;
-        let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16)).expect_err("dim");
+        let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16, None)).expect_err("dim");
         assert!(why.contains("flexible-dimension"), "{why}");
     }
 }

@@ -1,0 +1,137 @@
+//! The SPIR-V GEMMs on NVIDIA's cooperative matrices 2 (`shaders/spirv/`)
+//! against the CPU reference under `f16_linear`'s tolerance rule: every
+//! kernel, f16 and bf16 weights, with and without bias, on shapes that leave
+//! M, N and K off the tiles (K shorter than one step, K long), and weights
+//! split over several bindings (each chunk's columns inside the wider
+//! output, its bias at its offset). wgpu does not validate raw SPIR-V: these
+//! tests are its only check, and run where the device enabled the extension
+//! (`DYNVRAM_REQUIRE_SPIRV=1` makes its absence a failure). Everywhere, the
+//! path is taken exactly where the device has it.
+
+use crate::f16_linear::{assert_f16_close, random_x};
+use crate::linear_common::{HostLayer, env};
+
+use dynvram_gpu::ActDtype;
+use dynvram_gpu::gpu::{SpirvGemm, adapter_cm2};
+use dynvram_gpu::ops::linear::{ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm};
+use dynvram_quant::reference::{dequantize_float_weight, gemm_f32};
+use dynvram_quant::{Format, KernelChoice};
+use dynvram_shaders::spirv::CM2_GEMMS;
+use dynvram_test_support::gpu::needs_f16;
+use dynvram_test_support::skip::{spirv_required, spirv_skipped};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+#[test]
+fn spirv_gemm_matches_the_reference() {
+    let test = "spirv_gemm_matches_the_reference";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let Some(caps) = env.gpu.cm2().cloned() else {
+        let why = cm2_gemm(None, Format::F16, ActDtype::F16, None).err();
+        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(61);
+    // Past the multi-row GEMVs; (M, N, K, split weights).
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    let cases = [
+        (m0, 17, 36, false),
+        (130, 300, 100, false),
+        (128, 256, 64, false),
+        (m0 + 2, 40, 4, false),
+        (257, 513, 1028, true),
+        (200, 96, 4100, false),
+    ];
+    let mut ran = [false; 2];
+    for g in &CM2_GEMMS {
+        let format = if g.bf16_weights {
+            Format::Bf16
+        } else {
+            Format::F16
+        };
+        if let Err(why) = cm2_gemm(Some(&caps), format, ActDtype::F16, Some(g.tile_n)) {
+            eprintln!("{}: skipped: {why}", g.name);
+            continue;
+        }
+        ran[usize::from(g.bf16_weights)] = true;
+        for (i, &(m, n, k, split)) in cases.iter().enumerate() {
+            let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            let opts = RecordOptions {
+                cm2_tile_n: Some(g.tile_n),
+                // About 100 rows a binding: several chunks, the first rows
+                // of each at an output column past 0.
+                max_binding: split.then_some(100 * 2 * k as u64),
+                ..Default::default()
+            };
+            let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+            let what = format!(
+                "{} M={m} N={n} K={k} bias={} split={split}",
+                g.name,
+                i % 2 == 0
+            );
+            assert_eq!(env.scratch.last_spirv_gemm(), Some(g.name), "{what}");
+            if split {
+                assert!(env.scratch.last_dispatches() > 1, "{what}: one chunk");
+            }
+            assert_f16_close(&what, &y, &e, 1e-5);
+        }
+    }
+    if spirv_required() {
+        assert_eq!(
+            ran,
+            [true, true],
+            "{test}: no kernel ran for f16 or for bf16 weights"
+        );
+    }
+}
+
+/// Only float layers of f16 or bf16 weights take the SPIR-V GEMM, only on a
+/// device that enabled the extension and only unless it is turned off; the
+/// results match the reference whichever kernel runs. CPU and non-Vulkan
+/// adapters never offer the extension.
+#[test]
+fn spirv_gemm_is_taken_only_where_the_device_has_it() {
+    let test = "spirv_gemm_is_taken_only_where_the_device_has_it";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let offered = adapter_cm2(&env.gpu.adapter);
+    let software = env.gpu.info.device_type == wgpu::DeviceType::Cpu;
+    if software || env.gpu.info.backend != wgpu::Backend::Vulkan {
+        assert_eq!(offered, None, "{test}: a software or non-Vulkan adapter");
+        assert!(env.gpu.cm2().is_none(), "{test}: enabled without the adapter");
+    }
+    let enabled = env.gpu.cm2().is_some();
+    let mut rng = ChaCha8Rng::seed_from_u64(62);
+    let (m, n, k) = (ROWS_GEMV_MAX_M as usize + 7, 40, 64);
+    let formats = [
+        Format::F16,
+        Format::Bf16,
+        Format::F32,
+        Format::Float8E4m3fn,
+    ];
+    for format in formats {
+        let h = HostLayer::random(&mut rng, format, n, k, true);
+        let x = random_x(&mut rng, m, k);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        for spirv in [None, Some(SpirvGemm::Off)] {
+            let opts = RecordOptions {
+                spirv_gemm: spirv,
+                ..Default::default()
+            };
+            let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+            let want = enabled
+                && spirv != Some(SpirvGemm::Off)
+                && matches!(format, Format::F16 | Format::Bf16);
+            let what = format!("{format:?} spirv={spirv:?} M={m} N={n} K={k}");
+            assert_eq!(env.scratch.last_spirv_gemm().is_some(), want, "{what}");
+            assert_f16_close(&what, &y, &e, 1e-5);
+        }
+    }
+}
