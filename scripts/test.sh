@@ -20,6 +20,16 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 # rebuilds wgpu and every crate above it.
 dynvram="${CARGO_TARGET_DIR:-target}/debug/dynvram"
 
+stage "SPIR-V kernels: spirv-val and a fresh compile of each (trixie's glslc)"
+# The committed .spv files of shaders/spirv/ must validate for Vulkan 1.3 and
+# equal what their .comp compiles to (scripts/spirv.sh, tools unpacked beside
+# the system like the Mesa 26 stage's).
+if scripts/spirv.sh --fetch >/dev/null; then
+  scripts/spirv.sh --check
+else
+  echo "skipped: SPIR-V check (trixie's glslc and spirv-tools could not be fetched)"
+fi
+
 stage "build the tests"
 cargo test --workspace --no-run
 

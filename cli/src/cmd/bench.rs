@@ -295,7 +295,8 @@ struct LinearFigure {
     n: u64,
     k: u64,
     kernel: String,
-    /// The GEMM ran on cooperative matrices.
+    /// The GEMM ran on cooperative matrices (WGSL, or the SPIR-V
+    /// cooperative-matrix-2 kernels).
     coop: bool,
     /// Compute dispatches one linear records.
     dispatches: u32,
@@ -479,13 +480,16 @@ fn time_case(
         n,
         k,
         kernel: match (scratch.last_coop_shape(), scratch.last_coop_kernel()) {
+            _ if let Some(spirv) = scratch.last_spirv_gemm() => {
+                format!("{} spirv-cm2 {spirv}", plan.kernel)
+            }
             (Some(shape), Some(CoopGemmKernel::Double)) => {
                 format!("{} coop-matrix {shape} double", plan.kernel)
             }
             (Some(shape), _) => format!("{} coop-matrix {shape}", plan.kernel),
             _ => plan.kernel.to_string(),
         },
-        coop: scratch.last_used_coop(),
+        coop: scratch.last_used_coop() || scratch.last_spirv_gemm().is_some(),
         dispatches: scratch.last_dispatches(),
         ms: per * 1e3,
         weight_gb_per_s: wbytes as f64 / per / 1e9,

@@ -6,7 +6,7 @@
 
 /// One supported combination of workgroup-scope (or other) flexible matrix
 /// dimensions (`VkCooperativeMatrixFlexibleDimensionsPropertiesNV`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct FlexibleDims {
     /// Rows of A, C and the result must be multiples of this.
     pub m_granularity: u32,
@@ -31,7 +31,7 @@ pub const SCOPE_WORKGROUP: i32 = 2;
 
 /// What an adapter offers of `VK_NV_cooperative_matrix2`, and the limits
 /// the SPIR-V GEMM's tiles must fit.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Cm2Caps {
     /// Vulkan 1.3 on the instance and the device (the kernels are SPIR-V
     /// 1.6, which the extension requires).
