@@ -65,11 +65,12 @@ stage "cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports)"
 # beside the system (scripts/with-coop-lavapipe.sh). The linear tests there
 # must take the cooperative GEMM and the attention tests flash attention
 # (DYNVRAM_REQUIRE_COOP=1), and warm launches of both allocate nothing;
-# then conformance.
+# its partial VK_NV_cooperative_matrix2 opens the device with raw SPIR-V, so
+# the SPIR-V launch path runs its check kernel there; then conformance.
 coop=scripts/with-coop-lavapipe.sh
 if "$coop" /bin/true; then
   gpu_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py gpu)
-  DYNVRAM_REQUIRE_COOP=1 "$coop" "$gpu_tests" linear_random:: f16_linear:: linear_conformance:: ops_attention:: launch_allocations::
+  DYNVRAM_REQUIRE_COOP=1 "$coop" "$gpu_tests" linear_random:: f16_linear:: linear_conformance:: ops_attention:: launch_allocations:: spirv_gemm::
   "$coop" "$dynvram" conformance fixtures/conformance --backend vulkan
   "$coop" "$dynvram" run --backend vulkan
 elif [ -n "$require_coop" ]; then

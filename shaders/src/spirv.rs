@@ -66,6 +66,22 @@ pub static CM2_GEMMS: [Cm2Gemm; 3] = [
     },
 ];
 
+/// A plain float linear with the interface of [`CM2_GEMMS`] (the same
+/// bindings, push constants and output contract; f16 weights, 16 x 16
+/// tiles) and no cooperative matrices (`spirv/linear_check.comp`): never
+/// chosen for a layer, it lets the tests check the SPIR-V launch path on
+/// devices that take raw SPIR-V but cannot run the GEMMs (CI's lavapipe).
+pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
+    name: "linear_check",
+    spirv: include_bytes!("../spirv/linear_check.spv"),
+    bf16_weights: false,
+    tile_m: 16,
+    tile_n: 16,
+    tile_k: 1,
+    invocations: 256,
+    shared_bytes: 0,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,18 +104,20 @@ mod tests {
                 comps += 1;
                 let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
                 assert!(
-                    CM2_GEMMS.iter().any(|g| g.name == stem),
+                    CM2_GEMMS.iter().any(|g| g.name == stem) || stem == LINEAR_CHECK.name,
                     "{stem}.comp is not listed in CM2_GEMMS"
                 );
             }
         }
-        assert_eq!(comps, CM2_GEMMS.len());
-        for g in &CM2_GEMMS {
+        assert_eq!(comps, CM2_GEMMS.len() + 1);
+        for g in CM2_GEMMS.iter().chain([&LINEAR_CHECK]) {
             let spv = &g.spirv;
             assert!(spv.len() > 20 && spv.len().is_multiple_of(4), "{}", g.name);
             assert_eq!(&spv[..4], &0x0723_0203u32.to_le_bytes(), "{}", g.name);
             // SPIR-V 1.6, which SPV_NV_cooperative_matrix2 requires.
             assert_eq!(&spv[4..8], &0x0001_0600u32.to_le_bytes(), "{}", g.name);
+        }
+        for g in &CM2_GEMMS {
             let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");
             assert_eq!(
                 define(&comp, "WEIGHT_BF16") == 1,

@@ -16,10 +16,13 @@ pub struct DeviceExtras {
     /// adapter has one. Timeline semaphores are enabled.
     /// [`CopyQueueMode::Family0`] takes queue 1 of wgpu's family instead.
     pub copy_queue: Option<(u32, u32)>,
-    /// `VK_NV_cooperative_matrix2` is enabled with the features the SPIR-V
-    /// GEMM needs (the descriptor asked for `PASSTHROUGH_SHADERS`,
-    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` and `SHADER_F16`, and the adapter
-    /// lists them all): what it offers.
+    /// `VK_NV_cooperative_matrix2` is enabled with every feature of it the
+    /// adapter lists that the SPIR-V GEMM uses (the descriptor asked for
+    /// `PASSTHROUGH_SHADERS`, `EXPERIMENTAL_COOPERATIVE_MATRIX` and
+    /// `SHADER_F16`, and the adapter lists the extension): what it offers.
+    /// The kernels run only where nothing is missing
+    /// ([`super::Cm2Caps::missing_features`]); enabling a partial set (Mesa
+    /// 26's lavapipe) costs nothing and keeps this path tested there.
     pub cm2: Option<super::cm2::Cm2Caps>,
 }
 
@@ -210,10 +213,7 @@ mod imp {
             let caps = hal.physical_device_capabilities();
             let host_import = v11 && caps.supports_extension(name);
             let copy_queue = copy_queue_of(&hal, mode);
-            let cm2 = cm2_wanted
-                .then(|| query_cm2(&hal))
-                .flatten()
-                .filter(|c| c.missing_features().is_empty());
+            let cm2 = cm2_wanted.then(|| query_cm2(&hal)).flatten();
             if !host_import && copy_queue.is_none() && cm2.is_none() {
                 return None;
             }

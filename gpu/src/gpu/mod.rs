@@ -89,8 +89,7 @@ pub struct Gpu {
     decode: Option<crate::decode_tuning::DecodeTuning>,
     /// [`GpuOptions::coop_gemm`].
     coop_gemm: CoopGemmKernel,
-    /// `VK_NV_cooperative_matrix2` as enabled on this device (only with
-    /// every feature the SPIR-V GEMM needs), else `None`.
+    /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
 }
 
@@ -125,11 +124,10 @@ impl Gpu {
         let coop = options.coop_matrix && caps::coop_f16_edge(&adapter) != 0;
         if coop {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
-            // Raw SPIR-V only where the cooperative-matrix-2 GEMM can run:
-            // `device_open` then enables the extension.
-            if options.spirv_gemm == SpirvGemm::Auto
-                && adapter_cm2(&adapter).is_some_and(|c| c.missing_features().is_empty())
-            {
+            // Raw SPIR-V only where the adapter lists cooperative matrices
+            // 2: `device_open` then enables the extension (the kernels run
+            // where it has every feature they use).
+            if options.spirv_gemm == SpirvGemm::Auto && adapter_cm2(&adapter).is_some() {
                 wanted |= wgpu::Features::PASSTHROUGH_SHADERS;
             }
         }
@@ -244,8 +242,9 @@ impl Gpu {
     }
 
     /// `VK_NV_cooperative_matrix2` as enabled on this device, if it is
-    /// (`GpuOptions::spirv_gemm` not off, and the adapter lists the
-    /// extension with every feature the SPIR-V GEMM needs).
+    /// (`GpuOptions::spirv_gemm` not off, cooperative matrices on, and the
+    /// adapter lists the extension; the SPIR-V GEMM runs only where
+    /// [`Cm2Caps::missing_features`] is empty).
     pub fn cm2(&self) -> Option<&Cm2Caps> {
         self.cm2.as_ref()
     }

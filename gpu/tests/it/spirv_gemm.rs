@@ -18,7 +18,7 @@ use dynvram_quant::reference::{dequantize_float_weight, gemm_f32};
 use dynvram_quant::{Format, KernelChoice};
 use dynvram_shaders::spirv::CM2_GEMMS;
 use dynvram_test_support::gpu::needs_f16;
-use dynvram_test_support::skip::{spirv_required, spirv_skipped};
+use dynvram_test_support::skip::{coop_skipped, spirv_required, spirv_skipped};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -90,12 +90,85 @@ fn spirv_gemm_matches_the_reference() {
     }
 }
 
-/// The device enables the extension exactly where the adapter lists it with
-/// every feature the kernels use (Mesa 26's lavapipe lists it without
-/// workgroup scope or tensor addressing: never enabled there); only float
-/// layers of f16 or bf16 weights take the SPIR-V GEMM, only on such a device
-/// and only unless it is turned off; the results match the reference
-/// whichever kernel runs.
+/// The SPIR-V launch path (explicit layout, push constants, weight chunks
+/// writing columns of a wider output, the bias at the chunk's offset)
+/// through its plain check kernel, which runs wherever the device takes raw
+/// SPIR-V: CI's Mesa 26 lavapipe (`DYNVRAM_REQUIRE_COOP=1` there makes its
+/// absence a failure) as well as NVIDIA.
+#[test]
+fn spirv_launch_path_matches_the_reference() {
+    let test = "spirv_launch_path_matches_the_reference";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let passthrough = env.gpu.device.features();
+    if !passthrough.contains(wgpu::Features::PASSTHROUGH_SHADERS) {
+        coop_skipped(&format!(
+            "{test}: skipped: the device takes no raw SPIR-V (no VK_NV_cooperative_matrix2 listed)"
+        ));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(63);
+    let check = RecordOptions {
+        spirv_check: true,
+        ..Default::default()
+    };
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    for (i, (m, n, k, split)) in [(m0, 17, 36, false), (50, 70, 64, true), (40, 300, 12, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let h = HostLayer::random(&mut rng, Format::F16, n, k, i != 1);
+        let x = random_x(&mut rng, m, k);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        let opts = RecordOptions {
+            // 32 rows a binding (at 256-byte alignment, any K).
+            max_binding: split.then_some(32 * 2 * k as u64),
+            ..check
+        };
+        let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+        let what = format!("linear_check M={m} N={n} K={k} split={split}");
+        assert_eq!(
+            env.scratch.last_spirv_gemm(),
+            Some("linear_check"),
+            "{what}"
+        );
+        if split {
+            assert!(env.scratch.last_dispatches() > 1, "{what}: one chunk");
+        }
+        assert_f16_close(&what, &y, &e, 1e-5);
+    }
+    // bf16 weights: refused, named.
+    let h = HostLayer::random(&mut rng, Format::Bf16, 20, 16, false);
+    let x = random_x(&mut rng, m0, 16);
+    let w = dynvram_gpu::ops::linear::LinearWeights::upload(&env.gpu, &h.meta, h.bytes())
+        .expect("upload");
+    let xt = dynvram_gpu::ops::host::upload(&env.gpu, "x", &x, vec![m0 as u64, 16], ActDtype::F16)
+        .expect("x");
+    let out = dynvram_gpu::ops::host::zeros(&env.gpu, "out", vec![m0 as u64, 20], ActDtype::F16)
+        .expect("out");
+    let mut enc = dynvram_gpu::ops::encoder::Encoder::new(&env.gpu.device, "test");
+    let err = dynvram_gpu::ops::linear::record_linear_with(
+        &env.gpu,
+        &env.cache,
+        &mut enc,
+        &w,
+        KernelChoice::Float,
+        &xt,
+        &out,
+        &mut env.scratch,
+        &check,
+    )
+    .expect_err("bf16 weights on the check kernel");
+    assert!(err.to_string().contains("bf16 weights"), "{err}");
+}
+
+/// The device enables the extension where the adapter lists it (Mesa 26's
+/// lavapipe does, without workgroup scope or tensor addressing); only float
+/// layers of f16 or bf16 weights take the SPIR-V GEMM, only on a device
+/// that has every feature the kernels use, and only unless it is turned
+/// off; the results match the reference whichever kernel runs.
 #[test]
 fn spirv_gemm_is_taken_only_where_the_device_has_it() {
     let test = "spirv_gemm_is_taken_only_where_the_device_has_it";
@@ -112,22 +185,21 @@ fn spirv_gemm_is_taken_only_where_the_device_has_it() {
     if env.gpu.info.backend != wgpu::Backend::Vulkan {
         assert_eq!(offered, None, "{test}: a non-Vulkan adapter");
     }
-    let complete = offered
-        .as_ref()
-        .is_some_and(|c| c.missing_features().is_empty());
-    let enabled = env.gpu.cm2().is_some();
-    assert!(!enabled || complete, "{test}: enabled with features missing");
-    if complete && env.gpu.caps.coop_matrix_edge != 0 {
-        assert!(enabled, "{test}: every feature listed, not enabled");
+    assert_eq!(
+        env.gpu.cm2().is_some(),
+        offered.is_some() && env.gpu.caps.coop_matrix_edge != 0,
+        "{test}: the extension enabled where the adapter lists it"
+    );
+    if let (Some(on), Some(listed)) = (env.gpu.cm2(), &offered) {
+        assert_eq!(on, listed, "{test}: what the device reports");
     }
+    let enabled = env
+        .gpu
+        .cm2()
+        .is_some_and(|c| c.missing_features().is_empty());
     let mut rng = ChaCha8Rng::seed_from_u64(62);
     let (m, n, k) = (ROWS_GEMV_MAX_M as usize + 7, 40, 64);
-    let formats = [
-        Format::F16,
-        Format::Bf16,
-        Format::F32,
-        Format::Float8E4m3fn,
-    ];
+    let formats = [Format::F16, Format::Bf16, Format::F32, Format::Float8E4m3fn];
     for format in formats {
         let h = HostLayer::random(&mut rng, format, n, k, true);
         let x = random_x(&mut rng, m, k);

@@ -98,6 +98,12 @@ pub struct RecordOptions {
     /// fits (tests of every kernel, tuning; none of that width: the WGSL
     /// kernels run).
     pub cm2_tile_n: Option<u32>,
+    /// Float GEMMs past the GEMVs run the SPIR-V launch path's check kernel
+    /// (`dynvram_shaders::spirv::LINEAR_CHECK`: a plain linear, f16 weights
+    /// and activations) where the device takes raw SPIR-V, an error
+    /// elsewhere (tests of that path where the cooperative-matrix-2 GEMMs
+    /// cannot run).
+    pub spirv_check: bool,
 }
 
 /// What activation codes in the scratch were made from and how.
@@ -257,6 +263,7 @@ fn record(
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
         spirv_gemm: opts.spirv_gemm.unwrap_or(SpirvGemm::Auto),
         cm2_tile_n: opts.cm2_tile_n,
+        spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
         spread: if opts.quantize_apart {
@@ -510,6 +517,8 @@ struct Recorder<'a> {
     spirv_gemm: SpirvGemm,
     /// [`RecordOptions::cm2_tile_n`].
     cm2_tile_n: Option<u32>,
+    /// [`RecordOptions::spirv_check`].
+    spirv_check: bool,
     /// [`RecordOptions::reuse_codes`].
     reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
@@ -700,19 +709,32 @@ impl Recorder<'_> {
     /// The SPIR-V GEMM this float layer takes: never at GEMV sizes, when the
     /// tiled GEMM or no SPIR-V is asked for, or where the device has not
     /// enabled `VK_NV_cooperative_matrix2`; else where [`cm2_gemm`] finds
-    /// one for the layer (the WGSL kernels otherwise).
-    fn cm2_chosen(&self) -> Option<Cm2Kernel> {
+    /// one for the layer (the WGSL kernels otherwise). With
+    /// [`RecordOptions::spirv_check`], the check kernel past the GEMVs (an
+    /// error where it cannot run).
+    fn cm2_chosen(&self) -> Result<Option<Cm2Kernel>, LinearError> {
+        if self.spirv_check && self.m > GEMV_MAX_M && self.gemv.is_none() {
+            let passthrough =
+                (self.gpu.device.features()).contains(wgpu::Features::PASSTHROUGH_SHADERS);
+            return cm2::linear_check(passthrough, self.weights.format, self.act)
+                .map(Some)
+                .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
+        }
         if self.m <= GEMV_MAX_M
             || self.gemv.is_some()
             || self.gemm == GemmKernel::Tiled
             || self.spirv_gemm == SpirvGemm::Off
         {
-            return None;
+            return Ok(None);
         }
-        let caps = self.gpu.cm2()?;
-        cm2_gemm(Some(caps), self.weights.format, self.act, self.cm2_tile_n)
-            .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
-            .ok()
+        let Some(caps) = self.gpu.cm2() else {
+            return Ok(None);
+        };
+        Ok(
+            cm2_gemm(Some(caps), self.weights.format, self.act, self.cm2_tile_n)
+                .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
+                .ok(),
+        )
     }
 
     /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
@@ -1115,7 +1137,7 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
-        if let Some(kernel) = self.cm2_chosen() {
+        if let Some(kernel) = self.cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
             return self.float_cm2(encoder, kernel, x, out, &dummy);
         }

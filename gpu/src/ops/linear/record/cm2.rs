@@ -12,7 +12,7 @@
 //! WGSL kernels everywhere else.
 
 use dynvram_quant::Format;
-use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm};
+use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm, LINEAR_CHECK};
 
 use crate::gpu::Cm2Caps;
 use crate::gpu::cm2::{COMPONENT_F16, COMPONENT_F32, SCOPE_WORKGROUP};
@@ -23,23 +23,47 @@ use crate::tensor::ActDtype;
 /// weight scale, bias, activations (read-only), output.
 const BINDINGS: [(u32, bool); 5] = [(0, true), (1, true), (2, true), (3, true), (4, false)];
 
-/// The programs of [`CM2_GEMMS`], in the same order.
-static PROGRAMS: [SpirvProgram; 3] = {
-    const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
-        SpirvProgram {
-            spirv: g.spirv,
-            entry: "main",
-            bindings: &BINDINGS,
-            // The `Params` immediates of the linears.
-            immediate_size: 32,
-        }
+/// The program of `g`: the float linears' bindings and `Params` immediates.
+const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
+    SpirvProgram {
+        spirv: g.spirv,
+        entry: "main",
+        bindings: &BINDINGS,
+        immediate_size: 32,
     }
-    [
-        program(&CM2_GEMMS[0]),
-        program(&CM2_GEMMS[1]),
-        program(&CM2_GEMMS[2]),
-    ]
-};
+}
+
+/// The programs of [`CM2_GEMMS`], in the same order.
+static PROGRAMS: [SpirvProgram; 3] = [
+    program(&CM2_GEMMS[0]),
+    program(&CM2_GEMMS[1]),
+    program(&CM2_GEMMS[2]),
+];
+
+/// [`LINEAR_CHECK`]'s program.
+static CHECK_PROGRAM: SpirvProgram = program(&LINEAR_CHECK);
+
+/// The SPIR-V launch path's check kernel ([`LINEAR_CHECK`]) for a float
+/// layer of `format` weights on `act` activations on a device that takes
+/// raw SPIR-V (`passthrough`), or why it cannot run.
+pub(super) fn linear_check(
+    passthrough: bool,
+    format: Format,
+    act: ActDtype,
+) -> Result<Cm2Kernel, String> {
+    if !passthrough {
+        return Err("the device takes no raw SPIR-V".into());
+    }
+    if (format, act) != (Format::F16, ActDtype::F16) {
+        return Err(format!(
+            "{format} weights on {act} activations (it takes f16 on f16)"
+        ));
+    }
+    Ok(Cm2Kernel {
+        gemm: &LINEAR_CHECK,
+        program: &CHECK_PROGRAM,
+    })
+}
 
 /// A cooperative-matrix-2 GEMM chosen for a layer.
 #[derive(Debug, Clone, Copy)]
