@@ -14,7 +14,7 @@
 
 use crate::linear_common::{Env, HostLayer, env};
 
-use dynvram_gpu::ActDtype;
+use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_gpu::gpu::SpreadQuant;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
@@ -46,13 +46,15 @@ impl Env {
         self.run_f16_with(h, choice, x, &RecordOptions::default())
     }
 
-    pub(crate) fn run_f16_with(
+    /// Uploads `h` and `x` (f16), records the linear into an f16 output and
+    /// submits it: the output, or the recording's error.
+    pub(crate) fn record_f16(
         &mut self,
         h: &HostLayer,
         choice: KernelChoice,
         x: &[f32],
         opts: &RecordOptions,
-    ) -> Run {
+    ) -> Result<GpuTensor, LinearError> {
         let w = LinearWeights::upload(&self.gpu, &h.meta, h.bytes()).expect("upload");
         let (n, k) = (w.n, w.k);
         let m = x.len() as u64 / k;
@@ -69,9 +71,20 @@ impl Env {
             &out,
             &mut self.scratch,
             opts,
-        )
-        .expect("record");
+        )?;
         self.gpu.queue.submit([enc.finish()]);
+        Ok(out)
+    }
+
+    pub(crate) fn run_f16_with(
+        &mut self,
+        h: &HostLayer,
+        choice: KernelChoice,
+        x: &[f32],
+        opts: &RecordOptions,
+    ) -> Run {
+        let out = self.record_f16(h, choice, x, opts).expect("record");
+        let (m, k) = (out.shape[0], h.meta.k as u64);
         let y = host::read(&self.gpu, &out).expect("read out");
         // Only a quantization launch or the spread coding kernel leaves
         // codes (small M makes them in the GEMV unless asked otherwise).
@@ -296,22 +309,9 @@ fn float_coop_gemm_matches_the_reference() {
         !env.scratch.last_used_coop(),
         "f32 weights took the coop GEMM"
     );
-    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
-    let xt = host::upload(&env.gpu, "x", &x, vec![40, 64], ActDtype::F16).expect("x");
-    let out = host::zeros(&env.gpu, "out", vec![40, 20], ActDtype::F16).expect("out");
-    let mut enc = Encoder::new(&env.gpu.device, "test");
-    let err = record_linear_with(
-        &env.gpu,
-        &env.cache,
-        &mut enc,
-        &w,
-        KernelChoice::Float,
-        &xt,
-        &out,
-        &mut env.scratch,
-        &coop,
-    )
-    .expect_err("forced coop on f32 weights");
+    let err = env
+        .record_f16(&h, KernelChoice::Float, &x, &coop)
+        .expect_err("forced coop on f32 weights");
     assert!(err.to_string().contains("f32 weights"), "{err}");
 }
 

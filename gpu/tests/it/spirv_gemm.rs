@@ -142,25 +142,9 @@ fn spirv_launch_path_matches_the_reference() {
     // bf16 weights: refused, named.
     let h = HostLayer::random(&mut rng, Format::Bf16, 20, 16, false);
     let x = random_x(&mut rng, m0, 16);
-    let w = dynvram_gpu::ops::linear::LinearWeights::upload(&env.gpu, &h.meta, h.bytes())
-        .expect("upload");
-    let xt = dynvram_gpu::ops::host::upload(&env.gpu, "x", &x, vec![m0 as u64, 16], ActDtype::F16)
-        .expect("x");
-    let out = dynvram_gpu::ops::host::zeros(&env.gpu, "out", vec![m0 as u64, 20], ActDtype::F16)
-        .expect("out");
-    let mut enc = dynvram_gpu::ops::encoder::Encoder::new(&env.gpu.device, "test");
-    let err = dynvram_gpu::ops::linear::record_linear_with(
-        &env.gpu,
-        &env.cache,
-        &mut enc,
-        &w,
-        KernelChoice::Float,
-        &xt,
-        &out,
-        &mut env.scratch,
-        &check,
-    )
-    .expect_err("bf16 weights on the check kernel");
+    let err = env
+        .record_f16(&h, KernelChoice::Float, &x, &check)
+        .expect_err("bf16 weights on the check kernel");
     assert!(err.to_string().contains("bf16 weights"), "{err}");
 }
 

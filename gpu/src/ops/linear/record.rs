@@ -673,6 +673,20 @@ impl Recorder<'_> {
         )
     }
 
+    /// Params of a GEMM launch over chunk `c`: M, its rows, K, its first
+    /// output column, the output's stride (N), and `flags` in the first
+    /// padding word.
+    fn chunk_params(&self, c: &Chunk<'_>, flags: u32) -> Params {
+        Params {
+            a: self.m as u32,
+            b: c.rows as u32,
+            c: self.weights.k as u32,
+            d: c.first_row as u32,
+            e: self.weights.n as u32,
+            pad: [flags, 0, 0],
+        }
+    }
+
     /// The cost of one weight chunk's GEMV or GEMM: the chunk, the
     /// activations (`x_bytes`, read once) and its outputs.
     fn chunk_cost(&self, c: &Chunk<'_>, x_bytes: u64) -> Cost {
@@ -748,7 +762,7 @@ impl Recorder<'_> {
         out: &GpuTensor,
         dummy: &wgpu::Buffer,
     ) -> Result<(), LinearError> {
-        let (m, n, k) = (self.m, self.weights.n, self.weights.k);
+        let m = self.m;
         let g = kernel.gemm;
         for c in self.chunks()? {
             let scale = self
@@ -766,14 +780,7 @@ impl Recorder<'_> {
                     out.binding(),
                 ])
                 .collect();
-            let params = Params {
-                a: m as u32,
-                b: c.rows as u32,
-                c: k as u32,
-                d: c.first_row as u32,
-                e: n as u32,
-                pad: [u32::from(self.weights.bias.is_some()), 0, 0],
-            };
+            let params = self.chunk_params(&c, u32::from(self.weights.bias.is_some()));
             let groups = (
                 c.rows.div_ceil(u64::from(g.tile_n)) as u32,
                 m.div_ceil(u64::from(g.tile_m)) as u32,
@@ -864,7 +871,7 @@ impl Recorder<'_> {
         scratch: &mut LinearScratch,
         raw: bool,
     ) -> Result<(), LinearError> {
-        let (gpu, m, n, k) = (self.gpu, self.m, self.weights.n, self.weights.k);
+        let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
         let coop = self.coop_chosen(|caps| {
             coop_gemm_unusable(
                 caps,
@@ -1076,14 +1083,7 @@ impl Recorder<'_> {
             } else {
                 (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
-            let params = Params {
-                a: m as u32,
-                b: c.rows as u32,
-                c: k as u32,
-                d: c.first_row as u32,
-                e: n as u32,
-                pad: [0; 3],
-            };
+            let params = self.chunk_params(&c, 0);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
             if double.is_some() {
                 // The weights and codes as 16-byte words (bindings 6 and
@@ -1130,7 +1130,7 @@ impl Recorder<'_> {
         out: &GpuTensor,
         scratch: &mut LinearScratch,
     ) -> Result<(), LinearError> {
-        let (m, n, k) = (self.m, self.weights.n, self.weights.k);
+        let m = self.m;
         let dummy = scratch.dummy(self.gpu)?;
         let has_bias = self.weights.bias.is_some();
         if wfmt.is_fp8() && self.weights.scale.is_none() {
@@ -1193,14 +1193,7 @@ impl Recorder<'_> {
             } else {
                 (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
             };
-            let params = Params {
-                a: m as u32,
-                b: c.rows as u32,
-                c: k as u32,
-                d: c.first_row as u32,
-                e: n as u32,
-                pad: [0; 3],
-            };
+            let params = self.chunk_params(&c, 0);
             let cost = self.chunk_cost(&c, x.bytes());
             if double.is_some() {
                 // The weights and activations as 16-byte words (bindings 5

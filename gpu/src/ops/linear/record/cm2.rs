@@ -214,7 +214,8 @@ mod tests {
         assert!(why.contains("VK_NV_cooperative_matrix2"), "{why}");
         // Every feature missing in turn.
         let full = nvidia();
-        let cases: [(&str, fn(&mut Cm2Caps)); 5] = [
+        type Strip = fn(&mut Cm2Caps);
+        let cases: [(&str, Strip); 5] = [
             ("Vulkan 1.3", |c| c.vulkan_1_3 = false),
             ("cooperativeMatrixWorkgroupScope", |c| {
                 c.workgroup_scope = false
