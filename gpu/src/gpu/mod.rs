@@ -452,12 +452,26 @@ impl Gpu {
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
             },
         };
+        self.finish_pipeline(scope, label, layout, &module, entry, constants)
+    }
+
+    /// The compute pipeline of `entry` in `module` (through the disk cache
+    /// where there is one), then `scope`'s validation error, if any.
+    fn finish_pipeline(
+        &self,
+        scope: wgpu::ErrorScopeGuard,
+        label: &str,
+        layout: Option<&wgpu::PipelineLayout>,
+        module: &wgpu::ShaderModule,
+        entry: &str,
+        constants: &[(&str, f64)],
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
                 layout,
-                module: &module,
+                module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
                     constants,

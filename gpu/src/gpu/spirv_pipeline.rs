@@ -2,6 +2,7 @@
 //! kernels of `dynvram_shaders::spirv`, which wgpu neither validates nor
 //! reflects, so their layout is given explicitly.
 
+use super::dynamic_layout::storage_entry;
 use super::{Gpu, GpuError};
 
 impl Gpu {
@@ -33,16 +34,7 @@ impl Gpu {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let entries: Vec<_> = bindings
             .iter()
-            .map(|&(binding, read_only)| wgpu::BindGroupLayoutEntry {
-                binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage { read_only },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            })
+            .map(|&(binding, read_only)| storage_entry(binding, read_only, false))
             .collect();
         let group = self
             .device
@@ -77,25 +69,6 @@ impl Gpu {
                     ..Default::default()
                 })
         };
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(label),
-                layout: Some(&layout),
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    constants: &[],
-                    zero_initialize_workgroup_memory: false,
-                },
-                cache: self.pipeline_cache.as_ref().map(|c| c.for_pipeline()),
-            });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::Validation {
-                what: format!("SPIR-V compute pipeline `{label}` (entry `{entry}`)"),
-                message: e.to_string(),
-            });
-        }
-        Ok(pipeline)
+        self.finish_pipeline(scope, label, Some(&layout), &module, entry, &[])
     }
 }

@@ -14,7 +14,6 @@
 
 use crate::linear_common::{Env, HostLayer, env};
 
-use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_gpu::gpu::SpreadQuant;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
@@ -22,6 +21,7 @@ use dynvram_gpu::ops::linear::{
     CoopGemmKernel, CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights,
     RecordOptions, coop_unusable, double_unusable, record_linear_with,
 };
+use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
     quantize_act_for, rotate, unpack_int4,
