@@ -102,11 +102,14 @@ void main() {
     uint n0 = gl_WorkGroupID.x * BN;
     uint m0 = gl_WorkGroupID.y * BM;
 
+    // Loads past the dimensions read this (K past its end adds nothing).
     tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
     t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
+    t_x = setTensorLayoutClampValueNV(t_x, 0u);
 #if !WEIGHT_BF16
     tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
     t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
+    t_w = setTensorLayoutClampValueNV(t_w, 0u);
     // B[k][n] = W[n][k].
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
 #endif
