@@ -26,21 +26,7 @@
 
 layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;
 
-// The immediates of the WGSL linears (ops/linear/record.rs `Params`).
-layout(push_constant) uniform Params {
-    uint m;
-    // Weight rows in this dispatch (one binding's chunk of N).
-    uint n;
-    uint k;
-    // Output column (and bias index) of the chunk's first row.
-    uint n_base;
-    // Row stride of the output: the layer's full N.
-    uint out_stride;
-    // Bit 0: add the bias.
-    uint flags;
-    uint pad0;
-    uint pad1;
-} p;
+#include "cm2_params.glsl"
 
 #if WEIGHT_BF16
 // Four bf16 weights a word pair (K is a multiple of 4, so rows start on 8
@@ -52,6 +38,7 @@ layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
 layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
 layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
+#include "cm2_store.glsl"
 
 #define CLAMP gl_CooperativeMatrixClampModeConstantNV
 
@@ -150,12 +137,5 @@ void main() {
     if ((p.flags & 1u) != 0u) {
         coopMatPerElementNV(acc, acc, add_bias, p.n_base + n0);
     }
-    coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> out_tile =
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
-    // The output as the layer's [M, out_stride], bounded at the chunk's last
-    // column: stores past it (or past M) are dropped.
-    tensorLayoutNV<2, CLAMP> t_y = createTensorLayoutNV(2, CLAMP);
-    t_y = setTensorLayoutDimensionNV(t_y, p.m, p.n_base + p.n);
-    t_y = setTensorLayoutStrideNV(t_y, p.out_stride, 1u);
-    coopMatStoreTensorNV(out_tile, y, 0u, sliceTensorLayoutNV(t_y, m0, BM, p.n_base + n0, BN));
+    store_tile(acc, m0, n0);
 }

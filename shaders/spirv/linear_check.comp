@@ -6,21 +6,13 @@
 // constants, weight chunks writing columns of a wider output) is tested
 // where the cooperative-matrix-2 kernels cannot run (CI's lavapipe).
 // One invocation an output, 16 x 16 tiles.
+#extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types : enable
 #extension GL_EXT_shader_16bit_storage : enable
 
 layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;
 
-layout(push_constant) uniform Params {
-    uint m;
-    uint n;
-    uint k;
-    uint n_base;
-    uint out_stride;
-    uint flags;
-    uint pad0;
-    uint pad1;
-} p;
+#include "cm2_params.glsl"
 
 layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
 layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };

@@ -6,17 +6,41 @@
 //! wgpu passes them to the driver unvalidated: the GPU tests against CPU
 //! references are their only check of behaviour.
 
-/// A float-weight GEMM on workgroup-scope cooperative matrices
-/// (`spirv/gemm_cm2.glsl`): f16 activations and output, f16 or bf16
-/// weights, f32 sums; the bindings and immediates of the WGSL float linears.
+/// The weights a [`Cm2Gemm`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cm2Weights {
+    /// f16 (`gemm_cm2.glsl`, f16 activations).
+    F16,
+    /// bf16, converted to f16 in shared memory (`gemm_cm2.glsl`).
+    Bf16,
+    /// int8 (`gemm_cm2_int.glsl`, int8 activation codes).
+    Int8,
+    /// int4 nibbles, widened to int8 in shared memory (`gemm_cm2_int.glsl`).
+    Int4,
+}
+
+impl Cm2Weights {
+    /// Integer weights (int8 codes, s32 sums, the integer epilogue and
+    /// bindings) rather than float ones (f16 activations, f32 sums).
+    pub fn integer(self) -> bool {
+        matches!(self, Self::Int8 | Self::Int4)
+    }
+}
+
+/// A GEMM on workgroup-scope cooperative matrices with an f16 output. Float
+/// ones (`spirv/gemm_cm2.glsl`): f16 activations, f16 or bf16 weights, f32
+/// sums; the bindings and immediates of the WGSL float linears. Integer
+/// ones (`spirv/gemm_cm2_int.glsl`): int8 activation codes, int8 or int4
+/// weights, exact s32 sums; the integer linears' bindings, their epilogue
+/// chosen by flags.
 #[derive(Debug)]
 pub struct Cm2Gemm {
     /// The profile's name of the kernel.
     pub name: &'static str,
     /// The module (SPIR-V 1.6, entry point `main`).
     pub spirv: &'static [u8],
-    /// Weights are bf16 (else f16).
-    pub bf16_weights: bool,
+    /// The weights it reads.
+    pub weights: Cm2Weights,
     /// Output tile rows (of M) of a workgroup.
     pub tile_m: u32,
     /// Output tile columns (of N) of a workgroup.
@@ -31,12 +55,12 @@ pub struct Cm2Gemm {
 }
 
 /// Every cooperative-matrix-2 GEMM, in the order they are preferred for
-/// their weight format (larger tiles first).
-pub static CM2_GEMMS: [Cm2Gemm; 3] = [
+/// their weights (larger tiles first).
+pub static CM2_GEMMS: [Cm2Gemm; 5] = [
     Cm2Gemm {
         name: "gemm_cm2_f16",
         spirv: include_bytes!("../spirv/gemm_cm2_f16.spv"),
-        bf16_weights: false,
+        weights: Cm2Weights::F16,
         tile_m: 128,
         tile_n: 256,
         tile_k: 32,
@@ -46,7 +70,7 @@ pub static CM2_GEMMS: [Cm2Gemm; 3] = [
     Cm2Gemm {
         name: "gemm_cm2_bf16",
         spirv: include_bytes!("../spirv/gemm_cm2_bf16.spv"),
-        bf16_weights: true,
+        weights: Cm2Weights::Bf16,
         tile_m: 128,
         tile_n: 256,
         tile_k: 32,
@@ -57,12 +81,33 @@ pub static CM2_GEMMS: [Cm2Gemm; 3] = [
     Cm2Gemm {
         name: "gemm_cm2_bf16_n128",
         spirv: include_bytes!("../spirv/gemm_cm2_bf16_n128.spv"),
-        bf16_weights: true,
+        weights: Cm2Weights::Bf16,
         tile_m: 128,
         tile_n: 128,
         tile_k: 32,
         invocations: 256,
         shared_bytes: 128 * 40 * 2,
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_w8",
+        spirv: include_bytes!("../spirv/gemm_cm2_w8.spv"),
+        weights: Cm2Weights::Int8,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 32,
+        invocations: 256,
+        shared_bytes: 0,
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_w4",
+        spirv: include_bytes!("../spirv/gemm_cm2_w4.spv"),
+        weights: Cm2Weights::Int4,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 32,
+        invocations: 256,
+        // 256 rows of 32 + 16 bytes.
+        shared_bytes: 256 * 48,
     },
 ];
 
@@ -74,7 +119,7 @@ pub static CM2_GEMMS: [Cm2Gemm; 3] = [
 pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
     name: "linear_check",
     spirv: include_bytes!("../spirv/linear_check.spv"),
-    bf16_weights: false,
+    weights: Cm2Weights::F16,
     tile_m: 16,
     tile_n: 16,
     tile_k: 1,
@@ -119,21 +164,22 @@ mod tests {
         }
         for g in &CM2_GEMMS {
             let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");
-            assert_eq!(
-                define(&comp, "WEIGHT_BF16") == 1,
-                g.bf16_weights,
-                "{}",
-                g.name
-            );
+            let (flag, set) = match g.weights {
+                Cm2Weights::F16 => ("WEIGHT_BF16", false),
+                Cm2Weights::Bf16 => ("WEIGHT_BF16", true),
+                Cm2Weights::Int8 => ("WEIGHT_INT4", false),
+                Cm2Weights::Int4 => ("WEIGHT_INT4", true),
+            };
+            assert_eq!(define(&comp, flag) == 1, set, "{}", g.name);
             assert_eq!(define(&comp, "BM"), g.tile_m, "{}", g.name);
             assert_eq!(define(&comp, "BN"), g.tile_n, "{}", g.name);
             assert_eq!(define(&comp, "BK"), g.tile_k, "{}", g.name);
             assert_eq!(define(&comp, "WG"), g.invocations, "{}", g.name);
-            let pitch = g.tile_k + 8;
-            let shared = if g.bf16_weights {
-                g.tile_n * pitch * 2
-            } else {
-                0
+            // Rows of 16 bytes more than the step's weights.
+            let shared = match g.weights {
+                Cm2Weights::Bf16 => g.tile_n * (g.tile_k * 2 + 16),
+                Cm2Weights::Int4 => g.tile_n * (g.tile_k + 16),
+                Cm2Weights::F16 | Cm2Weights::Int8 => 0,
             };
             assert_eq!(g.shared_bytes, shared, "{}", g.name);
         }

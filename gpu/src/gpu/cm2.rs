@@ -14,7 +14,8 @@ pub struct FlexibleDims {
     pub n_granularity: u32,
     /// Columns of A and rows of B must be multiples of this.
     pub k_granularity: u32,
-    /// `VkComponentTypeKHR` of A, B, C and the result (0: f16, 1: f32).
+    /// `VkComponentTypeKHR` of A, B, C and the result (0: f16, 1: f32, 3:
+    /// int8, 5: int32).
     pub types: [i32; 4],
     /// `VkScopeKHR` (2: workgroup, 3: subgroup).
     pub scope: i32,
@@ -26,6 +27,10 @@ pub struct FlexibleDims {
 pub const COMPONENT_F16: i32 = 0;
 /// `VkComponentTypeKHR` of f32.
 pub const COMPONENT_F32: i32 = 1;
+/// `VkComponentTypeKHR` of int8.
+pub const COMPONENT_S8: i32 = 3;
+/// `VkComponentTypeKHR` of int32.
+pub const COMPONENT_S32: i32 = 5;
 /// `VkScopeKHR` of a workgroup.
 pub const SCOPE_WORKGROUP: i32 = 2;
 

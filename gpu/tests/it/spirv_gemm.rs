@@ -13,10 +13,12 @@ use crate::linear_common::{HostLayer, env};
 
 use dynvram_gpu::ActDtype;
 use dynvram_gpu::gpu::{SpirvGemm, adapter_cm2};
-use dynvram_gpu::ops::linear::{ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm};
+use dynvram_gpu::ops::linear::{
+    GemmKernel, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm, row_bytes,
+};
 use dynvram_quant::reference::{dequantize_float_weight, gemm_f32};
-use dynvram_quant::{Format, KernelChoice};
-use dynvram_shaders::spirv::CM2_GEMMS;
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Weights};
 use dynvram_test_support::gpu::needs_f16;
 use dynvram_test_support::skip::{coop_skipped, spirv_required, spirv_skipped};
 use rand::SeedableRng;
@@ -45,17 +47,14 @@ fn spirv_gemm_matches_the_reference() {
         (200, 96, 4100, false),
     ];
     let mut ran = [false; 2];
-    for g in &CM2_GEMMS {
-        let format = if g.bf16_weights {
-            Format::Bf16
-        } else {
-            Format::F16
-        };
+    for g in CM2_GEMMS.iter().filter(|g| !g.weights.integer()) {
+        let bf16 = g.weights == Cm2Weights::Bf16;
+        let format = if bf16 { Format::Bf16 } else { Format::F16 };
         if let Err(why) = cm2_gemm(Some(&caps), format, ActDtype::F16, Some(g.tile_n)) {
             eprintln!("{}: skipped: {why}", g.name);
             continue;
         }
-        ran[usize::from(g.bf16_weights)] = true;
+        ran[usize::from(bf16)] = true;
         for (i, &(m, n, k, split)) in cases.iter().enumerate() {
             let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
             let x = random_x(&mut rng, m, k);
@@ -87,6 +86,98 @@ fn spirv_gemm_matches_the_reference() {
             [true, true],
             "{test}: no kernel ran for f16 or for bf16 weights"
         );
+    }
+}
+
+/// The integer SPIR-V GEMMs (s8 x s8 -> s32, int4 and int8 weights) equal
+/// the dot4 GEMM bit for bit: int4 and int8 activation codes, both
+/// epilogues (convrot_w4a4's per-row scales, int8_tensorwise's scalar), with
+/// and without bias, M/N/K off the tiles (K shorter than a step, K past
+/// 2^24 / 128² where the WGSL cooperative GEMM cannot be exact), weights
+/// split over bindings. Where the driver lists no int8 workgroup shape the
+/// layers keep the WGSL kernels and this says so.
+#[test]
+fn integer_spirv_gemm_equals_dot4() {
+    let test = "integer_spirv_gemm_equals_dot4";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let Some(caps) = env.gpu.cm2().cloned() else {
+        let why = cm2_int_gemm(None, true, ActDtype::F16, false, None).err();
+        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(64);
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    let w4a4 = |group, linear_dtype| Format::ConvrotW4a4 {
+        group,
+        linear_dtype,
+    };
+    let int8 = |convrot_group| Format::Int8Tensorwise { convrot_group };
+    // (format, activation codes, M, N, K, split weights)
+    let cases = [
+        (
+            w4a4(16, LinearDtype::Int4),
+            ActArith::Int4,
+            m0,
+            17,
+            16,
+            false,
+        ),
+        (
+            w4a4(64, LinearDtype::Int4),
+            ActArith::Int4,
+            130,
+            300,
+            192,
+            true,
+        ),
+        (
+            w4a4(256, LinearDtype::Int8),
+            ActArith::Int8,
+            200,
+            96,
+            1280,
+            false,
+        ),
+        (int8(None), ActArith::Int8, m0 + 3, 70, 196, false),
+        (int8(Some(64)), ActArith::Int8, 129, 257, 1536, true),
+    ];
+    for (i, (format, act, m, n, k, split)) in cases.into_iter().enumerate() {
+        let w4 = matches!(format, Format::ConvrotW4a4 { .. });
+        if let Err(why) = cm2_int_gemm(Some(&caps), w4, ActDtype::F16, false, None) {
+            eprintln!("{format:?}: skipped: {why}");
+            continue;
+        }
+        let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
+        let x = random_x(&mut rng, m, k);
+        let choice = KernelChoice::Integer { act, fast: false };
+        let max_binding = split.then_some(64 * row_bytes(format, k as u64));
+        let spirv = RecordOptions {
+            max_binding,
+            ..Default::default()
+        };
+        let y = env.run_f16_with(&h, choice, &x, &spirv).out;
+        let what = format!("{format:?} {act:?} M={m} N={n} K={k} split={split}");
+        let name = env.scratch.last_spirv_gemm();
+        assert!(
+            name.is_some_and(|n| n.starts_with("gemm_cm2_w")),
+            "{what}: {name:?}"
+        );
+        let dot4 = RecordOptions {
+            gemm: GemmKernel::Tiled,
+            max_binding,
+            ..Default::default()
+        };
+        let e = env.run_f16_with(&h, choice, &x, &dot4).out;
+        assert_eq!(
+            env.scratch.last_spirv_gemm(),
+            None,
+            "{what}: dot4 took SPIR-V"
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&e), "{what}: outputs differ from dot4");
+        eprintln!("{what}: equal to dot4");
     }
 }
 

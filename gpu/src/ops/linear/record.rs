@@ -23,7 +23,7 @@ mod gemv;
 mod norm_quant;
 mod spec;
 mod spread;
-pub use cm2::{Cm2Kernel, cm2_gemm};
+pub use cm2::{Cm2Kernel, cm2_gemm, cm2_int_gemm};
 pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,
@@ -720,35 +720,77 @@ impl Recorder<'_> {
         }
     }
 
-    /// The SPIR-V GEMM this float layer takes: never at GEMV sizes, when the
-    /// tiled GEMM or no SPIR-V is asked for, or where the device has not
-    /// enabled `VK_NV_cooperative_matrix2`; else where [`cm2_gemm`] finds
-    /// one for the layer (the WGSL kernels otherwise). With
-    /// [`RecordOptions::spirv_check`], the check kernel past the GEMVs (an
-    /// error where it cannot run).
-    fn cm2_chosen(&self) -> Result<Option<Cm2Kernel>, LinearError> {
-        if self.spirv_check && self.m > GEMV_MAX_M && self.gemv.is_none() {
-            let passthrough =
-                (self.gpu.device.features()).contains(wgpu::Features::PASSTHROUGH_SHADERS);
-            return cm2::linear_check(passthrough, self.weights.format, self.act)
-                .map(Some)
-                .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
-        }
+    /// The SPIR-V GEMM this layer takes: never at GEMV sizes, when the tiled
+    /// GEMM or no SPIR-V is asked for, or where the device has not enabled
+    /// `VK_NV_cooperative_matrix2`; else the one `pick` finds for the
+    /// layer on the device's extension (the WGSL kernels where it finds
+    /// none).
+    fn cm2_chosen(
+        &self,
+        pick: impl FnOnce(&crate::gpu::Cm2Caps) -> Result<Cm2Kernel, String>,
+    ) -> Option<Cm2Kernel> {
         if self.m <= GEMV_MAX_M
             || self.gemv.is_some()
             || self.gemm == GemmKernel::Tiled
             || self.spirv_gemm == SpirvGemm::Off
         {
-            return Ok(None);
+            return None;
         }
-        let Some(caps) = self.gpu.cm2() else {
-            return Ok(None);
-        };
-        Ok(
-            cm2_gemm(Some(caps), self.weights.format, self.act, self.cm2_tile_n)
-                .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
-                .ok(),
-        )
+        pick(self.gpu.cm2()?)
+            .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
+            .ok()
+    }
+
+    /// The float layer's SPIR-V GEMM ([`Self::cm2_chosen`]), or with
+    /// [`RecordOptions::spirv_check`] the check kernel past the GEMVs (an
+    /// error where it cannot run).
+    fn float_cm2_chosen(&self) -> Result<Option<Cm2Kernel>, LinearError> {
+        let (format, act) = (self.weights.format, self.act);
+        if self.spirv_check && self.m > GEMV_MAX_M && self.gemv.is_none() {
+            let passthrough =
+                (self.gpu.device.features()).contains(wgpu::Features::PASSTHROUGH_SHADERS);
+            return cm2::linear_check(passthrough, format, act)
+                .map(Some)
+                .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
+        }
+        Ok(self.cm2_chosen(|caps| cm2_gemm(Some(caps), format, act, self.cm2_tile_n)))
+    }
+
+    /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
+    /// linears' `bindings` (the chunk's weights first) and `flags`.
+    fn launch_cm2(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        c: &Chunk<'_>,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        flags: u32,
+        cost: Cost,
+    ) -> Result<(), LinearError> {
+        let g = kernel.gemm;
+        let params = self.chunk_params(c, flags);
+        let groups = (
+            c.rows.div_ceil(u64::from(g.tile_n)) as u32,
+            self.m.div_ceil(u64::from(g.tile_m)) as u32,
+        );
+        launch_spirv(
+            self.gpu,
+            self.cache,
+            encoder,
+            Launch {
+                program: kernel.program,
+                label: &LaunchLabel {
+                    kernel: g.name,
+                    rec: self,
+                },
+                bindings,
+                immediates: bytemuck::bytes_of(&params),
+                groups,
+                cost,
+            },
+        )?;
+        self.dispatches.set(self.dispatches.get() + 1);
+        Ok(())
     }
 
     /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
@@ -762,8 +804,6 @@ impl Recorder<'_> {
         out: &GpuTensor,
         dummy: &wgpu::Buffer,
     ) -> Result<(), LinearError> {
-        let m = self.m;
-        let g = kernel.gemm;
         for c in self.chunks()? {
             let scale = self
                 .weights
@@ -780,28 +820,9 @@ impl Recorder<'_> {
                     out.binding(),
                 ])
                 .collect();
-            let params = self.chunk_params(&c, u32::from(self.weights.bias.is_some()));
-            let groups = (
-                c.rows.div_ceil(u64::from(g.tile_n)) as u32,
-                m.div_ceil(u64::from(g.tile_m)) as u32,
-            );
-            launch_spirv(
-                self.gpu,
-                self.cache,
-                encoder,
-                Launch {
-                    program: kernel.program,
-                    label: &LaunchLabel {
-                        kernel: g.name,
-                        rec: self,
-                    },
-                    bindings: &bindings,
-                    immediates: bytemuck::bytes_of(&params),
-                    groups,
-                    cost: self.chunk_cost(&c, x.bytes()),
-                },
-            )?;
-            self.dispatches.set(self.dispatches.get() + 1);
+            let flags = u32::from(self.weights.bias.is_some());
+            let cost = self.chunk_cost(&c, x.bytes());
+            self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
         }
         Ok(())
     }
@@ -872,17 +893,26 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
-        let coop = self.coop_chosen(|caps| {
-            coop_gemm_unusable(
-                caps,
-                self.weights.k,
-                int.codes == ActCodes::Int4,
-                int.w4,
-                self.coop,
-            )
-        })?;
+        let cm2 = self
+            .cm2_chosen(|caps| cm2_int_gemm(Some(caps), int.w4, self.act, raw, self.cm2_tile_n));
+        let coop = cm2.is_none()
+            && self.coop_chosen(|caps| {
+                coop_gemm_unusable(
+                    caps,
+                    self.weights.k,
+                    int.codes == ActCodes::Int4,
+                    int.w4,
+                    self.coop,
+                )
+            })?;
         let double = coop.then(|| self.double_shape(None, int.w4)).flatten();
         scratch.set_coop(coop.then(|| coop_ran(self.coop, double)));
+        if let Some(k) = cm2 {
+            scratch.set_spirv(k.gemm.name);
+        }
+        // The cooperative GEMMs read codes in natural column order; dot4
+        // pairs int4 weights' even and odd columns.
+        let natural = coop || cm2.is_some();
         let epi = if raw {
             IntEpilogue::RawAccumulator
         } else {
@@ -896,7 +926,7 @@ impl Recorder<'_> {
             x: (x.buffer.as_ref().clone(), x.offset),
             codes: int.codes,
             group: int.group,
-            perm8: int.w4 && !coop,
+            perm8: int.w4 && !natural,
             m,
             k,
             norm: self.fold.norm.map(|n| n.key()),
@@ -907,7 +937,7 @@ impl Recorder<'_> {
         // taken as they are; else small M spreads the quantization.
         if let Some(s) = self
             .spread_shape(int.group.unwrap_or(1))
-            .filter(|_| !coop && !reuse)
+            .filter(|_| !natural && !reuse)
         {
             return self.integer_spread(encoder, int, fast, s, x, out, scratch, epi);
         }
@@ -980,9 +1010,7 @@ impl Recorder<'_> {
         } else {
             shaders::ACT_QUANT
         };
-        // The dot4 kernels pair int4 weights' even/odd columns; the
-        // cooperative one decodes them in order.
-        let quant_constants = int.quant_constants(int.w4 && !coop);
+        let quant_constants = int.quant_constants(int.w4 && !natural);
         let quant_params = Params {
             a: m as u32,
             b: k as u32,
@@ -1085,6 +1113,24 @@ impl Recorder<'_> {
             };
             let params = self.chunk_params(&c, 0);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
+            if let Some(kernel) = cm2 {
+                // Bit 1: acc · (s_x · s_w); bit 2: a weight scale per row.
+                let flags = u32::from(has_bias)
+                    | u32::from(epi == IntEpilogue::TensorScale) << 1
+                    | u32::from(int.per_row_scale) << 2;
+                let bindings: Bindings<'_> = (0..)
+                    .zip([
+                        buf(c.buffer, c.offset, c.size),
+                        region(scale),
+                        bias,
+                        buf(&codes, 0, m * kw * 4),
+                        buf(&scales, 0, m * 4),
+                        out.binding(),
+                    ])
+                    .collect();
+                self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
+                continue;
+            }
             if double.is_some() {
                 // The weights and codes as 16-byte words (bindings 6 and
                 // 7), not as the u32 words of bindings 0 and 3.
@@ -1137,7 +1183,7 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
-        if let Some(kernel) = self.cm2_chosen()? {
+        if let Some(kernel) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
             return self.float_cm2(encoder, kernel, x, out, &dummy);
         }

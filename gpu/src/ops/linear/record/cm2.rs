@@ -12,10 +12,10 @@
 //! WGSL kernels everywhere else.
 
 use dynvram_quant::Format;
-use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm, LINEAR_CHECK};
+use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm, Cm2Weights, LINEAR_CHECK};
 
 use crate::gpu::Cm2Caps;
-use crate::gpu::cm2::{COMPONENT_F16, COMPONENT_F32, SCOPE_WORKGROUP};
+use crate::gpu::cm2::{COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, SCOPE_WORKGROUP};
 use crate::ops::cache::SpirvProgram;
 use crate::tensor::ActDtype;
 
@@ -23,21 +23,37 @@ use crate::tensor::ActDtype;
 /// weight scale, bias, activations (read-only), output.
 const BINDINGS: [(u32, bool); 5] = [(0, true), (1, true), (2, true), (3, true), (4, false)];
 
-/// The program of `g`: the float linears' bindings and `Params` immediates.
+/// The bindings of the integer linears (`linear_int_common.wgsl`): weights,
+/// weight scale, bias, activation codes, their scales (read-only), output.
+const INT_BINDINGS: [(u32, bool); 6] = [
+    (0, true),
+    (1, true),
+    (2, true),
+    (3, true),
+    (4, true),
+    (5, false),
+];
+
+/// The program of `g`: its linears' bindings and `Params` immediates.
 const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
     SpirvProgram {
         spirv: g.spirv,
         entry: "main",
-        bindings: &BINDINGS,
+        bindings: match g.weights {
+            Cm2Weights::Int8 | Cm2Weights::Int4 => &INT_BINDINGS,
+            Cm2Weights::F16 | Cm2Weights::Bf16 => &BINDINGS,
+        },
         immediate_size: 32,
     }
 }
 
 /// The programs of [`CM2_GEMMS`], in the same order.
-static PROGRAMS: [SpirvProgram; 3] = [
+static PROGRAMS: [SpirvProgram; 5] = [
     program(&CM2_GEMMS[0]),
     program(&CM2_GEMMS[1]),
     program(&CM2_GEMMS[2]),
+    program(&CM2_GEMMS[3]),
+    program(&CM2_GEMMS[4]),
 ];
 
 /// [`LINEAR_CHECK`]'s program.
@@ -84,6 +100,55 @@ pub fn cm2_gemm(
     act: ActDtype,
     tile_n: Option<u32>,
 ) -> Result<Cm2Kernel, String> {
+    let caps = usable(cm2)?;
+    if act != ActDtype::F16 {
+        return Err(format!(
+            "{act} activations (the SPIR-V GEMM takes f16 activations)"
+        ));
+    }
+    let weights = match format {
+        Format::F16 => Cm2Weights::F16,
+        Format::Bf16 => Cm2Weights::Bf16,
+        other => {
+            return Err(format!(
+                "{other} weights (the SPIR-V GEMM reads f16 and bf16)"
+            ));
+        }
+    };
+    pick(caps, weights, tile_n)
+}
+
+/// The SPIR-V GEMM an integer layer takes (int4 weights or int8 ones,
+/// `w4`; activation codes in natural column order) on a device with `cm2`,
+/// for `act` outputs (f16 only) and the integer epilogue (`raw`: the raw
+/// accumulator, which these kernels do not write) — the widest tile that
+/// fits, or the one `tile_n` wide — or why none can.
+pub fn cm2_int_gemm(
+    cm2: Option<&Cm2Caps>,
+    w4: bool,
+    act: ActDtype,
+    raw: bool,
+    tile_n: Option<u32>,
+) -> Result<Cm2Kernel, String> {
+    let caps = usable(cm2)?;
+    if act != ActDtype::F16 {
+        return Err(format!(
+            "{act} outputs (the integer SPIR-V GEMM writes f16)"
+        ));
+    }
+    if raw {
+        return Err("the raw accumulator (an f32 output)".into());
+    }
+    let weights = if w4 {
+        Cm2Weights::Int4
+    } else {
+        Cm2Weights::Int8
+    };
+    pick(caps, weights, tile_n)
+}
+
+/// `cm2` where the device enabled every feature the kernels use.
+fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
     let Some(caps) = cm2 else {
         return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, a feature missing, or DYNVRAM_SPIRV_GEMM=off)".into());
     };
@@ -94,23 +159,14 @@ pub fn cm2_gemm(
             missing.join(", ")
         ));
     }
-    if act != ActDtype::F16 {
-        return Err(format!(
-            "{act} activations (the SPIR-V GEMM takes f16 activations)"
-        ));
-    }
-    let bf16 = match format {
-        Format::F16 => false,
-        Format::Bf16 => true,
-        other => {
-            return Err(format!(
-                "{other} weights (the SPIR-V GEMM reads f16 and bf16)"
-            ));
-        }
-    };
+    Ok(caps)
+}
+
+/// The first kernel of `weights` (`tile_n` wide, where given) that fits.
+fn pick(caps: &Cm2Caps, weights: Cm2Weights, tile_n: Option<u32>) -> Result<Cm2Kernel, String> {
     let mut why = Vec::new();
     for (g, program) in CM2_GEMMS.iter().zip(&PROGRAMS) {
-        if g.bf16_weights != bf16 || tile_n.is_some_and(|t| t != g.tile_n) {
+        if g.weights != weights || tile_n.is_some_and(|t| t != g.tile_n) {
             continue;
         }
         match fits(caps, g) {
@@ -120,7 +176,7 @@ pub fn cm2_gemm(
     }
     if why.is_empty() {
         return Err(format!(
-            "no {format} kernel {} wide",
+            "no {weights:?} kernel {} wide",
             tile_n.unwrap_or_default()
         ));
     }
@@ -150,10 +206,14 @@ fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), String> {
             caps.reserved_shared_memory
         ));
     }
-    let f16_f32 = [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32];
+    let types = if g.weights.integer() {
+        [COMPONENT_S8, COMPONENT_S8, COMPONENT_S32, COMPONENT_S32]
+    } else {
+        [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32]
+    };
     let listed = caps.flexible.iter().any(|d| {
         d.scope == SCOPE_WORKGROUP
-            && d.types == f16_f32
+            && d.types == types
             && d.workgroup_invocations == g.invocations
             && d.m_granularity > 0
             && d.n_granularity > 0
@@ -164,8 +224,8 @@ fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), String> {
     });
     if !listed {
         return Err(format!(
-            "the driver lists no workgroup-scope f16 x f16 + f32 shape of {} invocations that {} x {} x {} tiles",
-            g.invocations, g.tile_m, g.tile_n, g.tile_k
+            "the driver lists no workgroup-scope {:?} shape of {} invocations that {} x {} x {} tiles",
+            g.weights, g.invocations, g.tile_m, g.tile_n, g.tile_k
         ));
     }
     Ok(())
@@ -177,8 +237,8 @@ mod tests {
     use crate::gpu::cm2::FlexibleDims;
 
     /// An H100-like device: every feature, 48 KiB of shared memory with
-    /// 16 KiB reserved, 16-granular workgroup shapes of 128 and 256
-    /// invocations.
+    /// 16 KiB reserved, 16-granular f16 workgroup shapes of 128 and 256
+    /// invocations (int8 ones: [`with_int8`]).
     fn nvidia() -> Cm2Caps {
         let dims = |workgroup_invocations| FlexibleDims {
             m_granularity: 16,
@@ -203,8 +263,71 @@ mod tests {
         }
     }
 
+    /// `caps` listing s8 x s8 + s32 workgroup shapes of 256 invocations,
+    /// 32-granular in K.
+    fn with_int8(mut caps: Cm2Caps) -> Cm2Caps {
+        caps.flexible.push(FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 32,
+            types: [COMPONENT_S8, COMPONENT_S8, COMPONENT_S32, COMPONENT_S32],
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations: 256,
+        });
+        caps
+    }
+
     fn name(r: Result<Cm2Kernel, String>) -> Result<&'static str, String> {
         r.map(|k| k.gemm.name)
+    }
+
+    #[test]
+    fn integer_layers_need_listed_int8_shapes_and_f16_outputs() {
+        let f16_only = nvidia();
+        let why = name(cm2_int_gemm(
+            Some(&f16_only),
+            true,
+            ActDtype::F16,
+            false,
+            None,
+        ))
+        .expect_err("no int8 shape");
+        assert!(why.contains("lists no"), "{why}");
+        let caps = with_int8(nvidia());
+        assert_eq!(
+            name(cm2_int_gemm(Some(&caps), true, ActDtype::F16, false, None)),
+            Ok("gemm_cm2_w4")
+        );
+        assert_eq!(
+            name(cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None)),
+            Ok("gemm_cm2_w8")
+        );
+        let why = name(cm2_int_gemm(Some(&caps), true, ActDtype::F32, false, None))
+            .expect_err("f32 outputs");
+        assert!(why.contains("f32 outputs"), "{why}");
+        let why = name(cm2_int_gemm(Some(&caps), true, ActDtype::F16, true, None))
+            .expect_err("raw accumulator");
+        assert!(why.contains("raw accumulator"), "{why}");
+        assert!(cm2_int_gemm(None, true, ActDtype::F16, false, None).is_err());
+        // The int4 tile's 12 KiB of shared weights beside the reserve.
+        let mut tight = with_int8(nvidia());
+        tight.reserved_shared_memory = 40 << 10;
+        assert!(cm2_int_gemm(Some(&tight), true, ActDtype::F16, false, None).is_err());
+        assert_eq!(
+            name(cm2_int_gemm(
+                Some(&tight),
+                false,
+                ActDtype::F16,
+                false,
+                None
+            )),
+            Ok("gemm_cm2_w8")
+        );
+        // Float layers never take an integer kernel, nor the reverse.
+        assert_eq!(
+            name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
+            Ok("gemm_cm2_f16")
+        );
     }
 
     #[test]

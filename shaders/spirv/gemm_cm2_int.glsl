@@ -1,0 +1,151 @@
+// Integer linear on NVIDIA's cooperative matrices 2: int8 activation codes
+// x int8 or int4 weights on s8 x s8 -> s32 workgroup-scope matrices, exact
+// (the dot4 GEMM's accumulator), then the integer linears' epilogue
+// (linear_int_common.wgsl) in f32: (acc · s_x[m]) · s_w[n] (+ b), or
+// acc · (s_x[m] · s_w) (+ b), rounded once to the f16 output.
+//
+// Codes come in natural column order (the quantization's PERM8 off, as for
+// the WGSL cooperative GEMM), four a word, and load by tensor addressing
+// straight from global memory; int8 weights too, through a transposing
+// view. int4 weights have no cooperative type: each K step widens them to
+// int8 in a shared tile (the next step's global reads in flight), and B is
+// loaded from there. Partial tiles as in gemm_cm2.glsl. Built by
+// scripts/spirv.sh with: WEIGHT_INT4 (0 or 1), BM, BN, BK, WG.
+// Dispatch: (ceil(n / BN), ceil(m / BM), 1).
+
+#extension GL_KHR_memory_scope_semantics : enable
+#extension GL_KHR_cooperative_matrix : enable
+#extension GL_NV_cooperative_matrix2 : enable
+#extension GL_EXT_shader_explicit_arithmetic_types : enable
+#extension GL_EXT_shader_16bit_storage : enable
+
+layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;
+
+#include "cm2_params.glsl"
+
+// int8 weights [N, K], four a word; int4 [N, K / 2], eight two's-complement
+// nibbles a word, nibble e of word j being column 8j + e.
+layout(set = 0, binding = 0, std430) readonly buffer Weights { uint w[]; };
+layout(set = 0, binding = 1, std430) readonly buffer WeightScale { float w_scale[]; };
+layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
+// Activation codes [M, K], four a word.
+layout(set = 0, binding = 3, std430) readonly buffer Codes { uint xq[]; };
+layout(set = 0, binding = 4, std430) readonly buffer CodeScale { float x_scale[]; };
+layout(set = 0, binding = 5, std430) writeonly buffer Out { float16_t y[]; };
+
+#include "cm2_store.glsl"
+
+#define CLAMP gl_CooperativeMatrixClampModeConstantNV
+
+// The epilogue of one output of a tile whose first row and column are
+// `m0` and `first` (indices clamped into the chunk: outputs past it are
+// not stored).
+float epilogue(const in uint row, const in uint col, const in float v, const in uint m0, const in uint first) {
+    uint m = min(m0 + row, p.m - 1u);
+    uint c = min(first + col, p.n_base + p.n - 1u);
+    float sw = w_scale[(p.flags & 4u) != 0u ? c : 0u];
+    float r;
+    if ((p.flags & 2u) != 0u) {
+        r = v * (x_scale[m] * sw);
+    } else {
+        r = (v * x_scale[m]) * sw;
+    }
+    if ((p.flags & 1u) != 0u) {
+        r = r + bias[c];
+    }
+    return r;
+}
+
+#if WEIGHT_INT4
+// Row pitch of the shared int8 weight tile in words: 16 bytes of skew.
+const uint PITCH = BK / 4u + 4u;
+shared uint b_sh[BN * PITCH];
+// Words of eight nibbles of a step's BN x BK weights, per invocation.
+const uint WORDS = BN * BK / 8u;
+const uint LOADS = (WORDS + WG - 1u) / WG;
+
+// Word `i` (this invocation's `i`-th) of K step `k0`, zero past the
+// chunk's rows and K (a multiple of 8).
+uint fetch_w(uint n0, uint k0, uint i) {
+    uint q = gl_LocalInvocationIndex + i * WG;
+    uint row = q / (BK / 8u);
+    uint col = k0 + 8u * (q % (BK / 8u));
+    if (q < WORDS && n0 + row < p.n && col < p.k) {
+        return w[(n0 + row) * (p.k / 8u) + col / 8u];
+    }
+    return 0u;
+}
+
+// Four sign-extended nibbles (from nibble `first`) as four int8 bytes.
+uint widen(uint v, uint first) {
+    uint r = 0u;
+    for (uint e = 0u; e < 4u; e++) {
+        uint t = (v >> (4u * (first + e))) & 0xFu;
+        r |= (((t ^ 8u) - 8u) & 0xFFu) << (8u * e);
+    }
+    return r;
+}
+
+void put_w(uint i, uint v) {
+    uint q = gl_LocalInvocationIndex + i * WG;
+    if (q < WORDS) {
+        uint at = (q / (BK / 8u)) * PITCH + 2u * (q % (BK / 8u));
+        b_sh[at] = widen(v, 0u);
+        b_sh[at + 1u] = widen(v, 4u);
+    }
+}
+#endif
+
+void main() {
+    uint n0 = gl_WorkGroupID.x * BN;
+    uint m0 = gl_WorkGroupID.y * BM;
+
+    // Codes and weights as bytes: K past its end reads 0.
+    tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
+    t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
+    t_x = setTensorLayoutClampValueNV(t_x, 0u);
+#if !WEIGHT_INT4
+    tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
+    t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
+    t_w = setTensorLayoutClampValueNV(t_w, 0u);
+    tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
+#endif
+
+    coopmat<int32_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
+        coopmat<int32_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0);
+
+#if WEIGHT_INT4
+    uint r[LOADS];
+    for (uint i = 0u; i < LOADS; i++) {
+        r[i] = fetch_w(n0, 0u, i);
+    }
+#endif
+    for (uint k0 = 0u; k0 < p.k; k0 += BK) {
+        coopmat<int8_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
+        coopMatLoadTensorNV(a, xq, 0u, sliceTensorLayoutNV(t_x, m0, BM, k0, BK));
+        coopmat<int8_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
+#if WEIGHT_INT4
+        barrier();
+        for (uint i = 0u; i < LOADS; i++) {
+            put_w(i, r[i]);
+        }
+        barrier();
+        if (k0 + BK < p.k) {
+            for (uint i = 0u; i < LOADS; i++) {
+                r[i] = fetch_w(n0, k0 + BK, i);
+            }
+        }
+        // Weight rows are B's columns: column-major, the pitch in words.
+        coopMatLoad(b, b_sh, 0u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
+#else
+        coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(t_w, n0, BN, k0, BK), transpose);
+#endif
+        acc = coopMatMulAdd(a, b, acc);
+    }
+
+    // f32(acc) as the WGSL epilogue converts it, then the scales.
+    coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> v =
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+    coopMatPerElementNV(v, v, epilogue, m0, p.n_base + n0);
+    store_tile(v, m0, n0);
+}
