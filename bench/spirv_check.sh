@@ -23,9 +23,9 @@ mkdir -p "$out"
 source bench/gpu_env.sh
 step() { echo "=== $* ($(date -u +%T))"; }
 
-step "probe: the float GEMM's path per weight format"
+step "probe: the GEMMs' path per weight format"
 timeout 20 "$d" probe --backend vulkan > "$out/spirv_probe.txt" 2>&1
-grep -E "^[^ ]|cooperative|float GEMM" "$out/spirv_probe.txt" | cut -c1-300
+grep -E "^[^ ]|cooperative|float GEMM|integer GEMM" "$out/spirv_probe.txt" | cut -c1-300
 # The figures the chooser reads (features, limits, the flexible shapes).
 timeout 20 "$d" --json probe --backend vulkan > "$out/spirv_probe.json" 2>&1
 
@@ -33,7 +33,7 @@ step "reference tests: spirv_gemm:: (extension required), f16_linear::float"
 DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=1 \
   timeout 120 "$tests" spirv_gemm:: f16_linear::float --nocapture > "$out/spirv_tests.txt" 2>&1
 echo "tests exit status $?"
-grep -E "panicked|failed|^test |test result|skipped|gemm_cm2.*worst" "$out/spirv_tests.txt" | cut -c1-300
+grep -E "panicked|failed|^test |test result|skipped|gemm_cm2.*worst|equal to dot4" "$out/spirv_tests.txt" | cut -c1-300
 
 shapes=${SHAPES:-4608x9216x3072,4608x12288x3072,4608x21504x3072,4608x3072x12288,4608x3072x15360,4096x12288x3072}
 for path in spirv wgsl; do

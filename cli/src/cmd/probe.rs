@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
-use dynvram_runtime::gpu::{AdapterSummary, SpirvGemm, enumerate_adapters};
+use dynvram_runtime::gpu::{AdapterSummary, Cm2Caps, SpirvGemm, enumerate_adapters};
 use dynvram_runtime::ops::linear::{
-    CoopGemmKernel, CoopShape, cm2_gemm, coop_unusable, double_unusable,
+    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
 };
 use serde::Serialize;
 
@@ -130,7 +130,13 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
             println!(
                 "  float GEMM of {name} weights (f16 activations): {}",
-                spirv_gemm_line(a, format)
+                spirv_gemm_line(a, |c| cm2_gemm(c, format, ActDtype::F16, None))
+            );
+        }
+        for (name, w4) in [("int4", true), ("int8", false)] {
+            println!(
+                "  integer GEMM of {name} weights (f16 outputs): {}",
+                spirv_gemm_line(a, |c| cm2_int_gemm(c, w4, ActDtype::F16, false, None))
             );
         }
         println!(
@@ -185,10 +191,13 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether float GEMMs of `format` weights take the SPIR-V
-/// cooperative-matrix-2 kernel on adapter `a` (under `DYNVRAM_SPIRV_GEMM`
-/// and `DYNVRAM_COOP_MATRIX`) or the WGSL ones, and why.
-fn spirv_gemm_line(a: &AdapterSummary, format: Format) -> String {
+/// Whether the GEMMs `pick` chooses for take a SPIR-V cooperative-matrix-2
+/// kernel on adapter `a` (under `DYNVRAM_SPIRV_GEMM` and
+/// `DYNVRAM_COOP_MATRIX`) or the WGSL ones, and why.
+fn spirv_gemm_line(
+    a: &AdapterSummary,
+    pick: impl FnOnce(Option<&Cm2Caps>) -> Result<Cm2Kernel, String>,
+) -> String {
     let opts = crate::cmd::adapter_args::gpu_options();
     if opts.spirv_gemm == SpirvGemm::Off {
         return "wgsl: DYNVRAM_SPIRV_GEMM=off".into();
@@ -199,7 +208,7 @@ fn spirv_gemm_line(a: &AdapterSummary, format: Format) -> String {
     let Some(cm2) = &a.cm2 else {
         return "wgsl coop: VK_NV_cooperative_matrix2 missing".into();
     };
-    match cm2_gemm(Some(cm2), format, ActDtype::F16, None) {
+    match pick(Some(cm2)) {
         Ok(k) => format!(
             "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature",
             k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
