@@ -60,6 +60,10 @@ pub struct Cm2Caps {
     pub reserved_shared_memory: u32,
     /// `maxComputeSharedMemorySize`.
     pub max_shared_memory: u32,
+    /// The subgroup size (`VkPhysicalDeviceSubgroupProperties`): a
+    /// workgroup-scope kernel's invocations must be a power-of-two multiple
+    /// of it (VUID-VkPipelineShaderStageCreateInfo-module-10169).
+    pub subgroup_size: u32,
     /// The flexible-dimension combinations the driver lists.
     pub flexible: Vec<FlexibleDims>,
 }
@@ -233,6 +237,7 @@ mod imp {
         let v13 = shared.instance_api_version() >= vk::API_VERSION_1_3
             && props.api_version >= vk::API_VERSION_1_3;
         let mut features = Cm2Features::default();
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
         let mut properties = Cm2Properties {
             s_type: vk::StructureType::from_raw(1_000_593_002),
             p_next: std::ptr::null_mut(),
@@ -246,7 +251,9 @@ mod imp {
         unsafe {
             let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut features);
             instance.get_physical_device_features2(phd, &mut f2);
-            let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut properties);
+            let mut p2 = vk::PhysicalDeviceProperties2::default()
+                .push_next(&mut properties)
+                .push_next(&mut subgroup);
             instance.get_physical_device_properties2(phd, &mut p2);
         }
         let flexible = flexible_dims(hal);
@@ -261,6 +268,7 @@ mod imp {
             max_dimension: properties.max_dimension,
             reserved_shared_memory: properties.reserved_shared_memory,
             max_shared_memory: props.limits.max_compute_shared_memory_size,
+            subgroup_size: subgroup.subgroup_size,
             flexible,
         })
     }

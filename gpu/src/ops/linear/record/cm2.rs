@@ -191,6 +191,13 @@ fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), String> {
             g.invocations, caps.max_workgroup_size
         ));
     }
+    let sg = caps.subgroup_size;
+    if sg == 0 || !g.invocations.is_multiple_of(sg) || !(g.invocations / sg).is_power_of_two() {
+        return Err(format!(
+            "{} invocations are not a power-of-two multiple of the subgroup size {sg}",
+            g.invocations
+        ));
+    }
     let largest = g.tile_m.max(g.tile_n).max(g.tile_k);
     if largest > caps.max_dimension {
         return Err(format!(
@@ -259,6 +266,7 @@ mod tests {
             max_dimension: 256,
             reserved_shared_memory: 16 << 10,
             max_shared_memory: 48 << 10,
+            subgroup_size: 32,
             flexible: vec![dims(128), dims(256)],
         }
     }
@@ -435,6 +443,14 @@ mod tests {
         ))
         .expect_err("no f16 kernel 128 wide");
         assert!(why.contains("128 wide"), "{why}");
+        // 256 invocations are 4 subgroups of 64, not 3 of 96.
+        let mut wide = nvidia();
+        wide.subgroup_size = 64;
+        assert!(cm2_gemm(Some(&wide), Format::F16, ActDtype::F16, None).is_ok());
+        wide.subgroup_size = 96;
+        let why = name(cm2_gemm(Some(&wide), Format::F16, ActDtype::F16, None))
+            .expect_err("subgroups of 96");
+        assert!(why.contains("power-of-two multiple"), "{why}");
         let mut narrow = nvidia();
         narrow.max_dimension = 128;
         let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16, None)).expect_err("dim");
