@@ -55,11 +55,23 @@ pub struct Cm2Gemm {
 }
 
 /// Every cooperative-matrix-2 GEMM, in the order they are preferred for
-/// their weights (larger tiles first).
-pub static CM2_GEMMS: [Cm2Gemm; 5] = [
+/// their weights: 64 K columns a step before 32 (llama.cpp's large f16 tile
+/// steps 64; not measured here yet), then smaller shared tiles for drivers
+/// that reserve more shared memory.
+pub static CM2_GEMMS: [Cm2Gemm; 9] = [
     Cm2Gemm {
-        name: "gemm_cm2_f16",
-        spirv: include_bytes!("../spirv/gemm_cm2_f16.spv"),
+        name: "gemm_cm2_f16_k64",
+        spirv: include_bytes!("../spirv/gemm_cm2_f16_k64.spv"),
+        weights: Cm2Weights::F16,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 64,
+        invocations: 256,
+        shared_bytes: 0,
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_f16_k32",
+        spirv: include_bytes!("../spirv/gemm_cm2_f16_k32.spv"),
         weights: Cm2Weights::F16,
         tile_m: 128,
         tile_n: 256,
@@ -68,15 +80,25 @@ pub static CM2_GEMMS: [Cm2Gemm; 5] = [
         shared_bytes: 0,
     },
     Cm2Gemm {
-        name: "gemm_cm2_bf16",
-        spirv: include_bytes!("../spirv/gemm_cm2_bf16.spv"),
+        name: "gemm_cm2_bf16_k64",
+        spirv: include_bytes!("../spirv/gemm_cm2_bf16_k64.spv"),
+        weights: Cm2Weights::Bf16,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 64,
+        invocations: 256,
+        // 256 rows of 64 f16 and 16 bytes.
+        shared_bytes: 256 * (128 + 16),
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_bf16_k32",
+        spirv: include_bytes!("../spirv/gemm_cm2_bf16_k32.spv"),
         weights: Cm2Weights::Bf16,
         tile_m: 128,
         tile_n: 256,
         tile_k: 32,
         invocations: 256,
-        // 256 rows of 32 + 8 f16.
-        shared_bytes: 256 * 40 * 2,
+        shared_bytes: 256 * (64 + 16),
     },
     Cm2Gemm {
         name: "gemm_cm2_bf16_n128",
@@ -86,11 +108,21 @@ pub static CM2_GEMMS: [Cm2Gemm; 5] = [
         tile_n: 128,
         tile_k: 32,
         invocations: 256,
-        shared_bytes: 128 * 40 * 2,
+        shared_bytes: 128 * (64 + 16),
     },
     Cm2Gemm {
-        name: "gemm_cm2_w8",
-        spirv: include_bytes!("../spirv/gemm_cm2_w8.spv"),
+        name: "gemm_cm2_w8_k64",
+        spirv: include_bytes!("../spirv/gemm_cm2_w8_k64.spv"),
+        weights: Cm2Weights::Int8,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 64,
+        invocations: 256,
+        shared_bytes: 0,
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_w8_k32",
+        spirv: include_bytes!("../spirv/gemm_cm2_w8_k32.spv"),
         weights: Cm2Weights::Int8,
         tile_m: 128,
         tile_n: 256,
@@ -99,15 +131,25 @@ pub static CM2_GEMMS: [Cm2Gemm; 5] = [
         shared_bytes: 0,
     },
     Cm2Gemm {
-        name: "gemm_cm2_w4",
-        spirv: include_bytes!("../spirv/gemm_cm2_w4.spv"),
+        name: "gemm_cm2_w4_k64",
+        spirv: include_bytes!("../spirv/gemm_cm2_w4_k64.spv"),
+        weights: Cm2Weights::Int4,
+        tile_m: 128,
+        tile_n: 256,
+        tile_k: 64,
+        invocations: 256,
+        // 256 rows of 64 int8 and 16 bytes.
+        shared_bytes: 256 * (64 + 16),
+    },
+    Cm2Gemm {
+        name: "gemm_cm2_w4_k32",
+        spirv: include_bytes!("../spirv/gemm_cm2_w4_k32.spv"),
         weights: Cm2Weights::Int4,
         tile_m: 128,
         tile_n: 256,
         tile_k: 32,
         invocations: 256,
-        // 256 rows of 32 + 16 bytes.
-        shared_bytes: 256 * 48,
+        shared_bytes: 256 * (32 + 16),
     },
 ];
 

@@ -91,6 +91,16 @@ impl Cm2Caps {
         .collect()
     }
 
+    /// Every feature the GEMM needs is there ([`Self::missing_features`]
+    /// empty), without allocating.
+    pub fn complete(&self) -> bool {
+        self.vulkan_1_3
+            && self.workgroup_scope
+            && self.flexible_dimensions
+            && self.per_element_operations
+            && self.tensor_addressing
+    }
+
     /// Shared memory a workgroup-scope kernel may declare itself.
     pub fn shared_memory_left(&self) -> u32 {
         self.max_shared_memory

@@ -50,7 +50,7 @@ fn spirv_gemm_matches_the_reference() {
     for g in CM2_GEMMS.iter().filter(|g| !g.weights.integer()) {
         let bf16 = g.weights == Cm2Weights::Bf16;
         let format = if bf16 { Format::Bf16 } else { Format::F16 };
-        if let Err(why) = cm2_gemm(Some(&caps), format, ActDtype::F16, Some(g.tile_n)) {
+        if let Err(why) = cm2_gemm(Some(&caps), format, ActDtype::F16, Some(g.name)) {
             eprintln!("{}: skipped: {why}", g.name);
             continue;
         }
@@ -61,7 +61,7 @@ fn spirv_gemm_matches_the_reference() {
             let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
             let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
             let opts = RecordOptions {
-                cm2_tile_n: Some(g.tile_n),
+                cm2_kernel: Some(g.name),
                 // About 100 rows a binding: several chunks, the first rows
                 // of each at an output column past 0.
                 max_binding: split.then_some(100 * 2 * k as u64),

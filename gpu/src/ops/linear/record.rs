@@ -94,10 +94,10 @@ pub struct RecordOptions {
     /// comparing them with the WGSL kernels; `Auto` still needs the device
     /// to have enabled the extension).
     pub spirv_gemm: Option<SpirvGemm>,
-    /// The SPIR-V GEMM whose tile is this wide instead of the widest that
-    /// fits (tests of every kernel, tuning; none of that width: the WGSL
-    /// kernels run).
-    pub cm2_tile_n: Option<u32>,
+    /// The SPIR-V GEMM of this name (`dynvram_shaders::spirv::CM2_GEMMS`)
+    /// instead of the first that fits (tests of every kernel, tuning; where
+    /// it cannot run this layer, the WGSL kernels run).
+    pub cm2_kernel: Option<&'static str>,
     /// Float GEMMs past the GEMVs run the SPIR-V launch path's check kernel
     /// (`dynvram_shaders::spirv::LINEAR_CHECK`: a plain linear, f16 weights
     /// and activations) where the device takes raw SPIR-V, an error
@@ -262,7 +262,7 @@ fn record(
         coop_asked: opts.coop,
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
         spirv_gemm: opts.spirv_gemm.unwrap_or(SpirvGemm::Auto),
-        cm2_tile_n: opts.cm2_tile_n,
+        cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
@@ -515,8 +515,8 @@ struct Recorder<'a> {
     coop_gemm: CoopGemmKernel,
     /// [`RecordOptions::spirv_gemm`].
     spirv_gemm: SpirvGemm,
-    /// [`RecordOptions::cm2_tile_n`].
-    cm2_tile_n: Option<u32>,
+    /// [`RecordOptions::cm2_kernel`].
+    cm2_kernel: Option<&'static str>,
     /// [`RecordOptions::spirv_check`].
     spirv_check: bool,
     /// [`RecordOptions::reuse_codes`].
@@ -722,13 +722,11 @@ impl Recorder<'_> {
 
     /// The SPIR-V GEMM this layer takes: never at GEMV sizes, when the tiled
     /// GEMM or no SPIR-V is asked for, or where the device has not enabled
-    /// `VK_NV_cooperative_matrix2`; else the one `pick` finds for the
-    /// layer on the device's extension (the WGSL kernels where it finds
-    /// none).
-    fn cm2_chosen(
-        &self,
-        pick: impl FnOnce(&crate::gpu::Cm2Caps) -> Result<Cm2Kernel, String>,
-    ) -> Option<Cm2Kernel> {
+    /// `VK_NV_cooperative_matrix2` with every feature; else the first kernel
+    /// of `weights` (none: the layer has no SPIR-V kernel) that fits the
+    /// device (the WGSL kernels where none does). Formats nothing: every
+    /// prefill linear asks ([`cm2_gemm`] and [`cm2_int_gemm`] say why not).
+    fn cm2_chosen(&self, weights: Option<dynvram_shaders::spirv::Cm2Weights>) -> Option<Cm2Kernel> {
         if self.m <= GEMV_MAX_M
             || self.gemv.is_some()
             || self.gemm == GemmKernel::Tiled
@@ -736,9 +734,7 @@ impl Recorder<'_> {
         {
             return None;
         }
-        pick(self.gpu.cm2()?)
-            .inspect_err(|why| tracing::debug!(why, "SPIR-V GEMM left for the WGSL kernels"))
-            .ok()
+        cm2::fitting(self.gpu.cm2()?, weights?, self.cm2_kernel)
     }
 
     /// The float layer's SPIR-V GEMM ([`Self::cm2_chosen`]), or with
@@ -753,7 +749,7 @@ impl Recorder<'_> {
                 .map(Some)
                 .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
         }
-        Ok(self.cm2_chosen(|caps| cm2_gemm(Some(caps), format, act, self.cm2_tile_n)))
+        Ok(self.cm2_chosen(cm2::float_weights(format, act)))
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
@@ -893,8 +889,7 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
-        let cm2 = self
-            .cm2_chosen(|caps| cm2_int_gemm(Some(caps), int.w4, self.act, raw, self.cm2_tile_n));
+        let cm2 = self.cm2_chosen(cm2::int_weights(int.w4, self.act, raw));
         let coop = cm2.is_none()
             && self.coop_chosen(|caps| {
                 coop_gemm_unusable(

@@ -48,12 +48,16 @@ const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
 }
 
 /// The programs of [`CM2_GEMMS`], in the same order.
-static PROGRAMS: [SpirvProgram; 5] = [
+static PROGRAMS: [SpirvProgram; 9] = [
     program(&CM2_GEMMS[0]),
     program(&CM2_GEMMS[1]),
     program(&CM2_GEMMS[2]),
     program(&CM2_GEMMS[3]),
     program(&CM2_GEMMS[4]),
+    program(&CM2_GEMMS[5]),
+    program(&CM2_GEMMS[6]),
+    program(&CM2_GEMMS[7]),
+    program(&CM2_GEMMS[8]),
 ];
 
 /// [`LINEAR_CHECK`]'s program.
@@ -92,13 +96,13 @@ pub struct Cm2Kernel {
 
 /// The SPIR-V GEMM a float layer of weight `format` on `act` activations
 /// takes on a device with `cm2` (what it enabled of the extension, `None`
-/// where it did not) — the widest tile that fits, or the one `tile_n` wide
-/// where given — or why none can.
+/// where it did not) — the first of [`CM2_GEMMS`] that fits, or the one
+/// named `only` — or why none can.
 pub fn cm2_gemm(
     cm2: Option<&Cm2Caps>,
     format: Format,
     act: ActDtype,
-    tile_n: Option<u32>,
+    only: Option<&str>,
 ) -> Result<Cm2Kernel, String> {
     let caps = usable(cm2)?;
     if act != ActDtype::F16 {
@@ -115,20 +119,20 @@ pub fn cm2_gemm(
             ));
         }
     };
-    pick(caps, weights, tile_n)
+    pick(caps, weights, only)
 }
 
 /// The SPIR-V GEMM an integer layer takes (int4 weights or int8 ones,
 /// `w4`; activation codes in natural column order) on a device with `cm2`,
 /// for `act` outputs (f16 only) and the integer epilogue (`raw`: the raw
-/// accumulator, which these kernels do not write) — the widest tile that
-/// fits, or the one `tile_n` wide — or why none can.
+/// accumulator, which these kernels do not write) — the first of
+/// [`CM2_GEMMS`] that fits, or the one named `only` — or why none can.
 pub fn cm2_int_gemm(
     cm2: Option<&Cm2Caps>,
     w4: bool,
     act: ActDtype,
     raw: bool,
-    tile_n: Option<u32>,
+    only: Option<&str>,
 ) -> Result<Cm2Kernel, String> {
     let caps = usable(cm2)?;
     if act != ActDtype::F16 {
@@ -144,7 +148,7 @@ pub fn cm2_int_gemm(
     } else {
         Cm2Weights::Int8
     };
-    pick(caps, weights, tile_n)
+    pick(caps, weights, only)
 }
 
 /// `cm2` where the device enabled every feature the kernels use.
@@ -162,55 +166,85 @@ fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
     Ok(caps)
 }
 
-/// The first kernel of `weights` (`tile_n` wide, where given) that fits.
-fn pick(caps: &Cm2Caps, weights: Cm2Weights, tile_n: Option<u32>) -> Result<Cm2Kernel, String> {
+/// The first kernel of `weights` (named `only`, where given) that fits.
+fn pick(caps: &Cm2Caps, weights: Cm2Weights, only: Option<&str>) -> Result<Cm2Kernel, String> {
     let mut why = Vec::new();
     for (g, program) in CM2_GEMMS.iter().zip(&PROGRAMS) {
-        if g.weights != weights || tile_n.is_some_and(|t| t != g.tile_n) {
+        if g.weights != weights || only.is_some_and(|n| n != g.name) {
             continue;
         }
         match fits(caps, g) {
             Ok(()) => return Ok(Cm2Kernel { gemm: g, program }),
-            Err(w) => why.push(format!("{}: {w}", g.name)),
+            Err(w) => why.push(format!("{} ({:?}): {w}", g.name, g.weights)),
         }
     }
     if why.is_empty() {
         return Err(format!(
-            "no {weights:?} kernel {} wide",
-            tile_n.unwrap_or_default()
+            "no {weights:?} kernel named {}",
+            only.unwrap_or_default()
         ));
     }
     Err(why.join("; "))
 }
 
+/// Why a kernel does not fit a device: data, formatted only when asked
+/// (the launch path chooses without formatting).
+#[derive(Debug, Clone, Copy)]
+enum Misfit {
+    Invocations(u32, u32),
+    Subgroup(u32, u32),
+    Dimension(u32, u32),
+    Shared(u32, u32, u32),
+    Unlisted,
+}
+
+impl std::fmt::Display for Misfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Invocations(n, max) => {
+                write!(
+                    f,
+                    "{n} invocations exceed the workgroup-scope maximum {max}"
+                )
+            }
+            Self::Subgroup(n, sg) => write!(
+                f,
+                "{n} invocations are not a power-of-two multiple of the subgroup size {sg}"
+            ),
+            Self::Dimension(n, max) => write!(
+                f,
+                "a {n}-wide matrix exceeds the flexible-dimension maximum {max}"
+            ),
+            Self::Shared(n, left, reserved) => write!(
+                f,
+                "{n} bytes of shared memory exceed the {left} left beside the driver's {reserved} reserved"
+            ),
+            Self::Unlisted => write!(
+                f,
+                "the driver lists no workgroup-scope shape of these types and invocations that tiles it"
+            ),
+        }
+    }
+}
+
 /// Whether `g` fits the device's limits and a listed matrix shape.
-fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), String> {
+fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), Misfit> {
     if g.invocations > caps.max_workgroup_size {
-        return Err(format!(
-            "{} invocations exceed the workgroup-scope maximum {}",
-            g.invocations, caps.max_workgroup_size
-        ));
+        return Err(Misfit::Invocations(g.invocations, caps.max_workgroup_size));
     }
     let sg = caps.subgroup_size;
     if sg == 0 || !g.invocations.is_multiple_of(sg) || !(g.invocations / sg).is_power_of_two() {
-        return Err(format!(
-            "{} invocations are not a power-of-two multiple of the subgroup size {sg}",
-            g.invocations
-        ));
+        return Err(Misfit::Subgroup(g.invocations, sg));
     }
     let largest = g.tile_m.max(g.tile_n).max(g.tile_k);
     if largest > caps.max_dimension {
-        return Err(format!(
-            "a {largest}-wide matrix exceeds the flexible-dimension maximum {}",
-            caps.max_dimension
-        ));
+        return Err(Misfit::Dimension(largest, caps.max_dimension));
     }
     if g.shared_bytes > caps.shared_memory_left() {
-        return Err(format!(
-            "{} bytes of shared memory exceed the {} left beside the driver's {} reserved",
+        return Err(Misfit::Shared(
             g.shared_bytes,
             caps.shared_memory_left(),
-            caps.reserved_shared_memory
+            caps.reserved_shared_memory,
         ));
     }
     let types = if g.weights.integer() {
@@ -230,12 +264,48 @@ fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), String> {
             && g.tile_k.is_multiple_of(d.k_granularity)
     });
     if !listed {
-        return Err(format!(
-            "the driver lists no workgroup-scope {:?} shape of {} invocations that {} x {} x {} tiles",
-            g.weights, g.invocations, g.tile_m, g.tile_n, g.tile_k
-        ));
+        return Err(Misfit::Unlisted);
     }
     Ok(())
+}
+
+/// The weights of a float layer's SPIR-V GEMM: `format` f16 or bf16 on f16
+/// activations, else none ([`cm2_gemm`] says why).
+pub(super) fn float_weights(format: Format, act: ActDtype) -> Option<Cm2Weights> {
+    match (format, act) {
+        (Format::F16, ActDtype::F16) => Some(Cm2Weights::F16),
+        (Format::Bf16, ActDtype::F16) => Some(Cm2Weights::Bf16),
+        _ => None,
+    }
+}
+
+/// The weights of an integer layer's SPIR-V GEMM (f16 outputs, the scaled
+/// epilogue), else none ([`cm2_int_gemm`] says why).
+pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weights> {
+    match (act, raw) {
+        (ActDtype::F16, false) if w4 => Some(Cm2Weights::Int4),
+        (ActDtype::F16, false) => Some(Cm2Weights::Int8),
+        _ => None,
+    }
+}
+
+/// The launch path's choice: what [`pick`] picks, without formatting why
+/// not (none where a feature is missing).
+pub(super) fn fitting(
+    caps: &Cm2Caps,
+    weights: Cm2Weights,
+    only: Option<&str>,
+) -> Option<Cm2Kernel> {
+    if !caps.complete() {
+        return None;
+    }
+    CM2_GEMMS
+        .iter()
+        .zip(&PROGRAMS)
+        .find(|(g, _)| {
+            g.weights == weights && only.is_none_or(|n| n == g.name) && fits(caps, g).is_ok()
+        })
+        .map(|(gemm, program)| Cm2Kernel { gemm, program })
 }
 
 #[cfg(test)]
@@ -290,6 +360,44 @@ mod tests {
     }
 
     #[test]
+    fn the_launch_path_picks_what_the_explained_choice_picks() {
+        let mut tight = with_int8(nvidia());
+        tight.reserved_shared_memory = 32 << 10;
+        let mut partial = with_int8(nvidia());
+        partial.tensor_addressing = false;
+        let all = [
+            Cm2Weights::F16,
+            Cm2Weights::Bf16,
+            Cm2Weights::Int8,
+            Cm2Weights::Int4,
+        ];
+        for caps in [nvidia(), with_int8(nvidia()), tight, partial] {
+            for weights in all {
+                for only in [None, Some("gemm_cm2_bf16_n128"), Some("gemm_cm2_w4_k32")] {
+                    let explained = usable(Some(&caps))
+                        .and_then(|c| pick(c, weights, only))
+                        .ok()
+                        .map(|k| k.gemm.name);
+                    let fast = fitting(&caps, weights, only).map(|k| k.gemm.name);
+                    assert_eq!(fast, explained, "{weights:?} {only:?}");
+                }
+            }
+        }
+        assert_eq!(
+            float_weights(Format::Bf16, ActDtype::F16),
+            Some(Cm2Weights::Bf16)
+        );
+        assert_eq!(float_weights(Format::Bf16, ActDtype::F32), None);
+        assert_eq!(float_weights(Format::F32, ActDtype::F16), None);
+        assert_eq!(
+            int_weights(true, ActDtype::F16, false),
+            Some(Cm2Weights::Int4)
+        );
+        assert_eq!(int_weights(false, ActDtype::F16, true), None);
+        assert_eq!(int_weights(false, ActDtype::F32, false), None);
+    }
+
+    #[test]
     fn integer_layers_need_listed_int8_shapes_and_f16_outputs() {
         let f16_only = nvidia();
         let why = name(cm2_int_gemm(
@@ -304,11 +412,11 @@ mod tests {
         let caps = with_int8(nvidia());
         assert_eq!(
             name(cm2_int_gemm(Some(&caps), true, ActDtype::F16, false, None)),
-            Ok("gemm_cm2_w4")
+            Ok("gemm_cm2_w4_k64")
         );
         assert_eq!(
             name(cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None)),
-            Ok("gemm_cm2_w8")
+            Ok("gemm_cm2_w8_k64")
         );
         let why = name(cm2_int_gemm(Some(&caps), true, ActDtype::F32, false, None))
             .expect_err("f32 outputs");
@@ -317,8 +425,13 @@ mod tests {
             .expect_err("raw accumulator");
         assert!(why.contains("raw accumulator"), "{why}");
         assert!(cm2_int_gemm(None, true, ActDtype::F16, false, None).is_err());
-        // The int4 tile's 12 KiB of shared weights beside the reserve.
+        // The int4 tiles' 20 and 12 KiB of shared weights beside the reserve.
         let mut tight = with_int8(nvidia());
+        tight.reserved_shared_memory = 32 << 10;
+        assert_eq!(
+            name(cm2_int_gemm(Some(&tight), true, ActDtype::F16, false, None)),
+            Ok("gemm_cm2_w4_k32")
+        );
         tight.reserved_shared_memory = 40 << 10;
         assert!(cm2_int_gemm(Some(&tight), true, ActDtype::F16, false, None).is_err());
         assert_eq!(
@@ -329,12 +442,12 @@ mod tests {
                 false,
                 None
             )),
-            Ok("gemm_cm2_w8")
+            Ok("gemm_cm2_w8_k64")
         );
         // Float layers never take an integer kernel, nor the reverse.
         assert_eq!(
             name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
-            Ok("gemm_cm2_f16")
+            Ok("gemm_cm2_f16_k64")
         );
     }
 
@@ -377,11 +490,19 @@ mod tests {
         let caps = nvidia();
         assert_eq!(
             name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
-            Ok("gemm_cm2_f16")
+            Ok("gemm_cm2_f16_k64")
         );
+        // 36 KiB of bf16 staging at 64 K columns do not fit beside the
+        // 16 KiB reserved; 20 KiB at 32 do, and everything without one.
         assert_eq!(
             name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F16, None)),
-            Ok("gemm_cm2_bf16")
+            Ok("gemm_cm2_bf16_k32")
+        );
+        let mut roomy = nvidia();
+        roomy.reserved_shared_memory = 0;
+        assert_eq!(
+            name(cm2_gemm(Some(&roomy), Format::Bf16, ActDtype::F16, None)),
+            Ok("gemm_cm2_bf16_k64")
         );
         let why = name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F32, None)).expect_err("f32");
         assert!(why.contains("f16 activations"), "{why}");
@@ -393,7 +514,7 @@ mod tests {
 
     #[test]
     fn tiles_follow_the_shared_memory_and_the_listed_shapes() {
-        // 20 KiB of bf16 staging does not fit beside 32 KiB reserved: the
+        // 20 KiB of bf16 staging do not fit beside 32 KiB reserved: the
         // 128-wide tile (10 KiB) does.
         let mut tight = nvidia();
         tight.reserved_shared_memory = 32 << 10;
@@ -405,7 +526,7 @@ mod tests {
         tight.reserved_shared_memory = 48 << 10;
         assert_eq!(
             name(cm2_gemm(Some(&tight), Format::F16, ActDtype::F16, None)),
-            Ok("gemm_cm2_f16")
+            Ok("gemm_cm2_f16_k64")
         );
         let why =
             name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16, None)).expect_err("full");
@@ -418,31 +539,22 @@ mod tests {
         assert!(why.contains("lists no"), "{why}");
         let mut coarse = nvidia();
         for d in &mut coarse.flexible {
-            d.k_granularity = 64;
+            d.k_granularity = 128;
         }
         assert!(cm2_gemm(Some(&coarse), Format::F16, ActDtype::F16, None).is_err());
         let mut small = nvidia();
         small.max_workgroup_size = 128;
         let why = name(cm2_gemm(Some(&small), Format::F16, ActDtype::F16, None)).expect_err("size");
         assert!(why.contains("invocations"), "{why}");
-        // A tile width asked for: that kernel, or none.
+        // A kernel asked for by name: that one, or none.
+        let n128 = Some("gemm_cm2_bf16_n128");
         assert_eq!(
-            name(cm2_gemm(
-                Some(&nvidia()),
-                Format::Bf16,
-                ActDtype::F16,
-                Some(128)
-            )),
+            name(cm2_gemm(Some(&nvidia()), Format::Bf16, ActDtype::F16, n128)),
             Ok("gemm_cm2_bf16_n128")
         );
-        let why = name(cm2_gemm(
-            Some(&nvidia()),
-            Format::F16,
-            ActDtype::F16,
-            Some(128),
-        ))
-        .expect_err("no f16 kernel 128 wide");
-        assert!(why.contains("128 wide"), "{why}");
+        let why = name(cm2_gemm(Some(&nvidia()), Format::F16, ActDtype::F16, n128))
+            .expect_err("not an f16 kernel");
+        assert!(why.contains("named gemm_cm2_bf16_n128"), "{why}");
         // 256 invocations are 4 subgroups of 64, not 3 of 96.
         let mut wide = nvidia();
         wide.subgroup_size = 64;
