@@ -12,7 +12,8 @@
 //! WGSL kernels everywhere else.
 
 use dynvram_quant::Format;
-use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm, Cm2Weights, LINEAR_CHECK};
+use dynvram_shaders::spirv::{CM2_GEMMS, LINEAR_CHECK};
+pub use dynvram_shaders::spirv::{Cm2Gemm, Cm2Weights};
 
 use crate::gpu::Cm2Caps;
 use crate::gpu::cm2::{COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, SCOPE_WORKGROUP};
@@ -83,6 +84,24 @@ pub(super) fn linear_check(
         gemm: &LINEAR_CHECK,
         program: &CHECK_PROGRAM,
     })
+}
+
+/// The cooperative-matrix-2 GEMM named `name` (as `probe` and
+/// `RecordOptions::cm2_kernel` name them), if there is one.
+pub fn cm2_named(name: &str) -> Option<&'static Cm2Gemm> {
+    CM2_GEMMS.iter().find(|g| g.name == name)
+}
+
+/// The weights of the cooperative-matrix-2 GEMMs a layer of `format` could
+/// take (none for the other formats).
+pub fn cm2_weights_of(format: Format) -> Option<Cm2Weights> {
+    match format {
+        Format::F16 => Some(Cm2Weights::F16),
+        Format::Bf16 => Some(Cm2Weights::Bf16),
+        Format::ConvrotW4a4 { .. } => Some(Cm2Weights::Int4),
+        Format::Int8Tensorwise { .. } => Some(Cm2Weights::Int8),
+        _ => None,
+    }
 }
 
 /// A cooperative-matrix-2 GEMM chosen for a layer.
