@@ -13,7 +13,7 @@ use dynvram_runtime::gpu::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
     Cm2Gemm, CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch,
-    LinearWeights, RecordOptions, Region, WeightPart, cm2_named, cm2_weights_of,
+    LinearWeights, RecordOptions, Region, WeightPart, cm2_gemms, cm2_named, cm2_weights_of,
     record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
@@ -146,7 +146,13 @@ pub struct LinearArgs {
 
 /// A SPIR-V GEMM of `--cm2-kernels`, by name.
 fn cm2_kernel(name: &str) -> Result<&'static Cm2Gemm, String> {
-    cm2_named(name).ok_or_else(|| format!("no SPIR-V GEMM named `{name}` (see `dynvram probe`)"))
+    cm2_named(name).ok_or_else(|| {
+        let names: Vec<_> = cm2_gemms().iter().map(|g| g.name).collect();
+        format!(
+            "no SPIR-V GEMM named `{name}` (want one of {})",
+            names.join(", ")
+        )
+    })
 }
 
 /// `--gemm` of `bench linear`.

@@ -23,7 +23,9 @@ mod gemv;
 mod norm_quant;
 mod spec;
 mod spread;
-pub use cm2::{Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_int_gemm, cm2_named, cm2_weights_of};
+pub use cm2::{
+    Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_weights_of,
+};
 pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,

@@ -86,6 +86,11 @@ pub(super) fn linear_check(
     })
 }
 
+/// Every cooperative-matrix-2 GEMM, in the order they are preferred.
+pub fn cm2_gemms() -> &'static [Cm2Gemm] {
+    &CM2_GEMMS
+}
+
 /// The cooperative-matrix-2 GEMM named `name` (as `probe` and
 /// `RecordOptions::cm2_kernel` name them), if there is one.
 pub fn cm2_named(name: &str) -> Option<&'static Cm2Gemm> {
