@@ -12,9 +12,9 @@
 // in a shared tile (the next step's global reads in flight meanwhile), and
 // B is loaded from there.
 //
-// Partial tiles: the tensor layouts clamp with the constant 0 past M, N and
-// K (loads) and drop stores past M and the chunk's last column, so no
-// shape needs padding. Built by scripts/spirv.sh with:
+// The loop is cm2_main.glsl's. Partial tiles: the tensor layouts clamp
+// with the constant 0 past M, N and K (loads) and drop stores past M and
+// the chunk's last column, so no shape needs padding. Built by scripts/spirv.sh with:
 //   WEIGHT_BF16 (0 or 1), BM, BN, BK, WG (invocations)
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
 
@@ -40,8 +40,6 @@ layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
 #include "cm2_store.glsl"
 
-#define CLAMP gl_CooperativeMatrixClampModeConstantNV
-
 // The bias of output column `col` of a tile whose first column is `first`
 // (clamped into the chunk: columns past it are not stored).
 float add_bias(const in uint row, const in uint col, const in float v, const in uint first) {
@@ -51,8 +49,9 @@ float add_bias(const in uint row, const in uint col, const in float v, const in 
 
 #if WEIGHT_BF16
 // Row pitch of the shared weight tile in f16: 16 bytes of skew per row.
-const uint PITCH = BK + 8u;
-shared float16_t b_sh[BN * PITCH];
+const uint B_PITCH = BK + 8u;
+shared float16_t b_sh[BN * B_PITCH];
+#define W_RAW uvec2
 // Four-column loads of a step's BN x BK weights, per invocation.
 const uint QUADS = BN * BK / 4u;
 const uint LOADS = (QUADS + WG - 1u) / WG;
@@ -76,7 +75,7 @@ float16_t bf16_to_f16(uint bits) {
 void put_w(uint i, uvec2 v) {
     uint q = gl_LocalInvocationIndex + i * WG;
     if (q < QUADS) {
-        uint at = (q / (BK / 4u)) * PITCH + 4u * (q % (BK / 4u));
+        uint at = (q / (BK / 4u)) * B_PITCH + 4u * (q % (BK / 4u));
         b_sh[at] = bf16_to_f16(v.x & 0xFFFFu);
         b_sh[at + 1u] = bf16_to_f16(v.x >> 16u);
         b_sh[at + 2u] = bf16_to_f16(v.y & 0xFFFFu);
@@ -85,57 +84,16 @@ void put_w(uint i, uvec2 v) {
 }
 #endif
 
-void main() {
-    uint n0 = gl_WorkGroupID.x * BN;
-    uint m0 = gl_WorkGroupID.y * BM;
-
-    // Loads past the dimensions read this (K past its end adds nothing).
-    tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
-    t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
-    t_x = setTensorLayoutClampValueNV(t_x, 0u);
-#if !WEIGHT_BF16
-    tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
-    t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
-    t_w = setTensorLayoutClampValueNV(t_w, 0u);
-    // B[k][n] = W[n][k].
-    tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
-#endif
-
-    coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
-        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-
-#if WEIGHT_BF16
-    uvec2 r[LOADS];
-    for (uint i = 0u; i < LOADS; i++) {
-        r[i] = fetch_w(n0, 0u, i);
-    }
-#endif
-    for (uint k0 = 0u; k0 < p.k; k0 += BK) {
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
-        coopMatLoadTensorNV(a, x, 0u, sliceTensorLayoutNV(t_x, m0, BM, k0, BK));
-        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
-#if WEIGHT_BF16
-        // The previous step's products are done with the tile.
-        barrier();
-        for (uint i = 0u; i < LOADS; i++) {
-            put_w(i, r[i]);
-        }
-        barrier();
-        if (k0 + BK < p.k) {
-            for (uint i = 0u; i < LOADS; i++) {
-                r[i] = fetch_w(n0, k0 + BK, i);
-            }
-        }
-        // Weight rows are B's columns: column-major with the tile's pitch.
-        coopMatLoad(b, b_sh, 0u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
-#else
-        coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(t_w, n0, BN, k0, BK), transpose);
-#endif
-        acc = coopMatMulAdd(a, b, acc);
-    }
-
+// Adds the bias (where asked) and stores the tile.
+void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
     if ((p.flags & 1u) != 0u) {
         coopMatPerElementNV(acc, acc, add_bias, p.n_base + n0);
     }
     store_tile(acc, m0, n0);
 }
+
+#define A_T float16_t
+#define ACC_T float
+#define ACT x
+#define STAGED WEIGHT_BF16
+#include "cm2_main.glsl"

@@ -9,7 +9,8 @@
 // straight from global memory; int8 weights too, through a transposing
 // view. int4 weights have no cooperative type: each K step widens them to
 // int8 in a shared tile (the next step's global reads in flight), and B is
-// loaded from there. Partial tiles as in gemm_cm2.glsl. Built by
+// loaded from there. The loop is cm2_main.glsl's; partial tiles as in
+// gemm_cm2.glsl. Built by
 // scripts/spirv.sh with: WEIGHT_INT4 (0 or 1), BM, BN, BK, WG.
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
 
@@ -35,8 +36,6 @@ layout(set = 0, binding = 5, std430) writeonly buffer Out { float16_t y[]; };
 
 #include "cm2_store.glsl"
 
-#define CLAMP gl_CooperativeMatrixClampModeConstantNV
-
 // The epilogue of one output of a tile whose first row and column are
 // `m0` and `first` (indices clamped into the chunk: outputs past it are
 // not stored).
@@ -58,8 +57,9 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
 
 #if WEIGHT_INT4
 // Row pitch of the shared int8 weight tile in words: 16 bytes of skew.
-const uint PITCH = BK / 4u + 4u;
-shared uint b_sh[BN * PITCH];
+const uint B_PITCH = BK / 4u + 4u;
+shared uint b_sh[BN * B_PITCH];
+#define W_RAW uint
 // Words of eight nibbles of a step's BN x BK weights, per invocation.
 const uint WORDS = BN * BK / 8u;
 const uint LOADS = (WORDS + WG - 1u) / WG;
@@ -89,63 +89,24 @@ uint widen(uint v, uint first) {
 void put_w(uint i, uint v) {
     uint q = gl_LocalInvocationIndex + i * WG;
     if (q < WORDS) {
-        uint at = (q / (BK / 8u)) * PITCH + 2u * (q % (BK / 8u));
+        uint at = (q / (BK / 8u)) * B_PITCH + 2u * (q % (BK / 8u));
         b_sh[at] = widen(v, 0u);
         b_sh[at + 1u] = widen(v, 4u);
     }
 }
 #endif
 
-void main() {
-    uint n0 = gl_WorkGroupID.x * BN;
-    uint m0 = gl_WorkGroupID.y * BM;
-
-    // Codes and weights as bytes: K past its end reads 0.
-    tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
-    t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
-    t_x = setTensorLayoutClampValueNV(t_x, 0u);
-#if !WEIGHT_INT4
-    tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
-    t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
-    t_w = setTensorLayoutClampValueNV(t_w, 0u);
-    tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
-#endif
-
-    coopmat<int32_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
-        coopmat<int32_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0);
-
-#if WEIGHT_INT4
-    uint r[LOADS];
-    for (uint i = 0u; i < LOADS; i++) {
-        r[i] = fetch_w(n0, 0u, i);
-    }
-#endif
-    for (uint k0 = 0u; k0 < p.k; k0 += BK) {
-        coopmat<int8_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
-        coopMatLoadTensorNV(a, xq, 0u, sliceTensorLayoutNV(t_x, m0, BM, k0, BK));
-        coopmat<int8_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
-#if WEIGHT_INT4
-        barrier();
-        for (uint i = 0u; i < LOADS; i++) {
-            put_w(i, r[i]);
-        }
-        barrier();
-        if (k0 + BK < p.k) {
-            for (uint i = 0u; i < LOADS; i++) {
-                r[i] = fetch_w(n0, k0 + BK, i);
-            }
-        }
-        // Weight rows are B's columns: column-major, the pitch in words.
-        coopMatLoad(b, b_sh, 0u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
-#else
-        coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(t_w, n0, BN, k0, BK), transpose);
-#endif
-        acc = coopMatMulAdd(a, b, acc);
-    }
-
-    // f32(acc) as the WGSL epilogue converts it, then the scales.
+// f32(acc) as the WGSL epilogue converts it, then the scales and bias, and
+// the store.
+void finish(coopmat<int32_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> v =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
     coopMatPerElementNV(v, v, epilogue, m0, p.n_base + n0);
     store_tile(v, m0, n0);
 }
+
+#define A_T int8_t
+#define ACC_T int32_t
+#define ACT xq
+#define STAGED WEIGHT_INT4
+#include "cm2_main.glsl"

@@ -54,103 +54,39 @@ pub struct Cm2Gemm {
     pub shared_bytes: u32,
 }
 
+/// A [`Cm2Gemm`] of 128-row tiles and 256 invocations, its module
+/// `spirv/NAME.spv`.
+macro_rules! cm2_gemm {
+    ($name:literal, $weights:ident, $tile_n:literal, $tile_k:literal, $shared:expr) => {
+        Cm2Gemm {
+            name: $name,
+            spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
+            weights: Cm2Weights::$weights,
+            tile_m: 128,
+            tile_n: $tile_n,
+            tile_k: $tile_k,
+            invocations: 256,
+            shared_bytes: $shared,
+        }
+    };
+}
+
 /// Every cooperative-matrix-2 GEMM, in the order they are preferred for
 /// their weights: 64 K columns a step before 32 (llama.cpp's large f16 tile
 /// steps 64; not measured here yet), then smaller shared tiles for drivers
 /// that reserve more shared memory.
 pub static CM2_GEMMS: [Cm2Gemm; 9] = [
-    Cm2Gemm {
-        name: "gemm_cm2_f16_k64",
-        spirv: include_bytes!("../spirv/gemm_cm2_f16_k64.spv"),
-        weights: Cm2Weights::F16,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 64,
-        invocations: 256,
-        shared_bytes: 0,
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_f16_k32",
-        spirv: include_bytes!("../spirv/gemm_cm2_f16_k32.spv"),
-        weights: Cm2Weights::F16,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 32,
-        invocations: 256,
-        shared_bytes: 0,
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_bf16_k64",
-        spirv: include_bytes!("../spirv/gemm_cm2_bf16_k64.spv"),
-        weights: Cm2Weights::Bf16,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 64,
-        invocations: 256,
-        // 256 rows of 64 f16 and 16 bytes.
-        shared_bytes: 256 * (128 + 16),
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_bf16_k32",
-        spirv: include_bytes!("../spirv/gemm_cm2_bf16_k32.spv"),
-        weights: Cm2Weights::Bf16,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 32,
-        invocations: 256,
-        shared_bytes: 256 * (64 + 16),
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_bf16_n128",
-        spirv: include_bytes!("../spirv/gemm_cm2_bf16_n128.spv"),
-        weights: Cm2Weights::Bf16,
-        tile_m: 128,
-        tile_n: 128,
-        tile_k: 32,
-        invocations: 256,
-        shared_bytes: 128 * (64 + 16),
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_w8_k64",
-        spirv: include_bytes!("../spirv/gemm_cm2_w8_k64.spv"),
-        weights: Cm2Weights::Int8,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 64,
-        invocations: 256,
-        shared_bytes: 0,
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_w8_k32",
-        spirv: include_bytes!("../spirv/gemm_cm2_w8_k32.spv"),
-        weights: Cm2Weights::Int8,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 32,
-        invocations: 256,
-        shared_bytes: 0,
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_w4_k64",
-        spirv: include_bytes!("../spirv/gemm_cm2_w4_k64.spv"),
-        weights: Cm2Weights::Int4,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 64,
-        invocations: 256,
-        // 256 rows of 64 int8 and 16 bytes.
-        shared_bytes: 256 * (64 + 16),
-    },
-    Cm2Gemm {
-        name: "gemm_cm2_w4_k32",
-        spirv: include_bytes!("../spirv/gemm_cm2_w4_k32.spv"),
-        weights: Cm2Weights::Int4,
-        tile_m: 128,
-        tile_n: 256,
-        tile_k: 32,
-        invocations: 256,
-        shared_bytes: 256 * (32 + 16),
-    },
+    cm2_gemm!("gemm_cm2_f16_k64", F16, 256, 64, 0),
+    cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
+    // Shared weights: rows of the step's f16 and 16 bytes.
+    cm2_gemm!("gemm_cm2_bf16_k64", Bf16, 256, 64, 256 * (128 + 16)),
+    cm2_gemm!("gemm_cm2_bf16_k32", Bf16, 256, 32, 256 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_bf16_n128", Bf16, 128, 32, 128 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
+    cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
+    // Rows of the step's int8 and 16 bytes.
+    cm2_gemm!("gemm_cm2_w4_k64", Int4, 256, 64, 256 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
 ];
 
 /// A plain float linear with the interface of [`CM2_GEMMS`] (the same

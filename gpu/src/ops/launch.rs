@@ -51,7 +51,7 @@ pub(crate) fn launch(
     gpu: &Gpu,
     cache: &PipelineCache,
     enc: &mut Encoder,
-    l: Launch<'_>,
+    l: Launch<'_, Program<'_>>,
 ) -> Result<(), GpuError> {
     let kernel = cache.get(gpu, &l.program, l.label)?;
     record(gpu, cache, enc, &kernel, &l)

@@ -631,17 +631,42 @@ impl Recorder<'_> {
         groups: (u32, u32),
         cost: Cost,
     ) -> Result<(), LinearError> {
-        launch(
+        let program = Program {
+            source,
+            entry: "main",
+            constants,
+            act: self.act,
+        };
+        self.run(
+            encoder, program, name, bindings, params, groups, cost, launch,
+        )
+    }
+
+    /// Records one launch of `program` through `via` (`launch` or
+    /// `launch_spirv`) and counts it.
+    #[allow(clippy::too_many_arguments)]
+    fn run<P>(
+        &self,
+        encoder: &mut Encoder,
+        program: P,
+        name: &'static str,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        params: Params,
+        groups: (u32, u32),
+        cost: Cost,
+        via: impl FnOnce(
+            &Gpu,
+            &PipelineCache,
+            &mut Encoder,
+            Launch<'_, P>,
+        ) -> Result<(), crate::gpu::GpuError>,
+    ) -> Result<(), LinearError> {
+        via(
             self.gpu,
             self.cache,
             encoder,
             Launch {
-                program: Program {
-                    source,
-                    entry: "main",
-                    constants,
-                    act: self.act,
-                },
+                program,
                 label: &LaunchLabel {
                     kernel: name,
                     rec: self,
@@ -771,24 +796,17 @@ impl Recorder<'_> {
             c.rows.div_ceil(u64::from(g.tile_n)) as u32,
             self.m.div_ceil(u64::from(g.tile_m)) as u32,
         );
-        launch_spirv(
-            self.gpu,
-            self.cache,
+        let name = g.name;
+        self.run(
             encoder,
-            Launch {
-                program: kernel.program,
-                label: &LaunchLabel {
-                    kernel: g.name,
-                    rec: self,
-                },
-                bindings,
-                immediates: bytemuck::bytes_of(&params),
-                groups,
-                cost,
-            },
-        )?;
-        self.dispatches.set(self.dispatches.get() + 1);
-        Ok(())
+            kernel.program,
+            name,
+            bindings,
+            params,
+            groups,
+            cost,
+            launch_spirv,
+        )
     }
 
     /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
