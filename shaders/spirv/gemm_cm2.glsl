@@ -18,15 +18,7 @@
 //   WEIGHT_BF16 (0 or 1), BM, BN, BK, WG (invocations)
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
 
-#extension GL_KHR_memory_scope_semantics : enable
-#extension GL_KHR_cooperative_matrix : enable
-#extension GL_NV_cooperative_matrix2 : enable
-#extension GL_EXT_shader_explicit_arithmetic_types : enable
-#extension GL_EXT_shader_16bit_storage : enable
-
-layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;
-
-#include "cm2_params.glsl"
+#include "cm2_header.glsl"
 
 #if WEIGHT_BF16
 // Four bf16 weights a word pair (K is a multiple of 4, so rows start on 8
@@ -52,30 +44,18 @@ float add_bias(const in uint row, const in uint col, const in float v, const in 
 const uint B_PITCH = BK + 8u;
 shared float16_t b_sh[BN * B_PITCH];
 #define W_RAW uvec2
-// Four-column loads of a step's BN x BK weights, per invocation.
-const uint QUADS = BN * BK / 4u;
-const uint LOADS = (QUADS + WG - 1u) / WG;
-
-// The word pair of quad `i` (this invocation's `i`-th) of K step `k0`, zero
-// past the chunk's rows and K.
-uvec2 fetch_w(uint n0, uint k0, uint i) {
-    uint q = gl_LocalInvocationIndex + i * WG;
-    uint row = q / (BK / 4u);
-    uint col = k0 + 4u * (q % (BK / 4u));
-    if (q < QUADS && n0 + row < p.n && col < p.k) {
-        return w[(n0 + row) * (p.k / 4u) + col / 4u];
-    }
-    return uvec2(0u);
-}
+#define W_PER 4u
+#include "cm2_stage.glsl"
 
 float16_t bf16_to_f16(uint bits) {
     return float16_t(uintBitsToFloat(bits << 16u));
 }
 
 void put_w(uint i, uvec2 v) {
-    uint q = gl_LocalInvocationIndex + i * WG;
-    if (q < QUADS) {
-        uint at = (q / (BK / 4u)) * B_PITCH + 4u * (q % (BK / 4u));
+    uint row;
+    uint col;
+    if (staged_at(i, row, col)) {
+        uint at = row * B_PITCH + col;
         b_sh[at] = bf16_to_f16(v.x & 0xFFFFu);
         b_sh[at + 1u] = bf16_to_f16(v.x >> 16u);
         b_sh[at + 2u] = bf16_to_f16(v.y & 0xFFFFu);

@@ -10,19 +10,11 @@
 // view. int4 weights have no cooperative type: each K step widens them to
 // int8 in a shared tile (the next step's global reads in flight), and B is
 // loaded from there. The loop is cm2_main.glsl's; partial tiles as in
-// gemm_cm2.glsl. Built by
-// scripts/spirv.sh with: WEIGHT_INT4 (0 or 1), BM, BN, BK, WG.
+// gemm_cm2.glsl. Built by scripts/spirv.sh with: WEIGHT_INT4 (0 or 1), BM,
+// BN, BK, WG.
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
 
-#extension GL_KHR_memory_scope_semantics : enable
-#extension GL_KHR_cooperative_matrix : enable
-#extension GL_NV_cooperative_matrix2 : enable
-#extension GL_EXT_shader_explicit_arithmetic_types : enable
-#extension GL_EXT_shader_16bit_storage : enable
-
-layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;
-
-#include "cm2_params.glsl"
+#include "cm2_header.glsl"
 
 // int8 weights [N, K], four a word; int4 [N, K / 2], eight two's-complement
 // nibbles a word, nibble e of word j being column 8j + e.
@@ -60,21 +52,8 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
 const uint B_PITCH = BK / 4u + 4u;
 shared uint b_sh[BN * B_PITCH];
 #define W_RAW uint
-// Words of eight nibbles of a step's BN x BK weights, per invocation.
-const uint WORDS = BN * BK / 8u;
-const uint LOADS = (WORDS + WG - 1u) / WG;
-
-// Word `i` (this invocation's `i`-th) of K step `k0`, zero past the
-// chunk's rows and K (a multiple of 8).
-uint fetch_w(uint n0, uint k0, uint i) {
-    uint q = gl_LocalInvocationIndex + i * WG;
-    uint row = q / (BK / 8u);
-    uint col = k0 + 8u * (q % (BK / 8u));
-    if (q < WORDS && n0 + row < p.n && col < p.k) {
-        return w[(n0 + row) * (p.k / 8u) + col / 8u];
-    }
-    return 0u;
-}
+#define W_PER 8u
+#include "cm2_stage.glsl"
 
 // Four sign-extended nibbles (from nibble `first`) as four int8 bytes.
 uint widen(uint v, uint first) {
@@ -87,9 +66,11 @@ uint widen(uint v, uint first) {
 }
 
 void put_w(uint i, uint v) {
-    uint q = gl_LocalInvocationIndex + i * WG;
-    if (q < WORDS) {
-        uint at = (q / (BK / 8u)) * B_PITCH + 2u * (q % (BK / 8u));
+    uint row;
+    uint col;
+    if (staged_at(i, row, col)) {
+        // Eight int8 columns are two words.
+        uint at = row * B_PITCH + col / 4u;
         b_sh[at] = widen(v, 0u);
         b_sh[at + 1u] = widen(v, 4u);
     }

@@ -1128,21 +1128,21 @@ impl Recorder<'_> {
             };
             let params = self.chunk_params(&c, 0);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
+            // The integer linears' bindings, from 0.
+            let numbered = [
+                buf(c.buffer, c.offset, c.size),
+                region(scale),
+                bias.clone(),
+                buf(&codes, 0, m * kw * 4),
+                buf(&scales, 0, m * 4),
+                out.binding(),
+            ];
             if let Some(kernel) = cm2 {
                 // Bit 1: acc · (s_x · s_w); bit 2: a weight scale per row.
                 let flags = u32::from(has_bias)
                     | u32::from(epi == IntEpilogue::TensorScale) << 1
                     | u32::from(int.per_row_scale) << 2;
-                let bindings: Bindings<'_> = (0..)
-                    .zip([
-                        buf(c.buffer, c.offset, c.size),
-                        region(scale),
-                        bias,
-                        buf(&codes, 0, m * kw * 4),
-                        buf(&scales, 0, m * 4),
-                        out.binding(),
-                    ])
-                    .collect();
+                let bindings: Bindings<'_> = (0..).zip(numbered).collect();
                 self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
                 continue;
             }
@@ -1163,21 +1163,7 @@ impl Recorder<'_> {
                 continue;
             }
             self.dispatch(
-                encoder,
-                name,
-                source,
-                &constants,
-                [
-                    buf(c.buffer, c.offset, c.size),
-                    region(scale),
-                    bias,
-                    buf(&codes, 0, m * kw * 4),
-                    buf(&scales, 0, m * 4),
-                    out.binding(),
-                ],
-                params,
-                groups,
-                cost,
+                encoder, name, source, &constants, numbered, params, groups, cost,
             )?;
         }
         Ok(())
