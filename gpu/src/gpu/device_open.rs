@@ -196,12 +196,25 @@ mod imp {
         desc: &wgpu::DeviceDescriptor<'_>,
         mode: CopyQueueMode,
     ) -> Option<(wgpu::Device, wgpu::Queue, DeviceExtras)> {
-        let name = ash::ext::external_memory_host::NAME;
-        let cm2_wanted = desc.required_features.contains(
+        let cm2 = desc.required_features.contains(
             wgpu::Features::PASSTHROUGH_SHADERS
                 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
                 | wgpu::Features::SHADER_F16,
         );
+        // A driver refusing cooperative matrices 2 keeps the rest.
+        open_with(adapter, desc, mode, cm2)
+            .or_else(|| cm2.then(|| open_with(adapter, desc, mode, false)).flatten())
+    }
+
+    /// [`open_vulkan`], with `VK_NV_cooperative_matrix2` where `cm2_wanted`
+    /// and the adapter lists it.
+    fn open_with(
+        adapter: &wgpu::Adapter,
+        desc: &wgpu::DeviceDescriptor<'_>,
+        mode: CopyQueueMode,
+        cm2_wanted: bool,
+    ) -> Option<(wgpu::Device, wgpu::Queue, DeviceExtras)> {
+        let name = ash::ext::external_memory_host::NAME;
         // Outlives the callback: the device's create info points at it.
         let mut cm2_features;
         let (open, extras) = {
