@@ -245,7 +245,7 @@ impl std::fmt::Display for Misfit {
             ),
             Self::Unlisted => write!(
                 f,
-                "the driver lists no workgroup-scope shape of these types and invocations that tiles it"
+                "the driver lists no workgroup-scope shape of these types (and of the f16 or f32 accumulators it converts to) and invocations that tiles it"
             ),
         }
     }
@@ -287,10 +287,30 @@ fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), Misfit> {
             && g.tile_n.is_multiple_of(d.n_granularity)
             && g.tile_k.is_multiple_of(d.k_granularity)
     });
-    if !listed {
+    // The accumulator converted for the epilogue (f32, integer kernels) and
+    // for the store (f16) must be listed too: every matrix type of a module
+    // matches an entry (VUID-RuntimeSpirv-cooperativeMatrixFlexibleDimensions-10165).
+    let converted = [COMPONENT_F16, COMPONENT_F32];
+    let converted = &converted[..if g.weights.integer() { 2 } else { 1 }];
+    if !listed || !converted.iter().all(|&t| accumulates(caps, g, t)) {
         return Err(Misfit::Unlisted);
     }
     Ok(())
+}
+
+/// Whether the driver lists a workgroup-scope shape of `g`'s invocations
+/// whose C or result type is `ty`, on whose granularity `g`'s output tile
+/// lies.
+fn accumulates(caps: &Cm2Caps, g: &Cm2Gemm, ty: i32) -> bool {
+    caps.flexible.iter().any(|d| {
+        d.scope == SCOPE_WORKGROUP
+            && (d.types[2] == ty || d.types[3] == ty)
+            && d.workgroup_invocations == g.invocations
+            && d.m_granularity > 0
+            && d.n_granularity > 0
+            && g.tile_m.is_multiple_of(d.m_granularity)
+            && g.tile_n.is_multiple_of(d.n_granularity)
+    })
 }
 
 /// The weights of a float layer's SPIR-V GEMM: `format` f16 or bf16 on f16
@@ -339,7 +359,7 @@ mod tests {
 
     /// An H100-like device: every feature, 48 KiB of shared memory with
     /// 16 KiB reserved, 16-granular f16 workgroup shapes of 128 and 256
-    /// invocations (int8 ones: [`with_int8`]).
+    /// invocations, f16 sums of 256 (int8 ones: [`with_int8`]).
     fn nvidia() -> Cm2Caps {
         let dims = |workgroup_invocations| FlexibleDims {
             m_granularity: 16,
@@ -361,7 +381,19 @@ mod tests {
             reserved_shared_memory: 16 << 10,
             max_shared_memory: 48 << 10,
             subgroup_size: 32,
-            flexible: vec![dims(128), dims(256)],
+            flexible: vec![dims(128), dims(256), f16_sums(256)],
+        }
+    }
+
+    /// f16 x f16 + f16 workgroup shapes (the f16 tile the kernels store).
+    fn f16_sums(workgroup_invocations: u32) -> FlexibleDims {
+        FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 16,
+            types: [COMPONENT_F16; 4],
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations,
         }
     }
 
@@ -560,6 +592,12 @@ mod tests {
         unlisted.flexible.retain(|d| d.workgroup_invocations != 256);
         let why =
             name(cm2_gemm(Some(&unlisted), Format::F16, ActDtype::F16, None)).expect_err("list");
+        assert!(why.contains("lists no"), "{why}");
+        // The f16 tile the kernels store needs f16 accumulators listed.
+        let mut f32_only = nvidia();
+        f32_only.flexible.retain(|d| d.types[2] != COMPONENT_F16);
+        let why = name(cm2_gemm(Some(&f32_only), Format::F16, ActDtype::F16, None))
+            .expect_err("no f16 accumulators");
         assert!(why.contains("lists no"), "{why}");
         let mut coarse = nvidia();
         for d in &mut coarse.flexible {
