@@ -507,7 +507,7 @@ fn time_case(
             (Some(shape), _) => format!("{} coop-matrix {shape}", plan.kernel),
             _ => plan.kernel.to_string(),
         },
-        coop: scratch.last_used_coop() || scratch.last_spirv_gemm().is_some(),
+        coop: scratch.last_used_coop(),
         dispatches: scratch.last_dispatches(),
         ms: per * 1e3,
         weight_gb_per_s: wbytes as f64 / per / 1e9,

@@ -14,7 +14,7 @@
 
 use crate::linear_common::{Env, HostLayer, env};
 
-use dynvram_gpu::gpu::SpreadQuant;
+use dynvram_gpu::gpu::{SpirvGemm, SpreadQuant};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
 use dynvram_gpu::ops::linear::{
@@ -266,8 +266,10 @@ fn float_coop_gemm_matches_the_reference() {
         return;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(19);
+    // The WGSL kernels, also where the SPIR-V ones would run.
     let coop = RecordOptions {
         gemm: GemmKernel::Coop,
+        spirv_gemm: Some(SpirvGemm::Off),
         ..Default::default()
     };
     let formats = [
@@ -337,6 +339,7 @@ fn float_coop_double_gemm_matches_the_reference() {
     let double = RecordOptions {
         gemm: GemmKernel::Coop,
         coop_gemm: Some(CoopGemmKernel::Double),
+        spirv_gemm: Some(SpirvGemm::Off),
         ..Default::default()
     };
     let shapes = [

@@ -207,10 +207,10 @@ impl LinearScratch {
         self.dispatches = count;
     }
 
-    /// The last recorded linear multiplied on cooperative matrices (its
-    /// activation codes are in column order).
+    /// The last recorded linear multiplied on cooperative matrices, WGSL or
+    /// SPIR-V (its activation codes are in column order).
     pub fn last_used_coop(&self) -> bool {
-        self.coop.is_some()
+        self.coop.is_some() || self.spirv.is_some()
     }
 
     /// The workgroup shape of the cooperative-matrix GEMM the last recorded
