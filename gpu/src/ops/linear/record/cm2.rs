@@ -1,15 +1,18 @@
-//! The float GEMMs on NVIDIA's cooperative matrices 2 (SPIR-V,
+//! The GEMMs on NVIDIA's cooperative matrices 2 (SPIR-V,
 //! `dynvram_shaders::spirv`): whether a layer may take one on this device,
 //! which, and why not.
 //!
-//! They compute what the WGSL cooperative GEMM's float path does (f16
+//! Float layers: what the WGSL cooperative GEMM's float path computes (f16
 //! activations and output, f16 or bf16 weights exact in f16, f32 sums, the
-//! bias added in f32 before the one rounding) with the same bindings and
-//! immediates, on workgroup-scope matrices whose staging the driver does.
-//! Only where the device enabled `VK_NV_cooperative_matrix2` with every
-//! feature they use ([`crate::gpu::Cm2Caps`]), the driver lists their
-//! matrix shape, and their own shared memory fits beside the driver's; the
-//! WGSL kernels everywhere else.
+//! bias added in f32 before the one rounding), with the same bindings and
+//! immediates. Integer layers: int8 codes times int8 or int4 weights summed
+//! exactly in s32 (the dot4 GEMM's accumulator) and the integer epilogue,
+//! f16 outputs, with the integer linears' bindings. Both on workgroup-scope
+//! matrices whose staging the driver does, and only where the device
+//! enabled `VK_NV_cooperative_matrix2` with every feature they use
+//! ([`crate::gpu::Cm2Caps`]), the driver lists their matrix shapes, and
+//! their own shared memory fits beside the driver's; the WGSL kernels
+//! everywhere else.
 
 use dynvram_quant::Format;
 use dynvram_shaders::spirv::{CM2_GEMMS, LINEAR_CHECK};
