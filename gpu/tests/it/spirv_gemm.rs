@@ -1,12 +1,14 @@
-//! The SPIR-V GEMMs on NVIDIA's cooperative matrices 2 (`shaders/spirv/`)
-//! against the CPU reference under `f16_linear`'s tolerance rule: every
-//! kernel, f16 and bf16 weights, with and without bias, on shapes that leave
-//! M, N and K off the tiles (K shorter than one step, K long), and weights
-//! split over several bindings (each chunk's columns inside the wider
-//! output, its bias at its offset). wgpu does not validate raw SPIR-V: these
-//! tests are its only check, and run where the device enabled the extension
-//! (`DYNVRAM_REQUIRE_SPIRV=1` makes its absence a failure). Everywhere, the
-//! path is taken exactly where the device has it.
+//! The SPIR-V GEMMs on NVIDIA's cooperative matrices 2 (`shaders/spirv/`):
+//! the float kernels against the CPU reference under `f16_linear`'s
+//! tolerance rule (f16 and bf16 weights), the integer ones against the dot4
+//! GEMM bit for bit (int4 and int8 weights and codes), with and without
+//! bias, on shapes that leave M, N and K off the tiles (K shorter than one
+//! step, K long), and weights split over several bindings (each chunk's
+//! columns inside the wider output, its bias at its offset). wgpu does not
+//! validate raw SPIR-V: these tests are its only check, and run where the
+//! device enabled the extension (`DYNVRAM_REQUIRE_SPIRV=1` makes its
+//! absence a failure). Everywhere: the launch path through a plain SPIR-V
+//! linear, and that the GEMMs are taken exactly where the device has them.
 
 use crate::f16_linear::{assert_f16_close, random_x};
 use crate::linear_common::{HostLayer, env};
