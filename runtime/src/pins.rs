@@ -23,7 +23,7 @@ use crate::config::{PinSettings, RamFigures};
 use crate::error::Result;
 use crate::upload::{self, ModelView, Upload, Weight};
 use dynvram_gpu::StreamSources;
-use dynvram_gpu::gpu::{CopyCmd, Gpu, HostMemory, PinnedBuffer, StagingRing, UploadError};
+use dynvram_gpu::device::{CopyCmd, Gpu, HostMemory, PinnedBuffer, StagingRing, UploadError};
 
 /// What the runtime's pins hold now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -11,7 +11,7 @@ use dynvram_memory::ModelId;
 
 use crate::error::{Result, RuntimeError};
 use crate::planning::PlanWeight;
-use dynvram_gpu::gpu::{Gpu, StagingRing};
+use dynvram_gpu::device::{Gpu, StagingRing};
 
 /// One weight of a model: its tensor, its block and how it is uploaded.
 #[derive(Debug)]

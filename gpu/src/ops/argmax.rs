@@ -7,7 +7,7 @@ use std::num::NonZeroU64;
 
 use dynvram_shaders::transformer::ARGMAX;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};

@@ -6,7 +6,7 @@
 
 use dynvram_shaders::transformer::ELEMENTWISE;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_distinct, expect_dtype, rows_cols, to_u32};

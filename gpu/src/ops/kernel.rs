@@ -2,7 +2,7 @@
 //! params, and a 2-D dispatch grid. Kept in one place
 //! so every op fails the same way on bad operands.
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 pub(crate) use crate::ops::launch::{Bindings, Cost};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use dynvram_shaders::transformer::ROPE;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, rows_cols, to_u32};

@@ -11,7 +11,7 @@ use dynvram_test_support::variants::rotation;
 
 use std::sync::Arc;
 
-use dynvram_gpu::gpu::{AdapterChoice, GpuOptions, SpreadQuant};
+use dynvram_gpu::device::{AdapterChoice, GpuOptions, SpreadQuant};
 use dynvram_gpu::ops::elementwise::record_swiglu;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;

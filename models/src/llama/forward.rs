@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use dynvram_runtime::gpu::{ReadbackRing, ReadbackSlot};
+use dynvram_runtime::device::{ReadbackRing, ReadbackSlot};
 use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::attention::Heads;
 use dynvram_runtime::ops::rope::RopeTable;

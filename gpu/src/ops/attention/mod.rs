@@ -28,7 +28,7 @@ mod scalar;
 mod shape;
 mod two_walk;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{bad, expect_distinct, expect_dtype, expect_shape, rows_cols};

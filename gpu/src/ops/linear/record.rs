@@ -9,7 +9,7 @@ use dynvram_shaders::linear as shaders;
 
 use super::weights::{LinearWeights, Region};
 use super::{LinearError, LinearScratch};
-use crate::gpu::{Gpu, SpreadQuant};
+use crate::device::{Gpu, SpreadQuant};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch};

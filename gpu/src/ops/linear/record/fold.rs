@@ -18,7 +18,7 @@ use dynvram_quant::KernelChoice;
 
 use super::gemv::{self, rows_gemv_max_m};
 use super::{GEMV_MAX_M, IntPath, LinearError, LinearWeights, RecordOptions, record};
-use crate::gpu::Gpu;
+use crate::device::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::linear::LinearScratch;

@@ -12,7 +12,7 @@
 use dynvram_quant::{Format, KernelChoice};
 
 use super::{Fold, GemvShape, RecordOptions, fold_unusable, gemv, record, rows_gemv_max_m};
-use crate::gpu::Gpu;
+use crate::device::Gpu;
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};

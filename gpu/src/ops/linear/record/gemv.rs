@@ -14,7 +14,7 @@ use dynvram_shaders::linear as shaders;
 
 use super::spec::{FloatWeights, IntEpilogue};
 use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, region, rows_grid};
-use crate::gpu::Gpu;
+use crate::device::Gpu;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
 use smallvec::{SmallVec, smallvec};
@@ -132,7 +132,7 @@ const FAST_MAX_GROUP: u32 = 256;
 /// cannot run: no subgroups, a group above 256, a row (padded by 1/16)
 /// beyond the workgroup memory, or a size outside the adapter's limits or
 /// the kernels' (at most 4 blocks of 16 values per invocation).
-/// `asked` (else the device's [`crate::gpu::GpuOptions::quant_wgs`]) asks
+/// `asked` (else the device's [`crate::device::GpuOptions::quant_wgs`]) asks
 /// for them at that size; unasked they run only past K = 4096, at the
 /// smallest power of two in 256..=1024 giving every invocation at most one
 /// block of 16 values (1024 at K = 11008): on the H200 (run K, decode
@@ -141,7 +141,7 @@ const FAST_MAX_GROUP: u32 = 256;
 /// add + norm + rotate/quantize 34 µs against 18 at K = 4096.
 /// `words_per_invocation` more workgroup words per invocation are needed.
 pub(super) fn fast_quant_wgs(
-    gpu: &crate::gpu::Gpu,
+    gpu: &crate::device::Gpu,
     k: u64,
     g: u32,
     asked: Option<u32>,

@@ -9,7 +9,7 @@ use dynvram_shaders::linear as shaders;
 
 use super::gemv::{FUSED_FIXED_BYTES, fast_quant_wgs};
 use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, rows_grid};
-use crate::gpu::Gpu;
+use crate::device::Gpu;
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Constants, Cost, Launch, launch};

@@ -39,7 +39,7 @@ use super::{
     CodesKey, GEMV_MAX_M, IntPath, LinearError, MAX_GROUP, MAX_GROUPS_PER_DIM, Params, Recorder,
     buf, region,
 };
-use crate::gpu::SpreadQuant;
+use crate::device::SpreadQuant;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Constants, Cost};
 use crate::ops::linear::LinearScratch;
