@@ -81,14 +81,13 @@ pub(crate) fn region<'a>(
 ) -> Result<wgpu::BindingResource<'a>, GpuError> {
     let size = bytes.div_ceil(4) * 4;
     if offset + size > buffer.size() {
-        return Err(bad(
+        return Err(GpuError::OutsideBuffer {
             op,
-            format!(
-                "`{name}` needs bytes {offset}..{} but its buffer has {}",
-                offset + size,
-                buffer.size()
-            ),
-        ));
+            what: format!("`{name}`"),
+            start: offset,
+            end: offset + size,
+            buffer_size: buffer.size(),
+        });
     }
     let size = NonZeroU64::new(size).ok_or_else(|| bad(op, format!("`{name}` is empty")))?;
     Ok(wgpu::BindingResource::Buffer(wgpu::BufferBinding {

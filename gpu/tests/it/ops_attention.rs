@@ -386,7 +386,19 @@ fn attention_rejects_bad_operands() {
     assert!(attend(&mut enc, bad_heads, 5).is_err());
     let rows = upload(g, &[3, 64], &[1.0; 192]);
     let err = record_kv_write(&mut enc, &rows, &kc, 14).expect_err("rows 14..17 of 16");
-    assert!(err.to_string().contains("14..17"), "{err}");
+    assert!(
+        matches!(
+            err,
+            GpuError::PastEnd {
+                op: "kv_write",
+                start: 14,
+                end: 17,
+                len: 16,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 /// Inputs as the kernel sees them (rounded to `dtype`).
