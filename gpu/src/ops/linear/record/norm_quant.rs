@@ -8,7 +8,9 @@ use dynvram_quant::{KernelChoice, reference::is_power_of_four};
 use dynvram_shaders::linear as shaders;
 
 use super::gemv::{FUSED_FIXED_BYTES, fast_quant_wgs};
-use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, rows_grid};
+use super::gemv_shape::GEMV_MAX_M;
+use super::recorder::{MAX_GROUPS_PER_DIM, QuantParams, buf, rows_grid};
+use super::spec::{CodesKey, IntPath};
 use crate::device::Gpu;
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
@@ -129,13 +131,12 @@ pub fn record_add_norm_quant(
             shaders::ADD_NORM_QUANT
         }
     };
-    let params = Params {
-        a: m as u32,
-        b: k as u32,
-        c: kw as u32,
-        d: norm.eps.to_bits(),
-        e: 0,
-        pad: [0; 3],
+    let params = QuantParams {
+        rows: m as u32,
+        k: k as u32,
+        kw: kw as u32,
+        eps_bits: norm.eps.to_bits(),
+        _pad: [0; 4],
     };
     launch(
         gpu,
