@@ -15,7 +15,7 @@
 use crate::linear_common::{Env, HostLayer, env};
 
 use dynvram_gpu::ActDtype;
-use dynvram_gpu::gpu::SpreadQuant;
+use dynvram_gpu::device::SpreadQuant;
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
 use dynvram_gpu::ops::linear::{
