@@ -29,3 +29,13 @@ pub(crate) fn view(t: &GpuTensor, rows: usize, cols: usize) -> GpuTensor {
 pub(crate) fn word_bytes(numel: usize, size: u64) -> u64 {
     (numel as u64 * size).div_ceil(4) * 4
 }
+
+/// Scratch the linear kernels hold for `rows` of input to the widest layer
+/// that quantizes its activations (`widest_integer_k`, 0 when none does:
+/// float layers need none).
+pub(crate) fn integer_scratch_bytes(rows: usize, widest_integer_k: usize) -> u64 {
+    if widest_integer_k == 0 {
+        return 0;
+    }
+    dynvram_runtime::ops::linear::integer_scratch_bytes(rows as u64, widest_integer_k as u64)
+}

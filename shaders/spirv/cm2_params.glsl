@@ -1,6 +1,7 @@
 // The push constants of the cooperative-matrix-2 linears (gemm_cm2.glsl,
-// gemm_cm2_int.glsl): the `Params` immediates of the WGSL linears
-// (ops/linear/record.rs), flags in the first padding word.
+// gemm_cm2_int.glsl, linear_check.comp): `Cm2Params` of
+// gpu/src/ops/linear/record/cm2.rs, the WGSL linears' `GemmParams` layout
+// with flags in the fused GEMV's `n1` word.
 layout(push_constant) uniform Params {
     uint m;
     // Weight rows in this dispatch (one binding's chunk of N).

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
-use dynvram_runtime::gpu::{AdapterSummary, Cm2Caps, SpirvGemm, enumerate_adapters};
+use dynvram_runtime::device::{AdapterSummary, Cm2Caps, SpirvGemm, enumerate_adapters};
 use dynvram_runtime::ops::linear::{
     Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
 };

@@ -14,7 +14,7 @@ use crate::f16_linear::{assert_f16_close, random_x};
 use crate::linear_common::{HostLayer, env};
 
 use dynvram_gpu::ActDtype;
-use dynvram_gpu::gpu::{SpirvGemm, adapter_cm2};
+use dynvram_gpu::device::{SpirvGemm, adapter_cm2};
 use dynvram_gpu::ops::linear::{
     GemmKernel, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm, row_bytes,
 };

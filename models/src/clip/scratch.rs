@@ -4,7 +4,7 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::ClipConfig;
-use crate::record::word_bytes;
+use crate::record::{integer_scratch_bytes, word_bytes};
 use crate::tokenize::CLIP_MAX_LEN;
 
 /// Activation shapes of a pass over `batch` prompts: (name, shape).
@@ -45,6 +45,5 @@ pub fn scratch_bytes(
             word_bytes(r * w, size)
         })
         .sum();
-    let rows = (batch * CLIP_MAX_LEN) as u64;
-    acts + 2 * rows * widest_integer_k as u64 * 4
+    acts + integer_scratch_bytes(batch * CLIP_MAX_LEN, widest_integer_k)
 }

@@ -4,7 +4,7 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::T5Config;
-use crate::record::word_bytes;
+use crate::record::{integer_scratch_bytes, word_bytes};
 
 /// Activation shapes of a pass: (name, shape, always f32).
 pub(super) fn act_shapes(
@@ -42,5 +42,5 @@ pub fn scratch_bytes(
         .iter()
         .map(|(_, [r, w], f32_only)| word_bytes(r * w, if *f32_only { 4 } else { dtype.size() }))
         .sum();
-    acts + 2 * (batch * len) as u64 * widest_integer_k as u64 * 4
+    acts + integer_scratch_bytes(batch * len, widest_integer_k)
 }

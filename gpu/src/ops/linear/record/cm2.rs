@@ -10,7 +10,7 @@
 //! f16 outputs, with the integer linears' bindings. Both on workgroup-scope
 //! matrices whose staging the driver does, and only where the device
 //! enabled `VK_NV_cooperative_matrix2` with every feature they use
-//! ([`crate::gpu::Cm2Caps`]), the driver lists their matrix shapes, and
+//! ([`crate::device::Cm2Caps`]), the driver lists their matrix shapes, and
 //! their own shared memory fits beside the driver's; the WGSL kernels
 //! everywhere else.
 
@@ -18,8 +18,10 @@ use dynvram_quant::Format;
 use dynvram_shaders::spirv::{CM2_GEMMS, LINEAR_CHECK};
 pub use dynvram_shaders::spirv::{Cm2Gemm, Cm2Weights};
 
-use crate::gpu::Cm2Caps;
-use crate::gpu::cm2::{COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, SCOPE_WORKGROUP};
+use crate::device::Cm2Caps;
+use crate::device::cm2::{
+    COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, SCOPE_WORKGROUP,
+};
 use crate::ops::cache::SpirvProgram;
 use crate::tensor::ActDtype;
 
@@ -38,7 +40,30 @@ const INT_BINDINGS: [(u32, bool); 6] = [
     (5, false),
 ];
 
-/// The program of `g`: its linears' bindings and `Params` immediates.
+/// `Params` of `shaders/spirv/cm2_params.glsl`: the push constants of the
+/// cooperative-matrix-2 GEMMs and the check kernel, field for field. The
+/// layout of the WGSL linears' `GemmParams` with `flags` where those have
+/// the fused GEMV's `n1`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct Cm2Params {
+    /// Rows of the activations.
+    pub m: u32,
+    /// Weight rows in this dispatch (one binding's chunk of N).
+    pub n: u32,
+    pub k: u32,
+    /// Output column (and scale/bias index) of the chunk's first row.
+    pub n_base: u32,
+    /// Row stride of the output: the layer's full N.
+    pub out_stride: u32,
+    /// Bit 0: add the bias. Integer layers: bit 1, `acc · (s_x · s_w)`
+    /// (else `(acc · s_x) · s_w`); bit 2, a weight scale per output row.
+    pub flags: u32,
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(size_of::<Cm2Params>() == 32);
+
+/// The program of `g`: its linears' bindings and [`Cm2Params`] immediates.
 const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
     SpirvProgram {
         spirv: g.spirv,
@@ -47,7 +72,7 @@ const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
             Cm2Weights::Int8 | Cm2Weights::Int4 => &INT_BINDINGS,
             Cm2Weights::F16 | Cm2Weights::Bf16 => &BINDINGS,
         },
-        immediate_size: 32,
+        immediate_size: size_of::<Cm2Params>() as u32,
     }
 }
 
@@ -358,7 +383,7 @@ pub(super) fn fitting(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::cm2::FlexibleDims;
+    use crate::device::cm2::FlexibleDims;
 
     /// An H100-like device: every feature, 48 KiB of shared memory with
     /// 16 KiB reserved, 16-granular f16 workgroup shapes of 128 and 256
