@@ -90,6 +90,29 @@ pub(super) fn fast_quant_wgs(
     .then_some(wgs)
 }
 
+/// The override constants of the fast (subgroup) rotation in a
+/// quantization kernel: group `g`, `wgs` invocations, a row of `k` values
+/// in workgroup memory.
+pub(super) fn fast_fht_constants(g: u32, wgs: u32, k: u64) -> [(&'static str, f64); 4] {
+    [
+        ("G", f64::from(g)),
+        ("WGS", f64::from(wgs)),
+        ("ROW_MAX", k as f64),
+        ("FHT_WORDS", (k + k / 16 + 1) as f64),
+    ]
+}
+
+/// The override constants of the portable rotation in a quantization
+/// kernel: group `g`, `wgs` invocations, rows taken `chunk` values at a
+/// time.
+pub(super) fn fht_constants(g: u32, wgs: u32, chunk: u64) -> [(&'static str, f64); 3] {
+    [
+        ("G", f64::from(g)),
+        ("WGS", f64::from(wgs)),
+        ("FHT_CHUNK", chunk as f64),
+    ]
+}
+
 /// The scale, bias and output bindings shared by both kernels, and the
 /// activations.
 pub(super) struct GemvOperands<'a> {
@@ -163,12 +186,7 @@ impl Recorder<'_> {
         };
         if let Some(wgs) = fast_wgs {
             let mut constants = Constants::from_slice(quant_constants);
-            constants.extend([
-                ("G", f64::from(g)),
-                ("WGS", f64::from(wgs)),
-                ("ROW_MAX", k as f64),
-                ("FHT_WORDS", (k + k / 16 + 1) as f64),
-            ]);
+            constants.extend(fast_fht_constants(g, wgs, k));
             return self.dispatch_at(
                 encoder,
                 "linear_rotate_quant",
@@ -182,11 +200,7 @@ impl Recorder<'_> {
         }
         let (wgs, chunk) = fused_shape(&self.gpu.device.limits());
         let mut constants = Constants::from_slice(quant_constants);
-        constants.extend([
-            ("G", f64::from(g)),
-            ("WGS", f64::from(wgs)),
-            ("FHT_CHUNK", f64::from(chunk)),
-        ]);
+        constants.extend(fht_constants(g, wgs, u64::from(chunk)));
         self.dispatch_at(
             encoder,
             "linear_rotate_quant",

@@ -7,7 +7,7 @@
 use dynvram_quant::{KernelChoice, reference::is_power_of_four};
 use dynvram_shaders::linear as shaders;
 
-use super::gemv::{FUSED_FIXED_BYTES, fast_quant_wgs};
+use super::gemv::{FUSED_FIXED_BYTES, fast_fht_constants, fast_quant_wgs, fht_constants};
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{MAX_GROUPS_PER_DIM, QuantParams, buf, rows_grid};
 use super::spec::{CodesKey, IntPath};
@@ -112,22 +112,12 @@ pub fn record_add_norm_quant(
     let mut constants = Constants::from_slice(&int.quant_constants(int.w4));
     let source = match fast_wgs {
         Some(f) => {
-            constants.extend([
-                ("G", f64::from(g)),
-                ("WGS", f64::from(f)),
-                ("ROW_MAX", k as f64),
-                ("FHT_WORDS", (k + k / 16 + 1) as f64),
-                ("NW", f64::from(wgs)),
-                ("SG", f64::from(sg)),
-            ]);
+            constants.extend(fast_fht_constants(g, f, k));
+            constants.extend([("NW", f64::from(wgs)), ("SG", f64::from(sg))]);
             shaders::ADD_NORM_QUANT_SUBGROUP
         }
         None => {
-            constants.extend([
-                ("G", f64::from(g)),
-                ("WGS", f64::from(wgs)),
-                ("FHT_CHUNK", chunk as f64),
-            ]);
+            constants.extend(fht_constants(g, wgs, chunk));
             shaders::ADD_NORM_QUANT
         }
     };
