@@ -290,6 +290,20 @@ impl Recorder<'_> {
         }
     }
 
+    /// The workgroups over chunk `c` of the one-row GEMV (M up to
+    /// [`GEMV_MAX_M`]: one per weight row) or of a GEMM of output tile
+    /// `tile` (rows of M, weight rows).
+    pub(super) fn chunk_groups(&self, c: &Chunk<'_>, tile: (u64, u64)) -> (u32, u32) {
+        if self.m <= GEMV_MAX_M {
+            rows_grid(c.rows)
+        } else {
+            (
+                c.rows.div_ceil(tile.1) as u32,
+                self.m.div_ceil(tile.0) as u32,
+            )
+        }
+    }
+
     /// Whether this layer's GEMM runs on cooperative matrices: never at GEMV
     /// sizes or when the tiled GEMM is asked for; else where `why_not` finds
     /// nothing against them (an error when they were asked for).
