@@ -4,7 +4,7 @@ use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
 use super::gemv_shape::GemvShape;
 use crate::device::SpreadQuant;
 
-/// Knobs for tests and tools; [`record_linear`] uses the defaults.
+/// Knobs for tests and tools; [`record_linear`](crate::ops::linear::record_linear) uses the defaults.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RecordOptions {
     /// Integer kernels write the raw `i32` accumulator's bits into `out`
@@ -35,13 +35,13 @@ pub struct RecordOptions {
     /// `GpuOptions::quant_wgs` (for tuning; a power of two in 64..=1024).
     pub quant_wgs: Option<u32>,
     /// Integer GEMVs at decode sizes read codes a quantization launch wrote
-    /// ([`LinearScratch::act_codes`] then holds them) even where they would
+    /// ([`LinearScratch::act_codes`](crate::ops::linear::LinearScratch::act_codes) then holds them) even where they would
     /// make them from spread-rotated rows (`GpuOptions::spread_quant`);
     /// wins over [`Self::spread_quant`].
     pub quantize_apart: bool,
     /// The spread quantization's mode instead of the device's
     /// `GpuOptions::spread_quant` (tests and tools comparing the modes on
     /// one device). Whether a fold is usable still follows the device's
-    /// ([`fold_unusable`]): a folded norm with this `Off` is an error.
+    /// ([`fold_unusable`](crate::ops::linear::fold_unusable)): a folded norm with this `Off` is an error.
     pub spread_quant: Option<SpreadQuant>,
 }
