@@ -77,8 +77,9 @@ pub(super) struct Recorder<'a> {
     pub(super) dispatches: &'a Cell<u32>,
 }
 
-/// `Params` of `linear_int_common.wgsl` and `linear_float_common.wgsl`:
-/// the GEMVs' and GEMMs' immediates, field for field.
+/// `linear_int_common.wgsl`'s `Params` and `linear_float_common.wgsl`'s
+/// `Params` (the GEMVs' and GEMMs' immediates), field for field but the
+/// last, which is `one_bits` in the one and `eps_bits` in the other.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct GemmParams {
@@ -100,8 +101,9 @@ pub(super) struct GemmParams {
 }
 const _: () = assert!(size_of::<GemmParams>() == 32);
 
-/// `QuantParams` of `linear_act_codes.wgsl` (the activation quantization,
-/// the rotate/quantize and add/norm/quantize kernels, the spread codes).
+/// `linear_act_codes.wgsl`'s `QuantParams` (the activation quantization,
+/// the rotate/quantize and add/norm/quantize kernels, the spread codes),
+/// field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct QuantParams {
@@ -115,7 +117,7 @@ pub(super) struct QuantParams {
 }
 const _: () = assert!(size_of::<QuantParams>() == 32);
 
-/// `Params` of `linear_rotate.wgsl`.
+/// `linear_rotate.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct RotateParams {
@@ -125,7 +127,7 @@ pub(super) struct RotateParams {
 }
 const _: () = assert!(size_of::<RotateParams>() == 32);
 
-/// `Params` of `linear_rotate_max.wgsl`.
+/// `linear_rotate_max.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct RotateMaxParams {
