@@ -8,7 +8,7 @@ use super::cm2::{self, Cm2Kernel};
 use super::coop::float_coop_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
-use super::recorder::{GEMM_TILE, Recorder, buf, coop_ran, region, rows_grid};
+use super::recorder::{GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants};
@@ -83,11 +83,7 @@ impl Recorder<'_> {
                 self.float_gemv_rows(encoder, &c, shape, wfmt, ops)?;
                 continue;
             }
-            let groups = if gemv {
-                rows_grid(c.rows)
-            } else {
-                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
-            };
+            let groups = self.chunk_groups(&c, tile);
             let params = self.gemm_params(&c);
             let cost = self.chunk_cost(&c, x.bytes());
             if double.is_some() {

@@ -300,11 +300,7 @@ impl Recorder<'_> {
                 self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
                 continue;
             }
-            let groups = if gemv {
-                rows_grid(c.rows)
-            } else {
-                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
-            };
+            let groups = self.chunk_groups(&c, tile);
             let params = self.gemm_params(&c);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
             // The integer linears' bindings, from 0.

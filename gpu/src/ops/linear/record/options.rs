@@ -37,7 +37,7 @@ pub struct RecordOptions {
     /// `GpuOptions::quant_wgs` (for tuning; a power of two in 64..=1024).
     pub quant_wgs: Option<u32>,
     /// Integer GEMVs at decode sizes read codes a quantization launch wrote
-    /// ([`LinearScratch::act_codes`] then holds them) even where they would
+    /// ([`LinearScratch::act_codes`](crate::ops::linear::LinearScratch::act_codes) then holds them) even where they would
     /// make them from spread-rotated rows (`GpuOptions::spread_quant`);
     /// wins over [`Self::spread_quant`].
     ///

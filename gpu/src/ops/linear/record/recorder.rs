@@ -84,8 +84,9 @@ pub(super) struct Recorder<'a> {
     pub(super) dispatches: &'a Cell<u32>,
 }
 
-/// `Params` of `linear_int_common.wgsl` and `linear_float_common.wgsl`:
-/// the GEMVs' and GEMMs' immediates, field for field.
+/// `linear_int_common.wgsl`'s `Params` and `linear_float_common.wgsl`'s
+/// `Params` (the GEMVs' and GEMMs' immediates), field for field but the
+/// last, which is `one_bits` in the one and `eps_bits` in the other.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct GemmParams {
@@ -107,8 +108,9 @@ pub(super) struct GemmParams {
 }
 const _: () = assert!(size_of::<GemmParams>() == 32);
 
-/// `QuantParams` of `linear_act_codes.wgsl` (the activation quantization,
-/// the rotate/quantize and add/norm/quantize kernels, the spread codes).
+/// `linear_act_codes.wgsl`'s `QuantParams` (the activation quantization,
+/// the rotate/quantize and add/norm/quantize kernels, the spread codes),
+/// field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct QuantParams {
@@ -122,7 +124,7 @@ pub(super) struct QuantParams {
 }
 const _: () = assert!(size_of::<QuantParams>() == 32);
 
-/// `Params` of `linear_rotate.wgsl`.
+/// `linear_rotate.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct RotateParams {
@@ -132,7 +134,7 @@ pub(super) struct RotateParams {
 }
 const _: () = assert!(size_of::<RotateParams>() == 32);
 
-/// `Params` of `linear_rotate_max.wgsl`.
+/// `linear_rotate_max.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct RotateMaxParams {
@@ -365,10 +367,7 @@ impl Recorder<'_> {
     ) -> Result<(), LinearError> {
         let g = kernel.gemm;
         let params = self.cm2_params(c, flags);
-        let groups = (
-            c.rows.div_ceil(u64::from(g.tile_n)) as u32,
-            self.m.div_ceil(u64::from(g.tile_m)) as u32,
-        );
+        let groups = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
         self.run(
             encoder,
             kernel.program,
@@ -379,6 +378,20 @@ impl Recorder<'_> {
             cost,
             launch_spirv,
         )
+    }
+
+    /// The workgroups over chunk `c` of the one-row GEMV (M up to
+    /// [`GEMV_MAX_M`]: one per weight row) or of a GEMM of output tile
+    /// `tile` (rows of M, weight rows).
+    pub(super) fn chunk_groups(&self, c: &Chunk<'_>, tile: (u64, u64)) -> (u32, u32) {
+        if self.m <= GEMV_MAX_M {
+            rows_grid(c.rows)
+        } else {
+            (
+                c.rows.div_ceil(tile.1) as u32,
+                self.m.div_ceil(tile.0) as u32,
+            )
+        }
     }
 
     /// Whether this layer's GEMM runs on cooperative matrices: never at GEMV
