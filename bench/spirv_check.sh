@@ -17,8 +17,8 @@
 #   bash bench/spirv_check.sh     # on the GPU machine, from the checkout root
 #
 # Settings: DYNVRAM (.dev/dynvram), TESTS (.dev/gpu_tests), SHAPES and
-# KERNEL_SHAPES (steps 3 and 4), FORMATS (bf16,w4a4), REPS (10), OUT
-# (bench-out).
+# KERNEL_SHAPES (steps 3 and 4), KERNELS (1; 0 skips step 4), FORMATS
+# (bf16,w4a4), REPS (10), OUT (bench-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -60,6 +60,7 @@ for path in spirv wgsl; do
   table "$out/spirv_bench_$path.json"
 done
 
+[ "${KERNELS:-1}" = 1 ] || exit 0
 step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
 timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
   --formats bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
