@@ -22,7 +22,8 @@ use serde_json::Value;
 
 use crate::error::{LoadError, Result};
 use crate::fileio::{self, Hint, ReadFault};
-use crate::source::FileRange;
+use crate::source::{ByteSource, FileRange};
+use crate::views::{TensorBytes, TensorView, Views};
 use crate::write_only::WriteOnlyBytes;
 
 /// Largest header accepted (the safetensors crate's own limit).
@@ -510,11 +511,15 @@ pub fn byte_count(dtype: Dtype, shape: &[usize]) -> std::result::Result<u64, Str
     Ok(bits / 8)
 }
 
-/// Several safetensors files read as one model.
+/// Several safetensors files read as one model: the tensors they store,
+/// or, after [`ModelFiles::with_views`], the tensors a model reads made of
+/// them.
 #[derive(Debug)]
 pub struct ModelFiles {
     files: Vec<SafetensorsFile>,
     by_name: HashMap<String, usize>,
+    /// Set by [`ModelFiles::with_views`]: then the only names answered.
+    views: Option<Views>,
 }
 
 /// The `weight_map` of a sharded model's index file.
@@ -571,7 +576,11 @@ impl ModelFiles {
                 by_name.insert(t.name.clone(), i);
             }
         }
-        Ok(Self { files, by_name })
+        Ok(Self {
+            files,
+            by_name,
+            views: None,
+        })
     }
 
     /// Opens a `model.safetensors.index.json`: each shard once, and checks
@@ -617,7 +626,96 @@ impl ModelFiles {
             }
             by_name.insert(tensor.clone(), i);
         }
-        Ok(Self { files, by_name })
+        Ok(Self {
+            files,
+            by_name,
+            views: None,
+        })
+    }
+
+    /// The model read through `views` (see [`crate::TensorView`]): from
+    /// now on its tensors are the views, and only they; the stored tensors
+    /// they do not name are out of sight. Every part is checked here.
+    pub fn with_views(self, views: &[TensorView]) -> Result<Self> {
+        let resolved = Views::resolve(views, &self.files, |name| {
+            let i = *self.by_name.get(name)?;
+            Some((i, self.files[i].get(name)?))
+        })?;
+        Ok(Self {
+            views: Some(resolved),
+            ..self
+        })
+    }
+
+    /// Whether the tensors are views ([`Self::with_views`]).
+    pub fn has_views(&self) -> bool {
+        self.views.is_some()
+    }
+
+    /// The stored tensor `name` with its file's index.
+    fn stored(&self, name: &str) -> Option<(&SafetensorsFile, &TensorInfo)> {
+        let file = &self.files[*self.by_name.get(name)?];
+        Some((file, file.get(name)?))
+    }
+
+    /// The tensor `name` as the model reads it: its dtype, shape and byte
+    /// count (for a view, `range` is `0..len`: its bytes are its parts').
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        match &self.views {
+            Some(v) => Some(&v.tensors[*v.by_name.get(name)?].info),
+            None => self.stored(name).map(|(_, t)| t),
+        }
+    }
+
+    /// The file holding `name` (a view's first part's), for messages.
+    pub fn path_of(&self, name: &str) -> Option<&Path> {
+        match &self.views {
+            Some(v) => {
+                let r = &v.tensors[*v.by_name.get(name)?];
+                r.pieces.first().map(|p| self.files[p.file].path())
+            }
+            None => self.stored(name).map(|(f, _)| f.path()),
+        }
+    }
+
+    /// The bytes of `name` for the reader pool and the ring (read with
+    /// `pread`: see the module's documentation).
+    pub fn source(&self, name: &str) -> Result<TensorBytes<'_>> {
+        let missing = || LoadError::NoSuchTensor {
+            path: self
+                .files
+                .first()
+                .map(|f| f.path().to_owned())
+                .unwrap_or_default(),
+            tensor: name.to_owned(),
+        };
+        match &self.views {
+            Some(v) => {
+                let r = &v.tensors[*v.by_name.get(name).ok_or_else(missing)?];
+                Ok(TensorBytes::view(&self.files, r))
+            }
+            None => {
+                let (file, _) = self.stored(name).ok_or_else(missing)?;
+                Ok(TensorBytes::one(file.source(name)?))
+            }
+        }
+    }
+
+    /// Copies `range` (relative to the tensor's start) of `name` into
+    /// `dst` with positional reads; `dst.len()` must equal the range length.
+    pub fn read_into(&self, name: &str, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
+        let source = self.source(name)?;
+        let len = range.end.saturating_sub(range.start);
+        if range.start > range.end || len != dst.len() as u64 {
+            return Err(LoadError::RangeOutsideTensor {
+                path: self.path_of(name).map(Path::to_owned).unwrap_or_default(),
+                tensor: name.to_owned(),
+                offset: range.start,
+                len: dst.len() as u64,
+                tensor_len: source.len(),
+            });
+        }
+        source.read_at(range.start, WriteOnlyBytes::from_mut(dst))
     }
 
     /// The files of the model.
@@ -625,29 +723,29 @@ impl ModelFiles {
         &self.files
     }
 
-    /// The file holding `name` and the tensor's entry.
-    pub fn get(&self, name: &str) -> Option<(&SafetensorsFile, &TensorInfo)> {
-        let file = &self.files[*self.by_name.get(name)?];
-        Some((file, file.get(name)?))
-    }
-
-    /// Every tensor of the model with its file, in file then offset order.
-    pub fn tensors(&self) -> impl Iterator<Item = (&SafetensorsFile, &TensorInfo)> {
-        self.files.iter().enumerate().flat_map(move |(i, f)| {
-            f.tensors()
-                .iter()
-                .filter(move |t| self.by_name.get(&t.name) == Some(&i))
-                .map(move |t| (f, t))
-        })
+    /// Every tensor of the model: the views in the order given, else the
+    /// stored ones in file then offset order.
+    pub fn tensors(&self) -> Box<dyn Iterator<Item = &TensorInfo> + '_> {
+        match &self.views {
+            Some(v) => Box::new(v.tensors.iter().map(|r| &r.info)),
+            None => Box::new(self.files.iter().enumerate().flat_map(move |(i, f)| {
+                f.tensors()
+                    .iter()
+                    .filter(move |t| self.by_name.get(&t.name) == Some(&i))
+            })),
+        }
     }
 
     /// Number of tensors.
     pub fn len(&self) -> usize {
-        self.by_name.len()
+        match &self.views {
+            Some(v) => v.tensors.len(),
+            None => self.by_name.len(),
+        }
     }
 
     /// Whether the model has no tensors.
     pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
+        self.len() == 0
     }
 }

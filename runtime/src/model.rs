@@ -53,6 +53,10 @@ pub struct ModelSpec {
     pub blocks: Vec<BlockSpec>,
     /// Bytes of activations a pass needs at most (reserved in the budget).
     pub scratch_bytes: u64,
+    /// The tensors as the blocks name them, made of the stored ones
+    /// ([`ModelFiles::with_views`]: another layout's split or reordered
+    /// tensors read in place); empty: the files' own names.
+    pub views: std::sync::Arc<[dynvram_loader::TensorView]>,
 }
 
 /// A linear layer as the model opened it: its description, the kernel path
@@ -139,7 +143,7 @@ impl Model {
     pub fn open(rt: &Runtime, spec: &ModelSpec) -> Result<Self> {
         let path = spec.files.first().cloned().unwrap_or_default();
         let _span = tracing::info_span!("model_open", path = %path.display()).entered();
-        let files = open_files(&spec.files)?;
+        let files = open_files(spec)?;
         let c = collect(&path, &files, spec)?;
         let layers = c
             .layers
@@ -404,7 +408,7 @@ impl Drop for Model {
 /// plan [`Model::open`] makes under the same usable bytes.
 pub fn plan_spec(spec: &ModelSpec, usable: u64) -> Result<(ModelPlan, Vec<PlanWeight>)> {
     let path = spec.files.first().cloned().unwrap_or_default();
-    let files = open_files(&spec.files)?;
+    let files = open_files(spec)?;
     let c = collect(&path, &files, spec)?;
     let weights = plan_weights(&c.weights);
     let plan =
@@ -449,10 +453,12 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
             if by_name.contains_key(name) {
                 return Ok(());
             }
-            let (_, info) = files.get(name).ok_or_else(|| RuntimeError::MissingTensor {
-                model: path.to_owned(),
-                tensor: name.to_owned(),
-            })?;
+            let info = files
+                .info(name)
+                .ok_or_else(|| RuntimeError::MissingTensor {
+                    model: path.to_owned(),
+                    tensor: name.to_owned(),
+                })?;
             let upload = upload_kind(path, info, raw)?;
             by_name.insert(name.to_owned(), weights.len());
             ids.push(weights.len());
@@ -554,9 +560,14 @@ fn block_items<'s>(path: &Path, block: &'s BlockSpec) -> Result<Vec<(&'s str, It
     Ok(items)
 }
 
-fn open_files(files: &[PathBuf]) -> Result<ModelFiles> {
-    match files {
-        [one] if one.extension().is_some_and(|e| e == "json") => Ok(ModelFiles::open_index(one)?),
-        _ => Ok(ModelFiles::from_files(files)?),
+/// The spec's files, read through its views where it has them.
+fn open_files(spec: &ModelSpec) -> Result<ModelFiles> {
+    let files = match spec.files.as_slice() {
+        [one] if one.extension().is_some_and(|e| e == "json") => ModelFiles::open_index(one)?,
+        files => ModelFiles::from_files(files)?,
+    };
+    if spec.views.is_empty() {
+        return Ok(files);
     }
+    Ok(files.with_views(&spec.views)?)
 }

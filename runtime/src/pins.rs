@@ -357,8 +357,7 @@ impl Pins {
         upload::check_finite(model, w)?;
         let copy = match (tier, w.upload) {
             (PinTier::Registered, Upload::Raw) => {
-                let (file, _) = upload::file_of(model, w)?;
-                let source = file.source(&w.name)?;
+                let source = model.files.source(&w.name)?;
                 PinnedBuffer::create(&gpu.device, &w.name, ring.pool(), &source)
                     .map(HostCopy::Registered)
             }
@@ -387,8 +386,7 @@ impl Pins {
 fn weight_bytes(model: ModelView<'_>, w: &Weight, ring: &StagingRing) -> Result<Vec<u8>> {
     match w.upload {
         Upload::Raw => {
-            let (file, _) = upload::file_of(model, w)?;
-            let source = file.source(&w.name)?;
+            let source = model.files.source(&w.name)?;
             let mut bytes = vec![0u8; w.info.len() as usize];
             ring.pool().read_into(&source, 0, &mut bytes)?;
             Ok(bytes)

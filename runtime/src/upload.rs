@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dynvram_loader::{Dtype, HostBytes, ModelFiles, SafetensorsFile, TensorInfo};
+use dynvram_loader::{ByteSource, Dtype, HostBytes, ModelFiles, TensorInfo};
 use dynvram_memory::ModelId;
 
 use crate::error::{Result, RuntimeError};
@@ -92,8 +92,7 @@ pub(crate) fn stage(
     check_finite(model, w)?;
     match w.upload {
         Upload::Raw => {
-            let (file, _) = file_of(model, w)?;
-            let source = file.source(&w.name)?;
+            let source = model.files.source(&w.name)?;
             ring.upload(&gpu.device, &gpu.queue, enc, &source, dst, offset)?;
         }
         Upload::ToF32 => {
@@ -122,7 +121,7 @@ pub(crate) fn check_finite(model: ModelView<'_>, w: &Weight) -> Result<()> {
     {
         return Ok(());
     }
-    let (file, _) = file_of(model, w)?;
+    let source = model.files.source(&w.name)?;
     let element = w.info.dtype.bitsize().div_ceil(8).max(1) as u64;
     // A whole number of elements per read, small enough to stay in cache.
     const CHUNK: u64 = 1 << 20;
@@ -131,7 +130,7 @@ pub(crate) fn check_finite(model: ModelView<'_>, w: &Weight) -> Result<()> {
     while start < w.info.len() {
         let end = (start + CHUNK).min(w.info.len());
         let chunk = &mut buf[..(end - start) as usize];
-        file.read_into(&w.name, start..end, chunk)?;
+        source.read_at(start, chunk.into())?;
         if let Some((i, value)) = dynvram_quant::tensors::first_non_finite(w.info.dtype, chunk) {
             let index = start / element + i as u64;
             let row_len = w.info.shape.iter().skip(1).product::<usize>().max(1) as u64;
@@ -140,9 +139,18 @@ pub(crate) fn check_finite(model: ModelView<'_>, w: &Weight) -> Result<()> {
             } else {
                 String::new()
             };
+            // Where a view reads it, the stored tensor holding it.
+            let (at, _) = source
+                .locate(index * element)
+                .ok_or_else(|| missing(model, w))?;
+            let tensor = if at.tensor == w.name {
+                w.name.clone()
+            } else {
+                format!("{}` from `{}", w.name, at.tensor)
+            };
             return Err(RuntimeError::NonFiniteWeight {
-                file: file.path().to_path_buf(),
-                tensor: w.name.clone(),
+                file: at.path.to_path_buf(),
+                tensor,
                 index,
                 row,
                 value,
@@ -154,26 +162,19 @@ pub(crate) fn check_finite(model: ModelView<'_>, w: &Weight) -> Result<()> {
     Ok(())
 }
 
-/// The file holding weight `w`.
-pub(crate) fn file_of<'m>(
-    model: ModelView<'m>,
-    w: &Weight,
-) -> Result<(&'m SafetensorsFile, &'m TensorInfo)> {
-    model
-        .files
-        .get(&w.name)
-        .ok_or_else(|| RuntimeError::MissingTensor {
-            model: model.path.to_path_buf(),
-            tensor: w.name.clone(),
-        })
+/// The model has no tensor of `w`'s name.
+fn missing(model: ModelView<'_>, w: &Weight) -> RuntimeError {
+    RuntimeError::MissingTensor {
+        model: model.path.to_path_buf(),
+        tensor: w.name.clone(),
+    }
 }
 
 /// Weight `w`'s bytes as they go to the GPU (converted to `f32` where its
 /// upload converts), read from its file into RAM.
 pub(crate) fn gpu_bytes(model: ModelView<'_>, w: &Weight) -> Result<Vec<u8>> {
-    let (file, _) = file_of(model, w)?;
     let mut raw = vec![0u8; w.info.len() as usize];
-    file.read_into(&w.name, 0..w.info.len(), &mut raw)?;
+    model.files.read_into(&w.name, 0..w.info.len(), &mut raw)?;
     Ok(match w.upload {
         Upload::Raw => raw,
         Upload::ToF32 => bytemuck::cast_slice(&to_f32(&raw, w.info.dtype)).to_vec(),

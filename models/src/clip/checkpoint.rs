@@ -189,6 +189,7 @@ impl ClipCheckpoint {
     pub fn spec(&self, batch: usize, dtype: ActDtype) -> ModelSpec {
         let list = FilesList::new(&self.files);
         ModelSpec {
+            views: Default::default(),
             files: vec![self.path.clone()],
             blocks: self.blocks(),
             scratch_bytes: super::scratch::scratch_bytes(

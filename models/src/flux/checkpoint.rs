@@ -465,6 +465,7 @@ impl FluxCheckpoint {
     /// in `dtype`.
     pub fn spec(&self, shape: Shape, dtype: ActDtype) -> ModelSpec {
         ModelSpec {
+            views: Default::default(),
             files: self.weights.clone(),
             blocks: self.blocks(),
             scratch_bytes: super::scratch::scratch_bytes(
@@ -506,12 +507,12 @@ impl FluxCheckpoint {
                     .into_iter()
                     .flatten()
                     {
-                        total += self.files.get(t).map_or(0, |(_, i)| i.len());
+                        total += self.files.info(t).map_or(0, |i| i.len());
                     }
                 }
             }
             for t in &b.tensors {
-                total += self.files.get(t).map_or(0, |(_, i)| i.len());
+                total += self.files.info(t).map_or(0, |i| i.len());
             }
         }
         total

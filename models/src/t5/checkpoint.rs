@@ -176,6 +176,7 @@ impl T5Checkpoint {
         let list = FilesList::new(&self.files);
         let blocks = self.blocks();
         ModelSpec {
+            views: Default::default(),
             files: vec![self.path.clone()],
             scratch_bytes: super::scratch::scratch_bytes(
                 &self.config,

@@ -410,6 +410,7 @@ impl VaeCheckpoint {
         dtype: ActDtype,
     ) -> Result<ModelSpec, VaeError> {
         Ok(ModelSpec {
+            views: Default::default(),
             files: vec![self.path.clone()],
             blocks: self.encoder_blocks()?,
             scratch_bytes: super::activations::encoder_activation_bytes(
@@ -427,6 +428,7 @@ impl VaeCheckpoint {
     /// with activations in `dtype`.
     pub fn spec(&self, batch: usize, h: usize, w: usize, dtype: ActDtype) -> ModelSpec {
         ModelSpec {
+            views: Default::default(),
             files: vec![self.path.clone()],
             blocks: self.blocks(),
             scratch_bytes: super::activations::activation_bytes(&self.config, batch, h, w, dtype),
@@ -438,7 +440,7 @@ impl VaeCheckpoint {
         self.blocks()
             .iter()
             .flat_map(|b| b.tensors.iter().chain(&b.raw_tensors))
-            .filter_map(|t| self.files.get(t).map(|(_, i)| i.len()))
+            .filter_map(|t| self.files.info(t).map(|i| i.len()))
             .sum()
     }
 }
