@@ -68,7 +68,8 @@ pub struct Configs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TextEncoderKind {
-    /// A CLIP text model (`text_model.embeddings.token_embedding.weight`).
+    /// A CLIP text model (`text_model.embeddings.token_embedding.weight`,
+    /// or without `text_model.`).
     Clip,
     /// A T5 encoder (`shared.weight`, `encoder.embed_tokens.weight` or
     /// `encoder.block.0.…`).
@@ -79,7 +80,8 @@ impl TextEncoderKind {
     /// The kind of the tensors in `list`, if either.
     pub fn of(list: &dyn TensorList) -> Option<Self> {
         let has = |n: &str| list.dtype_shape(n).is_some();
-        if has("text_model.embeddings.token_embedding.weight") {
+        if has("text_model.embeddings.token_embedding.weight") || has(crate::clip::TOKEN_EMBEDDING)
+        {
             Some(Self::Clip)
         } else if has("shared.weight")
             || has("encoder.embed_tokens.weight")

@@ -6,6 +6,8 @@
 //! a whole image's activations. The encoder (image-to-image) runs the same
 //! way as a second runtime model of the same file
 //! ([`VaeCheckpoint::encoder_spec`], [`FluxVae::encode`]; not tiled).
+//! diffusers' `AutoencoderKL` folders are read as the same tensors
+//! ([`diffusers`]).
 //!
 //! Kernels: `ops::conv` (3×3 and 1×1 convolutions, the nearest ×2
 //! upsampling folded into the following convolution's input indexing, the
@@ -18,6 +20,7 @@ mod activations;
 mod checkpoint;
 pub mod config;
 mod decode;
+pub mod diffusers;
 mod error;
 pub mod synth;
 mod tiles;
