@@ -5,9 +5,11 @@
 //! MODELS is a ComfyUI `models/` folder (the transformer in
 //! `diffusion_models/` or `unet/`, CLIP-L and T5 in `text_encoders/` or
 //! `clip/`, told apart by their tensors, the autoencoder in `vae/`; a flag
-//! picks a file where a folder holds several), or the transformer file
-//! itself with `--clip-l`, `--t5` and `--vae`. diffusers-layout folders are
-//! refused (their keys are diffusers', not the ones read here).
+//! picks a file where a folder holds several), or a diffusers-layout FLUX.1
+//! folder (`model_index.json`, `transformer/`, `text_encoder/`,
+//! `text_encoder_2/`, `vae/`, `scheduler/`: its configs and schedule are
+//! used, `dynvram_models::txt2img::diffusers`), or the transformer file
+//! itself with `--clip-l`, `--t5` and `--vae`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,7 +22,8 @@ use dynvram_models::flux::sample::{self, Schedule};
 use dynvram_models::flux::{FluxCheckpoint, FluxConfig};
 use dynvram_models::t5::T5Config;
 use dynvram_models::txt2img::{
-    Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport, TextEncoderKind,
+    Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport,
+    TextEncoderKind, diffusers,
 };
 use dynvram_models::vae::VaeConfig;
 use dynvram_runtime::ActDtype;
@@ -34,31 +37,15 @@ use crate::output::{dtype_name, eta_bar, print_adapter, print_json, size};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A ComfyUI `models/` folder (`diffusion_models/`, `text_encoders/`,
-    /// `vae/`), or the transformer's .safetensors file (then --clip-l, --t5
-    /// and --vae name the others).
-    models: PathBuf,
+    /// `vae/`), a diffusers FLUX.1 folder (`model_index.json`), or the
+    /// transformer's .safetensors file (then --clip-l, --t5 and --vae name
+    /// the others).
+    pub(crate) models: PathBuf,
     /// The prompt; repeat for a batch (one image each).
     #[arg(long, required = true)]
     prompt: Vec<String>,
-    /// The transformer: a file, or a name in `diffusion_models/`.
-    #[arg(long, value_name = "FILE")]
-    model: Option<PathBuf>,
-    /// CLIP-L's text encoder: a file, or a name in `text_encoders/`.
-    #[arg(long, value_name = "FILE")]
-    clip_l: Option<PathBuf>,
-    /// The T5 encoder: a file, or a name in `text_encoders/`.
-    #[arg(long, value_name = "FILE")]
-    t5: Option<PathBuf>,
-    /// The autoencoder: a file, or a name in `vae/`.
-    #[arg(long, value_name = "FILE")]
-    vae: Option<PathBuf>,
-    /// Configs for files whose shapes do not tell them (small test models),
-    /// in a diffusers pipeline's layout: `transformer/config.json` (or
-    /// `VARIANT/transformer/config.json`: the one that fits the weights),
-    /// `text_encoder/config.json` (CLIP), `text_encoder_2/config.json`
-    /// (T5), `vae/config.json`; each one present is used.
-    #[arg(long, value_name = "DIR")]
-    configs: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) pick: PickArgs,
     /// Euler steps (default: 28 with a guidance embedder (dev), else 4).
     #[arg(long, value_parser = steps)]
     steps: Option<usize>,
@@ -97,6 +84,86 @@ pub struct Args {
     plan: bool,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
+}
+
+/// Which files of MODELS, shared by `txt2img` and `plan`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PickArgs {
+    /// The transformer: a file, or a name in `diffusion_models/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) model: Option<PathBuf>,
+    /// CLIP-L's text encoder: a file, or a name in `text_encoders/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) clip_l: Option<PathBuf>,
+    /// The T5 encoder: a file, or a name in `text_encoders/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) t5: Option<PathBuf>,
+    /// The autoencoder: a file, or a name in `vae/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) vae: Option<PathBuf>,
+    /// Configs for files whose shapes do not tell them (small test models),
+    /// in a diffusers pipeline's layout: `transformer/config.json` (or
+    /// `VARIANT/transformer/config.json`: the one that fits the weights),
+    /// `text_encoder/config.json` (CLIP), `text_encoder_2/config.json`
+    /// (T5), `vae/config.json`; each one present is used. A diffusers
+    /// folder's own are used without it.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) configs: Option<PathBuf>,
+}
+
+/// A pipeline's files as MODELS and the flags name them, with the configs
+/// and schedule that go with them.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The four models' weights.
+    pub files: Files,
+    /// Their configs (`--configs`, or a diffusers folder's).
+    pub configs: Configs,
+    /// A diffusers folder's scheduler.
+    pub schedule: Option<Schedule>,
+    /// What the run reads (the output-path rule): the files, or the
+    /// diffusers folder.
+    pub reads: Vec<PathBuf>,
+}
+
+/// MODELS and the flags: see the module's documentation.
+pub fn find(models: &Path, pick: &PickArgs) -> anyhow::Result<Found> {
+    if models.is_dir() && diffusers::is_folder(models) {
+        let flags = [
+            ("--model", pick.model.is_some()),
+            ("--clip-l", pick.clip_l.is_some()),
+            ("--t5", pick.t5.is_some()),
+            ("--vae", pick.vae.is_some()),
+            ("--configs", pick.configs.is_some()),
+        ];
+        if let Some((flag, _)) = flags.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag}: {} is a diffusers folder, whose model_index.json names its models and \
+                 whose configs are used",
+                models.display()
+            );
+        }
+        let folder = diffusers::DiffusersFolder::open(models)?;
+        return Ok(Found {
+            files: folder.files,
+            configs: folder.configs,
+            schedule: folder.schedule,
+            reads: vec![models.to_owned()],
+        });
+    }
+    let files = find_files(models, pick)?;
+    let configs = match &pick.configs {
+        Some(dir) => read_configs(dir, &files.transformer)?,
+        None => Configs::default(),
+    };
+    Ok(Found {
+        reads: [&files.transformer, &files.clip, &files.t5, &files.vae]
+            .map(|p| p.to_owned())
+            .to_vec(),
+        files,
+        configs,
+        schedule: None,
+    })
 }
 
 /// Where the PNG of image `index` of `batch` goes.
@@ -189,9 +256,8 @@ fn pick(
     }
 }
 
-/// The four files of `args`: see the module's documentation.
-pub fn find_files(args: &Args) -> anyhow::Result<Files> {
-    let m = &args.models;
+/// The four files of a ComfyUI folder or a transformer file and the flags.
+fn find_files(m: &Path, args: &PickArgs) -> anyhow::Result<Files> {
     if m.is_file() {
         let need = |flag: &str, v: &Option<PathBuf>| -> anyhow::Result<PathBuf> {
             match v {
@@ -211,7 +277,7 @@ pub fn find_files(args: &Args) -> anyhow::Result<Files> {
             );
         }
         return Ok(Files {
-            transformer: m.clone(),
+            transformer: m.to_owned(),
             clip: need("--clip-l", &args.clip_l)?,
             t5: need("--t5", &args.t5)?,
             vae: need("--vae", &args.vae)?,
@@ -219,18 +285,6 @@ pub fn find_files(args: &Args) -> anyhow::Result<Files> {
     }
     if !m.is_dir() {
         bail!("{}: no such file or folder", m.display());
-    }
-    let diffusers = ["transformer", "text_encoder_2"]
-        .iter()
-        .all(|d| m.join(d).is_dir());
-    if diffusers && !TRANSFORMER_DIRS.iter().any(|d| m.join(d).is_dir()) {
-        bail!(
-            "{} is a diffusers-layout folder (transformer/, text_encoder/, text_encoder_2/, vae/): \
-             its weights use diffusers' key names, which dynvram does not map; give ComfyUI's \
-             single files (a models/ folder with diffusion_models/, text_encoders/ and vae/, \
-             or the files by flag)",
-            m.display()
-        );
     }
     let transformers = candidates(m, &TRANSFORMER_DIRS)?;
     let transformer = pick(
@@ -387,26 +441,22 @@ struct Report {
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
-    let files = find_files(&args)?;
+    let Found {
+        files,
+        configs,
+        schedule,
+        reads,
+    } = find(&args.models, &args.pick)?;
     // No PNG may land on an input (the output-path rule of every writer).
     let batch = args.prompt.len();
     let outs: Vec<PathBuf> = (0..batch).map(|b| out_path(&args.out, b, batch)).collect();
-    let mut reads = vec![
-        files.transformer.as_path(),
-        &files.clip,
-        &files.t5,
-        &files.vae,
-    ];
+    let mut reads: Vec<&Path> = reads.iter().map(PathBuf::as_path).collect();
     reads.extend(args.noise.as_deref());
     crate::cmd::outputs::check_outputs(
         &reads,
         &outs.iter().map(|o| Some(o.as_path())).collect::<Vec<_>>(),
         &args.runtime.adapter,
     )?;
-    let configs = match &args.configs {
-        Some(dir) => read_configs(dir, &files.transformer)?,
-        None => Configs::default(),
-    };
     let pipeline = Pipeline::open(&files, configs)?;
     let dev = pipeline.flux.config.guidance_embed;
     let steps = args.steps.unwrap_or(if dev { 28 } else { 4 });
@@ -429,7 +479,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         guidance: args.guidance,
         max_sequence_length,
         noise,
-        schedule: None,
+        schedule,
         dtype: ActDtype::F32,
     };
     // Sizes, steps and lengths are named before the device opens.
@@ -469,7 +519,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         steps,
         guidance: args.guidance,
         max_sequence_length,
-        schedule: Schedule::for_config(&pipeline.flux.config),
+        schedule: req
+            .schedule
+            .unwrap_or_else(|| Schedule::for_config(&pipeline.flux.config)),
         seed: args.noise.is_none().then_some(args.seed),
         noise: args.noise.clone(),
         sigmas: images.sigmas.clone(),

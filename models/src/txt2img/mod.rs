@@ -15,6 +15,7 @@
 //! time, the bytes it uploaded and streamed, and the ledger's peak while it
 //! ran; the fixed costs (opening files, tokenizers) are reported apart.
 
+pub mod diffusers;
 pub mod synth;
 
 use std::path::{Path, PathBuf};
