@@ -10,7 +10,7 @@ use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{ClipConfig, HEAD_DIM, LAYER_NORM_EPS};
-use crate::check::{Checker, count_blocks, prefix_of};
+use crate::check::{Checker, count_blocks, prefix_of, settle_config};
 use crate::error::ModelError as ClipError;
 
 /// The key every CLIP text model has: the token embedding (under
@@ -124,15 +124,13 @@ impl ClipCheckpoint {
             ))
         })?;
         let names = Names { prefix };
-        let (config, inferred) = match config {
-            Some(c) => {
-                c.validate()
-                    .map_err(|why| chk.err(format!("config: {why}")))?;
-                (c, false)
-            }
-            None => (infer(&chk, &names)?, true),
-        };
-        check(&chk, &names, &config)?;
+        let (config, inferred) = settle_config(
+            config,
+            ClipConfig::validate,
+            |why| chk.err(why),
+            || infer(&chk, &names),
+            |c| check(&chk, &names, c),
+        )?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),

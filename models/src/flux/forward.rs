@@ -14,6 +14,7 @@ use super::checkpoint::{FluxCheckpoint, Names};
 use super::config::{FluxConfig, TIME_DIM};
 use super::scratch::{act_shapes, capture_rows};
 use super::{FluxError, FluxInputs, Shape};
+use crate::record::allocate;
 use crate::record::{op, view};
 
 /// LayerNorm and QK RMSNorm epsilon (BFL).
@@ -83,13 +84,9 @@ impl Flux {
             )));
         }
         let c = ckpt.config.clone();
-        let acts = act_shapes(&c, shape)
-            .into_iter()
-            .map(|(name, s, f32_only)| {
-                let d = if f32_only { ActDtype::F32 } else { dtype };
-                Ok((name, rt.activation_of(&format!("flux.{name}"), &s, d)?))
-            })
-            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let shapes = act_shapes(&c, shape);
+        let made = allocate(rt, "flux", &shapes, dtype)?;
+        let acts = shapes.iter().map(|a| a.name).zip(made).collect();
         Ok(Self {
             config: c,
             names: ckpt.names.clone(),

@@ -6,39 +6,39 @@ use dynvram_runtime::ActDtype;
 
 use super::Shape;
 use super::config::{FluxConfig, TIME_DIM};
-use crate::record::word_bytes;
+use crate::record::{ActShape, act_bytes, word_bytes};
 
-/// Every activation of a pass: (name, shape, always f32).
-pub(super) fn act_shapes(c: &FluxConfig, s: Shape) -> Vec<(&'static str, Vec<usize>, bool)> {
+/// Every activation of a pass.
+pub(super) fn act_shapes(c: &FluxConfig, s: Shape) -> Vec<ActShape> {
     let (b, li, lt, l) = (s.batch, s.img_len, s.txt_len, s.joint_len());
     let (h, m, hd) = (c.hidden_size, c.mlp_hidden(), c.head_dim());
     vec![
-        ("img_in", vec![b * li, c.in_channels], false),
-        ("txt_in", vec![b * lt, c.context_in_dim], false),
-        ("y", vec![b, c.vec_in_dim], false),
-        ("temb", vec![b, TIME_DIM], false),
-        ("gemb", vec![b, TIME_DIM], false),
-        ("e1", vec![b, h], false),
-        ("e2", vec![b, h], false),
-        ("vec", vec![b, h], false),
-        ("vec_silu", vec![b, h], false),
-        ("mod_a", vec![b, 6 * h], false),
-        ("mod_b", vec![b, 6 * h], false),
-        ("x_img", vec![b * li, h], false),
-        ("x_txt", vec![b * lt, h], false),
-        ("x", vec![b * l, h], false),
-        ("n", vec![b * l, h], false),
-        ("wide", vec![b * l, 3 * h + m], false),
-        ("q", vec![b * l, h], false),
-        ("k", vec![b * l, h], false),
-        ("v", vec![b * l, h], false),
-        ("attn", vec![b * l, h], false),
-        ("part", vec![b * l, h], false),
-        ("o", vec![b * l, h], false),
-        ("mlp", vec![b * l, m], false),
-        ("cat", vec![b * l, h + m], false),
-        ("out", vec![b * li, c.out_channels], false),
-        ("pe", vec![b * l, hd / 2, 2], true),
+        ActShape::new("img_in", vec![b * li, c.in_channels]),
+        ActShape::new("txt_in", vec![b * lt, c.context_in_dim]),
+        ActShape::new("y", vec![b, c.vec_in_dim]),
+        ActShape::new("temb", vec![b, TIME_DIM]),
+        ActShape::new("gemb", vec![b, TIME_DIM]),
+        ActShape::new("e1", vec![b, h]),
+        ActShape::new("e2", vec![b, h]),
+        ActShape::new("vec", vec![b, h]),
+        ActShape::new("vec_silu", vec![b, h]),
+        ActShape::new("mod_a", vec![b, 6 * h]),
+        ActShape::new("mod_b", vec![b, 6 * h]),
+        ActShape::new("x_img", vec![b * li, h]),
+        ActShape::new("x_txt", vec![b * lt, h]),
+        ActShape::new("x", vec![b * l, h]),
+        ActShape::new("n", vec![b * l, h]),
+        ActShape::new("wide", vec![b * l, 3 * h + m]),
+        ActShape::new("q", vec![b * l, h]),
+        ActShape::new("k", vec![b * l, h]),
+        ActShape::new("v", vec![b * l, h]),
+        ActShape::new("attn", vec![b * l, h]),
+        ActShape::new("part", vec![b * l, h]),
+        ActShape::new("o", vec![b * l, h]),
+        ActShape::new("mlp", vec![b * l, m]),
+        ActShape::new("cat", vec![b * l, h + m]),
+        ActShape::new("out", vec![b * li, c.out_channels]),
+        ActShape::f32("pe", vec![b * l, hd / 2, 2]),
     ]
 }
 
@@ -53,13 +53,7 @@ pub fn scratch_bytes(
     dtype: ActDtype,
     widest_integer_k: usize,
 ) -> u64 {
-    let acts: u64 = act_shapes(c, shape)
-        .iter()
-        .map(|(_, s, f32_only)| {
-            let size = if *f32_only { 4 } else { dtype.size() };
-            word_bytes(s.iter().product(), size)
-        })
-        .sum();
+    let acts = act_bytes(&act_shapes(c, shape), dtype);
     let rows = (shape.batch * shape.joint_len()) as u64;
     let linear = 2 * rows * widest_integer_k as u64 * 4;
     acts + linear

@@ -10,7 +10,7 @@ use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{LAYER_NORM_EPS, MAX_DISTANCE, T5Config};
-use crate::check::{Checker, count_blocks, prefix_of};
+use crate::check::{Checker, count_blocks, prefix_of, settle_config};
 use crate::error::ModelError as T5Error;
 
 /// The key every T5 encoder has.
@@ -115,15 +115,13 @@ impl T5Checkpoint {
                 ))
             })?;
         let names = Names { prefix, embedding };
-        let (config, inferred) = match config {
-            Some(c) => {
-                c.validate()
-                    .map_err(|why| chk.err(format!("config: {why}")))?;
-                (c, false)
-            }
-            None => (infer(&chk, &names)?, true),
-        };
-        check(&chk, &names, &config)?;
+        let (config, inferred) = settle_config(
+            config,
+            T5Config::validate,
+            |why| chk.err(why),
+            || infer(&chk, &names),
+            |c| check(&chk, &names, c),
+        )?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),

@@ -11,9 +11,10 @@ use dynvram_runtime::loader::{ModelFiles, TensorView};
 use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
+use super::VaeError;
 use super::config::VaeConfig;
-use super::error::VaeError;
 use crate::block_index::block_index;
+use crate::check::settle_config;
 
 /// A folder's weights, the first found: diffusers' (sharded, then one file).
 const FOLDER_WEIGHTS: [&str; 2] = [
@@ -378,18 +379,17 @@ impl VaeCheckpoint {
             })?
             .to_string();
         let names = Names { prefix };
-        let (config, inferred) = match config {
-            Some(c) => {
-                c.validate().map_err(|why| err(format!("config: {why}")))?;
-                (c, false)
-            }
-            None => {
+        let (config, inferred) = settle_config(
+            config,
+            VaeConfig::validate,
+            &err,
+            || {
                 let c = infer_config(&list, &names).map_err(&err)?;
                 c.validate().map_err(&err)?;
-                (c, true)
-            }
-        };
-        check(&list, &names, &config, &stages(&config)).map_err(err)?;
+                Ok(c)
+            },
+            |c| check(&list, &names, c, &stages(c)).map_err(&err),
+        )?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),

@@ -8,7 +8,7 @@
 
 use dynvram_runtime::loader::{Dtype, ModelFiles, TensorView};
 
-use super::error::VaeError;
+use super::VaeError;
 use crate::block_index::block_index;
 
 /// A tensor only a diffusers autoencoder has.

@@ -21,15 +21,15 @@ mod checkpoint;
 pub mod config;
 mod decode;
 pub mod diffusers;
-mod error;
 pub mod synth;
 mod tiles;
 
+/// Errors of the VAE: the models' one error type.
+pub use crate::error::ModelError as VaeError;
 pub use activations::{activation_bytes, encoder_activation_bytes};
 pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
 pub use decode::{FluxVae, VaeDecoded, VaeEncoded};
-pub use error::VaeError;
 pub(crate) use tiles::AUTO_SIZES;
 pub use tiles::Tiling;
 
