@@ -30,6 +30,7 @@ use dynvram_runtime::ActDtype;
 use serde::Serialize;
 
 use crate::cmd::dit::steps;
+use crate::cmd::pipeline_plan::{self, RateArgs};
 use crate::cmd::runtime_args::{ComputeDtype, RuntimeArgs};
 use crate::output::{dtype_name, eta_bar, print_adapter, print_json, size};
 
@@ -82,6 +83,9 @@ pub struct Args {
     /// plans f16 activations.
     #[arg(long)]
     plan: bool,
+    /// The rates `--plan` predicts the time at.
+    #[command(flatten)]
+    rates: RateArgs,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
@@ -90,8 +94,8 @@ pub struct Args {
 #[derive(Debug, Clone, clap::Args)]
 pub struct PickArgs {
     /// The transformer: a file, or a name in `diffusion_models/`.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) model: Option<PathBuf>,
+    #[arg(long = "model", value_name = "FILE")]
+    pub(crate) transformer: Option<PathBuf>,
     /// CLIP-L's text encoder: a file, or a name in `text_encoders/`.
     #[arg(long, value_name = "FILE")]
     pub(crate) clip_l: Option<PathBuf>,
@@ -130,7 +134,7 @@ pub struct Found {
 pub fn find(models: &Path, pick: &PickArgs) -> anyhow::Result<Found> {
     if models.is_dir() && diffusers::is_folder(models) {
         let flags = [
-            ("--model", pick.model.is_some()),
+            ("--model", pick.transformer.is_some()),
             ("--clip-l", pick.clip_l.is_some()),
             ("--t5", pick.t5.is_some()),
             ("--vae", pick.vae.is_some()),
@@ -270,7 +274,7 @@ fn find_files(m: &Path, args: &PickArgs) -> anyhow::Result<Files> {
                 ),
             }
         };
-        if args.model.is_some() {
+        if args.transformer.is_some() {
             bail!(
                 "--model picks a file in a models/ folder; {} is already the transformer",
                 m.display()
@@ -290,7 +294,7 @@ fn find_files(m: &Path, args: &PickArgs) -> anyhow::Result<Files> {
     let transformer = pick(
         "transformer",
         "--model",
-        args.model.as_deref(),
+        args.transformer.as_deref(),
         &transformers,
         &TRANSFORMER_DIRS,
     )?;
@@ -620,55 +624,12 @@ fn print_plan(
     files: Files,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let config = args.runtime.budget.config()?;
-    let Some(capacity) = config.vram_budget else {
-        bail!(
-            "--plan needs --vram-budget GIB (it runs without a GPU, so it cannot ask the driver)"
-        );
-    };
-    let usable =
-        dynvram_memory::Budget::new(capacity, dynvram_memory::CapacitySource::Explicit, config)
-            .map_err(|e| anyhow::anyhow!("--vram-budget {}: {e}", size(capacity)))?
-            .usable();
+    let usable = pipeline_plan::usable(&args.runtime.budget, "--plan")?;
     req.dtype = match args.runtime.compute_dtype {
         ComputeDtype::F32 => ActDtype::F32,
         ComputeDtype::Auto | ComputeDtype::F16 => ActDtype::F16,
     };
-    let plan = pipeline
-        .plan(req, usable)
-        .with_context(|| format!("planning in {} usable", size(usable)))?;
-    if json {
-        print_json(&serde_json::json!({
-            "files": files,
-            "compute_dtype": dtype_name(req.dtype),
-            "plan": plan,
-        }))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "plan       {} image(s) of {}×{}, {} steps, {} activations, {} usable",
-        req.prompts.len(),
-        req.width,
-        req.height,
-        req.steps,
-        dtype_name(req.dtype),
-        size(usable)
-    );
-    for s in &plan.stages {
-        println!(
-            "{:<10} {} resident, {} streamed a pass × {}, {} of VRAM",
-            format!("{:?}", s.stage).to_lowercase(),
-            size(s.resident_bytes),
-            size(s.streamed_bytes),
-            s.passes,
-            size(s.vram_bytes)
-        );
-    }
-    println!(
-        "least      {} usable runs every stage",
-        size(plan.least_usable)
-    );
-    Ok(ExitCode::SUCCESS)
+    pipeline_plan::print(pipeline, req, &files, usable, &args.rates, json)
 }
 
 #[cfg(test)]

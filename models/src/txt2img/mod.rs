@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use dynvram_runtime::loader::ModelFiles;
+use dynvram_runtime::memory::Placement;
 use dynvram_runtime::quant::TensorList;
+use dynvram_runtime::roofline::{self, Bound, Rates};
 use dynvram_runtime::{
     ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, Runtime, RuntimeError,
 };
@@ -463,7 +465,7 @@ impl Pipeline {
             let r = rt.budget_report();
             r.usable.saturating_sub(r.tracked)
         };
-        let vae_spec = self.vae_spec(room, latent, req.dtype);
+        let (vae_spec, _) = self.vae_spec(room, latent, req.dtype);
         let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, &vae_spec, |model| {
             let mut vae = FluxVae::new(rt, &self.vae, req.dtype)?;
             let out = vae.decode(rt, model, &z, b, latent.height, latent.width)?;
@@ -493,63 +495,104 @@ impl Pipeline {
     /// latent where its activations and two arenas fit, else the largest
     /// tile of [`crate::vae::AUTO_SIZES`] that does (the decoder's
     /// `Tiling::Auto` then tiles to what the plan reserved); the smallest
-    /// when none fits, so opening it names what is short.
-    fn vae_spec(&self, room: u64, latent: LatentShape, dtype: ActDtype) -> ModelSpec {
+    /// when none fits, so opening it names what is short. With the tile's
+    /// latent rows and columns.
+    fn vae_spec(&self, room: u64, latent: LatentShape, dtype: ActDtype) -> (ModelSpec, [usize; 2]) {
         let (h, w) = (latent.height, latent.width);
         let side = h.max(w);
         let sides = std::iter::once(side)
             .chain(crate::vae::AUTO_SIZES.iter().copied().filter(|&s| s < side));
-        let mut spec = self.vae.spec(latent.batch, h, w, dtype);
+        let mut out = (self.vae.spec(latent.batch, h, w, dtype), [h, w]);
         for s in sides {
-            spec = self.vae.spec(latent.batch, h.min(s), w.min(s), dtype);
-            if dynvram_runtime::plan_spec(&spec, room).is_ok() {
+            let tile = [h.min(s), w.min(s)];
+            out = (self.vae.spec(latent.batch, tile[0], tile[1], dtype), tile);
+            if dynvram_runtime::plan_spec(&out.0, room).is_ok() {
                 break;
             }
         }
-        spec
+        out
     }
 
-    /// Each stage's spec for `req` (the VAE's planned within `room`).
-    fn specs(&self, req: &Request, latent: LatentShape, room: u64) -> [(Stage, ModelSpec); 4] {
+    /// Each stage's spec for `req` (the VAE's planned within `room`), the
+    /// FLOPs of each of its blocks in one pass, and its passes.
+    fn specs(&self, req: &Request, latent: LatentShape, room: u64) -> [StageSpec; 4] {
         let b = latent.batch;
+        let len = req.max_sequence_length;
         let shape = crate::flux::Shape {
             batch: b,
             img_len: latent.tokens(),
-            txt_len: req.max_sequence_length,
+            txt_len: len,
+        };
+        let (vae, [th, tw]) = self.vae_spec(room, latent, req.dtype);
+        let tiles = if [th, tw] == [latent.height, latent.width] {
+            1
+        } else {
+            crate::vae::auto_tiles(latent.height, latent.width, th.max(tw))
         };
         [
-            (Stage::Clip, self.clip.spec(b, req.dtype)),
-            (
-                Stage::T5,
-                self.t5.spec(b, req.max_sequence_length, req.dtype),
-            ),
-            (Stage::Sample, self.flux.spec(shape, req.dtype)),
-            (Stage::Decode, self.vae_spec(room, latent, req.dtype)),
+            StageSpec {
+                stage: Stage::Clip,
+                spec: self.clip.spec(b, req.dtype),
+                flops: crate::clip::flops::block_flops(&self.clip.config, b),
+                passes: 1,
+            },
+            StageSpec {
+                stage: Stage::T5,
+                spec: self.t5.spec(b, len, req.dtype),
+                flops: crate::t5::flops::block_flops(&self.t5.config, b, len),
+                passes: 1,
+            },
+            StageSpec {
+                stage: Stage::Sample,
+                spec: self.flux.spec(shape, req.dtype),
+                flops: crate::flux::flops::block_flops(&self.flux.config, shape),
+                passes: req.steps,
+            },
+            StageSpec {
+                stage: Stage::Decode,
+                spec: vae,
+                flops: crate::vae::flops::block_flops(&self.vae.config, b, th, tw),
+                passes: tiles,
+            },
         ]
     }
 
     /// What `req` would keep resident and stream in each stage with
     /// `usable` bytes of VRAM (no GPU needed: the plans `Model::open`
-    /// makes, one model at a time as [`Self::run`] opens them), and the
-    /// smallest `usable` every stage plans in.
-    pub fn plan(&self, req: &Request, usable: u64) -> Result<PipelinePlan, ModelError> {
+    /// makes, one model at a time as [`Self::run`] opens them), each
+    /// stage's predicted time at `rates` (per block the longest of its
+    /// FLOPs, its weight reads and its streamed bytes:
+    /// [`dynvram_runtime::roofline`]), and the smallest `usable` every stage
+    /// plans in.
+    pub fn plan(
+        &self,
+        req: &Request,
+        usable: u64,
+        rates: &Rates,
+    ) -> Result<PipelinePlan, ModelError> {
         let latent = self.check(req)?;
         let mut stages = Vec::new();
-        for (stage, spec) in self.specs(req, latent, usable) {
-            let (plan, _) = dynvram_runtime::plan_spec(&spec, usable)?;
-            let passes = if stage == Stage::Sample { req.steps } else { 1 };
+        for s in self.specs(req, latent, usable) {
+            let (plan, weights) = dynvram_runtime::plan_spec(&s.spec, usable)?;
+            let streamed = |i: usize| plan.plan.tensors[i].placement == Placement::Stream;
+            let work =
+                roofline::block_work(s.spec.blocks.len(), &weights, streamed, Some(&s.flops));
+            let pass = roofline::predict(&work, rates);
             stages.push(StagePlan {
-                stage,
-                passes,
+                stage: s.stage,
+                passes: s.passes,
                 resident_bytes: plan.plan.resident_bytes,
                 streamed_bytes: plan.plan.streamed_bytes,
                 vram_bytes: plan.plan.page_bytes + 2 * plan.arena_bytes + plan.scratch,
+                flops: pass.flops,
+                seconds: pass.seconds * s.passes as f64,
+                bound: pass.bound,
             });
         }
         // The smallest room each stage plans in (the VAE at its smallest
         // tile): plans only shrink what stays resident as room shrinks.
         let mut least = 0;
-        for (_, spec) in self.specs(req, latent, 0) {
+        for StageSpec { spec, .. } in self.specs(req, latent, 0) {
             let (mut lo, mut hi) = (0u64, spec_bytes(&spec)?);
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
@@ -563,10 +606,21 @@ impl Pipeline {
         }
         Ok(PipelinePlan {
             usable,
+            seconds: stages.iter().map(|s| s.seconds).sum(),
+            rates: *rates,
             stages,
             least_usable: least,
         })
     }
+}
+
+/// One stage's model as a plan sees it.
+struct StageSpec {
+    stage: Stage,
+    spec: ModelSpec,
+    /// Per block, one pass.
+    flops: Vec<u64>,
+    passes: usize,
 }
 
 /// Room that holds `spec` whole: its weights twice over (resident pages
@@ -589,6 +643,12 @@ pub struct StagePlan {
     pub streamed_bytes: u64,
     /// VRAM the plan takes: resident pages, two arenas, activations.
     pub vram_bytes: u64,
+    /// Matrix and attention FLOPs of one pass.
+    pub flops: u64,
+    /// Predicted seconds of all its passes.
+    pub seconds: f64,
+    /// What limits most of a pass.
+    pub bound: Bound,
 }
 
 /// [`Pipeline::plan`]'s answer.
@@ -600,6 +660,11 @@ pub struct PipelinePlan {
     pub stages: Vec<StagePlan>,
     /// The smallest room every stage plans in.
     pub least_usable: u64,
+    /// The rates the times assume.
+    pub rates: Rates,
+    /// Predicted seconds of the whole run (the stages' sum; switching
+    /// models and the fixed costs are not counted).
+    pub seconds: f64,
 }
 
 /// Opens a stage's model on `rt` (on top of the priority list), runs

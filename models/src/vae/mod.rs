@@ -21,6 +21,7 @@ mod checkpoint;
 pub mod config;
 mod decode;
 pub mod diffusers;
+pub mod flops;
 pub mod synth;
 mod tiles;
 
@@ -30,8 +31,8 @@ pub use activations::{activation_bytes, encoder_activation_bytes};
 pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
 pub use decode::{FluxVae, VaeDecoded, VaeEncoded};
-pub(crate) use tiles::AUTO_SIZES;
 pub use tiles::Tiling;
+pub(crate) use tiles::{AUTO_SIZES, auto_tiles};
 
 /// Flux's latent scaling factor (`vae.config.scaling_factor`).
 pub const SCALING_FACTOR: f32 = 0.3611;
