@@ -141,6 +141,17 @@ impl Model {
     /// runtime's residency policy (on top), and uploads what it can keep
     /// resident, making lower-priority models yield if needed.
     pub fn open(rt: &Runtime, spec: &ModelSpec) -> Result<Self> {
+        let model = Self::open_unloaded(rt, spec)?;
+        model.load(rt)?;
+        Ok(model)
+    }
+
+    /// Opens the model as [`Self::open`] does but loads nothing, and puts
+    /// it at the bottom of the priority list: a model opened ahead of its
+    /// turn (the next stage of a pipeline), which [`Self::prefetch`] loads
+    /// into free room while another runs, and whose first pass (or
+    /// [`Self::load`]) takes the rest.
+    pub fn open_unloaded(rt: &Runtime, spec: &ModelSpec) -> Result<Self> {
         let path = spec.files.first().cloned().unwrap_or_default();
         let _span = tracing::info_span!("model_open", path = %path.display()).entered();
         let files = open_files(spec)?;
@@ -188,12 +199,37 @@ impl Model {
             pins: rt.pins.clone(),
             patches: FxHashMap::default(),
         };
-        model.load_resident(rt)?;
+        crate::residency::lock(&rt.residency).lower(model.id, &model.path)?;
         Ok(model)
     }
 
-    /// Acquires residency now, as a pass would, and waits for the uploads.
-    fn load_resident(&self, rt: &Runtime) -> Result<()> {
+    /// Loads the model's first weights (its load order: the first blocks)
+    /// into VRAM that is free now, at most `bytes`: never evicting anything
+    /// and staying below the running model in priority, so a pipeline's
+    /// next model uploads while the current one works. The uploads are
+    /// submitted, not waited for. Returns the bytes loaded (0 where no
+    /// room is free).
+    pub fn prefetch(&self, rt: &Runtime, bytes: u64) -> Result<u64> {
+        self.check_runtime(rt)?;
+        let gpu = &rt.gpu;
+        let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let loaded = crate::residency::lock(&rt.residency).prefetch(
+            rt.device(),
+            self.view(),
+            bytes,
+            &mut ring,
+            &mut enc,
+        );
+        // What was recorded goes to the GPU whatever happened.
+        ring.submit(&gpu.queue, enc);
+        loaded
+    }
+
+    /// Acquires residency now, as a pass would (on top of the priority
+    /// list, others yielding if room is short), and waits for the uploads.
+    /// Returns the bytes it uploaded.
+    pub fn load(&self, rt: &Runtime) -> Result<u64> {
         let gpu = &rt.gpu;
         let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -201,7 +237,7 @@ impl Model {
         let _span = tracing::info_span!("upload_resident", bytes = placed.loaded_bytes).entered();
         ring.submit(&gpu.queue, enc);
         gpu.wait_idle()?;
-        Ok(())
+        Ok(placed.loaded_bytes)
     }
 
     /// Linear layer `layer`.

@@ -594,11 +594,12 @@ fn print_text(r: &Report) {
             _ => String::new(),
         };
         println!(
-            "{:<10} {:>9.1} ms ({} pass{}{tiles}), {} loaded, {} streamed, peak VRAM {}",
+            "{:<10} {:>9.1} ms ({} pass{}{tiles}), {} prefetched, {} loaded, {} streamed, peak VRAM {}",
             format!("{:?}", s.stage).to_lowercase(),
             s.seconds * 1e3,
             s.passes,
             if s.passes == 1 { "" } else { "es" },
+            size(s.prefetched_bytes),
             size(s.loaded_bytes),
             size(s.streamed_bytes),
             size(s.peak_vram)

@@ -319,3 +319,47 @@ fn txt2img_plan_needs_no_gpu() {
     let e = txt2img_err(&models, &["--prompt", "a cat", "--plan"]);
     assert!(e.contains("--plan needs --vram-budget"), "{e}");
 }
+
+/// `dynvram plan MODELS` of a ComfyUI folder answers as `txt2img --plan`
+/// does (one code): the same stages, FLOPs, times and least budget; and
+/// names the flags a pipeline takes instead of --image-tokens.
+#[test]
+fn plan_of_a_models_folder_is_txt2img_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let models = models_folder(dir.path());
+    let configs = fixtures::tiny_flux_pipeline().join("configs");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = dynvram().arg("--json").args(args).output().expect("runs");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {err}");
+        serde_json::from_slice(&o.stdout).expect("json")
+    };
+    let m = models.to_str().expect("utf-8");
+    let c = configs.to_str().expect("utf-8");
+    let budget = ["--vram-budget", "0.003", "--matrix-tflops", "20"];
+    let mut plan_args = vec!["plan", m, "--configs", c, "--width", "96", "--height", "96"];
+    plan_args.extend(["--steps", "4", "--text-tokens", "32"]);
+    plan_args.extend(budget);
+    let mut txt2img_args = vec!["txt2img", m, "--configs", c, "--prompt", "a cat", "--plan"];
+    txt2img_args.extend(FIXTURE_RUN);
+    txt2img_args.extend(budget);
+    let plan = json(&plan_args);
+    let via_txt2img = json(&txt2img_args);
+    assert_eq!(plan["plan"], via_txt2img["plan"], "{plan}\n{via_txt2img}");
+    let stages = plan["plan"]["stages"].as_array().expect("stages");
+    assert_eq!(stages.len(), 4, "{plan}");
+    for s in stages {
+        assert!(s["flops"].as_u64().expect("flops") > 0, "{s}");
+    }
+    assert_eq!(plan["plan"]["rates"]["matrix_flops_per_second"], 20e12);
+    let o = dynvram()
+        .args(["plan", m, "--configs", c, "--image-tokens", "36"])
+        .args(budget)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--width × --height"),
+        "{err}"
+    );
+}

@@ -7,9 +7,13 @@
 //! 4. unpack the latents, `z = latents / 0.3611 + 0.1159`, VAE decode;
 //! 5. `clamp(x / 2 + 0.5, 0, 1)`, × 255 rounded half to even into RGB bytes.
 //!
-//! The four models run on one [`Runtime`], under its one budget. Each is
-//! opened as a runtime [`Model`] when its stage starts (registered on top of
-//! the priority list, so models still open yield to it) and the text
+//! The four models run on one [`Runtime`], under its one budget. All four
+//! are opened as runtime [`Model`]s before the first stage, holding no
+//! VRAM ([`Model::open_unloaded`], each below the last in priority); a
+//! stage loads its model (on top of the priority list, so models still
+//! open yield to it) and, before its last pass, prefetches the next
+//! stage's first weights into the room free then ([`Model::prefetch`]:
+//! nothing is evicted for it, and the running model outranks it). The text
 //! encoders are dropped once their outputs are read: nothing of theirs
 //! holds VRAM while the transformer samples. Every stage reports its wall
 //! time, the bytes it uploaded and streamed, and the ledger's peak while it
@@ -205,8 +209,12 @@ pub struct StageReport {
     pub passes: usize,
     /// Weight bytes streamed by the passes.
     pub streamed_bytes: u64,
-    /// Weight bytes uploaded to stay resident (at opening and by passes).
+    /// Weight bytes uploaded to stay resident (when the stage loaded its
+    /// model and by passes).
     pub loaded_bytes: u64,
+    /// Weight bytes of its model the stage before uploaded into free room
+    /// (prefetched while that stage ran its last pass).
+    pub prefetched_bytes: u64,
     /// The ledger's peak while the stage ran.
     pub peak_vram: u64,
     /// The model's residency at the end of the stage.
@@ -412,9 +420,42 @@ impl Pipeline {
             t5_ids.extend(t.ids);
         }
 
+        // The decoder's room: the whole budget less what outlives the
+        // stages (measured before any model holds VRAM).
+        let room = {
+            let r = rt.budget_report();
+            r.usable.saturating_sub(r.tracked)
+        };
+        let noise = match &req.noise {
+            Noise::Seed(seed) => sample::seeded_noise(*seed, latent),
+            Noise::Latents(n) => n.clone(),
+        };
+        let schedule = req
+            .schedule
+            .unwrap_or_else(|| Schedule::for_config(&self.flux.config));
+        let sigmas = sample::sigmas(schedule, req.steps, latent.tokens());
+        let wide: Vec<f64> = sigmas.iter().map(|&s| f64::from(s)).collect();
+        let flux_shape = crate::flux::Shape {
+            batch: b,
+            img_len: latent.tokens(),
+            txt_len: req.max_sequence_length,
+        };
+        // Every model is opened (headers, plans) before the first stage,
+        // each below the last, holding no VRAM; each stage prefetches the
+        // next one's first weights into free room before its last pass.
+        let [clip, t5, flux, vae] = [
+            self.clip.spec(b, req.dtype),
+            self.t5.spec(b, req.max_sequence_length, req.dtype),
+            self.flux.spec(flux_shape, req.dtype),
+            self.vae_spec(room, latent, req.dtype).0,
+        ]
+        .map(|spec| Opened::new(rt, spec));
+        let [clip, t5, flux, vae] = [clip?, t5?, flux?, vae?];
+
         progress(Progress::Stage(Stage::Clip));
-        let (y, report) = stage(rt, Stage::Clip, &self.clip.spec(b, req.dtype), |model| {
+        let (y, report) = stage(rt, Stage::Clip, clip, |model| {
             let mut enc = ClipText::new(rt, &self.clip, b, req.dtype)?;
+            t5.prefetch(rt)?;
             let out = enc.encode(rt, model, &clip_ids)?;
             ModelError::check_finite("CLIP's pooled output", || "encoding".into(), &out.pooled)?;
             Ok((out.pooled, vec![out.stats]))
@@ -422,9 +463,9 @@ impl Pipeline {
         stages.push(report);
 
         progress(Progress::Stage(Stage::T5));
-        let t5_spec = self.t5.spec(b, req.max_sequence_length, req.dtype);
-        let (txt, report) = stage(rt, Stage::T5, &t5_spec, |model| {
+        let (txt, report) = stage(rt, Stage::T5, t5, |model| {
             let mut enc = T5Encoder::new(rt, &self.t5, b, req.max_sequence_length, req.dtype)?;
+            flux.prefetch(rt)?;
             let out = enc.encode(rt, model, &t5_ids)?;
             ModelError::check_finite("T5's hidden states", || "encoding".into(), &out.hidden)?;
             Ok((out.hidden, vec![out.stats]))
@@ -432,26 +473,27 @@ impl Pipeline {
         stages.push(report);
 
         progress(Progress::Stage(Stage::Sample));
-        let noise = match &req.noise {
-            Noise::Seed(seed) => sample::seeded_noise(*seed, latent),
-            Noise::Latents(n) => n.clone(),
-        };
         let mut inputs =
             sample::sampling_inputs(&self.flux.config, &noise, latent, txt, y, req.guidance)?;
-        let schedule = req
-            .schedule
-            .unwrap_or_else(|| Schedule::for_config(&self.flux.config));
-        let sigmas = sample::sigmas(schedule, req.steps, latent.tokens());
-        let wide: Vec<f64> = sigmas.iter().map(|&s| f64::from(s)).collect();
-        let flux_spec = self.flux.spec(inputs.shape, req.dtype);
-        let ((), report) = stage(rt, Stage::Sample, &flux_spec, |model| {
+        let ((), report) = stage(rt, Stage::Sample, flux, |model| {
             let mut flux = Flux::new(rt, &self.flux, inputs.shape, req.dtype)?;
-            let mut on_step = |d: StepDone<'_>| progress(Progress::Step(d));
+            // Before the last step: after the one before it, or now.
+            let mut prefetched = Ok(());
+            if req.steps == 1 {
+                prefetched = vae.prefetch(rt);
+            }
+            let mut on_step = |d: StepDone<'_>| {
+                if d.index + 2 == req.steps {
+                    prefetched = vae.prefetch(rt);
+                }
+                progress(Progress::Step(d))
+            };
             let opts = SampleOptions {
                 on_step: Some(&mut on_step),
                 ..SampleOptions::default()
             };
             let stats = sample::sample(&mut flux, rt, model, &mut inputs, &wide, opts)?;
+            prefetched?;
             Ok(((), stats))
         })?;
         stages.push(report);
@@ -461,12 +503,7 @@ impl Pipeline {
             .into_iter()
             .map(|v| v / SCALING_FACTOR + SHIFT_FACTOR)
             .collect();
-        let room = {
-            let r = rt.budget_report();
-            r.usable.saturating_sub(r.tracked)
-        };
-        let (vae_spec, _) = self.vae_spec(room, latent, req.dtype);
-        let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, &vae_spec, |model| {
+        let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, vae, |model| {
             let mut vae = FluxVae::new(rt, &self.vae, req.dtype)?;
             let out = vae.decode(rt, model, &z, b, latent.height, latent.width)?;
             ModelError::check_finite("the VAE decoder's image", || "decoding".into(), &out.image)?;
@@ -667,28 +704,65 @@ pub struct PipelinePlan {
     pub seconds: f64,
 }
 
-/// Opens a stage's model on `rt` (on top of the priority list), runs
-/// `body` on it and drops it, timing it all and taking the ledger's peak.
+/// A stage's model opened ahead of its turn ([`Model::open_unloaded`]):
+/// no VRAM until the stage before prefetches its first weights or its own
+/// stage loads it.
+struct Opened {
+    model: Model,
+    /// Seconds opening it took (headers, checks, plan).
+    open_seconds: f64,
+    /// Bytes the stage before loaded for it.
+    prefetched: std::cell::Cell<u64>,
+}
+
+impl Opened {
+    fn new(rt: &Runtime, spec: ModelSpec) -> Result<Self, ModelError> {
+        let t0 = Instant::now();
+        let model = Model::open_unloaded(rt, &spec)?;
+        Ok(Self {
+            model,
+            open_seconds: t0.elapsed().as_secs_f64(),
+            prefetched: Default::default(),
+        })
+    }
+
+    /// Loads its first weights into the room free now, at most the pages
+    /// its own plan keeps resident (more would not stay once it runs).
+    fn prefetch(&self, rt: &Runtime) -> Result<(), ModelError> {
+        let bytes = self.model.prefetch(rt, self.model.plan().plan.page_bytes)?;
+        self.prefetched.set(self.prefetched.get() + bytes);
+        Ok(())
+    }
+}
+
+/// Loads a stage's model on `rt` (on top of the priority list: others
+/// yield to it, the running model last), runs `body` on it and drops it,
+/// timing it all and taking the ledger's peak.
 fn stage<T>(
     rt: &Runtime,
     which: Stage,
-    spec: &ModelSpec,
+    opened: Opened,
     body: impl FnOnce(&Model) -> Result<(T, Vec<PassStats>), ModelError>,
 ) -> Result<(T, StageReport), ModelError> {
     let _span = tracing::info_span!("txt2img_stage", stage = ?which).entered();
     rt.reset_peak();
     let t0 = Instant::now();
-    let model = Model::open(rt, spec)?;
-    let open_seconds = t0.elapsed().as_secs_f64();
-    let opened = model.report();
+    let Opened {
+        model,
+        open_seconds: opening,
+        prefetched,
+    } = opened;
+    let loaded = model.load(rt)?;
+    let open_seconds = opening + t0.elapsed().as_secs_f64();
     let (out, stats) = body(&model)?;
     let report = StageReport {
         stage: which,
-        seconds: t0.elapsed().as_secs_f64(),
+        seconds: opening + t0.elapsed().as_secs_f64(),
         open_seconds,
         passes: stats.len(),
         streamed_bytes: stats.iter().map(|s| s.streamed_bytes).sum(),
-        loaded_bytes: opened.resident_bytes + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
+        loaded_bytes: loaded + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
+        prefetched_bytes: prefetched.get(),
         peak_vram: rt.budget_report().peak,
         model: model.report(),
         tiles: None,
