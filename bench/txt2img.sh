@@ -15,12 +15,11 @@
 # 2. dynvram `txt2img --json`, one image per setting ($SETTINGS: "resident",
 #    or a budget in GiB), the bf16 transformer, then the int4 one.
 # 3. diffusers (bench/txt2img_diffusers.py): resident, model_cpu_offload,
-#    group_leaf. Its wheels (and transformers', tokenizers') travel in .whl/:
+#    group_leaf. The GPU machine's image has torch, transformers and
+#    tokenizers; diffusers' wheel travels in .whl/:
 #      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-#        --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 transformers tokenizers \
-#        huggingface_hub regex Pillow requests charset_normalizer idna urllib3 certifi filelock \
-#        importlib_metadata zipp packaging tqdm pyyaml
+#        --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1
 # 4. bench/txt2img_table.py: $OUT/txt2img/table.md.
 # Every part runs under `timeout`, limited by what is left of $DEADLINE
 # seconds; a failure is reported and the script goes on. The dynvram
@@ -28,7 +27,7 @@
 # over two calls with SETTINGS/INT4/DIFFUSERS when a call's limit is short.
 #
 # Settings: DYNVRAM (.dev/dynvram), OUT (bench-out), MODELS (/tmp/comfy),
-# SIZE (1024), STEPS (28), SETTINGS ("resident 8 2 1"), INT4 (1),
+# SIZE (1024), STEPS (28), SETTINGS ("resident 8 2 1"), BF16 (1), INT4 (1),
 # DIFFUSERS (1), DIFFUSERS_MODES (resident,model_cpu_offload,group_leaf),
 # WHEELS (.whl), DEADLINE (570 s), BACKEND (vulkan).
 set -uo pipefail
@@ -72,7 +71,9 @@ one() { # one LABEL MODEL SETTING
         --steps "$steps" --seed 1 --backend "${BACKEND:-vulkan}" "${budget[@]}" \
         --out "$out/$label-$s.png" >"$out/$label-$s.json" 2>"$out/$label-$s.err"
 }
-for s in ${SETTINGS:-resident 8 2 1}; do one bf16 "$flux" "$s"; done
+if [ "${BF16:-1}" = 1 ]; then
+    for s in ${SETTINGS:-resident 8 2 1}; do one bf16 "$flux" "$s"; done
+fi
 if [ "${INT4:-1}" = 1 ]; then
     for s in ${SETTINGS:-resident 8 2 1}; do one int4 "$int4" "$s"; done
 fi
