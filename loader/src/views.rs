@@ -124,17 +124,17 @@ impl Views {
                         format!("`{}` is a scalar: it has no rows", part.tensor),
                     ));
                 };
-                if let Some(f) = first {
-                    if f.dtype != info.dtype || f.shape[1..] != *rest {
-                        return Err(bad(
-                            path,
-                            format!(
-                                "`{}` is {:?} {:?}, but `{}` is {:?} {:?}: rows of one tensor \
-                                 must share dtype and width",
-                                part.tensor, info.dtype, info.shape, f.name, f.dtype, f.shape
-                            ),
-                        ));
-                    }
+                if let Some(f) = first
+                    && (f.dtype != info.dtype || f.shape[1..] != *rest)
+                {
+                    return Err(bad(
+                        path,
+                        format!(
+                            "`{}` is {:?} {:?}, but `{}` is {:?} {:?}: rows of one tensor \
+                             must share dtype and width",
+                            part.tensor, info.dtype, info.shape, f.name, f.dtype, f.shape
+                        ),
+                    ));
                 }
                 let r = part.rows.clone().unwrap_or(0..dim0);
                 if r.start > r.end || r.end > dim0 {

@@ -91,7 +91,7 @@ fn views_read_the_parts_rows_in_order() {
     }
     let (range, at) = src.locate(30).expect("byte 30");
     assert_eq!((range.tensor, at), ("b", 6));
-    let mut past = vec![0u8; 2];
+    let mut past = [0u8; 2];
     assert!(matches!(
         src.read_at(79, (&mut past[..]).into()),
         Err(LoadError::RangeOutsideTensor { .. })

@@ -382,7 +382,7 @@ impl VaeCheckpoint {
         let (config, inferred) = settle_config(
             config,
             VaeConfig::validate,
-            &err,
+            err,
             || {
                 let c = infer_config(&list, &names).map_err(&err)?;
                 c.validate().map_err(&err)?;
