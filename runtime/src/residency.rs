@@ -271,10 +271,7 @@ impl Registry {
                 Ok(placed)
             }
             Err(e) => {
-                let _ = self.policy.release(id);
-                if let Some(entry) = self.models.get_mut(&id) {
-                    entry.buffers.fill(None);
-                }
+                self.release(id);
                 Err(e)
             }
         }
@@ -327,12 +324,18 @@ impl Registry {
                 Ok(loaded)
             }
             Err(e) => {
-                let _ = self.policy.release(id);
-                if let Some(entry) = self.models.get_mut(&id) {
-                    entry.buffers.fill(None);
-                }
+                self.release(id);
                 Err(e)
             }
+        }
+    }
+
+    /// Drops every resident weight of `id` and its pages (after a failed
+    /// load: its next pass starts from nothing).
+    fn release(&mut self, id: ModelId) {
+        let _ = self.policy.release(id);
+        if let Some(entry) = self.models.get_mut(&id) {
+            entry.buffers.fill(None);
         }
     }
 
