@@ -20,6 +20,7 @@ pub mod bench;
 mod error;
 mod fileio;
 mod index;
+mod model_files;
 pub mod output_path;
 mod reader;
 mod ring;
@@ -29,8 +30,9 @@ mod write_only;
 
 pub use error::{LoadError, Result};
 pub use index::{
-    MAX_HEADER_LEN, ModelFiles, ParsedHeader, SafetensorsFile, TensorInfo, byte_count, parse_header,
+    MAX_HEADER_LEN, ParsedHeader, SafetensorsFile, TensorInfo, byte_count, parse_header,
 };
+pub use model_files::ModelFiles;
 pub use reader::{DEFAULT_TASK_SIZE, DEFAULT_THREADS, ReaderConfig, ReaderPool};
 pub use ring::{
     DEFAULT_SLOT_SIZE, DEFAULT_SLOTS, NotReady, Placement, RingCounters, RingSlots, SlotState,
