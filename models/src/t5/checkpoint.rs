@@ -94,12 +94,11 @@ impl T5Checkpoint {
         let list = FilesList::new(&files);
         let chk = Checker { list: &list, path };
         let prefix = prefix_of(&list, FINAL_NORM).ok_or_else(|| {
-            let looks =
-                if prefix_of(&list, "text_model.embeddings.token_embedding.weight").is_some() {
-                    " (it looks like a CLIP text encoder)"
-                } else {
-                    ""
-                };
+            let looks = if prefix_of(&list, crate::clip::TOKEN_EMBEDDING).is_some() {
+                " (it looks like a CLIP text encoder)"
+            } else {
+                ""
+            };
             chk.err(format!(
                 "not a T5 encoder{looks}: no `{FINAL_NORM}` under any prefix"
             ))

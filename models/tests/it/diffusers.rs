@@ -190,3 +190,28 @@ fn diffusers_folders_that_are_no_float_flux_are_refused_naming_the_tensor() {
         "{e}"
     );
 }
+
+/// The scheduler's config sets the schedule: FLUX.1-dev's dynamic line,
+/// schnell's unshifted one; any other is refused naming the value.
+#[test]
+fn scheduler_configs_give_dev_and_schnell_schedules_and_refuse_others() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let schedule = |json: &str| {
+        let p = tmp.path().join("scheduler_config.json");
+        std::fs::write(&p, json).expect("write");
+        Schedule::from_scheduler_config(&p).map_err(|e| e.to_string())
+    };
+    let dev = std::fs::read_to_string(folder().join("scheduler/scheduler_config.json"))
+        .expect("the fixture's");
+    assert_eq!(schedule(&dev), Ok(Schedule::Shifted));
+    let schnell = r#"{"_class_name": "FlowMatchEulerDiscreteScheduler",
+        "shift": 1.0, "use_dynamic_shifting": false}"#;
+    assert_eq!(schedule(schnell), Ok(Schedule::Linear));
+    let e = schedule(r#"{"shift": 3.0, "use_dynamic_shifting": false}"#).expect_err("shift 3");
+    assert!(
+        e.contains("scheduler_config.json") && e.contains("shift` of 3"),
+        "{e}"
+    );
+    let e = schedule(r#"{"use_dynamic_shifting": true, "max_shift": 1.5}"#).expect_err("line");
+    assert!(e.contains("max_shift` = 1.5"), "{e}");
+}
