@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use dynvram_memory::{AllocId, Budget, OwnerClass};
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 
 /// The shared budget (one per runtime, over every model).
 pub type SharedBudget = Arc<Mutex<Budget>>;

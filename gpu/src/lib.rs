@@ -2,7 +2,7 @@
 //! layer on the GPU API, below the runtime's models and passes (which
 //! record copies and submits on what this crate creates).
 //!
-//! - [`gpu`]: the wgpu device (adapter choice, capabilities, error capture,
+//! - [`device`]: the wgpu device (adapter choice, capabilities, error capture,
 //!   device loss, VRAM figures) and the GPU side of uploads (host-memory
 //!   import, pinned buffers, the staging ring's slots, the copy queue, small
 //!   read-backs); the file side is `dynvram_loader`'s.
@@ -20,13 +20,13 @@
 
 pub mod accounting;
 mod decode_tuning;
+pub mod device;
 mod error;
-pub mod gpu;
 pub mod ops;
 mod stats;
 pub mod tensor;
 
 pub use accounting::TrackedBuffer;
-pub use gpu::{AdapterChoice, Gpu, GpuError};
+pub use device::{AdapterChoice, Gpu, GpuError};
 pub use stats::{PassStats, StreamSources};
 pub use tensor::{ActDtype, GpuTensor};

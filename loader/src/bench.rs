@@ -2,7 +2,7 @@
 //! measure by itself (raw reads through the reader pool, multi-threaded
 //! memcpy), the [`Figure`] every measurement returns and the test file.
 //! The GPU figures (file → VRAM through the ring, pins, imported file maps)
-//! are `dynvram_gpu::gpu::upload_bench`'s, which runs them all.
+//! are `dynvram_gpu::device::upload_bench`'s, which runs them all.
 
 use std::fs::File;
 use std::io::Write as _;

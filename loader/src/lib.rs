@@ -9,7 +9,7 @@
 //! - [`ReaderPool`]: reads split into 2 MiB tasks over reader threads, into
 //!   [`WriteOnlyBytes`] (a mapped staging slot, or ordinary memory).
 //! - [`RingSlots`]: the staging ring's bookkeeping (slot states, placement,
-//!   counters); the slots' GPU memory is `dynvram_gpu::gpu`'s.
+//!   counters); the slots' GPU memory is `dynvram_gpu::device`'s.
 //! - [`atomic`]: every file dynvram writes, through a temp file and a rename.
 //! - [`output_path`]: the one output-path rule (never an input; a folder
 //!   with files in it only with `--force`), checked by every writer.

@@ -197,7 +197,7 @@ impl ModelFiles {
             }
             None => {
                 let (file, _) = self.stored(name).ok_or_else(missing)?;
-                Ok(TensorBytes::one(file.source(name)?))
+                Ok(file.source(name)?.into())
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The staging ring's bookkeeping: which slot is filled, recorded, in flight
 //! or ready, where the next bytes go in the slot being filled, and what the
 //! ring has done ([`RingCounters`]). Pure: the slots' memory, the copies and
-//! the waits are the GPU side's (`dynvram_gpu::gpu::StagingRing`), which
+//! the waits are the GPU side's (`dynvram_gpu::device::StagingRing`), which
 //! asks [`RingSlots`] what to do and tells it what happened. Default
 //! 3 × 64 MiB *(aimdo)*; docs/behaviour.md, Staging ring.
 //!

@@ -220,15 +220,17 @@ enum Parts<'a> {
     Many(Vec<FileRange<'a>>),
 }
 
-impl<'a> TensorBytes<'a> {
+impl<'a> From<FileRange<'a>> for TensorBytes<'a> {
     /// A stored tensor's range.
-    pub(crate) fn one(range: FileRange<'a>) -> Self {
+    fn from(range: FileRange<'a>) -> Self {
         Self {
             tensor: range.tensor,
             parts: Parts::One(range),
         }
     }
+}
 
+impl<'a> TensorBytes<'a> {
     /// A view's pieces.
     pub(crate) fn view(files: &'a [SafetensorsFile], r: &'a Resolved) -> Self {
         Self {

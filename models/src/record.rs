@@ -32,6 +32,31 @@ pub(crate) fn word_bytes(numel: usize, size: u64) -> u64 {
     (numel as u64 * size).div_ceil(4) * 4
 }
 
+/// The dtype of an activation of a pass in `dtype`: `f32_only` ones (positions,
+/// tables) are f32 whatever the pass's.
+fn act_dtype(f32_only: bool, dtype: ActDtype) -> ActDtype {
+    if f32_only { ActDtype::F32 } else { dtype }
+}
+
+/// Bytes of one activation of a pass in `dtype`, as its binding covers them:
+/// what the model's plan reserves for it.
+pub(crate) fn act_word_bytes(shape: &[usize], f32_only: bool, dtype: ActDtype) -> u64 {
+    word_bytes(shape.iter().product(), act_dtype(f32_only, dtype).size())
+}
+
+/// Allocates one activation of `model`'s pass in `dtype` on `rt`, labelled
+/// `{model}.{name}`.
+pub(crate) fn activation(
+    rt: &Runtime,
+    model: &str,
+    name: &str,
+    shape: &[usize],
+    f32_only: bool,
+    dtype: ActDtype,
+) -> Result<Activation, RuntimeError> {
+    rt.activation_of(&format!("{model}.{name}"), shape, act_dtype(f32_only, dtype))
+}
+
 /// One activation of a pass, declared once for both the bytes its
 /// model's plan reserves ([`act_bytes`]) and its allocation
 /// ([`allocate`]), so the two cannot disagree.
@@ -60,22 +85,17 @@ impl ActShape {
             ..Self::new(name, shape)
         }
     }
-
-    fn dtype(&self, dtype: ActDtype) -> ActDtype {
-        if self.f32_only { ActDtype::F32 } else { dtype }
-    }
 }
 
-/// Bytes of `shapes` in `dtype`, as their bindings cover them.
+/// Bytes of `shapes` in `dtype`.
 pub(crate) fn act_bytes(shapes: &[ActShape], dtype: ActDtype) -> u64 {
     shapes
         .iter()
-        .map(|a| word_bytes(a.shape.iter().product(), a.dtype(dtype).size()))
+        .map(|a| act_word_bytes(&a.shape, a.f32_only, dtype))
         .sum()
 }
 
-/// Allocates `shapes` in `dtype` on `rt`, in order, labelled
-/// `{model}.{name}`.
+/// Allocates `shapes` in `dtype` on `rt`, in order.
 pub(crate) fn allocate(
     rt: &Runtime,
     model: &str,
@@ -84,6 +104,6 @@ pub(crate) fn allocate(
 ) -> Result<Vec<Activation>, RuntimeError> {
     shapes
         .iter()
-        .map(|a| rt.activation_of(&format!("{model}.{}", a.name), &a.shape, a.dtype(dtype)))
+        .map(|a| activation(rt, model, a.name, &a.shape, a.f32_only, dtype))
         .collect()
 }

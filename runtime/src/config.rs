@@ -3,11 +3,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use dynvram_gpu::gpu::RingConfig;
+use dynvram_gpu::device::RingConfig;
 use dynvram_memory::{BudgetConfig, PinError, RamReading};
 use dynvram_quant::LinearDtypeOverride;
 
-use dynvram_gpu::gpu::AdapterChoice;
+use dynvram_gpu::device::AdapterChoice;
 
 /// Settings of a [`crate::Runtime`].
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use dynvram_gpu::accounting::BufferError;
-use dynvram_gpu::gpu::{GpuError, UploadError};
+use dynvram_gpu::device::{GpuError, UploadError};
 use dynvram_gpu::ops::linear::LinearError;
 
 /// Anything that can go wrong while opening or running a model.

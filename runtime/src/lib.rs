@@ -6,7 +6,7 @@
 //!
 //! Owns: models and their residency ([`Model`]); passes with prefetch
 //! (`Model::run_pass`, [`PassStats`]); pins, LoRA and accounting. The
-//! device, the GPU side of uploads ([`gpu`]), tracked buffers and the ops
+//! device, the GPU side of uploads ([`device`]), tracked buffers and the ops
 //! ([`ops`]) are `dynvram_gpu`'s, re-exported here; the file side of
 //! uploads is [`loader`]'s. Knows nothing of model architectures.
 
@@ -40,10 +40,10 @@ pub use runtime::{BudgetReport, Runtime};
 
 // The GPU layer the runtime runs on, re-exported so applications and the
 // models crate need only the runtime: the device and the GPU side of uploads
-// (`gpu`), the ops, tensors, tracked buffers, the pass figures.
+// (`device`), the ops, tensors, tracked buffers, the pass figures.
 pub use dynvram_gpu::{
     ActDtype, AdapterChoice, Gpu, GpuError, GpuTensor, PassStats, StreamSources, TrackedBuffer,
-    gpu, ops, tensor,
+    device, ops, tensor,
 };
 /// Re-exported so applications and the models crate need only the runtime.
 pub use dynvram_loader as loader;

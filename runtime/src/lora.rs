@@ -8,7 +8,7 @@ use dynvram_quant::{Format, KernelChoice};
 
 use crate::error::{Result, RuntimeError};
 use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
-use dynvram_gpu::gpu::Gpu;
+use dynvram_gpu::device::Gpu;
 use dynvram_gpu::ops::linear::{LinearWeights, Region, WeightPart};
 
 /// One attached patch.

@@ -19,7 +19,7 @@ use crate::planning::{
 use crate::residency::{ModelResidency, Placed, SharedRegistry};
 use crate::runtime::Runtime;
 use crate::upload::{ModelView, Weight, upload_kind};
-use dynvram_gpu::gpu::StagingRing;
+use dynvram_gpu::device::StagingRing;
 
 /// One block of a model: a name and the weights its ops use.
 #[derive(Debug, Clone, Default)]

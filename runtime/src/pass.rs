@@ -12,7 +12,7 @@
 //! there (its kernels submitted with the next part's uploads), so the
 //! block's code is unchanged; the block must use its parts in order.
 //!
-//! Where the device has a copy queue (`gpu::TransferQueue`: a transfer-only
+//! Where the device has a copy queue (`device::TransferQueue`: a transfer-only
 //! Vulkan family, the copy engines) block *i+1*'s copies from registered pins
 //! go there as one batch, submitted before block *i*'s kernels, waiting only
 //! for the submit that last read that arena and waited for by block *i+1*'s
@@ -37,7 +37,7 @@ use crate::pins::Pins;
 use crate::residency::{Home, Placed};
 use crate::runtime::Runtime;
 use crate::trace::{Lane, Trace};
-use dynvram_gpu::gpu::{CopyCmd, Gpu, StagingRing, TransferQueue};
+use dynvram_gpu::device::{CopyCmd, Gpu, StagingRing, TransferQueue};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::{PassStats, StreamSources};
 
@@ -50,7 +50,7 @@ pub enum PassEnd {
     /// Return after the last submit when nothing streamed, so the CPU can
     /// record the next pass while the GPU runs this one; wait for
     /// [`PassRun::last_submit`] (e.g. through a
-    /// [`dynvram_gpu::gpu::ReadbackRing`]) before reading what it wrote. A pass
+    /// [`dynvram_gpu::device::ReadbackRing`]) before reading what it wrote. A pass
     /// that streams weights waits all the same. A resident one submits once,
     /// at its end (the GPU is busy with the pass before it meanwhile), not
     /// every [`RuntimeConfig::resident_submit_blocks`](crate::RuntimeConfig).

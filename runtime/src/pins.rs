@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use dynvram_loader::HostBytes;
+use dynvram_loader::{Dtype, HostBytes};
 use dynvram_memory::{
     CopySource, ModelId, PinAction, PinConfig, PinPolicy, PinTier, ProcMeminfo, RamReading,
     RamSource, WeightKey,
@@ -23,7 +23,7 @@ use crate::config::{PinSettings, RamFigures};
 use crate::error::Result;
 use crate::upload::{self, ModelView, Upload, Weight};
 use dynvram_gpu::StreamSources;
-use dynvram_gpu::gpu::{CopyCmd, Gpu, HostMemory, PinnedBuffer, StagingRing, UploadError};
+use dynvram_gpu::device::{CopyCmd, Gpu, HostMemory, PinnedBuffer, StagingRing, UploadError};
 
 /// What the runtime's pins hold now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -354,15 +354,18 @@ impl Pins {
     ) -> Result<()> {
         let w = &model.weights[key.tensor as usize];
         let _span = tracing::debug_span!("pin", tensor = %w.name, ?tier).entered();
-        upload::check_finite(model, w)?;
         let copy = match (tier, w.upload) {
             (PinTier::Registered, Upload::Raw) => {
-                let source = model.files.source(&w.name)?;
-                PinnedBuffer::create(&gpu.device, &w.name, ring.pool(), &source)
-                    .map(HostCopy::Registered)
+                let raw = upload::RawBytes::of(model, w)?;
+                let pin = PinnedBuffer::create(&gpu.device, &w.name, ring.pool(), raw.source());
+                if pin.is_ok() {
+                    raw.finish(model, w)?;
+                }
+                pin.map(HostCopy::Registered)
             }
             (PinTier::Registered, Upload::ToF32) => {
                 let bytes = upload::gpu_bytes(model, w)?;
+                upload::scan_host(model, w, Dtype::F32, &bytes)?;
                 PinnedBuffer::create(&gpu.device, &w.name, ring.pool(), &HostBytes(&bytes))
                     .map(HostCopy::Registered)
             }
@@ -389,8 +392,13 @@ fn weight_bytes(model: ModelView<'_>, w: &Weight, ring: &StagingRing) -> Result<
             let source = model.files.source(&w.name)?;
             let mut bytes = vec![0u8; w.info.len() as usize];
             ring.pool().read_into(&source, 0, &mut bytes)?;
+            upload::scan_host(model, w, w.info.dtype, &bytes)?;
             Ok(bytes)
         }
-        Upload::ToF32 => upload::gpu_bytes(model, w),
+        Upload::ToF32 => {
+            let bytes = upload::gpu_bytes(model, w)?;
+            upload::scan_host(model, w, Dtype::F32, &bytes)?;
+            Ok(bytes)
+        }
     }
 }

@@ -32,7 +32,7 @@ use crate::planning::{
 };
 use crate::upload::ModelView;
 use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
-use dynvram_gpu::gpu::{Gpu, StagingRing};
+use dynvram_gpu::device::{Gpu, StagingRing};
 
 /// The registry, shared by the runtime and its models (a model unregisters
 /// itself when dropped).

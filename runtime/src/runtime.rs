@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::pins::PinReport;
 use crate::residency::Device;
 use dynvram_gpu::accounting::SharedBudget;
-use dynvram_gpu::gpu::{Gpu, StagingRing, read_vram};
+use dynvram_gpu::device::{Gpu, StagingRing, read_vram};
 use dynvram_gpu::ops::cache::PipelineCache;
 
 /// The composition root applications embed: open it once, then open models.
@@ -83,7 +83,7 @@ impl Runtime {
         let mut budget = Budget::new(capacity, source, config.budget)?;
         // Other programs use VRAM too: where the driver reports usage, the
         // deficit rule's `measured` term polls it (at most every 2 s).
-        if let Some(poll) = dynvram_gpu::gpu::DriverPoll::new(&gpu.adapter) {
+        if let Some(poll) = dynvram_gpu::device::DriverPoll::new(&gpu.adapter) {
             budget = budget.with_driver(Box::new(poll));
         }
         tracing::info!(capacity, %source, usable = budget.usable(), "VRAM budget");

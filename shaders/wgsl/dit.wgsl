@@ -16,44 +16,84 @@
 //             optionally through GELU (tanh), batch by batch (one
 //             invocation per element)
 //
-// Every entry reads its own fields of one Params struct:
-//   ada_norm:  rows, cols, per_batch, mod_cols, a = shift0, b = scale0, eps
-//   gated_add: rows, cols, per_batch, mod_cols, a = gate0
-//   qk_place:  rows (src rows), cols (= heads * head_dim, dst width),
-//              per_batch (src rows per batch), mod_cols = src width,
-//              a = src_col0, b = head_dim, eps, c = dst rows per batch,
-//              d = dst row0 (within each batch element)
-//   gather:    rows (copied rows per batch), cols (copied columns),
-//              per_batch = batch count, a = src rows per batch,
-//              b = src row0, c = src width, d = src col0,
-//              e = dst rows per batch, f = dst row0, g = dst width,
-//              h = dst col0, op (0 = copy, 1 = GELU tanh)
+// Each entry reads its own immediates struct (an entry point uses one).
 //
 // needs: workgroup_sum
 // provides: WG
 
-struct Params {
+// ada_norm's.
+struct AdaNormParams {
+    rows: u32,
+    cols: u32,
+    // Rows of one batch element.
+    per_batch: u32,
+    // Columns of one modulation row (chunks * cols).
+    mod_cols: u32,
+    // Columns of the shift and scale chunks within a modulation row.
+    shift0: u32,
+    scale0: u32,
+    eps: f32,
+    _pad0: u32,
+}
+
+// gated_add's.
+struct GatedAddParams {
     rows: u32,
     cols: u32,
     per_batch: u32,
     mod_cols: u32,
-    a: u32,
-    b: u32,
-    eps: f32,
-    c: u32,
-    d: u32,
-    e: u32,
-    f: u32,
-    g: u32,
-    h: u32,
-    op: u32,
+    // Column of the gate chunk within a modulation row.
+    gate0: u32,
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
+}
+
+// qk_place's.
+struct QkPlaceParams {
+    // Rows of `src`.
+    rows: u32,
+    // heads * head_dim: the width of `dst` and of the columns read.
+    cols: u32,
+    // Rows of one batch element in `src`.
+    src_per_batch: u32,
+    // Width of `src` and the first column read.
+    src_width: u32,
+    src_col0: u32,
+    head_dim: u32,
+    eps: f32,
+    // Rows of one batch element in `dst`, and this stream's first one.
+    dst_per_batch: u32,
+    dst_row0: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+// gather's: the block is rows x cols of each of `batch` elements, each side
+// `[batch * per_batch, width]` with the block at (row0, col0).
+struct GatherParams {
+    rows: u32,
+    cols: u32,
+    batch: u32,
+    src_per_batch: u32,
+    src_row0: u32,
+    src_width: u32,
+    src_col0: u32,
+    dst_per_batch: u32,
+    dst_row0: u32,
+    dst_width: u32,
+    dst_col0: u32,
+    // 0 = copy, 1 = GELU (tanh).
+    op: u32,
 }
 
 const WG: u32 = 256u;
 
-var<immediate> params: Params;
+var<immediate> ada: AdaNormParams;
+var<immediate> gated: GatedAddParams;
+var<immediate> qk: QkPlaceParams;
+var<immediate> gat: GatherParams;
 @group(0) @binding(1) var<storage, read> x: array<act>;
 @group(0) @binding(2) var<storage, read> modv: array<act>;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;
@@ -68,12 +108,12 @@ fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     let row = wid.y * nwg.x + wid.x;
-    if row >= params.rows {
+    if row >= ada.rows {
         return;
     }
-    let cols = params.cols;
+    let cols = ada.cols;
     let base = row * cols;
-    let mbase = (row / params.per_batch) * params.mod_cols;
+    let mbase = (row / ada.per_batch) * ada.mod_cols;
     var s = 0.0;
     for (var i = lid; i < cols; i = i + WG) {
         s = s + f32(x[base + i]);
@@ -84,11 +124,11 @@ fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         let d = f32(x[base + i]) - mean;
         sq = sq + d * d;
     }
-    let r = 1.0 / sqrt(workgroup_sum(lid, sq) / f32(cols) + params.eps);
+    let r = 1.0 / sqrt(workgroup_sum(lid, sq) / f32(cols) + ada.eps);
     for (var i = lid; i < cols; i = i + WG) {
         let n = (f32(x[base + i]) - mean) * r;
-        let shift = f32(modv[mbase + params.a + i]);
-        let scale = f32(modv[mbase + params.b + i]);
+        let shift = f32(modv[mbase + ada.shift0 + i]);
+        let scale = f32(modv[mbase + ada.scale0 + i]);
         out[base + i] = act((1.0 + scale) * n + shift);
     }
 }
@@ -97,12 +137,12 @@ fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let i = element(wid, nwg, lid);
-    if i >= params.rows * params.cols {
+    if i >= gated.rows * gated.cols {
         return;
     }
-    let row = i / params.cols;
-    let c = i % params.cols;
-    let gate = f32(modv[(row / params.per_batch) * params.mod_cols + params.a + c]);
+    let row = i / gated.cols;
+    let c = i % gated.cols;
+    let gate = f32(modv[(row / gated.per_batch) * gated.mod_cols + gated.gate0 + c]);
     out[i] = act(f32(out[i]) + gate * f32(x[i]));
 }
 
@@ -113,20 +153,20 @@ var<workgroup> red_qk: array<f32, QK_WG>;
 @compute @workgroup_size(64)
 fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-    let hd = params.b;
-    let heads = params.cols / hd;
+    let hd = qk.head_dim;
+    let heads = qk.cols / hd;
     // One workgroup per (src row, head); uniform across the workgroup.
     let idx = wid.y * nwg.x + wid.x;
-    if idx >= params.rows * heads {
+    if idx >= qk.rows * heads {
         return;
     }
     let h = idx % heads;
     let row = idx / heads;
-    let bt = row / params.per_batch;
-    let s = row % params.per_batch;
-    let src = row * params.mod_cols + params.a + h * hd;
-    let dst_row = bt * params.c + params.d + s;
-    let dst = dst_row * params.cols + h * hd;
+    let bt = row / qk.src_per_batch;
+    let s = row % qk.src_per_batch;
+    let src = row * qk.src_width + qk.src_col0 + h * hd;
+    let dst_row = bt * qk.dst_per_batch + qk.dst_row0 + s;
+    let dst = dst_row * qk.cols + h * hd;
     let npairs = hd / 2u;
     var ss = 0.0;
     for (var i = lid; i < npairs; i = i + QK_WG) {
@@ -142,7 +182,7 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         }
         workgroupBarrier();
     }
-    let r = 1.0 / sqrt(red_qk[0] / f32(hd) + params.eps);
+    let r = 1.0 / sqrt(red_qk[0] / f32(hd) + qk.eps);
     for (var i = lid; i < npairs; i = i + QK_WG) {
         let x0 = f32(x[src + 2u * i]) * r * w[2u * i];
         let x1 = f32(x[src + 2u * i + 1u]) * r * w[2u * i + 1u];
@@ -169,17 +209,17 @@ fn gelu_tanh(v: f32) -> f32 {
 fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let i = element(wid, nwg, lid);
-    let per = params.rows * params.cols;
-    if i >= params.per_batch * per {
+    let per = gat.rows * gat.cols;
+    if i >= gat.batch * per {
         return;
     }
     let bt = i / per;
-    let s = (i % per) / params.cols;
-    let c = i % params.cols;
-    let src_i = (bt * params.a + params.b + s) * params.c + params.d + c;
-    let dst_i = (bt * params.e + params.f + s) * params.g + params.h + c;
+    let s = (i % per) / gat.cols;
+    let c = i % gat.cols;
+    let src_i = (bt * gat.src_per_batch + gat.src_row0 + s) * gat.src_width + gat.src_col0 + c;
+    let dst_i = (bt * gat.dst_per_batch + gat.dst_row0 + s) * gat.dst_width + gat.dst_col0 + c;
     var v = f32(x[src_i]);
-    if params.op == 1u {
+    if gat.op == 1u {
         v = gelu_tanh(v);
     }
     out[dst_i] = act(v);

@@ -140,7 +140,7 @@ pub fn bare_device(
         required_limits: adapter.limits(),
         ..Default::default()
     };
-    match dynvram_gpu::gpu::device_open::request_device(&adapter, &desc, Default::default()) {
+    match dynvram_gpu::device::device_open::request_device(&adapter, &desc, Default::default()) {
         Ok((device, queue, extras)) => {
             eprintln!(
                 "{test}: running on {} (host import {})",

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use dynvram_runtime::AdapterChoice;
-use dynvram_runtime::gpu::GpuOptions;
+use dynvram_runtime::device::GpuOptions;
 
 /// Adapter selection; unset flags fall back to `WGPU_BACKEND`, `WGPU_ADAPTER_NAME`
 /// and `WGPU_POWER_PREF`, as in wgpu.

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use dynvram_loader::{DEFAULT_SLOT_SIZE, DEFAULT_SLOTS};
 use dynvram_quant::{AdapterCaps, Format, LinearDtype, LinearDtypeOverride, choose};
-use dynvram_runtime::gpu::RingConfig;
-use dynvram_runtime::gpu::host_memory::mapped_staging_memory;
-use dynvram_runtime::gpu::upload_bench::{UploadBenchOptions, run_upload};
+use dynvram_runtime::device::RingConfig;
+use dynvram_runtime::device::host_memory::mapped_staging_memory;
+use dynvram_runtime::device::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
     CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights,
@@ -200,7 +200,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<ExitCode> {
 #[derive(Debug, Serialize)]
 struct UploadJson {
     figures: Vec<UploadFigure>,
-    staging_memory: Option<dynvram_runtime::gpu::host_memory::StagingPlacement>,
+    staging_memory: Option<dynvram_runtime::device::host_memory::StagingPlacement>,
     host_import: bool,
     notes: Vec<String>,
 }

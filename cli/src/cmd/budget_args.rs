@@ -3,7 +3,7 @@
 //! staging memory).
 
 use dynvram_memory::BudgetConfig;
-use dynvram_runtime::gpu::{HostMemoryChoice, RingConfig};
+use dynvram_runtime::device::{HostMemoryChoice, RingConfig};
 use dynvram_runtime::{PinSettings, RuntimeConfig};
 
 /// The VRAM budget flags (docs/behaviour.md, Budget).

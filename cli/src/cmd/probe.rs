@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
-use dynvram_runtime::gpu::{AdapterSummary, enumerate_adapters};
+use dynvram_runtime::device::{AdapterSummary, enumerate_adapters};
 use dynvram_runtime::ops::linear::{CoopGemmKernel, CoopShape, coop_unusable, double_unusable};
 use serde::Serialize;
 

@@ -3,7 +3,7 @@
 
 use dynvram_quant::{Format, KernelChoice};
 
-use crate::gpu::GpuError;
+use crate::device::GpuError;
 
 /// Why a linear could not be recorded or uploaded. Variants name the layer
 /// or tensor and carry the sizes involved.

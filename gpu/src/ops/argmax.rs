@@ -7,7 +7,7 @@ use std::num::NonZeroU64;
 
 use dynvram_shaders::transformer::ARGMAX;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};
@@ -55,15 +55,13 @@ pub fn record_argmax(
     }
     kernel::expect_distinct(OP, out, &[("logits", logits)])?;
     if out.offset + 4 > out.buffer.size() {
-        return Err(bad(
-            OP,
-            format!(
-                "`out` needs bytes {}..{} but its buffer has {}",
-                out.offset,
-                out.offset + 4,
-                out.buffer.size()
-            ),
-        ));
+        return Err(GpuError::OutsideBuffer {
+            op: OP,
+            what: "`out`".into(),
+            start: out.offset,
+            end: out.offset + 4,
+            buffer_size: out.buffer.size(),
+        });
     }
     let params = Params {
         n: to_u32(OP, "n", n)?,

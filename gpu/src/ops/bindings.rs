@@ -34,7 +34,7 @@ fn placed(
 #[derive(Debug, Default)]
 pub(crate) struct DynamicOffsets {
     len: usize,
-    offsets: [u32; crate::gpu::MAX_DYNAMIC],
+    offsets: [u32; crate::device::MAX_DYNAMIC],
 }
 
 impl DynamicOffsets {
@@ -44,7 +44,7 @@ impl DynamicOffsets {
         if dynamic == 0 {
             return o;
         }
-        let mut by_binding = [(0u32, 0u32); crate::gpu::MAX_DYNAMIC];
+        let mut by_binding = [(0u32, 0u32); crate::device::MAX_DYNAMIC];
         for (i, r) in bindings {
             if let wgpu::BindingResource::Buffer(b) = r
                 && let (_, _, Some(d)) = placed(dynamic, *i, b)

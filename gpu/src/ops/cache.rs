@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::bindings::BindKey;
 use crate::ops::launch::Cost;
 use crate::ops::profile::{KernelSample, Profiler};
@@ -152,7 +152,7 @@ pub struct Kernel {
     /// The pipeline.
     pub pipeline: wgpu::ComputePipeline,
     /// Bit `b` set: binding `b` of group 0 takes a dynamic offset (its
-    /// writable storage bindings, see `gpu::dynamic_layout`).
+    /// writable storage bindings, see `device::dynamic_layout`).
     pub dynamic: u64,
 }
 

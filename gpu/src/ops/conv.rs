@@ -7,7 +7,7 @@
 
 use dynvram_shaders::vae::CONV2D;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::embed::{TableDtype, region};
 use crate::ops::encoder::Encoder;

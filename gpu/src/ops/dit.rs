@@ -20,7 +20,7 @@
 
 use dynvram_shaders::transformer::DIT;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{
@@ -30,61 +30,83 @@ use crate::tensor::{ActDtype, GpuTensor};
 
 const WG: u64 = 256;
 
-/// The shader's `Params`, field for field (see `dit.wgsl`).
-#[derive(Default)]
-struct Params {
+/// `dit.wgsl`'s `AdaNormParams`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct AdaNormParams {
     rows: u32,
     cols: u32,
     per_batch: u32,
     mod_cols: u32,
-    a: u32,
-    b: u32,
+    shift0: u32,
+    scale0: u32,
     eps: f32,
-    c: u32,
-    d: u32,
-    e: u32,
-    f: u32,
-    g: u32,
-    h: u32,
+    _pad0: u32,
+}
+const _: () = assert!(size_of::<AdaNormParams>() == 32);
+
+/// `dit.wgsl`'s `GatedAddParams`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct GatedAddParams {
+    rows: u32,
+    cols: u32,
+    per_batch: u32,
+    mod_cols: u32,
+    gate0: u32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<GatedAddParams>() == 32);
+
+/// `dit.wgsl`'s `QkPlaceParams`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct QkPlaceParams {
+    rows: u32,
+    cols: u32,
+    src_per_batch: u32,
+    src_width: u32,
+    src_col0: u32,
+    head_dim: u32,
+    eps: f32,
+    dst_per_batch: u32,
+    dst_row0: u32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<QkPlaceParams>() == 48);
+
+/// `dit.wgsl`'s `GatherParams`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct GatherParams {
+    rows: u32,
+    cols: u32,
+    batch: u32,
+    src_per_batch: u32,
+    src_row0: u32,
+    src_width: u32,
+    src_col0: u32,
+    dst_per_batch: u32,
+    dst_row0: u32,
+    dst_width: u32,
+    dst_col0: u32,
     op: u32,
 }
-
-impl Params {
-    fn bytes(&self) -> kernel::Immediates {
-        kernel::params(&[
-            self.rows,
-            self.cols,
-            self.per_batch,
-            self.mod_cols,
-            self.a,
-            self.b,
-            self.eps.to_bits(),
-            self.c,
-            self.d,
-            self.e,
-            self.f,
-            self.g,
-            self.h,
-            self.op,
-            0,
-            0,
-        ])
-    }
-}
+const _: () = assert!(size_of::<GatherParams>() == 48);
 
 #[allow(clippy::too_many_arguments)] // one recorder for every entry
-fn dispatch(
+fn dispatch<P: bytemuck::Pod>(
     gpu: &Gpu,
     cache: &PipelineCache,
     enc: &mut Encoder,
     entry: &'static str,
-    params: &Params,
+    params: &P,
     bindings: kernel::Bindings<'_>,
     groups: (u32, u32),
     act: ActDtype,
     cost: kernel::Cost,
 ) -> Result<(), GpuError> {
-    let _span = tracing::trace_span!("record", op = entry, rows = params.rows).entered();
+    let _span = tracing::trace_span!("record", op = entry).entered();
     kernel::record(
         gpu,
         cache,
@@ -93,7 +115,7 @@ fn dispatch(
             source: DIT,
             entry,
             constants: &[],
-            params: &params.bytes(),
+            params: bytemuck::bytes_of(params),
             bindings,
             groups,
             act,
@@ -170,15 +192,15 @@ pub fn record_ada_norm(
     if !(eps.is_finite() && eps >= 0.0) {
         return Err(bad(OP, format!("eps = {eps} must be finite and >= 0")));
     }
-    let params = Params {
+    let params = AdaNormParams {
         rows: to_u32(OP, "rows", rows)?,
         cols: to_u32(OP, "cols", cols)?,
         per_batch: to_u32(OP, "per_batch", per_batch)?,
         mod_cols: to_u32(OP, "modulation columns", chunks * cols)?,
-        a: to_u32(OP, "shift offset", shift * cols)?,
-        b: to_u32(OP, "scale offset", scale * cols)?,
+        shift0: to_u32(OP, "shift offset", shift * cols)?,
+        scale0: to_u32(OP, "scale offset", scale * cols)?,
         eps,
-        ..Params::default()
+        _pad0: 0,
     };
     let bindings: kernel::Bindings<'_> =
         smallvec::smallvec![(1, x.binding()), (2, m.binding()), (3, out.binding())];
@@ -220,13 +242,13 @@ pub fn record_gated_add(
     expect_distinct(OP, x, &[("y", y), ("modulation", m)])?;
     let n = rows * cols;
     to_u32(OP, "elements", n)?;
-    let params = Params {
+    let params = GatedAddParams {
         rows: to_u32(OP, "rows", rows)?,
         cols: to_u32(OP, "cols", cols)?,
         per_batch: to_u32(OP, "per_batch", per_batch)?,
         mod_cols: to_u32(OP, "modulation columns", chunks * cols)?,
-        a: to_u32(OP, "gate offset", gate * cols)?,
-        ..Params::default()
+        gate0: to_u32(OP, "gate offset", gate * cols)?,
+        _pad: [0; 3],
     };
     let bindings: kernel::Bindings<'_> =
         smallvec::smallvec![(1, y.binding()), (2, m.binding()), (3, x.binding())];
@@ -330,17 +352,17 @@ pub fn record_qk_place(
     let items = rows * (cols / head_dim);
     to_u32(OP, "rows * heads", items)?;
     to_u32(OP, "dst elements", dst.numel())?;
-    let params = Params {
+    let params = QkPlaceParams {
         rows: to_u32(OP, "rows", rows)?,
         cols: to_u32(OP, "cols", cols)?,
-        per_batch: to_u32(OP, "src rows per batch", src_per_batch)?,
-        mod_cols: to_u32(OP, "src columns", src_cols)?,
-        a: to_u32(OP, "src column", src_col0)?,
-        b: to_u32(OP, "head_dim", head_dim)?,
+        src_per_batch: to_u32(OP, "src rows per batch", src_per_batch)?,
+        src_width: to_u32(OP, "src columns", src_cols)?,
+        src_col0: to_u32(OP, "src column", src_col0)?,
+        head_dim: to_u32(OP, "head_dim", head_dim)?,
         eps,
-        c: to_u32(OP, "dst rows per batch", to.per_batch)?,
-        d: to_u32(OP, "dst row", to.row0)?,
-        ..Params::default()
+        dst_per_batch: to_u32(OP, "dst rows per batch", to.per_batch)?,
+        dst_row0: to_u32(OP, "dst row", to.row0)?,
+        _pad: [0; 3],
     };
     let bindings: kernel::Bindings<'_> = smallvec::smallvec![
         (1, src.binding()),
@@ -384,6 +406,16 @@ pub enum GatherOp {
     Copy,
     /// GELU, tanh approximation.
     GeluTanh,
+}
+
+impl GatherOp {
+    /// `GatherParams::op` in `dit.wgsl`.
+    fn code(self) -> u32 {
+        match self {
+            Self::Copy => 0,
+            Self::GeluTanh => 1,
+        }
+    }
 }
 
 /// Records, for each of `batch` elements, `dst[row0 + s, col0 + c] =
@@ -432,20 +464,19 @@ pub fn record_gather(
         return Ok(());
     }
     to_u32(OP, "elements", n)?;
-    let params = Params {
+    let params = GatherParams {
         rows: to_u32(OP, "rows", rows)?,
         cols: to_u32(OP, "cols", cols)?,
-        per_batch: to_u32(OP, "batch", batch)?,
-        a: to_u32(OP, "src rows per batch", src.per_batch)?,
-        b: to_u32(OP, "src row", src.row0)?,
-        c: to_u32(OP, "src width", widths[0])?,
-        d: to_u32(OP, "src column", src.col0)?,
-        e: to_u32(OP, "dst rows per batch", dst.per_batch)?,
-        f: to_u32(OP, "dst row", dst.row0)?,
-        g: to_u32(OP, "dst width", widths[1])?,
-        h: to_u32(OP, "dst column", dst.col0)?,
-        op: u32::from(op == GatherOp::GeluTanh),
-        ..Params::default()
+        batch: to_u32(OP, "batch", batch)?,
+        src_per_batch: to_u32(OP, "src rows per batch", src.per_batch)?,
+        src_row0: to_u32(OP, "src row", src.row0)?,
+        src_width: to_u32(OP, "src width", widths[0])?,
+        src_col0: to_u32(OP, "src column", src.col0)?,
+        dst_per_batch: to_u32(OP, "dst rows per batch", dst.per_batch)?,
+        dst_row0: to_u32(OP, "dst row", dst.row0)?,
+        dst_width: to_u32(OP, "dst width", widths[1])?,
+        dst_col0: to_u32(OP, "dst column", dst.col0)?,
+        op: op.code(),
     };
     let bindings: kernel::Bindings<'_> =
         smallvec::smallvec![(1, src.t.binding()), (3, dst.t.binding())];

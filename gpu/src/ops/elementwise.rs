@@ -6,10 +6,10 @@
 
 use dynvram_shaders::transformer::ELEMENTWISE;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
-use crate::ops::kernel::{self, Dispatch, bad, expect_distinct, expect_dtype, rows_cols, to_u32};
+use crate::ops::kernel::{self, Dispatch, expect_distinct, expect_dtype, rows_cols, to_u32};
 use crate::tensor::{ActDtype, GpuTensor};
 
 const WG: u64 = 256;
@@ -112,13 +112,12 @@ fn same_shape(
     b: (&str, &GpuTensor),
 ) -> Result<(), GpuError> {
     if a.1.shape != b.1.shape {
-        return Err(bad(
+        return Err(GpuError::ShapeMismatch {
             op,
-            format!(
-                "`{}` has shape {:?} but `{}` has shape {:?}",
-                a.0, a.1.shape, b.0, b.1.shape
-            ),
-        ));
+            name: b.0.to_owned(),
+            shape: b.1.shape.clone(),
+            expected: a.1.shape.clone(),
+        });
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::num::NonZeroU64;
 
 use dynvram_shaders::transformer::EMBED;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_shape, to_u32};
@@ -81,14 +81,13 @@ pub(crate) fn region<'a>(
 ) -> Result<wgpu::BindingResource<'a>, GpuError> {
     let size = bytes.div_ceil(4) * 4;
     if offset + size > buffer.size() {
-        return Err(bad(
+        return Err(GpuError::OutsideBuffer {
             op,
-            format!(
-                "`{name}` needs bytes {offset}..{} but its buffer has {}",
-                offset + size,
-                buffer.size()
-            ),
-        ));
+            what: format!("`{name}`"),
+            start: offset,
+            end: offset + size,
+            buffer_size: buffer.size(),
+        });
     }
     let size = NonZeroU64::new(size).ok_or_else(|| bad(op, format!("`{name}` is empty")))?;
     Ok(wgpu::BindingResource::Buffer(wgpu::BufferBinding {

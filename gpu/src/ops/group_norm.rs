@@ -7,7 +7,7 @@
 
 use dynvram_shaders::vae::GROUP_NORM;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::conv::nchw;
 use crate::ops::encoder::Encoder;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::tensor::{ActDtype, GpuTensor};
 
 /// `data` as the bytes of a `dtype` tensor.

@@ -2,7 +2,7 @@
 //! params, and a 2-D dispatch grid. Kept in one place
 //! so every op fails the same way on bad operands.
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 pub(crate) use crate::ops::launch::{Bindings, Cost};
@@ -22,10 +22,13 @@ pub(crate) fn expect_dtype(
     dtype: ActDtype,
 ) -> Result<(), GpuError> {
     if t.dtype != dtype {
-        return Err(bad(
+        return Err(GpuError::DtypeMismatch {
             op,
-            format!("`{name}` {:?} is {}, expected {dtype}", t.shape, t.dtype),
-        ));
+            name: name.to_owned(),
+            shape: t.shape.clone(),
+            dtype: t.dtype,
+            expected: dtype,
+        });
     }
     Ok(())
 }
@@ -40,10 +43,12 @@ pub(crate) fn expect_shape(
 ) -> Result<(), GpuError> {
     expect_dtype(op, name, t, dtype)?;
     if t.shape != want {
-        return Err(bad(
+        return Err(GpuError::ShapeMismatch {
             op,
-            format!("`{name}` has shape {:?}, expected {want:?}", t.shape),
-        ));
+            name: name.to_owned(),
+            shape: t.shape.clone(),
+            expected: want.to_vec(),
+        });
     }
     Ok(())
 }
@@ -57,17 +62,13 @@ pub(crate) fn rows_cols(
     t: &GpuTensor,
 ) -> Result<(u64, u64), GpuError> {
     if t.offset + t.binding_bytes() > t.buffer.size() {
-        return Err(bad(
+        return Err(GpuError::OutsideBuffer {
             op,
-            format!(
-                "`{name}` {:?} {:?} needs bytes {}..{} but its buffer has {}",
-                t.shape,
-                t.dtype,
-                t.offset,
-                t.offset + t.binding_bytes(),
-                t.buffer.size()
-            ),
-        ));
+            what: format!("`{name}` {:?} {:?}", t.shape, t.dtype),
+            start: t.offset,
+            end: t.offset + t.binding_bytes(),
+            buffer_size: t.buffer.size(),
+        });
     }
     match t.shape.split_last() {
         Some((&cols, outer)) if cols > 0 => Ok((outer.iter().product(), cols)),
@@ -100,13 +101,11 @@ pub(crate) fn expect_distinct(
 ) -> Result<(), GpuError> {
     for (name, t) in inputs {
         if *t.buffer == *out.buffer {
-            return Err(bad(
+            return Err(GpuError::Aliased {
                 op,
-                format!(
-                    "output shares a buffer with `{name}` {:?}; use the in-place variant",
-                    t.shape
-                ),
-            ));
+                name: (*name).to_owned(),
+                shape: t.shape.clone(),
+            });
         }
     }
     Ok(())

@@ -9,7 +9,7 @@
 //! per dispatch. With profiling on ([`super::profile`]), each launch's pass
 //! also writes GPU timestamps.
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use smallvec::SmallVec;
 
 use crate::ops::bindings::DynamicOffsets;

@@ -4,7 +4,7 @@
 
 use dynvram_shaders::transformer::NORM;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 
 /// What a launch moves and computes, for the profile's roofline columns.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use dynvram_shaders::transformer::ROPE;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, rows_cols, to_u32};
@@ -232,14 +232,14 @@ fn check(
         ));
     }
     if pos0 + rows > table.positions {
-        return Err(bad(
-            OP,
-            format!(
-                "positions {pos0}..{} exceed the table's {} positions",
-                pos0 + rows,
-                table.positions
-            ),
-        ));
+        return Err(GpuError::PastEnd {
+            op: OP,
+            what: "positions",
+            start: pos0,
+            end: pos0 + rows,
+            len: table.positions,
+            of: "the RoPE table".into(),
+        });
     }
     Ok(rows)
 }

@@ -8,7 +8,7 @@
 
 use dynvram_shaders::vae::SPATIAL_ATTENTION;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::conv::nchw;
 use crate::ops::encoder::Encoder;

@@ -5,7 +5,7 @@
 //! keeps true). No GPU: plain data through `caps_of_report`.
 
 use dynvram_gpu::ActDtype;
-use dynvram_gpu::gpu::{AdapterReport, caps_of_report};
+use dynvram_gpu::device::{AdapterReport, caps_of_report};
 use dynvram_gpu::ops::attention::{default_flash_kernel, uses_subgroups};
 use dynvram_gpu::ops::linear::{CoopShape, coop_unusable};
 use dynvram_quant::{AdapterCaps, Format, KernelChoice, LinearDtype, LinearDtypeOverride, choose};

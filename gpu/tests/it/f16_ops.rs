@@ -315,10 +315,23 @@ fn mixed_dtypes_are_rejected() {
     let out = zeros(&c, &[4, 8], ActDtype::F16);
     let mut enc = Encoder::new(&g.device, "test");
     let e = record_binary(g, k, &mut enc, Binary::Add, &a, &b, &out).expect_err("mixed");
-    assert!(matches!(e, GpuError::BadOperands { .. }), "{e}");
+    assert!(
+        matches!(
+            &e,
+            GpuError::DtypeMismatch {
+                dtype: ActDtype::F32,
+                expected: ActDtype::F16,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let w16 = zeros(&c, &[8], ActDtype::F16);
     let e = record_rms_norm(g, k, &mut enc, &a, &w16, &out, 1e-5).expect_err("f16 weight");
-    assert!(e.to_string().contains("weight"), "{e}");
+    assert!(
+        matches!(&e, GpuError::DtypeMismatch { name, .. } if name == "weight"),
+        "{e}"
+    );
 }
 
 /// On an adapter without `SHADER_F16`, asking for f16 activations is

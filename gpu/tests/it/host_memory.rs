@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use dynvram_gpu::gpu::host_memory::{self, HostMemory, HostMemoryChoice, ImportError};
-use dynvram_gpu::gpu::{PinnedBuffer, RingConfig, StagingRing};
+use dynvram_gpu::device::host_memory::{self, HostMemory, HostMemoryChoice, ImportError};
+use dynvram_gpu::device::{PinnedBuffer, RingConfig, StagingRing};
 use dynvram_loader::{HostBytes, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_test_support::gpu::{bare_device, device_buffer, read_back};
 use dynvram_test_support::random;

@@ -11,7 +11,7 @@
 //! installed in `main.rs`.
 
 use crate::linear_common::{HostLayer, env_with};
-use dynvram_gpu::gpu::AdapterChoice;
+use dynvram_gpu::device::AdapterChoice;
 use dynvram_gpu::ops::attention::{Heads, record_attention};
 use dynvram_gpu::ops::elementwise::record_add_inplace;
 use dynvram_gpu::ops::encoder::Encoder;

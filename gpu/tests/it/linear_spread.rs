@@ -14,7 +14,7 @@
 //! the two modes' outputs against each other, bit for bit.
 
 use crate::linear_common::{HostLayer, env};
-use dynvram_gpu::gpu::SpreadQuant;
+use dynvram_gpu::device::SpreadQuant;
 use dynvram_gpu::ops::elementwise::{record_add_inplace, record_swiglu};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host;

@@ -5,7 +5,7 @@
 //! behind.
 
 use crate::ops_common::{Ctx, ctx, read, run, up, upload};
-use dynvram_gpu::gpu::ReadbackRing;
+use dynvram_gpu::device::ReadbackRing;
 use dynvram_gpu::ops::argmax::{argmax, record_argmax};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::{ActDtype, GpuTensor};

@@ -114,7 +114,17 @@ fn rope_rejects_positions_past_the_table() {
     let err =
         record_rope(g, &c.cache, &mut enc, &table, &x, 2, 5).expect_err("positions 5..9 of 8");
     assert!(
-        matches!(err, GpuError::BadOperands { op: "rope", .. }),
+        matches!(
+            err,
+            GpuError::PastEnd {
+                op: "rope",
+                what: "positions",
+                start: 5,
+                end: 9,
+                len: 8,
+                ..
+            }
+        ),
         "{err}"
     );
     let err = record_rope(g, &c.cache, &mut enc, &table, &x, 3, 0)

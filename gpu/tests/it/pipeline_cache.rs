@@ -5,7 +5,7 @@
 use std::hash::Hasher;
 use std::path::Path;
 
-use dynvram_gpu::gpu::GpuOptions;
+use dynvram_gpu::device::GpuOptions;
 use dynvram_gpu::{AdapterChoice, Gpu};
 use dynvram_test_support::gpu::{any_adapter, test_gpu_with};
 

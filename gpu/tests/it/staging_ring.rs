@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use dynvram_gpu::gpu::{GpuError, PinnedBuffer, RingConfig, StagingRing, UploadError};
+use dynvram_gpu::device::{GpuError, PinnedBuffer, RingConfig, StagingRing, UploadError};
 use dynvram_loader::{HostBytes, LoadError, ReaderConfig, ReaderPool, SafetensorsFile};
 use dynvram_test_support::gpu::{device_buffer, read_back, test_device};
 use dynvram_test_support::random;

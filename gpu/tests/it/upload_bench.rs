@@ -1,8 +1,8 @@
 //! `bench upload` runs end to end on a small file (figures are not checked
 //! against times, only that every measurement moved the right bytes).
 
-use dynvram_gpu::gpu::upload_bench::{UploadBenchOptions, run_upload};
-use dynvram_gpu::gpu::{HostMemoryChoice, RingConfig};
+use dynvram_gpu::device::upload_bench::{UploadBenchOptions, run_upload};
+use dynvram_gpu::device::{HostMemoryChoice, RingConfig};
 use dynvram_test_support::gpu::test_device;
 
 #[test]

@@ -52,112 +52,228 @@ impl Names {
         self.n(&format!("single_blocks.{i}.{rest}"))
     }
 
+    /// The embed block's names.
+    pub fn embed_block(&self, guidance: bool) -> EmbedNames {
+        let mlp = |name: &str| EmbedderNames {
+            in_layer: self.n(&format!("{name}.in_layer")),
+            out_layer: self.n(&format!("{name}.out_layer")),
+        };
+        EmbedNames {
+            img_in: self.n("img_in"),
+            txt_in: self.n("txt_in"),
+            time_in: mlp("time_in"),
+            guidance_in: guidance.then(|| mlp("guidance_in")),
+            vector_in: mlp("vector_in"),
+        }
+    }
+
+    /// Double block `i`'s names.
+    pub fn double_block(&self, i: usize) -> DoubleNames {
+        let stream = |s: &str| {
+            let p = |rest: &str| self.double(i, &format!("{s}_{rest}"));
+            StreamNames {
+                mod_lin: p("mod.lin"),
+                qkv: p("attn.qkv"),
+                query_norm: p("attn.norm.query_norm.scale"),
+                key_norm: p("attn.norm.key_norm.scale"),
+                proj: p("attn.proj"),
+                mlp_in: p("mlp.0"),
+                mlp_out: p("mlp.2"),
+            }
+        };
+        DoubleNames {
+            img: stream("img"),
+            txt: stream("txt"),
+        }
+    }
+
+    /// Single block `i`'s names.
+    pub fn single_block(&self, i: usize) -> SingleNames {
+        SingleNames {
+            modulation: self.single(i, "modulation.lin"),
+            linear1: self.single(i, "linear1"),
+            query_norm: self.single(i, "norm.query_norm.scale"),
+            key_norm: self.single(i, "norm.key_norm.scale"),
+            linear2: self.single(i, "linear2"),
+        }
+    }
+
+    /// The final layer's names.
+    pub fn final_block(&self) -> FinalNames {
+        FinalNames {
+            modulation: self.n("final_layer.adaLN_modulation.1"),
+            linear: self.n("final_layer.linear"),
+        }
+    }
+
     /// The embedder linears (block `embed`).
     pub fn embed_linears(&self, guidance: bool) -> Vec<String> {
-        let mut v = vec![
-            "img_in",
-            "txt_in",
-            "time_in.in_layer",
-            "time_in.out_layer",
-            "vector_in.in_layer",
-            "vector_in.out_layer",
-        ];
-        if guidance {
-            v.extend(["guidance_in.in_layer", "guidance_in.out_layer"]);
-        }
-        v.into_iter().map(|s| self.n(s)).collect()
+        let e = self.embed_block(guidance);
+        let mut v = vec![e.img_in, e.txt_in];
+        v.extend(e.time_in.both());
+        v.extend(e.vector_in.both());
+        v.extend(e.guidance_in.into_iter().flat_map(EmbedderNames::both));
+        v
     }
 
     /// Linears of double block `i`.
     pub fn double_linears(&self, i: usize) -> Vec<String> {
-        ["img", "txt"]
-            .iter()
-            .flat_map(|s| {
-                ["mod.lin", "attn.qkv", "attn.proj", "mlp.0", "mlp.2"]
-                    .map(|p| self.double(i, &format!("{s}_{p}")))
-            })
+        let d = self.double_block(i);
+        [d.img, d.txt]
+            .into_iter()
+            .flat_map(|s| [s.mod_lin, s.qkv, s.proj, s.mlp_in, s.mlp_out])
             .collect()
     }
 
     /// QK-norm scales of double block `i`.
     pub fn double_norms(&self, i: usize) -> Vec<String> {
-        ["img", "txt"]
-            .iter()
-            .flat_map(|s| {
-                ["query_norm", "key_norm"]
-                    .map(|q| self.double(i, &format!("{s}_attn.norm.{q}.scale")))
-            })
+        let d = self.double_block(i);
+        [d.img, d.txt]
+            .into_iter()
+            .flat_map(|s| [s.query_norm, s.key_norm])
             .collect()
     }
 
     /// Linears of single block `i`.
     pub fn single_linears(&self, i: usize) -> Vec<String> {
-        ["modulation.lin", "linear1", "linear2"]
-            .map(|p| self.single(i, p))
-            .to_vec()
+        let s = self.single_block(i);
+        vec![s.modulation, s.linear1, s.linear2]
     }
 
     /// QK-norm scales of single block `i`.
     pub fn single_norms(&self, i: usize) -> Vec<String> {
-        ["query_norm", "key_norm"]
-            .map(|q| self.single(i, &format!("norm.{q}.scale")))
-            .to_vec()
+        let s = self.single_block(i);
+        vec![s.query_norm, s.key_norm]
     }
 
     /// Groups of the embedder block in the order `forward` uses them (one
     /// linear each), so it may stream in parts.
     pub fn embed_groups(&self, guidance: bool) -> Vec<Vec<String>> {
-        let mut order = vec!["img_in", "txt_in", "time_in.in_layer", "time_in.out_layer"];
-        if guidance {
-            order.extend(["guidance_in.in_layer", "guidance_in.out_layer"]);
-        }
-        order.extend(["vector_in.in_layer", "vector_in.out_layer"]);
-        order.into_iter().map(|s| vec![self.n(s)]).collect()
+        let e = self.embed_block(guidance);
+        let mut order = vec![e.img_in, e.txt_in];
+        order.extend(e.time_in.both());
+        order.extend(e.guidance_in.into_iter().flat_map(EmbedderNames::both));
+        order.extend(e.vector_in.both());
+        order.into_iter().map(|s| vec![s]).collect()
     }
 
     /// Groups of double block `i` in the order `forward` uses them: each
     /// stream's modulation and q/k/v (with its QK norms), then each
     /// stream's projection and MLP, one linear a group.
     pub fn double_groups(&self, i: usize) -> Vec<Vec<String>> {
-        let p = |s: &str, rest: &str| self.double(i, &format!("{s}_{rest}"));
-        let qkv = |s: &str| {
-            [
-                "attn.qkv",
-                "attn.norm.query_norm.scale",
-                "attn.norm.key_norm.scale",
-            ]
-            .map(|r| p(s, r))
-            .to_vec()
-        };
-        let after = |s: &str| ["attn.proj", "mlp.0", "mlp.2"].map(|r| vec![p(s, r)]);
+        let d = self.double_block(i);
         let mut groups = Vec::new();
-        for s in ["img", "txt"] {
-            groups.extend([vec![p(s, "mod.lin")], qkv(s)]);
+        for s in [&d.img, &d.txt] {
+            groups.push(vec![s.mod_lin.clone()]);
+            groups.push(vec![
+                s.qkv.clone(),
+                s.query_norm.clone(),
+                s.key_norm.clone(),
+            ]);
         }
-        for s in ["img", "txt"] {
-            groups.extend(after(s));
+        for s in [d.img, d.txt] {
+            groups.extend([vec![s.proj], vec![s.mlp_in], vec![s.mlp_out]]);
         }
         groups
     }
 
     /// Groups of single block `i` in the order `forward` uses them.
     pub fn single_groups(&self, i: usize) -> Vec<Vec<String>> {
-        let mut linear1 = vec![self.single(i, "linear1")];
-        linear1.extend(self.single_norms(i));
+        let s = self.single_block(i);
         vec![
-            vec![self.single(i, "modulation.lin")],
-            linear1,
-            vec![self.single(i, "linear2")],
+            vec![s.modulation],
+            vec![s.linear1, s.query_norm, s.key_norm],
+            vec![s.linear2],
         ]
     }
 
     /// The final layer's linears.
     pub fn final_linears(&self) -> Vec<String> {
-        vec![
-            self.n("final_layer.adaLN_modulation.1"),
-            self.n("final_layer.linear"),
-        ]
+        let f = self.final_block();
+        vec![f.modulation, f.linear]
     }
+}
+
+/// An MLP embedder's linears: `out_layer(silu(in_layer(x)))`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedderNames {
+    /// `{name}.in_layer`.
+    pub in_layer: String,
+    /// `{name}.out_layer`.
+    pub out_layer: String,
+}
+
+impl EmbedderNames {
+    fn both(self) -> [String; 2] {
+        [self.in_layer, self.out_layer]
+    }
+}
+
+/// The embed block's tensor names, formatted once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedNames {
+    /// `img_in`.
+    pub img_in: String,
+    /// `txt_in`.
+    pub txt_in: String,
+    /// `time_in`.
+    pub time_in: EmbedderNames,
+    /// `guidance_in`, where the model embeds guidance.
+    pub guidance_in: Option<EmbedderNames>,
+    /// `vector_in`.
+    pub vector_in: EmbedderNames,
+}
+
+/// One token stream's tensors in a double block (`img_…` or `txt_…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamNames {
+    /// `mod.lin`: its six modulation chunks from `silu(vec)`.
+    pub mod_lin: String,
+    /// `attn.qkv`.
+    pub qkv: String,
+    /// `attn.norm.query_norm.scale`.
+    pub query_norm: String,
+    /// `attn.norm.key_norm.scale`.
+    pub key_norm: String,
+    /// `attn.proj`.
+    pub proj: String,
+    /// `mlp.0`.
+    pub mlp_in: String,
+    /// `mlp.2`.
+    pub mlp_out: String,
+}
+
+/// A double block's tensor names, formatted once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoubleNames {
+    /// The image stream's.
+    pub img: StreamNames,
+    /// The text stream's.
+    pub txt: StreamNames,
+}
+
+/// A single block's tensor names, formatted once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SingleNames {
+    /// `modulation.lin`: its three modulation chunks.
+    pub modulation: String,
+    /// `linear1`: q, k, v and the MLP's input.
+    pub linear1: String,
+    /// `norm.query_norm.scale`.
+    pub query_norm: String,
+    /// `norm.key_norm.scale`.
+    pub key_norm: String,
+    /// `linear2`: of `cat(attn, gelu(mlp))`.
+    pub linear2: String,
+}
+
+/// The final layer's tensor names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalNames {
+    /// `final_layer.adaLN_modulation.1`: (shift, scale).
+    pub modulation: String,
+    /// `final_layer.linear`.
+    pub linear: String,
 }
 
 /// A Flux checkpoint, its config checked against every tensor a pass uses.

@@ -10,12 +10,13 @@ use dynvram_runtime::{
     ActDtype, Activation, BlockCtx, GpuTensor, Model, PassStats, Runtime, RuntimeError,
 };
 
-use super::checkpoint::{FluxCheckpoint, Names};
+use super::checkpoint::{
+    DoubleNames, EmbedNames, EmbedderNames, FinalNames, FluxCheckpoint, SingleNames, StreamNames,
+};
 use super::config::{FluxConfig, TIME_DIM};
-use super::scratch::{act_shapes, capture_rows};
+use super::scratch::{Acts, capture_rows};
 use super::{FluxError, FluxInputs, Shape};
-use crate::record::allocate;
-use crate::record::{op, view};
+use crate::record::{activation, op, view};
 
 /// LayerNorm and QK RMSNorm epsilon (BFL).
 const EPS: f32 = 1e-6;
@@ -43,29 +44,53 @@ pub struct FluxForward {
     pub captures: Vec<(String, Vec<f32>)>,
 }
 
-/// The activations of a pass, by name.
-#[derive(Debug)]
-struct Acts(Vec<(&'static str, Activation)>);
+/// Which chunks of a modulation tensor `lin(silu(vec))` `[B, chunks·H]`
+/// hold one branch's shift, scale and gate (BFL's `ModulationOut`).
+#[derive(Debug, Clone, Copy)]
+struct ModulationOut {
+    shift: u64,
+    scale: u64,
+    gate: u64,
+}
 
-impl Acts {
-    fn get(&self, name: &str) -> &GpuTensor {
-        &self
-            .0
-            .iter()
-            .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| panic!("activation `{name}` is allocated in act_shapes"))
-            .1
+impl ModulationOut {
+    /// `mod1`: a double stream's attention branch, a single block's only
+    /// one; the final layer's (shift, scale) are its first two chunks too.
+    const ATTN: Self = Self {
+        shift: 0,
+        scale: 1,
+        gate: 2,
+    };
+    /// `mod2`: a double stream's MLP branch.
+    const MLP: Self = Self {
+        shift: 3,
+        scale: 4,
+        gate: 5,
+    };
+
+    /// `[shift, scale]`, as `dit::record_ada_norm` takes them.
+    fn shift_scale(self) -> [u64; 2] {
+        [self.shift, self.scale]
     }
+}
+
+/// Every block's tensor names, formatted once (not per pass).
+#[derive(Debug)]
+struct BlockNames {
+    embed: EmbedNames,
+    double: Vec<DoubleNames>,
+    single: Vec<SingleNames>,
+    last: FinalNames,
 }
 
 /// A Flux model ready to run passes of one [`Shape`] on an opened [`Model`].
 #[derive(Debug)]
 pub struct Flux {
     config: FluxConfig,
-    names: Names,
+    names: BlockNames,
     shape: Shape,
     dtype: ActDtype,
-    acts: Acts,
+    acts: Acts<Activation>,
 }
 
 impl Flux {
@@ -84,15 +109,24 @@ impl Flux {
             )));
         }
         let c = ckpt.config.clone();
-        let shapes = act_shapes(&c, shape);
-        let made = allocate(rt, "flux", &shapes, dtype)?;
-        let acts = shapes.iter().map(|a| a.name).zip(made).collect();
+        let acts = Acts::build(&c, shape, |name, s, f32_only| {
+            activation(rt, "flux", name, s, f32_only, dtype)
+        })?;
+        let nm = &ckpt.names;
+        let names = BlockNames {
+            embed: nm.embed_block(c.guidance_embed),
+            double: (0..c.depth).map(|i| nm.double_block(i)).collect(),
+            single: (0..c.depth_single_blocks)
+                .map(|i| nm.single_block(i))
+                .collect(),
+            last: nm.final_block(),
+        };
         Ok(Self {
             config: c,
-            names: ckpt.names.clone(),
+            names,
             shape,
             dtype,
-            acts: Acts(acts),
+            acts,
         })
     }
 
@@ -146,18 +180,18 @@ impl Flux {
         }
         let _span = tracing::debug_span!("flux_forward", ?s).entered();
         let a = &self.acts;
-        rt.write_f32(a.get("img_in"), &inputs.img)?;
-        rt.write_f32(a.get("txt_in"), &inputs.txt)?;
-        rt.write_f32(a.get("y"), &inputs.y)?;
+        rt.write_f32(&a.img_in, &inputs.img)?;
+        rt.write_f32(&a.txt_in, &inputs.txt)?;
+        rt.write_f32(&a.y, &inputs.y)?;
         rt.write_f32(
-            a.get("temb"),
+            &a.temb,
             &dit::timestep_embedding(&inputs.timesteps, TIME_DIM),
         )?;
         if let Some(g) = &inputs.guidance {
-            rt.write_f32(a.get("gemb"), &dit::timestep_embedding(g, TIME_DIM))?;
+            rt.write_f32(&a.gemb, &dit::timestep_embedding(g, TIME_DIM))?;
         }
         rt.write_f32(
-            a.get("pe"),
+            &a.pe,
             &dit::rope_table(&inputs.joint_ids(), &c.axes_dim, c.theta),
         )?;
         let capture_shapes = if opts.capture {
@@ -195,7 +229,7 @@ impl Flux {
                 step.final_layer(ctx)
             }
         })?;
-        let out = rt.read_f32(a.get("out"))?;
+        let out = rt.read_f32(&a.out)?;
         let captures = captures
             .iter()
             .map(|(name, t)| Ok((name.to_string(), rt.read_f32(t)?)))
@@ -211,20 +245,20 @@ impl Flux {
 /// What the blocks of one pass need.
 struct Step<'a> {
     c: &'a FluxConfig,
-    nm: &'a Names,
+    nm: &'a BlockNames,
     s: Shape,
-    a: &'a Acts,
+    a: &'a Acts<Activation>,
     captures: &'a [(&'static str, Activation)],
 }
 
 /// One token stream of a double block.
-struct Stream {
-    /// `img` or `txt`.
-    name: &'static str,
+struct Stream<'a> {
+    /// Its tensors in the block.
+    nm: &'a StreamNames,
     /// Its residual stream.
-    x: &'static str,
+    x: &'a GpuTensor,
     /// Its modulation tensor.
-    m: &'static str,
+    md: &'a GpuTensor,
     /// Tokens per batch element.
     len: usize,
     /// Its first row in the joint sequence (txt first).
@@ -248,39 +282,39 @@ impl Step<'_> {
     fn embedder(
         &self,
         ctx: &mut BlockCtx<'_>,
-        name: &str,
+        nm: &EmbedderNames,
         x: &GpuTensor,
         out: &GpuTensor,
     ) -> Result<(), RuntimeError> {
-        let e1 = self.a.get("e1");
-        ctx.linear(&self.nm.n(&format!("{name}.in_layer")), x, e1)?;
+        let e1 = &self.a.e1;
+        ctx.linear(&nm.in_layer, x, e1)?;
         op(ctx, |g, c, e| {
             elementwise::record_unary_inplace(g, c, e, Unary::Silu, e1)
         })?;
-        ctx.linear(&self.nm.n(&format!("{name}.out_layer")), e1, out)
+        ctx.linear(&nm.out_layer, e1, out)
     }
 
     /// `img_in`, `txt_in`, and `vec = time_in(emb(t)) [+ guidance_in(emb(g))]
     /// + vector_in(y)`, then `silu(vec)` for every modulation.
     fn embed(&self, ctx: &mut BlockCtx<'_>) -> Result<(), RuntimeError> {
-        let a = self.a;
-        ctx.linear(&self.nm.n("img_in"), a.get("img_in"), a.get("x_img"))?;
-        ctx.linear(&self.nm.n("txt_in"), a.get("txt_in"), a.get("x_txt"))?;
-        let (vec, e2) = (a.get("vec"), a.get("e2"));
-        self.embedder(ctx, "time_in", a.get("temb"), vec)?;
-        if self.c.guidance_embed {
-            self.embedder(ctx, "guidance_in", a.get("gemb"), e2)?;
+        let (a, nm) = (self.a, &self.nm.embed);
+        ctx.linear(&nm.img_in, &a.img_in, &a.x_img)?;
+        ctx.linear(&nm.txt_in, &a.txt_in, &a.x_txt)?;
+        let (vec, e2) = (&a.vec, &a.e2);
+        self.embedder(ctx, &nm.time_in, &a.temb, vec)?;
+        if let Some(guidance_in) = &nm.guidance_in {
+            self.embedder(ctx, guidance_in, &a.gemb, e2)?;
             ctx.add_assign(vec, e2)?;
         }
-        self.embedder(ctx, "vector_in", a.get("y"), e2)?;
+        self.embedder(ctx, &nm.vector_in, &a.y, e2)?;
         ctx.add_assign(vec, e2)?;
-        let vs = a.get("vec_silu");
+        let vs = &a.vec_silu;
         op(ctx, |g, c, e| {
             elementwise::record_unary(g, c, e, Unary::Silu, vec, vs)
         })?;
         self.capture(ctx, "vec", vec)?;
-        self.capture(ctx, "img_embed", a.get("x_img"))?;
-        self.capture(ctx, "txt_embed", a.get("x_txt"))
+        self.capture(ctx, "img_embed", &a.x_img)?;
+        self.capture(ctx, "txt_embed", &a.x_txt)
     }
 
     fn heads(&self) -> Heads {
@@ -293,7 +327,6 @@ impl Step<'_> {
 
     /// q and k of `src` (columns 0.. and H..) normed and rotated, v (2H..)
     /// copied, into rows `row0..row0 + len` of each element's joint sequence.
-    #[allow(clippy::too_many_arguments)] // the stream's operands
     fn place_qkv(
         &self,
         ctx: &mut BlockCtx<'_>,
@@ -304,11 +337,11 @@ impl Step<'_> {
     ) -> Result<(), RuntimeError> {
         let (a, h, hd) = (self.a, self.c.hidden_size as u64, self.c.head_dim() as u64);
         let joint = self.s.joint_len() as u64;
-        let pe = a.get("pe");
-        for (col0, norm, dst) in [(0, qn, "q"), (h, kn, "k")] {
+        let pe = &a.pe;
+        for (col0, norm, dst) in [(0, qn, &a.q), (h, kn, &a.k)] {
             let w = ctx.weight_tensor(norm)?;
             let to = Joint {
-                dst: a.get(dst),
+                dst,
                 per_batch: joint,
                 row0: row0 as u64,
             };
@@ -319,7 +352,7 @@ impl Step<'_> {
         self.gather(
             ctx,
             (src, len, 0, 2 * h as usize),
-            (a.get("v"), self.s.joint_len(), row0, 0),
+            (&a.v, self.s.joint_len(), row0, 0),
             [len, h as usize],
             GatherOp::Copy,
         )
@@ -363,25 +396,27 @@ impl Step<'_> {
         let a = self.a;
         let heads = self.heads();
         let batch = self.s.batch as u64;
-        let (q, k, v, out) = (a.get("q"), a.get("k"), a.get("v"), a.get("attn"));
+        let (q, k, v, out) = (&a.q, &a.k, &a.v, &a.attn);
         op(ctx, |g, c, e| {
             attention::record_flash_attention(g, c, e, q, k, v, out, heads, batch, Mask::None)
         })
     }
 
-    fn streams(&self) -> [Stream; 2] {
+    /// The image stream, then the text stream.
+    fn streams<'n>(&'n self, nm: &'n DoubleNames) -> [Stream<'n>; 2] {
+        let a = self.a;
         [
             Stream {
-                name: "img",
-                x: "x_img",
-                m: "mod_a",
+                nm: &nm.img,
+                x: &a.x_img,
+                md: &a.mod_img,
                 len: self.s.img_len,
                 row0: self.s.txt_len,
             },
             Stream {
-                name: "txt",
-                x: "x_txt",
-                m: "mod_b",
+                nm: &nm.txt,
+                x: &a.x_txt,
+                md: &a.mod_txt,
                 len: self.s.txt_len,
                 row0: 0,
             },
@@ -391,60 +426,59 @@ impl Step<'_> {
     /// Double block `i`: each stream modulated and projected to q, k, v;
     /// joint attention; each stream's projection, MLP and gated residuals.
     fn double(&self, ctx: &mut BlockCtx<'_>, i: usize) -> Result<(), RuntimeError> {
-        let (a, c, nm) = (self.a, self.c, self.nm);
+        let (a, c) = (self.a, self.c);
         let (h, m, b) = (c.hidden_size, c.mlp_hidden(), self.s.batch);
-        let p = |s: &Stream, rest: &str| nm.double(i, &format!("{}_{rest}", s.name));
-        for s in self.streams() {
-            let (x, md) = (a.get(s.x), a.get(s.m));
+        let (attn_mod, mlp_mod) = (ModulationOut::ATTN, ModulationOut::MLP);
+        let streams = self.streams(&self.nm.double[i]);
+        for s in &streams {
+            let (x, md, nm) = (s.x, s.md, s.nm);
             let rows = b * s.len;
-            let n = view(a.get("n"), rows, h);
-            let qkv = view(a.get("wide"), rows, 3 * h);
-            ctx.linear(&p(&s, "mod.lin"), a.get("vec_silu"), md)?;
+            let n = view(&a.n, rows, h);
+            let qkv = view(&a.wide, rows, 3 * h);
+            ctx.linear(&nm.mod_lin, &a.vec_silu, md)?;
             op(ctx, |g, cc, e| {
-                dit::record_ada_norm(g, cc, e, x, md, s.len as u64, [0, 1], &n, EPS)
+                let ss = attn_mod.shift_scale();
+                dit::record_ada_norm(g, cc, e, x, md, s.len as u64, ss, &n, EPS)
             })?;
-            ctx.linear(&p(&s, "attn.qkv"), &n, &qkv)?;
-            let (qn, kn) = (
-                p(&s, "attn.norm.query_norm.scale"),
-                p(&s, "attn.norm.key_norm.scale"),
-            );
-            self.place_qkv(ctx, &qkv, s.len, s.row0, [&qn, &kn])?;
+            ctx.linear(&nm.qkv, &n, &qkv)?;
+            self.place_qkv(ctx, &qkv, s.len, s.row0, [&nm.query_norm, &nm.key_norm])?;
         }
         self.attention(ctx)?;
-        for s in self.streams() {
-            let (x, md) = (a.get(s.x), a.get(s.m));
+        for s in &streams {
+            let (x, md, nm) = (s.x, s.md, s.nm);
             let rows = b * s.len;
             let (part, o, n) = (
-                view(a.get("part"), rows, h),
-                view(a.get("o"), rows, h),
-                view(a.get("n"), rows, h),
+                view(&a.part, rows, h),
+                view(&a.o, rows, h),
+                view(&a.n, rows, h),
             );
-            let hidden = view(a.get("mlp"), rows, m);
+            let hidden = view(&a.mlp, rows, m);
             self.gather(
                 ctx,
-                (a.get("attn"), self.s.joint_len(), s.row0, 0),
+                (&a.attn, self.s.joint_len(), s.row0, 0),
                 (&part, s.len, 0, 0),
                 [s.len, h],
                 GatherOp::Copy,
             )?;
-            ctx.linear(&p(&s, "attn.proj"), &part, &o)?;
+            ctx.linear(&nm.proj, &part, &o)?;
             let per = s.len as u64;
             op(ctx, |g, cc, e| {
-                dit::record_gated_add(g, cc, e, x, &o, md, per, 2)
+                dit::record_gated_add(g, cc, e, x, &o, md, per, attn_mod.gate)
             })?;
             op(ctx, |g, cc, e| {
-                dit::record_ada_norm(g, cc, e, x, md, per, [3, 4], &n, EPS)
+                let ss = mlp_mod.shift_scale();
+                dit::record_ada_norm(g, cc, e, x, md, per, ss, &n, EPS)
             })?;
-            ctx.linear(&p(&s, "mlp.0"), &n, &hidden)?;
+            ctx.linear(&nm.mlp_in, &n, &hidden)?;
             ctx.gelu_tanh(&hidden)?;
-            ctx.linear(&p(&s, "mlp.2"), &hidden, &o)?;
+            ctx.linear(&nm.mlp_out, &hidden, &o)?;
             op(ctx, |g, cc, e| {
-                dit::record_gated_add(g, cc, e, x, &o, md, per, 5)
+                dit::record_gated_add(g, cc, e, x, &o, md, per, mlp_mod.gate)
             })?;
         }
         if i == 0 {
-            self.capture(ctx, "img_after_double0", a.get("x_img"))?;
-            self.capture(ctx, "txt_after_double0", a.get("x_txt"))?;
+            self.capture(ctx, "img_after_double0", &a.x_img)?;
+            self.capture(ctx, "txt_after_double0", &a.x_txt)?;
         }
         Ok(())
     }
@@ -454,44 +488,43 @@ impl Step<'_> {
     /// `cat(attn, gelu(mlp))`, gated residual. Block 0 first joins txt and
     /// img into `x`.
     fn single(&self, ctx: &mut BlockCtx<'_>, i: usize) -> Result<(), RuntimeError> {
-        let (a, c, nm, s) = (self.a, self.c, self.nm, self.s);
+        let (a, c, s) = (self.a, self.c, self.s);
+        let nm = &self.nm.single[i];
         let (h, m, b, l) = (c.hidden_size, c.mlp_hidden(), s.batch, s.joint_len());
-        let x = a.get("x");
+        let x = &a.x;
         if i == 0 {
             self.gather(
                 ctx,
-                (a.get("x_txt"), s.txt_len, 0, 0),
+                (&a.x_txt, s.txt_len, 0, 0),
                 (x, l, 0, 0),
                 [s.txt_len, h],
                 GatherOp::Copy,
             )?;
             self.gather(
                 ctx,
-                (a.get("x_img"), s.img_len, 0, 0),
+                (&a.x_img, s.img_len, 0, 0),
                 (x, l, s.txt_len, 0),
                 [s.img_len, h],
                 GatherOp::Copy,
             )?;
             self.capture(ctx, "after_double_blocks", x)?;
         }
-        let md = view(a.get("mod_a"), b, 3 * h);
-        ctx.linear(&nm.single(i, "modulation.lin"), a.get("vec_silu"), &md)?;
-        let n = a.get("n");
+        let modulation = ModulationOut::ATTN;
+        let md = view(&a.mod_img, b, 3 * h);
+        ctx.linear(&nm.modulation, &a.vec_silu, &md)?;
+        let n = &a.n;
         op(ctx, |g, cc, e| {
-            dit::record_ada_norm(g, cc, e, x, &md, l as u64, [0, 1], n, EPS)
+            let ss = modulation.shift_scale();
+            dit::record_ada_norm(g, cc, e, x, &md, l as u64, ss, n, EPS)
         })?;
-        let wide = a.get("wide");
-        ctx.linear(&nm.single(i, "linear1"), n, wide)?;
-        let (qn, kn) = (
-            nm.single(i, "norm.query_norm.scale"),
-            nm.single(i, "norm.key_norm.scale"),
-        );
-        self.place_qkv(ctx, wide, l, 0, [&qn, &kn])?;
+        let wide = &a.wide;
+        ctx.linear(&nm.linear1, n, wide)?;
+        self.place_qkv(ctx, wide, l, 0, [&nm.query_norm, &nm.key_norm])?;
         self.attention(ctx)?;
-        let cat = a.get("cat");
+        let cat = &a.cat;
         self.gather(
             ctx,
-            (a.get("attn"), l, 0, 0),
+            (&a.attn, l, 0, 0),
             (cat, l, 0, 0),
             [l, h],
             GatherOp::Copy,
@@ -503,10 +536,10 @@ impl Step<'_> {
             [l, m],
             GatherOp::GeluTanh,
         )?;
-        let o = a.get("o");
-        ctx.linear(&nm.single(i, "linear2"), cat, o)?;
+        let o = &a.o;
+        ctx.linear(&nm.linear2, cat, o)?;
         op(ctx, |g, cc, e| {
-            dit::record_gated_add(g, cc, e, x, o, &md, l as u64, 2)
+            dit::record_gated_add(g, cc, e, x, o, &md, l as u64, modulation.gate)
         })?;
         if i == 0 {
             self.capture(ctx, "after_single0", x)?;
@@ -517,30 +550,27 @@ impl Step<'_> {
     /// The image tokens, `linear((1 + scale)·LayerNorm(x) + shift)` with
     /// `(shift, scale) = adaLN_modulation.1(silu(vec))`.
     fn final_layer(&self, ctx: &mut BlockCtx<'_>) -> Result<(), RuntimeError> {
-        let (a, c, s) = (self.a, self.c, self.s);
+        let (a, c, s, nm) = (self.a, self.c, self.s, &self.nm.last);
         let (h, b) = (c.hidden_size, s.batch);
-        let x_img = a.get("x_img");
+        let x_img = &a.x_img;
         if c.depth_single_blocks > 0 {
             self.gather(
                 ctx,
-                (a.get("x"), s.joint_len(), s.txt_len, 0),
+                (&a.x, s.joint_len(), s.txt_len, 0),
                 (x_img, s.img_len, 0, 0),
                 [s.img_len, h],
                 GatherOp::Copy,
             )?;
         }
         self.capture(ctx, "before_final_layer", x_img)?;
-        let md = view(a.get("mod_a"), b, 2 * h);
-        ctx.linear(
-            &self.nm.n("final_layer.adaLN_modulation.1"),
-            a.get("vec_silu"),
-            &md,
-        )?;
-        let n = view(a.get("n"), b * s.img_len, h);
+        let md = view(&a.mod_img, b, 2 * h);
+        ctx.linear(&nm.modulation, &a.vec_silu, &md)?;
+        let n = view(&a.n, b * s.img_len, h);
         let per = s.img_len as u64;
         op(ctx, |g, cc, e| {
-            dit::record_ada_norm(g, cc, e, x_img, &md, per, [0, 1], &n, EPS)
+            let ss = ModulationOut::ATTN.shift_scale();
+            dit::record_ada_norm(g, cc, e, x_img, &md, per, ss, &n, EPS)
         })?;
-        ctx.linear(&self.nm.n("final_layer.linear"), &n, a.get("out"))
+        ctx.linear(&nm.linear, &n, &a.out)
     }
 }

@@ -25,7 +25,8 @@ mod scratch;
 pub mod synth;
 
 pub use checkpoint::{
-    COMFY_PREFIX, DetectedFlux, FluxCheckpoint, Names, detect_prefix, infer_config,
+    COMFY_PREFIX, DetectedFlux, DoubleNames, EmbedNames, EmbedderNames, FinalNames, FluxCheckpoint,
+    Names, SingleNames, StreamNames, detect_prefix, infer_config,
 };
 pub use config::FluxConfig;
 pub use forward::{Flux, FluxForward, ForwardOptions};

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use dynvram_runtime::gpu::{ReadbackRing, ReadbackSlot};
+use dynvram_runtime::device::{ReadbackRing, ReadbackSlot};
 use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::ops::attention::Heads;
 use dynvram_runtime::ops::rope::RopeTable;
@@ -354,6 +354,8 @@ impl Llama {
             align: u64::from(rt.gpu().device.limits().min_storage_buffer_offset_alignment),
             config: c,
             set,
+            last,
+            x,
             seq,
             pos0: pos0 as u64,
             kv_len: kv_len as u64,
@@ -361,6 +363,9 @@ impl Llama {
             rope: &self.rope,
             kv: &self.kv,
             names: &self.names,
+            lm_head: self.lm_head,
+            gpu_embed: self.host_embed.is_none(),
+            capture: &capture,
         };
         let end = match greedy {
             Some(_) => PassEnd::Submitted,
@@ -368,57 +373,13 @@ impl Llama {
         };
         let mut slot = None;
         let run = model.run_pass_with(rt, opts.trace, end, |ctx| {
-            let b = ctx.index();
-            if b == 0 {
-                if self.host_embed.is_none() {
-                    ctx.embed(names::EMBED, &view_rows(&set.ids, seq), &x)?;
+            match BlockRole::of(ctx.index(), layers) {
+                BlockRole::Embed => step.embed(ctx),
+                BlockRole::Layer(l) => step.layer(ctx, l),
+                BlockRole::Head => {
+                    slot = step.head(ctx, greedy.as_mut())?;
+                    Ok(())
                 }
-                Ok(())
-            } else if b <= layers {
-                step.layer(ctx, b - 1)?;
-                if let Some(cap) = capture.get(b - 1) {
-                    ctx.copy_rows(&x, 0, cap, 0, seq as u64)?;
-                }
-                Ok(())
-            } else {
-                if step.pending.replace(false) {
-                    ctx.add_assign(&x, &view_rows(&set.o, seq))?;
-                }
-                let (src, out) = match last {
-                    Some(l) => {
-                        ctx.copy_rows(&x, seq as u64 - 1, &l.x, 0, 1)?;
-                        (l, 1)
-                    }
-                    None => (set, seq),
-                };
-                let (hx, hh) = (view_rows(&src.x, out), view_rows(&src.h, out));
-                let w = ctx.weight_tensor(names::FINAL_NORM)?;
-                let logits = view_rows(&src.logits, out);
-                let norm = RmsNormOf {
-                    x: &hx,
-                    weight: &w,
-                    eps: step.config.rms_norm_eps,
-                    out: &hh,
-                };
-                if let Some(cap) = capture.get(layers) {
-                    ctx.rms_norm(&hx, &w, &hh, norm.eps)?;
-                    ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
-                    ctx.linear(self.lm_head, &hh, &logits)?;
-                } else {
-                    ctx.normed_linears(&norm, &[(self.lm_head, &logits)])?;
-                }
-                let Some(g) = greedy.as_mut() else {
-                    return Ok(());
-                };
-                // One row: `set` is the one-row set the next pass reads.
-                let next = view_rows(&set.ids, 1);
-                ctx.argmax(&logits, &next)?;
-                if self.host_embed.is_some() {
-                    ctx.embed(names::EMBED, &next, &x)?;
-                }
-                let commands = ctx.encoder().commands();
-                slot = Some(g.ring.record(commands, &next.buffer, next.offset)?);
-                Ok(())
             }
         })?;
         let stats = run.stats;
@@ -522,7 +483,13 @@ struct Step<'a> {
     /// [`ForwardOptions::kv_copies`].
     kv_copies: bool,
     config: &'a LlamaConfig,
+    /// The activations of this pass's rows.
     set: &'a Acts,
+    /// The one-row set a prefill asked for its last row's logits only
+    /// finishes in.
+    last: Option<&'a Acts>,
+    /// The residual stream, `seq` rows of `set.x`.
+    x: GpuTensor,
     seq: usize,
     pos0: u64,
     kv_len: u64,
@@ -530,13 +497,106 @@ struct Step<'a> {
     rope: &'a RopeTable,
     kv: &'a [(Activation, Activation)],
     names: &'a [LayerNames],
+    lm_head: &'a str,
+    /// The token rows are gathered on the GPU (no host table).
+    gpu_embed: bool,
+    /// With `capture`: the residual stream after each layer, then the
+    /// final norm's output.
+    capture: &'a [Activation],
+}
+
+/// What block `i` of a pass is: the token gather, decoder layer `l`, or the
+/// final norm and head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockRole {
+    Embed,
+    Layer(usize),
+    Head,
+}
+
+impl BlockRole {
+    /// The role of block `i` of a model of `layers` layers.
+    fn of(i: usize, layers: usize) -> Self {
+        match i {
+            0 => Self::Embed,
+            i if i <= layers => Self::Layer(i - 1),
+            _ => Self::Head,
+        }
+    }
 }
 
 impl Step<'_> {
+    /// The token gather: the ids' table rows into `x` (a host table
+    /// wrote them before the pass).
+    fn embed(&self, ctx: &mut BlockCtx<'_>) -> Result<(), RuntimeError> {
+        if self.gpu_embed {
+            ctx.embed(names::EMBED, &view_rows(&self.set.ids, self.seq), &self.x)?;
+        }
+        Ok(())
+    }
+
+    /// Decoder layer `l`, then its capture.
+    fn layer(&self, ctx: &mut BlockCtx<'_>, l: usize) -> Result<(), RuntimeError> {
+        self.decoder_layer(ctx, l)?;
+        if let Some(cap) = self.capture.get(l) {
+            ctx.copy_rows(&self.x, 0, cap, 0, self.seq as u64)?;
+        }
+        Ok(())
+    }
+
+    /// The last layer's deferred residual add, the final norm and the head
+    /// (of the last row only where `last` is set); with `greedy`, the
+    /// argmax into the one-row set's ids (and, with a host table, that
+    /// token's row into its `x`) and the slot its token is read from.
+    fn head(
+        &self,
+        ctx: &mut BlockCtx<'_>,
+        greedy: Option<&mut Greedy<'_>>,
+    ) -> Result<Option<ReadbackSlot>, RuntimeError> {
+        let (x, seq, set) = (&self.x, self.seq, self.set);
+        if self.pending.replace(false) {
+            ctx.add_assign(x, &view_rows(&set.o, seq))?;
+        }
+        let (src, out) = match self.last {
+            Some(l) => {
+                ctx.copy_rows(x, seq as u64 - 1, &l.x, 0, 1)?;
+                (l, 1)
+            }
+            None => (set, seq),
+        };
+        let (hx, hh) = (view_rows(&src.x, out), view_rows(&src.h, out));
+        let w = ctx.weight_tensor(names::FINAL_NORM)?;
+        let logits = view_rows(&src.logits, out);
+        let norm = RmsNormOf {
+            x: &hx,
+            weight: &w,
+            eps: self.config.rms_norm_eps,
+            out: &hh,
+        };
+        if let Some(cap) = self.capture.get(self.config.num_hidden_layers) {
+            ctx.rms_norm(&hx, &w, &hh, norm.eps)?;
+            ctx.copy_rows(&hh, 0, cap, 0, out as u64)?;
+            ctx.linear(self.lm_head, &hh, &logits)?;
+        } else {
+            ctx.normed_linears(&norm, &[(self.lm_head, &logits)])?;
+        }
+        let Some(g) = greedy else {
+            return Ok(None);
+        };
+        // One row: `set` is the one-row set the next pass reads.
+        let next = view_rows(&set.ids, 1);
+        ctx.argmax(&logits, &next)?;
+        if !self.gpu_embed {
+            ctx.embed(names::EMBED, &next, x)?;
+        }
+        let commands = ctx.encoder().commands();
+        Ok(Some(g.ring.record(commands, &next.buffer, next.offset)?))
+    }
+
     /// Records decoder layer `l`:
     /// `x += o(attn(rope(q(n1 x)), rope(k(n1 x)), v(n1 x)))`, then
     /// `x += down(silu(gate(n2 x)) · up(n2 x))`.
-    fn layer(&self, ctx: &mut BlockCtx<'_>, l: usize) -> Result<(), RuntimeError> {
+    fn decoder_layer(&self, ctx: &mut BlockCtx<'_>, l: usize) -> Result<(), RuntimeError> {
         let r = |t: &Activation| view_rows(t, self.seq);
         let s = self.set;
         let (x, h, q, k, v, attn, o) = (

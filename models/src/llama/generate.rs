@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use dynvram_runtime::gpu::ReadbackRing;
+use dynvram_runtime::device::ReadbackRing;
 use dynvram_runtime::{Model, PassStats, Runtime, RuntimeError};
 use serde::Serialize;
 
@@ -96,7 +96,7 @@ impl PhaseStats {
 
 /// A pipelined step whose token is not read yet.
 struct InFlight {
-    slot: dynvram_runtime::gpu::ReadbackSlot,
+    slot: dynvram_runtime::device::ReadbackSlot,
     stats: PassStats,
 }
 

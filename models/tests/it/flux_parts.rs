@@ -175,7 +175,7 @@ fn reference() -> HashMap<String, safetensors::Tensor> {
 /// from pins and gives the first pass's output bit for bit.
 #[test]
 fn flux_by_part_on_the_copy_queue_is_bit_identical() {
-    use dynvram_runtime::gpu::{CopyQueueMode, GpuOptions};
+    use dynvram_runtime::device::{CopyQueueMode, GpuOptions};
     use dynvram_runtime::{AdapterChoice, Runtime, RuntimeConfig};
     let test = "flux_by_part_on_the_copy_queue_is_bit_identical";
     if !have_gpu(test) {

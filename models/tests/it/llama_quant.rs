@@ -4,7 +4,7 @@
 
 use crate::llama_common::open;
 use dynvram_models::llama::{Checkpoint, Limits, argmax};
-use dynvram_runtime::gpu::SpreadQuant;
+use dynvram_runtime::device::SpreadQuant;
 use dynvram_runtime::quant::LinearDtype;
 use dynvram_runtime::quant::quantize::{QuantizeOptions, TargetFormat, quantize_file};
 use dynvram_test_support::fixtures;

@@ -8,7 +8,7 @@
 //! recording, timeline semaphores and ordering, without the concurrency.
 
 use dynvram_models::mlp_stack::{self, Probe, builtin};
-use dynvram_runtime::gpu::{CopyQueueMode, GpuOptions};
+use dynvram_runtime::device::{CopyQueueMode, GpuOptions};
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{AdapterChoice, Model, Runtime, RuntimeConfig};
 use dynvram_test_support::fixtures;

@@ -7,7 +7,7 @@ use dynvram_quant::AdapterCaps;
 
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;

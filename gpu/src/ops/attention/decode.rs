@@ -21,7 +21,7 @@ use dynvram_shaders::transformer::{ATTENTION, DecodeShape, attention_decode, wit
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 pub use crate::decode_tuning::DecodeTuning;
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{Generated, PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};

@@ -29,7 +29,7 @@ use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
 
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{Generated, PipelineCache};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;

@@ -28,7 +28,7 @@ mod scalar;
 mod shape;
 mod two_walk;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{bad, expect_distinct, expect_dtype, expect_shape, rows_cols};
@@ -400,17 +400,24 @@ pub fn record_kv_write(
     const OP: &str = "kv_write";
     let (s, width) = rows_cols(OP, "rows", rows)?;
     let (max_seq, cache_width) = rows_cols(OP, "cache", cache_t)?;
-    if width != cache_width || pos0 + s > max_seq {
+    if width != cache_width {
         return Err(bad(
             OP,
             format!(
-                "rows {:?} at position {pos0} do not fit cache {:?} (widths {width} vs {cache_width}, rows {}..{} of {max_seq})",
-                rows.shape,
-                cache_t.shape,
-                pos0,
-                pos0 + s
+                "rows {:?} are not as wide as cache {:?} ({width} vs {cache_width})",
+                rows.shape, cache_t.shape,
             ),
         ));
+    }
+    if pos0 + s > max_seq {
+        return Err(GpuError::PastEnd {
+            op: OP,
+            what: "rows",
+            start: pos0,
+            end: pos0 + s,
+            len: max_seq,
+            of: format!("`cache` {:?}", cache_t.shape),
+        });
     }
     expect_distinct(OP, cache_t, &[("rows", rows)])?;
     expect_dtype(OP, "cache", cache_t, rows.dtype)?;

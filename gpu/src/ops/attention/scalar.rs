@@ -7,7 +7,7 @@
 use dynvram_shaders::transformer::ATTENTION;
 
 use super::shape::{Heads, Span};
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, to_u32};

@@ -1,7 +1,7 @@
 //! What every attention kernel is told: the head layout and which rows
 //! and keys it covers.
 
-use crate::gpu::GpuError;
+use crate::device::GpuError;
 use crate::ops::kernel::{self, bad};
 use crate::tensor::GpuTensor;
 

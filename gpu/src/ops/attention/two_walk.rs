@@ -12,7 +12,7 @@ use dynvram_shaders::transformer::{FLASH_TWO_WALK8, FLASH_TWO_WALK16, with_two_w
 use super::coop_blocks::BlockLaunch;
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{Generated, PipelineCache};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;

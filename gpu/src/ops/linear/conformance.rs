@@ -15,7 +15,7 @@ use dynvram_quant::{
 use serde::Serialize;
 
 use super::{LinearError, LinearScratch, LinearWeights, record_linear};
-use crate::gpu::{Gpu, GpuError};
+use crate::device::{Gpu, GpuError};
 use crate::ops::cache::PipelineCache;
 use crate::tensor::{ActDtype, GpuTensor};
 

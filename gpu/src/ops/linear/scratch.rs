@@ -10,7 +10,7 @@ use dynvram_memory::OwnerClass;
 
 use super::{CoopGemmKernel, CoopShape, LinearError};
 use crate::accounting::{BufferError, SharedBudget, TrackedBuffer};
-use crate::gpu::Gpu;
+use crate::device::Gpu;
 
 /// One scratch buffer, with its ledger entry where there is a budget.
 #[derive(Debug)]

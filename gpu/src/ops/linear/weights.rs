@@ -8,7 +8,7 @@ use dynvram_quant::tensors::floats_to_f32;
 use dynvram_quant::{Format, QuantLayer};
 
 use super::LinearError;
-use crate::gpu::Gpu;
+use crate::device::Gpu;
 
 /// A byte range of a GPU buffer. Bound as a storage buffer: the offset must be
 /// a multiple of `min_storage_buffer_offset_alignment` and the buffer needs

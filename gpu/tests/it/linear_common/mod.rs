@@ -3,7 +3,7 @@
 //! the random layer (one generator, so all draw the same layers).
 #![allow(dead_code)] // each test file uses a different subset
 
-use dynvram_gpu::gpu::{AdapterChoice, SpreadQuant};
+use dynvram_gpu::device::{AdapterChoice, SpreadQuant};
 use dynvram_gpu::ops::cache::PipelineCache;
 use dynvram_gpu::ops::linear::LinearScratch;
 use dynvram_gpu::{ActDtype, Gpu};

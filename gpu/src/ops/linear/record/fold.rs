@@ -16,12 +16,10 @@
 
 use dynvram_quant::KernelChoice;
 
-use super::gemv::{self, rows_gemv_max_m};
-use super::{GEMV_MAX_M, IntPath, LinearError, LinearWeights, RecordOptions, record};
-use crate::gpu::Gpu;
-use crate::ops::cache::PipelineCache;
-use crate::ops::encoder::Encoder;
-use crate::ops::linear::LinearScratch;
+use super::gemv_shape::{GEMV_MAX_M, rows_aligned, rows_gemv_max_m};
+use super::spec::IntPath;
+use crate::device::Gpu;
+use crate::ops::linear::LinearWeights;
 use crate::tensor::{ActDtype, GpuTensor};
 
 /// The RMS norm folded into a linear's input: the linear reads
@@ -98,7 +96,7 @@ pub fn fold_unusable(
         Some("M is above the multi-row GEMV's")
     } else if fold.norm.is_some() && m > NORM_FOLD_MAX_M {
         Some("M is above the folded norm's 4 rows")
-    } else if !gemv::rows_aligned(weights.row_bytes())
+    } else if !rows_aligned(weights.row_bytes())
         || !weights.k.is_multiple_of(if integer { 16 } else { 4 })
     {
         Some("weight rows do not start on 16 bytes")
@@ -112,27 +110,4 @@ pub fn fold_unusable(
     } else {
         None
     }
-}
-
-/// Records `out = x · Wᵀ + b` with `fold` in the same launch; an error
-/// where [`fold_unusable`] says why not (check it first and record the
-/// norm or the add separately there). `opts.reuse_codes` lets an integer
-/// linear take the rotated rows the one before it left for the same input
-/// and norm.
-#[allow(clippy::too_many_arguments)]
-pub fn record_linear_folded(
-    gpu: &Gpu,
-    cache: &PipelineCache,
-    encoder: &mut Encoder,
-    weights: &LinearWeights,
-    choice: KernelChoice,
-    x: &GpuTensor,
-    out: &GpuTensor,
-    scratch: &mut LinearScratch,
-    fold: &Fold<'_>,
-    opts: &RecordOptions,
-) -> Result<(), LinearError> {
-    record(
-        gpu, cache, encoder, weights, choice, x, out, scratch, opts, None, fold,
-    )
 }

@@ -11,11 +11,10 @@
 
 use dynvram_quant::{Format, KernelChoice};
 
-use super::{Fold, GemvShape, RecordOptions, fold_unusable, gemv, record, rows_gemv_max_m};
-use crate::gpu::Gpu;
-use crate::ops::cache::PipelineCache;
-use crate::ops::encoder::Encoder;
-use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
+use super::gemv_shape::{GemvShape, rows_aligned, rows_gemv_max_m};
+use super::options::RecordOptions;
+use crate::device::Gpu;
+use crate::ops::linear::LinearWeights;
 use crate::tensor::GpuTensor;
 
 /// Linears of one input to record as one launch.
@@ -42,74 +41,8 @@ pub(super) struct Fused<'a> {
 /// Storage buffers the fused integer kernel binds (the float one binds 11).
 const FUSED_STORAGE_BUFFERS: u32 = 14;
 
-/// Records `fusion` as one multi-row GEMV launch (plus the activation
-/// quantization of integer formats) and returns `true`, or records nothing
-/// and returns `false` where the layers cannot share a launch: M above the
-/// multi-row GEMV's, formats, K, scales or biases that differ, fp8 or a
-/// weight split across bindings, or an adapter with too few storage
-/// bindings. The caller then records the layers one by one.
-#[allow(clippy::too_many_arguments)]
-pub fn record_linears_fused(
-    gpu: &Gpu,
-    cache: &PipelineCache,
-    encoder: &mut Encoder,
-    fusion: Fusion<'_>,
-    choice: KernelChoice,
-    x: &GpuTensor,
-    scratch: &mut LinearScratch,
-    opts: &RecordOptions,
-    fold: &Fold<'_>,
-) -> Result<bool, LinearError> {
-    let (first, out, fused) = match fusion {
-        Fusion::Stack(layers) => match layers {
-            [(w, o), more @ ..] if (1..=2).contains(&more.len()) => (
-                *w,
-                *o,
-                Fused {
-                    more: more.to_vec(),
-                    glu: false,
-                },
-            ),
-            _ => return Ok(false),
-        },
-        Fusion::Glu { gate, up, out } => (
-            gate,
-            out,
-            Fused {
-                more: vec![(up, out)],
-                glu: true,
-            },
-        ),
-    };
-    let m = x.numel() / first.k.max(1);
-    if let Some(why) = unfusable(gpu, first, &fused, choice, x, opts)
-        .or_else(|| {
-            fold.residual
-                .then_some("a residual add is folded into one layer only")
-        })
-        .or_else(|| fold_unusable(gpu, first, choice, m, fold))
-    {
-        tracing::trace!(why, "linears recorded one by one");
-        return Ok(false);
-    }
-    record(
-        gpu,
-        cache,
-        encoder,
-        first,
-        choice,
-        x,
-        out,
-        scratch,
-        opts,
-        Some(&fused),
-        fold,
-    )?;
-    Ok(true)
-}
-
 /// Why `first` and `fused` cannot share one launch, if they cannot.
-fn unfusable(
+pub(super) fn unfusable(
     gpu: &Gpu,
     first: &LinearWeights,
     fused: &Fused<'_>,
@@ -146,9 +79,9 @@ fn unfusable(
         Some("fp8 weights each have their own scalar scale")
     } else if !weights().all(same) {
         Some("the layers differ in format, K, scale or bias")
-    } else if !weights().all(|w| {
-        w.parts.len() == 1 && w.n * w.row_bytes() <= limit && gemv::rows_aligned(w.row_bytes())
-    }) {
+    } else if !weights()
+        .all(|w| w.parts.len() == 1 && w.n * w.row_bytes() <= limit && rows_aligned(w.row_bytes()))
+    {
         Some("a weight is split across bindings or its rows are not 16-byte aligned")
     } else if fused.glu && fused.more[0].0.n != first.n {
         Some("gate and up differ in N")

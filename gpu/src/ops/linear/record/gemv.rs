@@ -12,91 +12,14 @@
 
 use dynvram_shaders::linear as shaders;
 
+use super::gemv_shape::{GEMV_MAX_M, GemvShape};
+use super::recorder::{Chunk, GemmParams, QuantParams, Recorder, buf, region, rows_grid};
+use super::spec::IntPath;
 use super::spec::{FloatWeights, IntEpilogue};
-use super::{Chunk, GEMV_MAX_M, IntPath, LinearError, Params, Recorder, buf, region, rows_grid};
-use crate::gpu::Gpu;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
+use crate::ops::linear::LinearError;
 use smallvec::{SmallVec, smallvec};
-
-/// Rows of activations up to which the multi-row GEMV kernels run (each
-/// weight byte read once, the activations re-read from cache per workgroup);
-/// the tiled GEMM has too few workgroups to stream weights at small M (the
-/// H200 took 50× longer at M = 16 than at M = 1 on it).
-pub const ROWS_GEMV_MAX_M: u64 = 32;
-
-/// Rows of activations up to which the multi-row GEMVs run by default on
-/// `gpu`: [`ROWS_GEMV_MAX_M`], except on CPU adapters (lavapipe,
-/// llvmpipe), where the GEMVs' workgroup-wide reductions cost more than the
-/// tiled GEMM's idle workgroups: 704 × 256 bf16 took 817 ms at M = 32 on
-/// the rows GEMV against 88 ms at M = 33 on the tiled GEMM (lavapipe,
-/// `dynvram bench linear`), so there they stop at [`GEMV_MAX_M`]. An
-/// explicit [`GemvShape`] (`RecordOptions::gemv`) still runs them up to
-/// [`ROWS_GEMV_MAX_M`].
-pub fn rows_gemv_max_m(gpu: &Gpu) -> u64 {
-    if gpu.info.device_type == wgpu::DeviceType::Cpu {
-        GEMV_MAX_M
-    } else {
-        ROWS_GEMV_MAX_M
-    }
-}
-
-/// Workgroup shape of the multi-row GEMV kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GemvShape {
-    /// Output rows per workgroup (`ROWS`), at most 16, `rows · M <= 64`.
-    pub rows: u32,
-    /// Invocations per workgroup (`WGS`), a power of two in 64..=1024.
-    pub wgs: u32,
-}
-
-/// Most accumulators one invocation holds (`ROWS · MR`, the kernels' arrays).
-const MAX_ACCUMULATORS: u64 = 64;
-
-/// Most rows per workgroup (the kernels' array of in-flight weight quads).
-const MAX_ROWS: u32 = 16;
-
-impl GemvShape {
-    /// The default for `m` activation rows on an adapter allowing
-    /// `max_invocations` invocations per workgroup: 4 rows up to M = 16
-    /// (`rows · M` accumulators plus `rows` 16-byte loads per invocation
-    /// must stay in registers; above M = 16, 64 / M rows); 128 invocations
-    /// up to M = 8, else 256 (multiples of every subgroup size). On the H200
-    /// at M = 1 and the decode layers' shapes (4096², 11008 × 4096, 4096 ×
-    /// 11008; bf16 and int4, alone, q/k/v stacked, gate/up with SwiGLU),
-    /// 4 × 128 was the best or within 5 % of it everywhere, while 256
-    /// invocations lost up to 2.3× on the fused gate/up launch (session 8,
-    /// `bench/gemv_sweep.sh`); at 16384² every shape of 1–8 rows and
-    /// 64–512 invocations streamed within a few percent (session 6).
-    pub fn default_for(m: u64, max_invocations: u32) -> Self {
-        let wgs = match (m, max_invocations) {
-            (0..=8, 128..) => 128,
-            (_, 256..) => 256,
-            _ => 64,
-        };
-        let rows = match m {
-            0..=16 => 4,
-            _ => (MAX_ACCUMULATORS / m).max(1) as u32,
-        };
-        Self { rows, wgs }
-    }
-
-    /// Checks a shape against the kernels' and the adapter's limits.
-    pub(super) fn check(self, m: u64, max_invocations: u32) -> Result<(), String> {
-        let Self { rows, wgs } = self;
-        if rows == 0 || rows > MAX_ROWS || u64::from(rows) * m > MAX_ACCUMULATORS {
-            return Err(format!(
-                "GEMV rows per workgroup {rows} must be in 1..={MAX_ROWS} with rows · M <= {MAX_ACCUMULATORS} (M = {m})"
-            ));
-        }
-        if !wgs.is_power_of_two() || !(64..=1024).contains(&wgs) || wgs > max_invocations {
-            return Err(format!(
-                "GEMV workgroup size {wgs} must be a power of two in 64..=min(1024, {max_invocations})"
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Workgroup memory of `linear_rotate_quant.wgsl` besides its chunk: the
 /// 1024-word reduction staging and 64 result words.
@@ -132,7 +55,7 @@ const FAST_MAX_GROUP: u32 = 256;
 /// cannot run: no subgroups, a group above 256, a row (padded by 1/16)
 /// beyond the workgroup memory, or a size outside the adapter's limits or
 /// the kernels' (at most 4 blocks of 16 values per invocation).
-/// `asked` (else the device's [`crate::gpu::GpuOptions::quant_wgs`]) asks
+/// `asked` (else the device's [`crate::device::GpuOptions::quant_wgs`]) asks
 /// for them at that size; unasked they run only past K = 4096, at the
 /// smallest power of two in 256..=1024 giving every invocation at most one
 /// block of 16 values (1024 at K = 11008): on the H200 (run K, decode
@@ -141,7 +64,7 @@ const FAST_MAX_GROUP: u32 = 256;
 /// add + norm + rotate/quantize 34 µs against 18 at K = 4096.
 /// `words_per_invocation` more workgroup words per invocation are needed.
 pub(super) fn fast_quant_wgs(
-    gpu: &crate::gpu::Gpu,
+    gpu: &crate::device::Gpu,
     k: u64,
     g: u32,
     asked: Option<u32>,
@@ -167,9 +90,27 @@ pub(super) fn fast_quant_wgs(
     .then_some(wgs)
 }
 
-/// Whether rows of `row_bytes` bytes can be read as 16-byte quads.
-pub(super) fn rows_aligned(row_bytes: u64) -> bool {
-    row_bytes.is_multiple_of(16)
+/// The override constants of the fast (subgroup) rotation in a
+/// quantization kernel: group `g`, `wgs` invocations, a row of `k` values
+/// in workgroup memory.
+pub(super) fn fast_fht_constants(g: u32, wgs: u32, k: u64) -> [(&'static str, f64); 4] {
+    [
+        ("G", f64::from(g)),
+        ("WGS", f64::from(wgs)),
+        ("ROW_MAX", k as f64),
+        ("FHT_WORDS", (k + k / 16 + 1) as f64),
+    ]
+}
+
+/// The override constants of the portable rotation in a quantization
+/// kernel: group `g`, `wgs` invocations, rows taken `chunk` values at a
+/// time.
+pub(super) fn fht_constants(g: u32, wgs: u32, chunk: u64) -> [(&'static str, f64); 3] {
+    [
+        ("G", f64::from(g)),
+        ("WGS", f64::from(wgs)),
+        ("FHT_CHUNK", chunk as f64),
+    ]
 }
 
 /// The scale, bias and output bindings shared by both kernels, and the
@@ -222,7 +163,7 @@ impl Recorder<'_> {
         g: u32,
         fast: bool,
         quant_constants: &[(&'static str, f64)],
-        params: Params,
+        params: QuantParams,
         [x, codes, scales, rotated]: [wgpu::BindingResource<'_>; 4],
     ) -> Result<(), LinearError> {
         let (m, k) = (self.m, self.weights.k);
@@ -245,12 +186,7 @@ impl Recorder<'_> {
         };
         if let Some(wgs) = fast_wgs {
             let mut constants = Constants::from_slice(quant_constants);
-            constants.extend([
-                ("G", f64::from(g)),
-                ("WGS", f64::from(wgs)),
-                ("ROW_MAX", k as f64),
-                ("FHT_WORDS", (k + k / 16 + 1) as f64),
-            ]);
+            constants.extend(fast_fht_constants(g, wgs, k));
             return self.dispatch_at(
                 encoder,
                 "linear_rotate_quant",
@@ -264,11 +200,7 @@ impl Recorder<'_> {
         }
         let (wgs, chunk) = fused_shape(&self.gpu.device.limits());
         let mut constants = Constants::from_slice(quant_constants);
-        constants.extend([
-            ("G", f64::from(g)),
-            ("WGS", f64::from(wgs)),
-            ("FHT_CHUNK", f64::from(chunk)),
-        ]);
+        constants.extend(fht_constants(g, wgs, u64::from(chunk)));
         self.dispatch_at(
             encoder,
             "linear_rotate_quant",
@@ -285,28 +217,26 @@ impl Recorder<'_> {
     /// other weights' rows in `n1`, `n2`; outputs of their own); the last
     /// word is the folded norm's eps (float) or 1.0 (integer: its residual
     /// add's runtime 1), as f32 bits.
-    fn gemv_params(&self, c: &Chunk<'_>, integer: bool) -> Params {
+    fn gemv_params(&self, c: &Chunk<'_>, integer: bool) -> GemmParams {
         let mut rows = [0u32; 2];
         let more = self.fused.map_or(&[][..], |f| &f.more[..]);
         for (r, (w, _)) in rows.iter_mut().zip(more) {
             *r = w.n as u32;
         }
         let fused = self.fused.is_some();
-        Params {
-            a: self.m as u32,
-            b: c.rows as u32,
-            c: self.weights.k as u32,
-            d: if fused { 0 } else { c.first_row as u32 },
-            e: if fused { c.rows } else { self.weights.n } as u32,
-            pad: [
-                rows[0],
-                rows[1],
-                if integer {
-                    1f32.to_bits()
-                } else {
-                    self.fold.norm.map_or(0, |n| n.eps.to_bits())
-                },
-            ],
+        GemmParams {
+            m: self.m as u32,
+            n: c.rows as u32,
+            k: self.weights.k as u32,
+            n_base: if fused { 0 } else { c.first_row as u32 },
+            out_stride: if fused { c.rows } else { self.weights.n } as u32,
+            n1: rows[0],
+            n2: rows[1],
+            last_bits: if integer {
+                1f32.to_bits()
+            } else {
+                self.fold.norm.map_or(0, |n| n.eps.to_bits())
+            },
         }
     }
 
@@ -528,37 +458,5 @@ impl Recorder<'_> {
             self.m * self.weights.k * self.act.size() + extra,
             false,
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::GemvShape;
-
-    #[test]
-    fn default_shapes_pass_their_own_check() {
-        for m in 1..=8 {
-            for max in [64, 128, 256, 1024] {
-                let s = GemvShape::default_for(m, max);
-                assert_eq!(s.check(m, max), Ok(()), "M={m} max={max}: {s:?}");
-                assert!(s.wgs <= max);
-            }
-        }
-    }
-
-    #[test]
-    fn bad_shapes_are_refused() {
-        let bad = [
-            (GemvShape { rows: 0, wgs: 256 }, 1),
-            (GemvShape { rows: 17, wgs: 256 }, 1),
-            (GemvShape { rows: 16, wgs: 256 }, 8),
-            (GemvShape { rows: 4, wgs: 96 }, 1),
-            (GemvShape { rows: 4, wgs: 32 }, 1),
-            (GemvShape { rows: 4, wgs: 2048 }, 1),
-        ];
-        for (s, m) in bad {
-            assert!(s.check(m, 1024).is_err(), "{s:?} M={m}");
-        }
-        assert!(GemvShape { rows: 4, wgs: 512 }.check(1, 256).is_err());
     }
 }

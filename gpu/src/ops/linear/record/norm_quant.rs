@@ -7,9 +7,11 @@
 use dynvram_quant::{KernelChoice, reference::is_power_of_four};
 use dynvram_shaders::linear as shaders;
 
-use super::gemv::{FUSED_FIXED_BYTES, fast_quant_wgs};
-use super::{CodesKey, GEMV_MAX_M, IntPath, MAX_GROUPS_PER_DIM, Params, buf, rows_grid};
-use crate::gpu::Gpu;
+use super::gemv::{FUSED_FIXED_BYTES, fast_fht_constants, fast_quant_wgs, fht_constants};
+use super::gemv_shape::GEMV_MAX_M;
+use super::recorder::{MAX_GROUPS_PER_DIM, QuantParams, buf, rows_grid};
+use super::spec::{CodesKey, IntPath};
+use crate::device::Gpu;
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Constants, Cost, Launch, launch};
@@ -110,32 +112,21 @@ pub fn record_add_norm_quant(
     let mut constants = Constants::from_slice(&int.quant_constants(int.w4));
     let source = match fast_wgs {
         Some(f) => {
-            constants.extend([
-                ("G", f64::from(g)),
-                ("WGS", f64::from(f)),
-                ("ROW_MAX", k as f64),
-                ("FHT_WORDS", (k + k / 16 + 1) as f64),
-                ("NW", f64::from(wgs)),
-                ("SG", f64::from(sg)),
-            ]);
+            constants.extend(fast_fht_constants(g, f, k));
+            constants.extend([("NW", f64::from(wgs)), ("SG", f64::from(sg))]);
             shaders::ADD_NORM_QUANT_SUBGROUP
         }
         None => {
-            constants.extend([
-                ("G", f64::from(g)),
-                ("WGS", f64::from(wgs)),
-                ("FHT_CHUNK", chunk as f64),
-            ]);
+            constants.extend(fht_constants(g, wgs, chunk));
             shaders::ADD_NORM_QUANT
         }
     };
-    let params = Params {
-        a: m as u32,
-        b: k as u32,
-        c: kw as u32,
-        d: norm.eps.to_bits(),
-        e: 0,
-        pad: [0; 3],
+    let params = QuantParams {
+        rows: m as u32,
+        k: k as u32,
+        kw: kw as u32,
+        eps_bits: norm.eps.to_bits(),
+        _pad: [0; 4],
     };
     launch(
         gpu,

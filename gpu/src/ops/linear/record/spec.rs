@@ -3,7 +3,7 @@
 //! constant is made); a test checks that the fragments
 //! document the same numbering.
 
-use dynvram_quant::Format;
+use dynvram_quant::{ActArith, Format};
 
 /// How a row of activations becomes integer codes: `MODE` of
 /// `linear_act_codes.wgsl`.
@@ -56,6 +56,77 @@ impl FloatWeights {
     /// fp8, whose scalar scale multiplies the sum.
     pub(crate) fn is_fp8(self) -> bool {
         matches!(self, Self::Fp8E4m3fn | Self::Fp8E5m2)
+    }
+}
+
+/// What activation codes in the scratch were made from and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodesKey {
+    pub(super) x: (wgpu::Buffer, u64),
+    pub(super) codes: ActCodes,
+    pub(super) group: Option<u32>,
+    pub(super) perm8: bool,
+    pub(super) m: u64,
+    pub(super) k: u64,
+    /// The norm folded in before the rotation: its weight and eps bits.
+    pub(super) norm: Option<((wgpu::Buffer, u64), u32)>,
+    /// Rotated rows and chunk maxima (the GEMV makes the codes), not codes
+    /// ([`SpreadQuant::InGemv`]).
+    pub(super) spread: bool,
+}
+
+/// The integer kernels' specialisation for a format and arithmetic.
+pub(super) struct IntPath {
+    /// How activations become codes.
+    pub(super) codes: ActCodes,
+    /// Rotation group, for rotated layers.
+    pub(super) group: Option<u32>,
+    /// int4 nibble weights.
+    pub(super) w4: bool,
+    /// The epilogue.
+    pub(super) epilogue: IntEpilogue,
+    /// `SW_PER_ROW`.
+    pub(super) per_row_scale: bool,
+}
+
+impl IntPath {
+    /// The integer kernels' specialisation for `format` with `act`
+    /// activations, or why there is none.
+    pub(super) fn of(format: Format, act: ActArith) -> Result<Self, &'static str> {
+        Ok(match (format, act) {
+            (Format::ConvrotW4a4 { group, .. }, act) => IntPath {
+                codes: if act == ActArith::Int4 {
+                    ActCodes::Int4
+                } else {
+                    ActCodes::Int8Convrot
+                },
+                group: Some(group),
+                w4: true,
+                epilogue: IntEpilogue::RowScale,
+                per_row_scale: true,
+            },
+            (Format::Int8Tensorwise { .. }, ActArith::Int4) => {
+                return Err("int8_tensorwise has int8 activations only");
+            }
+            (Format::Int8Tensorwise { convrot_group }, ActArith::Int8) => IntPath {
+                codes: ActCodes::Int8Tensorwise,
+                group: convrot_group,
+                w4: false,
+                epilogue: IntEpilogue::TensorScale,
+                per_row_scale: convrot_group.is_some(),
+            },
+            _ => return Err("a float format has no integer kernel"),
+        })
+    }
+
+    /// The activation quantization's override constants (`perm8`: int4
+    /// weights' even/odd column pairing of the dot4 kernels).
+    pub(super) fn quant_constants(&self, perm8: bool) -> [(&'static str, f64); 3] {
+        [
+            ("MODE", f64::from(self.codes as u32)),
+            ("INV127", f64::from(1.0f32 / 127.0)),
+            ("PERM8", f64::from(u8::from(perm8))),
+        ]
     }
 }
 

@@ -34,14 +34,16 @@
 //! `INT4_SPREAD=1` runs both modes).
 
 use super::gemv::{GemvInput, GemvOperands};
-use super::spec::IntEpilogue;
-use super::{
-    CodesKey, GEMV_MAX_M, IntPath, LinearError, MAX_GROUP, MAX_GROUPS_PER_DIM, Params, Recorder,
-    buf, region,
+use super::gemv_shape::GEMV_MAX_M;
+use super::recorder::{
+    MAX_GROUP, MAX_GROUPS_PER_DIM, QuantParams, Recorder, RotateMaxParams, buf, region,
 };
-use crate::gpu::SpreadQuant;
+use super::spec::IntEpilogue;
+use super::spec::{CodesKey, IntPath};
+use crate::device::SpreadQuant;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Constants, Cost};
+use crate::ops::linear::LinearError;
 use crate::ops::linear::LinearScratch;
 use crate::tensor::{ActDtype, GpuTensor};
 use dynvram_shaders::linear as shaders;
@@ -149,13 +151,12 @@ impl Recorder<'_> {
                     buf(&chunk_max, 0, m * chunks * 4),
                     norm_w,
                 ],
-                Params {
-                    a: m as u32,
-                    b: k as u32,
-                    c: chunks as u32,
-                    d: norm.map_or(0, |n| n.eps.to_bits()),
-                    e: 0,
-                    pad: [0; 3],
+                RotateMaxParams {
+                    rows: m as u32,
+                    k: k as u32,
+                    chunks: chunks as u32,
+                    eps_bits: norm.map_or(0, |n| n.eps.to_bits()),
+                    _pad: [0; 4],
                 },
                 (chunks as u32, m as u32),
                 Cost::new(
@@ -191,13 +192,12 @@ impl Recorder<'_> {
                         buf(&scales, 0, m * 4),
                         buf(&chunk_max, 0, m * chunks * 4),
                     ],
-                    Params {
-                        a: m as u32,
-                        b: k as u32,
-                        c: kw as u32,
-                        d: 0,
-                        e: 0,
-                        pad: [0; 3],
+                    QuantParams {
+                        rows: m as u32,
+                        k: k as u32,
+                        kw: kw as u32,
+                        eps_bits: 0,
+                        _pad: [0; 4],
                     },
                     (kw.div_ceil(u64::from(CODES_WGS)) as u32, m as u32),
                     Cost::new(

@@ -262,7 +262,7 @@ mod imp {
     use wgpu::hal::api::Vulkan;
 
     use super::{ImportError, ImportedBuffer, Keepalive, StagingPlacement};
-    use crate::gpu::device_open::shared_families;
+    use crate::device::device_open::shared_families;
 
     /// Flags wgpu-hal accepts in a memory type (others are never used).
     const KNOWN: vk::MemoryPropertyFlags = vk::MemoryPropertyFlags::from_raw(

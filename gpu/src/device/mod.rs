@@ -376,7 +376,7 @@ impl Gpu {
     }
 
     /// [`Self::create_compute_pipeline`] with its writable storage bindings
-    /// taking dynamic offsets where it has any (`gpu::dynamic_layout`), and
+    /// taking dynamic offsets where it has any (`device::dynamic_layout`), and
     /// the mask of those bindings (bit `b`: binding `b`).
     pub(crate) fn create_launch_pipeline(
         &self,

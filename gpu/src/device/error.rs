@@ -1,5 +1,7 @@
 //! Errors from the wgpu side.
 
+use crate::tensor::ActDtype;
+
 /// A failure talking to the GPU. Each variant names what was being created
 /// and the sizes involved.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +94,79 @@ pub enum GpuError {
         op: &'static str,
         /// The shapes and numbers that disagree.
         detail: String,
+    },
+    /// An operand's shape is not the one the op needs.
+    #[error("{op}: bad operands: `{name}` has shape {shape:?}, expected {expected:?}")]
+    ShapeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The operand.
+        name: String,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// The shape the op needs.
+        expected: Vec<u64>,
+    },
+    /// An operand's element type is not the one the op needs.
+    #[error("{op}: bad operands: `{name}` {shape:?} is {dtype}, expected {expected}")]
+    DtypeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The operand.
+        name: String,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// Its element type.
+        dtype: ActDtype,
+        /// The element type the op needs.
+        expected: ActDtype,
+    },
+    /// An out-of-place op's output shares a buffer with one of its inputs
+    /// (a dispatch may not bind one buffer both writable and readable).
+    #[error(
+        "{op}: bad operands: output shares a buffer with `{name}` {shape:?}; use the in-place variant"
+    )]
+    Aliased {
+        /// The op.
+        op: &'static str,
+        /// The input sharing the output's buffer.
+        name: String,
+        /// The input's shape.
+        shape: Vec<u64>,
+    },
+    /// An operand's bytes run past the end of its buffer.
+    #[error(
+        "{op}: bad operands: {what} needs bytes {start}..{end} but its buffer has {buffer_size}"
+    )]
+    OutsideBuffer {
+        /// The op.
+        op: &'static str,
+        /// The operand, quoted, with its shape and dtype where it is a
+        /// tensor.
+        what: String,
+        /// First byte it needs.
+        start: u64,
+        /// One past the last byte it needs.
+        end: u64,
+        /// Bytes in its buffer.
+        buffer_size: u64,
+    },
+    /// A range of rows or positions runs past the end of what holds them
+    /// (a KV cache's rows, a RoPE table's positions).
+    #[error("{op}: bad operands: {what} {start}..{end} run past the {len} of {of}")]
+    PastEnd {
+        /// The op.
+        op: &'static str,
+        /// What the range counts (`rows`, `positions`).
+        what: &'static str,
+        /// First of the range.
+        start: u64,
+        /// One past its last.
+        end: u64,
+        /// How many there are.
+        len: u64,
+        /// What holds them, quoted, with its shape where it is a tensor.
+        of: String,
     },
     /// f16 activations were asked for on an adapter without `SHADER_F16`
     /// (use f32 activations there).

@@ -1,0 +1,280 @@
+//! The integer kernels' sequence for one layer: rotation and activation
+//! quantization (or codes left by the linear before, or the spread
+//! quantization), then the GEMV, the tiled GEMM or the cooperative GEMM.
+
+use dynvram_shaders::linear as shaders;
+
+use super::coop::coop_gemm_unusable;
+use super::gemv;
+use super::gemv_shape::GEMV_MAX_M;
+use super::recorder::{
+    GEMM_TILE, MAX_GROUP, MAX_GROUPS_PER_DIM, QuantParams, Recorder, RotateParams, buf, coop_ran,
+    region, rows_grid,
+};
+use super::spec::{ActCodes, CodesKey, IntEpilogue, IntPath};
+use crate::ops::encoder::Encoder;
+use crate::ops::launch::{Constants, Cost};
+use crate::ops::linear::{LinearError, LinearScratch};
+use crate::tensor::{ActDtype, GpuTensor};
+
+impl Recorder<'_> {
+    /// Records the layer with integer kernels of `int` (`fast`: the
+    /// subgroup variants; `raw`: the accumulator's bits as the output).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn integer(
+        &self,
+        encoder: &mut Encoder,
+        int: &IntPath,
+        fast: bool,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+        raw: bool,
+    ) -> Result<(), LinearError> {
+        let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
+        let coop = self.coop_chosen(|caps| {
+            coop_gemm_unusable(
+                caps,
+                self.weights.k,
+                int.codes == ActCodes::Int4,
+                int.w4,
+                self.coop,
+            )
+        })?;
+        let double = coop.then(|| self.double_shape(None, int.w4)).flatten();
+        scratch.set_coop(coop.then(|| coop_ran(self.coop, double)));
+        let epi = if raw {
+            IntEpilogue::RawAccumulator
+        } else {
+            int.epilogue
+        };
+        // The codes a previous linear left in the scratch, when they are
+        // this input's, quantized the same way (asked for by the caller);
+        // with a folded norm, codes of the normed input
+        // (`SpreadQuant::CodeKernel` makes them).
+        let codes_key = CodesKey {
+            x: (x.buffer.as_ref().clone(), x.offset),
+            codes: int.codes,
+            group: int.group,
+            perm8: int.w4 && !coop,
+            m,
+            k,
+            norm: self.fold.norm.map(|n| n.key()),
+            spread: false,
+        };
+        let reuse = self.reuse_codes && scratch.codes_key() == Some(&codes_key);
+        // Codes a quantization launch left (`record_add_norm_quant`) are
+        // taken as they are; else small M spreads the quantization.
+        if let Some(s) = self
+            .spread_shape(int.group.unwrap_or(1))
+            .filter(|_| !coop && !reuse)
+        {
+            return self.integer_spread(encoder, int, fast, s, x, out, scratch, epi);
+        }
+        if self.fold.norm.is_some() && !reuse {
+            return Err(self.unsupported(
+                "a folded norm before an integer linear needs the spread quantization".into(),
+            ));
+        }
+        let rot_bytes = m * k * 4;
+        // The rotation writes f32, so the quantization after it reads f32.
+        let mut quant_rec = *self;
+        // Small M: rotation and quantization as one dispatch; without a
+        // rotation the same kernel with G = 1 (the identity) quantizes each
+        // row with a whole, wide workgroup.
+        let fused = Some(int.group.unwrap_or(1)).filter(|&g| self.fuses_rotate_quant(g));
+        let rotated;
+        let (q_src, q_off) = match int.group {
+            Some(g) => {
+                if !dynvram_quant::reference::is_power_of_four(g)
+                    || g > MAX_GROUP
+                    || k % u64::from(g) != 0
+                {
+                    return Err(self.unsupported(format!(
+                        "rotation group {g} must be a power of 4 in 4..={MAX_GROUP} dividing K"
+                    )));
+                }
+                if m > MAX_GROUPS_PER_DIM {
+                    return Err(self.unsupported(format!(
+                        "rotation handles at most {MAX_GROUPS_PER_DIM} rows, M = {m}"
+                    )));
+                }
+                rotated = scratch.x_rot(gpu, rot_bytes)?;
+                quant_rec.act = ActDtype::F32;
+                if fused.is_none() && !reuse {
+                    self.dispatch(
+                        encoder,
+                        "linear_rotate",
+                        shaders::ROTATE,
+                        &[("G", f64::from(g))],
+                        [x.binding(), buf(&rotated, 0, rot_bytes)],
+                        RotateParams {
+                            rows: m as u32,
+                            k: k as u32,
+                            _pad: [0; 6],
+                        },
+                        ((k / u64::from(g)) as u32, m as u32),
+                        Cost::new(
+                            m * k * x.dtype.size(),
+                            rot_bytes,
+                            m * k * 2 * u64::from(g.ilog2()),
+                        ),
+                    )?;
+                }
+                (&*rotated, 0)
+            }
+            None if fused.is_some() => {
+                rotated = scratch.x_rot(gpu, rot_bytes)?;
+                (&*rotated, 0)
+            }
+            None => (&*x.buffer, x.offset),
+        };
+        let kw = k / 4;
+        let codes = scratch.codes(gpu, m * kw * 4)?;
+        let scales = scratch.scales(gpu, m * 4)?;
+        let quant_src = if fast {
+            shaders::ACT_QUANT_SUBGROUP
+        } else {
+            shaders::ACT_QUANT
+        };
+        // The dot4 kernels pair int4 weights' even/odd columns; the
+        // cooperative one decodes them in order.
+        let quant_constants = int.quant_constants(int.w4 && !coop);
+        let quant_params = QuantParams {
+            rows: m as u32,
+            k: k as u32,
+            kw: kw as u32,
+            eps_bits: 0,
+            _pad: [0; 4],
+        };
+        if reuse {
+            // Quantized already.
+        } else if let Some(g) = fused {
+            self.rotate_quant(
+                encoder,
+                g,
+                fast,
+                &quant_constants,
+                quant_params,
+                [
+                    x.binding(),
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                    buf(q_src, 0, rot_bytes),
+                ],
+            )?;
+        } else {
+            quant_rec.dispatch(
+                encoder,
+                "linear_act_quant",
+                quant_src,
+                &quant_constants,
+                [
+                    buf(q_src, q_off, quant_rec.act.size() * m * k),
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                ],
+                quant_params,
+                rows_grid(m),
+                Cost::new(quant_rec.act.size() * m * k, m * kw * 4 + m * 4, 4 * m * k),
+            )?;
+        }
+        scratch.set_codes_key(Some(codes_key));
+        let dummy = scratch.dummy(gpu)?;
+        let has_bias = self.weights.bias.is_some();
+        let constants = [
+            ("W4", f64::from(u8::from(int.w4))),
+            ("EPI", f64::from(epi as u32)),
+            ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
+            ("HAS_BIAS", f64::from(u8::from(has_bias))),
+        ];
+        let gemv = m <= GEMV_MAX_M;
+        let (source, name, tile, constants) = match (gemv, fast, coop) {
+            (true, true, _) => (
+                shaders::INT_GEMV_SUBGROUP,
+                "linear_int_gemv",
+                (0, 0),
+                Constants::from_slice(&constants),
+            ),
+            (true, false, _) => (
+                shaders::INT_GEMV,
+                "linear_int_gemv",
+                (0, 0),
+                Constants::from_slice(&constants),
+            ),
+            (false, _, false) => (
+                shaders::INT_GEMM,
+                "linear_int_gemm",
+                (GEMM_TILE, GEMM_TILE),
+                Constants::from_slice(&constants),
+            ),
+            (false, _, true) => self.coop_kernel(false, &constants, double),
+        };
+        let scale = self
+            .weights
+            .scale
+            .as_ref()
+            .ok_or_else(|| self.unsupported("integer formats need a weight_scale".into()))?;
+        for c in self.chunks()? {
+            let bias = self
+                .weights
+                .bias
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
+            if let Some(shape) = self.gemv {
+                let ops = gemv::GemvOperands {
+                    scale: region(scale),
+                    bias,
+                    out: out.binding(),
+                    input: gemv::GemvInput::Codes {
+                        codes: buf(&codes, 0, m * kw * 4),
+                        scales: buf(&scales, 0, m * 4),
+                    },
+                };
+                self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
+                continue;
+            }
+            let groups = if gemv {
+                rows_grid(c.rows)
+            } else {
+                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
+            };
+            let params = self.gemm_params(&c);
+            let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
+            if double.is_some() {
+                // The weights and codes as 16-byte words (bindings 6 and
+                // 7), not as the u32 words of bindings 0 and 3.
+                let bindings = [
+                    (1, region(scale)),
+                    (2, bias),
+                    (4, buf(&scales, 0, m * 4)),
+                    (5, out.binding()),
+                    (6, buf(c.buffer, c.offset, c.size)),
+                    (7, buf(&codes, 0, m * kw * 4)),
+                ];
+                self.dispatch_at(
+                    encoder, name, source, &constants, &bindings, params, groups, cost,
+                )?;
+                continue;
+            }
+            self.dispatch(
+                encoder,
+                name,
+                source,
+                &constants,
+                [
+                    buf(c.buffer, c.offset, c.size),
+                    region(scale),
+                    bias,
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                    out.binding(),
+                ],
+                params,
+                groups,
+                cost,
+            )?;
+        }
+        Ok(())
+    }
+}

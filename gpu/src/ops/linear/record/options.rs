@@ -1,0 +1,47 @@
+//! The recorder's knobs for tests and tools.
+
+use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
+use super::gemv_shape::GemvShape;
+use crate::device::SpreadQuant;
+
+/// Knobs for tests and tools; [`record_linear`] uses the defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordOptions {
+    /// Integer kernels write the raw `i32` accumulator's bits into `out`
+    /// instead of the epilogue (to check the integer GEMM exactly).
+    pub raw_accumulator: bool,
+    /// Split weights at this many bytes per binding instead of the adapter's
+    /// `max_storage_buffer_binding_size` (smaller only).
+    pub max_binding: Option<u64>,
+    /// The multi-row GEMV's shape instead of [`GemvShape::default_for`] (for
+    /// tuning on a real GPU; checked against the kernels' limits).
+    pub gemv: Option<GemvShape>,
+    /// The integer GEMM kernel.
+    pub gemm: GemmKernel,
+    /// The cooperative-matrix GEMM's shape instead of [`CoopShape::for_adapter`] (for
+    /// tuning on a real GPU; checked against the adapter's limits).
+    pub coop: Option<CoopShape>,
+    /// The cooperative-matrix GEMM kernel instead of the device's
+    /// `GpuOptions::coop_gemm` (tests and tools comparing them; a layer
+    /// [`CoopGemmKernel::Double`] does not fit takes the single-stage one).
+    pub coop_gemm: Option<CoopGemmKernel>,
+    /// The scratch may already hold `x`'s activation codes from the linear
+    /// recorded just before with the same input (q/k/v, gate/up): they are
+    /// used where they were quantized the same way, instead of quantizing
+    /// again. Only for linears recorded back to back on one input.
+    pub reuse_codes: bool,
+    /// Invocations per workgroup of the fast fused rotate/quantize kernel
+    /// (M <= 8, `fast` integer kernels) instead of its default or
+    /// `GpuOptions::quant_wgs` (for tuning; a power of two in 64..=1024).
+    pub quant_wgs: Option<u32>,
+    /// Integer GEMVs at decode sizes read codes a quantization launch wrote
+    /// ([`LinearScratch::act_codes`] then holds them) even where they would
+    /// make them from spread-rotated rows (`GpuOptions::spread_quant`);
+    /// wins over [`Self::spread_quant`].
+    pub quantize_apart: bool,
+    /// The spread quantization's mode instead of the device's
+    /// `GpuOptions::spread_quant` (tests and tools comparing the modes on
+    /// one device). Whether a fold is usable still follows the device's
+    /// ([`fold_unusable`]): a folded norm with this `Off` is an error.
+    pub spread_quant: Option<SpreadQuant>,
+}

@@ -1,0 +1,408 @@
+//! What recording one linear shares across its kernels: the [`Recorder`]
+//! (the layer, the adapter and the options in force), weight chunks of one
+//! binding each, the immediates of the linear kernels, and the one launch
+//! path they all take.
+
+use std::cell::Cell;
+use std::num::NonZeroU64;
+
+use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
+use super::fold::Fold;
+use super::fused::Fused;
+use super::gemv_shape::{GEMV_MAX_M, GemvShape};
+use crate::device::{Gpu, SpreadQuant};
+use crate::ops::cache::{PipelineCache, Program};
+use crate::ops::encoder::Encoder;
+use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch};
+use crate::ops::linear::{LinearError, LinearWeights, Region};
+use crate::tensor::ActDtype;
+use dynvram_quant::Format;
+
+/// Output tile edge of the GEMM kernels.
+pub(super) const GEMM_TILE: u64 = 32;
+
+/// Largest group the rotation kernel holds in workgroup memory.
+pub(super) const MAX_GROUP: u32 = 4096;
+
+/// Most workgroups per dispatch dimension (WebGPU's default limit); kernels
+/// index rows as `wid.x + 65535 · wid.y`.
+pub(super) const MAX_GROUPS_PER_DIM: u64 = 65535;
+
+/// A GEMV or GEMM as recorded: module, kernel name (the profile's label),
+/// output tile `(M, N)` (GEMMs), override constants.
+pub(super) type KernelSpec = (&'static str, &'static str, (u64, u64), Constants);
+
+/// One weight chunk: a binding of whole rows.
+pub(super) struct Chunk<'a> {
+    pub(super) buffer: &'a wgpu::Buffer,
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    pub(super) rows: u64,
+    pub(super) first_row: u64,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Recorder<'a> {
+    pub(super) gpu: &'a Gpu,
+    pub(super) cache: &'a PipelineCache,
+    pub(super) weights: &'a LinearWeights,
+    pub(super) limit: u64,
+    pub(super) align: u64,
+    pub(super) m: u64,
+    /// The `act` variant of the kernels: the dtype of `x` and `out`.
+    pub(super) act: ActDtype,
+    /// The multi-row GEMV's shape, when M is small and weight rows start on
+    /// 16 bytes (else the one-row GEMV or the GEMM).
+    pub(super) gemv: Option<GemvShape>,
+    /// The integer GEMM kernel asked for.
+    pub(super) gemm: GemmKernel,
+    /// The cooperative-matrix GEMM's shape.
+    pub(super) coop: CoopShape,
+    /// [`RecordOptions::coop`]: the double-buffered kernel's shape too.
+    pub(super) coop_asked: Option<CoopShape>,
+    /// The cooperative-matrix GEMM kernel asked for.
+    pub(super) coop_gemm: CoopGemmKernel,
+    /// [`RecordOptions::reuse_codes`].
+    pub(super) reuse_codes: bool,
+    /// [`RecordOptions::quant_wgs`].
+    pub(super) quant_wgs: Option<u32>,
+    /// How integer GEMVs at decode sizes get their codes
+    /// ([`RecordOptions::spread_quant`], else the device's).
+    pub(super) spread: SpreadQuant,
+    /// More weights in the multi-row GEMV's launch.
+    pub(super) fused: Option<&'a Fused<'a>>,
+    /// Ops folded into the multi-row GEMV's launch.
+    pub(super) fold: Fold<'a>,
+    /// Dispatches recorded so far.
+    pub(super) dispatches: &'a Cell<u32>,
+}
+
+/// `Params` of `linear_int_common.wgsl` and `linear_float_common.wgsl`:
+/// the GEMVs' and GEMMs' immediates, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct GemmParams {
+    /// Rows of the activations.
+    pub m: u32,
+    /// Weight rows in this dispatch (one binding's chunk of N).
+    pub n: u32,
+    pub k: u32,
+    /// Output column (and scale/bias index) of the chunk's first row.
+    pub n_base: u32,
+    /// Row stride of the output: the layer's full N.
+    pub out_stride: u32,
+    /// Rows of the second and third weight of a fused multi-row GEMV.
+    pub n1: u32,
+    pub n2: u32,
+    /// The folded norm's eps (float kernels) or 1.0 (integer kernels: the
+    /// residual add's runtime 1), as f32 bits.
+    pub last_bits: u32,
+}
+const _: () = assert!(size_of::<GemmParams>() == 32);
+
+/// `QuantParams` of `linear_act_codes.wgsl` (the activation quantization,
+/// the rotate/quantize and add/norm/quantize kernels, the spread codes).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct QuantParams {
+    pub rows: u32,
+    pub k: u32,
+    /// u32 words per output row: `ceil(k / 4)`.
+    pub kw: u32,
+    /// The RMS norm's eps as f32 bits (add/norm/quantize).
+    pub eps_bits: u32,
+    pub _pad: [u32; 4],
+}
+const _: () = assert!(size_of::<QuantParams>() == 32);
+
+/// `Params` of `linear_rotate.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct RotateParams {
+    pub rows: u32,
+    pub k: u32,
+    pub _pad: [u32; 6],
+}
+const _: () = assert!(size_of::<RotateParams>() == 32);
+
+/// `Params` of `linear_rotate_max.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct RotateMaxParams {
+    pub rows: u32,
+    pub k: u32,
+    /// Workgroups per row: `ceil(k / CHUNK)`.
+    pub chunks: u32,
+    /// The folded RMS norm's eps as f32 bits.
+    pub eps_bits: u32,
+    pub _pad: [u32; 4],
+}
+const _: () = assert!(size_of::<RotateMaxParams>() == 32);
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `(x, y)` workgroups covering `count` rows (or row groups) with at most
+/// 65535 per dimension: the linear kernels index them as
+/// `wid.x + 65535 · wid.y`, a fixed stride (unlike `ops::kernel::grid`,
+/// whose kernels read the grid's width).
+pub(super) fn rows_grid(count: u64) -> (u32, u32) {
+    let x = count.min(MAX_GROUPS_PER_DIM);
+    let y = count.div_ceil(MAX_GROUPS_PER_DIM);
+    (x as u32, y as u32)
+}
+
+pub(super) fn buf(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer,
+        offset,
+        size: NonZeroU64::new(size),
+    })
+}
+
+pub(super) fn region(r: &Region) -> wgpu::BindingResource<'_> {
+    buf(&r.buffer, r.offset, r.size.div_ceil(4) * 4)
+}
+
+impl Recorder<'_> {
+    pub(super) fn unsupported(&self, what: String) -> LinearError {
+        LinearError::Unsupported {
+            what,
+            n: self.weights.n,
+            k: self.weights.k,
+        }
+    }
+
+    /// The weight split into bindings of whole rows, each at most `limit`
+    /// bytes and starting at an aligned offset.
+    pub(super) fn chunks(&self) -> Result<smallvec::SmallVec<[Chunk<'_>; 2]>, LinearError> {
+        let rb = self.weights.row_bytes();
+        let step = self.align / gcd(rb, self.align);
+        let max_rows = (self.limit / rb) / step * step;
+        if max_rows == 0 {
+            return Err(self.unsupported(format!(
+                "one weight row ({rb} bytes, in aligned groups of {step}) exceeds the binding limit {}",
+                self.limit
+            )));
+        }
+        let mut chunks = smallvec::SmallVec::new();
+        let mut first_row = 0;
+        for part in &self.weights.parts {
+            let mut done = 0;
+            while done < part.rows {
+                let rows = max_rows.min(part.rows - done);
+                chunks.push(Chunk {
+                    buffer: &part.region.buffer,
+                    offset: part.region.offset + done * rb,
+                    size: (rows * rb).div_ceil(4) * 4,
+                    rows,
+                    first_row: first_row + done,
+                });
+                done += rows;
+            }
+            first_row += part.rows;
+        }
+        Ok(chunks)
+    }
+
+    /// Records one launch of `source` with explicitly numbered bindings
+    /// and `params` as its immediates; `name` is the kernel's in the
+    /// profile.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dispatch_at(
+        &self,
+        encoder: &mut Encoder,
+        name: &'static str,
+        source: &'static str,
+        constants: &[(&'static str, f64)],
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        params: impl bytemuck::Pod,
+        groups: (u32, u32),
+        cost: Cost,
+    ) -> Result<(), LinearError> {
+        launch(
+            self.gpu,
+            self.cache,
+            encoder,
+            Launch {
+                program: Program {
+                    source,
+                    entry: "main",
+                    constants,
+                    act: self.act,
+                },
+                label: &LaunchLabel {
+                    kernel: name,
+                    rec: self,
+                },
+                bindings,
+                immediates: bytemuck::bytes_of(&params),
+                groups,
+                cost,
+            },
+        )?;
+        self.dispatches.set(self.dispatches.get() + 1);
+        Ok(())
+    }
+
+    /// [`Self::dispatch_at`] with the bindings numbered from 0.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dispatch<'b>(
+        &self,
+        encoder: &mut Encoder,
+        name: &'static str,
+        source: &'static str,
+        constants: &[(&'static str, f64)],
+        bindings: impl IntoIterator<Item = wgpu::BindingResource<'b>>,
+        params: impl bytemuck::Pod,
+        groups: (u32, u32),
+        cost: Cost,
+    ) -> Result<(), LinearError> {
+        let numbered: Bindings<'_> = (0..).zip(bindings).collect();
+        self.dispatch_at(
+            encoder, name, source, constants, &numbered, params, groups, cost,
+        )
+    }
+
+    /// The cost of one weight chunk's GEMV or GEMM: the chunk, the
+    /// activations (`x_bytes`, read once) and its outputs.
+    pub(super) fn chunk_cost(&self, c: &Chunk<'_>, x_bytes: u64) -> Cost {
+        let (m, k) = (self.m, self.weights.k);
+        Cost::new(
+            c.size + x_bytes,
+            m * c.rows * self.act.size(),
+            2 * m * c.rows * k,
+        )
+    }
+
+    /// The immediates of a one-row GEMV or GEMM launch over chunk `c`.
+    pub(super) fn gemm_params(&self, c: &Chunk<'_>) -> GemmParams {
+        GemmParams {
+            m: self.m as u32,
+            n: c.rows as u32,
+            k: self.weights.k as u32,
+            n_base: c.first_row as u32,
+            out_stride: self.weights.n as u32,
+            n1: 0,
+            n2: 0,
+            last_bits: 0,
+        }
+    }
+
+    /// Whether this layer's GEMM runs on cooperative matrices: never at GEMV
+    /// sizes or when the tiled GEMM is asked for; else where `why_not` finds
+    /// nothing against them (an error when they were asked for).
+    pub(super) fn coop_chosen(
+        &self,
+        why_not: impl FnOnce(&dynvram_quant::AdapterCaps) -> Option<String>,
+    ) -> Result<bool, LinearError> {
+        if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
+            return Ok(false);
+        }
+        // Left to the tiled GEMM without formatting why (every prefill
+        // linear asks).
+        if self.gemm == GemmKernel::Auto && !self.gpu.caps.f16_coop_matrices() {
+            return Ok(false);
+        }
+        match why_not(&self.gpu.caps) {
+            None => Ok(true),
+            Some(_) if self.gemm == GemmKernel::Auto => Ok(false),
+            Some(why) => Err(self.unsupported(format!("cooperative-matrix GEMM: {why}"))),
+        }
+    }
+
+    /// The double-buffered GEMM's shape where it is asked for and fits this
+    /// layer (integer with `int4_weights`, or of `float` weights), else
+    /// `None`: the single-stage kernel runs.
+    pub(super) fn double_shape(
+        &self,
+        float: Option<Format>,
+        int4_weights: bool,
+    ) -> Option<CoopShape> {
+        if self.coop_gemm != CoopGemmKernel::Double {
+            return None;
+        }
+        let caps = &self.gpu.caps;
+        let shape = self
+            .coop_asked
+            .unwrap_or_else(|| CoopShape::for_double(caps));
+        match double_unusable(caps, shape, self.weights.k, float, int4_weights) {
+            None => Some(shape),
+            Some(why) => {
+                tracing::debug!(%shape, why, "double-buffered GEMM left for the single-stage one");
+                None
+            }
+        }
+    }
+
+    /// The cooperative-matrix GEMM on this adapter, integer or `float`,
+    /// single-stage or, with its shape, `double`-buffered; its constants
+    /// after the kernel's own `constants`.
+    pub(super) fn coop_kernel(
+        &self,
+        float: bool,
+        constants: &[(&'static str, f64)],
+        double: Option<CoopShape>,
+    ) -> KernelSpec {
+        let caps = &self.gpu.caps;
+        let (shape, kernel) = match double {
+            Some(s) => (s, CoopGemmKernel::Double),
+            None => (self.coop, CoopGemmKernel::Single),
+        };
+        let k = coop::specialise(
+            caps.coop_matrix_edge,
+            caps.subgroup_min_size,
+            shape,
+            float,
+            kernel,
+        );
+        let mut all = Constants::from_slice(constants);
+        all.extend_from_slice(&k.constants);
+        // The profile's name, as before kernels were found by `Program`;
+        // `_db` for the double-buffered kernel.
+        let name = match (caps.coop_matrix_edge, kernel) {
+            (16, CoopGemmKernel::Single) => "gemm_coop16",
+            (_, CoopGemmKernel::Single) => "gemm_coop8",
+            (16, CoopGemmKernel::Double) => "gemm_coop16_db",
+            (_, CoopGemmKernel::Double) => "gemm_coop8_db",
+        };
+        (k.source, name, k.tile, all)
+    }
+}
+
+/// The cooperative GEMM a layer runs: the double-buffered kernel with its
+/// shape where chosen, else the single-stage one with `single`.
+pub(super) fn coop_ran(
+    single: CoopShape,
+    double: Option<CoopShape>,
+) -> (CoopShape, CoopGemmKernel) {
+    double.map_or((single, CoopGemmKernel::Single), |s| {
+        (s, CoopGemmKernel::Double)
+    })
+}
+
+/// A linear launch's profile label (`kernel NxK m=M`, with `+N` for each
+/// fused layer and the folds), formatted only while profiling.
+struct LaunchLabel<'r, 'a> {
+    kernel: &'r str,
+    rec: &'r Recorder<'a>,
+}
+
+impl std::fmt::Display for LaunchLabel<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.rec;
+        write!(f, "{} {}", self.kernel, r.weights.n)?;
+        for (w, _) in r.fused.iter().flat_map(|x| &x.more) {
+            write!(f, "+{}", w.n)?;
+        }
+        write!(f, "x{} m={}", r.weights.k, r.m)?;
+        if r.fold.norm.is_some() {
+            f.write_str(" +norm")?;
+        }
+        if r.fold.residual {
+            f.write_str(" +residual")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,236 @@
+//! A flash-attention kernel and its tuning as values: [`FlashTuning`],
+//! [`KvStaging`], [`FlashKernel`], and their text form.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How a block's keys and values reach the matrix loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KvStaging {
+    /// One workgroup-memory buffer: the keys, then the values over them
+    /// once the scores are out (four barriers a block; the least memory).
+    Serial,
+    /// Keys and values in buffers of their own, both staged before the
+    /// scores (three barriers a block).
+    Paired,
+    /// No staging: the matrices load straight from k and v (two barriers a
+    /// block; a block's partial last tile of keys goes through workgroup
+    /// memory, zero past the last key). Needs one key group.
+    Global,
+    /// Keys and values paired, in two stages: the next block's, read into
+    /// registers at the top of a block (`r`, which it needs), are stored
+    /// into the other stage once this block's scores are out, so they are
+    /// never waited for (two barriers a block; twice the memory of
+    /// [`Self::Paired`]).
+    Double,
+}
+
+/// A flash-attention workgroup's shape (see `flash_attention.wgsl`).
+///
+/// Text form ([`FromStr`], [`fmt::Display`]):
+/// `BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m]` — `BR` query rows per workgroup and
+/// `BC` keys per block (multiples of the matrix edge, `BR` a power of two);
+/// `wNSG` subgroups (a power of two, default 4); `kKG` key groups: the
+/// subgroups sharing a row block's scores split its keys (default 1);
+/// `cCG` column groups: the subgroups sharing an output row block split its
+/// head columns (default 1); the staging of keys and values, `s` serial
+/// (default), `p` paired, `g` global or `d` double ([`KvStaging`]); `r`:
+/// the next block's keys and values read into registers while this block
+/// computes (serial, paired, and double, which needs it); `t`: scores and probabilities column-major in
+/// workgroup memory (default row-major); `m`: the queries' matrices
+/// materialized in registers as loaded. E.g. `64x64w4c2`, `128x32w8c2pr`,
+/// `64x64w4gt`, `128x16w8c2dr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlashTuning {
+    /// Query rows per workgroup (`BR`).
+    pub rows: u32,
+    /// Keys per block (`BC`).
+    pub keys: u32,
+    /// Subgroups per workgroup (`NSG`).
+    pub subgroups: u32,
+    /// Subgroups that split one row block's keys in the scores product.
+    pub key_groups: u32,
+    /// Subgroups that split one output row block's head columns.
+    pub col_groups: u32,
+    /// How keys and values are staged.
+    pub staging: KvStaging,
+    /// The next block's keys and values read into registers during this
+    /// block (serial and paired staging).
+    pub prefetch: bool,
+    /// Scores and probabilities column-major in workgroup memory (the
+    /// softmax's consecutive lanes on consecutive rows: no bank conflicts)
+    /// instead of row-major (the layout the two-walk kernel ran on NVIDIA).
+    pub column_major: bool,
+    /// The queries' matrices held in variables, each multiplied by a
+    /// runtime 1 as loaded: forces them into registers at the load (a
+    /// compiler that re-reads a loaded matrix from workgroup memory where
+    /// it is used would read keys or probabilities by then).
+    pub materialize: bool,
+}
+
+impl FlashTuning {
+    /// The shape `flash_attention.wgsl`'s generated region is written for
+    /// (16 × 16 matrices, subgroups of 32, head_dim 128).
+    pub const FILE: Self = Self {
+        rows: 64,
+        keys: 64,
+        subgroups: 4,
+        key_groups: 1,
+        col_groups: 2,
+        staging: KvStaging::Serial,
+        prefetch: false,
+        column_major: false,
+        materialize: false,
+    };
+}
+
+impl fmt::Display for KvStaging {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Serial => "serial",
+            Self::Paired => "paired",
+            Self::Global => "global",
+            Self::Double => "double",
+        })
+    }
+}
+
+impl fmt::Display for FlashTuning {
+    /// The [`FromStr`] syntax, defaults left out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}w{}", self.rows, self.keys, self.subgroups)?;
+        if self.key_groups != 1 {
+            write!(f, "k{}", self.key_groups)?;
+        }
+        if self.col_groups != 1 {
+            write!(f, "c{}", self.col_groups)?;
+        }
+        match self.staging {
+            KvStaging::Serial => {}
+            KvStaging::Paired => f.write_str("p")?,
+            KvStaging::Global => f.write_str("g")?,
+            KvStaging::Double => f.write_str("d")?,
+        }
+        if self.prefetch {
+            f.write_str("r")?;
+        }
+        if self.column_major {
+            f.write_str("t")?;
+        }
+        if self.materialize {
+            f.write_str("m")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for FlashTuning {
+    type Err = String;
+
+    /// `BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m]`, see [`FlashTuning`]; the shape's
+    /// own limits are checked by [`FlashTuning::geometry`].
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            format!(
+                "bad flash tuning `{text}`: {why} (want BRxBC[wNSG][kKG][cCG][s|p|g|d][r][t][m], e.g. 64x64w4c2, 128x32w8c2pr)"
+            )
+        };
+        let mut rest = text.trim();
+        let number = |rest: &mut &str| -> Result<u32, String> {
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            let (digits, tail) = rest.split_at(end);
+            *rest = tail;
+            match digits.parse::<u32>() {
+                Ok(n) if n > 0 => Ok(n),
+                Ok(_) => Err(bad("a number is 0")),
+                Err(_) if digits.is_empty() => Err(bad("a number is missing")),
+                Err(_) => Err(bad("a number is out of range")),
+            }
+        };
+        let rows = number(&mut rest)?;
+        rest = rest
+            .strip_prefix(['x', 'X'])
+            .ok_or_else(|| bad("`x` must follow the rows"))?;
+        let keys = number(&mut rest)?;
+        let mut t = Self {
+            rows,
+            keys,
+            subgroups: 4,
+            key_groups: 1,
+            col_groups: 1,
+            staging: KvStaging::Serial,
+            prefetch: false,
+            column_major: false,
+            materialize: false,
+        };
+        // Tags in this order, each at most once.
+        let mut seen = 0;
+        while let Some(c) = rest.chars().next() {
+            let rank = match c {
+                'w' => 1,
+                'k' => 2,
+                'c' => 3,
+                's' | 'p' | 'g' | 'd' => 4,
+                'r' => 5,
+                't' => 6,
+                'm' => 7,
+                other => return Err(bad(&format!("unknown tag `{other}`"))),
+            };
+            if rank <= seen {
+                return Err(bad(&format!("`{c}` repeated or out of order")));
+            }
+            seen = rank;
+            rest = &rest[1..];
+            match c {
+                'w' => t.subgroups = number(&mut rest)?,
+                'k' => t.key_groups = number(&mut rest)?,
+                'c' => t.col_groups = number(&mut rest)?,
+                's' => t.staging = KvStaging::Serial,
+                'p' => t.staging = KvStaging::Paired,
+                'g' => t.staging = KvStaging::Global,
+                'd' => t.staging = KvStaging::Double,
+                'r' => t.prefetch = true,
+                't' => t.column_major = true,
+                _ => t.materialize = true,
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// Which flash-attention kernel a launch runs: the two-walk kernel
+/// (`flash_attention_two_walk.wgsl`, its shape chosen per adapter: the
+/// runtime's default) or the one-walk kernel with a [`FlashTuning`].
+///
+/// Text form: `two-walk`, or a [`FlashTuning`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlashKernel {
+    /// Two walks over the keys: the softmax statistics, then the outputs
+    /// (a third more products, no output rescaling).
+    TwoWalk,
+    /// One walk with an online softmax, shaped by the tuning.
+    OneWalk(FlashTuning),
+}
+
+impl fmt::Display for FlashKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TwoWalk => f.write_str("two-walk"),
+            Self::OneWalk(t) => t.fmt(f),
+        }
+    }
+}
+
+impl FromStr for FlashKernel {
+    type Err = String;
+
+    /// `two-walk` or a [`FlashTuning`].
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "two-walk" => Ok(Self::TwoWalk),
+            t => t.parse().map(Self::OneWalk),
+        }
+    }
+}
