@@ -62,6 +62,20 @@ impl GpuTensor {
         self.bytes().div_ceil(4) * 4
     }
 
+    /// Rows `first..first + rows` of the tensor seen as a matrix of its
+    /// last dimension (outer dimensions folded into rows), in the same
+    /// buffer. The caller keeps the new offset on the storage offset
+    /// alignment.
+    pub fn row_view(&self, first: u64, rows: u64) -> GpuTensor {
+        let width = self.shape.last().copied().unwrap_or(1);
+        GpuTensor {
+            buffer: self.buffer.clone(),
+            offset: self.offset + first * width * self.dtype.size(),
+            shape: vec![rows, width],
+            dtype: self.dtype,
+        }
+    }
+
     /// The buffer region as a binding resource.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {

@@ -54,7 +54,11 @@ pub(crate) fn activation(
     f32_only: bool,
     dtype: ActDtype,
 ) -> Result<Activation, RuntimeError> {
-    rt.activation_of(&format!("{model}.{name}"), shape, act_dtype(f32_only, dtype))
+    rt.activation_of(
+        &format!("{model}.{name}"),
+        shape,
+        act_dtype(f32_only, dtype),
+    )
 }
 
 /// One activation of a pass, declared once for both the bytes its
@@ -106,4 +110,14 @@ pub(crate) fn allocate(
         .iter()
         .map(|a| activation(rt, model, a.name, &a.shape, a.f32_only, dtype))
         .collect()
+}
+
+/// Scratch the linear kernels hold for `rows` of input to the widest layer
+/// that quantizes its activations (`widest_integer_k`, 0 when none does:
+/// float layers need none).
+pub(crate) fn integer_scratch_bytes(rows: usize, widest_integer_k: usize) -> u64 {
+    if widest_integer_k == 0 {
+        return 0;
+    }
+    dynvram_runtime::ops::linear::integer_scratch_bytes(rows as u64, widest_integer_k as u64)
 }

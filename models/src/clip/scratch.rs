@@ -4,7 +4,7 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::ClipConfig;
-use crate::record::{ActShape, act_bytes};
+use crate::record::{ActShape, act_bytes, integer_scratch_bytes};
 use crate::tokenize::CLIP_MAX_LEN;
 
 /// Activation shapes of a pass over `batch` prompts.
@@ -31,6 +31,6 @@ pub fn scratch_bytes(
     dtype: ActDtype,
     widest_integer_k: usize,
 ) -> u64 {
-    let rows = (batch * CLIP_MAX_LEN) as u64;
-    act_bytes(&act_shapes(c, batch), dtype) + 2 * rows * widest_integer_k as u64 * 4
+    act_bytes(&act_shapes(c, batch), dtype)
+        + integer_scratch_bytes(batch * CLIP_MAX_LEN, widest_integer_k)
 }

@@ -8,7 +8,7 @@ use dynvram_runtime::ActDtype;
 
 use super::Shape;
 use super::config::{FluxConfig, TIME_DIM};
-use crate::record::{act_word_bytes, word_bytes};
+use crate::record::{act_word_bytes, integer_scratch_bytes, word_bytes};
 
 /// Every activation of a pass, one field each (`T`: a shape's bytes, or the
 /// runtime's [`Activation`](dynvram_runtime::Activation)).
@@ -128,9 +128,7 @@ pub fn scratch_bytes(
         Ok::<_, Infallible>(())
     })
     .unwrap_or_else(|never| match never {});
-    let rows = (shape.batch * shape.joint_len()) as u64;
-    let linear = 2 * rows * widest_integer_k as u64 * 4;
-    acts + linear
+    acts + integer_scratch_bytes(shape.batch * shape.joint_len(), widest_integer_k)
 }
 
 /// The intermediates `ForwardOptions::capture` keeps: (name, rows of

@@ -4,7 +4,7 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::T5Config;
-use crate::record::{ActShape, act_bytes};
+use crate::record::{ActShape, act_bytes, integer_scratch_bytes};
 
 /// Activation shapes of a pass.
 pub(super) fn act_shapes(c: &T5Config, batch: usize, len: usize) -> Vec<ActShape> {
@@ -35,5 +35,5 @@ pub fn scratch_bytes(
     widest_integer_k: usize,
 ) -> u64 {
     act_bytes(&act_shapes(c, batch, len), dtype)
-        + 2 * (batch * len) as u64 * widest_integer_k as u64 * 4
+        + integer_scratch_bytes(batch * len, widest_integer_k)
 }

@@ -40,9 +40,10 @@ mod weights;
 pub use crate::error::LinearError;
 pub use record::{
     AddNorm, CoopGemmKernel, CoopShape, Fold, Fusion, GEMV_MAX_M, GemmKernel, GemvShape,
-    NORM_FOLD_MAX_M, NormFold, ROWS_GEMV_MAX_M, RecordOptions, coop_gemm_unusable, coop_unusable,
-    double_unusable, float_coop_unusable, fold_unusable, record_add_norm_quant, record_linear,
-    record_linear_folded, record_linear_with, record_linears_fused, rows_gemv_max_m,
+    INTEGER_CHUNK_ROWS, NORM_FOLD_MAX_M, NormFold, ROWS_GEMV_MAX_M, RecordOptions,
+    coop_gemm_unusable, coop_unusable, double_unusable, float_coop_unusable, fold_unusable,
+    integer_scratch_bytes, record_add_norm_quant, record_linear, record_linear_folded,
+    record_linear_with, record_linears_fused, rows_gemv_max_m,
 };
 pub use scratch::LinearScratch;
 pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

@@ -32,6 +32,7 @@ pub use coop::{
 pub use fold::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable};
 pub use fused::Fusion;
 pub use gemv_shape::{GEMV_MAX_M, GemvShape, ROWS_GEMV_MAX_M, rows_gemv_max_m};
+pub use integer::{INTEGER_CHUNK_ROWS, integer_scratch_bytes};
 pub use norm_quant::{AddNorm, record_add_norm_quant};
 pub use options::RecordOptions;
 pub(super) use spec::CodesKey;

@@ -18,12 +18,12 @@ use dynvram_gpu::device::{AdapterChoice, GpuOptions, SpreadQuant};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::linear::conformance::upload_f32;
 use dynvram_gpu::ops::linear::{
-    GEMV_MAX_M, GemvShape, LinearWeights, RecordOptions, record_linear_with,
+    GEMV_MAX_M, GemvShape, INTEGER_CHUNK_ROWS, LinearWeights, RecordOptions, record_linear_with,
 };
 use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_quant::reference::{
-    Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
-    quantize_act_for, rotate, unpack_int4,
+    ActQuant, Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32,
+    int_gemm, quantize_act_for, rotate, unpack_int4,
 };
 use dynvram_quant::tensors::i8s;
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
@@ -89,7 +89,9 @@ impl Env {
             Format::Int8Tensorwise { convrot_group } => convrot_group,
             _ => None,
         };
-        if let (KernelChoice::Integer { .. }, Some(_)) = (choice, group) {
+        // Longer inputs go through in chunks: the scratch holds the last.
+        let whole = m <= INTEGER_CHUNK_ROWS;
+        if let (KernelChoice::Integer { .. }, Some(_), true) = (choice, group, whole) {
             let buf = self.scratch.rotated().expect("rotated input");
             let r = self.gpu.read_f32(buf, 0, m * k).expect("read rotated");
             rotated = r.iter().map(|v| v.to_bits()).collect();
@@ -126,21 +128,13 @@ fn check_integer(
         h.meta.format,
         x.len() / k
     );
-    let group = match h.meta.format {
-        Format::ConvrotW4a4 { group, .. } => Some(group),
-        Format::Int8Tensorwise { convrot_group } => convrot_group,
-        _ => None,
-    };
-    let x_in = group.map_or_else(
-        || x.to_vec(),
-        |g| rotate(x, k, g, Rotation::Fht).expect("rotate"),
-    );
-    let q = quantize_act_for(h.meta.format, act, &x_in, k).expect("integer format");
-    let wq = match h.meta.format {
-        Format::ConvrotW4a4 { .. } => unpack_int4(&h.weight),
-        _ => i8s(&h.weight),
-    };
-    let acc = int_gemm(&q.codes, &wq, k);
+    let IntReference {
+        group,
+        x_in,
+        q,
+        acc,
+        out: e,
+    } = IntReference::of(h, act, x);
     let raw = env.run(
         &w,
         choice,
@@ -198,13 +192,111 @@ fn check_integer(
     let gpu_acc: Vec<i32> = coded.out.iter().map(|v| v.to_bits() as i32).collect();
     assert_eq!(gpu_acc, acc, "{what}: code kernel accumulators");
     let y = env.run(&w, choice, x, opts).out;
-    let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
-    let bias: Option<Vec<f32>> = h.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b));
-    let e = match h.meta.format {
-        Format::ConvrotW4a4 { .. } => epilogue_convrot(&acc, &q.scales, &s_w, bias.as_deref()),
-        _ => epilogue_tensorwise(&acc, &q.scales, &s_w, n, bias.as_deref()),
-    };
     assert_close_rel(&what, &y, &e, 1e-6);
+}
+
+/// The CPU reference of an integer layer on `x`: its rotation group, the
+/// rotated input, the activation codes and scales, the exact accumulators
+/// and the output.
+struct IntReference {
+    group: Option<u32>,
+    x_in: Vec<f32>,
+    q: ActQuant,
+    acc: Vec<i32>,
+    out: Vec<f32>,
+}
+
+impl IntReference {
+    fn of(h: &HostLayer, act: ActArith, x: &[f32]) -> Self {
+        let (n, k) = (h.meta.n, h.meta.k);
+        let group = match h.meta.format {
+            Format::ConvrotW4a4 { group, .. } => Some(group),
+            Format::Int8Tensorwise { convrot_group } => convrot_group,
+            _ => None,
+        };
+        let x_in = group.map_or_else(
+            || x.to_vec(),
+            |g| rotate(x, k, g, Rotation::Fht).expect("rotate"),
+        );
+        let q = quantize_act_for(h.meta.format, act, &x_in, k).expect("integer format");
+        let wq = match h.meta.format {
+            Format::ConvrotW4a4 { .. } => unpack_int4(&h.weight),
+            _ => i8s(&h.weight),
+        };
+        let acc = int_gemm(&q.codes, &wq, k);
+        let s_w: Vec<f32> = bytemuck::pod_collect_to_vec(&h.scale);
+        let bias: Option<Vec<f32>> = h.bias.as_ref().map(|b| bytemuck::pod_collect_to_vec(b));
+        let out = match h.meta.format {
+            Format::ConvrotW4a4 { .. } => epilogue_convrot(&acc, &q.scales, &s_w, bias.as_deref()),
+            _ => epilogue_tensorwise(&acc, &q.scales, &s_w, n, bias.as_deref()),
+        };
+        Self {
+            group,
+            x_in,
+            q,
+            acc,
+            out,
+        }
+    }
+}
+
+/// An input longer than `INTEGER_CHUNK_ROWS` goes through an integer layer
+/// in row chunks (FLUX.1's 4,608 tokens at a 1 GiB budget): the exact
+/// accumulators and the outputs equal the reference's over every row,
+/// with a partial last chunk, rotated and not, while the scratch holds one
+/// chunk's rotated input.
+#[test]
+fn long_inputs_go_through_in_row_chunks() {
+    let Some(mut env) = env("long_inputs_go_through_in_row_chunks", any_adapter) else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let m = 2 * INTEGER_CHUNK_ROWS as usize + 77;
+    let cases = [
+        (
+            Format::ConvrotW4a4 {
+                group: 16,
+                linear_dtype: LinearDtype::Int4,
+            },
+            64,
+            ActArith::Int4,
+        ),
+        (
+            Format::Int8Tensorwise {
+                convrot_group: None,
+            },
+            96,
+            ActArith::Int8,
+        ),
+    ];
+    for (format, k, act) in cases {
+        let h = HostLayer::random(&mut rng, format, 24, k, true);
+        let x = activations(&mut rng, m, k);
+        let r = IntReference::of(&h, act, &x);
+        let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
+        let choice = KernelChoice::Integer { act, fast: false };
+        let what = format!("{format:?} {act:?} M={m} K={k}");
+        let raw = env.run(
+            &w,
+            choice,
+            &x,
+            RecordOptions {
+                raw_accumulator: true,
+                ..Default::default()
+            },
+        );
+        let gpu_acc: Vec<i32> = raw.out.iter().map(|v| v.to_bits() as i32).collect();
+        assert_eq!(gpu_acc, r.acc, "{what}: accumulators");
+        let y = env.run(&w, choice, &x, RecordOptions::default()).out;
+        assert_close_rel(&what, &y, &r.out, 1e-6);
+        if r.group.is_some() {
+            let rotated = env.scratch.rotated().expect("rotated input").size();
+            assert!(
+                rotated < (m * k * 4) as u64,
+                "{what}: the scratch holds {rotated} B of rotated input, all {m} rows"
+            );
+        }
+    }
 }
 
 fn check_float(env: &mut Env, h: &HostLayer, x: &[f32], opts: RecordOptions) {

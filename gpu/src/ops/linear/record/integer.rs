@@ -17,7 +17,65 @@ use crate::ops::launch::{Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::{ActDtype, GpuTensor};
 
+/// Rows the integer kernels rotate and quantize at once: a longer input
+/// goes through the layer in chunks of this many rows, so the scratch
+/// (the rotated f32 input and the codes) stays bounded — 75 MiB at FLUX.1's
+/// widest int4 layer (K = 15,360) where its 4,608 rows would need 338 MiB.
+pub const INTEGER_CHUNK_ROWS: u64 = 1024;
+
+/// Bytes of [`LinearScratch`] the integer kernels hold for an input of
+/// `rows` × `k`: the rotated f32 input, the codes (a byte an element, in
+/// words) and the per-row scales of one chunk of rows.
+pub fn integer_scratch_bytes(rows: u64, k: u64) -> u64 {
+    let r = rows.min(INTEGER_CHUNK_ROWS);
+    let round = |b: u64| b.max(16).div_ceil(256) * 256;
+    round(r * k * 4) + round(r * k.div_ceil(4) * 4) + round(r * 4)
+}
+
 impl Recorder<'_> {
+    /// [`Self::integer`] over row chunks of at most [`INTEGER_CHUNK_ROWS`]
+    /// where M is longer, each chunk a view of `x` and `out` (codes left
+    /// for reuse then match no chunk of the next layer: each quantizes its
+    /// own, a small cost beside a GEMM of these rows); whole where a norm is
+    /// folded in or a fused launch is asked for (codes of the whole input
+    /// made before), or a chunk would not start on the storage offset
+    /// alignment.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn integer_chunked(
+        &self,
+        encoder: &mut Encoder,
+        int: &IntPath,
+        fast: bool,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+        raw: bool,
+    ) -> Result<(), LinearError> {
+        let (m, k, n) = (self.m, self.weights.k, self.weights.n);
+        let step = INTEGER_CHUNK_ROWS;
+        let aligned = (step * k * x.dtype.size()).is_multiple_of(self.align)
+            && (step * n * out.dtype.size()).is_multiple_of(self.align);
+        if m <= step || self.fold.norm.is_some() || self.fused.is_some() || !aligned {
+            return self.integer(encoder, int, fast, x, out, scratch, raw);
+        }
+        let mut first = 0;
+        while first < m {
+            let rows = step.min(m - first);
+            let chunk = Recorder { m: rows, ..*self };
+            chunk.integer(
+                encoder,
+                int,
+                fast,
+                &x.row_view(first, rows),
+                &out.row_view(first, rows),
+                scratch,
+                raw,
+            )?;
+            first += rows;
+        }
+        Ok(())
+    }
+
     /// Records the layer with integer kernels of `int` (`fast`: the
     /// subgroup variants; `raw`: the accumulator's bits as the output).
     #[allow(clippy::too_many_arguments)]

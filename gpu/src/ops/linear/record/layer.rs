@@ -130,7 +130,7 @@ pub(super) fn record(
                     "int4 weights need K % 8 == 0, K = {k}"
                 )));
             }
-            let r = rec.integer(encoder, &int, fast, x, out, scratch, opts.raw_accumulator);
+            let r = rec.integer_chunked(encoder, &int, fast, x, out, scratch, opts.raw_accumulator);
             scratch.set_dispatches(dispatches.get());
             r
         }
