@@ -20,6 +20,16 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 # rebuilds wgpu and every crate above it.
 dynvram="${CARGO_TARGET_DIR:-target}/debug/dynvram"
 
+stage "SPIR-V kernels: spirv-val and a fresh compile of each (trixie's glslc)"
+# The committed .spv files of shaders/spirv/ must validate for Vulkan 1.3 and
+# equal what their .comp compiles to (scripts/spirv.sh, tools unpacked beside
+# the system like the Mesa 26 stage's).
+if scripts/spirv.sh --fetch >/dev/null; then
+  scripts/spirv.sh --check
+else
+  echo "skipped: SPIR-V check (trixie's glslc and spirv-tools could not be fetched)"
+fi
+
 stage "build the tests"
 cargo test --workspace --no-run
 
@@ -55,11 +65,12 @@ stage "cooperative-matrix kernels on Mesa 26 lavapipe (trixie-backports)"
 # beside the system (scripts/with-coop-lavapipe.sh). The linear tests there
 # must take the cooperative GEMM and the attention tests flash attention
 # (DYNVRAM_REQUIRE_COOP=1), and warm launches of both allocate nothing;
-# then conformance.
+# its partial VK_NV_cooperative_matrix2 opens the device with raw SPIR-V, so
+# the SPIR-V launch path runs its check kernel there; then conformance.
 coop=scripts/with-coop-lavapipe.sh
 if "$coop" /bin/true; then
   gpu_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | scripts/test-binary.py gpu)
-  DYNVRAM_REQUIRE_COOP=1 "$coop" "$gpu_tests" linear_random:: f16_linear:: linear_conformance:: ops_attention:: launch_allocations::
+  DYNVRAM_REQUIRE_COOP=1 "$coop" "$gpu_tests" linear_random:: f16_linear:: linear_conformance:: ops_attention:: launch_allocations:: spirv_gemm::
   "$coop" "$dynvram" conformance fixtures/conformance --backend vulkan
   "$coop" "$dynvram" run --backend vulkan
 elif [ -n "$require_coop" ]; then

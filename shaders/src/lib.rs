@@ -37,6 +37,7 @@ pub mod backends;
 pub mod bench;
 pub mod flash;
 pub mod linear;
+pub mod spirv;
 pub mod transformer;
 pub mod vae;
 

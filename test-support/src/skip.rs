@@ -21,6 +21,21 @@ pub fn coop_skipped(msg: &str) {
     eprintln!("{msg}");
 }
 
+/// `DYNVRAM_REQUIRE_SPIRV=1`: the tests of the SPIR-V cooperative-matrix-2
+/// kernels fail where the device would not run them (`bench/spirv_check.sh`
+/// on an NVIDIA GPU).
+pub fn spirv_required() -> bool {
+    std::env::var("DYNVRAM_REQUIRE_SPIRV").is_ok_and(|v| v == "1")
+}
+
+/// A SPIR-V path the device does not take (`msg` says which and why): a
+/// failure under [`spirv_required`], else said on stderr.
+#[track_caller]
+pub fn spirv_skipped(msg: &str) {
+    assert!(!spirv_required(), "{msg}");
+    eprintln!("{msg}");
+}
+
 /// No GPU adapter for `test` (`why` says what failed): a failure under
 /// [`gpu_required`], else `skipped: …` on stderr and `None`.
 #[track_caller]

@@ -76,7 +76,10 @@ impl AdapterArgs {
 /// `two-walk` or a one-walk tuning such as `128x32w8c2`, for tuning) and
 /// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
 /// `512x32m8`, for tuning) and `DYNVRAM_COOP_GEMM` (the cooperative-matrix
-/// GEMM kernel: `single`, the default, or `double`, for comparisons): the one place the program reads them. A value
+/// GEMM kernel: `single`, the default, or `double`, for comparisons) and
+/// `DYNVRAM_SPIRV_GEMM` (`off` keeps f16/bf16-weight GEMMs on the WGSL
+/// kernels where the SPIR-V cooperative-matrix-2 ones could run; `auto`,
+/// the default): the one place the program reads them. A value
 /// it does not know is warned about and the default kept. No pipeline
 /// cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
@@ -101,6 +104,7 @@ pub fn gpu_options() -> GpuOptions {
         flash: optional("DYNVRAM_FLASH"),
         decode: optional("DYNVRAM_DECODE"),
         coop_gemm: var("DYNVRAM_COOP_GEMM", d.coop_gemm),
+        spirv_gemm: var("DYNVRAM_SPIRV_GEMM", d.spirv_gemm),
         pipeline_cache: None,
     }
 }

@@ -12,8 +12,9 @@ use dynvram_runtime::device::host_memory::mapped_staging_memory;
 use dynvram_runtime::device::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
-    CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch, LinearWeights,
-    RecordOptions, Region, WeightPart, record_linear_with, record_linears_fused, row_bytes,
+    Cm2Gemm, CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch,
+    LinearWeights, RecordOptions, Region, WeightPart, cm2_gemms, cm2_named, cm2_weights_of,
+    record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -126,6 +127,12 @@ pub struct LinearArgs {
     /// tuning.
     #[arg(long, value_delimiter = ',', value_parser = str::parse::<CoopShape>)]
     coop_shapes: Vec<CoopShape>,
+    /// SPIR-V cooperative-matrix-2 GEMMs to time besides the runtime's
+    /// choice, by name (`gemm_cm2_*`, as `probe` and the kernel column name
+    /// them), comma separated, each on the formats whose weights it reads;
+    /// for tuning on NVIDIA.
+    #[arg(long, value_delimiter = ',', value_parser = cm2_kernel)]
+    cm2_kernels: Vec<&'static Cm2Gemm>,
     /// f16 activations (needs SHADER_F16; the float formats' cooperative
     /// GEMM takes only these).
     #[arg(long)]
@@ -135,6 +142,17 @@ pub struct LinearArgs {
     copy_size: bytesize::ByteSize,
     #[command(flatten)]
     adapter: AdapterArgs,
+}
+
+/// A SPIR-V GEMM of `--cm2-kernels`, by name.
+fn cm2_kernel(name: &str) -> Result<&'static Cm2Gemm, String> {
+    cm2_named(name).ok_or_else(|| {
+        let names: Vec<_> = cm2_gemms().iter().map(|g| g.name).collect();
+        format!(
+            "no SPIR-V GEMM named `{name}` (want one of {})",
+            names.join(", ")
+        )
+    })
 }
 
 /// `--gemm` of `bench linear`.
@@ -295,7 +313,8 @@ struct LinearFigure {
     n: u64,
     k: u64,
     kernel: String,
-    /// The GEMM ran on cooperative matrices.
+    /// The GEMM ran on cooperative matrices (WGSL, or the SPIR-V
+    /// cooperative-matrix-2 kernels).
     coop: bool,
     /// Compute dispatches one linear records.
     dispatches: u32,
@@ -479,6 +498,9 @@ fn time_case(
         n,
         k,
         kernel: match (scratch.last_coop_shape(), scratch.last_coop_kernel()) {
+            _ if let Some(spirv) = scratch.last_spirv_gemm() => {
+                format!("{} spirv-cm2 {spirv}", plan.kernel)
+            }
             (Some(shape), Some(CoopGemmKernel::Double)) => {
                 format!("{} coop-matrix {shape} double", plan.kernel)
             }
@@ -553,7 +575,7 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
     let act = if a.f16 { ActDtype::F16 } else { ActDtype::F32 };
     for &shape in &shapes {
         let runs = a.formats.split(',').flat_map(|f| {
-            a.gemm.kernels().iter().flat_map({
+            let base = a.gemm.kernels().iter().flat_map({
                 let coop_shapes = &coop_shapes;
                 move |&g| {
                     // The tiled GEMM once; the others once per coop shape.
@@ -562,12 +584,27 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
                     } else {
                         &coop_shapes[..]
                     };
-                    shapes.iter().map(move |&c| (f, g, c))
+                    shapes.iter().map(move |&c| (f, g, c, None))
                 }
-            })
+            });
+            // Each SPIR-V GEMM asked for that reads this format's weights.
+            let weights = parse_format(f.trim())
+                .ok()
+                .and_then(|(w, _)| cm2_weights_of(w));
+            let named = a
+                .cm2_kernels
+                .iter()
+                .filter(move |g| Some(g.weights) == weights)
+                .map(move |g| (f, GemmKernel::Auto, None, Some(g.name)));
+            base.chain(named)
         });
-        for (f, gemm, coop) in runs {
-            let opts = RecordOptions { gemm, coop, ..opts };
+        for (f, gemm, coop, cm2_kernel) in runs {
+            let opts = RecordOptions {
+                gemm,
+                coop,
+                cm2_kernel,
+                ..opts
+            };
             let mut fig =
                 match time_case(&gpu, &gpu.caps, f.trim(), shape, a.reps, &opts, act, a.fuse) {
                     Ok(fig) => fig,

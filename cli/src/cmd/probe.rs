@@ -4,8 +4,11 @@
 use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
-use dynvram_runtime::device::{AdapterSummary, enumerate_adapters};
-use dynvram_runtime::ops::linear::{CoopGemmKernel, CoopShape, coop_unusable, double_unusable};
+use dynvram_runtime::ActDtype;
+use dynvram_runtime::device::{AdapterSummary, Cm2Caps, SpirvGemm, enumerate_adapters};
+use dynvram_runtime::ops::linear::{
+    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
+};
 use serde::Serialize;
 
 use crate::output::{print_json, size};
@@ -124,6 +127,18 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if coop_unusable(c, coop_shape).is_none() {
             println!("  cooperative GEMM kernel: {}", coop_kernel_line(c));
         }
+        for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
+            println!(
+                "  float GEMM of {name} weights (f16 activations): {}",
+                spirv_gemm_line(a, |c| cm2_gemm(c, format, ActDtype::F16, None))
+            );
+        }
+        for (name, w4) in [("int4", true), ("int8", false)] {
+            println!(
+                "  integer GEMM of {name} weights (f16 outputs): {}",
+                spirv_gemm_line(a, |c| cm2_int_gemm(c, w4, ActDtype::F16, false, None))
+            );
+        }
         println!(
             "  max buffer {}  max storage binding {}  workgroup memory {}",
             size(c.max_buffer_size),
@@ -174,6 +189,32 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the GEMMs `pick` chooses for take a SPIR-V cooperative-matrix-2
+/// kernel on adapter `a` (under `DYNVRAM_SPIRV_GEMM` and
+/// `DYNVRAM_COOP_MATRIX`) or the WGSL ones, and why.
+fn spirv_gemm_line(
+    a: &AdapterSummary,
+    pick: impl FnOnce(Option<&Cm2Caps>) -> Result<Cm2Kernel, String>,
+) -> String {
+    let opts = crate::cmd::adapter_args::gpu_options();
+    if opts.spirv_gemm == SpirvGemm::Off {
+        return "wgsl: DYNVRAM_SPIRV_GEMM=off".into();
+    }
+    if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 {
+        return "wgsl: no KHR cooperative matrices on this device".into();
+    }
+    let Some(cm2) = &a.cm2 else {
+        return "wgsl coop: VK_NV_cooperative_matrix2 missing".into();
+    };
+    match pick(Some(cm2)) {
+        Ok(k) => format!(
+            "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature",
+            k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
+        ),
+        Err(why) => format!("wgsl coop: {why}"),
+    }
 }
 
 /// Which cooperative GEMM kernel the layers take on adapter `c` under

@@ -48,6 +48,9 @@ pub struct AdapterSummary {
     /// The queue family streamed copies run on beside wgpu's queue (a
     /// transfer-only family: the copy engines), if any.
     pub copy_queue_family: Option<u32>,
+    /// What the adapter offers of `VK_NV_cooperative_matrix2` (the SPIR-V
+    /// GEMM's extension), if it lists it.
+    pub cm2: Option<super::Cm2Caps>,
 }
 
 impl AdapterChoice {
@@ -168,6 +171,7 @@ pub fn enumerate_adapters(choice: &AdapterChoice) -> Result<Vec<AdapterSummary>,
                     choice.options.copy_queue,
                 )
                 .map(|q| q.0),
+                cm2: super::adapter_cm2(a),
             }
         })
         .collect())

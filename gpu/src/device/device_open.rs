@@ -1,11 +1,13 @@
 //! Opening the device: on Vulkan through wgpu-hal, with what wgpu does not
 //! enable itself: `VK_EXT_external_memory_host` (host memory imported as
 //! buffers, [`super::host_memory`]) and a copy queue beside wgpu's
-//! ([`super::TransferQueue`]); wgpu's own `request_device` elsewhere.
+//! ([`super::TransferQueue`]) and, where the caller asks for passthrough
+//! shaders and cooperative matrices, `VK_NV_cooperative_matrix2`
+//! ([`super::cm2`]); wgpu's own `request_device` elsewhere.
 
 /// What [`request_device`] enabled beyond what wgpu's own `request_device`
 /// would.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceExtras {
     /// `VK_EXT_external_memory_host` is enabled: host memory can be imported.
     pub host_import: bool,
@@ -14,6 +16,14 @@ pub struct DeviceExtras {
     /// adapter has one. Timeline semaphores are enabled.
     /// [`CopyQueueMode::Family0`] takes queue 1 of wgpu's family instead.
     pub copy_queue: Option<(u32, u32)>,
+    /// `VK_NV_cooperative_matrix2` is enabled with every feature of it the
+    /// adapter lists that the SPIR-V GEMM uses (the descriptor asked for
+    /// `PASSTHROUGH_SHADERS`, `EXPERIMENTAL_COOPERATIVE_MATRIX` and
+    /// `SHADER_F16`, and the adapter lists the extension): what it offers.
+    /// The kernels run only where nothing is missing
+    /// ([`super::Cm2Caps::missing_features`]); enabling a partial set (Mesa
+    /// 26's lavapipe) costs nothing and keeps this path tested there.
+    pub cm2: Option<super::cm2::Cm2Caps>,
 }
 
 /// The copy queue (family, index) a device opened with [`request_device`]
@@ -88,6 +98,7 @@ mod imp {
     use ash::vk;
     use wgpu::hal::api::Vulkan;
 
+    use super::super::cm2::{Cm2Features, query as query_cm2};
     use super::{CopyQueueMode, DeviceExtras};
 
     pub(super) fn adapter_supports_import(adapter: &wgpu::Adapter) -> bool {
@@ -185,7 +196,27 @@ mod imp {
         desc: &wgpu::DeviceDescriptor<'_>,
         mode: CopyQueueMode,
     ) -> Option<(wgpu::Device, wgpu::Queue, DeviceExtras)> {
+        let cm2 = desc.required_features.contains(
+            wgpu::Features::PASSTHROUGH_SHADERS
+                | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+                | wgpu::Features::SHADER_F16,
+        );
+        // A driver refusing cooperative matrices 2 keeps the rest.
+        open_with(adapter, desc, mode, cm2)
+            .or_else(|| cm2.then(|| open_with(adapter, desc, mode, false)).flatten())
+    }
+
+    /// [`open_vulkan`], with `VK_NV_cooperative_matrix2` where `cm2_wanted`
+    /// and the adapter lists it.
+    fn open_with(
+        adapter: &wgpu::Adapter,
+        desc: &wgpu::DeviceDescriptor<'_>,
+        mode: CopyQueueMode,
+        cm2_wanted: bool,
+    ) -> Option<(wgpu::Device, wgpu::Queue, DeviceExtras)> {
         let name = ash::ext::external_memory_host::NAME;
+        // Outlives the callback: the device's create info points at it.
+        let mut cm2_features;
         let (open, extras) = {
             // SAFETY: the hal adapter opens a device for `adapter` (which stays
             // alive); the guard is dropped before wgpu takes the device.
@@ -195,12 +226,30 @@ mod imp {
             let caps = hal.physical_device_capabilities();
             let host_import = v11 && caps.supports_extension(name);
             let copy_queue = copy_queue_of(&hal, mode);
-            if !host_import && copy_queue.is_none() {
+            let cm2 = cm2_wanted.then(|| query_cm2(&hal)).flatten();
+            if !host_import && copy_queue.is_none() && cm2.is_none() {
                 return None;
             }
-            let add = Box::new(move |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs| {
+            let cm2_chain = match &cm2 {
+                Some(c) => {
+                    cm2_features = Cm2Features::enabling(c);
+                    Some(&mut cm2_features)
+                }
+                None => None,
+            };
+            // Typed, so the closure is generic over the create info's
+            // lifetime and may point it at `cm2_features`.
+            let add: Box<wgpu::hal::vulkan::CreateDeviceCallback<'_>> = Box::new(move |args| {
                 if host_import && !args.extensions.contains(&name) {
                     args.extensions.push(name);
+                }
+                if let Some(features) = cm2_chain {
+                    let cm2_name = Cm2Features::extension();
+                    if !args.extensions.contains(&cm2_name) {
+                        args.extensions.push(cm2_name);
+                    }
+                    let info = *args.create_info;
+                    *args.create_info = info.push_next(features);
                 }
                 match copy_queue {
                     Some((0, _)) => {
@@ -218,9 +267,11 @@ mod imp {
                     None => {}
                 }
             });
-            // SAFETY: the callback only adds an extension the physical device
-            // supports and a queue its family has; features and limits are
-            // the caller's, as wgpu's own `request_device` would pass them.
+            // SAFETY: the callback only adds extensions the physical device
+            // supports, a queue its family has and the cooperative-matrix-2
+            // features it lists (their struct outlives the call); features
+            // and limits are the caller's, as wgpu's own `request_device`
+            // would pass them.
             let opened = unsafe {
                 hal.open_with_callback(
                     desc.required_features,
@@ -245,11 +296,12 @@ mod imp {
                         DeviceExtras {
                             host_import,
                             copy_queue,
+                            cm2,
                         },
                     )
                 }
                 Err(e) => {
-                    tracing::warn!(%e, host_import, ?copy_queue, "opening the Vulkan device through wgpu-hal failed");
+                    tracing::warn!(%e, host_import, ?copy_queue, cm2 = cm2.is_some(), "opening the Vulkan device through wgpu-hal failed");
                     return None;
                 }
             }

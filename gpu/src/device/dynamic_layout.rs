@@ -22,6 +22,24 @@ pub(crate) struct DynamicLayout {
     pub dynamic: u64,
 }
 
+/// A compute storage-buffer entry of a group layout.
+pub(crate) fn storage_entry(
+    binding: u32,
+    read_only: bool,
+    dynamic: bool,
+) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: dynamic,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
 /// The layout for `entry` of `source`, or `None` where the derived layout
 /// should stay: nothing writable, a binding that is not a storage buffer or
 /// not in group 0, or a module naga cannot read here.
@@ -62,16 +80,7 @@ pub(crate) fn dynamic_layout(
                 if dyn_offset {
                     dynamic |= 1 << b.binding;
                 }
-                entries.push(wgpu::BindGroupLayoutEntry {
-                    binding: b.binding,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Storage { read_only },
-                        has_dynamic_offset: dyn_offset,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                });
+                entries.push(storage_entry(b.binding, read_only, dyn_offset));
             }
             naga::AddressSpace::Immediate => {
                 immediate_size = immediate_size.max(layouter[var.ty].size);

@@ -9,6 +9,7 @@
 
 mod adapter;
 mod caps;
+pub mod cm2;
 pub mod device_open;
 mod dynamic_layout;
 pub(crate) use dynamic_layout::MAX_DYNAMIC;
@@ -17,6 +18,7 @@ pub mod host_memory;
 mod pinned_buffer;
 mod pipeline_cache;
 mod readback_ring;
+mod spirv_pipeline;
 mod staging;
 mod staging_ring;
 #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
@@ -30,6 +32,7 @@ mod vram;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
+pub use cm2::{Cm2Caps, SpirvGemm, adapter_cm2};
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
@@ -86,6 +89,8 @@ pub struct Gpu {
     decode: Option<crate::decode_tuning::DecodeTuning>,
     /// [`GpuOptions::coop_gemm`].
     coop_gemm: CoopGemmKernel,
+    /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
+    cm2: Option<Cm2Caps>,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -119,6 +124,12 @@ impl Gpu {
         let coop = options.coop_matrix && caps::coop_f16_edge(&adapter) != 0;
         if coop {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // Raw SPIR-V only where the adapter lists cooperative matrices
+            // 2: `device_open` then enables the extension (the kernels run
+            // where it has every feature they use).
+            if options.spirv_gemm == SpirvGemm::Auto && adapter_cm2(&adapter).is_some() {
+                wanted |= wgpu::Features::PASSTHROUGH_SHADERS;
+            }
         }
         // Only where a cache would be used: a backend with a cache key.
         let cache_dir = options.pipeline_cache.as_deref().filter(|dir| {
@@ -172,6 +183,7 @@ impl Gpu {
                 }
             })?;
         let host_import = extras.host_import;
+        let cm2 = extras.cm2.clone();
         let transfer = open_transfer_queue(&device, &queue, extras.copy_queue, options.copy_queue);
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
@@ -225,7 +237,16 @@ impl Gpu {
             flash: options.flash,
             decode: options.decode,
             coop_gemm: options.coop_gemm,
+            cm2,
         })
+    }
+
+    /// `VK_NV_cooperative_matrix2` as enabled on this device, if it is
+    /// (`GpuOptions::spirv_gemm` not off, cooperative matrices on, and the
+    /// adapter lists the extension; the SPIR-V GEMM runs only where
+    /// [`Cm2Caps::missing_features`] is empty).
+    pub fn cm2(&self) -> Option<&Cm2Caps> {
+        self.cm2.as_ref()
     }
 
     /// [`GpuOptions::quant_wgs`] of this device.
@@ -431,12 +452,26 @@ impl Gpu {
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
             },
         };
+        self.finish_pipeline(scope, label, layout, &module, entry, constants)
+    }
+
+    /// The compute pipeline of `entry` in `module` (through the disk cache
+    /// where there is one), then `scope`'s validation error, if any.
+    fn finish_pipeline(
+        &self,
+        scope: wgpu::ErrorScopeGuard,
+        label: &str,
+        layout: Option<&wgpu::PipelineLayout>,
+        module: &wgpu::ShaderModule,
+        entry: &str,
+        constants: &[(&str, f64)],
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(label),
                 layout,
-                module: &module,
+                module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
                     constants,
@@ -691,6 +726,10 @@ pub struct GpuOptions {
     /// [`CoopGemmKernel::Double`] for comparisons (where a layer does not
     /// fit it, the single-stage kernel runs).
     pub coop_gemm: CoopGemmKernel,
+    /// Whether f16/bf16-weight GEMMs may take the SPIR-V kernels on
+    /// `VK_NV_cooperative_matrix2` ([`SpirvGemm::Auto`], where the adapter
+    /// has it) or never ([`SpirvGemm::Off`]: the extension stays disabled).
+    pub spirv_gemm: SpirvGemm,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
     /// loaded when the device opens, written back when it is dropped or at
@@ -710,6 +749,7 @@ impl Default for GpuOptions {
             flash: None,
             decode: None,
             coop_gemm: CoopGemmKernel::Single,
+            spirv_gemm: SpirvGemm::Auto,
             pipeline_cache: None,
         }
     }

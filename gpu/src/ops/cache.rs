@@ -67,6 +67,21 @@ impl<K: Hash + Eq> Generated<K> {
     }
 }
 
+/// A raw SPIR-V module and its layout, which wgpu cannot reflect from it
+/// (`dynvram_shaders::spirv`; compiled by [`Gpu`] only where the device took
+/// passthrough shaders). Its address identifies it, like [`Program`]'s.
+#[derive(Debug)]
+pub struct SpirvProgram {
+    /// The module.
+    pub spirv: &'static [u8],
+    /// Its entry point.
+    pub entry: &'static str,
+    /// Its storage bindings of group 0: (binding, read-only).
+    pub bindings: &'static [(u32, bool)],
+    /// Bytes of its push constants (the launch's immediates).
+    pub immediate_size: u32,
+}
+
 /// A [`Program`] as kept: hashed and compared by the module's text in
 /// [`Pipelines::by_text`], by its address in [`Pipelines::by_address`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -135,6 +150,8 @@ pub struct PipelineCache {
     bind_groups: Mutex<BindGroups>,
     /// Timestamps and costs of launches while profiling.
     profile: Profiler,
+    /// Pipelines of [`SpirvProgram`]s, by the module's address.
+    spirv: Mutex<FxHashMap<usize, Arc<Kernel>>>,
 }
 
 #[derive(Debug, Default)]
@@ -213,6 +230,35 @@ impl PipelineCache {
                 },
                 |c| c.hash,
             );
+        }
+        Ok(kernel)
+    }
+
+    /// The pipeline of `program`, created on first use under the name
+    /// `label`.
+    pub(crate) fn get_spirv(
+        &self,
+        gpu: &Gpu,
+        program: &SpirvProgram,
+        label: &dyn std::fmt::Display,
+    ) -> Result<Arc<Kernel>, GpuError> {
+        let key = program.spirv.as_ptr() as usize;
+        if let Some(k) = self.spirv.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(k);
+        }
+        let pipeline = gpu.create_spirv_pipeline(
+            &label.to_string(),
+            program.spirv,
+            program.entry,
+            program.bindings,
+            program.immediate_size,
+        )?;
+        let kernel = Arc::new(Kernel {
+            pipeline,
+            dynamic: 0,
+        });
+        if let Ok(mut m) = self.spirv.lock() {
+            return Ok(m.entry(key).or_insert(kernel).clone());
         }
         Ok(kernel)
     }

@@ -14,6 +14,32 @@ use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_distinct, expect_shape, to_u32};
 use crate::tensor::{ActDtype, GpuTensor};
 
+/// `conv2d.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    /// Input channels, height and width.
+    cin: u32,
+    h: u32,
+    w: u32,
+    /// Output channels, height and width.
+    cout: u32,
+    hout: u32,
+    wout: u32,
+    ksize: u32,
+    stride: u32,
+    pad_top: u32,
+    pad_left: u32,
+    /// Nearest upsampling factor of the input (1 or 2).
+    up: u32,
+    /// 1 where a residual is added.
+    has_res: u32,
+    /// Tiles of 64 output channels.
+    n_tiles: u32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<Params>() == 64);
+
 const OP: &str = "conv2d";
 /// Output pixels and channels per workgroup (`conv2d.wgsl`'s `TM`, `TN`).
 const TILE: u64 = 64;
@@ -156,21 +182,22 @@ pub fn record_conv2d(
     u("input elements", x.numel())?;
     u("output elements", out.numel())?;
     u("weight elements", cout * kdim)?;
-    let params = kernel::params(&[
-        u("cin", cin)?,
-        u("h", h)?,
-        u("w", w)?,
-        u("cout", cout)?,
-        u("hout", ho)?,
-        u("wout", wo)?,
-        u("ksize", weight.ksize)?,
-        u("stride", geom.stride)?,
-        u("pad_top", top)?,
-        u("pad_left", left)?,
-        u("up", geom.up)?,
-        u32::from(res.is_some()),
-        u("channel tiles", n_tiles)?,
-    ]);
+    let params = Params {
+        cin: u("cin", cin)?,
+        h: u("h", h)?,
+        w: u("w", w)?,
+        cout: u("cout", cout)?,
+        hout: u("hout", ho)?,
+        wout: u("wout", wo)?,
+        ksize: u("ksize", weight.ksize)?,
+        stride: u("stride", geom.stride)?,
+        pad_top: u("pad_top", top)?,
+        pad_left: u("pad_left", left)?,
+        up: u("up", geom.up)?,
+        has_res: u32::from(res.is_some()),
+        n_tiles: u("channel tiles", n_tiles)?,
+        _pad: [0; 3],
+    };
     kernel::record(
         gpu,
         cache,
@@ -179,7 +206,7 @@ pub fn record_conv2d(
             source: CONV2D,
             entry: "conv2d",
             constants: &[("WDT", weight.dtype.code())],
-            params: &params,
+            params: bytemuck::bytes_of(&params),
             bindings: smallvec::smallvec![
                 (1, x.binding()),
                 (2, w_binding),

@@ -14,6 +14,28 @@ use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_distinct, expect_shape, to_u32};
 use crate::tensor::{ActDtype, GpuTensor};
 
+/// `group_norm.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    channels: u32,
+    /// Pixels per channel (height · width).
+    hw: u32,
+    groups: u32,
+    /// Channels per group.
+    cpg: u32,
+    /// Values per statistics chunk, and chunks per group.
+    chunk: u32,
+    n_chunks: u32,
+    /// Elements of the whole input.
+    total: u32,
+    eps: f32,
+    /// 1 where SiLU follows the norm.
+    silu: u32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<Params>() == 48);
+
 const OP: &str = "group_norm";
 /// Values per statistics workgroup (`group_stats`).
 const CHUNK: u64 = 4096;
@@ -102,17 +124,18 @@ pub fn record_group_norm(
     let cpg = c / groups;
     let n_chunks = (cpg * hw).div_ceil(CHUNK);
     let u = |what: &str, v: u64| to_u32(OP, what, v);
-    let params = kernel::params(&[
-        u("channels", c)?,
-        u("hw", hw)?,
-        u("groups", groups)?,
-        u("channels per group", cpg)?,
-        u("chunk", CHUNK)?,
-        u("chunks", n_chunks)?,
-        u("elements", x.numel())?,
-        eps.to_bits(),
-        u32::from(silu),
-    ]);
+    let params = Params {
+        channels: u("channels", c)?,
+        hw: u("hw", hw)?,
+        groups: u("groups", groups)?,
+        cpg: u("channels per group", cpg)?,
+        chunk: u("chunk", CHUNK)?,
+        n_chunks: u("chunks", n_chunks)?,
+        total: u("elements", x.numel())?,
+        eps,
+        silu: u32::from(silu),
+        _pad: [0; 3],
+    };
     let max = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
     if n_chunks > max || b * groups > max {
         return Err(bad(
@@ -137,7 +160,7 @@ pub fn record_group_norm(
                 source: GROUP_NORM,
                 entry,
                 constants: &[],
-                params: &params,
+                params: bytemuck::bytes_of(&params),
                 bindings,
                 groups,
                 act: x.dtype,

@@ -114,14 +114,6 @@ pub(crate) fn expect_distinct(
 /// A kernel's immediates: its `Params` struct as bytes.
 pub(crate) type Immediates = smallvec::SmallVec<[u8; 64]>;
 
-/// A kernel's immediates from `u32` words, little-endian, zero-padded to a
-/// multiple of 16 bytes (every `Params` struct is 16 or 32 bytes).
-pub(crate) fn params(words: &[u32]) -> Immediates {
-    let mut bytes: Immediates = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    bytes.resize(bytes.len().next_multiple_of(16), 0);
-    bytes
-}
-
 /// One compute dispatch: which kernel, its params and its bindings.
 pub(crate) struct Dispatch<'a, 'b> {
     /// WGSL source.

@@ -13,7 +13,7 @@ use crate::device::{Gpu, GpuError};
 use smallvec::SmallVec;
 
 use crate::ops::bindings::DynamicOffsets;
-use crate::ops::cache::{PipelineCache, Program};
+use crate::ops::cache::{Kernel, PipelineCache, Program, SpirvProgram};
 use crate::ops::encoder::Encoder;
 
 pub use crate::ops::profile::Cost;
@@ -26,10 +26,10 @@ pub(crate) type Bindings<'a> = SmallVec<[(u32, wgpu::BindingResource<'a>); 16]>;
 pub(crate) type Constants = SmallVec<[(&'static str, f64); 12]>;
 
 /// One kernel launch.
-pub(crate) struct Launch<'a> {
+pub(crate) struct Launch<'a, P = Program<'a>> {
     /// What runs: module, entry, constants, activation type (the
-    /// pipeline's identity, see [`Program`]).
-    pub program: Program<'a>,
+    /// pipeline's identity, see [`Program`]), or a [`SpirvProgram`].
+    pub program: P,
     /// What the profile and the pipeline's label call it (the op and its
     /// variant): formatted only while profiling or compiling, so pass
     /// `&format_args!(..)` rather than a `String`.
@@ -51,10 +51,32 @@ pub(crate) fn launch(
     gpu: &Gpu,
     cache: &PipelineCache,
     enc: &mut Encoder,
-    l: Launch<'_>,
+    l: Launch<'_, Program<'_>>,
 ) -> Result<(), GpuError> {
     let kernel = cache.get(gpu, &l.program, l.label)?;
-    let bind_group = cache.bind_group(gpu, &kernel, l.label, l.bindings)?;
+    record(gpu, cache, enc, &kernel, &l)
+}
+
+/// [`launch`] of a raw SPIR-V module.
+pub(crate) fn launch_spirv(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    l: Launch<'_, &SpirvProgram>,
+) -> Result<(), GpuError> {
+    let kernel = cache.get_spirv(gpu, l.program, l.label)?;
+    record(gpu, cache, enc, &kernel, &l)
+}
+
+/// Records `l` on `kernel`'s pipeline (its program's).
+fn record<P>(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    kernel: &Kernel,
+    l: &Launch<'_, P>,
+) -> Result<(), GpuError> {
+    let bind_group = cache.bind_group(gpu, kernel, l.label, l.bindings)?;
     let offsets = DynamicOffsets::of(kernel.dynamic, l.bindings);
     let record = |pass: &mut wgpu::ComputePass<'_>| {
         pass.set_pipeline(&kernel.pipeline);

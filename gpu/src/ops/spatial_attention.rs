@@ -15,6 +15,20 @@ use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch, bad, expect_distinct, expect_shape, to_u32};
 use crate::tensor::GpuTensor;
 
+/// `spatial_attention.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    /// Channels (the head width).
+    c: u32,
+    /// Positions (height · width).
+    n: u32,
+    /// The scores' factor, `1/√c`.
+    scale: f32,
+    _pad0: u32,
+}
+const _: () = assert!(size_of::<Params>() == 16);
+
 const OP: &str = "spatial_attention";
 /// Widest channel count (`spatial_attention.wgsl`'s `MAX_C`).
 pub const MAX_CHANNELS: u64 = 512;
@@ -48,11 +62,12 @@ pub fn record_spatial_attention(
     let n = h * w;
     to_u32(OP, "elements", q.numel())?;
     let scale = (1.0 / (c as f64).sqrt()) as f32;
-    let params = kernel::params(&[
-        to_u32(OP, "channels", c)?,
-        to_u32(OP, "positions", n)?,
-        scale.to_bits(),
-    ]);
+    let params = Params {
+        c: to_u32(OP, "channels", c)?,
+        n: to_u32(OP, "positions", n)?,
+        scale,
+        _pad0: 0,
+    };
     let tiles = n.div_ceil(QUERIES);
     let max = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
     if tiles > max || b > max {
@@ -70,7 +85,7 @@ pub fn record_spatial_attention(
             source: SPATIAL_ATTENTION,
             entry: "spatial_attention",
             constants: &[],
-            params: &params,
+            params: bytemuck::bytes_of(&params),
             bindings: smallvec::smallvec![
                 (1, q.binding()),
                 (2, k.binding()),

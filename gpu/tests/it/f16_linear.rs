@@ -14,14 +14,14 @@
 
 use crate::linear_common::{Env, HostLayer, env};
 
-use dynvram_gpu::ActDtype;
-use dynvram_gpu::device::SpreadQuant;
+use dynvram_gpu::device::{SpirvGemm, SpreadQuant};
 use dynvram_gpu::ops::encoder::Encoder;
 use dynvram_gpu::ops::host::{self, round_to};
 use dynvram_gpu::ops::linear::{
     CoopGemmKernel, CoopShape, GEMV_MAX_M, GemmKernel, LinearError, LinearScratch, LinearWeights,
     RecordOptions, coop_unusable, double_unusable, record_linear_with, rows_gemv_max_m,
 };
+use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_quant::reference::{
     Rotation, dequantize_float_weight, epilogue_convrot, epilogue_tensorwise, gemm_f32, int_gemm,
     quantize_act_for, rotate, unpack_int4,
@@ -35,8 +35,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Output, activation codes (column order) and scales of one f16 run.
-struct Run {
-    out: Vec<f32>,
+pub(crate) struct Run {
+    pub(crate) out: Vec<f32>,
     codes: Vec<i8>,
     scales: Vec<f32>,
 }
@@ -46,13 +46,15 @@ impl Env {
         self.run_f16_with(h, choice, x, &RecordOptions::default())
     }
 
-    fn run_f16_with(
+    /// Uploads `h` and `x` (f16), records the linear into an f16 output and
+    /// submits it: the output, or the recording's error.
+    pub(crate) fn record_f16(
         &mut self,
         h: &HostLayer,
         choice: KernelChoice,
         x: &[f32],
         opts: &RecordOptions,
-    ) -> Run {
+    ) -> Result<GpuTensor, LinearError> {
         let w = LinearWeights::upload(&self.gpu, &h.meta, h.bytes()).expect("upload");
         let (n, k) = (w.n, w.k);
         let m = x.len() as u64 / k;
@@ -69,9 +71,20 @@ impl Env {
             &out,
             &mut self.scratch,
             opts,
-        )
-        .expect("record");
+        )?;
         self.gpu.queue.submit([enc.finish()]);
+        Ok(out)
+    }
+
+    pub(crate) fn run_f16_with(
+        &mut self,
+        h: &HostLayer,
+        choice: KernelChoice,
+        x: &[f32],
+        opts: &RecordOptions,
+    ) -> Run {
+        let out = self.record_f16(h, choice, x, opts).expect("record");
+        let (m, k) = (out.shape[0], h.meta.k as u64);
         let y = host::read(&self.gpu, &out).expect("read out");
         // Only a quantization launch or the spread coding kernel leaves
         // codes (small M makes them in the GEMV unless asked otherwise).
@@ -91,7 +104,7 @@ impl Env {
 }
 
 /// The module's tolerance rule.
-fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
+pub(crate) fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
     assert_eq!(y.len(), e.len(), "{what}: lengths");
     let delta = rel * e.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let mut worst = 0.0f32;
@@ -109,7 +122,7 @@ fn assert_f16_close(what: &str, y: &[f32], e: &[f32], rel: f32) {
 
 /// [`activations`] rounded to f16: the reference sees exactly what the GPU
 /// holds.
-fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
+pub(crate) fn random_x(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
     let x = activations(rng, m, k);
     x.iter().map(|&v| round_to(v, ActDtype::F16)).collect()
 }
@@ -253,8 +266,10 @@ fn float_coop_gemm_matches_the_reference() {
         return;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(19);
+    // The WGSL kernels, also where the SPIR-V ones would run.
     let coop = RecordOptions {
         gemm: GemmKernel::Coop,
+        spirv_gemm: Some(SpirvGemm::Off),
         ..Default::default()
     };
     let formats = [
@@ -296,22 +311,9 @@ fn float_coop_gemm_matches_the_reference() {
         !env.scratch.last_used_coop(),
         "f32 weights took the coop GEMM"
     );
-    let w = LinearWeights::upload(&env.gpu, &h.meta, h.bytes()).expect("upload");
-    let xt = host::upload(&env.gpu, "x", &x, vec![40, 64], ActDtype::F16).expect("x");
-    let out = host::zeros(&env.gpu, "out", vec![40, 20], ActDtype::F16).expect("out");
-    let mut enc = Encoder::new(&env.gpu.device, "test");
-    let err = record_linear_with(
-        &env.gpu,
-        &env.cache,
-        &mut enc,
-        &w,
-        KernelChoice::Float,
-        &xt,
-        &out,
-        &mut env.scratch,
-        &coop,
-    )
-    .expect_err("forced coop on f32 weights");
+    let err = env
+        .record_f16(&h, KernelChoice::Float, &x, &coop)
+        .expect_err("forced coop on f32 weights");
     assert!(err.to_string().contains("f32 weights"), "{err}");
 }
 
@@ -337,6 +339,7 @@ fn float_coop_double_gemm_matches_the_reference() {
     let double = RecordOptions {
         gemm: GemmKernel::Coop,
         coop_gemm: Some(CoopGemmKernel::Double),
+        spirv_gemm: Some(SpirvGemm::Off),
         ..Default::default()
     };
     let shapes = [

@@ -29,6 +29,7 @@ mod ops_rope;
 mod ops_tiny_llama;
 mod ops_vae;
 mod pipeline_cache;
+mod spirv_gemm;
 mod staging_ring;
 mod upload_bench;
 

@@ -948,7 +948,7 @@ fn float_models_reserve_no_linear_scratch() {
     let k = c.hidden_size + c.mlp_hidden();
     assert_eq!(
         dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, k) - acts,
-        2 * rows * k as u64 * 4
+        dynvram_runtime::ops::linear::integer_scratch_bytes(rows, k as u64)
     );
 }
 

@@ -8,6 +8,7 @@
 mod common;
 mod copy_queue;
 mod faults;
+mod immediates;
 mod lora;
 mod module_cycles;
 mod multi_model;

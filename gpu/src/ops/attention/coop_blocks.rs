@@ -60,17 +60,54 @@ pub(super) struct BlockLaunch<'a> {
     pub constants: &'a [(&'static str, f64)],
     /// Query rows per workgroup.
     pub rows: u64,
-    /// The scores' factor (parameter word 6).
+    /// The scores' factor (`Params::scale`, the one-walk kernel's `scale2`).
     pub scale: f32,
-    /// Parameter words after the causal flag.
-    pub extra: &'a [u32],
+    /// Which kernel's `Params` the launch takes.
+    pub params: FlashParamsOf,
 }
+
+/// Which flash kernel's `Params` a launch fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FlashParamsOf {
+    /// `flash_attention_two_walk.wgsl`'s: [`FlashParams`].
+    TwoWalk,
+    /// `flash_attention.wgsl`'s: [`OneWalkParams`].
+    OneWalk,
+}
+
+/// `flash_attention_two_walk.wgsl`'s `Params`, field for field; the first
+/// eight fields of `flash_attention.wgsl`'s.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FlashParams {
+    sq: u32,
+    n_heads: u32,
+    n_kv: u32,
+    skv: u32,
+    kv_len: u32,
+    pos0: u32,
+    scale: f32,
+    /// 1: query row r sees keys `0..=pos0 + r`; 0: every key `0..kv_len`.
+    causal: u32,
+}
+const _: () = assert!(size_of::<FlashParams>() == 32);
+
+/// `flash_attention.wgsl`'s `Params`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct OneWalkParams {
+    common: FlashParams,
+    /// 1.0, which no compiler can fold (a matrix multiplied by it is in
+    /// registers from there on).
+    one: f32,
+    _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<OneWalkParams>() == 48);
 
 /// Launches a flash kernel: one workgroup per head (x) and block of
 /// `l.rows` query rows of each batch element (y), checked against the
 /// adapter's workgroups per dimension; q, k, v and out at bindings 1 to 4;
-/// the parameters sq, n_heads, n_kv_heads, kv_rows, kv_len, pos0, the
-/// scale, the causal flag, then `l.extra`.
+/// the kernel's `Params` from `heads`, `span` and `l`.
 pub(super) fn launch_blocks(
     gpu: &Gpu,
     cache: &PipelineCache,
@@ -82,18 +119,25 @@ pub(super) fn launch_blocks(
 ) -> Result<(), GpuError> {
     let op = l.op;
     let Operands { q, k, v, out } = *ops;
-    let mut words: smallvec::SmallVec<[u32; 16]> = smallvec::smallvec![
-        to_u32(op, "sq", span.sq)?,
-        to_u32(op, "n_heads", heads.n_heads)?,
-        to_u32(op, "n_kv_heads", heads.n_kv_heads)?,
-        to_u32(op, "kv_rows", span.kv_rows)?,
-        to_u32(op, "kv_len", span.kv_len)?,
-        to_u32(op, "pos0", span.pos0)?,
-        l.scale.to_bits(),
-        u32::from(span.causal),
-    ];
-    words.extend_from_slice(l.extra);
-    let params = crate::ops::kernel::params(&words);
+    let common = FlashParams {
+        sq: to_u32(op, "sq", span.sq)?,
+        n_heads: to_u32(op, "n_heads", heads.n_heads)?,
+        n_kv: to_u32(op, "n_kv_heads", heads.n_kv_heads)?,
+        skv: to_u32(op, "kv_rows", span.kv_rows)?,
+        kv_len: to_u32(op, "kv_len", span.kv_len)?,
+        pos0: to_u32(op, "pos0", span.pos0)?,
+        scale: l.scale,
+        causal: u32::from(span.causal),
+    };
+    let one_walk = OneWalkParams {
+        common,
+        one: 1.0,
+        _pad: [0; 3],
+    };
+    let params = match l.params {
+        FlashParamsOf::TwoWalk => bytemuck::bytes_of(&common),
+        FlashParamsOf::OneWalk => bytemuck::bytes_of(&one_walk),
+    };
     let blocks = span.batch * span.sq.div_ceil(l.rows);
     let max_groups = u64::from(gpu.device.limits().max_compute_workgroups_per_dimension);
     if heads.n_heads > max_groups || blocks > max_groups {
@@ -123,7 +167,7 @@ pub(super) fn launch_blocks(
                 (3, v.binding()),
                 (4, out.binding()),
             ],
-            immediates: &params,
+            immediates: params,
             groups: (
                 to_u32(op, "n_heads", heads.n_heads)?,
                 to_u32(op, "query blocks", blocks)?,

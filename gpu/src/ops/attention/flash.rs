@@ -291,7 +291,7 @@ pub(super) fn record(
             constants: &[],
             rows: u64::from(tuning.rows),
             scale: scale2,
-            extra: &[1f32.to_bits()],
+            params: super::coop_blocks::FlashParamsOf::OneWalk,
         },
         ops,
         heads,

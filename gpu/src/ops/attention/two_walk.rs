@@ -105,7 +105,7 @@ pub(super) fn record(
             constants: &constants,
             rows: u64::from(nsg * edge),
             scale,
-            extra: &[],
+            params: super::coop_blocks::FlashParamsOf::TwoWalk,
         },
         ops,
         heads,

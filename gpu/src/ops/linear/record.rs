@@ -12,6 +12,7 @@ use crate::tensor::GpuTensor;
 
 use super::{LinearError, LinearScratch, LinearWeights};
 
+mod cm2;
 mod coop;
 mod float;
 mod fold;
@@ -25,6 +26,9 @@ mod options;
 mod recorder;
 mod spec;
 mod spread;
+pub use cm2::{
+    Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_weights_of,
+};
 pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,

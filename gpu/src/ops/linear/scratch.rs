@@ -38,6 +38,8 @@ pub struct LinearScratch {
     /// The cooperative-matrix GEMM kernel and shape the last recorded
     /// linear ran, if it ran that GEMM.
     coop: Option<(CoopShape, CoopGemmKernel)>,
+    /// The SPIR-V GEMM the last recorded linear ran, if it ran one.
+    spirv: Option<&'static str>,
 }
 
 /// Scratch buffers up to this size grow geometrically (see `ensure`).
@@ -205,10 +207,10 @@ impl LinearScratch {
         self.dispatches = count;
     }
 
-    /// The last recorded linear multiplied on cooperative matrices (its
-    /// activation codes are in column order).
+    /// The last recorded linear multiplied on cooperative matrices, WGSL or
+    /// SPIR-V (its activation codes are in column order).
     pub fn last_used_coop(&self) -> bool {
-        self.coop.is_some()
+        self.coop.is_some() || self.spirv.is_some()
     }
 
     /// The workgroup shape of the cooperative-matrix GEMM the last recorded
@@ -225,6 +227,18 @@ impl LinearScratch {
 
     pub(super) fn set_coop(&mut self, coop: Option<(CoopShape, CoopGemmKernel)>) {
         self.coop = coop;
+        self.spirv = None;
+    }
+
+    /// The SPIR-V cooperative-matrix-2 GEMM (its kernel's name) the last
+    /// recorded linear ran, if it ran one.
+    pub fn last_spirv_gemm(&self) -> Option<&'static str> {
+        self.spirv
+    }
+
+    pub(super) fn set_spirv(&mut self, name: &'static str) {
+        self.coop = None;
+        self.spirv = Some(name);
     }
 
     /// The attention's split-K partials (f32), at least `bytes` long.

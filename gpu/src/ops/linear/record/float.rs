@@ -1,15 +1,17 @@
 //! The float kernels' sequence for one layer: the GEMV, the multi-row
-//! GEMV, the tiled GEMM or the cooperative GEMM, weights decoded in-shader.
+//! GEMV, the tiled GEMM, the cooperative GEMM or the SPIR-V
+//! cooperative-matrix-2 GEMM, weights decoded in-shader.
 
 use dynvram_shaders::linear as shaders;
 
+use super::cm2::{self, Cm2Kernel};
 use super::coop::float_coop_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
-use super::recorder::{GEMM_TILE, Recorder, buf, coop_ran, region, rows_grid};
+use super::recorder::{GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::Constants;
+use crate::ops::launch::{Bindings, Constants};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::GpuTensor;
 
@@ -30,6 +32,10 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
+        if let Some(kernel) = self.float_cm2_chosen()? {
+            scratch.set_spirv(kernel.gemm.name);
+            return self.float_cm2(encoder, kernel, x, out, &dummy);
+        }
         let coop = self.coop_chosen(|caps| {
             float_coop_unusable(caps, self.weights.format, self.act, self.coop)
         })?;
@@ -77,11 +83,7 @@ impl Recorder<'_> {
                 self.float_gemv_rows(encoder, &c, shape, wfmt, ops)?;
                 continue;
             }
-            let groups = if gemv {
-                rows_grid(c.rows)
-            } else {
-                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
-            };
+            let groups = self.chunk_groups(&c, tile);
             let params = self.gemm_params(&c);
             let cost = self.chunk_cost(&c, x.bytes());
             if double.is_some() {
@@ -115,6 +117,55 @@ impl Recorder<'_> {
                 groups,
                 cost,
             )?;
+        }
+        Ok(())
+    }
+
+    /// The float layer's SPIR-V GEMM ([`Self::cm2_chosen`]), or with
+    /// `RecordOptions::spirv_check` the check kernel past the GEMVs (an
+    /// error where it cannot run).
+    fn float_cm2_chosen(&self) -> Result<Option<Cm2Kernel>, LinearError> {
+        let (format, act) = (self.weights.format, self.act);
+        if self.spirv_check && self.m > GEMV_MAX_M && self.gemv.is_none() {
+            let passthrough =
+                (self.gpu.device.features()).contains(wgpu::Features::PASSTHROUGH_SHADERS);
+            return cm2::linear_check(passthrough, format, act)
+                .map(Some)
+                .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
+        }
+        Ok(self.cm2_chosen(cm2::float_weights(format, act)))
+    }
+
+    /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
+    /// weight chunk, with the bindings of the WGSL float GEMM (flag bit 0:
+    /// add the bias).
+    fn float_cm2(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        dummy: &wgpu::Buffer,
+    ) -> Result<(), LinearError> {
+        for c in self.chunks()? {
+            let scale = self
+                .weights
+                .scale
+                .as_ref()
+                .map_or(buf(dummy, 0, 16), region);
+            let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+            let bindings: Bindings<'_> = (0..)
+                .zip([
+                    buf(c.buffer, c.offset, c.size),
+                    scale,
+                    bias,
+                    x.binding(),
+                    out.binding(),
+                ])
+                .collect();
+            let flags = u32::from(self.weights.bias.is_some());
+            let cost = self.chunk_cost(&c, x.bytes());
+            self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
         }
         Ok(())
     }

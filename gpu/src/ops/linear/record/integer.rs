@@ -1,9 +1,11 @@
 //! The integer kernels' sequence for one layer: rotation and activation
 //! quantization (or codes left by the linear before, or the spread
-//! quantization), then the GEMV, the tiled GEMM or the cooperative GEMM.
+//! quantization), then the GEMV, the tiled GEMM, the cooperative GEMM or
+//! the SPIR-V cooperative-matrix-2 GEMM.
 
 use dynvram_shaders::linear as shaders;
 
+use super::cm2;
 use super::coop::coop_gemm_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
@@ -13,7 +15,7 @@ use super::recorder::{
 };
 use super::spec::{ActCodes, CodesKey, IntEpilogue, IntPath};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Constants, Cost};
+use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -90,17 +92,25 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
-        let coop = self.coop_chosen(|caps| {
-            coop_gemm_unusable(
-                caps,
-                self.weights.k,
-                int.codes == ActCodes::Int4,
-                int.w4,
-                self.coop,
-            )
-        })?;
+        let cm2 = self.cm2_chosen(cm2::int_weights(int.w4, self.act, raw));
+        let coop = cm2.is_none()
+            && self.coop_chosen(|caps| {
+                coop_gemm_unusable(
+                    caps,
+                    self.weights.k,
+                    int.codes == ActCodes::Int4,
+                    int.w4,
+                    self.coop,
+                )
+            })?;
         let double = coop.then(|| self.double_shape(None, int.w4)).flatten();
         scratch.set_coop(coop.then(|| coop_ran(self.coop, double)));
+        if let Some(k) = cm2 {
+            scratch.set_spirv(k.gemm.name);
+        }
+        // The cooperative GEMMs read codes in natural column order; dot4
+        // pairs int4 weights' even and odd columns.
+        let natural = coop || cm2.is_some();
         let epi = if raw {
             IntEpilogue::RawAccumulator
         } else {
@@ -114,7 +124,7 @@ impl Recorder<'_> {
             x: (x.buffer.as_ref().clone(), x.offset),
             codes: int.codes,
             group: int.group,
-            perm8: int.w4 && !coop,
+            perm8: int.w4 && !natural,
             m,
             k,
             norm: self.fold.norm.map(|n| n.key()),
@@ -125,7 +135,7 @@ impl Recorder<'_> {
         // taken as they are; else small M spreads the quantization.
         if let Some(s) = self
             .spread_shape(int.group.unwrap_or(1))
-            .filter(|_| !coop && !reuse)
+            .filter(|_| !natural && !reuse)
         {
             return self.integer_spread(encoder, int, fast, s, x, out, scratch, epi);
         }
@@ -195,9 +205,7 @@ impl Recorder<'_> {
         } else {
             shaders::ACT_QUANT
         };
-        // The dot4 kernels pair int4 weights' even/odd columns; the
-        // cooperative one decodes them in order.
-        let quant_constants = int.quant_constants(int.w4 && !coop);
+        let quant_constants = int.quant_constants(int.w4 && !natural);
         let quant_params = QuantParams {
             rows: m as u32,
             k: k as u32,
@@ -292,13 +300,27 @@ impl Recorder<'_> {
                 self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
                 continue;
             }
-            let groups = if gemv {
-                rows_grid(c.rows)
-            } else {
-                (c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32)
-            };
+            let groups = self.chunk_groups(&c, tile);
             let params = self.gemm_params(&c);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
+            // The integer linears' bindings, from 0.
+            let numbered = [
+                buf(c.buffer, c.offset, c.size),
+                region(scale),
+                bias.clone(),
+                buf(&codes, 0, m * kw * 4),
+                buf(&scales, 0, m * 4),
+                out.binding(),
+            ];
+            if let Some(kernel) = cm2 {
+                // Bit 1: acc · (s_x · s_w); bit 2: a weight scale per row.
+                let flags = u32::from(has_bias)
+                    | u32::from(epi == IntEpilogue::TensorScale) << 1
+                    | u32::from(int.per_row_scale) << 2;
+                let bindings: Bindings<'_> = (0..).zip(numbered).collect();
+                self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
+                continue;
+            }
             if double.is_some() {
                 // The weights and codes as 16-byte words (bindings 6 and
                 // 7), not as the u32 words of bindings 0 and 3.
@@ -316,21 +338,7 @@ impl Recorder<'_> {
                 continue;
             }
             self.dispatch(
-                encoder,
-                name,
-                source,
-                &constants,
-                [
-                    buf(c.buffer, c.offset, c.size),
-                    region(scale),
-                    bias,
-                    buf(&codes, 0, m * kw * 4),
-                    buf(&scales, 0, m * 4),
-                    out.binding(),
-                ],
-                params,
-                groups,
-                cost,
+                encoder, name, source, &constants, numbered, params, groups, cost,
             )?;
         }
         Ok(())

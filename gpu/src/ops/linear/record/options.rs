@@ -2,9 +2,11 @@
 
 use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
 use super::gemv_shape::GemvShape;
-use crate::device::SpreadQuant;
+use crate::device::{SpirvGemm, SpreadQuant};
 
 /// Knobs for tests and tools; [`record_linear`] uses the defaults.
+///
+/// [`record_linear`]: super::record_linear
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RecordOptions {
     /// Integer kernels write the raw `i32` accumulator's bits into `out`
@@ -35,13 +37,32 @@ pub struct RecordOptions {
     /// `GpuOptions::quant_wgs` (for tuning; a power of two in 64..=1024).
     pub quant_wgs: Option<u32>,
     /// Integer GEMVs at decode sizes read codes a quantization launch wrote
-    /// ([`LinearScratch::act_codes`] then holds them) even where they would
+    /// ([`LinearScratch::act_codes`](crate::ops::linear::LinearScratch::act_codes) then holds them) even where they would
     /// make them from spread-rotated rows (`GpuOptions::spread_quant`);
     /// wins over [`Self::spread_quant`].
+    ///
+    /// [`LinearScratch::act_codes`]: crate::ops::linear::LinearScratch::act_codes
     pub quantize_apart: bool,
     /// The spread quantization's mode instead of the device's
     /// `GpuOptions::spread_quant` (tests and tools comparing the modes on
     /// one device). Whether a fold is usable still follows the device's
     /// ([`fold_unusable`]): a folded norm with this `Off` is an error.
+    ///
+    /// [`fold_unusable`]: super::fold_unusable
     pub spread_quant: Option<SpreadQuant>,
+    /// Whether float GEMMs may take the SPIR-V cooperative-matrix-2 kernels,
+    /// instead of the device's `GpuOptions::spirv_gemm` (tests and tools
+    /// comparing them with the WGSL kernels; `Auto` still needs the device
+    /// to have enabled the extension).
+    pub spirv_gemm: Option<SpirvGemm>,
+    /// The SPIR-V GEMM of this name (`dynvram_shaders::spirv::CM2_GEMMS`)
+    /// instead of the first that fits (tests of every kernel, tuning; where
+    /// it cannot run this layer, the WGSL kernels run).
+    pub cm2_kernel: Option<&'static str>,
+    /// Float GEMMs past the GEMVs run the SPIR-V launch path's check kernel
+    /// (`dynvram_shaders::spirv::LINEAR_CHECK`: a plain linear, f16 weights
+    /// and activations) where the device takes raw SPIR-V, an error
+    /// elsewhere (tests of that path where the cooperative-matrix-2 GEMMs
+    /// cannot run).
+    pub spirv_check: bool,
 }

@@ -6,14 +6,15 @@
 use std::cell::Cell;
 use std::num::NonZeroU64;
 
+use super::cm2::{self, Cm2Kernel, Cm2Params};
 use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
 use super::gemv_shape::{GEMV_MAX_M, GemvShape};
-use crate::device::{Gpu, SpreadQuant};
+use crate::device::{Gpu, GpuError, SpirvGemm, SpreadQuant};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch};
+use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch, launch_spirv};
 use crate::ops::linear::{LinearError, LinearWeights, Region};
 use crate::tensor::ActDtype;
 use dynvram_quant::Format;
@@ -62,6 +63,12 @@ pub(super) struct Recorder<'a> {
     pub(super) coop_asked: Option<CoopShape>,
     /// The cooperative-matrix GEMM kernel asked for.
     pub(super) coop_gemm: CoopGemmKernel,
+    /// [`RecordOptions::spirv_gemm`].
+    pub(super) spirv_gemm: SpirvGemm,
+    /// [`RecordOptions::cm2_kernel`].
+    pub(super) cm2_kernel: Option<&'static str>,
+    /// [`RecordOptions::spirv_check`].
+    pub(super) spirv_check: bool,
     /// [`RecordOptions::reuse_codes`].
     pub(super) reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
@@ -77,8 +84,9 @@ pub(super) struct Recorder<'a> {
     pub(super) dispatches: &'a Cell<u32>,
 }
 
-/// `Params` of `linear_int_common.wgsl` and `linear_float_common.wgsl`:
-/// the GEMVs' and GEMMs' immediates, field for field.
+/// `linear_int_common.wgsl`'s `Params` and `linear_float_common.wgsl`'s
+/// `Params` (the GEMVs' and GEMMs' immediates), field for field but the
+/// last, which is `one_bits` in the one and `eps_bits` in the other.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct GemmParams {
@@ -100,8 +108,9 @@ pub(super) struct GemmParams {
 }
 const _: () = assert!(size_of::<GemmParams>() == 32);
 
-/// `QuantParams` of `linear_act_codes.wgsl` (the activation quantization,
-/// the rotate/quantize and add/norm/quantize kernels, the spread codes).
+/// `linear_act_codes.wgsl`'s `QuantParams` (the activation quantization,
+/// the rotate/quantize and add/norm/quantize kernels, the spread codes),
+/// field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct QuantParams {
@@ -115,7 +124,7 @@ pub(super) struct QuantParams {
 }
 const _: () = assert!(size_of::<QuantParams>() == 32);
 
-/// `Params` of `linear_rotate.wgsl`.
+/// `linear_rotate.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct RotateParams {
@@ -125,7 +134,7 @@ pub(super) struct RotateParams {
 }
 const _: () = assert!(size_of::<RotateParams>() == 32);
 
-/// `Params` of `linear_rotate_max.wgsl`.
+/// `linear_rotate_max.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct RotateMaxParams {
@@ -221,17 +230,37 @@ impl Recorder<'_> {
         groups: (u32, u32),
         cost: Cost,
     ) -> Result<(), LinearError> {
-        launch(
+        let program = Program {
+            source,
+            entry: "main",
+            constants,
+            act: self.act,
+        };
+        self.run(
+            encoder, program, name, bindings, params, groups, cost, launch,
+        )
+    }
+
+    /// Records one launch of `program` through `via` (`launch` or
+    /// `launch_spirv`) and counts it.
+    #[allow(clippy::too_many_arguments)]
+    fn run<P>(
+        &self,
+        encoder: &mut Encoder,
+        program: P,
+        name: &'static str,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        params: impl bytemuck::Pod,
+        groups: (u32, u32),
+        cost: Cost,
+        via: impl FnOnce(&Gpu, &PipelineCache, &mut Encoder, Launch<'_, P>) -> Result<(), GpuError>,
+    ) -> Result<(), LinearError> {
+        via(
             self.gpu,
             self.cache,
             encoder,
             Launch {
-                program: Program {
-                    source,
-                    entry: "main",
-                    constants,
-                    act: self.act,
-                },
+                program,
                 label: &LaunchLabel {
                     kernel: name,
                     rec: self,
@@ -287,6 +316,81 @@ impl Recorder<'_> {
             n1: 0,
             n2: 0,
             last_bits: 0,
+        }
+    }
+
+    /// The immediates of a SPIR-V GEMM launch over chunk `c` with `flags`
+    /// ([`Cm2Params::flags`]).
+    pub(super) fn cm2_params(&self, c: &Chunk<'_>, flags: u32) -> Cm2Params {
+        Cm2Params {
+            m: self.m as u32,
+            n: c.rows as u32,
+            k: self.weights.k as u32,
+            n_base: c.first_row as u32,
+            out_stride: self.weights.n as u32,
+            flags,
+            _pad: [0; 2],
+        }
+    }
+
+    /// The SPIR-V GEMM this layer takes: never at GEMV sizes, when the tiled
+    /// GEMM or no SPIR-V is asked for, or where the device has not enabled
+    /// `VK_NV_cooperative_matrix2` with every feature; else the first kernel
+    /// of `weights` (none: the layer has no SPIR-V kernel) that fits the
+    /// device (the WGSL kernels where none does). Formats nothing: every
+    /// prefill linear asks ([`cm2::cm2_gemm`] and [`cm2::cm2_int_gemm`] say
+    /// why not).
+    pub(super) fn cm2_chosen(
+        &self,
+        weights: Option<dynvram_shaders::spirv::Cm2Weights>,
+    ) -> Option<Cm2Kernel> {
+        if self.m <= GEMV_MAX_M
+            || self.gemv.is_some()
+            || self.gemm == GemmKernel::Tiled
+            || self.spirv_gemm == SpirvGemm::Off
+        {
+            return None;
+        }
+        cm2::fitting(self.gpu.cm2()?, weights?, self.cm2_kernel)
+    }
+
+    /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
+    /// linears' `bindings` (the chunk's weights first) and `flags`.
+    pub(super) fn launch_cm2(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        c: &Chunk<'_>,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        flags: u32,
+        cost: Cost,
+    ) -> Result<(), LinearError> {
+        let g = kernel.gemm;
+        let params = self.cm2_params(c, flags);
+        let groups = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
+        self.run(
+            encoder,
+            kernel.program,
+            g.name,
+            bindings,
+            params,
+            groups,
+            cost,
+            launch_spirv,
+        )
+    }
+
+    /// The workgroups over chunk `c` of the one-row GEMV (M up to
+    /// [`GEMV_MAX_M`]: one per weight row) or of a GEMM of output tile
+    /// `tile` (rows of M, weight rows).
+    pub(super) fn chunk_groups(&self, c: &Chunk<'_>, tile: (u64, u64)) -> (u32, u32) {
+        if self.m <= GEMV_MAX_M {
+            rows_grid(c.rows)
+        } else {
+            (
+                c.rows.div_ceil(tile.1) as u32,
+                self.m.div_ceil(tile.0) as u32,
+            )
         }
     }
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The SPIR-V cooperative-matrix-2 GEMM (shaders/spirv/, issue 30 item 3) on
+# the lent NVIDIA GPU, in one run of under 6 minutes:
+#   1. `dynvram probe`: which path each GEMM takes there, and why;
+#   2. its reference tests (`.dev/gpu_tests spirv_gemm::`, with the extension
+#      required: DYNVRAM_REQUIRE_SPIRV=1) and the WGSL float GEMM tests beside;
+#   3. `dynvram --json bench linear` at FLUX.1's shapes and K3, bf16 and int4
+#      weights, f16 activations, cooperative GEMMs: with the SPIR-V path, then
+#      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
+#   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
+#      named (`--cm2-kernels`): 64 against 32 K columns a step, and the
+#      smaller bf16 tile.
+# Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
+# spirv_bench_{spirv,wgsl,kernels}.json.
+#
+#   bash bench/prepare.sh         # here: .dev/dynvram, .dev/gpu_tests, .gl
+#   bash bench/spirv_check.sh     # on the GPU machine, from the checkout root
+#
+# Settings: DYNVRAM (.dev/dynvram), TESTS (.dev/gpu_tests), SHAPES and
+# KERNEL_SHAPES (steps 3 and 4), FORMATS (bf16,w4a4), REPS (10), OUT
+# (bench-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+d=${DYNVRAM:-.dev/dynvram}
+tests=${TESTS:-.dev/gpu_tests}
+out=${OUT:-bench-out}
+mkdir -p "$out"
+source bench/gpu_env.sh
+step() { echo "=== $* ($(date -u +%T))"; }
+
+step "probe: the GEMMs' path per weight format"
+timeout 15 "$d" probe --backend vulkan > "$out/spirv_probe.txt" 2>&1
+grep -E "^[^ ]|cooperative|float GEMM|integer GEMM" "$out/spirv_probe.txt" | cut -c1-300
+# The figures the chooser reads (features, limits, the flexible shapes).
+timeout 15 "$d" --json probe --backend vulkan > "$out/spirv_probe.json" 2>&1
+
+step "reference tests: spirv_gemm:: (extension required), f16_linear::float"
+DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=1 \
+  timeout 90 "$tests" spirv_gemm:: f16_linear::float --nocapture > "$out/spirv_tests.txt" 2>&1
+echo "tests exit status $?"
+grep -E "panicked|failed|^test |test result|skipped|gemm_cm2.*worst|equal to dot4" "$out/spirv_tests.txt" | cut -c1-300
+
+shapes=${SHAPES:-4608x9216x3072,4608x12288x3072,4608x21504x3072,4608x3072x12288,4608x3072x15360,4096x12288x3072}
+table() {
+  python3 - "$1" 2>/dev/null <<'EOF' || cat "$1"
+import json, sys
+for f in json.load(open(sys.argv[1])):
+    print(f"{f['format']:<6} {f['m']:>5}x{f['n']:>5}x{f['k']:>5}  {f['ms']:8.3f} ms  {f['tflops']:7.1f} TFLOP/s  {f['kernel']}")
+EOF
+}
+for path in spirv wgsl; do
+  step "bench linear, $path path"
+  spirv=auto
+  [ "$path" = wgsl ] && spirv=off
+  DYNVRAM_SPIRV_GEMM=$spirv timeout 80 "$d" --json bench linear --backend vulkan \
+    --shapes "$shapes" --formats "${FORMATS:-bf16,w4a4}" --f16 --gemm coop \
+    --reps "${REPS:-10}" --copy-size 0 > "$out/spirv_bench_$path.json" 2> "$out/spirv_bench_$path.err"
+  echo "bench exit status $?"
+  tail -3 "$out/spirv_bench_$path.err" | cut -c1-300
+  table "$out/spirv_bench_$path.json"
+done
+
+step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
+timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
+  --formats bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+  --cm2-kernels gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32 \
+  > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
+echo "bench exit status $?"
+tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
+table "$out/spirv_bench_kernels.json"

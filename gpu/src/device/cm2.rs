@@ -1,0 +1,368 @@
+//! NVIDIA's cooperative matrices 2 (`VK_NV_cooperative_matrix2`): what an
+//! adapter offers of them ([`Cm2Caps`]) and the feature struct a device
+//! opened by [`super::device_open`] enables, for the SPIR-V GEMM
+//! (`shaders/spirv/`; wgpu knows nothing of the extension, so this reads
+//! the Vulkan structs itself: ash 0.38 predates them).
+
+/// One supported combination of workgroup-scope (or other) flexible matrix
+/// dimensions (`VkCooperativeMatrixFlexibleDimensionsPropertiesNV`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FlexibleDims {
+    /// Rows of A, C and the result must be multiples of this.
+    pub m_granularity: u32,
+    /// Columns of B, C and the result must be multiples of this.
+    pub n_granularity: u32,
+    /// Columns of A and rows of B must be multiples of this.
+    pub k_granularity: u32,
+    /// `VkComponentTypeKHR` of A, B, C and the result (0: f16, 1: f32, 3:
+    /// int8, 5: int32).
+    pub types: [i32; 4],
+    /// `VkScopeKHR` (2: workgroup, 3: subgroup).
+    pub scope: i32,
+    /// Invocations of the workgroup for workgroup scope.
+    pub workgroup_invocations: u32,
+}
+
+/// `VkComponentTypeKHR` of f16.
+pub const COMPONENT_F16: i32 = 0;
+/// `VkComponentTypeKHR` of f32.
+pub const COMPONENT_F32: i32 = 1;
+/// `VkComponentTypeKHR` of int8.
+pub const COMPONENT_S8: i32 = 3;
+/// `VkComponentTypeKHR` of int32.
+pub const COMPONENT_S32: i32 = 5;
+/// `VkScopeKHR` of a workgroup.
+pub const SCOPE_WORKGROUP: i32 = 2;
+
+/// What an adapter offers of `VK_NV_cooperative_matrix2`, and the limits
+/// the SPIR-V GEMM's tiles must fit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Cm2Caps {
+    /// Vulkan 1.3 on the instance and the device (the kernels are SPIR-V
+    /// 1.6, which the extension requires).
+    pub vulkan_1_3: bool,
+    /// `cooperativeMatrixWorkgroupScope`.
+    pub workgroup_scope: bool,
+    /// `cooperativeMatrixFlexibleDimensions`.
+    pub flexible_dimensions: bool,
+    /// `cooperativeMatrixPerElementOperations` (the bias epilogue).
+    pub per_element_operations: bool,
+    /// `cooperativeMatrixTensorAddressing`.
+    pub tensor_addressing: bool,
+    /// `cooperativeMatrixConversions`.
+    pub conversions: bool,
+    /// `cooperativeMatrixWorkgroupScopeMaxWorkgroupSize`.
+    pub max_workgroup_size: u32,
+    /// `cooperativeMatrixFlexibleDimensionsMaxDimension`.
+    pub max_dimension: u32,
+    /// `cooperativeMatrixWorkgroupScopeReservedSharedMemory`: the driver's
+    /// staging, out of `maxComputeSharedMemorySize`.
+    pub reserved_shared_memory: u32,
+    /// `maxComputeSharedMemorySize`.
+    pub max_shared_memory: u32,
+    /// The subgroup size (`VkPhysicalDeviceSubgroupProperties`): a
+    /// workgroup-scope kernel's invocations must be a power-of-two multiple
+    /// of it (VUID-VkPipelineShaderStageCreateInfo-module-10169).
+    pub subgroup_size: u32,
+    /// The flexible-dimension combinations the driver lists.
+    pub flexible: Vec<FlexibleDims>,
+}
+
+impl Cm2Caps {
+    /// The features the GEMM needs that are missing, by their Vulkan names
+    /// (empty: all there).
+    pub fn missing_features(&self) -> Vec<&'static str> {
+        [
+            (self.vulkan_1_3, "Vulkan 1.3"),
+            (self.workgroup_scope, "cooperativeMatrixWorkgroupScope"),
+            (
+                self.flexible_dimensions,
+                "cooperativeMatrixFlexibleDimensions",
+            ),
+            (
+                self.per_element_operations,
+                "cooperativeMatrixPerElementOperations",
+            ),
+            (self.tensor_addressing, "cooperativeMatrixTensorAddressing"),
+        ]
+        .into_iter()
+        .filter(|(has, _)| !has)
+        .map(|(_, name)| name)
+        .collect()
+    }
+
+    /// Every feature the GEMM needs is there ([`Self::missing_features`]
+    /// empty), without allocating.
+    pub fn complete(&self) -> bool {
+        self.vulkan_1_3
+            && self.workgroup_scope
+            && self.flexible_dimensions
+            && self.per_element_operations
+            && self.tensor_addressing
+    }
+
+    /// Shared memory a workgroup-scope kernel may declare itself.
+    pub fn shared_memory_left(&self) -> u32 {
+        self.max_shared_memory
+            .saturating_sub(self.reserved_shared_memory)
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+pub(super) use imp::{Cm2Features, query};
+
+#[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+mod imp {
+    use std::ffi::{CStr, c_void};
+
+    use ash::vk;
+
+    use super::{Cm2Caps, FlexibleDims};
+
+    /// The extension's name.
+    pub(crate) const NAME: &CStr = c"VK_NV_cooperative_matrix2";
+
+    /// `VkPhysicalDeviceCooperativeMatrix2FeaturesNV`.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Cm2Features {
+        s_type: vk::StructureType,
+        p_next: *mut c_void,
+        workgroup_scope: vk::Bool32,
+        flexible_dimensions: vk::Bool32,
+        reductions: vk::Bool32,
+        conversions: vk::Bool32,
+        per_element_operations: vk::Bool32,
+        tensor_addressing: vk::Bool32,
+        block_loads: vk::Bool32,
+    }
+
+    // SAFETY: the struct is the Vulkan struct of that type, `sType` first.
+    unsafe impl vk::ExtendsPhysicalDeviceFeatures2 for Cm2Features {}
+    // SAFETY: as above; the extension lists it as extending `VkDeviceCreateInfo`.
+    unsafe impl vk::ExtendsDeviceCreateInfo for Cm2Features {}
+
+    impl Default for Cm2Features {
+        fn default() -> Self {
+            Self {
+                s_type: vk::StructureType::from_raw(1_000_593_000),
+                p_next: std::ptr::null_mut(),
+                workgroup_scope: 0,
+                flexible_dimensions: 0,
+                reductions: 0,
+                conversions: 0,
+                per_element_operations: 0,
+                tensor_addressing: 0,
+                block_loads: 0,
+            }
+        }
+    }
+
+    impl Cm2Features {
+        /// The features of `caps` that the GEMM uses, to enable (only those
+        /// the adapter listed).
+        pub(crate) fn enabling(caps: &Cm2Caps) -> Self {
+            Self {
+                workgroup_scope: caps.workgroup_scope.into(),
+                flexible_dimensions: caps.flexible_dimensions.into(),
+                conversions: caps.conversions.into(),
+                per_element_operations: caps.per_element_operations.into(),
+                tensor_addressing: caps.tensor_addressing.into(),
+                ..Self::default()
+            }
+        }
+
+        /// The extension's name.
+        pub(crate) fn extension() -> &'static CStr {
+            NAME
+        }
+    }
+
+    /// `VkPhysicalDeviceCooperativeMatrix2PropertiesNV`.
+    #[repr(C)]
+    struct Cm2Properties {
+        s_type: vk::StructureType,
+        p_next: *mut c_void,
+        max_workgroup_size: u32,
+        max_dimension: u32,
+        reserved_shared_memory: u32,
+    }
+
+    // SAFETY: the Vulkan struct of that type, `sType` first.
+    unsafe impl vk::ExtendsPhysicalDeviceProperties2 for Cm2Properties {}
+
+    /// `VkCooperativeMatrixFlexibleDimensionsPropertiesNV`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct FlexibleRaw {
+        s_type: vk::StructureType,
+        p_next: *mut c_void,
+        m_granularity: u32,
+        n_granularity: u32,
+        k_granularity: u32,
+        a_type: i32,
+        b_type: i32,
+        c_type: i32,
+        result_type: i32,
+        saturating_accumulation: vk::Bool32,
+        scope: i32,
+        workgroup_invocations: u32,
+    }
+
+    impl Default for FlexibleRaw {
+        fn default() -> Self {
+            Self {
+                s_type: vk::StructureType::from_raw(1_000_593_001),
+                p_next: std::ptr::null_mut(),
+                m_granularity: 0,
+                n_granularity: 0,
+                k_granularity: 0,
+                a_type: 0,
+                b_type: 0,
+                c_type: 0,
+                result_type: 0,
+                saturating_accumulation: 0,
+                scope: 0,
+                workgroup_invocations: 0,
+            }
+        }
+    }
+
+    type FlexibleFn =
+        unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut FlexibleRaw) -> vk::Result;
+
+    /// What `hal` offers of the extension, or `None` where it does not list
+    /// it (or lacks `VK_KHR_cooperative_matrix`, which it builds on).
+    pub(crate) fn query(hal: &wgpu::hal::vulkan::Adapter) -> Option<Cm2Caps> {
+        let caps = hal.physical_device_capabilities();
+        if !caps.supports_extension(NAME)
+            || !caps.supports_extension(ash::khr::cooperative_matrix::NAME)
+        {
+            return None;
+        }
+        let shared = hal.shared_instance();
+        let instance = shared.raw_instance();
+        let phd = hal.raw_physical_device();
+        let props = caps.properties();
+        let v13 = shared.instance_api_version() >= vk::API_VERSION_1_3
+            && props.api_version >= vk::API_VERSION_1_3;
+        let mut features = Cm2Features::default();
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut properties = Cm2Properties {
+            s_type: vk::StructureType::from_raw(1_000_593_002),
+            p_next: std::ptr::null_mut(),
+            max_workgroup_size: 0,
+            max_dimension: 0,
+            reserved_shared_memory: 0,
+        };
+        // SAFETY: read-only queries on this instance's physical device, with
+        // structs of the types their sTypes name (the extension is listed,
+        // and the instance is Vulkan 1.1+ where wgpu exposes an adapter).
+        unsafe {
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut features);
+            instance.get_physical_device_features2(phd, &mut f2);
+            let mut p2 = vk::PhysicalDeviceProperties2::default()
+                .push_next(&mut properties)
+                .push_next(&mut subgroup);
+            instance.get_physical_device_properties2(phd, &mut p2);
+        }
+        let flexible = flexible_dims(hal);
+        Some(Cm2Caps {
+            vulkan_1_3: v13,
+            workgroup_scope: features.workgroup_scope != 0,
+            flexible_dimensions: features.flexible_dimensions != 0,
+            per_element_operations: features.per_element_operations != 0,
+            tensor_addressing: features.tensor_addressing != 0,
+            conversions: features.conversions != 0,
+            max_workgroup_size: properties.max_workgroup_size,
+            max_dimension: properties.max_dimension,
+            reserved_shared_memory: properties.reserved_shared_memory,
+            max_shared_memory: props.limits.max_compute_shared_memory_size,
+            subgroup_size: subgroup.subgroup_size,
+            flexible,
+        })
+    }
+
+    /// The driver's flexible-dimension list (empty where the entry point is
+    /// missing or fails).
+    fn flexible_dims(hal: &wgpu::hal::vulkan::Adapter) -> Vec<FlexibleDims> {
+        let shared = hal.shared_instance();
+        let name = c"vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV";
+        // SAFETY: an instance-level entry point of a listed extension, looked
+        // up on the instance that enumerated the physical device.
+        let Some(f) = (unsafe {
+            shared
+                .entry()
+                .get_instance_proc_addr(shared.raw_instance().handle(), name.as_ptr())
+        }) else {
+            return Vec::new();
+        };
+        // SAFETY: the entry point of that name has this signature.
+        let f: FlexibleFn = unsafe { std::mem::transmute(f) };
+        let phd = hal.raw_physical_device();
+        let mut count = 0u32;
+        // SAFETY: the two-call idiom: the count first, then that many structs
+        // with their sType set.
+        let raw = unsafe {
+            if f(phd, &mut count, std::ptr::null_mut()) != vk::Result::SUCCESS {
+                return Vec::new();
+            }
+            let mut raw = vec![FlexibleRaw::default(); count as usize];
+            let r = f(phd, &mut count, raw.as_mut_ptr());
+            if r != vk::Result::SUCCESS && r != vk::Result::INCOMPLETE {
+                return Vec::new();
+            }
+            raw.truncate(count as usize);
+            raw
+        };
+        raw.iter()
+            .map(|r| FlexibleDims {
+                m_granularity: r.m_granularity,
+                n_granularity: r.n_granularity,
+                k_granularity: r.k_granularity,
+                types: [r.a_type, r.b_type, r.c_type, r.result_type],
+                scope: r.scope,
+                workgroup_invocations: r.workgroup_invocations,
+            })
+            .collect()
+    }
+}
+
+/// What `adapter` offers of `VK_NV_cooperative_matrix2`, or `None` (not
+/// Vulkan, or the extension is not listed).
+pub fn adapter_cm2(adapter: &wgpu::Adapter) -> Option<Cm2Caps> {
+    #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+    {
+        // SAFETY: read-only capability queries while `adapter` is alive.
+        let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+        query(&hal)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
+    {
+        let _ = adapter;
+        None
+    }
+}
+
+/// Whether float GEMMs may take the SPIR-V cooperative-matrix-2 kernels
+/// (the embedder's choice; the CLI reads `DYNVRAM_SPIRV_GEMM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpirvGemm {
+    /// Where the device has `VK_NV_cooperative_matrix2` with every feature
+    /// the kernels need (the device then opens with it enabled).
+    #[default]
+    Auto,
+    /// Never: the extension stays disabled and the WGSL kernels run.
+    Off,
+}
+
+impl std::str::FromStr for SpirvGemm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "auto" | "on" => Ok(Self::Auto),
+            "off" | "0" => Ok(Self::Off),
+            other => Err(format!("SPIR-V GEMM `{other}`: want auto or off")),
+        }
+    }
+}

@@ -1,0 +1,661 @@
+//! The GEMMs on NVIDIA's cooperative matrices 2 (SPIR-V,
+//! `dynvram_shaders::spirv`): whether a layer may take one on this device,
+//! which, and why not.
+//!
+//! Float layers: what the WGSL cooperative GEMM's float path computes (f16
+//! activations and output, f16 or bf16 weights exact in f16, f32 sums, the
+//! bias added in f32 before the one rounding), with the same bindings and
+//! immediates. Integer layers: int8 codes times int8 or int4 weights summed
+//! exactly in s32 (the dot4 GEMM's accumulator) and the integer epilogue,
+//! f16 outputs, with the integer linears' bindings. Both on workgroup-scope
+//! matrices whose staging the driver does, and only where the device
+//! enabled `VK_NV_cooperative_matrix2` with every feature they use
+//! ([`crate::device::Cm2Caps`]), the driver lists their matrix shapes, and
+//! their own shared memory fits beside the driver's; the WGSL kernels
+//! everywhere else.
+
+use dynvram_quant::Format;
+use dynvram_shaders::spirv::{CM2_GEMMS, LINEAR_CHECK};
+pub use dynvram_shaders::spirv::{Cm2Gemm, Cm2Weights};
+
+use crate::device::Cm2Caps;
+use crate::device::cm2::{
+    COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, SCOPE_WORKGROUP,
+};
+use crate::ops::cache::SpirvProgram;
+use crate::tensor::ActDtype;
+
+/// The bindings of the float linears (`linear_float_common.wgsl`): weights,
+/// weight scale, bias, activations (read-only), output.
+const BINDINGS: [(u32, bool); 5] = [(0, true), (1, true), (2, true), (3, true), (4, false)];
+
+/// The bindings of the integer linears (`linear_int_common.wgsl`): weights,
+/// weight scale, bias, activation codes, their scales (read-only), output.
+const INT_BINDINGS: [(u32, bool); 6] = [
+    (0, true),
+    (1, true),
+    (2, true),
+    (3, true),
+    (4, true),
+    (5, false),
+];
+
+/// `Params` of `shaders/spirv/cm2_params.glsl`: the push constants of the
+/// cooperative-matrix-2 GEMMs and the check kernel, field for field. The
+/// layout of the WGSL linears' `GemmParams` with `flags` where those have
+/// the fused GEMV's `n1`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct Cm2Params {
+    /// Rows of the activations.
+    pub m: u32,
+    /// Weight rows in this dispatch (one binding's chunk of N).
+    pub n: u32,
+    pub k: u32,
+    /// Output column (and scale/bias index) of the chunk's first row.
+    pub n_base: u32,
+    /// Row stride of the output: the layer's full N.
+    pub out_stride: u32,
+    /// Bit 0: add the bias. Integer layers: bit 1, `acc · (s_x · s_w)`
+    /// (else `(acc · s_x) · s_w`); bit 2, a weight scale per output row.
+    pub flags: u32,
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(size_of::<Cm2Params>() == 32);
+
+/// The program of `g`: its linears' bindings and [`Cm2Params`] immediates.
+const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
+    SpirvProgram {
+        spirv: g.spirv,
+        entry: "main",
+        bindings: match g.weights {
+            Cm2Weights::Int8 | Cm2Weights::Int4 => &INT_BINDINGS,
+            Cm2Weights::F16 | Cm2Weights::Bf16 => &BINDINGS,
+        },
+        immediate_size: size_of::<Cm2Params>() as u32,
+    }
+}
+
+/// The programs of [`CM2_GEMMS`], in the same order.
+static PROGRAMS: [SpirvProgram; 9] = [
+    program(&CM2_GEMMS[0]),
+    program(&CM2_GEMMS[1]),
+    program(&CM2_GEMMS[2]),
+    program(&CM2_GEMMS[3]),
+    program(&CM2_GEMMS[4]),
+    program(&CM2_GEMMS[5]),
+    program(&CM2_GEMMS[6]),
+    program(&CM2_GEMMS[7]),
+    program(&CM2_GEMMS[8]),
+];
+
+/// [`LINEAR_CHECK`]'s program.
+static CHECK_PROGRAM: SpirvProgram = program(&LINEAR_CHECK);
+
+/// The SPIR-V launch path's check kernel ([`LINEAR_CHECK`]) for a float
+/// layer of `format` weights on `act` activations on a device that takes
+/// raw SPIR-V (`passthrough`), or why it cannot run.
+pub(super) fn linear_check(
+    passthrough: bool,
+    format: Format,
+    act: ActDtype,
+) -> Result<Cm2Kernel, String> {
+    if !passthrough {
+        return Err("the device takes no raw SPIR-V".into());
+    }
+    if (format, act) != (Format::F16, ActDtype::F16) {
+        return Err(format!(
+            "{format} weights on {act} activations (it takes f16 on f16)"
+        ));
+    }
+    Ok(Cm2Kernel {
+        gemm: &LINEAR_CHECK,
+        program: &CHECK_PROGRAM,
+    })
+}
+
+/// Every cooperative-matrix-2 GEMM, in the order they are preferred.
+pub fn cm2_gemms() -> &'static [Cm2Gemm] {
+    &CM2_GEMMS
+}
+
+/// The cooperative-matrix-2 GEMM named `name` (as `probe` and
+/// `RecordOptions::cm2_kernel` name them), if there is one.
+pub fn cm2_named(name: &str) -> Option<&'static Cm2Gemm> {
+    CM2_GEMMS.iter().find(|g| g.name == name)
+}
+
+/// The weights of the cooperative-matrix-2 GEMMs a layer of `format` could
+/// take (none for the other formats).
+pub fn cm2_weights_of(format: Format) -> Option<Cm2Weights> {
+    match format {
+        Format::F16 => Some(Cm2Weights::F16),
+        Format::Bf16 => Some(Cm2Weights::Bf16),
+        Format::ConvrotW4a4 { .. } => Some(Cm2Weights::Int4),
+        Format::Int8Tensorwise { .. } => Some(Cm2Weights::Int8),
+        _ => None,
+    }
+}
+
+/// A cooperative-matrix-2 GEMM chosen for a layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Cm2Kernel {
+    /// The kernel and its tile.
+    pub gemm: &'static Cm2Gemm,
+    /// Its pipeline's program.
+    pub(crate) program: &'static SpirvProgram,
+}
+
+/// The SPIR-V GEMM a float layer of weight `format` on `act` activations
+/// takes on a device with `cm2` (what it enabled of the extension, `None`
+/// where it did not) — the first of [`CM2_GEMMS`] that fits, or the one
+/// named `only` — or why none can.
+pub fn cm2_gemm(
+    cm2: Option<&Cm2Caps>,
+    format: Format,
+    act: ActDtype,
+    only: Option<&str>,
+) -> Result<Cm2Kernel, String> {
+    let caps = usable(cm2)?;
+    if act != ActDtype::F16 {
+        return Err(format!(
+            "{act} activations (the SPIR-V GEMM takes f16 activations)"
+        ));
+    }
+    let weights = match format {
+        Format::F16 => Cm2Weights::F16,
+        Format::Bf16 => Cm2Weights::Bf16,
+        other => {
+            return Err(format!(
+                "{other} weights (the SPIR-V GEMM reads f16 and bf16)"
+            ));
+        }
+    };
+    pick(caps, weights, only)
+}
+
+/// The SPIR-V GEMM an integer layer takes (int4 weights or int8 ones,
+/// `w4`; activation codes in natural column order) on a device with `cm2`,
+/// for `act` outputs (f16 only) and the integer epilogue (`raw`: the raw
+/// accumulator, which these kernels do not write) — the first of
+/// [`CM2_GEMMS`] that fits, or the one named `only` — or why none can.
+pub fn cm2_int_gemm(
+    cm2: Option<&Cm2Caps>,
+    w4: bool,
+    act: ActDtype,
+    raw: bool,
+    only: Option<&str>,
+) -> Result<Cm2Kernel, String> {
+    let caps = usable(cm2)?;
+    if act != ActDtype::F16 {
+        return Err(format!(
+            "{act} outputs (the integer SPIR-V GEMM writes f16)"
+        ));
+    }
+    if raw {
+        return Err("the raw accumulator (an f32 output)".into());
+    }
+    let weights = if w4 {
+        Cm2Weights::Int4
+    } else {
+        Cm2Weights::Int8
+    };
+    pick(caps, weights, only)
+}
+
+/// `cm2` where the device enabled every feature the kernels use.
+fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
+    let Some(caps) = cm2 else {
+        return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, a feature missing, or DYNVRAM_SPIRV_GEMM=off)".into());
+    };
+    let missing = caps.missing_features();
+    if !missing.is_empty() {
+        return Err(format!(
+            "VK_NV_cooperative_matrix2 lacks {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(caps)
+}
+
+/// The first kernel of `weights` (named `only`, where given) that fits.
+fn pick(caps: &Cm2Caps, weights: Cm2Weights, only: Option<&str>) -> Result<Cm2Kernel, String> {
+    let mut why = Vec::new();
+    for (g, program) in CM2_GEMMS.iter().zip(&PROGRAMS) {
+        if g.weights != weights || only.is_some_and(|n| n != g.name) {
+            continue;
+        }
+        match fits(caps, g) {
+            Ok(()) => return Ok(Cm2Kernel { gemm: g, program }),
+            Err(w) => why.push(format!("{} ({:?}): {w}", g.name, g.weights)),
+        }
+    }
+    if why.is_empty() {
+        return Err(format!(
+            "no {weights:?} kernel named {}",
+            only.unwrap_or_default()
+        ));
+    }
+    Err(why.join("; "))
+}
+
+/// Why a kernel does not fit a device: data, formatted only when asked
+/// (the launch path chooses without formatting).
+#[derive(Debug, Clone, Copy)]
+enum Misfit {
+    Invocations(u32, u32),
+    Subgroup(u32, u32),
+    Dimension(u32, u32),
+    Shared(u32, u32, u32),
+    Unlisted,
+}
+
+impl std::fmt::Display for Misfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Invocations(n, max) => {
+                write!(
+                    f,
+                    "{n} invocations exceed the workgroup-scope maximum {max}"
+                )
+            }
+            Self::Subgroup(n, sg) => write!(
+                f,
+                "{n} invocations are not a power-of-two multiple of the subgroup size {sg}"
+            ),
+            Self::Dimension(n, max) => write!(
+                f,
+                "a {n}-wide matrix exceeds the flexible-dimension maximum {max}"
+            ),
+            Self::Shared(n, left, reserved) => write!(
+                f,
+                "{n} bytes of shared memory exceed the {left} left beside the driver's {reserved} reserved"
+            ),
+            Self::Unlisted => write!(
+                f,
+                "the driver lists no workgroup-scope shape of these types (and of the f16 or f32 accumulators it converts to) and invocations that tiles it"
+            ),
+        }
+    }
+}
+
+/// Whether `g` fits the device's limits and a listed matrix shape.
+fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), Misfit> {
+    if g.invocations > caps.max_workgroup_size {
+        return Err(Misfit::Invocations(g.invocations, caps.max_workgroup_size));
+    }
+    let sg = caps.subgroup_size;
+    if sg == 0 || !g.invocations.is_multiple_of(sg) || !(g.invocations / sg).is_power_of_two() {
+        return Err(Misfit::Subgroup(g.invocations, sg));
+    }
+    let largest = g.tile_m.max(g.tile_n).max(g.tile_k);
+    if largest > caps.max_dimension {
+        return Err(Misfit::Dimension(largest, caps.max_dimension));
+    }
+    if g.shared_bytes > caps.shared_memory_left() {
+        return Err(Misfit::Shared(
+            g.shared_bytes,
+            caps.shared_memory_left(),
+            caps.reserved_shared_memory,
+        ));
+    }
+    let types = if g.weights.integer() {
+        [COMPONENT_S8, COMPONENT_S8, COMPONENT_S32, COMPONENT_S32]
+    } else {
+        [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32]
+    };
+    let listed = caps.flexible.iter().any(|d| {
+        d.scope == SCOPE_WORKGROUP
+            && d.types == types
+            && d.workgroup_invocations == g.invocations
+            && d.m_granularity > 0
+            && d.n_granularity > 0
+            && d.k_granularity > 0
+            && g.tile_m.is_multiple_of(d.m_granularity)
+            && g.tile_n.is_multiple_of(d.n_granularity)
+            && g.tile_k.is_multiple_of(d.k_granularity)
+    });
+    // The accumulator converted for the epilogue (f32, integer kernels) and
+    // for the store (f16) must be listed too: every matrix type of a module
+    // matches an entry (VUID-RuntimeSpirv-cooperativeMatrixFlexibleDimensions-10165).
+    let converted = [COMPONENT_F16, COMPONENT_F32];
+    let converted = &converted[..if g.weights.integer() { 2 } else { 1 }];
+    if !listed || !converted.iter().all(|&t| accumulates(caps, g, t)) {
+        return Err(Misfit::Unlisted);
+    }
+    Ok(())
+}
+
+/// Whether the driver lists a workgroup-scope shape of `g`'s invocations
+/// whose C or result type is `ty`, on whose granularity `g`'s output tile
+/// lies.
+fn accumulates(caps: &Cm2Caps, g: &Cm2Gemm, ty: i32) -> bool {
+    caps.flexible.iter().any(|d| {
+        d.scope == SCOPE_WORKGROUP
+            && (d.types[2] == ty || d.types[3] == ty)
+            && d.workgroup_invocations == g.invocations
+            && d.m_granularity > 0
+            && d.n_granularity > 0
+            && g.tile_m.is_multiple_of(d.m_granularity)
+            && g.tile_n.is_multiple_of(d.n_granularity)
+    })
+}
+
+/// The weights of a float layer's SPIR-V GEMM: `format` f16 or bf16 on f16
+/// activations, else none ([`cm2_gemm`] says why).
+pub(super) fn float_weights(format: Format, act: ActDtype) -> Option<Cm2Weights> {
+    match (format, act) {
+        (Format::F16, ActDtype::F16) => Some(Cm2Weights::F16),
+        (Format::Bf16, ActDtype::F16) => Some(Cm2Weights::Bf16),
+        _ => None,
+    }
+}
+
+/// The weights of an integer layer's SPIR-V GEMM (f16 outputs, the scaled
+/// epilogue), else none ([`cm2_int_gemm`] says why).
+pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weights> {
+    match (act, raw) {
+        (ActDtype::F16, false) if w4 => Some(Cm2Weights::Int4),
+        (ActDtype::F16, false) => Some(Cm2Weights::Int8),
+        _ => None,
+    }
+}
+
+/// The launch path's choice: what [`pick`] picks, without formatting why
+/// not (none where a feature is missing).
+pub(super) fn fitting(
+    caps: &Cm2Caps,
+    weights: Cm2Weights,
+    only: Option<&str>,
+) -> Option<Cm2Kernel> {
+    if !caps.complete() {
+        return None;
+    }
+    CM2_GEMMS
+        .iter()
+        .zip(&PROGRAMS)
+        .find(|(g, _)| {
+            g.weights == weights && only.is_none_or(|n| n == g.name) && fits(caps, g).is_ok()
+        })
+        .map(|(gemm, program)| Cm2Kernel { gemm, program })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::cm2::FlexibleDims;
+
+    /// An H100-like device: every feature, 48 KiB of shared memory with
+    /// 16 KiB reserved, 16-granular f16 workgroup shapes of 128 and 256
+    /// invocations, f16 sums of 256 (int8 ones: [`with_int8`]).
+    fn nvidia() -> Cm2Caps {
+        let dims = |workgroup_invocations| FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 16,
+            types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations,
+        };
+        Cm2Caps {
+            vulkan_1_3: true,
+            workgroup_scope: true,
+            flexible_dimensions: true,
+            per_element_operations: true,
+            tensor_addressing: true,
+            conversions: true,
+            max_workgroup_size: 1024,
+            max_dimension: 256,
+            reserved_shared_memory: 16 << 10,
+            max_shared_memory: 48 << 10,
+            subgroup_size: 32,
+            flexible: vec![dims(128), dims(256), f16_sums(256)],
+        }
+    }
+
+    /// f16 x f16 + f16 workgroup shapes (the f16 tile the kernels store).
+    fn f16_sums(workgroup_invocations: u32) -> FlexibleDims {
+        FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 16,
+            types: [COMPONENT_F16; 4],
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations,
+        }
+    }
+
+    /// `caps` listing s8 x s8 + s32 workgroup shapes of 256 invocations,
+    /// 32-granular in K.
+    fn with_int8(mut caps: Cm2Caps) -> Cm2Caps {
+        caps.flexible.push(FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 32,
+            types: [COMPONENT_S8, COMPONENT_S8, COMPONENT_S32, COMPONENT_S32],
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations: 256,
+        });
+        caps
+    }
+
+    fn name(r: Result<Cm2Kernel, String>) -> Result<&'static str, String> {
+        r.map(|k| k.gemm.name)
+    }
+
+    #[test]
+    fn the_launch_path_picks_what_the_explained_choice_picks() {
+        let mut tight = with_int8(nvidia());
+        tight.reserved_shared_memory = 32 << 10;
+        let mut partial = with_int8(nvidia());
+        partial.tensor_addressing = false;
+        let all = [
+            Cm2Weights::F16,
+            Cm2Weights::Bf16,
+            Cm2Weights::Int8,
+            Cm2Weights::Int4,
+        ];
+        for caps in [nvidia(), with_int8(nvidia()), tight, partial] {
+            for weights in all {
+                for only in [None, Some("gemm_cm2_bf16_n128"), Some("gemm_cm2_w4_k32")] {
+                    let explained = usable(Some(&caps))
+                        .and_then(|c| pick(c, weights, only))
+                        .ok()
+                        .map(|k| k.gemm.name);
+                    let fast = fitting(&caps, weights, only).map(|k| k.gemm.name);
+                    assert_eq!(fast, explained, "{weights:?} {only:?}");
+                }
+            }
+        }
+        assert_eq!(
+            float_weights(Format::Bf16, ActDtype::F16),
+            Some(Cm2Weights::Bf16)
+        );
+        assert_eq!(float_weights(Format::Bf16, ActDtype::F32), None);
+        assert_eq!(float_weights(Format::F32, ActDtype::F16), None);
+        assert_eq!(
+            int_weights(true, ActDtype::F16, false),
+            Some(Cm2Weights::Int4)
+        );
+        assert_eq!(int_weights(false, ActDtype::F16, true), None);
+        assert_eq!(int_weights(false, ActDtype::F32, false), None);
+    }
+
+    #[test]
+    fn integer_layers_need_listed_int8_shapes_and_f16_outputs() {
+        let f16_only = nvidia();
+        let why = name(cm2_int_gemm(
+            Some(&f16_only),
+            true,
+            ActDtype::F16,
+            false,
+            None,
+        ))
+        .expect_err("no int8 shape");
+        assert!(why.contains("lists no"), "{why}");
+        let caps = with_int8(nvidia());
+        assert_eq!(
+            name(cm2_int_gemm(Some(&caps), true, ActDtype::F16, false, None)),
+            Ok("gemm_cm2_w4_k64")
+        );
+        assert_eq!(
+            name(cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None)),
+            Ok("gemm_cm2_w8_k64")
+        );
+        let why = name(cm2_int_gemm(Some(&caps), true, ActDtype::F32, false, None))
+            .expect_err("f32 outputs");
+        assert!(why.contains("f32 outputs"), "{why}");
+        let why = name(cm2_int_gemm(Some(&caps), true, ActDtype::F16, true, None))
+            .expect_err("raw accumulator");
+        assert!(why.contains("raw accumulator"), "{why}");
+        assert!(cm2_int_gemm(None, true, ActDtype::F16, false, None).is_err());
+        // The int4 tiles' 20 and 12 KiB of shared weights beside the reserve.
+        let mut tight = with_int8(nvidia());
+        tight.reserved_shared_memory = 32 << 10;
+        assert_eq!(
+            name(cm2_int_gemm(Some(&tight), true, ActDtype::F16, false, None)),
+            Ok("gemm_cm2_w4_k32")
+        );
+        tight.reserved_shared_memory = 40 << 10;
+        assert!(cm2_int_gemm(Some(&tight), true, ActDtype::F16, false, None).is_err());
+        assert_eq!(
+            name(cm2_int_gemm(
+                Some(&tight),
+                false,
+                ActDtype::F16,
+                false,
+                None
+            )),
+            Ok("gemm_cm2_w8_k64")
+        );
+        // Float layers never take an integer kernel, nor the reverse.
+        assert_eq!(
+            name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
+            Ok("gemm_cm2_f16_k64")
+        );
+    }
+
+    #[test]
+    fn without_the_extension_it_is_never_chosen() {
+        let why =
+            name(cm2_gemm(None, Format::Bf16, ActDtype::F16, None)).expect_err("no extension");
+        assert!(why.contains("VK_NV_cooperative_matrix2"), "{why}");
+        // Every feature missing in turn.
+        let full = nvidia();
+        type Strip = fn(&mut Cm2Caps);
+        let cases: [(&str, Strip); 5] = [
+            ("Vulkan 1.3", |c| c.vulkan_1_3 = false),
+            ("cooperativeMatrixWorkgroupScope", |c| {
+                c.workgroup_scope = false
+            }),
+            ("cooperativeMatrixFlexibleDimensions", |c| {
+                c.flexible_dimensions = false
+            }),
+            ("cooperativeMatrixPerElementOperations", |c| {
+                c.per_element_operations = false
+            }),
+            ("cooperativeMatrixTensorAddressing", |c| {
+                c.tensor_addressing = false
+            }),
+        ];
+        for (feature, strip) in cases {
+            let mut caps = full.clone();
+            strip(&mut caps);
+            let why =
+                name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)).expect_err(feature);
+            assert!(why.contains(feature), "{feature}: {why}");
+        }
+        // A default (empty) capability set is refused too.
+        assert!(cm2_gemm(Some(&Cm2Caps::default()), Format::F16, ActDtype::F16, None).is_err());
+    }
+
+    #[test]
+    fn only_f16_activations_and_f16_or_bf16_weights() {
+        let caps = nvidia();
+        assert_eq!(
+            name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
+            Ok("gemm_cm2_f16_k64")
+        );
+        // 36 KiB of bf16 staging at 64 K columns do not fit beside the
+        // 16 KiB reserved; 20 KiB at 32 do, and everything without one.
+        assert_eq!(
+            name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F16, None)),
+            Ok("gemm_cm2_bf16_k32")
+        );
+        let mut roomy = nvidia();
+        roomy.reserved_shared_memory = 0;
+        assert_eq!(
+            name(cm2_gemm(Some(&roomy), Format::Bf16, ActDtype::F16, None)),
+            Ok("gemm_cm2_bf16_k64")
+        );
+        let why = name(cm2_gemm(Some(&caps), Format::Bf16, ActDtype::F32, None)).expect_err("f32");
+        assert!(why.contains("f16 activations"), "{why}");
+        for f in [Format::F32, Format::Float8E4m3fn] {
+            let why = name(cm2_gemm(Some(&caps), f, ActDtype::F16, None)).expect_err("format");
+            assert!(why.contains("weights"), "{why}");
+        }
+    }
+
+    #[test]
+    fn tiles_follow_the_shared_memory_and_the_listed_shapes() {
+        // 20 KiB of bf16 staging do not fit beside 32 KiB reserved: the
+        // 128-wide tile (10 KiB) does.
+        let mut tight = nvidia();
+        tight.reserved_shared_memory = 32 << 10;
+        assert_eq!(
+            name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16, None)),
+            Ok("gemm_cm2_bf16_n128")
+        );
+        // f16 weights declare no shared memory.
+        tight.reserved_shared_memory = 48 << 10;
+        assert_eq!(
+            name(cm2_gemm(Some(&tight), Format::F16, ActDtype::F16, None)),
+            Ok("gemm_cm2_f16_k64")
+        );
+        let why =
+            name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16, None)).expect_err("full");
+        assert!(why.contains("shared memory"), "{why}");
+        // No listed shape of 256 invocations, or a granularity the tiles miss.
+        let mut unlisted = nvidia();
+        unlisted.flexible.retain(|d| d.workgroup_invocations != 256);
+        let why =
+            name(cm2_gemm(Some(&unlisted), Format::F16, ActDtype::F16, None)).expect_err("list");
+        assert!(why.contains("lists no"), "{why}");
+        // The f16 tile the kernels store needs f16 accumulators listed.
+        let mut f32_only = nvidia();
+        f32_only.flexible.retain(|d| d.types[2] != COMPONENT_F16);
+        let why = name(cm2_gemm(Some(&f32_only), Format::F16, ActDtype::F16, None))
+            .expect_err("no f16 accumulators");
+        assert!(why.contains("lists no"), "{why}");
+        let mut coarse = nvidia();
+        for d in &mut coarse.flexible {
+            d.k_granularity = 128;
+        }
+        assert!(cm2_gemm(Some(&coarse), Format::F16, ActDtype::F16, None).is_err());
+        let mut small = nvidia();
+        small.max_workgroup_size = 128;
+        let why = name(cm2_gemm(Some(&small), Format::F16, ActDtype::F16, None)).expect_err("size");
+        assert!(why.contains("invocations"), "{why}");
+        // A kernel asked for by name: that one, or none.
+        let n128 = Some("gemm_cm2_bf16_n128");
+        assert_eq!(
+            name(cm2_gemm(Some(&nvidia()), Format::Bf16, ActDtype::F16, n128)),
+            Ok("gemm_cm2_bf16_n128")
+        );
+        let why = name(cm2_gemm(Some(&nvidia()), Format::F16, ActDtype::F16, n128))
+            .expect_err("not an f16 kernel");
+        assert!(why.contains("named gemm_cm2_bf16_n128"), "{why}");
+        // 256 invocations are 4 subgroups of 64, not 3 of 96.
+        let mut wide = nvidia();
+        wide.subgroup_size = 64;
+        assert!(cm2_gemm(Some(&wide), Format::F16, ActDtype::F16, None).is_ok());
+        wide.subgroup_size = 96;
+        let why = name(cm2_gemm(Some(&wide), Format::F16, ActDtype::F16, None))
+            .expect_err("subgroups of 96");
+        assert!(why.contains("power-of-two multiple"), "{why}");
+        let mut narrow = nvidia();
+        narrow.max_dimension = 128;
+        let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16, None)).expect_err("dim");
+        assert!(why.contains("flexible-dimension"), "{why}");
+    }
+}

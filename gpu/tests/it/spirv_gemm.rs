@@ -1,0 +1,299 @@
+//! The SPIR-V GEMMs on NVIDIA's cooperative matrices 2 (`shaders/spirv/`):
+//! the float kernels against the CPU reference under `f16_linear`'s
+//! tolerance rule (f16 and bf16 weights), the integer ones against the dot4
+//! GEMM bit for bit (int4 and int8 weights and codes), with and without
+//! bias, on shapes that leave M, N and K off the tiles (K shorter than one
+//! step, K long), and weights split over several bindings (each chunk's
+//! columns inside the wider output, its bias at its offset). wgpu does not
+//! validate raw SPIR-V: these tests are its only check, and run where the
+//! device enabled the extension (`DYNVRAM_REQUIRE_SPIRV=1` makes its
+//! absence a failure). Everywhere: the launch path through a plain SPIR-V
+//! linear, and that the GEMMs are taken exactly where the device has them.
+
+use crate::f16_linear::{assert_f16_close, random_x};
+use crate::linear_common::{HostLayer, env};
+
+use dynvram_gpu::ActDtype;
+use dynvram_gpu::device::{SpirvGemm, adapter_cm2};
+use dynvram_gpu::ops::linear::{
+    GemmKernel, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm, row_bytes,
+};
+use dynvram_quant::reference::{dequantize_float_weight, gemm_f32};
+use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
+use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Weights};
+use dynvram_test_support::gpu::needs_f16;
+use dynvram_test_support::skip::{coop_skipped, spirv_required, spirv_skipped};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+#[test]
+fn spirv_gemm_matches_the_reference() {
+    let test = "spirv_gemm_matches_the_reference";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let Some(caps) = env.gpu.cm2().cloned() else {
+        let why = cm2_gemm(None, Format::F16, ActDtype::F16, None).err();
+        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(61);
+    // Past the multi-row GEMVs; (M, N, K, split weights).
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    let cases = [
+        (m0, 17, 36, false),
+        (130, 300, 100, false),
+        (128, 256, 64, false),
+        (m0 + 2, 40, 4, false),
+        (257, 513, 1028, true),
+        (200, 96, 4100, false),
+    ];
+    let mut ran = [false; 2];
+    for g in CM2_GEMMS.iter().filter(|g| !g.weights.integer()) {
+        let bf16 = g.weights == Cm2Weights::Bf16;
+        let format = if bf16 { Format::Bf16 } else { Format::F16 };
+        if let Err(why) = cm2_gemm(Some(&caps), format, ActDtype::F16, Some(g.name)) {
+            eprintln!("{}: skipped: {why}", g.name);
+            continue;
+        }
+        ran[usize::from(bf16)] = true;
+        for (i, &(m, n, k, split)) in cases.iter().enumerate() {
+            let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            let opts = RecordOptions {
+                cm2_kernel: Some(g.name),
+                // About 100 rows a binding: several chunks, the first rows
+                // of each at an output column past 0.
+                max_binding: split.then_some(100 * 2 * k as u64),
+                ..Default::default()
+            };
+            let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+            let what = format!(
+                "{} M={m} N={n} K={k} bias={} split={split}",
+                g.name,
+                i % 2 == 0
+            );
+            assert_eq!(env.scratch.last_spirv_gemm(), Some(g.name), "{what}");
+            if split {
+                assert!(env.scratch.last_dispatches() > 1, "{what}: one chunk");
+            }
+            assert_f16_close(&what, &y, &e, 1e-5);
+        }
+    }
+    if spirv_required() {
+        assert_eq!(
+            ran,
+            [true, true],
+            "{test}: no kernel ran for f16 or for bf16 weights"
+        );
+    }
+}
+
+/// The integer SPIR-V GEMMs (s8 x s8 -> s32, int4 and int8 weights) equal
+/// the dot4 GEMM bit for bit: int4 and int8 activation codes, both
+/// epilogues (convrot_w4a4's per-row scales, int8_tensorwise's scalar), with
+/// and without bias, M/N/K off the tiles (K shorter than a step, K past
+/// 2^24 / 128² where the WGSL cooperative GEMM cannot be exact), weights
+/// split over bindings. Where the driver lists no int8 workgroup shape the
+/// layers keep the WGSL kernels and this says so.
+#[test]
+fn integer_spirv_gemm_equals_dot4() {
+    let test = "integer_spirv_gemm_equals_dot4";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let Some(caps) = env.gpu.cm2().cloned() else {
+        let why = cm2_int_gemm(None, true, ActDtype::F16, false, None).err();
+        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(64);
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    let w4a4 = |group, linear_dtype| Format::ConvrotW4a4 {
+        group,
+        linear_dtype,
+    };
+    let int8 = |convrot_group| Format::Int8Tensorwise { convrot_group };
+    // (format, activation codes, M, N, K, split weights)
+    let cases = [
+        (
+            w4a4(16, LinearDtype::Int4),
+            ActArith::Int4,
+            m0,
+            17,
+            16,
+            false,
+        ),
+        (
+            w4a4(64, LinearDtype::Int4),
+            ActArith::Int4,
+            130,
+            300,
+            192,
+            true,
+        ),
+        (
+            w4a4(256, LinearDtype::Int8),
+            ActArith::Int8,
+            200,
+            96,
+            1280,
+            false,
+        ),
+        (int8(None), ActArith::Int8, m0 + 3, 70, 196, false),
+        (int8(Some(64)), ActArith::Int8, 129, 257, 1536, true),
+    ];
+    for (i, (format, act, m, n, k, split)) in cases.into_iter().enumerate() {
+        let w4 = matches!(format, Format::ConvrotW4a4 { .. });
+        if let Err(why) = cm2_int_gemm(Some(&caps), w4, ActDtype::F16, false, None) {
+            eprintln!("{format:?}: skipped: {why}");
+            continue;
+        }
+        let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
+        let x = random_x(&mut rng, m, k);
+        let choice = KernelChoice::Integer { act, fast: false };
+        let max_binding = split.then_some(64 * row_bytes(format, k as u64));
+        let spirv = RecordOptions {
+            max_binding,
+            ..Default::default()
+        };
+        let y = env.run_f16_with(&h, choice, &x, &spirv).out;
+        let what = format!("{format:?} {act:?} M={m} N={n} K={k} split={split}");
+        let name = env.scratch.last_spirv_gemm();
+        assert!(
+            name.is_some_and(|n| n.starts_with("gemm_cm2_w")),
+            "{what}: {name:?}"
+        );
+        let dot4 = RecordOptions {
+            gemm: GemmKernel::Tiled,
+            max_binding,
+            ..Default::default()
+        };
+        let e = env.run_f16_with(&h, choice, &x, &dot4).out;
+        assert_eq!(
+            env.scratch.last_spirv_gemm(),
+            None,
+            "{what}: dot4 took SPIR-V"
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&e), "{what}: outputs differ from dot4");
+        eprintln!("{what}: equal to dot4");
+    }
+}
+
+/// The SPIR-V launch path (explicit layout, push constants, weight chunks
+/// writing columns of a wider output, the bias at the chunk's offset)
+/// through its plain check kernel, which runs wherever the device takes raw
+/// SPIR-V: CI's Mesa 26 lavapipe (`DYNVRAM_REQUIRE_COOP=1` there makes its
+/// absence a failure) as well as NVIDIA.
+#[test]
+fn spirv_launch_path_matches_the_reference() {
+    let test = "spirv_launch_path_matches_the_reference";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let passthrough = env.gpu.device.features();
+    if !passthrough.contains(wgpu::Features::PASSTHROUGH_SHADERS) {
+        coop_skipped(&format!(
+            "{test}: skipped: the device takes no raw SPIR-V (no VK_NV_cooperative_matrix2 listed)"
+        ));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(63);
+    let check = RecordOptions {
+        spirv_check: true,
+        ..Default::default()
+    };
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    for (i, (m, n, k, split)) in [(m0, 17, 36, false), (50, 70, 64, true), (40, 300, 12, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let h = HostLayer::random(&mut rng, Format::F16, n, k, i != 1);
+        let x = random_x(&mut rng, m, k);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        let opts = RecordOptions {
+            // 32 rows a binding (at 256-byte alignment, any K).
+            max_binding: split.then_some(32 * 2 * k as u64),
+            ..check
+        };
+        let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+        let what = format!("linear_check M={m} N={n} K={k} split={split}");
+        assert_eq!(
+            env.scratch.last_spirv_gemm(),
+            Some("linear_check"),
+            "{what}"
+        );
+        if split {
+            assert!(env.scratch.last_dispatches() > 1, "{what}: one chunk");
+        }
+        assert_f16_close(&what, &y, &e, 1e-5);
+    }
+    // bf16 weights: refused, named.
+    let h = HostLayer::random(&mut rng, Format::Bf16, 20, 16, false);
+    let x = random_x(&mut rng, m0, 16);
+    let err = env
+        .record_f16(&h, KernelChoice::Float, &x, &check)
+        .expect_err("bf16 weights on the check kernel");
+    assert!(err.to_string().contains("bf16 weights"), "{err}");
+}
+
+/// The device enables the extension where the adapter lists it (Mesa 26's
+/// lavapipe does, without workgroup scope or tensor addressing); only float
+/// layers of f16 or bf16 weights take the SPIR-V GEMM, only on a device
+/// that has every feature the kernels use, and only unless it is turned
+/// off; the results match the reference whichever kernel runs.
+#[test]
+fn spirv_gemm_is_taken_only_where_the_device_has_it() {
+    let test = "spirv_gemm_is_taken_only_where_the_device_has_it";
+    let Some(mut env) = env(test, needs_f16) else {
+        return;
+    };
+    let offered = adapter_cm2(&env.gpu.adapter);
+    if let Some(c) = &offered {
+        eprintln!(
+            "{test}: the adapter lists VK_NV_cooperative_matrix2, lacking {:?}",
+            c.missing_features()
+        );
+    }
+    if env.gpu.info.backend != wgpu::Backend::Vulkan {
+        assert_eq!(offered, None, "{test}: a non-Vulkan adapter");
+    }
+    assert_eq!(
+        env.gpu.cm2().is_some(),
+        offered.is_some() && env.gpu.caps.coop_matrix_edge != 0,
+        "{test}: the extension enabled where the adapter lists it"
+    );
+    if let (Some(on), Some(listed)) = (env.gpu.cm2(), &offered) {
+        assert_eq!(on, listed, "{test}: what the device reports");
+    }
+    let enabled = env
+        .gpu
+        .cm2()
+        .is_some_and(|c| c.missing_features().is_empty());
+    let mut rng = ChaCha8Rng::seed_from_u64(62);
+    let (m, n, k) = (ROWS_GEMV_MAX_M as usize + 7, 40, 64);
+    let formats = [Format::F16, Format::Bf16, Format::F32, Format::Float8E4m3fn];
+    for format in formats {
+        let h = HostLayer::random(&mut rng, format, n, k, true);
+        let x = random_x(&mut rng, m, k);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        for spirv in [None, Some(SpirvGemm::Off)] {
+            let opts = RecordOptions {
+                spirv_gemm: spirv,
+                ..Default::default()
+            };
+            let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+            let want = enabled
+                && spirv != Some(SpirvGemm::Off)
+                && matches!(format, Format::F16 | Format::Bf16);
+            let what = format!("{format:?} spirv={spirv:?} M={m} N={n} K={k}");
+            assert_eq!(env.scratch.last_spirv_gemm().is_some(), want, "{what}");
+            assert_f16_close(&what, &y, &e, 1e-5);
+        }
+    }
+}

@@ -1,0 +1,19 @@
+// The push constants of the cooperative-matrix-2 linears (gemm_cm2.glsl,
+// gemm_cm2_int.glsl, linear_check.comp): `Cm2Params` of
+// gpu/src/ops/linear/record/cm2.rs, the WGSL linears' `GemmParams` layout
+// with flags in the fused GEMV's `n1` word.
+layout(push_constant) uniform Params {
+    uint m;
+    // Weight rows in this dispatch (one binding's chunk of N).
+    uint n;
+    uint k;
+    // Output column (and bias index) of the chunk's first row.
+    uint n_base;
+    // Row stride of the output: the layer's full N.
+    uint out_stride;
+    // Bit 0: add the bias. Integer layers: bit 1, acc · (s_x · s_w) (else
+    // (acc · s_x) · s_w); bit 2, a weight scale per output row (else one).
+    uint flags;
+    uint pad0;
+    uint pad1;
+} p;

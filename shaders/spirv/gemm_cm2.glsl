@@ -1,0 +1,79 @@
+// Float linear on NVIDIA's cooperative matrices 2 (VK_NV_cooperative_matrix2):
+// out[m, n_base + n] = f16(sum_k x[m, k] · W[n, k] + bias[n_base + n]), the
+// contract of linear_gemm_coop.wgsl's float path (f16 activations and
+// output, f32 sums, the bias added in f32 before the one rounding to f16).
+//
+// One workgroup computes a BM x BN output tile as one workgroup-scope
+// accumulator: the driver splits it over the workgroup's subgroups and
+// stages operands through shared memory itself. Activations are loaded by
+// tensor addressing straight from global memory; f16 weights too, through
+// a transposing view (W is [N, K], B is its transpose). bf16 weights have
+// no cooperative type in this compiler, so each K step converts them to f16
+// in a shared tile (the next step's global reads in flight meanwhile), and
+// B is loaded from there.
+//
+// The loop is cm2_main.glsl's. Partial tiles: the tensor layouts clamp
+// with the constant 0 past M, N and K (loads) and drop stores past M and
+// the chunk's last column, so no shape needs padding. Built by scripts/spirv.sh with:
+//   WEIGHT_BF16 (0 or 1), BM, BN, BK, WG (invocations)
+// Dispatch: (ceil(n / BN), ceil(m / BM), 1).
+
+#include "cm2_header.glsl"
+
+#if WEIGHT_BF16
+// Four bf16 weights a word pair (K is a multiple of 4, so rows start on 8
+// bytes).
+layout(set = 0, binding = 0, std430) readonly buffer Weights { uvec2 w[]; };
+#else
+layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
+#endif
+layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
+layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
+layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
+#include "cm2_store.glsl"
+
+// The bias of output column `col` of a tile whose first column is `first`
+// (clamped into the chunk: columns past it are not stored).
+float add_bias(const in uint row, const in uint col, const in float v, const in uint first) {
+    uint c = min(first + col, p.n_base + p.n - 1u);
+    return v + bias[c];
+}
+
+#if WEIGHT_BF16
+// Row pitch of the shared weight tile in f16: 16 bytes of skew per row.
+const uint B_PITCH = BK + 8u;
+shared float16_t b_sh[BN * B_PITCH];
+#define W_RAW uvec2
+#define W_PER 4u
+#include "cm2_stage.glsl"
+
+float16_t bf16_to_f16(uint bits) {
+    return float16_t(uintBitsToFloat(bits << 16u));
+}
+
+void put_w(uint i, uvec2 v) {
+    uint row;
+    uint col;
+    if (staged_at(i, row, col)) {
+        uint at = row * B_PITCH + col;
+        b_sh[at] = bf16_to_f16(v.x & 0xFFFFu);
+        b_sh[at + 1u] = bf16_to_f16(v.x >> 16u);
+        b_sh[at + 2u] = bf16_to_f16(v.y & 0xFFFFu);
+        b_sh[at + 3u] = bf16_to_f16(v.y >> 16u);
+    }
+}
+#endif
+
+// Adds the bias (where asked) and stores the tile.
+void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
+    if ((p.flags & 1u) != 0u) {
+        coopMatPerElementNV(acc, acc, add_bias, p.n_base + n0);
+    }
+    store_tile(acc, m0, n0);
+}
+
+#define A_T float16_t
+#define ACC_T float
+#define ACT x
+#define STAGED WEIGHT_BF16
+#include "cm2_main.glsl"

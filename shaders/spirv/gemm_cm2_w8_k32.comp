@@ -1,0 +1,9 @@
+#version 460
+// int8 codes x int8 weights, 128 x 256 tiles, 32 K columns a step, 256 invocations.
+#extension GL_GOOGLE_include_directive : require
+#define WEIGHT_INT4 0
+#define BM 128
+#define BN 256
+#define BK 32
+#define WG 256
+#include "gemm_cm2_int.glsl"

@@ -1,0 +1,165 @@
+//! SPIR-V kernels for what WGSL cannot express: NVIDIA's cooperative
+//! matrices 2 (workgroup-scope matrices, tensor addressing). Written in GLSL
+//! under `spirv/` and compiled by `scripts/spirv.sh` (trixie's glslc) to the
+//! committed `.spv` files included here; `scripts/spirv.sh --check` (CI)
+//! validates each with `spirv-val` and checks it equals a fresh compile.
+//! wgpu passes them to the driver unvalidated: the GPU tests against CPU
+//! references are their only check of behaviour.
+
+/// The weights a [`Cm2Gemm`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cm2Weights {
+    /// f16 (`gemm_cm2.glsl`, f16 activations).
+    F16,
+    /// bf16, converted to f16 in shared memory (`gemm_cm2.glsl`).
+    Bf16,
+    /// int8 (`gemm_cm2_int.glsl`, int8 activation codes).
+    Int8,
+    /// int4 nibbles, widened to int8 in shared memory (`gemm_cm2_int.glsl`).
+    Int4,
+}
+
+impl Cm2Weights {
+    /// Integer weights (int8 codes, s32 sums, the integer epilogue and
+    /// bindings) rather than float ones (f16 activations, f32 sums).
+    pub fn integer(self) -> bool {
+        matches!(self, Self::Int8 | Self::Int4)
+    }
+}
+
+/// A GEMM on workgroup-scope cooperative matrices with an f16 output. Float
+/// ones (`spirv/gemm_cm2.glsl`): f16 activations, f16 or bf16 weights, f32
+/// sums; the bindings and immediates of the WGSL float linears. Integer
+/// ones (`spirv/gemm_cm2_int.glsl`): int8 activation codes, int8 or int4
+/// weights, exact s32 sums; the integer linears' bindings, their epilogue
+/// chosen by flags.
+#[derive(Debug)]
+pub struct Cm2Gemm {
+    /// The profile's name of the kernel.
+    pub name: &'static str,
+    /// The module (SPIR-V 1.6, entry point `main`).
+    pub spirv: &'static [u8],
+    /// The weights it reads.
+    pub weights: Cm2Weights,
+    /// Output tile rows (of M) of a workgroup.
+    pub tile_m: u32,
+    /// Output tile columns (of N) of a workgroup.
+    pub tile_n: u32,
+    /// K columns a step.
+    pub tile_k: u32,
+    /// Invocations of a workgroup.
+    pub invocations: u32,
+    /// Shared memory the kernel declares itself (besides the driver's
+    /// staging for workgroup-scope matrices).
+    pub shared_bytes: u32,
+}
+
+/// A [`Cm2Gemm`] of 128-row tiles and 256 invocations, its module
+/// `spirv/NAME.spv`.
+macro_rules! cm2_gemm {
+    ($name:literal, $weights:ident, $tile_n:literal, $tile_k:literal, $shared:expr) => {
+        Cm2Gemm {
+            name: $name,
+            spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
+            weights: Cm2Weights::$weights,
+            tile_m: 128,
+            tile_n: $tile_n,
+            tile_k: $tile_k,
+            invocations: 256,
+            shared_bytes: $shared,
+        }
+    };
+}
+
+/// Every cooperative-matrix-2 GEMM, in the order they are preferred for
+/// their weights: 64 K columns a step before 32 (llama.cpp's large f16 tile
+/// steps 64; not measured here yet), then smaller shared tiles for drivers
+/// that reserve more shared memory.
+pub static CM2_GEMMS: [Cm2Gemm; 9] = [
+    cm2_gemm!("gemm_cm2_f16_k64", F16, 256, 64, 0),
+    cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
+    // Shared weights: rows of the step's f16 and 16 bytes.
+    cm2_gemm!("gemm_cm2_bf16_k64", Bf16, 256, 64, 256 * (128 + 16)),
+    cm2_gemm!("gemm_cm2_bf16_k32", Bf16, 256, 32, 256 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_bf16_n128", Bf16, 128, 32, 128 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
+    cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
+    // Rows of the step's int8 and 16 bytes.
+    cm2_gemm!("gemm_cm2_w4_k64", Int4, 256, 64, 256 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
+];
+
+/// A plain float linear with the interface of [`CM2_GEMMS`] (the same
+/// bindings, push constants and output contract; f16 weights, 16 x 16
+/// tiles) and no cooperative matrices (`spirv/linear_check.comp`): never
+/// chosen for a layer, it lets the tests check the SPIR-V launch path on
+/// devices that take raw SPIR-V but cannot run the GEMMs (CI's lavapipe).
+pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
+    name: "linear_check",
+    spirv: include_bytes!("../spirv/linear_check.spv"),
+    weights: Cm2Weights::F16,
+    tile_m: 16,
+    tile_n: 16,
+    tile_k: 1,
+    invocations: 256,
+    shared_bytes: 0,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads the `#define NAME value` lines of a variant's `.comp`.
+    fn define(comp: &str, name: &str) -> u32 {
+        comp.lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no #define {name} in the .comp"))
+    }
+
+    #[test]
+    fn every_module_is_spirv_built_from_its_comp_with_the_listed_shape() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/spirv");
+        let mut comps = 0;
+        for entry in std::fs::read_dir(dir).expect("spirv/") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "comp") {
+                comps += 1;
+                let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
+                assert!(
+                    CM2_GEMMS.iter().any(|g| g.name == stem) || stem == LINEAR_CHECK.name,
+                    "{stem}.comp is not listed in CM2_GEMMS"
+                );
+            }
+        }
+        assert_eq!(comps, CM2_GEMMS.len() + 1);
+        for g in CM2_GEMMS.iter().chain([&LINEAR_CHECK]) {
+            let spv = &g.spirv;
+            assert!(spv.len() > 20 && spv.len().is_multiple_of(4), "{}", g.name);
+            assert_eq!(&spv[..4], &0x0723_0203u32.to_le_bytes(), "{}", g.name);
+            // SPIR-V 1.6, which SPV_NV_cooperative_matrix2 requires.
+            assert_eq!(&spv[4..8], &0x0001_0600u32.to_le_bytes(), "{}", g.name);
+        }
+        for g in &CM2_GEMMS {
+            let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");
+            let (flag, set) = match g.weights {
+                Cm2Weights::F16 => ("WEIGHT_BF16", false),
+                Cm2Weights::Bf16 => ("WEIGHT_BF16", true),
+                Cm2Weights::Int8 => ("WEIGHT_INT4", false),
+                Cm2Weights::Int4 => ("WEIGHT_INT4", true),
+            };
+            assert_eq!(define(&comp, flag) == 1, set, "{}", g.name);
+            assert_eq!(define(&comp, "BM"), g.tile_m, "{}", g.name);
+            assert_eq!(define(&comp, "BN"), g.tile_n, "{}", g.name);
+            assert_eq!(define(&comp, "BK"), g.tile_k, "{}", g.name);
+            assert_eq!(define(&comp, "WG"), g.invocations, "{}", g.name);
+            // Rows of 16 bytes more than the step's weights.
+            let shared = match g.weights {
+                Cm2Weights::Bf16 => g.tile_n * (g.tile_k * 2 + 16),
+                Cm2Weights::Int4 => g.tile_n * (g.tile_k + 16),
+                Cm2Weights::F16 | Cm2Weights::Int8 => 0,
+            };
+            assert_eq!(g.shared_bytes, shared, "{}", g.name);
+        }
+    }
+}
