@@ -170,6 +170,18 @@ pub enum LoadError {
         /// What is wrong.
         message: String,
     },
+    /// A [`crate::TensorView`] that the stored tensors cannot make: a part
+    /// missing, rows outside it, parts of different dtypes or row widths,
+    /// a shape that is not the parts' rows.
+    #[error("`{}`: tensor `{tensor}` as read from the stored tensors: {why}", path.display())]
+    BadView {
+        /// The file (the first of the model where no part names one).
+        path: PathBuf,
+        /// The tensor as the model reads it.
+        tensor: String,
+        /// What does not fit.
+        why: String,
+    },
     /// A read asked for bytes outside the tensor.
     #[error(
         "`{}`: tensor `{tensor}`: range [{offset}, {offset}+{len}) is outside its {tensor_len} bytes",

@@ -218,6 +218,29 @@ impl Residency {
         if need > free {
             self.evict_until(need - free, Some(model), &mut evict);
         }
+        let plan = self.raise(model, target, evict)?;
+        tracing::debug!(
+            watermark = target,
+            loaded = plan.bytes_loaded,
+            streamed = plan.bytes_streamed,
+            evicted = plan.evict.len(),
+            "pass planned"
+        );
+        Ok(plan)
+    }
+
+    /// Raises `model`'s watermark from where it is to `target` (its pages
+    /// already counted free of `evict`) and describes the pass that loads
+    /// them.
+    fn raise(
+        &mut self,
+        model: ModelId,
+        target: u32,
+        evict: Vec<PageId>,
+    ) -> Result<PassPlan, ResidencyError> {
+        let st = self.state(model)?;
+        let old = st.watermark;
+        let need = st.layout.prefix[target as usize] - st.layout.prefix[old as usize];
         self.used += need;
         self.stats.pages_loaded += u64::from(target - old);
         self.stats.bytes_loaded += need;
@@ -247,7 +270,7 @@ impl Residency {
         };
         let streamed = sizes_where(Placement::Stream);
         let bytes_loaded = sizes_where(Placement::Load).iter().sum();
-        let plan = PassPlan {
+        Ok(PassPlan {
             model,
             evict,
             resident_pages: 0..target,
@@ -256,15 +279,33 @@ impl Residency {
             bytes_loaded,
             bytes_streamed: streamed.iter().sum(),
             largest_streamed: streamed.iter().copied().max().unwrap_or(0),
-        };
-        tracing::debug!(
-            watermark = target,
-            loaded = plan.bytes_loaded,
-            streamed = plan.bytes_streamed,
-            evicted = plan.evict.len(),
-            "pass planned"
-        );
-        Ok(plan)
+        })
+    }
+
+    /// Loads `model`'s next pages into free room while another model runs:
+    /// its watermark rises as far as `room` bytes and the room under the
+    /// limit allow, **never evicting anything** and leaving the priority
+    /// list and the active model as they are (the prefetch of the next
+    /// model's first weights). The plan's `evict` is empty; its `Load`
+    /// tensors are the ones to upload.
+    pub fn prefetch(&mut self, model: ModelId, room: u64) -> Result<PassPlan, ResidencyError> {
+        let _span = tracing::debug_span!("prefetch", %model, room).entered();
+        let st = self.state(model)?;
+        let old = st.watermark;
+        let free = self.limit.saturating_sub(self.used).min(room);
+        let reach = st.layout.prefix[old as usize].saturating_add(free);
+        let target = st.layout.max_watermark_within(reach).max(old);
+        self.raise(model, target, Vec::new())
+    }
+
+    /// Puts `model` at the bottom of the priority list (the first to
+    /// yield): a model opened ahead of its turn must not outrank the one
+    /// running.
+    pub fn lower(&mut self, model: ModelId) -> Result<(), ResidencyError> {
+        self.state(model)?;
+        self.priority.retain(|&m| m != model);
+        self.priority.insert(0, model);
+        Ok(())
     }
 
     /// One pass of `model` under a limit that holds for this pass: the
@@ -459,6 +500,34 @@ mod tests {
             2
         );
         assert!(r.used() <= r.limit());
+    }
+
+    #[test]
+    fn prefetch_loads_into_free_room_only_and_the_running_model_outranks_it() {
+        let mut r = Residency::new(cfg(), 1000).unwrap();
+        let a = r.register(&[100; 6]).unwrap();
+        r.begin_pass_within(a, 800).unwrap();
+        // The next model, opened ahead of its turn, below the running one.
+        let b = r.register(&[100; 5]).unwrap();
+        r.lower(b).unwrap();
+        assert_eq!(r.priority(), &[b, a]);
+        let plan = r.prefetch(b, 1000).unwrap();
+        assert!(plan.evict.is_empty());
+        assert_eq!((plan.load_pages, plan.bytes_loaded), (0..2, 200));
+        assert_eq!(r.watermark(a).unwrap(), 6, "the running model is untouched");
+        assert_eq!((r.active(), r.priority()), (Some(a), &[b, a][..]));
+        assert!(r.used() <= r.limit());
+        // No room left: nothing more, still no eviction; and `room` bounds it.
+        assert_eq!(r.prefetch(b, 1000).unwrap().load_pages, 2..2);
+        r.begin_pass_within(a, 1000).unwrap();
+        assert_eq!(r.prefetch(b, 150).unwrap().load_pages, 2..3);
+        // The running model's next pass needing room takes the prefetched
+        // pages first (top first); then `b`'s own pass keeps what is left.
+        let plan = r.begin_pass_within(a, 700).unwrap();
+        assert_eq!(pages_of(&plan.evict, b), vec![2, 1]);
+        assert_eq!(r.watermark(a).unwrap(), 6);
+        let plan = r.begin_pass_within(b, 1000).unwrap();
+        assert_eq!(plan.load_pages, 1..5, "the prefetched page stays");
     }
 
     #[test]

@@ -7,6 +7,28 @@ use dynvram_runtime::quant::{self, Format, TensorList};
 
 use crate::error::ModelError;
 
+/// The tail of every checkpoint's `open`: the config given (validated by
+/// `validate`, its complaint named `config: …`) or inferred from the
+/// shapes, then checked against every tensor a pass uses; with whether it
+/// was inferred.
+pub(crate) fn settle_config<C>(
+    given: Option<C>,
+    validate: impl FnOnce(&C) -> Result<(), String>,
+    err: impl Fn(String) -> ModelError,
+    infer: impl FnOnce() -> Result<C, ModelError>,
+    check: impl FnOnce(&C) -> Result<(), ModelError>,
+) -> Result<(C, bool), ModelError> {
+    let (config, inferred) = match given {
+        Some(c) => {
+            validate(&c).map_err(|why| err(format!("config: {why}")))?;
+            (c, false)
+        }
+        None => (infer()?, true),
+    };
+    check(&config)?;
+    Ok((config, inferred))
+}
+
 /// Checks tensors of one weights file.
 pub(crate) struct Checker<'a> {
     /// The file's tensors.

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-/// Errors of every model family (Llama, Flux): one type, so the CLI and
-/// embedders handle them once.
+/// Errors of every model family (Llama, Flux, the text encoders, the VAE):
+/// one type, so the CLI and embedders handle them once.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelError {
@@ -51,6 +51,20 @@ pub enum ModelError {
         index: usize,
         /// The value.
         value: f32,
+    },
+    /// The budget cannot hold even the smallest VAE tile's activations.
+    #[error(
+        "a VAE decode of a {tile_h}x{tile_w} latent tile needs {need} bytes of activations; the budget has {room} free"
+    )]
+    NoRoom {
+        /// Latent rows of the smallest tile tried.
+        tile_h: usize,
+        /// Latent columns of the smallest tile tried.
+        tile_w: usize,
+        /// Activation bytes that tile needs.
+        need: u64,
+        /// Bytes the budget has for them.
+        room: u64,
     },
     /// `tokenizer.json` is missing or unreadable, or text failed to encode.
     #[error("{path}: {why}")]

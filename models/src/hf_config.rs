@@ -1,4 +1,5 @@
-//! Reading a Hugging Face `config.json` (the text encoders' configs):
+//! Reading a Hugging Face `config.json` (the text encoders' configs, a
+//! diffusers pipeline's `model_index.json` and scheduler config):
 //! the file as a JSON object and typed getters whose errors name the key.
 
 use std::path::{Path, PathBuf};
@@ -74,6 +75,30 @@ impl HfConfig {
             Some(v) => v
                 .as_f64()
                 .ok_or_else(|| self.err(format!("`{key}` must be a number"))),
+        }
+    }
+
+    /// The boolean `key`, or `default` where it is absent.
+    pub(crate) fn flag_or(&self, key: &str, default: bool) -> Result<bool, ModelError> {
+        match self.obj.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| self.err(format!("`{key}` must be true or false"))),
+        }
+    }
+
+    /// The class of component `key` of a diffusers `model_index.json`
+    /// (`["library", "Class"]`), if present.
+    pub(crate) fn class_of(&self, key: &str) -> Result<Option<String>, ModelError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(a)) => match a.as_slice() {
+                [_, Value::String(class)] => Ok(Some(class.clone())),
+                [_, Value::Null] => Ok(None),
+                _ => Err(self.err(format!("`{key}` must be [library, class]"))),
+            },
+            Some(_) => Err(self.err(format!("`{key}` must be [library, class]"))),
         }
     }
 

@@ -31,8 +31,8 @@ impl HostEmbed {
                 .unwrap_or_default(),
             why,
         };
-        let (dtype, shape) = match files.get(name) {
-            Some((_, t)) => (t.dtype, t.shape.clone()),
+        let (dtype, shape) = match files.info(name) {
+            Some(t) => (t.dtype, t.shape.clone()),
             None => {
                 return Err(weights_err(format!(
                     "no tensor `{name}` (the embedding table)"
@@ -66,7 +66,7 @@ impl HostEmbed {
     /// error.
     pub(crate) fn gather(&self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
         let row_bytes = (self.hidden * self.dtype.bitsize() / 8) as u64;
-        let (file, _) = self.files.get(&self.name).ok_or_else(|| {
+        let path = self.files.path_of(&self.name).ok_or_else(|| {
             ModelError::Runtime(RuntimeError::MissingTensor {
                 model: Default::default(),
                 tensor: self.name.clone(),
@@ -82,14 +82,15 @@ impl HostEmbed {
                 )));
             }
             let start = u64::from(id) * row_bytes;
-            file.read_into(&self.name, start..start + row_bytes, &mut raw)
+            self.files
+                .read_into(&self.name, start..start + row_bytes, &mut raw)
                 .map_err(RuntimeError::from)?;
             // Rows stay on the host and never pass the runtime's upload scan.
             if let Some((i, value)) =
                 dynvram_runtime::quant::tensors::first_non_finite(self.dtype, &raw)
             {
                 return Err(RuntimeError::NonFiniteWeight {
-                    file: file.path().to_path_buf(),
+                    file: path.to_path_buf(),
                     tensor: self.name.clone(),
                     index: u64::from(id) * self.hidden as u64 + i as u64,
                     row: format!(" (row {id})"),

@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     let spec = ModelSpec {
+        views: Default::default(),
         files: vec![path],
         blocks,
         scratch_bytes: 1 << 20,

@@ -29,9 +29,9 @@ impl<'a> FilesList<'a> {
     /// A tensor's bytes read with `pread` (a file truncated under us is an
     /// error naming it, never a fault), or why they could not be read.
     pub fn read(&self, name: &str) -> Result<Vec<u8>, LoadError> {
-        let (file, info) = self
+        let info = self
             .files
-            .get(name)
+            .info(name)
             .ok_or_else(|| LoadError::NoSuchTensor {
                 path: self
                     .files
@@ -42,20 +42,18 @@ impl<'a> FilesList<'a> {
                 tensor: name.to_owned(),
             })?;
         let mut buf = vec![0u8; usize::try_from(info.len()).unwrap_or(usize::MAX)];
-        file.read_into(name, 0..info.len(), &mut buf)?;
+        self.files.read_into(name, 0..info.len(), &mut buf)?;
         Ok(buf)
     }
 }
 
 impl TensorList for FilesList<'_> {
     fn names(&self) -> Vec<String> {
-        self.files.tensors().map(|(_, t)| t.name.clone()).collect()
+        self.files.tensors().map(|t| t.name.clone()).collect()
     }
 
     fn dtype_shape(&self, name: &str) -> Option<(Dtype, Vec<usize>)> {
-        self.files
-            .get(name)
-            .map(|(_, t)| (t.dtype, t.shape.clone()))
+        self.files.info(name).map(|t| (t.dtype, t.shape.clone()))
     }
 
     fn bytes(&self, name: &str) -> Option<Cow<'_, [u8]>> {

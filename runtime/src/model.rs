@@ -53,6 +53,10 @@ pub struct ModelSpec {
     pub blocks: Vec<BlockSpec>,
     /// Bytes of activations a pass needs at most (reserved in the budget).
     pub scratch_bytes: u64,
+    /// The tensors as the blocks name them, made of the stored ones
+    /// ([`ModelFiles::with_views`]: another layout's split or reordered
+    /// tensors read in place); empty: the files' own names.
+    pub views: std::sync::Arc<[dynvram_loader::TensorView]>,
 }
 
 /// A linear layer as the model opened it: its description, the kernel path
@@ -137,9 +141,20 @@ impl Model {
     /// runtime's residency policy (on top), and uploads what it can keep
     /// resident, making lower-priority models yield if needed.
     pub fn open(rt: &Runtime, spec: &ModelSpec) -> Result<Self> {
+        let model = Self::open_unloaded(rt, spec)?;
+        model.load(rt)?;
+        Ok(model)
+    }
+
+    /// Opens the model as [`Self::open`] does but loads nothing, and puts
+    /// it at the bottom of the priority list: a model opened ahead of its
+    /// turn (the next stage of a pipeline), which [`Self::prefetch`] loads
+    /// into free room while another runs, and whose first pass (or
+    /// [`Self::load`]) takes the rest.
+    pub fn open_unloaded(rt: &Runtime, spec: &ModelSpec) -> Result<Self> {
         let path = spec.files.first().cloned().unwrap_or_default();
         let _span = tracing::info_span!("model_open", path = %path.display()).entered();
-        let files = open_files(&spec.files)?;
+        let files = open_files(spec)?;
         let c = collect(&path, &files, spec)?;
         let layers = c
             .layers
@@ -184,12 +199,37 @@ impl Model {
             pins: rt.pins.clone(),
             patches: FxHashMap::default(),
         };
-        model.load_resident(rt)?;
+        crate::residency::lock(&rt.residency).lower(model.id, &model.path)?;
         Ok(model)
     }
 
-    /// Acquires residency now, as a pass would, and waits for the uploads.
-    fn load_resident(&self, rt: &Runtime) -> Result<()> {
+    /// Loads the model's first weights (its load order: the first blocks)
+    /// into VRAM that is free now, at most `bytes`: never evicting anything
+    /// and staying below the running model in priority, so a pipeline's
+    /// next model uploads while the current one works. The uploads are
+    /// submitted, not waited for. Returns the bytes loaded (0 where no
+    /// room is free).
+    pub fn prefetch(&self, rt: &Runtime, bytes: u64) -> Result<u64> {
+        self.check_runtime(rt)?;
+        let gpu = &rt.gpu;
+        let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let loaded = crate::residency::lock(&rt.residency).prefetch(
+            rt.device(),
+            self.view(),
+            bytes,
+            &mut ring,
+            &mut enc,
+        );
+        // What was recorded goes to the GPU whatever happened.
+        ring.submit(&gpu.queue, enc);
+        loaded
+    }
+
+    /// Acquires residency now, as a pass would (on top of the priority
+    /// list, others yielding if room is short), and waits for the uploads.
+    /// Returns the bytes it uploaded.
+    pub fn load(&self, rt: &Runtime) -> Result<u64> {
         let gpu = &rt.gpu;
         let mut ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -197,7 +237,7 @@ impl Model {
         let _span = tracing::info_span!("upload_resident", bytes = placed.loaded_bytes).entered();
         ring.submit(&gpu.queue, enc);
         gpu.wait_idle()?;
-        Ok(())
+        Ok(placed.loaded_bytes)
     }
 
     /// Linear layer `layer`.
@@ -404,7 +444,7 @@ impl Drop for Model {
 /// plan [`Model::open`] makes under the same usable bytes.
 pub fn plan_spec(spec: &ModelSpec, usable: u64) -> Result<(ModelPlan, Vec<PlanWeight>)> {
     let path = spec.files.first().cloned().unwrap_or_default();
-    let files = open_files(&spec.files)?;
+    let files = open_files(spec)?;
     let c = collect(&path, &files, spec)?;
     let weights = plan_weights(&c.weights);
     let plan =
@@ -449,10 +489,12 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
             if by_name.contains_key(name) {
                 return Ok(());
             }
-            let (_, info) = files.get(name).ok_or_else(|| RuntimeError::MissingTensor {
-                model: path.to_owned(),
-                tensor: name.to_owned(),
-            })?;
+            let info = files
+                .info(name)
+                .ok_or_else(|| RuntimeError::MissingTensor {
+                    model: path.to_owned(),
+                    tensor: name.to_owned(),
+                })?;
             let upload = upload_kind(path, info, raw)?;
             by_name.insert(name.to_owned(), weights.len());
             ids.push(weights.len());
@@ -554,9 +596,14 @@ fn block_items<'s>(path: &Path, block: &'s BlockSpec) -> Result<Vec<(&'s str, It
     Ok(items)
 }
 
-fn open_files(files: &[PathBuf]) -> Result<ModelFiles> {
-    match files {
-        [one] if one.extension().is_some_and(|e| e == "json") => Ok(ModelFiles::open_index(one)?),
-        _ => Ok(ModelFiles::from_files(files)?),
+/// The spec's files, read through its views where it has them.
+fn open_files(spec: &ModelSpec) -> Result<ModelFiles> {
+    let files = match spec.files.as_slice() {
+        [one] if one.extension().is_some_and(|e| e == "json") => ModelFiles::open_index(one)?,
+        files => ModelFiles::from_files(files)?,
+    };
+    if spec.views.is_empty() {
+        return Ok(files);
     }
+    Ok(files.with_views(&spec.views)?)
 }

@@ -389,8 +389,7 @@ impl Pins {
 fn weight_bytes(model: ModelView<'_>, w: &Weight, ring: &StagingRing) -> Result<Vec<u8>> {
     match w.upload {
         Upload::Raw => {
-            let (file, _) = upload::file_of(model, w)?;
-            let source = file.source(&w.name)?;
+            let source = model.files.source(&w.name)?;
             let mut bytes = vec![0u8; w.info.len() as usize];
             ring.pool().read_into(&source, 0, &mut bytes)?;
             upload::scan_host(model, w, w.info.dtype, &bytes)?;

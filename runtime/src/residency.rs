@@ -271,13 +271,83 @@ impl Registry {
                 Ok(placed)
             }
             Err(e) => {
-                let _ = self.policy.release(id);
-                if let Some(entry) = self.models.get_mut(&id) {
-                    entry.buffers.fill(None);
-                }
+                self.release(id);
                 Err(e)
             }
         }
+    }
+
+    /// Loads `model`'s next weights into free room while another model
+    /// runs (`Model::prefetch`): at most `bytes`, and only what the ledger
+    /// and the policy have free now — nothing is evicted, the priority list
+    /// stays — recording the uploads into `enc`. Returns the bytes loaded.
+    /// On error the model's residency is released.
+    pub(crate) fn prefetch(
+        &mut self,
+        rt: Device<'_>,
+        model: ModelView<'_>,
+        bytes: u64,
+        ring: &mut StagingRing,
+        enc: &mut wgpu::CommandEncoder,
+    ) -> Result<u64> {
+        let id = model.id;
+        let _span = tracing::info_span!("prefetch", model = %model.path.display()).entered();
+        let free = {
+            let b = dynvram_gpu::accounting::lock(rt.budget);
+            b.usable().saturating_sub(b.ledger().total())
+        };
+        let plan = self
+            .policy
+            .prefetch(id, bytes.min(free))
+            .map_err(|source| RuntimeError::Residency {
+                model: model.path.to_path_buf(),
+                source,
+            })?;
+        let result = (|| {
+            let entry = self.models.get_mut(&id).ok_or(RuntimeError::Residency {
+                model: model.path.to_path_buf(),
+                source: dynvram_memory::ResidencyError::UnknownModel { model: id },
+            })?;
+            let mut loaded = 0;
+            for (i, p) in plan.tensors.iter().enumerate() {
+                if *p != Placement::Load || entry.buffers[i].is_some() {
+                    continue;
+                }
+                entry.buffers[i] = Some(upload_resident(rt, model, i, ring, enc)?);
+                loaded += model.weights[i].info.len();
+            }
+            Ok(loaded)
+        })();
+        match result {
+            Ok(loaded) => {
+                tracing::info!(loaded, watermark = plan.resident_pages.end, "prefetched");
+                Ok(loaded)
+            }
+            Err(e) => {
+                self.release(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops every resident weight of `id` and its pages (after a failed
+    /// load: its next pass starts from nothing).
+    fn release(&mut self, id: ModelId) {
+        let _ = self.policy.release(id);
+        if let Some(entry) = self.models.get_mut(&id) {
+            entry.buffers.fill(None);
+        }
+    }
+
+    /// Puts model `id` at the bottom of the priority list (the first to
+    /// yield).
+    pub(crate) fn lower(&mut self, id: ModelId, path: &std::path::Path) -> Result<()> {
+        self.policy
+            .lower(id)
+            .map_err(|source| RuntimeError::Residency {
+                model: path.to_owned(),
+                source,
+            })
     }
 
     /// The arena size `model`'s plan needs under `usable` bytes with
@@ -379,11 +449,11 @@ impl Registry {
             })?;
         let mut loaded_bytes = 0;
         let mut homes = Vec::with_capacity(model.weights.len());
-        for ((w, pw), (offset, slot)) in model
+        for (i, (w, (offset, slot))) in model
             .weights
             .iter()
-            .zip(model.plan_weights)
             .zip(layout.homes.iter().zip(&mut entry.buffers))
+            .enumerate()
         {
             let home = match (offset, slot.as_ref()) {
                 (&Some((part, offset)), _) => {
@@ -392,15 +462,7 @@ impl Registry {
                 }
                 (None, Some(buf)) => Home::Resident(buf.clone()),
                 (None, None) => {
-                    let buf = Arc::new(TrackedBuffer::new(
-                        rt.gpu,
-                        rt.budget,
-                        OwnerClass::Weights,
-                        &w.name,
-                        pw.size,
-                        buffer_usage(),
-                    )?);
-                    crate::upload::stage(model, ring, rt.gpu, enc, w, &buf.buffer, 0)?;
+                    let buf = upload_resident(rt, model, i, ring, enc)?;
                     loaded_bytes += w.info.len();
                     *slot = Some(buf.clone());
                     Home::Resident(buf)
@@ -457,4 +519,26 @@ impl Registry {
             .filter_map(|&id| self.report(id))
             .collect()
     }
+}
+
+/// A resident buffer for `model`'s weight `i`, in the ledger as a weight,
+/// its upload recorded into `enc`.
+fn upload_resident(
+    rt: Device<'_>,
+    model: ModelView<'_>,
+    i: usize,
+    ring: &mut StagingRing,
+    enc: &mut wgpu::CommandEncoder,
+) -> Result<Arc<TrackedBuffer>> {
+    let (w, pw) = (&model.weights[i], &model.plan_weights[i]);
+    let buf = Arc::new(TrackedBuffer::new(
+        rt.gpu,
+        rt.budget,
+        OwnerClass::Weights,
+        &w.name,
+        pw.size,
+        buffer_usage(),
+    )?);
+    crate::upload::stage(model, ring, rt.gpu, enc, w, &buf.buffer, 0)?;
+    Ok(buf)
 }

@@ -8,6 +8,8 @@
 
 use serde::Serialize;
 
+use crate::planning::PlanWeight;
+
 /// The rates a prediction assumes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Rates {
@@ -51,6 +53,31 @@ impl Bound {
             Self::Pcie => "pcie",
         }
     }
+}
+
+/// Each block's weight bytes, streamed bytes and FLOPs in a model's plan
+/// of `blocks` blocks: `weights` as the plan sized them, `streamed(i)`
+/// whether weight `i` streams, `flops` per block where counted.
+pub fn block_work(
+    blocks: usize,
+    weights: &[PlanWeight],
+    streamed: impl Fn(usize) -> bool,
+    flops: Option<&[u64]>,
+) -> Vec<BlockWork> {
+    let mut work: Vec<BlockWork> = (0..blocks)
+        .map(|b| BlockWork {
+            flops: flops.and_then(|f| f.get(b)).copied().unwrap_or(0),
+            ..BlockWork::default()
+        })
+        .collect();
+    for (i, w) in weights.iter().enumerate() {
+        let b = &mut work[w.block];
+        b.weight_bytes += w.size;
+        if streamed(i) {
+            b.streamed_bytes += w.size;
+        }
+    }
+    work
 }
 
 /// One block's three times.

@@ -9,8 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dynvram_loader::{
-    ByteSource, Dtype, FileRange, HostBytes, ModelFiles, SafetensorsFile, TensorInfo,
-    WriteOnlyBytes,
+    ByteSource, Dtype, HostBytes, ModelFiles, TensorBytes, TensorInfo, WriteOnlyBytes,
 };
 use dynvram_memory::ModelId;
 
@@ -151,7 +150,7 @@ pub(crate) fn scan_host(
 /// straight from the file.
 pub(crate) enum RawBytes<'m> {
     /// Scanned before: read as is.
-    Plain(FileRange<'m>),
+    Plain(TensorBytes<'m>),
     /// Scanned as read.
     Scanning(Scanning<'m>),
 }
@@ -159,8 +158,7 @@ pub(crate) enum RawBytes<'m> {
 impl<'m> RawBytes<'m> {
     /// Weight `w`'s file bytes.
     pub(crate) fn of(model: ModelView<'m>, w: &Weight) -> Result<Self> {
-        let (file, _) = file_of(model, w)?;
-        let range = file.source(&w.name)?;
+        let range = model.files.source(&w.name)?;
         Ok(if needs_scan(w) {
             Self::Scanning(Scanning::new(range, w.info.dtype))
         } else {
@@ -194,7 +192,7 @@ impl<'m> RawBytes<'m> {
 /// thread's (a task's 2 MiB stay in cache), scans it and copies it on,
 /// instead of a second pass over the file. Keeps the first element found.
 pub(crate) struct Scanning<'a> {
-    range: FileRange<'a>,
+    range: TensorBytes<'a>,
     dtype: Dtype,
     /// Bytes per element.
     element: u64,
@@ -208,7 +206,7 @@ thread_local! {
 }
 
 impl<'a> Scanning<'a> {
-    fn new(range: FileRange<'a>, dtype: Dtype) -> Self {
+    fn new(range: TensorBytes<'a>, dtype: Dtype) -> Self {
         Self {
             range,
             dtype,
@@ -238,7 +236,7 @@ impl<'a> Scanning<'a> {
             .map(|(i, v)| ((first / e) + i as u64, v));
         let cut = whole.len() as u64 % e;
         let cut_at = first + whole.len() as u64 - cut;
-        if found.is_none() && cut > 0 && cut_at + e <= self.range.len {
+        if found.is_none() && cut > 0 && cut_at + e <= self.range.len() {
             let mut one = [0u8; 8];
             let one = &mut one[..e as usize];
             self.range.read_at(cut_at, WriteOnlyBytes::from_mut(one))?;
@@ -257,7 +255,7 @@ impl<'a> Scanning<'a> {
 
 impl ByteSource for Scanning<'_> {
     fn len(&self) -> u64 {
-        self.range.len
+        self.range.len()
     }
 
     fn read_at(&self, offset: u64, mut dst: WriteOnlyBytes<'_>) -> dynvram_loader::Result<()> {
@@ -281,12 +279,18 @@ impl ByteSource for Scanning<'_> {
     }
 }
 
-/// [`RuntimeError::NonFiniteWeight`] for element `index` of weight `w`.
+/// [`RuntimeError::NonFiniteWeight`] for element `index` of weight `w`:
+/// the file that holds it, and where a view reads the weight, the stored
+/// tensor too.
 fn non_finite(model: ModelView<'_>, w: &Weight, index: u64, value: f32) -> RuntimeError {
-    let file = model
-        .files
-        .get(&w.name)
-        .map_or_else(|| model.path.to_path_buf(), |(f, _)| f.path().to_path_buf());
+    let element = w.info.dtype.bitsize().div_ceil(8).max(1) as u64;
+    let source = model.files.source(&w.name).ok();
+    let at = source.as_ref().and_then(|s| s.locate(index * element));
+    let file = at.map_or_else(|| model.path.to_path_buf(), |(r, _)| r.path.to_path_buf());
+    let tensor = match at {
+        Some((r, _)) if r.tensor != w.name => format!("{}` from `{}", w.name, r.tensor),
+        _ => w.name.clone(),
+    };
     let row_len = w.info.shape.iter().skip(1).product::<usize>().max(1) as u64;
     let row = if w.info.shape.len() >= 2 {
         format!(" (row {})", index / row_len)
@@ -295,33 +299,18 @@ fn non_finite(model: ModelView<'_>, w: &Weight, index: u64, value: f32) -> Runti
     };
     RuntimeError::NonFiniteWeight {
         file,
-        tensor: w.name.clone(),
+        tensor,
         index,
         row,
         value,
     }
 }
 
-/// The file holding weight `w`.
-pub(crate) fn file_of<'m>(
-    model: ModelView<'m>,
-    w: &Weight,
-) -> Result<(&'m SafetensorsFile, &'m TensorInfo)> {
-    model
-        .files
-        .get(&w.name)
-        .ok_or_else(|| RuntimeError::MissingTensor {
-            model: model.path.to_path_buf(),
-            tensor: w.name.clone(),
-        })
-}
-
 /// Weight `w`'s bytes as they go to the GPU (converted to `f32` where its
 /// upload converts), read from its file into RAM.
 pub(crate) fn gpu_bytes(model: ModelView<'_>, w: &Weight) -> Result<Vec<u8>> {
-    let (file, _) = file_of(model, w)?;
     let mut raw = vec![0u8; w.info.len() as usize];
-    file.read_into(&w.name, 0..w.info.len(), &mut raw)?;
+    model.files.read_into(&w.name, 0..w.info.len(), &mut raw)?;
     Ok(match w.upload {
         Upload::Raw => raw,
         Upload::ToF32 => bytemuck::cast_slice(&to_f32(&raw, w.info.dtype)).to_vec(),
@@ -342,6 +331,8 @@ fn to_f32(raw: &[u8], dtype: Dtype) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
+
+    use dynvram_loader::FileRange;
 
     use super::*;
 
@@ -369,7 +360,7 @@ mod tests {
                     start: 0,
                     len: elements * 8,
                 };
-                let scan = Scanning::new(range, Dtype::F64);
+                let scan = Scanning::new(range.into(), Dtype::F64);
                 let mut out = vec![0u8; (elements * 8) as usize];
                 let (a, b) = out.split_at_mut(cut as usize);
                 scan.read_at(cut, WriteOnlyBytes::from_mut(b))

@@ -12,6 +12,7 @@ pub mod dit;
 pub mod generate;
 pub mod gpu_timing;
 pub mod outputs;
+pub mod pipeline_plan;
 pub mod plan;
 pub mod probe;
 pub mod profile;

@@ -3,32 +3,27 @@
 //! double-buffer), the bytes moved per token (or per pass) and a predicted
 //! speed from a PCIe rate, a memory rate and a matrix rate
 //! (`runtime::roofline`) — the same placement a run computes, from the
-//! files' headers alone: no GPU, no driver.
+//! files' headers alone: no GPU, no driver. `dynvram plan MODELS` of a
+//! ComfyUI or diffusers folder plans a whole text-to-image run
+//! (`cmd::pipeline_plan`, what `txt2img --plan` prints).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use dynvram_memory::{Budget, CapacitySource, Placement};
+use dynvram_memory::Placement;
 use dynvram_models::flux::{self, DetectedFlux, FluxCheckpoint};
 use dynvram_models::llama::{Checkpoint, Limits};
 use dynvram_models::mlp_stack;
+use dynvram_models::txt2img::{Noise, Pipeline, Request, diffusers};
 use dynvram_runtime::ModelSpec;
-use dynvram_runtime::planning::PlanWeight;
 use dynvram_runtime::roofline::{self, BlockTime, BlockWork, Prediction, Rates};
 use serde::Serialize;
 
 use crate::cmd::budget_args::BudgetArgs;
+use crate::cmd::pipeline_plan::{self, RateArgs};
+use crate::cmd::txt2img::{self, PickArgs};
 use crate::output::{print_json, size};
-
-/// Default `--pcie-gbps`: what a PCIe 4.0 x16 slot moves in practice.
-const DEFAULT_PCIE_GBPS: f64 = 25.0;
-/// Default `--mem-gbps`: a mid-range 8 GiB card's memory rate.
-const DEFAULT_MEM_GBPS: f64 = 400.0;
-/// Default `--matrix-tflops`: a mid-range 8 GiB card's dense f16 matrix
-/// rate (~80 TFLOP/s) at the share of its peak dynvram's cooperative-matrix
-/// GEMM reaches on the H200 (76.6 of 989 TFLOP/s, BENCHMARKS.md): ~10.
-const DEFAULT_MATRIX_TFLOPS: f64 = 10.0;
 
 /// Arguments of `dynvram plan`.
 #[derive(Debug, clap::Args)]
@@ -48,8 +43,15 @@ KV-cache reads and kernel launch costs are not counted: it is an upper bound
 on speed. plan opens no GPU: the matrix rate is --matrix-tflops, by default
 a mid-range card's rate as dynvram's kernels reach it.
 
+A text-to-image run (MODELS a ComfyUI models/ folder or a diffusers FLUX.1
+folder): each stage (CLIP, T5, the transformer's steps, the VAE decode) is
+planned as txt2img opens it, alone on the budget; its FLOPs (all four models
+counted) and bytes give its time, the stages' sum the image's; and the least
+budget that runs every stage is named. `txt2img --plan` prints the same.
+
 Examples:
   dynvram plan MODEL_DIR --vram-budget 8
+  dynvram plan COMFYUI/models --vram-budget 2 --width 1024 --height 768
   dynvram plan MODEL_DIR/model.safetensors.index.json --vram-budget 6 --pcie-gbps 12 --json
   dynvram plan stack.safetensors --vram-budget 1 --tensors")]
 pub struct Args {
@@ -57,7 +59,10 @@ pub struct Args {
     /// model.safetensors or a sharded index), its index json, a Flux
     /// transformer (a single file in Black Forest Labs' or ComfyUI's key
     /// layout, or a folder with its config.json and model.safetensors), or
-    /// a safetensors file of MLP blocks (`blocks.{i}.mlp.fc1/fc2`).
+    /// a safetensors file of MLP blocks (`blocks.{i}.mlp.fc1/fc2`); or a
+    /// text-to-image run's models: a ComfyUI `models/` folder or a
+    /// diffusers FLUX.1 folder (then --width, --height, --steps and
+    /// --text-tokens describe the run).
     model: PathBuf,
     #[command(flatten)]
     pub(crate) budget: BudgetArgs,
@@ -70,26 +75,33 @@ pub struct Args {
     /// the model's context (max_position_embeddings) or 4096, the smaller.
     #[arg(long, value_name = "TOKENS", value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 24 }>)]
     context: Option<usize>,
-    /// Flux: image tokens of a step (packed 2×2 latent patches; 4096 is
-    /// 1024×1024 pixels; 1 to 1 048 576).
-    #[arg(long, default_value_t = 4096, value_name = "TOKENS",
+    /// Flux: image tokens of a step (packed 2×2 latent patches; default
+    /// 4096, 1024×1024 pixels; 1 to 1 048 576). A text-to-image run takes
+    /// --width and --height instead.
+    #[arg(long, value_name = "TOKENS",
           value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 20 }>)]
-    image_tokens: usize,
-    /// Flux: text tokens of a step (1 to 1 048 576).
-    #[arg(long, default_value_t = 512, value_name = "TOKENS",
+    image_tokens: Option<usize>,
+    /// Flux: text tokens of a step (default 512; 1 to 1 048 576). A
+    /// text-to-image run: the T5 tokens prompts are padded to (default 512
+    /// with a guidance embedder (dev), else 256; at most 512).
+    #[arg(long, value_name = "TOKENS",
           value_parser = crate::cmd::ranges::int::<usize, 1, { 1 << 20 }>)]
-    text_tokens: usize,
-    /// Host-to-GPU rate for streamed weights, in GB/s (10^9 bytes).
-    #[arg(long, default_value_t = DEFAULT_PCIE_GBPS, value_name = "GB/S")]
-    pcie_gbps: f64,
-    /// The GPU's memory rate, in GB/s (10^9 bytes).
-    #[arg(long, default_value_t = DEFAULT_MEM_GBPS, value_name = "GB/S")]
-    mem_gbps: f64,
-    /// The GPU's matrix rate (GEMM and attention) as dynvram's kernels
-    /// reach it, in TFLOP/s (10^12 FLOPs): e.g. `dynvram dit --json`'s
-    /// `achieved_tflops` on that GPU, or a `--profile` run's TFLOP/s column.
-    #[arg(long, default_value_t = DEFAULT_MATRIX_TFLOPS, value_name = "TFLOP/S")]
-    matrix_tflops: f64,
+    text_tokens: Option<usize>,
+    #[command(flatten)]
+    rates: RateArgs,
+    /// A text-to-image run (MODELS a ComfyUI or diffusers folder): image
+    /// width in pixels, a multiple of 16.
+    #[arg(long, default_value_t = 1024)]
+    width: usize,
+    /// A text-to-image run: image height in pixels, a multiple of 16.
+    #[arg(long, default_value_t = 1024)]
+    height: usize,
+    /// A text-to-image run: Euler steps (default: 28 with a guidance
+    /// embedder (dev), else 4).
+    #[arg(long, value_parser = crate::cmd::dit::steps)]
+    steps: Option<usize>,
+    #[command(flatten)]
+    pick: PickArgs,
     /// List every tensor, not only the totals.
     #[arg(long)]
     tensors: bool,
@@ -245,7 +257,10 @@ fn flux_target(args: &Args, found: DetectedFlux) -> anyhow::Result<Target> {
     let ckpt = found
         .open()
         .with_context(|| format!("opening {}", args.model.display()))?;
-    let (img_len, txt_len) = (args.image_tokens, args.text_tokens);
+    let (img_len, txt_len) = (
+        args.image_tokens.unwrap_or(4096),
+        args.text_tokens.unwrap_or(512),
+    );
     if img_len == 0 || txt_len == 0 {
         anyhow::bail!("--image-tokens {img_len} and --text-tokens {txt_len} must be at least 1");
     }
@@ -315,26 +330,52 @@ fn is_stack(path: &Path) -> bool {
     mlp_stack::Probe::open(path).is_ok()
 }
 
-fn rate(flag: &str, gbps: f64) -> anyhow::Result<f64> {
-    if !(gbps.is_finite() && gbps > 0.0) {
-        anyhow::bail!("{flag} {gbps}: expected a positive rate in GB/s");
+/// Whether MODELS is a text-to-image pipeline's folder: ComfyUI's
+/// `models/` (a `diffusion_models/` or `unet/` folder in it) or a
+/// diffusers folder (`model_index.json`).
+fn is_pipeline(path: &Path) -> bool {
+    path.is_dir()
+        && (diffusers::is_folder(path)
+            || ["diffusion_models", "unet"]
+                .iter()
+                .any(|d| path.join(d).is_dir()))
+}
+
+/// `dynvram plan MODELS` of a pipeline: its stages' plan
+/// (`cmd::pipeline_plan`, as `txt2img --plan` prints it).
+fn pipeline(args: &Args, json: bool) -> anyhow::Result<ExitCode> {
+    if args.image_tokens.is_some() {
+        anyhow::bail!("--image-tokens: a text-to-image run's image is --width × --height");
     }
-    Ok(gbps * 1e9)
+    let found = txt2img::find(&args.model, &args.pick)?;
+    let pipeline = Pipeline::open(&found.files, found.configs)
+        .with_context(|| format!("opening {}", args.model.display()))?;
+    let dev = pipeline.flux.config.guidance_embed;
+    let req = Request {
+        prompts: vec![String::new()],
+        width: args.width,
+        height: args.height,
+        steps: args.steps.unwrap_or(if dev { 28 } else { 4 }),
+        guidance: 3.5,
+        max_sequence_length: args.text_tokens.unwrap_or(if dev { 512 } else { 256 }),
+        noise: Noise::Seed(0),
+        schedule: found.schedule,
+        // f16 activations, as a GPU with SHADER_F16 runs them.
+        dtype: dynvram_runtime::ActDtype::F16,
+    };
+    let usable = pipeline_plan::usable(&args.budget, "`dynvram plan`")?;
+    pipeline_plan::print(&pipeline, &req, &found.files, usable, &args.rates, json)
 }
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
-    let rates = Rates {
-        pcie_bytes_per_second: rate("--pcie-gbps", args.pcie_gbps)?,
-        memory_bytes_per_second: rate("--mem-gbps", args.mem_gbps)?,
-        matrix_flops_per_second: rate("--matrix-tflops", args.matrix_tflops)? * 1e3,
-    };
+    let rates = args.rates.rates()?;
+    if is_pipeline(&args.model) {
+        return pipeline(&args, json);
+    }
     let config = args.budget.config()?;
-    let Some(capacity) = config.vram_budget else {
-        anyhow::bail!(
-            "`dynvram plan` needs --vram-budget GIB (it runs without a GPU, so it cannot ask the driver)"
-        );
-    };
+    let usable = pipeline_plan::usable(&args.budget, "`dynvram plan`")?;
+    let capacity = config.vram_budget.unwrap_or_default();
     let target = if let Some(found) = detect_flux(&args.model) {
         flux_target(&args, found)?
     } else if is_checkpoint(&args.model) {
@@ -342,9 +383,6 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         stack_target(&args)?
     };
-    let usable = Budget::new(capacity, CapacitySource::Explicit, config)
-        .map_err(|e| anyhow::anyhow!("--vram-budget {}: {e}", size(capacity)))?
-        .usable();
     let (plan, weights) = dynvram_runtime::plan_spec(&target.spec, usable).with_context(|| {
         format!(
             "planning {} in {} usable",
@@ -355,7 +393,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let p = &plan.plan;
     let weight_bytes: u64 = weights.iter().map(|w| w.size).sum();
     let streamed = |i: usize| p.tensors[i].placement == Placement::Stream;
-    let work = |flops: Option<&[u64]>| block_work(&target.spec, &weights, streamed, flops);
+    let work = |flops: Option<&[u64]>| {
+        roofline::block_work(target.spec.blocks.len(), &weights, streamed, flops)
+    };
     let pass = work(target.flops.as_deref());
     let predicted = roofline::predict(&pass, &rates);
     let prefill = target.prefill.as_ref().map(|(tokens, flops)| {
@@ -395,9 +435,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         streamed_tensors: p.streamed,
         resident_bytes: p.resident_bytes,
         streamed_bytes_per_pass: p.streamed_bytes,
-        pcie_gbps: args.pcie_gbps,
-        mem_gbps: args.mem_gbps,
-        matrix_tflops: args.matrix_tflops,
+        pcie_gbps: args.rates.pcie_gbps,
+        mem_gbps: args.rates.mem_gbps,
+        matrix_tflops: args.rates.matrix_tflops,
         flops_per_pass: flops,
         flops_counted: target.flops.is_some(),
         transfer_seconds,
@@ -425,30 +465,6 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         print_text(&report, &target.describe, args.tensors);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Each block's weight bytes, streamed bytes and FLOPs (`flops` per block
-/// where counted).
-fn block_work(
-    spec: &ModelSpec,
-    weights: &[PlanWeight],
-    streamed: impl Fn(usize) -> bool,
-    flops: Option<&[u64]>,
-) -> Vec<BlockWork> {
-    let mut work: Vec<BlockWork> = (0..spec.blocks.len())
-        .map(|b| BlockWork {
-            flops: flops.and_then(|f| f.get(b)).copied().unwrap_or(0),
-            ..BlockWork::default()
-        })
-        .collect();
-    for (i, w) in weights.iter().enumerate() {
-        let b = &mut work[w.block];
-        b.weight_bytes += w.size;
-        if streamed(i) {
-            b.streamed_bytes += w.size;
-        }
-    }
-    work
 }
 
 fn blocks(spec: &ModelSpec, work: &[BlockWork], rates: &Rates) -> Vec<BlockRow> {

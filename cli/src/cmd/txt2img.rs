@@ -5,9 +5,11 @@
 //! MODELS is a ComfyUI `models/` folder (the transformer in
 //! `diffusion_models/` or `unet/`, CLIP-L and T5 in `text_encoders/` or
 //! `clip/`, told apart by their tensors, the autoencoder in `vae/`; a flag
-//! picks a file where a folder holds several), or the transformer file
-//! itself with `--clip-l`, `--t5` and `--vae`. diffusers-layout folders are
-//! refused (their keys are diffusers', not the ones read here).
+//! picks a file where a folder holds several), or a diffusers-layout FLUX.1
+//! folder (`model_index.json`, `transformer/`, `text_encoder/`,
+//! `text_encoder_2/`, `vae/`, `scheduler/`: its configs and schedule are
+//! used, `dynvram_models::txt2img::diffusers`), or the transformer file
+//! itself with `--clip-l`, `--t5` and `--vae`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,13 +22,15 @@ use dynvram_models::flux::sample::{self, Schedule};
 use dynvram_models::flux::{FluxCheckpoint, FluxConfig};
 use dynvram_models::t5::T5Config;
 use dynvram_models::txt2img::{
-    Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport, TextEncoderKind,
+    Configs, Files, Images, Noise, Pipeline, Progress, Request, Stage, StageReport,
+    TextEncoderKind, diffusers,
 };
 use dynvram_models::vae::VaeConfig;
 use dynvram_runtime::ActDtype;
 use serde::Serialize;
 
 use crate::cmd::dit::steps;
+use crate::cmd::pipeline_plan::{self, RateArgs};
 use crate::cmd::runtime_args::{ComputeDtype, RuntimeArgs};
 use crate::output::{dtype_name, eta_bar, print_adapter, print_json, size};
 
@@ -34,31 +38,15 @@ use crate::output::{dtype_name, eta_bar, print_adapter, print_json, size};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A ComfyUI `models/` folder (`diffusion_models/`, `text_encoders/`,
-    /// `vae/`), or the transformer's .safetensors file (then --clip-l, --t5
-    /// and --vae name the others).
-    models: PathBuf,
+    /// `vae/`), a diffusers FLUX.1 folder (`model_index.json`), or the
+    /// transformer's .safetensors file (then --clip-l, --t5 and --vae name
+    /// the others).
+    pub(crate) models: PathBuf,
     /// The prompt; repeat for a batch (one image each).
     #[arg(long, required = true)]
     prompt: Vec<String>,
-    /// The transformer: a file, or a name in `diffusion_models/`.
-    #[arg(long, value_name = "FILE")]
-    model: Option<PathBuf>,
-    /// CLIP-L's text encoder: a file, or a name in `text_encoders/`.
-    #[arg(long, value_name = "FILE")]
-    clip_l: Option<PathBuf>,
-    /// The T5 encoder: a file, or a name in `text_encoders/`.
-    #[arg(long, value_name = "FILE")]
-    t5: Option<PathBuf>,
-    /// The autoencoder: a file, or a name in `vae/`.
-    #[arg(long, value_name = "FILE")]
-    vae: Option<PathBuf>,
-    /// Configs for files whose shapes do not tell them (small test models),
-    /// in a diffusers pipeline's layout: `transformer/config.json` (or
-    /// `VARIANT/transformer/config.json`: the one that fits the weights),
-    /// `text_encoder/config.json` (CLIP), `text_encoder_2/config.json`
-    /// (T5), `vae/config.json`; each one present is used.
-    #[arg(long, value_name = "DIR")]
-    configs: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) pick: PickArgs,
     /// Euler steps (default: 28 with a guidance embedder (dev), else 4).
     #[arg(long, value_parser = steps)]
     steps: Option<usize>,
@@ -95,8 +83,91 @@ pub struct Args {
     /// plans f16 activations.
     #[arg(long)]
     plan: bool,
+    /// The rates `--plan` predicts the time at.
+    #[command(flatten)]
+    rates: RateArgs,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
+}
+
+/// Which files of MODELS, shared by `txt2img` and `plan`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PickArgs {
+    /// The transformer: a file, or a name in `diffusion_models/`.
+    #[arg(long = "model", value_name = "FILE")]
+    pub(crate) transformer: Option<PathBuf>,
+    /// CLIP-L's text encoder: a file, or a name in `text_encoders/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) clip_l: Option<PathBuf>,
+    /// The T5 encoder: a file, or a name in `text_encoders/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) t5: Option<PathBuf>,
+    /// The autoencoder: a file, or a name in `vae/`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) vae: Option<PathBuf>,
+    /// Configs for files whose shapes do not tell them (small test models),
+    /// in a diffusers pipeline's layout: `transformer/config.json` (or
+    /// `VARIANT/transformer/config.json`: the one that fits the weights),
+    /// `text_encoder/config.json` (CLIP), `text_encoder_2/config.json`
+    /// (T5), `vae/config.json`; each one present is used. A diffusers
+    /// folder's own are used without it.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) configs: Option<PathBuf>,
+}
+
+/// A pipeline's files as MODELS and the flags name them, with the configs
+/// and schedule that go with them.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The four models' weights.
+    pub files: Files,
+    /// Their configs (`--configs`, or a diffusers folder's).
+    pub configs: Configs,
+    /// A diffusers folder's scheduler.
+    pub schedule: Option<Schedule>,
+    /// What the run reads (the output-path rule): the files, or the
+    /// diffusers folder.
+    pub reads: Vec<PathBuf>,
+}
+
+/// MODELS and the flags: see the module's documentation.
+pub fn find(models: &Path, pick: &PickArgs) -> anyhow::Result<Found> {
+    if models.is_dir() && diffusers::is_folder(models) {
+        let flags = [
+            ("--model", pick.transformer.is_some()),
+            ("--clip-l", pick.clip_l.is_some()),
+            ("--t5", pick.t5.is_some()),
+            ("--vae", pick.vae.is_some()),
+            ("--configs", pick.configs.is_some()),
+        ];
+        if let Some((flag, _)) = flags.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag}: {} is a diffusers folder, whose model_index.json names its models and \
+                 whose configs are used",
+                models.display()
+            );
+        }
+        let folder = diffusers::DiffusersFolder::open(models)?;
+        return Ok(Found {
+            files: folder.files,
+            configs: folder.configs,
+            schedule: folder.schedule,
+            reads: vec![models.to_owned()],
+        });
+    }
+    let files = find_files(models, pick)?;
+    let configs = match &pick.configs {
+        Some(dir) => read_configs(dir, &files.transformer)?,
+        None => Configs::default(),
+    };
+    Ok(Found {
+        reads: [&files.transformer, &files.clip, &files.t5, &files.vae]
+            .map(|p| p.to_owned())
+            .to_vec(),
+        files,
+        configs,
+        schedule: None,
+    })
 }
 
 /// Where the PNG of image `index` of `batch` goes.
@@ -189,9 +260,8 @@ fn pick(
     }
 }
 
-/// The four files of `args`: see the module's documentation.
-pub fn find_files(args: &Args) -> anyhow::Result<Files> {
-    let m = &args.models;
+/// The four files of a ComfyUI folder or a transformer file and the flags.
+fn find_files(m: &Path, args: &PickArgs) -> anyhow::Result<Files> {
     if m.is_file() {
         let need = |flag: &str, v: &Option<PathBuf>| -> anyhow::Result<PathBuf> {
             match v {
@@ -204,14 +274,14 @@ pub fn find_files(args: &Args) -> anyhow::Result<Files> {
                 ),
             }
         };
-        if args.model.is_some() {
+        if args.transformer.is_some() {
             bail!(
                 "--model picks a file in a models/ folder; {} is already the transformer",
                 m.display()
             );
         }
         return Ok(Files {
-            transformer: m.clone(),
+            transformer: m.to_owned(),
             clip: need("--clip-l", &args.clip_l)?,
             t5: need("--t5", &args.t5)?,
             vae: need("--vae", &args.vae)?,
@@ -220,23 +290,11 @@ pub fn find_files(args: &Args) -> anyhow::Result<Files> {
     if !m.is_dir() {
         bail!("{}: no such file or folder", m.display());
     }
-    let diffusers = ["transformer", "text_encoder_2"]
-        .iter()
-        .all(|d| m.join(d).is_dir());
-    if diffusers && !TRANSFORMER_DIRS.iter().any(|d| m.join(d).is_dir()) {
-        bail!(
-            "{} is a diffusers-layout folder (transformer/, text_encoder/, text_encoder_2/, vae/): \
-             its weights use diffusers' key names, which dynvram does not map; give ComfyUI's \
-             single files (a models/ folder with diffusion_models/, text_encoders/ and vae/, \
-             or the files by flag)",
-            m.display()
-        );
-    }
     let transformers = candidates(m, &TRANSFORMER_DIRS)?;
     let transformer = pick(
         "transformer",
         "--model",
-        args.model.as_deref(),
+        args.transformer.as_deref(),
         &transformers,
         &TRANSFORMER_DIRS,
     )?;
@@ -387,26 +445,22 @@ struct Report {
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
-    let files = find_files(&args)?;
+    let Found {
+        files,
+        configs,
+        schedule,
+        reads,
+    } = find(&args.models, &args.pick)?;
     // No PNG may land on an input (the output-path rule of every writer).
     let batch = args.prompt.len();
     let outs: Vec<PathBuf> = (0..batch).map(|b| out_path(&args.out, b, batch)).collect();
-    let mut reads = vec![
-        files.transformer.as_path(),
-        &files.clip,
-        &files.t5,
-        &files.vae,
-    ];
+    let mut reads: Vec<&Path> = reads.iter().map(PathBuf::as_path).collect();
     reads.extend(args.noise.as_deref());
     crate::cmd::outputs::check_outputs(
         &reads,
         &outs.iter().map(|o| Some(o.as_path())).collect::<Vec<_>>(),
         &args.runtime.adapter,
     )?;
-    let configs = match &args.configs {
-        Some(dir) => read_configs(dir, &files.transformer)?,
-        None => Configs::default(),
-    };
     let pipeline = Pipeline::open(&files, configs)?;
     let dev = pipeline.flux.config.guidance_embed;
     let steps = args.steps.unwrap_or(if dev { 28 } else { 4 });
@@ -429,7 +483,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         guidance: args.guidance,
         max_sequence_length,
         noise,
-        schedule: None,
+        schedule,
         dtype: ActDtype::F32,
     };
     // Sizes, steps and lengths are named before the device opens.
@@ -469,7 +523,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         steps,
         guidance: args.guidance,
         max_sequence_length,
-        schedule: Schedule::for_config(&pipeline.flux.config),
+        schedule: req
+            .schedule
+            .unwrap_or_else(|| Schedule::for_config(&pipeline.flux.config)),
         seed: args.noise.is_none().then_some(args.seed),
         noise: args.noise.clone(),
         sigmas: images.sigmas.clone(),
@@ -538,11 +594,12 @@ fn print_text(r: &Report) {
             _ => String::new(),
         };
         println!(
-            "{:<10} {:>9.1} ms ({} pass{}{tiles}), {} loaded, {} streamed, peak VRAM {}",
+            "{:<10} {:>9.1} ms ({} pass{}{tiles}), {} prefetched, {} loaded, {} streamed, peak VRAM {}",
             format!("{:?}", s.stage).to_lowercase(),
             s.seconds * 1e3,
             s.passes,
             if s.passes == 1 { "" } else { "es" },
+            size(s.prefetched_bytes),
             size(s.loaded_bytes),
             size(s.streamed_bytes),
             size(s.peak_vram)
@@ -568,55 +625,12 @@ fn print_plan(
     files: Files,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let config = args.runtime.budget.config()?;
-    let Some(capacity) = config.vram_budget else {
-        bail!(
-            "--plan needs --vram-budget GIB (it runs without a GPU, so it cannot ask the driver)"
-        );
-    };
-    let usable =
-        dynvram_memory::Budget::new(capacity, dynvram_memory::CapacitySource::Explicit, config)
-            .map_err(|e| anyhow::anyhow!("--vram-budget {}: {e}", size(capacity)))?
-            .usable();
+    let usable = pipeline_plan::usable(&args.runtime.budget, "--plan")?;
     req.dtype = match args.runtime.compute_dtype {
         ComputeDtype::F32 => ActDtype::F32,
         ComputeDtype::Auto | ComputeDtype::F16 => ActDtype::F16,
     };
-    let plan = pipeline
-        .plan(req, usable)
-        .with_context(|| format!("planning in {} usable", size(usable)))?;
-    if json {
-        print_json(&serde_json::json!({
-            "files": files,
-            "compute_dtype": dtype_name(req.dtype),
-            "plan": plan,
-        }))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "plan       {} image(s) of {}×{}, {} steps, {} activations, {} usable",
-        req.prompts.len(),
-        req.width,
-        req.height,
-        req.steps,
-        dtype_name(req.dtype),
-        size(usable)
-    );
-    for s in &plan.stages {
-        println!(
-            "{:<10} {} resident, {} streamed a pass × {}, {} of VRAM",
-            format!("{:?}", s.stage).to_lowercase(),
-            size(s.resident_bytes),
-            size(s.streamed_bytes),
-            s.passes,
-            size(s.vram_bytes)
-        );
-    }
-    println!(
-        "least      {} usable runs every stage",
-        size(plan.least_usable)
-    );
-    Ok(ExitCode::SUCCESS)
+    pipeline_plan::print(pipeline, req, &files, usable, &args.rates, json)
 }
 
 #[cfg(test)]

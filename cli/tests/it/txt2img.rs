@@ -59,12 +59,19 @@ fn noise_file(root: &Path) -> PathBuf {
 /// `dynvram --json txt2img MODELS --configs … ARGS`: the JSON report, or
 /// the stderr of a failure (None: no adapter and none required).
 fn txt2img(models: &Path, args: &[&str]) -> Option<Result<serde_json::Value, String>> {
+    let configs = fixtures::tiny_flux_pipeline().join("configs");
+    let mut with = vec!["--configs", configs.to_str().expect("utf-8")];
+    with.extend(args);
+    txt2img_bare(models, &with)
+}
+
+/// `dynvram --json txt2img MODELS ARGS` (a diffusers folder's configs are
+/// its own).
+fn txt2img_bare(models: &Path, args: &[&str]) -> Option<Result<serde_json::Value, String>> {
     let o = dynvram()
         .arg("--json")
         .arg("txt2img")
         .arg(models)
-        .arg("--configs")
-        .arg(fixtures::tiny_flux_pipeline().join("configs"))
         .args(["--compute-dtype", "f32"])
         .args(args)
         .output()
@@ -106,16 +113,25 @@ fn decode_png(path: &Path) -> (Vec<u8>, u32, u32) {
     (buf, info.width, info.height)
 }
 
+/// The fixture as a ComfyUI folder (with `--configs`) and in diffusers'
+/// layout (its configs and scheduler its own).
 #[test]
 fn txt2img_pngs_match_diffusers_resident_and_streamed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let models = models_folder(dir.path());
+    let comfy = models_folder(dir.path());
+    let diffusers = fixtures::tiny_flux_pipeline().join("diffusers-dev");
     let noise = noise_file(dir.path());
     let fx = fixtures::tiny_flux_pipeline();
     // Default budget (all resident), then 0.0096 GiB (an explicit budget
     // is all of it): the VAE's activations for the whole latents of both
     // images (9 MiB) leave room for part of its weights, the rest streams.
-    for (name, budget) in [("resident", None), ("streamed", Some("0.0096"))] {
+    let runs = [
+        ("resident", None, &comfy),
+        ("streamed", Some("0.0096"), &comfy),
+        ("diffusers_resident", None, &diffusers),
+        ("diffusers_streamed", Some("0.0096"), &diffusers),
+    ];
+    for (name, budget, models) in runs {
         let out = dir.path().join(format!("{name}.png"));
         let mut args = vec![
             "--prompt",
@@ -131,7 +147,12 @@ fn txt2img_pngs_match_diffusers_resident_and_streamed() {
         if let Some(b) = budget {
             args.extend(["--vram-budget", b]);
         }
-        let Some(report) = txt2img(&models, &args) else {
+        let report = if models == &comfy {
+            txt2img(models, &args)
+        } else {
+            txt2img_bare(models, &args)
+        };
+        let Some(report) = report else {
             return;
         };
         let report = report.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -269,14 +290,39 @@ fn txt2img_errors_name_the_problem() {
         e.contains("no CLIP-L text encoder found") && e.contains("text_encoders/"),
         "{e}"
     );
-    // A diffusers-layout folder is refused with the reason.
-    let diffusers = dir.path().join("diffusers");
-    for d in ["transformer", "text_encoder", "text_encoder_2", "vae"] {
-        std::fs::create_dir_all(diffusers.join(d)).expect("mkdir");
+    // A diffusers folder of another pipeline; --configs with one.
+    let fx_diffusers = fx.join("diffusers-dev");
+    let other = dir.path().join("sd3");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    for d in [
+        "transformer",
+        "text_encoder",
+        "text_encoder_2",
+        "vae",
+        "scheduler",
+    ] {
+        std::os::unix::fs::symlink(fx_diffusers.join(d), other.join(d)).expect("link");
     }
-    let e = err(&diffusers, &[]);
+    std::fs::write(
+        other.join("model_index.json"),
+        r#"{"_class_name": "StableDiffusion3Pipeline",
+            "transformer": ["diffusers", "SD3Transformer2DModel"]}"#,
+    )
+    .expect("index");
+    let e = match txt2img_bare(&other, &base) {
+        Some(Err(e)) => e,
+        r => panic!("another pipeline: {r:?}"),
+    };
     assert!(
-        e.contains("diffusers-layout") && e.contains("key names"),
+        e.contains("model_index.json")
+            && e.contains("StableDiffusion3Pipeline")
+            && e.contains("SD3Transformer2DModel")
+            && e.contains("FluxTransformer2DModel"),
+        "{e}"
+    );
+    let e = err(&fx_diffusers, &[]);
+    assert!(
+        e.contains("--configs") && e.contains("diffusers folder"),
         "{e}"
     );
     assert!(!out.exists(), "no image is written on failure");
@@ -318,4 +364,48 @@ fn txt2img_plan_needs_no_gpu() {
     assert!(!out.exists());
     let e = txt2img_err(&models, &["--prompt", "a cat", "--plan"]);
     assert!(e.contains("--plan needs --vram-budget"), "{e}");
+}
+
+/// `dynvram plan MODELS` of a ComfyUI folder answers as `txt2img --plan`
+/// does (one code): the same stages, FLOPs, times and least budget; and
+/// names the flags a pipeline takes instead of --image-tokens.
+#[test]
+fn plan_of_a_models_folder_is_txt2img_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let models = models_folder(dir.path());
+    let configs = fixtures::tiny_flux_pipeline().join("configs");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = dynvram().arg("--json").args(args).output().expect("runs");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {err}");
+        serde_json::from_slice(&o.stdout).expect("json")
+    };
+    let m = models.to_str().expect("utf-8");
+    let c = configs.to_str().expect("utf-8");
+    let budget = ["--vram-budget", "0.003", "--matrix-tflops", "20"];
+    let mut plan_args = vec!["plan", m, "--configs", c, "--width", "96", "--height", "96"];
+    plan_args.extend(["--steps", "4", "--text-tokens", "32"]);
+    plan_args.extend(budget);
+    let mut txt2img_args = vec!["txt2img", m, "--configs", c, "--prompt", "a cat", "--plan"];
+    txt2img_args.extend(FIXTURE_RUN);
+    txt2img_args.extend(budget);
+    let plan = json(&plan_args);
+    let via_txt2img = json(&txt2img_args);
+    assert_eq!(plan["plan"], via_txt2img["plan"], "{plan}\n{via_txt2img}");
+    let stages = plan["plan"]["stages"].as_array().expect("stages");
+    assert_eq!(stages.len(), 4, "{plan}");
+    for s in stages {
+        assert!(s["flops"].as_u64().expect("flops") > 0, "{s}");
+    }
+    assert_eq!(plan["plan"]["rates"]["matrix_flops_per_second"], 20e12);
+    let o = dynvram()
+        .args(["plan", m, "--configs", c, "--image-tokens", "36"])
+        .args(budget)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--width × --height"),
+        "{err}"
+    );
 }

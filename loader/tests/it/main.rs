@@ -10,3 +10,4 @@ mod index_faults;
 mod model_files;
 mod reader_pool;
 mod ring_slots;
+mod views;

@@ -40,14 +40,15 @@ fn index_json_maps_names_to_shards() {
         let m = opened.expect("model opens");
         assert_eq!(m.files().len(), 2);
         assert_eq!(m.len(), 3);
-        let (file, info) = m.get("l1.weight").expect("l1.weight");
-        assert!(file.path().ends_with("m-00002-of-00002.safetensors"));
-        assert_eq!(
-            file.bytes(&info.name).expect("bytes"),
-            &random::bytes(7, 3)[..]
-        );
+        let info = m.info("l1.weight").expect("l1.weight");
+        let path = m.path_of("l1.weight").expect("its file");
+        assert!(path.ends_with("m-00002-of-00002.safetensors"));
+        let mut bytes = vec![0; info.len() as usize];
+        m.read_into("l1.weight", 0..info.len(), &mut bytes)
+            .expect("bytes");
+        assert_eq!(bytes, random::bytes(7, 3));
         assert_eq!(m.tensors().count(), 3);
-        assert!(m.get("nope").is_none());
+        assert!(m.info("nope").is_none());
     }
 }
 

@@ -1,7 +1,8 @@
-//! A CLIP text encoder on disk: one `.safetensors` file with HF
-//! `CLIPTextModel` keys (`text_model.*`, as ComfyUI's `clip_l.safetensors`;
-//! any prefix before them is found), its config from an HF `config.json`
-//! or inferred from the shapes.
+//! A CLIP text encoder on disk: a `.safetensors` file (or a sharded
+//! model's `model.safetensors.index.json`) with HF `CLIPTextModel` keys
+//! (`text_model.*`, as ComfyUI's `clip_l.safetensors`; transformers 5
+//! writes them without `text_model.`; any prefix before them is found),
+//! its config from an HF `config.json` or inferred from the shapes.
 
 use std::path::{Path, PathBuf};
 
@@ -9,23 +10,25 @@ use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{ClipConfig, HEAD_DIM, LAYER_NORM_EPS};
-use crate::check::{Checker, count_blocks, prefix_of};
+use crate::check::{Checker, count_blocks, prefix_of, settle_config};
 use crate::error::ModelError as ClipError;
 
-/// The key every CLIP text model has: the token embedding.
-const TOKEN_EMBEDDING: &str = "text_model.embeddings.token_embedding.weight";
+/// The key every CLIP text model has: the token embedding (under
+/// `text_model.` in most files).
+pub const TOKEN_EMBEDDING: &str = "embeddings.token_embedding.weight";
 
 /// Tensor names of a CLIP text model under a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
-    /// Everything before `text_model.` (`""` in ComfyUI's files).
+    /// Everything before `embeddings.` (`text_model.` in ComfyUI's files,
+    /// `""` in those transformers 5 writes).
     pub prefix: String,
 }
 
 impl Names {
-    /// `{prefix}text_model.{rest}`.
+    /// `{prefix}{rest}`.
     pub fn n(&self, rest: &str) -> String {
-        format!("{}text_model.{rest}", self.prefix)
+        format!("{}{rest}", self.prefix)
     }
 
     /// `{prefix}text_model.encoder.layers.{i}.{rest}`.
@@ -121,15 +124,13 @@ impl ClipCheckpoint {
             ))
         })?;
         let names = Names { prefix };
-        let (config, inferred) = match config {
-            Some(c) => {
-                c.validate()
-                    .map_err(|why| chk.err(format!("config: {why}")))?;
-                (c, false)
-            }
-            None => (infer(&chk, &names)?, true),
-        };
-        check(&chk, &names, &config)?;
+        let (config, inferred) = settle_config(
+            config,
+            ClipConfig::validate,
+            |why| chk.err(why),
+            || infer(&chk, &names),
+            |c| check(&chk, &names, c),
+        )?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),
@@ -189,6 +190,7 @@ impl ClipCheckpoint {
     pub fn spec(&self, batch: usize, dtype: ActDtype) -> ModelSpec {
         let list = FilesList::new(&self.files);
         ModelSpec {
+            views: Default::default(),
             files: vec![self.path.clone()],
             blocks: self.blocks(),
             scratch_bytes: super::scratch::scratch_bytes(

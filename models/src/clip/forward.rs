@@ -15,6 +15,7 @@ use super::config::ClipConfig;
 use super::scratch::act_shapes;
 use crate::error::ModelError as ClipError;
 use crate::host_embed::HostEmbed;
+use crate::record::allocate;
 use crate::record::op;
 use crate::tokenize::CLIP_MAX_LEN;
 
@@ -78,18 +79,7 @@ impl ClipText {
             return Err(ClipError::Input("CLIP batch 0: at least one prompt".into()));
         }
         let c = &ckpt.config;
-        let shapes = act_shapes(c, batch);
-        let mut made = Vec::with_capacity(shapes.len());
-        for (name, [r, w]) in shapes {
-            let d = if name == "positions" {
-                ActDtype::F32
-            } else {
-                dtype
-            };
-            let shape: &[usize] = if w == 1 { &[r] } else { &[r, w] };
-            made.push(rt.activation_of(&format!("clip.{name}"), shape, d)?);
-        }
-        let mut it = made.into_iter();
+        let mut it = allocate(rt, "clip", &act_shapes(c, batch), dtype)?.into_iter();
         let mut next = || it.next().expect("one activation per shape");
         let acts = Acts {
             tokens: next(),

@@ -1,6 +1,7 @@
 //! CLIP text encoders (CLIP-L for Flux; any `CLIPTextModel`) as
 //! `transformers` runs them and ComfyUI loads them: a `.safetensors` file
-//! with HF `text_model.*` keys.
+//! with HF `text_model.*` keys (or without `text_model.`, as transformers 5
+//! writes them).
 //!
 //! Blocks, in pass order: `embeddings` (the token rows gathered on the host
 //! from the file, `crate::host_embed`, plus the position embedding
@@ -16,11 +17,12 @@
 
 mod checkpoint;
 pub mod config;
+pub mod flops;
 mod forward;
 mod scratch;
 pub mod synth;
 
-pub use checkpoint::{ClipCheckpoint, Names};
+pub use checkpoint::{ClipCheckpoint, Names, TOKEN_EMBEDDING};
 pub use config::ClipConfig;
 pub use forward::{ClipOutput, ClipText};
 pub use scratch::scratch_bytes;

@@ -4,25 +4,22 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::ClipConfig;
-use crate::record::{integer_scratch_bytes, word_bytes};
+use crate::record::{ActShape, act_bytes, integer_scratch_bytes};
 use crate::tokenize::CLIP_MAX_LEN;
 
-/// Activation shapes of a pass over `batch` prompts: (name, shape).
-pub(super) fn act_shapes(c: &ClipConfig, batch: usize) -> [(&'static str, [usize; 2]); 11] {
+/// Activation shapes of a pass over `batch` prompts.
+pub(super) fn act_shapes(c: &ClipConfig, batch: usize) -> Vec<ActShape> {
     let (rows, h) = (batch * CLIP_MAX_LEN, c.hidden_size);
-    [
-        ("tokens", [rows, h]),
-        ("positions", [rows, 1]),
-        ("x", [rows, h]),
-        ("n", [rows, h]),
-        ("q", [rows, h]),
-        ("k", [rows, h]),
-        ("v", [rows, h]),
-        ("attn", [rows, h]),
-        ("o", [rows, h]),
-        ("mlp", [rows, c.intermediate_size]),
-        ("out", [rows, h]),
-    ]
+    let mut v = vec![
+        ActShape::new("tokens", [rows, h]),
+        ActShape::f32("positions", [rows]),
+    ];
+    v.extend(["x", "n", "q", "k", "v", "attn", "o"].map(|n| ActShape::new(n, [rows, h])));
+    v.extend([
+        ActShape::new("mlp", [rows, c.intermediate_size]),
+        ActShape::new("out", [rows, h]),
+    ]);
+    v
 }
 
 /// Activation bytes of a pass over `batch` prompts in `dtype`, plus the
@@ -34,16 +31,6 @@ pub fn scratch_bytes(
     dtype: ActDtype,
     widest_integer_k: usize,
 ) -> u64 {
-    let acts: u64 = act_shapes(c, batch)
-        .iter()
-        .map(|(name, [r, w])| {
-            let size = if *name == "positions" {
-                4
-            } else {
-                dtype.size()
-            };
-            word_bytes(r * w, size)
-        })
-        .sum();
-    acts + integer_scratch_bytes(batch * CLIP_MAX_LEN, widest_integer_k)
+    act_bytes(&act_shapes(c, batch), dtype)
+        + integer_scratch_bytes(batch * CLIP_MAX_LEN, widest_integer_k)
 }

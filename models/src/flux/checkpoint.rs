@@ -1,18 +1,30 @@
 //! A Flux checkpoint on disk: one `.safetensors` file in Black Forest Labs'
 //! key layout (optionally under ComfyUI's `model.diffusion_model.` prefix),
 //! or a folder with `model.safetensors` and a `config.json` in BFL
-//! `FluxParams` names. Without a config the architecture is inferred from
-//! the tensor shapes, as ComfyUI does.
+//! `FluxParams` names, or diffusers' `transformer/` folder
+//! (`diffusion_pytorch_model*.safetensors`, sharded or not, and its
+//! `config.json`), read as BFL tensors through [`super::diffusers`]'s views.
+//! Without a config the architecture is inferred from the tensor shapes, as
+//! ComfyUI does.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use dynvram_runtime::loader::ModelFiles;
+use dynvram_runtime::loader::{ModelFiles, TensorView};
 use dynvram_runtime::quant::{self, TensorList};
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{FLUX1_AXES_DIM, FLUX1_THETA, FluxConfig, MAX_BLOCKS, TIME_DIM};
 use super::{FluxError, Shape};
 use crate::block_index::block_index;
+
+/// A folder's weights, the first found: BFL's, then diffusers' (sharded,
+/// then one file).
+const FOLDER_WEIGHTS: [&str; 3] = [
+    "model.safetensors",
+    "diffusion_pytorch_model.safetensors.index.json",
+    "diffusion_pytorch_model.safetensors",
+];
 
 /// The key prefix of ComfyUI's full checkpoints.
 pub const COMFY_PREFIX: &str = "model.diffusion_model.";
@@ -277,6 +289,9 @@ pub struct FluxCheckpoint {
     pub weights: Vec<PathBuf>,
     /// Tensor names.
     pub names: Names,
+    /// The BFL tensors of a diffusers transformer ([`super::diffusers`]);
+    /// empty for BFL files.
+    pub views: Arc<[TensorView]>,
     files: ModelFiles,
 }
 
@@ -290,6 +305,7 @@ pub struct DetectedFlux {
     config_file: Option<PathBuf>,
     files: ModelFiles,
     prefix: String,
+    views: Arc<[TensorView]>,
 }
 
 impl DetectedFlux {
@@ -307,18 +323,12 @@ impl DetectedFlux {
     /// shapes, checked against every tensor a pass uses.
     pub fn open(self) -> Result<FluxCheckpoint, FluxError> {
         let _span = tracing::info_span!("flux_open", path = %self.path.display()).entered();
-        let Self {
-            path,
-            weights,
-            config_file,
-            files,
-            prefix,
-        } = self;
-        let config = config_file
+        let config = self
+            .config_file
             .as_deref()
             .map(FluxConfig::from_file)
             .transpose()?;
-        Self::open_as(path, weights, files, prefix, config)
+        self.open_as(config)
     }
 
     /// [`Self::open`] with `config` instead of a `config.json` (or the
@@ -331,23 +341,18 @@ impl DetectedFlux {
             path: self.weights.clone(),
             why: format!("the config given: {why}"),
         })?;
+        self.open_as(Some(config))
+    }
+
+    fn open_as(self, config: Option<FluxConfig>) -> Result<FluxCheckpoint, FluxError> {
         let Self {
             path,
             weights,
             files,
             prefix,
+            views,
             ..
         } = self;
-        Self::open_as(path, weights, files, prefix, Some(config))
-    }
-
-    fn open_as(
-        path: PathBuf,
-        weights: PathBuf,
-        files: ModelFiles,
-        prefix: String,
-        config: Option<FluxConfig>,
-    ) -> Result<FluxCheckpoint, FluxError> {
         let names = Names { prefix };
         let list = FilesList::new(&files);
         let (config, inferred) = match config {
@@ -371,6 +376,7 @@ impl DetectedFlux {
             inferred,
             weights: vec![weights],
             names,
+            views,
             files,
         };
         ckpt.check()?;
@@ -388,26 +394,33 @@ impl FluxCheckpoint {
     }
 
     /// Whether `path` holds Flux weights: the weights file (a folder's
-    /// `model.safetensors`) indexed, with BFL keys under some prefix
-    /// ([`detect_prefix`]), and the `config.json` that goes with it. Reads
-    /// the header only; the error says why `path` is not Flux.
+    /// `model.safetensors`, or diffusers' `diffusion_pytorch_model`
+    /// file or shard index) indexed, with BFL keys under some prefix
+    /// ([`detect_prefix`]) or diffusers' keys (read as BFL's), and the
+    /// `config.json` that goes with it. Reads the headers only; the error
+    /// says why `path` is not Flux.
     pub fn detect(path: &Path) -> Result<DetectedFlux, FluxError> {
         let _span = tracing::debug_span!("flux_detect", path = %path.display()).entered();
         let (weights, config_file) = if path.is_dir() {
-            let w = path.join("model.safetensors");
-            if !w.is_file() {
+            let Some(w) = FOLDER_WEIGHTS
+                .iter()
+                .map(|n| path.join(n))
+                .find(|w| w.is_file())
+            else {
                 return Err(FluxError::Weights {
                     path: path.to_owned(),
-                    why: "the folder has no model.safetensors".into(),
+                    why: format!("the folder has none of {}", FOLDER_WEIGHTS.join(", ")),
                 });
-            }
+            };
             let c = path.join("config.json");
             (w, c.is_file().then_some(c))
         } else if path.is_file() {
-            // A folder's model.safetensors takes the folder's config.json,
-            // as the folder itself would.
+            // A folder's weights take the folder's config.json, as the
+            // folder itself would.
             let beside = path.parent().map(|d| d.join("config.json")).filter(|c| {
-                path.file_name().is_some_and(|n| n == "model.safetensors") && c.is_file()
+                path.file_name()
+                    .is_some_and(|n| FOLDER_WEIGHTS.iter().any(|w| n == *w))
+                    && c.is_file()
             });
             (path.to_owned(), beside)
         } else {
@@ -417,18 +430,32 @@ impl FluxCheckpoint {
             });
         };
         let files = ModelFiles::open(&weights).map_err(RuntimeError::from)?;
-        let prefix = detect_prefix(&FilesList::new(&files)).ok_or_else(|| FluxError::Weights {
-            path: weights.clone(),
-            why: "no Flux tensors: found no `img_in.weight` nor \
-                  `double_blocks.0.img_attn.qkv.weight` under any prefix"
-                .into(),
-        })?;
+        let (files, prefix, views) = match detect_prefix(&FilesList::new(&files)) {
+            Some(prefix) => (files, prefix, Arc::default()),
+            None if super::diffusers::is_diffusers(&files) => {
+                let views: Arc<[TensorView]> = super::diffusers::views(&files)?.into();
+                let files = files.with_views(&views).map_err(RuntimeError::from)?;
+                (files, String::new(), views)
+            }
+            None => {
+                return Err(FluxError::Weights {
+                    path: weights,
+                    why: format!(
+                        "no Flux tensors: found no `img_in.weight` nor \
+                         `double_blocks.0.img_attn.qkv.weight` under any prefix, nor \
+                         diffusers' `{}`",
+                        super::diffusers::MARKER
+                    ),
+                });
+            }
+        };
         Ok(DetectedFlux {
             path: path.to_owned(),
             weights,
             config_file,
             files,
             prefix,
+            views,
         })
     }
 
@@ -581,6 +608,7 @@ impl FluxCheckpoint {
     /// in `dtype`.
     pub fn spec(&self, shape: Shape, dtype: ActDtype) -> ModelSpec {
         ModelSpec {
+            views: self.views.clone(),
             files: self.weights.clone(),
             blocks: self.blocks(),
             scratch_bytes: super::scratch::scratch_bytes(
@@ -622,12 +650,12 @@ impl FluxCheckpoint {
                     .into_iter()
                     .flatten()
                     {
-                        total += self.files.get(t).map_or(0, |(_, i)| i.len());
+                        total += self.files.info(t).map_or(0, |i| i.len());
                     }
                 }
             }
             for t in &b.tensors {
-                total += self.files.get(t).map_or(0, |(_, i)| i.len());
+                total += self.files.info(t).map_or(0, |i| i.len());
             }
         }
         total

@@ -16,7 +16,7 @@ use super::checkpoint::{
 use super::config::{FluxConfig, TIME_DIM};
 use super::scratch::{Acts, capture_rows};
 use super::{FluxError, FluxInputs, Shape};
-use crate::record::{op, view};
+use crate::record::{activation, op, view};
 
 /// LayerNorm and QK RMSNorm epsilon (BFL).
 const EPS: f32 = 1e-6;
@@ -110,8 +110,7 @@ impl Flux {
         }
         let c = ckpt.config.clone();
         let acts = Acts::build(&c, shape, |name, s, f32_only| {
-            let d = if f32_only { ActDtype::F32 } else { dtype };
-            rt.activation_of(&format!("flux.{name}"), s, d)
+            activation(rt, "flux", name, s, f32_only, dtype)
         })?;
         let nm = &ckpt.names;
         let names = BlockNames {

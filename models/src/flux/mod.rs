@@ -1,7 +1,8 @@
 //! Flux (FLUX.1) diffusion transformers as Black Forest Labs wrote them and
 //! ComfyUI loads them: a single `.safetensors` file in BFL key layout
 //! (optionally under `model.diffusion_model.`), or a folder with
-//! `model.safetensors` and a `config.json` in BFL `FluxParams` names.
+//! `model.safetensors` and a `config.json` in BFL `FluxParams` names; and
+//! diffusers' `FluxTransformer2DModel` folders, read as the same tensors.
 //!
 //! Blocks, in pass order: `embed` (`img_in`, `txt_in` and the
 //! `time_in`/`guidance_in`/`vector_in` MLP embedders), one block per double
@@ -15,6 +16,7 @@
 
 mod checkpoint;
 pub mod config;
+pub mod diffusers;
 pub mod flops;
 mod forward;
 mod inputs;

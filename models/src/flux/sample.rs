@@ -74,6 +74,44 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// The schedule a diffusers `FlowMatchEulerDiscreteScheduler` config
+    /// (`scheduler/scheduler_config.json`) sets: dynamic shifting on
+    /// FLUX.1's line ([`BASE_SEQ_LEN`], [`BASE_SHIFT`]) – ([`MAX_SEQ_LEN`],
+    /// [`MAX_SHIFT`]) is [`Self::Shifted`] (dev), no dynamic shifting at
+    /// `shift` 1 is [`Self::Linear`] (schnell); any other is refused,
+    /// naming the values, rather than run on the wrong sigmas.
+    pub fn from_scheduler_config(path: &Path) -> Result<Self, FluxError> {
+        let j = crate::hf_config::HfConfig::read(path)?;
+        if j.flag_or("use_dynamic_shifting", false)? {
+            let line = [
+                ("base_image_seq_len", BASE_SEQ_LEN as f64),
+                ("max_image_seq_len", MAX_SEQ_LEN as f64),
+                ("base_shift", BASE_SHIFT),
+                ("max_shift", MAX_SHIFT),
+            ];
+            for (key, flux) in line {
+                let v = j.number_or(key, flux)?;
+                if (v - flux).abs() > 1e-9 {
+                    return Err(j.err(format!(
+                        "dynamic shifting with `{key}` = {v}: dynvram runs FLUX.1's schedule \
+                         ({key} = {flux})"
+                    )));
+                }
+            }
+            return Ok(Self::Shifted);
+        }
+        let shift = j.number_or("shift", 1.0)?;
+        if shift != 1.0 {
+            return Err(j.err(format!(
+                "a static `shift` of {shift}: dynvram runs FLUX.1-schnell's unshifted schedule \
+                 (shift 1) or dev's dynamic one"
+            )));
+        }
+        Ok(Self::Linear)
+    }
+}
+
 /// diffusers' `calculate_shift`: `mu` for `image_tokens` packed tokens, on
 /// the line through ([`BASE_SEQ_LEN`], [`BASE_SHIFT`]) and ([`MAX_SEQ_LEN`],
 /// [`MAX_SHIFT`]).

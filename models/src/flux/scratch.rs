@@ -8,7 +8,7 @@ use dynvram_runtime::ActDtype;
 
 use super::Shape;
 use super::config::{FluxConfig, TIME_DIM};
-use crate::record::{integer_scratch_bytes, word_bytes};
+use crate::record::{act_word_bytes, integer_scratch_bytes, word_bytes};
 
 /// Every activation of a pass, one field each (`T`: a shape's bytes, or the
 /// runtime's [`Activation`](dynvram_runtime::Activation)).
@@ -124,8 +124,7 @@ pub fn scratch_bytes(
 ) -> u64 {
     let mut acts = 0;
     let _: Acts<()> = Acts::build(c, shape, |_, s, f32_only| {
-        let size = if f32_only { 4 } else { dtype.size() };
-        acts += word_bytes(s.iter().product(), size);
+        acts += act_word_bytes(s, f32_only, dtype);
         Ok::<_, Infallible>(())
     })
     .unwrap_or_else(|never| match never {});

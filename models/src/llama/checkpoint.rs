@@ -228,7 +228,7 @@ impl Checkpoint {
         }
         expect_vec(names::FINAL_NORM, h)?;
         if let Some((name, l)) = first_layer_past(
-            self.files.tensors().map(|(_, t)| t.name.as_str()),
+            self.files.tensors().map(|t| t.name.as_str()),
             c.num_hidden_layers,
         ) {
             return Err(self.weights_err(format!(
@@ -285,6 +285,7 @@ impl Checkpoint {
     /// The runtime spec for `limits`.
     pub fn spec(&self, limits: Limits) -> ModelSpec {
         ModelSpec {
+            views: Default::default(),
             files: self.weights.clone(),
             blocks: self.blocks(),
             scratch_bytes: scratch_bytes(&self.config, limits),
@@ -297,7 +298,7 @@ impl Checkpoint {
         let list = FilesList::new(&self.files);
         let mut total = 0;
         let mut add = |name: &str| {
-            if let Some((_, t)) = self.files.get(name) {
+            if let Some(t) = self.files.info(name) {
                 total += t.len();
             }
         };

@@ -167,6 +167,7 @@ pub fn model_spec(file: &Path, shape: Shape, rows: usize) -> ModelSpec {
         })
         .collect();
     ModelSpec {
+        views: Default::default(),
         files: vec![file.to_owned()],
         blocks,
         scratch_bytes: scratch_bytes(shape, rows),
@@ -310,7 +311,7 @@ impl Probe {
                 ]
             })
             .flatten()
-            .filter_map(|n| self.files.get(n).map(|(_, t)| t.len()))
+            .filter_map(|n| self.files.info(n).map(|t| t.len()))
             .sum()
     }
 

@@ -10,7 +10,7 @@ use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
 use super::config::{LAYER_NORM_EPS, MAX_DISTANCE, T5Config};
-use crate::check::{Checker, count_blocks, prefix_of};
+use crate::check::{Checker, count_blocks, prefix_of, settle_config};
 use crate::error::ModelError as T5Error;
 
 /// The key every T5 encoder has.
@@ -94,12 +94,11 @@ impl T5Checkpoint {
         let list = FilesList::new(&files);
         let chk = Checker { list: &list, path };
         let prefix = prefix_of(&list, FINAL_NORM).ok_or_else(|| {
-            let looks =
-                if prefix_of(&list, "text_model.embeddings.token_embedding.weight").is_some() {
-                    " (it looks like a CLIP text encoder)"
-                } else {
-                    ""
-                };
+            let looks = if prefix_of(&list, crate::clip::TOKEN_EMBEDDING).is_some() {
+                " (it looks like a CLIP text encoder)"
+            } else {
+                ""
+            };
             chk.err(format!(
                 "not a T5 encoder{looks}: no `{FINAL_NORM}` under any prefix"
             ))
@@ -115,15 +114,13 @@ impl T5Checkpoint {
                 ))
             })?;
         let names = Names { prefix, embedding };
-        let (config, inferred) = match config {
-            Some(c) => {
-                c.validate()
-                    .map_err(|why| chk.err(format!("config: {why}")))?;
-                (c, false)
-            }
-            None => (infer(&chk, &names)?, true),
-        };
-        check(&chk, &names, &config)?;
+        let (config, inferred) = settle_config(
+            config,
+            T5Config::validate,
+            |why| chk.err(why),
+            || infer(&chk, &names),
+            |c| check(&chk, &names, c),
+        )?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),
@@ -176,6 +173,7 @@ impl T5Checkpoint {
         let list = FilesList::new(&self.files);
         let blocks = self.blocks();
         ModelSpec {
+            views: Default::default(),
             files: vec![self.path.clone()],
             scratch_bytes: super::scratch::scratch_bytes(
                 &self.config,

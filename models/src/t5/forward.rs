@@ -16,6 +16,7 @@ use super::config::T5Config;
 use super::scratch::act_shapes;
 use crate::error::ModelError as T5Error;
 use crate::host_embed::HostEmbed;
+use crate::record::allocate;
 use crate::record::op;
 
 /// What a pass returns.
@@ -78,13 +79,7 @@ impl T5Encoder {
             )));
         }
         let c = &ckpt.config;
-        let mut made = Vec::new();
-        for (name, [r, w], f32_only) in act_shapes(c, batch, len) {
-            let d = if f32_only { ActDtype::F32 } else { dtype };
-            let shape: &[usize] = if w == 1 { &[r] } else { &[r, w] };
-            made.push(rt.activation_of(&format!("t5.{name}"), shape, d)?);
-        }
-        let mut it = made.into_iter();
+        let mut it = allocate(rt, "t5", &act_shapes(c, batch, len), dtype)?.into_iter();
         let mut next = || it.next().expect("one activation per shape");
         let acts = Acts {
             x: next(),

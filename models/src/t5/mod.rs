@@ -21,6 +21,7 @@
 
 mod checkpoint;
 pub mod config;
+pub mod flops;
 mod forward;
 mod scratch;
 pub mod synth;

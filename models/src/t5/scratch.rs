@@ -4,26 +4,22 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::T5Config;
-use crate::record::{integer_scratch_bytes, word_bytes};
+use crate::record::{ActShape, act_bytes, integer_scratch_bytes};
 
-/// Activation shapes of a pass: (name, shape, always f32).
-pub(super) fn act_shapes(
-    c: &T5Config,
-    batch: usize,
-    len: usize,
-) -> [(&'static str, [usize; 2], bool); 10] {
+/// Activation shapes of a pass.
+pub(super) fn act_shapes(c: &T5Config, batch: usize, len: usize) -> Vec<ActShape> {
     let (r, d, inner, f) = (batch * len, c.d_model, c.inner_dim(), c.d_ff);
-    [
-        ("x", [r, d], false),
-        ("n", [r, d], false),
-        ("q", [r, inner], false),
-        ("k", [r, inner], false),
-        ("v", [r, inner], false),
-        ("attn", [r, inner], false),
-        ("o", [r, d], false),
-        ("gate", [r, f], false),
-        ("up", [r, f], false),
-        ("bias", [len * len, c.num_heads], true),
+    vec![
+        ActShape::new("x", [r, d]),
+        ActShape::new("n", [r, d]),
+        ActShape::new("q", [r, inner]),
+        ActShape::new("k", [r, inner]),
+        ActShape::new("v", [r, inner]),
+        ActShape::new("attn", [r, inner]),
+        ActShape::new("o", [r, d]),
+        ActShape::new("gate", [r, f]),
+        ActShape::new("up", [r, f]),
+        ActShape::f32("bias", [len * len, c.num_heads]),
     ]
 }
 
@@ -38,9 +34,6 @@ pub fn scratch_bytes(
     dtype: ActDtype,
     widest_integer_k: usize,
 ) -> u64 {
-    let acts: u64 = act_shapes(c, batch, len)
-        .iter()
-        .map(|(_, [r, w], f32_only)| word_bytes(r * w, if *f32_only { 4 } else { dtype.size() }))
-        .sum();
-    acts + integer_scratch_bytes(batch * len, widest_integer_k)
+    act_bytes(&act_shapes(c, batch, len), dtype)
+        + integer_scratch_bytes(batch * len, widest_integer_k)
 }

@@ -7,21 +7,28 @@
 //! 4. unpack the latents, `z = latents / 0.3611 + 0.1159`, VAE decode;
 //! 5. `clamp(x / 2 + 0.5, 0, 1)`, × 255 rounded half to even into RGB bytes.
 //!
-//! The four models run on one [`Runtime`], under its one budget. Each is
-//! opened as a runtime [`Model`] when its stage starts (registered on top of
-//! the priority list, so models still open yield to it) and the text
+//! The four models run on one [`Runtime`], under its one budget. All four
+//! are opened as runtime [`Model`]s before the first stage, holding no
+//! VRAM ([`Model::open_unloaded`], each below the last in priority); a
+//! stage loads its model (on top of the priority list, so models still
+//! open yield to it) and, before its last pass, prefetches the next
+//! stage's first weights into the room free then ([`Model::prefetch`]:
+//! nothing is evicted for it, and the running model outranks it). The text
 //! encoders are dropped once their outputs are read: nothing of theirs
 //! holds VRAM while the transformer samples. Every stage reports its wall
 //! time, the bytes it uploaded and streamed, and the ledger's peak while it
 //! ran; the fixed costs (opening files, tokenizers) are reported apart.
 
+pub mod diffusers;
 pub mod synth;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use dynvram_runtime::loader::ModelFiles;
+use dynvram_runtime::memory::Placement;
 use dynvram_runtime::quant::TensorList;
+use dynvram_runtime::roofline::{self, Bound, Rates};
 use dynvram_runtime::{
     ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, Runtime, RuntimeError,
 };
@@ -68,7 +75,8 @@ pub struct Configs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TextEncoderKind {
-    /// A CLIP text model (`text_model.embeddings.token_embedding.weight`).
+    /// A CLIP text model (`text_model.embeddings.token_embedding.weight`,
+    /// or without `text_model.`).
     Clip,
     /// A T5 encoder (`shared.weight`, `encoder.embed_tokens.weight` or
     /// `encoder.block.0.…`).
@@ -79,7 +87,8 @@ impl TextEncoderKind {
     /// The kind of the tensors in `list`, if either.
     pub fn of(list: &dyn TensorList) -> Option<Self> {
         let has = |n: &str| list.dtype_shape(n).is_some();
-        if has("text_model.embeddings.token_embedding.weight") {
+        if has("text_model.embeddings.token_embedding.weight") || has(crate::clip::TOKEN_EMBEDDING)
+        {
             Some(Self::Clip)
         } else if has("shared.weight")
             || has("encoder.embed_tokens.weight")
@@ -200,8 +209,12 @@ pub struct StageReport {
     pub passes: usize,
     /// Weight bytes streamed by the passes.
     pub streamed_bytes: u64,
-    /// Weight bytes uploaded to stay resident (at opening and by passes).
+    /// Weight bytes uploaded to stay resident (when the stage loaded its
+    /// model and by passes).
     pub loaded_bytes: u64,
+    /// Weight bytes of its model the stage before uploaded into free room
+    /// (prefetched while that stage ran its last pass).
+    pub prefetched_bytes: u64,
     /// The ledger's peak while the stage ran.
     pub peak_vram: u64,
     /// The model's residency at the end of the stage.
@@ -407,9 +420,42 @@ impl Pipeline {
             t5_ids.extend(t.ids);
         }
 
+        // The decoder's room: the whole budget less what outlives the
+        // stages (measured before any model holds VRAM).
+        let room = {
+            let r = rt.budget_report();
+            r.usable.saturating_sub(r.tracked)
+        };
+        let noise = match &req.noise {
+            Noise::Seed(seed) => sample::seeded_noise(*seed, latent),
+            Noise::Latents(n) => n.clone(),
+        };
+        let schedule = req
+            .schedule
+            .unwrap_or_else(|| Schedule::for_config(&self.flux.config));
+        let sigmas = sample::sigmas(schedule, req.steps, latent.tokens());
+        let wide: Vec<f64> = sigmas.iter().map(|&s| f64::from(s)).collect();
+        let flux_shape = crate::flux::Shape {
+            batch: b,
+            img_len: latent.tokens(),
+            txt_len: req.max_sequence_length,
+        };
+        // Every model is opened (headers, plans) before the first stage,
+        // each below the last, holding no VRAM; each stage prefetches the
+        // next one's first weights into free room before its last pass.
+        let [clip, t5, flux, vae] = [
+            self.clip.spec(b, req.dtype),
+            self.t5.spec(b, req.max_sequence_length, req.dtype),
+            self.flux.spec(flux_shape, req.dtype),
+            self.vae_spec(room, latent, req.dtype).0,
+        ]
+        .map(|spec| Opened::new(rt, spec));
+        let [clip, t5, flux, vae] = [clip?, t5?, flux?, vae?];
+
         progress(Progress::Stage(Stage::Clip));
-        let (y, report) = stage(rt, Stage::Clip, &self.clip.spec(b, req.dtype), |model| {
+        let (y, report) = stage(rt, Stage::Clip, clip, |model| {
             let mut enc = ClipText::new(rt, &self.clip, b, req.dtype)?;
+            t5.prefetch(rt)?;
             let out = enc.encode(rt, model, &clip_ids)?;
             ModelError::check_finite("CLIP's pooled output", || "encoding".into(), &out.pooled)?;
             Ok((out.pooled, vec![out.stats]))
@@ -417,9 +463,9 @@ impl Pipeline {
         stages.push(report);
 
         progress(Progress::Stage(Stage::T5));
-        let t5_spec = self.t5.spec(b, req.max_sequence_length, req.dtype);
-        let (txt, report) = stage(rt, Stage::T5, &t5_spec, |model| {
+        let (txt, report) = stage(rt, Stage::T5, t5, |model| {
             let mut enc = T5Encoder::new(rt, &self.t5, b, req.max_sequence_length, req.dtype)?;
+            flux.prefetch(rt)?;
             let out = enc.encode(rt, model, &t5_ids)?;
             ModelError::check_finite("T5's hidden states", || "encoding".into(), &out.hidden)?;
             Ok((out.hidden, vec![out.stats]))
@@ -427,26 +473,27 @@ impl Pipeline {
         stages.push(report);
 
         progress(Progress::Stage(Stage::Sample));
-        let noise = match &req.noise {
-            Noise::Seed(seed) => sample::seeded_noise(*seed, latent),
-            Noise::Latents(n) => n.clone(),
-        };
         let mut inputs =
             sample::sampling_inputs(&self.flux.config, &noise, latent, txt, y, req.guidance)?;
-        let schedule = req
-            .schedule
-            .unwrap_or_else(|| Schedule::for_config(&self.flux.config));
-        let sigmas = sample::sigmas(schedule, req.steps, latent.tokens());
-        let wide: Vec<f64> = sigmas.iter().map(|&s| f64::from(s)).collect();
-        let flux_spec = self.flux.spec(inputs.shape, req.dtype);
-        let ((), report) = stage(rt, Stage::Sample, &flux_spec, |model| {
+        let ((), report) = stage(rt, Stage::Sample, flux, |model| {
             let mut flux = Flux::new(rt, &self.flux, inputs.shape, req.dtype)?;
-            let mut on_step = |d: StepDone<'_>| progress(Progress::Step(d));
+            // Before the last step: after the one before it, or now.
+            let mut prefetched = Ok(());
+            if req.steps == 1 {
+                prefetched = vae.prefetch(rt);
+            }
+            let mut on_step = |d: StepDone<'_>| {
+                if d.index + 2 == req.steps {
+                    prefetched = vae.prefetch(rt);
+                }
+                progress(Progress::Step(d))
+            };
             let opts = SampleOptions {
                 on_step: Some(&mut on_step),
                 ..SampleOptions::default()
             };
             let stats = sample::sample(&mut flux, rt, model, &mut inputs, &wide, opts)?;
+            prefetched?;
             Ok(((), stats))
         })?;
         stages.push(report);
@@ -456,12 +503,7 @@ impl Pipeline {
             .into_iter()
             .map(|v| v / SCALING_FACTOR + SHIFT_FACTOR)
             .collect();
-        let room = {
-            let r = rt.budget_report();
-            r.usable.saturating_sub(r.tracked)
-        };
-        let vae_spec = self.vae_spec(room, latent, req.dtype);
-        let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, &vae_spec, |model| {
+        let ((decoded, tiles), mut report) = stage(rt, Stage::Decode, vae, |model| {
             let mut vae = FluxVae::new(rt, &self.vae, req.dtype)?;
             let out = vae.decode(rt, model, &z, b, latent.height, latent.width)?;
             ModelError::check_finite("the VAE decoder's image", || "decoding".into(), &out.image)?;
@@ -490,63 +532,104 @@ impl Pipeline {
     /// latent where its activations and two arenas fit, else the largest
     /// tile of [`crate::vae::AUTO_SIZES`] that does (the decoder's
     /// `Tiling::Auto` then tiles to what the plan reserved); the smallest
-    /// when none fits, so opening it names what is short.
-    fn vae_spec(&self, room: u64, latent: LatentShape, dtype: ActDtype) -> ModelSpec {
+    /// when none fits, so opening it names what is short. With the tile's
+    /// latent rows and columns.
+    fn vae_spec(&self, room: u64, latent: LatentShape, dtype: ActDtype) -> (ModelSpec, [usize; 2]) {
         let (h, w) = (latent.height, latent.width);
         let side = h.max(w);
         let sides = std::iter::once(side)
             .chain(crate::vae::AUTO_SIZES.iter().copied().filter(|&s| s < side));
-        let mut spec = self.vae.spec(latent.batch, h, w, dtype);
+        let mut out = (self.vae.spec(latent.batch, h, w, dtype), [h, w]);
         for s in sides {
-            spec = self.vae.spec(latent.batch, h.min(s), w.min(s), dtype);
-            if dynvram_runtime::plan_spec(&spec, room).is_ok() {
+            let tile = [h.min(s), w.min(s)];
+            out = (self.vae.spec(latent.batch, tile[0], tile[1], dtype), tile);
+            if dynvram_runtime::plan_spec(&out.0, room).is_ok() {
                 break;
             }
         }
-        spec
+        out
     }
 
-    /// Each stage's spec for `req` (the VAE's planned within `room`).
-    fn specs(&self, req: &Request, latent: LatentShape, room: u64) -> [(Stage, ModelSpec); 4] {
+    /// Each stage's spec for `req` (the VAE's planned within `room`), the
+    /// FLOPs of each of its blocks in one pass, and its passes.
+    fn specs(&self, req: &Request, latent: LatentShape, room: u64) -> [StageSpec; 4] {
         let b = latent.batch;
+        let len = req.max_sequence_length;
         let shape = crate::flux::Shape {
             batch: b,
             img_len: latent.tokens(),
-            txt_len: req.max_sequence_length,
+            txt_len: len,
+        };
+        let (vae, [th, tw]) = self.vae_spec(room, latent, req.dtype);
+        let tiles = if [th, tw] == [latent.height, latent.width] {
+            1
+        } else {
+            crate::vae::auto_tiles(latent.height, latent.width, th.max(tw))
         };
         [
-            (Stage::Clip, self.clip.spec(b, req.dtype)),
-            (
-                Stage::T5,
-                self.t5.spec(b, req.max_sequence_length, req.dtype),
-            ),
-            (Stage::Sample, self.flux.spec(shape, req.dtype)),
-            (Stage::Decode, self.vae_spec(room, latent, req.dtype)),
+            StageSpec {
+                stage: Stage::Clip,
+                spec: self.clip.spec(b, req.dtype),
+                flops: crate::clip::flops::block_flops(&self.clip.config, b),
+                passes: 1,
+            },
+            StageSpec {
+                stage: Stage::T5,
+                spec: self.t5.spec(b, len, req.dtype),
+                flops: crate::t5::flops::block_flops(&self.t5.config, b, len),
+                passes: 1,
+            },
+            StageSpec {
+                stage: Stage::Sample,
+                spec: self.flux.spec(shape, req.dtype),
+                flops: crate::flux::flops::block_flops(&self.flux.config, shape),
+                passes: req.steps,
+            },
+            StageSpec {
+                stage: Stage::Decode,
+                spec: vae,
+                flops: crate::vae::flops::block_flops(&self.vae.config, b, th, tw),
+                passes: tiles,
+            },
         ]
     }
 
     /// What `req` would keep resident and stream in each stage with
     /// `usable` bytes of VRAM (no GPU needed: the plans `Model::open`
-    /// makes, one model at a time as [`Self::run`] opens them), and the
-    /// smallest `usable` every stage plans in.
-    pub fn plan(&self, req: &Request, usable: u64) -> Result<PipelinePlan, ModelError> {
+    /// makes, one model at a time as [`Self::run`] opens them), each
+    /// stage's predicted time at `rates` (per block the longest of its
+    /// FLOPs, its weight reads and its streamed bytes:
+    /// [`dynvram_runtime::roofline`]), and the smallest `usable` every stage
+    /// plans in.
+    pub fn plan(
+        &self,
+        req: &Request,
+        usable: u64,
+        rates: &Rates,
+    ) -> Result<PipelinePlan, ModelError> {
         let latent = self.check(req)?;
         let mut stages = Vec::new();
-        for (stage, spec) in self.specs(req, latent, usable) {
-            let (plan, _) = dynvram_runtime::plan_spec(&spec, usable)?;
-            let passes = if stage == Stage::Sample { req.steps } else { 1 };
+        for s in self.specs(req, latent, usable) {
+            let (plan, weights) = dynvram_runtime::plan_spec(&s.spec, usable)?;
+            let streamed = |i: usize| plan.plan.tensors[i].placement == Placement::Stream;
+            let work =
+                roofline::block_work(s.spec.blocks.len(), &weights, streamed, Some(&s.flops));
+            let pass = roofline::predict(&work, rates);
             stages.push(StagePlan {
-                stage,
-                passes,
+                stage: s.stage,
+                passes: s.passes,
                 resident_bytes: plan.plan.resident_bytes,
                 streamed_bytes: plan.plan.streamed_bytes,
                 vram_bytes: plan.plan.page_bytes + 2 * plan.arena_bytes + plan.scratch,
+                flops: pass.flops,
+                seconds: pass.seconds * s.passes as f64,
+                bound: pass.bound,
             });
         }
         // The smallest room each stage plans in (the VAE at its smallest
         // tile): plans only shrink what stays resident as room shrinks.
         let mut least = 0;
-        for (_, spec) in self.specs(req, latent, 0) {
+        for StageSpec { spec, .. } in self.specs(req, latent, 0) {
             let (mut lo, mut hi) = (0u64, spec_bytes(&spec)?);
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
@@ -560,10 +643,21 @@ impl Pipeline {
         }
         Ok(PipelinePlan {
             usable,
+            seconds: stages.iter().map(|s| s.seconds).sum(),
+            rates: *rates,
             stages,
             least_usable: least,
         })
     }
+}
+
+/// One stage's model as a plan sees it.
+struct StageSpec {
+    stage: Stage,
+    spec: ModelSpec,
+    /// Per block, one pass.
+    flops: Vec<u64>,
+    passes: usize,
 }
 
 /// Room that holds `spec` whole: its weights twice over (resident pages
@@ -586,6 +680,12 @@ pub struct StagePlan {
     pub streamed_bytes: u64,
     /// VRAM the plan takes: resident pages, two arenas, activations.
     pub vram_bytes: u64,
+    /// Matrix and attention FLOPs of one pass.
+    pub flops: u64,
+    /// Predicted seconds of all its passes.
+    pub seconds: f64,
+    /// What limits most of a pass.
+    pub bound: Bound,
 }
 
 /// [`Pipeline::plan`]'s answer.
@@ -597,30 +697,72 @@ pub struct PipelinePlan {
     pub stages: Vec<StagePlan>,
     /// The smallest room every stage plans in.
     pub least_usable: u64,
+    /// The rates the times assume.
+    pub rates: Rates,
+    /// Predicted seconds of the whole run (the stages' sum; switching
+    /// models and the fixed costs are not counted).
+    pub seconds: f64,
 }
 
-/// Opens a stage's model on `rt` (on top of the priority list), runs
-/// `body` on it and drops it, timing it all and taking the ledger's peak.
+/// A stage's model opened ahead of its turn ([`Model::open_unloaded`]):
+/// no VRAM until the stage before prefetches its first weights or its own
+/// stage loads it.
+struct Opened {
+    model: Model,
+    /// Seconds opening it took (headers, checks, plan).
+    open_seconds: f64,
+    /// Bytes the stage before loaded for it.
+    prefetched: std::cell::Cell<u64>,
+}
+
+impl Opened {
+    fn new(rt: &Runtime, spec: ModelSpec) -> Result<Self, ModelError> {
+        let t0 = Instant::now();
+        let model = Model::open_unloaded(rt, &spec)?;
+        Ok(Self {
+            model,
+            open_seconds: t0.elapsed().as_secs_f64(),
+            prefetched: Default::default(),
+        })
+    }
+
+    /// Loads its first weights into the room free now, at most the pages
+    /// its own plan keeps resident (more would not stay once it runs).
+    fn prefetch(&self, rt: &Runtime) -> Result<(), ModelError> {
+        let bytes = self.model.prefetch(rt, self.model.plan().plan.page_bytes)?;
+        self.prefetched.set(self.prefetched.get() + bytes);
+        Ok(())
+    }
+}
+
+/// Loads a stage's model on `rt` (on top of the priority list: others
+/// yield to it, the running model last), runs `body` on it and drops it,
+/// timing it all and taking the ledger's peak.
 fn stage<T>(
     rt: &Runtime,
     which: Stage,
-    spec: &ModelSpec,
+    opened: Opened,
     body: impl FnOnce(&Model) -> Result<(T, Vec<PassStats>), ModelError>,
 ) -> Result<(T, StageReport), ModelError> {
     let _span = tracing::info_span!("txt2img_stage", stage = ?which).entered();
     rt.reset_peak();
     let t0 = Instant::now();
-    let model = Model::open(rt, spec)?;
-    let open_seconds = t0.elapsed().as_secs_f64();
-    let opened = model.report();
+    let Opened {
+        model,
+        open_seconds: opening,
+        prefetched,
+    } = opened;
+    let loaded = model.load(rt)?;
+    let open_seconds = opening + t0.elapsed().as_secs_f64();
     let (out, stats) = body(&model)?;
     let report = StageReport {
         stage: which,
-        seconds: t0.elapsed().as_secs_f64(),
+        seconds: opening + t0.elapsed().as_secs_f64(),
         open_seconds,
         passes: stats.len(),
         streamed_bytes: stats.iter().map(|s| s.streamed_bytes).sum(),
-        loaded_bytes: opened.resident_bytes + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
+        loaded_bytes: loaded + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
+        prefetched_bytes: prefetched.get(),
         peak_vram: rt.budget_report().peak,
         model: model.report(),
         tiles: None,

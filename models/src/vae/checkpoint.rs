@@ -1,17 +1,26 @@
 //! A VAE file on disk: BFL's `ae.safetensors` layout (`encoder.*`,
 //! `decoder.*`; ComfyUI's full checkpoints put it under
-//! `first_stage_model.`), its decoder's blocks and the runtime spec of a
-//! decode.
+//! `first_stage_model.`) or diffusers' `AutoencoderKL` folder or file
+//! (read as BFL's tensors through [`super::diffusers`]'s views), its
+//! decoder's blocks and the runtime spec of a decode.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use dynvram_runtime::loader::ModelFiles;
+use dynvram_runtime::loader::{ModelFiles, TensorView};
 use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::{ActDtype, BlockSpec, FilesList, ModelSpec, RuntimeError};
 
+use super::VaeError;
 use super::config::VaeConfig;
-use super::error::VaeError;
 use crate::block_index::block_index;
+use crate::check::settle_config;
+
+/// A folder's weights, the first found: diffusers' (sharded, then one file).
+const FOLDER_WEIGHTS: [&str; 2] = [
+    "diffusion_pytorch_model.safetensors.index.json",
+    "diffusion_pytorch_model.safetensors",
+];
 
 /// Key prefixes a VAE's tensors are found under.
 const PREFIXES: [&str; 2] = ["", "first_stage_model."];
@@ -310,12 +319,16 @@ pub struct VaeCheckpoint {
     /// Whether the config was inferred from the shapes.
     pub inferred: bool,
     pub(crate) names: Names,
+    /// The BFL tensors of a diffusers autoencoder ([`super::diffusers`]);
+    /// empty for BFL files.
+    pub views: Arc<[TensorView]>,
     files: ModelFiles,
 }
 
 impl VaeCheckpoint {
-    /// Opens `path` (a `.safetensors` file); the config is inferred from the
-    /// shapes when `config` is `None`. Refuses files that are no VAE, VAEs
+    /// Opens `path` (a `.safetensors` file or shard index, or diffusers'
+    /// `vae/` folder); the config is inferred from the shapes when `config`
+    /// is `None`. Refuses files that are no VAE, VAEs
     /// with 4 latent channels (Stable Diffusion's), and tensors whose
     /// shapes disagree with the config, naming the tensor.
     pub fn open(path: &Path, config: Option<VaeConfig>) -> Result<Self, VaeError> {
@@ -324,10 +337,29 @@ impl VaeCheckpoint {
             path: path.to_owned(),
             why,
         };
-        if !path.is_file() {
+        let path = &if path.is_dir() {
+            FOLDER_WEIGHTS
+                .iter()
+                .map(|n| path.join(n))
+                .find(|w| w.is_file())
+                .ok_or_else(|| {
+                    err(format!(
+                        "the folder has none of {}",
+                        FOLDER_WEIGHTS.join(", ")
+                    ))
+                })?
+        } else if path.is_file() {
+            path.to_owned()
+        } else {
             return Err(err("no such file".into()));
-        }
+        };
         let files = ModelFiles::open(path).map_err(RuntimeError::from)?;
+        let (files, views) = if super::diffusers::is_diffusers(&files) {
+            let views: Arc<[TensorView]> = super::diffusers::views(&files)?.into();
+            (files.with_views(&views).map_err(RuntimeError::from)?, views)
+        } else {
+            (files, Arc::default())
+        };
         let list = FilesList::new(&files);
         let prefix = PREFIXES
             .iter()
@@ -347,24 +379,24 @@ impl VaeCheckpoint {
             })?
             .to_string();
         let names = Names { prefix };
-        let (config, inferred) = match config {
-            Some(c) => {
-                c.validate().map_err(|why| err(format!("config: {why}")))?;
-                (c, false)
-            }
-            None => {
+        let (config, inferred) = settle_config(
+            config,
+            VaeConfig::validate,
+            err,
+            || {
                 let c = infer_config(&list, &names).map_err(&err)?;
                 c.validate().map_err(&err)?;
-                (c, true)
-            }
-        };
-        check(&list, &names, &config, &stages(&config)).map_err(err)?;
+                Ok(c)
+            },
+            |c| check(&list, &names, c, &stages(c)).map_err(&err),
+        )?;
         drop(list);
         Ok(Self {
             path: path.to_owned(),
             config,
             inferred,
             names,
+            views,
             files,
         })
     }
@@ -410,6 +442,7 @@ impl VaeCheckpoint {
         dtype: ActDtype,
     ) -> Result<ModelSpec, VaeError> {
         Ok(ModelSpec {
+            views: self.views.clone(),
             files: vec![self.path.clone()],
             blocks: self.encoder_blocks()?,
             scratch_bytes: super::activations::encoder_activation_bytes(
@@ -427,6 +460,7 @@ impl VaeCheckpoint {
     /// with activations in `dtype`.
     pub fn spec(&self, batch: usize, h: usize, w: usize, dtype: ActDtype) -> ModelSpec {
         ModelSpec {
+            views: self.views.clone(),
             files: vec![self.path.clone()],
             blocks: self.blocks(),
             scratch_bytes: super::activations::activation_bytes(&self.config, batch, h, w, dtype),
@@ -438,7 +472,7 @@ impl VaeCheckpoint {
         self.blocks()
             .iter()
             .flat_map(|b| b.tensors.iter().chain(&b.raw_tensors))
-            .filter_map(|t| self.files.get(t).map(|(_, i)| i.len()))
+            .filter_map(|t| self.files.info(t).map(|i| i.len()))
             .sum()
     }
 }

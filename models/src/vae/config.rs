@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::error::VaeError;
+use super::VaeError;
 
 /// GroupNorm groups of every norm (BFL and diffusers).
 pub const GROUPS: usize = 32;

@@ -23,10 +23,10 @@ use dynvram_runtime::{
     RuntimeError,
 };
 
+use super::VaeError;
 use super::activations::{Sizes, activation_bytes, encoder_sizes, sizes};
 use super::checkpoint::{Names, ResBlock, Stage, VaeCheckpoint, encoder_stages, stages};
 use super::config::{EPS, GROUPS, VaeConfig};
-use super::error::VaeError;
 use super::tiles::{AUTO_SIZES, Blend, Tiling, auto_overlap, crop, starts};
 
 /// Image pixels one pass decodes at most under [`Tiling::Auto`]: the

@@ -6,6 +6,8 @@
 //! a whole image's activations. The encoder (image-to-image) runs the same
 //! way as a second runtime model of the same file
 //! ([`VaeCheckpoint::encoder_spec`], [`FluxVae::encode`]; not tiled).
+//! diffusers' `AutoencoderKL` folders are read as the same tensors
+//! ([`diffusers`]).
 //!
 //! Kernels: `ops::conv` (3×3 and 1×1 convolutions, the nearest ×2
 //! upsampling folded into the following convolution's input indexing, the
@@ -18,17 +20,19 @@ mod activations;
 mod checkpoint;
 pub mod config;
 mod decode;
-mod error;
+pub mod diffusers;
+pub mod flops;
 pub mod synth;
 mod tiles;
 
+/// Errors of the VAE: the models' one error type.
+pub use crate::error::ModelError as VaeError;
 pub use activations::{activation_bytes, encoder_activation_bytes};
 pub use checkpoint::VaeCheckpoint;
 pub use config::VaeConfig;
 pub use decode::{FluxVae, VaeDecoded, VaeEncoded};
-pub use error::VaeError;
-pub(crate) use tiles::AUTO_SIZES;
 pub use tiles::Tiling;
+pub(crate) use tiles::{AUTO_SIZES, auto_tiles};
 
 /// Flux's latent scaling factor (`vae.config.scaling_factor`).
 pub const SCALING_FACTOR: f32 = 0.3611;

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
+use super::VaeError;
 use super::config::VaeConfig;
-use super::error::VaeError;
 use crate::synth::{Init, SynthDtype, SynthOptions, SynthTensor, write_file};
 
 /// Every tensor of an `ae.safetensors` for `c`, encoder first.

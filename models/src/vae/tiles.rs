@@ -47,6 +47,13 @@ pub(crate) fn starts(n: usize, size: usize, overlap: usize) -> Vec<usize> {
     v
 }
 
+/// Tiles [`Tiling::Auto`] decodes an `h × w` latent in with tiles of
+/// `side` (1: whole).
+pub(crate) fn auto_tiles(h: usize, w: usize, side: usize) -> usize {
+    let axis = |n| starts(n, side, auto_overlap(side)).len();
+    axis(h) * axis(w)
+}
+
 /// Blend weight of pixel `p` of a tile of `len` pixels starting at `start`
 /// on an axis of `n`: rising over `ramp` pixels from an edge that has a
 /// neighbour, 1 elsewhere (never 0, so every pixel has weight).

@@ -8,6 +8,7 @@
 use dynvram_models::clip::{ClipCheckpoint, ClipConfig, ClipError, ClipText, synth};
 use dynvram_models::synth::SynthDtype;
 use dynvram_models::tokenize::ClipTokenizer;
+use dynvram_models::txt2img::TextEncoderKind;
 use dynvram_runtime::ActDtype;
 use dynvram_test_support::gpu::{have_gpu, needs_f16, test_gpu};
 use dynvram_test_support::safetensors::{self, Dtype, Tensor};
@@ -77,26 +78,42 @@ fn clip_ignores_the_tensors_it_does_not_use_under_any_prefix() {
         Tensor::from_f32(vec![16, 16], &[0.5; 256]),
     );
     let tmp = tempfile::tempdir().expect("tempdir");
-    let path = tmp.path().join("sd.safetensors");
-    let prefix = "cond_stage_model.transformer.";
-    safetensors::write(
-        &path,
-        tensors.iter().map(|(n, t)| (format!("{prefix}{n}"), t)),
-    );
     let config =
         ClipConfig::from_hf_json(&dir.join("configs/text_encoder/config.json")).expect("config");
-    let ckpt = ClipCheckpoint::open(&path, Some(config)).expect("opens");
-    assert_eq!(ckpt.names.prefix, prefix);
-    if !have_gpu("clip_ignores_the_tensors_it_does_not_use_under_any_prefix") {
-        return;
+    // Under a full SD checkpoint's prefix; and without `text_model.`, as
+    // transformers 5 writes a CLIPTextModel.
+    for (file, prefix, strip) in [
+        ("sd.safetensors", "cond_stage_model.transformer.", ""),
+        ("transformers5.safetensors", "", "text_model."),
+    ] {
+        let path = tmp.path().join(file);
+        safetensors::write(
+            &path,
+            tensors.iter().map(|(n, t)| {
+                let n = n.strip_prefix(strip).unwrap_or(n);
+                (format!("{prefix}{n}"), t)
+            }),
+        );
+        if prefix.is_empty() {
+            assert_eq!(
+                TextEncoderKind::of_file(&path).expect("header"),
+                Some(TextEncoderKind::Clip)
+            );
+        }
+        let ckpt = ClipCheckpoint::open(&path, Some(config.clone())).expect("opens");
+        let base = if strip.is_empty() { "text_model." } else { "" };
+        assert_eq!(ckpt.names.prefix, format!("{prefix}{base}"));
+        if !have_gpu("clip_ignores_the_tensors_it_does_not_use_under_any_prefix") {
+            return;
+        }
+        let reference = reference();
+        let ids = safetensors::get(&reference, "clip_input_ids").ids_u32();
+        let (rt, model) = open(&ckpt.spec(2, ActDtype::F32), false);
+        let mut clip = ClipText::new(&rt, &ckpt, 2, ActDtype::F32).expect("runner");
+        let out = clip.encode(&rt, &model, &ids).expect("encode");
+        let want = safetensors::get(&reference, "clip_pooled");
+        assert_close_rel(file, &out.pooled, &want.values, REL);
     }
-    let reference = reference();
-    let ids = safetensors::get(&reference, "clip_input_ids").ids_u32();
-    let (rt, model) = open(&ckpt.spec(2, ActDtype::F32), false);
-    let mut clip = ClipText::new(&rt, &ckpt, 2, ActDtype::F32).expect("runner");
-    let out = clip.encode(&rt, &model, &ids).expect("encode");
-    let want = safetensors::get(&reference, "clip_pooled");
-    assert_close_rel("clip_pooled", &out.pooled, &want.values, REL);
 }
 
 #[test]

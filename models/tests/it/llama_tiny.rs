@@ -67,8 +67,8 @@ fn run(test: &str, budget: Budget) -> Option<Outputs> {
         .tensors
         .iter()
         .filter(|t| t.placement == Placement::Stream)
-        .filter_map(|t| ckpt.files().get(&t.name))
-        .map(|(_, info)| info.len())
+        .filter_map(|t| ckpt.files().info(&t.name))
+        .map(|info| info.len())
         .sum();
     assert_eq!(by_part, mode == Budget::ByPart, "{:?}", model.plan());
     let report = model.report();

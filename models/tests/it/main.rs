@@ -6,6 +6,7 @@
 //! modules.
 
 mod clip;
+mod diffusers;
 mod flux;
 mod flux_parts;
 mod flux_sample;

@@ -17,6 +17,7 @@ use dynvram_models::txt2img::{
 };
 use dynvram_models::vae::VaeConfig;
 use dynvram_runtime::ActDtype;
+use dynvram_runtime::roofline::Rates;
 use dynvram_test_support::fixtures;
 use dynvram_test_support::gpu::{have_gpu, quarter_budget, runtime};
 use dynvram_test_support::safetensors::{self, Tensor, get};
@@ -137,6 +138,22 @@ fn check_pipeline(test: &str, streamed: bool) {
     assert!(worst <= 1.0, "a pixel is {worst} levels off");
     let streamed_bytes: u64 = images.stages.iter().map(|s| s.streamed_bytes).sum();
     assert_eq!(streamed_bytes > 0, streamed, "{:?}", images.stages);
+    // Each stage after the first found its model's first weights
+    // prefetched by the stage before; resident, all of them were, so the
+    // stage itself loaded none. Under the budget, whatever room was free.
+    assert_eq!(images.stages[0].prefetched_bytes, 0);
+    for s in &images.stages[1..] {
+        assert!(s.prefetched_bytes <= s.model.model_bytes, "{s:?}");
+        if !streamed {
+            assert!(s.prefetched_bytes > 0, "{s:?}");
+            assert_eq!(s.loaded_bytes, 0, "{s:?}");
+        }
+    }
+    // At a quarter of the largest stage, the text encoders leave room
+    // for some of the transformer.
+    if streamed {
+        assert!(images.stages[2].prefetched_bytes > 0, "{:?}", images.stages);
+    }
     for s in &images.stages {
         assert!(s.peak_vram > 0 && s.seconds > 0.0, "{s:?}");
         if let Some(b) = budget {
@@ -316,15 +333,34 @@ fn plan_names_the_least_budget_that_runs() {
     let r = reference();
     let p = Pipeline::open(&files(), configs()).expect("pipeline");
     let req = request(&r);
-    let roomy = p.plan(&req, 1 << 30).expect("plan");
+    let rates = Rates {
+        pcie_bytes_per_second: 25e9,
+        memory_bytes_per_second: 400e9,
+        matrix_flops_per_second: 10e12,
+    };
+    let roomy = p.plan(&req, 1 << 30, &rates).expect("plan");
     assert_eq!(roomy.stages.len(), 4);
+    // Every model's FLOPs counted; nothing streams, so the time is the
+    // larger of FLOPs and weight reads per block.
+    for s in &roomy.stages {
+        assert!(s.flops > 0 && s.seconds > 0.0, "{s:?}");
+    }
+    let sample = &roomy.stages[2];
+    assert!(
+        (sample.seconds - 4.0 * sample.flops as f64 / 10e12).abs() <= sample.seconds * 0.5,
+        "{sample:?}"
+    );
+    let total: f64 = roomy.stages.iter().map(|s| s.seconds).sum();
+    assert_eq!(roomy.seconds, total);
     assert!(
         roomy.stages.iter().all(|s| s.streamed_bytes == 0),
         "{roomy:?}"
     );
     assert_eq!(roomy.stages[2].passes, 4);
     let least = roomy.least_usable;
-    let tight = p.plan(&req, least).expect("plans at the least room");
+    let tight = p
+        .plan(&req, least, &rates)
+        .expect("plans at the least room");
     assert!(
         tight.stages.iter().any(|s| s.streamed_bytes > 0),
         "{tight:?}"
@@ -333,7 +369,10 @@ fn plan_names_the_least_budget_that_runs() {
         tight.stages.iter().all(|s| s.vram_bytes <= least),
         "{tight:?}"
     );
-    p.plan(&req, least - 1).expect_err("below the least room");
+    p.plan(&req, least - 1, &rates)
+        .expect_err("below the least room");
+    // Streaming costs PCIe time the resident plan does not pay.
+    assert!(tight.seconds > roomy.seconds, "{tight:?} vs {roomy:?}");
     const TEST: &str = "plan_names_the_least_budget_that_runs";
     if !have_gpu(TEST) {
         return;

@@ -438,6 +438,7 @@ fn a_layout_error_through_the_runtime_names_the_model_file() {
     data.extend_from_slice(json);
     write_raw(&path, &header, &data);
     let spec = dynvram_runtime::ModelSpec {
+        views: Default::default(),
         files: vec![path],
         blocks: vec![dynvram_runtime::BlockSpec {
             name: "blk".into(),

@@ -45,6 +45,7 @@ fn lora_patch_matches_cpu_reference_and_is_not_loaded_vram() {
 
     let rt = Runtime::new(RuntimeConfig::with_vram(64 << 20)).expect("runtime");
     let spec = ModelSpec {
+        views: Default::default(),
         files: vec![file.clone()],
         blocks: vec![BlockSpec {
             name: "only".into(),

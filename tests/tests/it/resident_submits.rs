@@ -38,6 +38,7 @@ fn resident_passes_submit_every_k_blocks() {
         .collect();
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &file).expect("write");
     let spec = ModelSpec {
+        views: Default::default(),
         files: vec![file],
         blocks: (0..BLOCKS)
             .map(|b| BlockSpec {

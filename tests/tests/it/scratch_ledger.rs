@@ -41,6 +41,7 @@ fn linear_scratch_is_in_the_ledger() {
 
     let rt = Runtime::new(RuntimeConfig::with_vram(64 << 20)).expect("runtime");
     let spec = ModelSpec {
+        views: Default::default(),
         files: vec![quant],
         blocks: vec![BlockSpec {
             name: "only".into(),
