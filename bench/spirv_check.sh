@@ -26,6 +26,8 @@ tests=${TESTS:-.dev/gpu_tests}
 out=${OUT:-bench-out}
 mkdir -p "$out"
 source bench/gpu_env.sh
+# The SPIR-V GEMMs are off by default until this script has passed.
+export DYNVRAM_SPIRV_GEMM=auto
 step() { echo "=== $* ($(date -u +%T))"; }
 
 step "probe: the GEMMs' path per weight format"

@@ -77,9 +77,10 @@ impl AdapterArgs {
 /// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
 /// `512x32m8`, for tuning) and `DYNVRAM_COOP_GEMM` (the cooperative-matrix
 /// GEMM kernel: `single`, the default, or `double`, for comparisons) and
-/// `DYNVRAM_SPIRV_GEMM` (`off` keeps f16/bf16-weight GEMMs on the WGSL
-/// kernels where the SPIR-V cooperative-matrix-2 ones could run; `auto`,
-/// the default): the one place the program reads them. A value
+/// `DYNVRAM_SPIRV_GEMM` (`auto` lets GEMMs take the SPIR-V
+/// cooperative-matrix-2 kernels where the device has the extension; `off`,
+/// the default until they pass on an NVIDIA GPU): the one place the
+/// program reads them. A value
 /// it does not know is warned about and the default kept. No pipeline
 /// cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {

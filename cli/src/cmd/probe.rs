@@ -200,7 +200,7 @@ fn spirv_gemm_line(
 ) -> String {
     let opts = crate::cmd::adapter_args::gpu_options();
     if opts.spirv_gemm == SpirvGemm::Off {
-        return "wgsl: DYNVRAM_SPIRV_GEMM=off".into();
+        return "wgsl: SPIR-V GEMMs off (the default until they pass on an NVIDIA GPU; DYNVRAM_SPIRV_GEMM=auto asks for them)".into();
     }
     if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 {
         return "wgsl: no KHR cooperative matrices on this device".into();

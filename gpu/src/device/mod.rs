@@ -749,7 +749,7 @@ impl Default for GpuOptions {
             flash: None,
             decode: None,
             coop_gemm: CoopGemmKernel::Single,
-            spirv_gemm: SpirvGemm::Auto,
+            spirv_gemm: SpirvGemm::Off,
             pipeline_cache: None,
         }
     }

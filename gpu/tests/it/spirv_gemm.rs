@@ -11,13 +11,14 @@
 //! linear, and that the GEMMs are taken exactly where the device has them.
 
 use crate::f16_linear::{assert_f16_close, random_x};
-use crate::linear_common::{HostLayer, env};
+use crate::linear_common::{Env, HostLayer, env_with};
 
 use dynvram_gpu::ActDtype;
-use dynvram_gpu::device::{SpirvGemm, adapter_cm2};
+use dynvram_gpu::device::{AdapterChoice, SpirvGemm, SpreadQuant, adapter_cm2};
 use dynvram_gpu::ops::linear::{
     GemmKernel, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm, row_bytes,
 };
+use dynvram_quant::AdapterCaps;
 use dynvram_quant::reference::{dequantize_float_weight, gemm_f32};
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Weights};
@@ -26,10 +27,21 @@ use dynvram_test_support::skip::{coop_skipped, spirv_required, spirv_skipped};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+/// The linear tests' device with the SPIR-V GEMMs asked for
+/// (`SpirvGemm::Auto`: the device enables `VK_NV_cooperative_matrix2`
+/// where the adapter lists it; the default keeps it off until the lent GPU
+/// has passed these tests).
+fn spirv_env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
+    let mut choice = AdapterChoice::default();
+    choice.options.spread_quant = SpreadQuant::InGemv;
+    choice.options.spirv_gemm = SpirvGemm::Auto;
+    env_with(test, &choice, needs)
+}
+
 #[test]
 fn spirv_gemm_matches_the_reference() {
     let test = "spirv_gemm_matches_the_reference";
-    let Some(mut env) = env(test, needs_f16) else {
+    let Some(mut env) = spirv_env(test, needs_f16) else {
         return;
     };
     let Some(caps) = env.gpu.cm2().cloned() else {
@@ -101,7 +113,7 @@ fn spirv_gemm_matches_the_reference() {
 #[test]
 fn integer_spirv_gemm_equals_dot4() {
     let test = "integer_spirv_gemm_equals_dot4";
-    let Some(mut env) = env(test, needs_f16) else {
+    let Some(mut env) = spirv_env(test, needs_f16) else {
         return;
     };
     let Some(caps) = env.gpu.cm2().cloned() else {
@@ -191,7 +203,7 @@ fn integer_spirv_gemm_equals_dot4() {
 #[test]
 fn spirv_launch_path_matches_the_reference() {
     let test = "spirv_launch_path_matches_the_reference";
-    let Some(mut env) = env(test, needs_f16) else {
+    let Some(mut env) = spirv_env(test, needs_f16) else {
         return;
     };
     let passthrough = env.gpu.device.features();
@@ -249,7 +261,7 @@ fn spirv_launch_path_matches_the_reference() {
 #[test]
 fn spirv_gemm_is_taken_only_where_the_device_has_it() {
     let test = "spirv_gemm_is_taken_only_where_the_device_has_it";
-    let Some(mut env) = env(test, needs_f16) else {
+    let Some(mut env) = spirv_env(test, needs_f16) else {
         return;
     };
     let offered = adapter_cm2(&env.gpu.adapter);
