@@ -65,16 +65,6 @@ pub fn run(a: CoopArgs, json: bool) -> anyhow::Result<ExitCode> {
             gpu.caps.name
         );
     }
-    let edge = gpu.caps.coop_matrix_edge;
-    let sg = gpu.caps.subgroup_min_size;
-    let source = match edge {
-        16 => dynvram_shaders::bench::COOP_PEAK16,
-        _ => dynvram_shaders::bench::COOP_PEAK8,
-    };
-    let e = u64::from(edge);
-    let bytes = u64::from(a.groups) * NSG * CHAINS * e * e * 4;
-    let sums = gpu.create_buffer("bench.coop_sums", bytes, wgpu::BufferUsages::STORAGE)?;
-    let flops = u64::from(a.groups) * NSG * CHAINS * u64::from(a.iters) * 2 * e * e * e;
     let mut figures = Vec::new();
     for (entry, operands) in [
         ("mma_registers", "registers"),
@@ -82,39 +72,14 @@ pub fn run(a: CoopArgs, json: bool) -> anyhow::Result<ExitCode> {
         ("mma_shared_padded", "shared-padded"),
         ("mma_shared_double", "shared-double"),
     ] {
-        let pipeline = gpu.create_compute_pipeline(
-            &format!("bench.coop.{entry}"),
-            source,
-            entry,
-            &[("SG", f64::from(sg)), ("ITERS", f64::from(a.iters))],
-        )?;
-        let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("bench.coop"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry {
-                binding: 0,
-                resource: sums.as_entire_binding(),
-            }],
-        });
-        let run = |times: usize| {
-            submit_timed(&gpu, |enc| {
-                let mut pass = enc.commands().begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &bind, &[]);
-                for _ in 0..times {
-                    pass.dispatch_workgroups(a.groups, 1, 1);
-                }
-                Ok(())
-            })
-        };
-        run(1)?;
-        let seconds = median_seconds(a.reps as usize, run)?;
+        let (seconds, tflops) = mma_rate(&gpu, entry, a.groups, a.iters, a.reps)?;
         figures.push(Figure {
             operands,
             seconds,
-            tflops: flops as f64 / seconds / 1e12,
+            tflops,
         });
     }
+    let (edge, sg) = (gpu.caps.coop_matrix_edge, gpu.caps.subgroup_min_size);
     let report = Report {
         adapter: gpu.caps.name.clone(),
         matrix_edge: edge,
@@ -138,4 +103,54 @@ pub fn run(a: CoopArgs, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The multiply-add rate of `coop_peak.wgsl`'s `entry` on `gpu` (which has
+/// cooperative matrices): `groups` workgroups of `iters` rounds, the median
+/// of 5 measurements of `reps` launches; (seconds a launch, TFLOP/s).
+pub fn mma_rate(
+    gpu: &Gpu,
+    entry: &str,
+    groups: u32,
+    iters: u32,
+    reps: u32,
+) -> anyhow::Result<(f64, f64)> {
+    let edge = gpu.caps.coop_matrix_edge;
+    let sg = gpu.caps.subgroup_min_size;
+    let source = match edge {
+        16 => dynvram_shaders::bench::COOP_PEAK16,
+        _ => dynvram_shaders::bench::COOP_PEAK8,
+    };
+    let e = u64::from(edge);
+    let bytes = u64::from(groups) * NSG * CHAINS * e * e * 4;
+    let sums = gpu.create_buffer("bench.coop_sums", bytes, wgpu::BufferUsages::STORAGE)?;
+    let flops = u64::from(groups) * NSG * CHAINS * u64::from(iters) * 2 * e * e * e;
+    let pipeline = gpu.create_compute_pipeline(
+        &format!("bench.coop.{entry}"),
+        source,
+        entry,
+        &[("SG", f64::from(sg)), ("ITERS", f64::from(iters))],
+    )?;
+    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("bench.coop"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: sums.as_entire_binding(),
+        }],
+    });
+    let run = |times: usize| {
+        submit_timed(gpu, |enc| {
+            let mut pass = enc.commands().begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            for _ in 0..times {
+                pass.dispatch_workgroups(groups, 1, 1);
+            }
+            Ok(())
+        })
+    };
+    run(1)?;
+    let seconds = median_seconds(reps as usize, run)?;
+    Ok((seconds, flops as f64 / seconds / 1e12))
 }

@@ -151,7 +151,7 @@ pub fn run(args: PassArgs, json: bool) -> anyhow::Result<std::process::ExitCode>
         let (streamed, streamed_out) = timed_forward(args.passes, &rt, &model, &x, rows)?;
         let upload = timed(args.passes, || Ok(model.run_pass(&rt, None, |_| Ok(()))?))?;
         let streamed_profile = if args.profile {
-            let limit = profile::memory_limit(&rt);
+            let limit = profile::limits(&rt);
             let ((), p) = profile::profiled(&rt, limit, || {
                 let f = mlp_stack::forward_gpu(&rt, &model, &x, rows, None)?;
                 Ok(((), f.stats))

@@ -10,10 +10,12 @@ use anyhow::{Context, bail};
 use dynvram_loader::atomic::write_file;
 use dynvram_models::flux::sample::{self, SampleOptions, StepDone};
 use dynvram_models::flux::{Flux, FluxCheckpoint, FluxInputs, ForwardOptions};
+use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{Model, PassStats};
 use serde::Serialize;
 
+use crate::cmd::profile;
 use crate::cmd::runtime_args::RuntimeArgs;
 use crate::output::{bar, dtype_name, print_adapter, print_json, size};
 
@@ -63,6 +65,11 @@ pub struct Args {
     /// of the resolution-shifted one (FLUX.1-dev's).
     #[arg(long)]
     no_shift: bool,
+    /// Time every kernel of the last pass (without --steps) and print them
+    /// beside their bytes, FLOPs, the device's memory rate and its
+    /// cooperative matrices' peak (both measured first).
+    #[arg(long, conflicts_with = "steps")]
+    profile: bool,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
@@ -104,6 +111,9 @@ struct Report {
     max_abs_out: f32,
     model_report: dynvram_runtime::ModelReport,
     budget: dynvram_runtime::BudgetReport,
+    /// With --profile: the last pass, kernel by kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Profile>,
 }
 
 /// Runs the subcommand.
@@ -137,21 +147,37 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     }
     let mut stats = Vec::<PassStats>::new();
     let mut trace = Trace::new();
-    let mut pass = |flux: &mut Flux, inputs: &FluxInputs| -> anyhow::Result<Vec<f32>> {
+    let mut last_profile = None;
+    let limits = if args.profile {
+        profile::limits(&rt)
+    } else {
+        profile::Limits::default()
+    };
+    let mut pass = |flux: &mut Flux, inputs: &FluxInputs| {
         trace = Trace::new();
         let opts = ForwardOptions {
             trace: Some(&mut trace),
             ..ForwardOptions::default()
         };
         let f = flux.forward_with(&rt, &model, inputs, opts)?;
-        stats.push(f.stats);
-        Ok(f.out)
+        anyhow::Ok((f.out, f.stats))
     };
     let (out, sigmas) = match args.steps {
         None => {
             let mut out = Vec::new();
-            for _ in 0..args.passes {
-                out = pass(&mut flux, &inputs)?;
+            for i in 0..args.passes {
+                let s;
+                if args.profile && i + 1 == args.passes {
+                    let ((o, st), p) = profile::profiled(&rt, limits, || {
+                        let (o, st) = pass(&mut flux, &inputs)?;
+                        Ok(((o, st.clone()), st))
+                    })?;
+                    (out, s) = (o, st);
+                    last_profile = Some(p);
+                } else {
+                    (out, s) = pass(&mut flux, &inputs)?;
+                }
+                stats.push(s);
             }
             (out, Vec::new())
         }
@@ -222,11 +248,15 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         max_abs_out: out.iter().fold(0f32, |m, v| m.max(v.abs())),
         model_report: model.report(),
         budget: rt.budget_report(),
+        profile: last_profile,
     };
     if json {
         print_json(&report)?;
     } else {
         print_text(&report, &args.out);
+        if let Some(p) = &report.profile {
+            profile::print("the last pass", p);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

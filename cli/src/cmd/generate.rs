@@ -396,7 +396,7 @@ fn profile_steps(
     prompt: &[u32],
     next: u32,
 ) -> anyhow::Result<Profiles> {
-    let limit = profile::memory_limit(rt);
+    let limit = profile::limits(rt);
     let opts = || ForwardOptions {
         logits: Some(LogitRows::Last),
         ..ForwardOptions::default()

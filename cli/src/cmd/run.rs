@@ -110,9 +110,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let mut result = None;
     let mut last_profile = None;
     let limit = if args.profile {
-        profile::memory_limit(&rt)
+        profile::limits(&rt)
     } else {
-        None
+        profile::Limits::default()
     };
     let passes = args.passes;
     for i in 0..passes {

@@ -68,7 +68,7 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
     // blocks stream by part.
     for (name, extra) in [
         ("resident", timed.to_vec()),
-        ("streamed", vec!["--vram-budget", "0.0035"]),
+        ("streamed", vec!["--vram-budget", "0.0035", "--profile"]),
         ("by part", vec!["--vram-budget", "0.002"]),
     ] {
         let out = dir.path().join(format!("{name}.safetensors"));
@@ -106,6 +106,11 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
             "{report}"
         );
         assert_eq!(report["passes"], if name == "resident" { 2 } else { 1 });
+        if name == "streamed" {
+            check_profile(&report);
+        } else {
+            assert!(report.get("profile").is_none(), "{report}");
+        }
         let got = out_of(&out);
         assert_eq!(got.shape, want.shape);
         assert_close_rel(name, &got.values, &want.values, 1e-3);
@@ -117,6 +122,34 @@ fn dit_tiny_flux_matches_reference_resident_and_streamed() {
     assert!(
         trace.to_string().contains("final_layer"),
         "the trace names the blocks"
+    );
+}
+
+/// `--profile`: every launch of the last pass in a row; the rows that do
+/// FLOPs compared with the matrix peak where the adapter has cooperative
+/// matrices (measured first), none where it has not.
+fn check_profile(report: &serde_json::Value) {
+    let p = &report["profile"];
+    let rows = p["rows"].as_array().expect("profile rows");
+    let listed: u64 = rows
+        .iter()
+        .map(|r| r["launches"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(listed > 0 && p["launches"].as_u64() == Some(listed), "{p}");
+    let peak = p["matrix_peak_tflops"].as_f64();
+    for r in rows {
+        let flops = r["flops"].as_u64().unwrap_or(0);
+        let timed = r["tflops"].as_f64().is_some();
+        assert_eq!(
+            r["of_peak"].as_f64().is_some(),
+            peak.is_some() && timed && flops > 0,
+            "{r}"
+        );
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r["label"].as_str().is_some_and(|l| l.contains("gemm"))),
+        "{p}"
     );
 }
 

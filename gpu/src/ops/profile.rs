@@ -187,6 +187,8 @@ pub struct ProfileRow {
     pub of_limit: Option<f64>,
     /// Achieved TFLOP/s (when timed).
     pub tflops: Option<f64>,
+    /// `tflops` over the matrix peak given to [`Profile::with_matrix_peak`].
+    pub of_peak: Option<f64>,
 }
 
 /// Where one pass's time went: every kernel with its GPU time beside its
@@ -217,6 +219,8 @@ pub struct Profile {
     pub wall_us: f64,
     /// Memory limit the rows are compared with, GB/s.
     pub limit_gb_per_s: Option<f64>,
+    /// Matrix peak the rows' FLOP rates are compared with, TFLOP/s.
+    pub matrix_peak_tflops: Option<f64>,
 }
 
 impl Profile {
@@ -240,6 +244,7 @@ impl Profile {
                     gb_per_s: None,
                     of_limit: None,
                     tflops: None,
+                    of_peak: None,
                 });
                 rows.len() - 1
             });
@@ -280,6 +285,19 @@ impl Profile {
             cpu_wait_us: stats.wait_seconds * 1e6,
             wall_us: stats.seconds * 1e6,
             limit_gb_per_s: limit,
+            matrix_peak_tflops: None,
         }
+    }
+
+    /// The rows' FLOP rates as shares of `peak` (the device's measured
+    /// matrix rate, TFLOP/s), on the rows that do FLOPs.
+    pub fn with_matrix_peak(mut self, peak: Option<f64>) -> Self {
+        self.matrix_peak_tflops = peak;
+        for r in &mut self.rows {
+            r.of_peak = peak
+                .zip(r.tflops.filter(|_| r.flops > 0))
+                .map(|(p, t)| t / p);
+        }
+        self
     }
 }
