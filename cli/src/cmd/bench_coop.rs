@@ -14,7 +14,7 @@ use dynvram_runtime::ops::linear::{CoopShape, coop_unusable};
 use serde::Serialize;
 
 use crate::cmd::adapter_args::AdapterArgs;
-use crate::cmd::gpu_timing::{median_seconds, submit_timed};
+use crate::cmd::gpu_timing::dispatch_seconds;
 use crate::output::print_json;
 
 /// Subgroups per workgroup in `coop_peak.wgsl` (`NSG`).
@@ -139,18 +139,6 @@ pub fn mma_rate(
             resource: sums.as_entire_binding(),
         }],
     });
-    let run = |times: usize| {
-        submit_timed(gpu, |enc| {
-            let mut pass = enc.commands().begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            for _ in 0..times {
-                pass.dispatch_workgroups(groups, 1, 1);
-            }
-            Ok(())
-        })
-    };
-    run(1)?;
-    let seconds = median_seconds(reps as usize, run)?;
+    let seconds = dispatch_seconds(gpu, &pipeline, &bind, groups, 1, reps as usize)?;
     Ok((seconds, flops as f64 / seconds / 1e12))
 }

@@ -52,23 +52,37 @@ pub(crate) fn shader_baselines(gpu: &Gpu, bytes: u64, reps: usize) -> anyhow::Re
         let (pipeline, bind) = stream_kernel(gpu, entry, &src, &dst)?;
         // Enough workgroups to fill any GPU; each strides over the rest.
         let groups = (bytes / 16).div_ceil(STREAM_WGS.into()).clamp(1, 8192) as u32;
-        let run = |times: usize| {
-            submit_timed(gpu, |enc| {
-                let mut pass = enc.commands().begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &bind, &[]);
-                for _ in 0..times {
-                    pass.dispatch_workgroups(groups, 1, 1);
-                }
-                Ok(())
-            })
-        };
-        run(2)?;
-        median_seconds(reps, run)
+        dispatch_seconds(gpu, &pipeline, &bind, groups, 2, reps)
     };
     let copy = 2.0 * bytes as f64 / time("stream_copy")? / 1e9;
     let read = bytes as f64 / time("stream_read")? / 1e9;
     Ok((copy, read))
+}
+
+/// Seconds of one launch of `groups` workgroups of `pipeline` with `bind`:
+/// `warm` launches untimed, then the median of 5 measurements of `reps`
+/// launches in one pass.
+pub(crate) fn dispatch_seconds(
+    gpu: &Gpu,
+    pipeline: &wgpu::ComputePipeline,
+    bind: &wgpu::BindGroup,
+    groups: u32,
+    warm: usize,
+    reps: usize,
+) -> anyhow::Result<f64> {
+    let run = |times: usize| {
+        submit_timed(gpu, |enc| {
+            let mut pass = enc.commands().begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, bind, &[]);
+            for _ in 0..times {
+                pass.dispatch_workgroups(groups, 1, 1);
+            }
+            Ok(())
+        })
+    };
+    run(warm)?;
+    median_seconds(reps, run)
 }
 
 /// `stream.wgsl`'s `entry` (`stream_copy`, `stream_read`) over `src` → `dst`,
