@@ -37,6 +37,24 @@ const ALLOWED_FILES: &[(&str, &[&str], &str)] = &[];
 
 #[test]
 fn no_file_cycles() {
+    let report = cycle_report(file_graph, ALLOWED_FILES, "cycle between files");
+    assert!(report.is_empty(), "file cycles:\n{report}");
+}
+
+/// The file allow-list names real cycles only.
+#[test]
+fn file_allow_list_is_current() {
+    assert_allow_list_current(file_graph, ALLOWED_FILES, "ALLOWED_FILES");
+}
+
+/// Every cycle of `graph_of` in each workspace member's `src/` that
+/// `allowed` does not list: a line per cycle (`what`, its nodes), then each
+/// edge inside it with the lines or files behind it; empty when none.
+fn cycle_report(
+    graph_of: fn(&Path) -> Graph,
+    allowed: &[(&str, &[&str], &str)],
+    what: &str,
+) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut report = String::new();
     for krate in workspace_members(root) {
@@ -44,36 +62,40 @@ fn no_file_cycles() {
         if !src.is_dir() {
             continue;
         }
-        let graph = file_graph(&src);
+        let graph = graph_of(&src);
         for scc in cycles(&graph) {
-            if ALLOWED_FILES
+            if allowed
                 .iter()
                 .any(|(c, m, _)| *c == krate && *m == scc.as_slice())
             {
                 continue;
             }
-            report += &format!("{krate}: cycle between files {}\n", scc.join(", "));
+            report += &format!("{krate}: {what} {}\n", scc.join(", "));
             for a in &scc {
-                for (b, lines) in &graph[a] {
+                for (b, why) in &graph[a] {
                     if scc.contains(b) {
-                        report += &format!("  {a} → {b}: {}\n", lines.join(", "));
+                        report += &format!("  {a} → {b}: {}\n", why.join(", "));
                     }
                 }
             }
         }
     }
-    assert!(report.is_empty(), "file cycles:\n{report}");
+    report
 }
 
-/// The file allow-list names real cycles only.
-#[test]
-fn file_allow_list_is_current() {
+/// Each entry of `allowed` (named `list` in the message) is a cycle
+/// `graph_of` still finds: a stale entry is an error too.
+fn assert_allow_list_current(
+    graph_of: fn(&Path) -> Graph,
+    allowed: &[(&str, &[&str], &str)],
+    list: &str,
+) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    for (krate, files, _) in ALLOWED_FILES {
-        let found = cycles(&file_graph(&root.join(krate).join("src")));
+    for (krate, nodes, _) in allowed {
+        let found = cycles(&graph_of(&root.join(krate).join("src")));
         assert!(
-            found.iter().any(|c| c.as_slice() == *files),
-            "{krate}: allowed file cycle {files:?} is gone; remove it from ALLOWED_FILES"
+            found.iter().any(|c| c.as_slice() == *nodes),
+            "{krate}: allowed cycle {nodes:?} is gone; remove it from {list}"
         );
     }
 }
@@ -127,45 +149,14 @@ fn file_graph_follows_uses_and_reexports() {
 
 #[test]
 fn no_module_cycles() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let mut report = String::new();
-    for krate in workspace_members(root) {
-        let src = root.join(&krate).join("src");
-        if !src.is_dir() {
-            continue;
-        }
-        let graph = crate_graph(&src);
-        for scc in cycles(&graph) {
-            if ALLOWED
-                .iter()
-                .any(|(c, m, _)| *c == krate && *m == scc.as_slice())
-            {
-                continue;
-            }
-            report += &format!("{krate}: cycle between {}\n", scc.join(", "));
-            for a in &scc {
-                for (b, files) in &graph[a] {
-                    if scc.contains(b) {
-                        report += &format!("  {a} → {b}: {}\n", files.join(", "));
-                    }
-                }
-            }
-        }
-    }
+    let report = cycle_report(crate_graph, ALLOWED, "cycle between");
     assert!(report.is_empty(), "module cycles:\n{report}");
 }
 
 /// The allow-list names real cycles only: a stale entry is an error too.
 #[test]
 fn allow_list_is_current() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    for (krate, modules, _) in ALLOWED {
-        let found = cycles(&crate_graph(&root.join(krate).join("src")));
-        assert!(
-            found.iter().any(|c| c.as_slice() == *modules),
-            "{krate}: allowed cycle {modules:?} is gone; remove it from ALLOWED"
-        );
-    }
+    assert_allow_list_current(crate_graph, ALLOWED, "ALLOWED");
 }
 
 /// The parser on a small made-up crate: grouped imports, re-exports through
