@@ -72,16 +72,20 @@ macro_rules! cm2_gemm {
 }
 
 /// Every cooperative-matrix-2 GEMM, in the order they are preferred for
-/// their weights: 64 K columns a step before 32 (llama.cpp's large f16 tile
-/// steps 64; not measured here yet), then smaller shared tiles for drivers
-/// that reserve more shared memory.
+/// their weights: f16 and integer weights 64 K columns a step before 32
+/// (llama.cpp's large f16 tile steps 64; int4 measured 187-196 TFLOP/s
+/// against 173 on the H200), bf16 as measured (below); smaller shared tiles
+/// serve drivers that reserve more shared memory.
 pub static CM2_GEMMS: [Cm2Gemm; 9] = [
     cm2_gemm!("gemm_cm2_f16_k64", F16, 256, 64, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
-    // Shared weights: rows of the step's f16 and 16 bytes.
-    cm2_gemm!("gemm_cm2_bf16_k64", Bf16, 256, 64, 256 * (128 + 16)),
+    // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
+    // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
+    // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
+    // of staging beside the driver's).
     cm2_gemm!("gemm_cm2_bf16_k32", Bf16, 256, 32, 256 * (64 + 16)),
     cm2_gemm!("gemm_cm2_bf16_n128", Bf16, 128, 32, 128 * (64 + 16)),
+    cm2_gemm!("gemm_cm2_bf16_k64", Bf16, 256, 64, 256 * (128 + 16)),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
     // Rows of the step's int8 and 16 bytes.
@@ -105,6 +109,50 @@ pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
     shared_bytes: 0,
 };
 
+/// Flash attention on workgroup-scope cooperative matrices
+/// (`spirv/flash_cm2.glsl`): f16 q, k, v and output, f32 scores and sums,
+/// the bindings of the WGSL flash kernels and the two-walk kernel's
+/// `Params`. One module per block shape and head dimension (the matrices'
+/// sizes are compile-time constants).
+#[derive(Debug)]
+pub struct Cm2Flash {
+    /// The module's name (`spirv/NAME.spv`), the profile's label.
+    pub name: &'static str,
+    /// The module (SPIR-V 1.6, entry point `main`).
+    pub spirv: &'static [u8],
+    /// Query rows a workgroup.
+    pub rows: u32,
+    /// Keys a block.
+    pub keys: u32,
+    /// The head dimension it is built for.
+    pub head_dim: u32,
+    /// Invocations of a workgroup.
+    pub invocations: u32,
+}
+
+/// A [`Cm2Flash`] of `rows` x `keys` blocks, module `spirv/NAME.spv`.
+macro_rules! cm2_flash {
+    ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal) => {
+        Cm2Flash {
+            name: $name,
+            spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
+            rows: $rows,
+            keys: $keys,
+            head_dim: $hd,
+            invocations: $wg,
+        }
+    };
+}
+
+/// Every cooperative-matrix-2 flash kernel, in the order they are
+/// preferred (not measured yet: FlashAttention-2's 128-row blocks first).
+pub static CM2_FLASH: [Cm2Flash; 4] = [
+    cm2_flash!("flash_cm2_128x64_d128", 128, 64, 128, 256),
+    cm2_flash!("flash_cm2_64x64_d128", 64, 64, 128, 128),
+    cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
+    cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,18 +175,30 @@ mod tests {
                 comps += 1;
                 let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
                 assert!(
-                    CM2_GEMMS.iter().any(|g| g.name == stem) || stem == LINEAR_CHECK.name,
-                    "{stem}.comp is not listed in CM2_GEMMS"
+                    CM2_GEMMS.iter().any(|g| g.name == stem)
+                        || CM2_FLASH.iter().any(|f| f.name == stem)
+                        || stem == LINEAR_CHECK.name,
+                    "{stem}.comp is not listed in CM2_GEMMS or CM2_FLASH"
                 );
             }
         }
-        assert_eq!(comps, CM2_GEMMS.len() + 1);
-        for g in CM2_GEMMS.iter().chain([&LINEAR_CHECK]) {
-            let spv = &g.spirv;
-            assert!(spv.len() > 20 && spv.len().is_multiple_of(4), "{}", g.name);
-            assert_eq!(&spv[..4], &0x0723_0203u32.to_le_bytes(), "{}", g.name);
+        assert_eq!(comps, CM2_GEMMS.len() + CM2_FLASH.len() + 1);
+        let modules = CM2_GEMMS
+            .iter()
+            .chain([&LINEAR_CHECK])
+            .map(|g| (g.name, g.spirv));
+        for (name, spv) in modules.chain(CM2_FLASH.iter().map(|f| (f.name, f.spirv))) {
+            assert!(spv.len() > 20 && spv.len().is_multiple_of(4), "{name}");
+            assert_eq!(&spv[..4], &0x0723_0203u32.to_le_bytes(), "{name}");
             // SPIR-V 1.6, which SPV_NV_cooperative_matrix2 requires.
-            assert_eq!(&spv[4..8], &0x0001_0600u32.to_le_bytes(), "{}", g.name);
+            assert_eq!(&spv[4..8], &0x0001_0600u32.to_le_bytes(), "{name}");
+        }
+        for f in &CM2_FLASH {
+            let comp = std::fs::read_to_string(format!("{dir}/{}.comp", f.name)).expect("comp");
+            assert_eq!(define(&comp, "BR"), f.rows, "{}", f.name);
+            assert_eq!(define(&comp, "BC"), f.keys, "{}", f.name);
+            assert_eq!(define(&comp, "HD"), f.head_dim, "{}", f.name);
+            assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
         }
         for g in &CM2_GEMMS {
             let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");

@@ -531,7 +531,7 @@ fn run_prefill(a: &AttentionArgs, queries: u64, json: bool) -> anyhow::Result<Ex
             let case = Prefill::new(&gpu, heads, a.batch, queries, keys)?;
             let mut reference: Option<Vec<f32>> = None;
             for t in &tunings {
-                if let Some(why) = flash_kernel_unusable(caps, t, a.head_dim) {
+                if let Some(why) = flash_kernel_unusable(&gpu, t, a.head_dim) {
                     let line = format!("{t} at head_dim {}: {why}", a.head_dim);
                     skip(&mut report.skipped, json, line);
                     continue;
@@ -664,10 +664,11 @@ impl Prefill {
         let flops = 4 * h.n_heads * h.head_dim * pairs;
         let g = match tuning {
             FlashKernel::OneWalk(t) => flash_geometry(&gpu.caps, t, h.head_dim),
-            FlashKernel::TwoWalk => None,
+            FlashKernel::TwoWalk | FlashKernel::Cm2 { .. } => None,
         };
         let rows = match tuning {
             FlashKernel::OneWalk(t) => u64::from(t.rows),
+            FlashKernel::Cm2 { rows, .. } => u64::from(*rows),
             // Its shape's rows: subgroups of one matrix edge each.
             FlashKernel::TwoWalk => 0,
         };

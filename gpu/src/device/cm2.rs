@@ -51,6 +51,9 @@ pub struct Cm2Caps {
     pub tensor_addressing: bool,
     /// `cooperativeMatrixConversions`.
     pub conversions: bool,
+    /// `cooperativeMatrixReductions` (flash attention's row maxima and
+    /// sums).
+    pub reductions: bool,
     /// `cooperativeMatrixWorkgroupScopeMaxWorkgroupSize`.
     pub max_workgroup_size: u32,
     /// `cooperativeMatrixFlexibleDimensionsMaxDimension`.
@@ -91,6 +94,20 @@ impl Cm2Caps {
         .collect()
     }
 
+    /// The features flash attention needs besides the GEMM's that are
+    /// missing (its probabilities change type and use; its softmax reduces
+    /// rows).
+    pub fn flash_missing_features(&self) -> Vec<&'static str> {
+        let mut missing = self.missing_features();
+        if !self.conversions {
+            missing.push("cooperativeMatrixConversions");
+        }
+        if !self.reductions {
+            missing.push("cooperativeMatrixReductions");
+        }
+        missing
+    }
+
     /// Every feature the GEMM needs is there ([`Self::missing_features`]
     /// empty), without allocating.
     pub fn complete(&self) -> bool {
@@ -105,6 +122,121 @@ impl Cm2Caps {
     pub fn shared_memory_left(&self) -> u32 {
         self.max_shared_memory
             .saturating_sub(self.reserved_shared_memory)
+    }
+}
+
+/// What a workgroup-scope kernel asks of the device, for
+/// [`Cm2Caps::misfit`].
+#[derive(Debug, Clone, Copy)]
+pub struct Cm2Footprint<'a> {
+    /// Invocations of a workgroup.
+    pub invocations: u32,
+    /// (M, N, K) of every product.
+    pub products: &'a [[u32; 3]],
+    /// Shared memory the kernel declares itself.
+    pub shared_bytes: u32,
+    /// `VkComponentTypeKHR` of the products' A, B, C and result.
+    pub types: [i32; 4],
+    /// The accumulator types results are converted to (each must be listed
+    /// on every product's output shape: every matrix type of a module
+    /// matches an entry, VUID-RuntimeSpirv-cooperativeMatrixFlexibleDimensions-10165).
+    pub converted: &'a [i32],
+}
+
+/// Why a kernel does not fit a device ([`Cm2Caps::misfit`]): data,
+/// formatted only when asked (launch paths choose without formatting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cm2Misfit {
+    /// Invocations over the workgroup-scope maximum.
+    Invocations(u32, u32),
+    /// Invocations not a power-of-two multiple of the subgroup size.
+    Subgroup(u32, u32),
+    /// A matrix edge over the flexible-dimension maximum.
+    Dimension(u32, u32),
+    /// Shared memory over what the driver leaves (bytes, left, reserved).
+    Shared(u32, u32, u32),
+    /// No listed shape of these types and invocations tiles a product.
+    Unlisted,
+}
+
+impl std::fmt::Display for Cm2Misfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Invocations(n, max) => {
+                write!(
+                    f,
+                    "{n} invocations exceed the workgroup-scope maximum {max}"
+                )
+            }
+            Self::Subgroup(n, sg) => write!(
+                f,
+                "{n} invocations are not a power-of-two multiple of the subgroup size {sg}"
+            ),
+            Self::Dimension(n, max) => write!(
+                f,
+                "a {n}-wide matrix exceeds the flexible-dimension maximum {max}"
+            ),
+            Self::Shared(n, left, reserved) => write!(
+                f,
+                "{n} bytes of shared memory exceed the {left} left beside the driver's {reserved} reserved"
+            ),
+            Self::Unlisted => write!(
+                f,
+                "the driver lists no workgroup-scope shape of these types (and of the f16 or f32 accumulators it converts to) and invocations that tiles it"
+            ),
+        }
+    }
+}
+
+impl Cm2Caps {
+    /// Why a kernel of footprint `k` cannot run here, or `None`: the
+    /// device's limits and the driver's listed matrix shapes.
+    pub fn misfit(&self, k: &Cm2Footprint<'_>) -> Option<Cm2Misfit> {
+        if k.invocations > self.max_workgroup_size {
+            return Some(Cm2Misfit::Invocations(
+                k.invocations,
+                self.max_workgroup_size,
+            ));
+        }
+        let sg = self.subgroup_size;
+        if sg == 0 || !k.invocations.is_multiple_of(sg) || !(k.invocations / sg).is_power_of_two() {
+            return Some(Cm2Misfit::Subgroup(k.invocations, sg));
+        }
+        let largest = k.products.iter().flatten().copied().max().unwrap_or(0);
+        if largest > self.max_dimension {
+            return Some(Cm2Misfit::Dimension(largest, self.max_dimension));
+        }
+        if k.shared_bytes > self.shared_memory_left() {
+            return Some(Cm2Misfit::Shared(
+                k.shared_bytes,
+                self.shared_memory_left(),
+                self.reserved_shared_memory,
+            ));
+        }
+        let tiles = |d: &FlexibleDims, m: u32, n: u32| {
+            d.scope == SCOPE_WORKGROUP
+                && d.workgroup_invocations == k.invocations
+                && d.m_granularity > 0
+                && d.n_granularity > 0
+                && m.is_multiple_of(d.m_granularity)
+                && n.is_multiple_of(d.n_granularity)
+        };
+        let listed = k.products.iter().all(|&[m, n, kk]| {
+            self.flexible.iter().any(|d| {
+                tiles(d, m, n)
+                    && d.types == k.types
+                    && d.k_granularity > 0
+                    && kk.is_multiple_of(d.k_granularity)
+            })
+        });
+        let converted = k.converted.iter().all(|&ty| {
+            k.products.iter().all(|&[m, n, _]| {
+                self.flexible
+                    .iter()
+                    .any(|d| tiles(d, m, n) && (d.types[2] == ty || d.types[3] == ty))
+            })
+        });
+        (!listed || !converted).then_some(Cm2Misfit::Unlisted)
     }
 }
 
@@ -166,6 +298,7 @@ mod imp {
                 workgroup_scope: caps.workgroup_scope.into(),
                 flexible_dimensions: caps.flexible_dimensions.into(),
                 conversions: caps.conversions.into(),
+                reductions: caps.reductions.into(),
                 per_element_operations: caps.per_element_operations.into(),
                 tensor_addressing: caps.tensor_addressing.into(),
                 ..Self::default()
@@ -274,6 +407,7 @@ mod imp {
             per_element_operations: features.per_element_operations != 0,
             tensor_addressing: features.tensor_addressing != 0,
             conversions: features.conversions != 0,
+            reductions: features.reductions != 0,
             max_workgroup_size: properties.max_workgroup_size,
             max_dimension: properties.max_dimension,
             reserved_shared_memory: properties.reserved_shared_memory,
@@ -344,7 +478,8 @@ pub fn adapter_cm2(adapter: &wgpu::Adapter) -> Option<Cm2Caps> {
     }
 }
 
-/// Whether GEMMs may take the SPIR-V cooperative-matrix-2 kernels (the
+/// Whether GEMMs and flash attention may take the SPIR-V
+/// cooperative-matrix-2 kernels (the
 /// embedder's choice; the CLI reads `DYNVRAM_SPIRV_GEMM`). Off by default:
 /// raw SPIR-V is not validated by wgpu, and these kernels have passed
 /// their reference tests only on software adapters that lack the

@@ -726,9 +726,10 @@ pub struct GpuOptions {
     /// [`CoopGemmKernel::Double`] for comparisons (where a layer does not
     /// fit it, the single-stage kernel runs).
     pub coop_gemm: CoopGemmKernel,
-    /// Whether f16/bf16-weight GEMMs may take the SPIR-V kernels on
-    /// `VK_NV_cooperative_matrix2` ([`SpirvGemm::Auto`], where the adapter
-    /// has it) or never ([`SpirvGemm::Off`]: the extension stays disabled).
+    /// Whether GEMMs (f16, bf16, int8 and int4 weights) and flash attention
+    /// may take the SPIR-V kernels on `VK_NV_cooperative_matrix2`
+    /// ([`SpirvGemm::Auto`], where the adapter has it) or never
+    /// ([`SpirvGemm::Off`]: the extension stays disabled).
     pub spirv_gemm: SpirvGemm,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):

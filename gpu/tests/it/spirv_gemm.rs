@@ -189,8 +189,29 @@ fn integer_spirv_gemm_equals_dot4() {
             None,
             "{what}: dot4 took SPIR-V"
         );
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&y), bits(&e), "{what}: outputs differ from dot4");
+        let differ: Vec<usize> = (0..y.len())
+            .filter(|&i| y[i].to_bits() != e[i].to_bits())
+            .collect();
+        if let Some(&first) = differ.first() {
+            // f16 units in the last place of the worst difference.
+            let ulps = differ
+                .iter()
+                .map(|&i| {
+                    let ulp = half::f16::from_f32(e[i]).to_f32().abs().max(6.1e-5) / 1024.0;
+                    (y[i] - e[i]).abs() / ulp
+                })
+                .fold(0f32, f32::max);
+            panic!(
+                "{what} ({}): {} of {} outputs differ from dot4, the worst by {ulps:.1} f16 ulps; first at {first} (row {}, col {}): {} against {}",
+                name.unwrap_or_default(),
+                differ.len(),
+                y.len(),
+                first / n,
+                first % n,
+                y[first],
+                e[first]
+            );
+        }
         eprintln!("{what}: equal to dot4");
     }
 }

@@ -201,10 +201,11 @@ impl FromStr for FlashTuning {
 }
 
 /// Which flash-attention kernel a launch runs: the two-walk kernel
-/// (`flash_attention_two_walk.wgsl`, its shape chosen per adapter: the
-/// runtime's default) or the one-walk kernel with a [`FlashTuning`].
+/// (`flash_attention_two_walk.wgsl`, its shape chosen per adapter), the
+/// one-walk kernel with a [`FlashTuning`], or a SPIR-V kernel on NVIDIA's
+/// cooperative matrices 2 (`crate::spirv::CM2_FLASH`, by block shape).
 ///
-/// Text form: `two-walk`, or a [`FlashTuning`]'s.
+/// Text form: `two-walk`, a [`FlashTuning`]'s, or `cm2-ROWSxKEYS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -212,6 +213,14 @@ pub enum FlashKernel {
     TwoWalk,
     /// One walk with an online softmax, shaped by the tuning.
     OneWalk(FlashTuning),
+    /// The SPIR-V kernel of `rows` query rows by `keys` keys a block (for
+    /// the head dimension at hand).
+    Cm2 {
+        /// Query rows a workgroup.
+        rows: u32,
+        /// Keys a block.
+        keys: u32,
+    },
 }
 
 impl fmt::Display for FlashKernel {
@@ -219,6 +228,7 @@ impl fmt::Display for FlashKernel {
         match self {
             Self::TwoWalk => f.write_str("two-walk"),
             Self::OneWalk(t) => t.fmt(f),
+            Self::Cm2 { rows, keys } => write!(f, "cm2-{rows}x{keys}"),
         }
     }
 }
@@ -226,11 +236,45 @@ impl fmt::Display for FlashKernel {
 impl FromStr for FlashKernel {
     type Err = String;
 
-    /// `two-walk` or a [`FlashTuning`].
+    /// `two-walk`, a [`FlashTuning`] or `cm2-ROWSxKEYS`.
     fn from_str(text: &str) -> Result<Self, String> {
         match text.trim() {
             "two-walk" => Ok(Self::TwoWalk),
-            t => t.parse().map(Self::OneWalk),
+            t => match t.strip_prefix("cm2-") {
+                Some(shape) => {
+                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS");
+                    let (rows, keys) = shape.split_once('x').ok_or_else(bad)?;
+                    Ok(Self::Cm2 {
+                        rows: rows.parse().map_err(|_| bad())?,
+                        keys: keys.parse().map_err(|_| bad())?,
+                    })
+                }
+                None => t.parse().map(Self::OneWalk),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FlashKernel;
+
+    #[test]
+    fn kernels_read_back_what_they_write() {
+        for text in ["two-walk", "128x32w8c2", "cm2-128x64", "cm2-64x32"] {
+            let k: FlashKernel = text.parse().expect(text);
+            assert_eq!(k.to_string(), text);
+        }
+        assert_eq!(
+            "cm2-128x64".parse::<FlashKernel>(),
+            Ok(FlashKernel::Cm2 {
+                rows: 128,
+                keys: 64
+            })
+        );
+        for bad in ["cm2-128", "cm2-x64", "cm2-128xq"] {
+            let why = bad.parse::<FlashKernel>().expect_err(bad);
+            assert!(why.contains("cm2-ROWSxKEYS"), "{bad}: {why}");
         }
     }
 }

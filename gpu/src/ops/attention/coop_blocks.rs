@@ -1,5 +1,6 @@
-//! What both flash kernels on cooperative matrices (the one-walk kernel
-//! of `flash.rs`, the two-walk kernel of `two_walk.rs`) share: what they
+//! What the flash kernels on cooperative matrices (the one-walk kernel
+//! of `flash.rs`, the two-walk kernel of `two_walk.rs`, the SPIR-V kernels
+//! of `flash_cm2.rs`) share: what they
 //! need of the adapter ([`coop_f16_unusable`]) and their launch over
 //! blocks of query rows ([`launch_blocks`]).
 
@@ -8,10 +9,10 @@ use dynvram_quant::AdapterCaps;
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::device::{Gpu, GpuError};
-use crate::ops::cache::{PipelineCache, Program};
+use crate::ops::cache::{PipelineCache, Program, SpirvProgram};
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::to_u32;
-use crate::ops::launch::{Launch, launch};
+use crate::ops::launch::{Launch, launch, launch_spirv};
 use crate::tensor::ActDtype;
 
 /// What both flash kernels need of the adapter with `act` activations and
@@ -54,16 +55,25 @@ pub(super) fn coop_f16_unusable(
 pub(super) struct BlockLaunch<'a> {
     /// The op (errors) and the profile's label.
     pub op: &'static str,
-    /// The module.
-    pub source: &'static str,
-    /// Its override constants.
-    pub constants: &'a [(&'static str, f64)],
+    /// What runs.
+    pub program: BlockProgram<'a>,
     /// Query rows per workgroup.
     pub rows: u64,
     /// The scores' factor (`Params::scale`, the one-walk kernel's `scale2`).
     pub scale: f32,
     /// Which kernel's `Params` the launch takes.
     pub params: FlashParamsOf,
+}
+
+/// The module of a flash launch.
+pub(super) enum BlockProgram<'a> {
+    /// A WGSL module and its override constants.
+    Wgsl {
+        source: &'static str,
+        constants: &'a [(&'static str, f64)],
+    },
+    /// A SPIR-V module (`flash_cm2.rs`).
+    Spirv(&'static SpirvProgram),
 }
 
 /// Which flash kernel's `Params` a launch fills.
@@ -149,30 +159,48 @@ pub(super) fn launch_blocks(
             ),
         ));
     }
-    launch(
-        gpu,
-        cache,
-        enc,
-        Launch {
-            program: Program {
-                source: l.source,
-                entry: "main",
-                constants: l.constants,
-                act: q.dtype,
+    let bindings = [
+        (1, q.binding()),
+        (2, k.binding()),
+        (3, v.binding()),
+        (4, out.binding()),
+    ];
+    let groups = (
+        to_u32(op, "n_heads", heads.n_heads)?,
+        to_u32(op, "query blocks", blocks)?,
+    );
+    let cost = super::cost(q, heads, span);
+    match l.program {
+        BlockProgram::Wgsl { source, constants } => launch(
+            gpu,
+            cache,
+            enc,
+            Launch {
+                program: Program {
+                    source,
+                    entry: "main",
+                    constants,
+                    act: q.dtype,
+                },
+                label: &op,
+                bindings: &bindings,
+                immediates: params,
+                groups,
+                cost,
             },
-            label: &op,
-            bindings: &[
-                (1, q.binding()),
-                (2, k.binding()),
-                (3, v.binding()),
-                (4, out.binding()),
-            ],
-            immediates: params,
-            groups: (
-                to_u32(op, "n_heads", heads.n_heads)?,
-                to_u32(op, "query blocks", blocks)?,
-            ),
-            cost: super::cost(q, heads, span),
-        },
-    )
+        ),
+        BlockProgram::Spirv(program) => launch_spirv(
+            gpu,
+            cache,
+            enc,
+            Launch {
+                program,
+                label: &op,
+                bindings: &bindings,
+                immediates: params,
+                groups,
+                cost,
+            },
+        ),
+    }
 }

@@ -147,12 +147,15 @@ pub(super) fn unusable(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Str
     })
 }
 
-/// Why `kernel` cannot run on this adapter for head dimension `head_dim`
+/// Why `kernel` cannot run on this device for head dimension `head_dim`
 /// with f16 activations, or `None` when it can.
-pub fn kernel_unusable(caps: &AdapterCaps, kernel: &FlashKernel, head_dim: u64) -> Option<String> {
-    match kernel {
-        FlashKernel::TwoWalk => super::two_walk::shape(caps, ActDtype::F16, head_dim).err(),
-        FlashKernel::OneWalk(t) => tuning_unusable(caps, t, head_dim),
+pub fn kernel_unusable(gpu: &Gpu, kernel: &FlashKernel, head_dim: u64) -> Option<String> {
+    match *kernel {
+        FlashKernel::TwoWalk => super::two_walk::shape(&gpu.caps, ActDtype::F16, head_dim).err(),
+        FlashKernel::OneWalk(t) => tuning_unusable(&gpu.caps, &t, head_dim),
+        FlashKernel::Cm2 { rows, keys } => {
+            super::flash_cm2::unusable(gpu.cm2(), ActDtype::F16, head_dim, rows, keys)
+        }
     }
 }
 
@@ -194,17 +197,20 @@ fn remembered_default(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Flas
 
 /// The kernel flash attention runs here (the device's `GpuOptions::flash`
 /// where it fits, else [`default_kernel`]), or why blocks of query rows
-/// run on the scalar kernels.
+/// run on the scalar kernels. The SPIR-V kernels run only where asked for
+/// (`DYNVRAM_FLASH=cm2-ROWSxKEYS`) until they pass their tests on a GPU
+/// (on the H200 on 2026-12-06 their first launch never completed).
 pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> {
     supported(&gpu.caps, act, hd)?;
     if let Some(k) = gpu.flash_kernel() {
-        match kernel_unusable(&gpu.caps, &k, hd) {
+        match kernel_unusable(gpu, &k, hd) {
             None => return Ok(k),
             Some(why) => {
                 tracing::debug!(%k, %why, hd, "the asked flash kernel does not fit; the default runs");
             }
         }
     }
+
     remembered_default(&gpu.caps, act, hd).ok_or_else(|| {
         format!(
             "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",
@@ -223,8 +229,11 @@ pub(super) fn record_kernel(
     span: Span,
     kernel: &FlashKernel,
 ) -> Result<(), GpuError> {
-    match kernel {
-        FlashKernel::OneWalk(t) => record(gpu, cache, enc, ops, heads, span, t),
+    match *kernel {
+        FlashKernel::OneWalk(t) => record(gpu, cache, enc, ops, heads, span, &t),
+        FlashKernel::Cm2 { rows, keys } => {
+            super::flash_cm2::record(gpu, cache, enc, ops, heads, span, rows, keys)
+        }
         FlashKernel::TwoWalk => {
             let shape =
                 super::two_walk::shape(&gpu.caps, ops.q.dtype, heads.head_dim).map_err(|why| {
@@ -287,8 +296,10 @@ pub(super) fn record(
         enc,
         super::coop_blocks::BlockLaunch {
             op: OP,
-            source,
-            constants: &[],
+            program: super::coop_blocks::BlockProgram::Wgsl {
+                source,
+                constants: &[],
+            },
             rows: u64::from(tuning.rows),
             scale: scale2,
             params: super::coop_blocks::FlashParamsOf::OneWalk,

@@ -24,6 +24,7 @@ mod biased;
 mod coop_blocks;
 mod decode;
 mod flash;
+mod flash_cm2;
 mod scalar;
 mod shape;
 mod two_walk;
@@ -44,6 +45,7 @@ pub use flash::{
     default_tunings as default_flash_tunings, geometry as flash_geometry,
     kernel_unusable as flash_kernel_unusable, tuning_unusable as flash_tuning_unusable,
 };
+pub use flash_cm2::preferred as preferred_cm2_flash;
 use scalar::Operands;
 pub use scalar::split_k;
 use shape::Span;

@@ -101,8 +101,10 @@ pub(super) fn record(
         enc,
         BlockLaunch {
             op: OP,
-            source,
-            constants: &constants,
+            program: super::coop_blocks::BlockProgram::Wgsl {
+                source,
+                constants: &constants,
+            },
             rows: u64::from(nsg * edge),
             scale,
             params: super::coop_blocks::FlashParamsOf::TwoWalk,

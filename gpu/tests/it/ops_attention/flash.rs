@@ -219,13 +219,13 @@ fn flash_fits(
     skipped: &mut std::collections::BTreeSet<String>,
 ) -> bool {
     let caps = &c.gpu.caps;
-    if let Some(why) = flash_kernel_unusable(caps, k, head_dim) {
+    if let Some(why) = flash_kernel_unusable(&c.gpu, k, head_dim) {
         skipped.insert(format!("{k} at head_dim {head_dim}: {why}"));
         return false;
     }
     let regs = match k {
         FlashKernel::OneWalk(t) => flash_geometry(caps, t, head_dim).map_or(0, |g| g.registers()),
-        FlashKernel::TwoWalk => 0,
+        FlashKernel::TwoWalk | FlashKernel::Cm2 { .. } => 0,
     };
     if regs > 224 {
         skipped.insert(format!(
@@ -394,7 +394,7 @@ fn flash_tunings_match_cpu() {
 /// A flash case's f16 q, k and v on the GPU and the f64 reference's output:
 /// random values from `seed`, with `ramp` keys whose scores grow about 5x
 /// along the sequence (the running maximum moves: the outputs' rescale).
-fn flash_case(
+pub(super) fn flash_case(
     c: &Ctx,
     h: Heads,
     b: Batch,
@@ -425,7 +425,7 @@ fn flash_case(
 
 /// Flash attention of `b` with kernel `t` into a NaN-filled f16 output,
 /// read back.
-fn flash_run(
+pub(super) fn flash_run(
     c: &Ctx,
     (q, k, v): (&GpuTensor, &GpuTensor, &GpuTensor),
     h: Heads,
@@ -533,7 +533,7 @@ fn flash_double_staging_matches_cpu() {
 
 /// [`assert_close`] at the f16 tolerance, a failure kept in `failed`
 /// (every tuning's cases run, and all failures are listed at the end).
-fn check_close(failed: &mut Vec<String>, what: &str, got: &[f32], want: &[f32]) {
+pub(super) fn check_close(failed: &mut Vec<String>, what: &str, got: &[f32], want: &[f32]) {
     let (atol, rtol) = tolerance(ActDtype::F16);
     let mut worst: Option<(usize, f32)> = None;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {

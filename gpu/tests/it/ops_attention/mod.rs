@@ -10,6 +10,7 @@
 
 mod decode;
 mod flash;
+mod flash_cm2;
 
 use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, up, upload};
 use dynvram_gpu::ops::attention::{

@@ -1,0 +1,235 @@
+//! Flash attention on NVIDIA's cooperative matrices 2 (SPIR-V,
+//! `dynvram_shaders::spirv::CM2_FLASH`): whether a launch may take one on
+//! this device, which, and its launch. The kernels compute what the one-walk
+//! WGSL kernel computes (f16 in and out, f32 scores and sums, f16
+//! probabilities) on workgroup-scope matrices, one module per block shape
+//! and head dimension; they run only where the device enabled
+//! `VK_NV_cooperative_matrix2` with every feature they use (the SPIR-V
+//! kernels' switch, `GpuOptions::spirv_gemm`), and the driver lists their
+//! matrix shapes.
+
+use dynvram_shaders::flash::FlashKernel;
+use dynvram_shaders::spirv::{CM2_FLASH, Cm2Flash};
+
+use super::coop_blocks::{BlockLaunch, BlockProgram, FlashParamsOf, launch_blocks};
+use super::scalar::Operands;
+use super::shape::{Heads, Span};
+use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint};
+use crate::device::{Cm2Caps, Gpu, GpuError};
+use crate::ops::cache::{PipelineCache, SpirvProgram};
+use crate::ops::encoder::Encoder;
+use crate::tensor::ActDtype;
+
+/// The bindings of the flash kernels: q, k, v (read-only), out.
+const BINDINGS: [(u32, bool); 4] = [(1, true), (2, true), (3, true), (4, false)];
+
+/// The program of `f`: the flash bindings and the two-walk kernel's
+/// `Params` (32 bytes).
+const fn program(f: &'static Cm2Flash) -> SpirvProgram {
+    SpirvProgram {
+        spirv: f.spirv,
+        entry: "main",
+        bindings: &BINDINGS,
+        immediate_size: 32,
+    }
+}
+
+/// The programs of [`CM2_FLASH`], in the same order.
+static PROGRAMS: [SpirvProgram; 4] = [
+    program(&CM2_FLASH[0]),
+    program(&CM2_FLASH[1]),
+    program(&CM2_FLASH[2]),
+    program(&CM2_FLASH[3]),
+];
+
+/// Why `f` cannot run on a device with `caps`, or `None`.
+fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<String> {
+    let missing = caps.flash_missing_features();
+    if !missing.is_empty() {
+        return Some(format!(
+            "VK_NV_cooperative_matrix2 lacks {}",
+            missing.join(", ")
+        ));
+    }
+    // S = Q Kᵀ and O += P V; P and the output are converted to f16.
+    let footprint = Cm2Footprint {
+        invocations: f.invocations,
+        products: &[[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]],
+        shared_bytes: 0,
+        types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
+        converted: &[COMPONENT_F16],
+    };
+    caps.misfit(&footprint).map(|m| m.to_string())
+}
+
+/// The kernel of block shape (`rows`, `keys`) at head dimension `hd` and
+/// its program, or why there is none that runs here.
+fn variant(
+    cm2: Option<&Cm2Caps>,
+    act: ActDtype,
+    hd: u64,
+    rows: u32,
+    keys: u32,
+) -> Result<(&'static Cm2Flash, &'static SpirvProgram), String> {
+    let Some(caps) = cm2 else {
+        return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, or the SPIR-V kernels are off: DYNVRAM_SPIRV_GEMM)".into());
+    };
+    if act != ActDtype::F16 {
+        return Err(format!("{act} activations (the kernels take f16)"));
+    }
+    let (f, p) = CM2_FLASH
+        .iter()
+        .zip(&PROGRAMS)
+        .find(|(f, _)| f.rows == rows && f.keys == keys && u64::from(f.head_dim) == hd)
+        .ok_or_else(|| format!("no {rows}x{keys} kernel is built for head_dim {hd}"))?;
+    match misfit(caps, f) {
+        None => Ok((f, p)),
+        Some(why) => Err(format!("{}: {why}", f.name)),
+    }
+}
+
+/// Why the SPIR-V flash kernel `cm2-ROWSxKEYS` cannot run on this device
+/// with `act` activations at head dimension `hd`, or `None`.
+pub fn unusable(
+    cm2: Option<&Cm2Caps>,
+    act: ActDtype,
+    hd: u64,
+    rows: u32,
+    keys: u32,
+) -> Option<String> {
+    variant(cm2, act, hd, rows, keys).err()
+}
+
+/// The first SPIR-V flash kernel ([`CM2_FLASH`]'s order) that runs on this
+/// device with `act` activations at head dimension `hd`, if any.
+pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashKernel> {
+    let caps = cm2?;
+    if act != ActDtype::F16 {
+        return None;
+    }
+    CM2_FLASH
+        .iter()
+        .find(|f| u64::from(f.head_dim) == hd && misfit(caps, f).is_none())
+        .map(|f| FlashKernel::Cm2 {
+            rows: f.rows,
+            keys: f.keys,
+        })
+}
+
+/// Records the kernel of block shape (`rows`, `keys`) for `span` (one that
+/// cannot run here is an error).
+#[allow(clippy::too_many_arguments)] // the op's operands and the shape
+pub(super) fn record(
+    gpu: &Gpu,
+    cache: &PipelineCache,
+    enc: &mut Encoder,
+    ops: &Operands<'_>,
+    heads: Heads,
+    span: Span,
+    rows: u32,
+    keys: u32,
+) -> Result<(), GpuError> {
+    const OP: &str = "flash_attention";
+    let (f, program) = variant(gpu.cm2(), ops.q.dtype, heads.head_dim, rows, keys)
+        .map_err(|why| crate::ops::kernel::bad(OP, format!("cm2-{rows}x{keys}: {why}")))?;
+    // The softmax runs on exp2: the scores' scale times log2(e).
+    let scale2 = (std::f64::consts::LOG2_E / (heads.head_dim as f64).sqrt()) as f32;
+    launch_blocks(
+        gpu,
+        cache,
+        enc,
+        BlockLaunch {
+            op: f.name,
+            program: BlockProgram::Spirv(program),
+            rows: u64::from(f.rows),
+            scale: scale2,
+            params: FlashParamsOf::TwoWalk,
+        },
+        ops,
+        heads,
+        span,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::cm2::{FlexibleDims, SCOPE_WORKGROUP};
+
+    fn h100() -> Cm2Caps {
+        let dims = |types, workgroup_invocations| FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 16,
+            types,
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations,
+        };
+        let f32_sums = [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32];
+        Cm2Caps {
+            vulkan_1_3: true,
+            workgroup_scope: true,
+            flexible_dimensions: true,
+            per_element_operations: true,
+            tensor_addressing: true,
+            conversions: true,
+            reductions: true,
+            max_workgroup_size: 1024,
+            max_dimension: 256,
+            reserved_shared_memory: 16 << 10,
+            max_shared_memory: 48 << 10,
+            subgroup_size: 32,
+            flexible: vec![
+                dims(f32_sums, 128),
+                dims(f32_sums, 256),
+                dims([COMPONENT_F16; 4], 128),
+                dims([COMPONENT_F16; 4], 256),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_first_listed_kernel_of_the_head_dim_runs() {
+        let caps = h100();
+        assert_eq!(
+            preferred(Some(&caps), ActDtype::F16, 128),
+            Some(FlashKernel::Cm2 {
+                rows: 128,
+                keys: 64
+            })
+        );
+        for f in &CM2_FLASH {
+            assert!(unusable(Some(&caps), ActDtype::F16, 128, f.rows, f.keys).is_none());
+        }
+        // No module for other head dims, other activations, or without
+        // the extension.
+        assert_eq!(preferred(Some(&caps), ActDtype::F16, 64), None);
+        assert_eq!(preferred(Some(&caps), ActDtype::F32, 128), None);
+        assert_eq!(preferred(None, ActDtype::F16, 128), None);
+        let why = unusable(Some(&caps), ActDtype::F16, 64, 128, 64).expect("no module");
+        assert!(why.contains("head_dim 64"), "{why}");
+        let why = unusable(None, ActDtype::F16, 128, 128, 64).expect("no extension");
+        assert!(why.contains("not enabled"), "{why}");
+    }
+
+    #[test]
+    fn missing_features_and_unlisted_shapes_say_why() {
+        let mut caps = h100();
+        caps.reductions = false;
+        let why = unusable(Some(&caps), ActDtype::F16, 128, 128, 64).expect("no reductions");
+        assert!(why.contains("cooperativeMatrixReductions"), "{why}");
+        assert_eq!(preferred(Some(&caps), ActDtype::F16, 128), None);
+        // Without f16 accumulators the probabilities cannot be converted.
+        let mut caps = h100();
+        caps.flexible.retain(|d| d.types[2] == COMPONENT_F32);
+        let why = unusable(Some(&caps), ActDtype::F16, 128, 64, 64).expect("unlisted");
+        assert!(why.contains("lists no workgroup-scope shape"), "{why}");
+        // Only 128-invocation shapes listed: the 64-row kernels run.
+        let mut caps = h100();
+        caps.flexible.retain(|d| d.workgroup_invocations == 128);
+        assert_eq!(
+            preferred(Some(&caps), ActDtype::F16, 128),
+            Some(FlashKernel::Cm2 { rows: 64, keys: 64 })
+        );
+    }
+}

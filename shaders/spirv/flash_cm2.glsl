@@ -1,0 +1,164 @@
+// Flash attention on NVIDIA's cooperative matrices 2
+// (VK_NV_cooperative_matrix2): the contract of flash_attention.wgsl (f16 q,
+// k, v and output, f32 scores and sums, the probabilities rounded to f16
+// for the second product), with its bindings and the two-walk kernel's
+// `Params` (FlashParams of gpu/src/ops/attention/coop_blocks.rs).
+//
+// q   [batch * sq, n_heads * HD]   query row r of element b: row b * sq + r,
+//                                  at position pos0 + r
+// k,v [batch * skv, n_kv * HD]     keys 0..kv_len of element b: rows b * skv..
+// out [batch * sq, n_heads * HD]
+// Query head h reads kv head h / (n_heads / n_kv).
+//
+// Workgroup (h, b * q_blocks + qb) takes BR query rows of head h (causal:
+// the last blocks, which see the most keys, first) and walks their visible
+// keys once in blocks of BC with an online softmax, every matrix of
+// workgroup scope (the driver splits them over the subgroups and stages
+// operands through shared memory itself):
+//   S = Q Kᵀ (f32), masked where a block passes kv_len or the causal edge;
+//   m' = max(m, rowmax S); P = exp2((S - m') · scale2); l = l · α + rowsum P
+//   with α = exp2((m - m') · scale2); O = O · α + f16(P) V.
+// The row statistics m and l are BR x BC matrices holding each row's value
+// in every column (what a row reduction returns); α and 1 / l reach O's BR
+// x HD shape by one more row reduction of a row-constant matrix. Loads by
+// tensor addressing clamp to 0 past the element's rows; stores past sq are
+// dropped. Built by scripts/spirv.sh with BR, BC, HD and WG (invocations).
+// Dispatch: (n_heads, batch * ceil(sq / BR), 1).
+
+#extension GL_KHR_memory_scope_semantics : enable
+#extension GL_KHR_cooperative_matrix : enable
+#extension GL_NV_cooperative_matrix2 : enable
+#extension GL_EXT_shader_explicit_arithmetic_types : enable
+#extension GL_EXT_shader_16bit_storage : enable
+
+layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;
+
+layout(push_constant) uniform Params {
+    uint sq;
+    uint n_heads;
+    uint n_kv;
+    uint skv;
+    uint kv_len;
+    uint pos0;
+    // The scores' scale times log2(e): the softmax runs on exp2.
+    float scale2;
+    // 1: query row r sees keys 0..=pos0 + r; 0: every key 0..kv_len.
+    uint causal;
+} p;
+
+layout(set = 0, binding = 1, std430) readonly buffer Q { float16_t q[]; };
+layout(set = 0, binding = 2, std430) readonly buffer K { float16_t k[]; };
+layout(set = 0, binding = 3, std430) readonly buffer V { float16_t v[]; };
+layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t o[]; };
+
+#define CLAMP gl_CooperativeMatrixClampModeConstantNV
+#define ACC(R, C) coopmat<float, gl_ScopeWorkgroup, R, C, gl_MatrixUseAccumulator>
+
+// A masked score: exp2 of it minus any finite maximum is 0.
+const float NEG_BIG = -3.0e38;
+
+float max_of(const in float a, const in float b) {
+    return max(a, b);
+}
+
+float sum_of(const in float a, const in float b) {
+    return a + b;
+}
+
+// Score (row, col) of the block whose first key is `key0`, or NEG_BIG where
+// the key is past kv_len or, causal, past the row's position (`edge0` is
+// the last key the block's first row sees).
+float masked(const in uint row, const in uint col, const in float s, const in uint key0,
+             const in uint kv_len, const in uint causal, const in uint edge0) {
+    uint j = key0 + col;
+    bool seen = j < kv_len && (causal == 0u || j <= edge0 + row);
+    return seen ? s : NEG_BIG;
+}
+
+float larger(const in uint row, const in uint col, const in float a, const in float b) {
+    return max(a, b);
+}
+
+// exp2((s - m) · scale2): a probability, or the rescale α of m -> m'.
+float exp_from(const in uint row, const in uint col, const in float s, const in float m,
+               const in float scale2) {
+    return exp2((s - m) * scale2);
+}
+
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint q_blocks = (p.sq + BR - 1u) / BR;
+    uint b = gl_WorkGroupID.y / q_blocks;
+    uint qb = gl_WorkGroupID.y % q_blocks;
+    if (p.causal != 0u) {
+        qb = q_blocks - 1u - qb;
+    }
+    uint r0 = qb * BR;
+    uint kvh = h / (p.n_heads / p.n_kv);
+    uint q_stride = p.n_heads * HD;
+    uint kv_stride = p.n_kv * HD;
+
+    // The keys the block's last row sees.
+    uint keys = p.kv_len;
+    if (p.causal != 0u) {
+        keys = min(keys, p.pos0 + min(r0 + BR, p.sq));
+    }
+
+    tensorLayoutNV<2, CLAMP> t_q = createTensorLayoutNV(2, CLAMP);
+    t_q = setTensorLayoutDimensionNV(t_q, p.sq, q_stride);
+    t_q = setTensorLayoutClampValueNV(t_q, 0u);
+    tensorLayoutNV<2, CLAMP> t_kv = createTensorLayoutNV(2, CLAMP);
+    t_kv = setTensorLayoutDimensionNV(t_kv, p.kv_len, kv_stride);
+    t_kv = setTensorLayoutClampValueNV(t_kv, 0u);
+    // Kᵀ: B[d][j] = K[j][d].
+    tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
+    uint q_at = b * p.sq * q_stride;
+    uint kv_at = b * p.skv * kv_stride;
+
+    coopmat<float16_t, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseA> qm;
+    coopMatLoadTensorNV(qm, q, q_at, sliceTensorLayoutNV(t_q, r0, BR, h * HD, HD));
+
+    ACC(BR, HD) acc = ACC(BR, HD)(0.0);
+    ACC(BR, BC) m = ACC(BR, BC)(NEG_BIG);
+    ACC(BR, BC) l = ACC(BR, BC)(0.0);
+
+    for (uint key0 = 0u; key0 < keys; key0 += BC) {
+        coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
+        coopMatLoadTensorNV(kt, k, kv_at, sliceTensorLayoutNV(t_kv, key0, BC, kvh * HD, HD), transpose);
+        ACC(BR, BC) s = coopMatMulAdd(qm, kt, ACC(BR, BC)(0.0));
+        // Only blocks that reach past kv_len or the causal edge of the
+        // block's first row need the mask (a workgroup-uniform test).
+        if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > p.pos0 + r0 + 1u)) {
+            coopMatPerElementNV(s, s, masked, key0, p.kv_len, p.causal, p.pos0 + r0);
+        }
+        ACC(BR, BC) row_max;
+        coopMatReduceNV(row_max, s, gl_CooperativeMatrixReduceRowNV, max_of);
+        ACC(BR, BC) m_new;
+        coopMatPerElementNV(m_new, m, larger, row_max);
+        ACC(BR, BC) alpha;
+        coopMatPerElementNV(alpha, m, exp_from, m_new, p.scale2);
+        ACC(BR, BC) pr;
+        coopMatPerElementNV(pr, s, exp_from, m_new, p.scale2);
+        ACC(BR, BC) row_sum;
+        coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
+        l = l * alpha + row_sum;
+        m = m_new;
+
+        ACC(BR, HD) alpha_o;
+        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> p16 =
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(pr);
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p16);
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vm;
+        coopMatLoadTensorNV(vm, v, kv_at, sliceTensorLayoutNV(t_kv, key0, BC, kvh * HD, HD));
+        acc = coopMatMulAdd(pa, vm, acc * alpha_o);
+    }
+
+    ACC(BR, HD) l_o;
+    coopMatReduceNV(l_o, l, gl_CooperativeMatrixReduceRowNV, max_of);
+    acc = acc / l_o;
+    coopmat<float16_t, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> out16 =
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator>(acc);
+    coopMatStoreTensorNV(out16, o, q_at, sliceTensorLayoutNV(t_q, r0, BR, h * HD, HD));
+}

@@ -1,0 +1,8 @@
+#version 460
+// Flash attention: 64 query rows and 64 keys a block, head_dim 128, 128 invocations.
+#extension GL_GOOGLE_include_directive : require
+#define BR 64
+#define BC 64
+#define HD 128
+#define WG 128
+#include "flash_cm2.glsl"
