@@ -20,7 +20,10 @@
 #      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #        --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1
-# 4. bench/txt2img_table.py: $OUT/txt2img/table.md.
+# 4. stable-diffusion.cpp's Vulkan build (bench/sdcpp.sh; its binary,
+#    built from source by the procedure in bench/README.md, travels as
+#    $SDCPP_TAR, default .pack/sd-vulkan-bin.tar.xz), with what time is left.
+# 5. bench/txt2img_table.py: $OUT/txt2img/table.md.
 # Every part runs under `timeout`, limited by what is left of $DEADLINE
 # seconds; a failure is reported and the script goes on. The dynvram
 # settings at 28 steps take ~1 min each at today's step time: split the run
@@ -28,7 +31,7 @@
 #
 # Settings: DYNVRAM (.dev/dynvram), OUT (bench-out), MODELS (/tmp/comfy),
 # SIZE (1024), STEPS (28), SETTINGS ("resident 8 2 1"), BF16 (1), INT4 (1),
-# DIFFUSERS (1), DIFFUSERS_MODES (resident,model_cpu_offload,group_leaf),
+# DIFFUSERS (1), SDCPP (1), SDCPP_TAR, DIFFUSERS_MODES (resident,model_cpu_offload,group_leaf),
 # WHEELS (.whl), DEADLINE (570 s), BACKEND (vulkan).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -84,5 +87,13 @@ if [ "${DIFFUSERS:-1}" = 1 ]; then
     PYTHONPATH=$site part diffusers python3 bench/txt2img_diffusers.py --size "$size" --steps "$steps" \
         --modes "${DIFFUSERS_MODES:-resident,model_cpu_offload,group_leaf}" \
         --deadline-s "$(left)" >"$out/diffusers.json" 2>"$out/diffusers.err"
+fi
+if [ "${SDCPP:-1}" = 1 ] && [ -f "${SDCPP_TAR:-.pack/sd-vulkan-bin.tar.xz}" ]; then
+    # stable-diffusion.cpp's Vulkan build (bench/sdcpp.sh), same folder and
+    # prompt, its flash attention on.
+    l=$(left)
+    [ "$l" -gt 60 ] && OUT=$out M=$models STEPS=$steps SIZE=$size TIMEOUT=$((l - 10)) \
+        TAR=${SDCPP_TAR:-.pack/sd-vulkan-bin.tar.xz} EXTRA_ARGS=--diffusion-fa \
+        bash bench/sdcpp.sh >"$out/sdcpp.out" 2>&1
 fi
 python3 bench/txt2img_table.py "$out" | tee "$out/table.md"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Issue 33 item 7's table from bench/txt2img.sh's outputs: per setting the
 whole image, its stages (encode = CLIP + T5, sample, decode), the fixed
-costs, peak VRAM and bytes streamed; diffusers' modes beside; the targets
+costs, peak VRAM and bytes streamed; diffusers' modes and
+stable-diffusion.cpp (bench/sdcpp.sh's sdcpp.json) beside; the targets
 (budget 8: whole ≤ 1.15 × the sum of the resident stages; budget 1: peak ≤
 budget).
 
@@ -62,6 +63,17 @@ def main():
         print(f"| diffusers {mode} | {m['whole_seconds']:.2f} | {st['encode']:.2f} | {st['sample']:.2f} | "
               f"{st['decode']:.2f} | {m['build_seconds'] + m['setup_seconds']:.2f} | "
               f"{m['peak_allocated_bytes'] / GIB:.2f} | | |")
+
+
+    sd = load(os.path.join(d, "sdcpp.json"))
+    if sd:
+        st = sd.get("stages", {})
+        cell = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "—"
+        peak = sd.get("vram_peak_mib")
+        status = "" if sd.get("exit_status") == 0 else f"exit {sd.get('exit_status')}"
+        print(f"| stable-diffusion.cpp Vulkan | {cell(st.get('generate_image_s'))} | {cell(st.get('text_encode_s'))} | "
+              f"{cell(st.get('sampling_s'))} | {cell(st.get('vae_decode_s'))} | {cell(st.get('before_generate_s'))} | "
+              f"{cell(peak / 1024 if isinstance(peak, (int, float)) else None)} | | {status} |")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,12 @@
 // in every column (what a row reduction returns); α and 1 / l reach O's BR
 // x HD shape by one more row reduction of a row-constant matrix. Loads by
 // tensor addressing clamp to 0 past the element's rows; stores past sq are
-// dropped. Built by scripts/spirv.sh with BR, BC, HD and WG (invocations).
+// dropped. Built by scripts/spirv.sh with BR, BC, HD and WG (invocations),
+// and FA_SIMPLE: 1 for the softmax in the shape of llama.cpp's
+// flash_attn_cm2 (scores scaled in place, exp2 of differences, row sums by
+// a product with ones), 0 for per-element operations with extra operands
+// and row sums by reduction (two forms until one is seen to run on the
+// H200).
 // Dispatch: (n_heads, batch * ceil(sq / BR), 1).
 
 #extension GL_KHR_memory_scope_semantics : enable
@@ -51,6 +56,9 @@ layout(set = 0, binding = 2, std430) readonly buffer K { float16_t k[]; };
 layout(set = 0, binding = 3, std430) readonly buffer V { float16_t v[]; };
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t o[]; };
 
+#ifndef FA_SIMPLE
+#define FA_SIMPLE 0
+#endif
 #define CLAMP gl_CooperativeMatrixClampModeConstantNV
 #define ACC(R, C) coopmat<float, gl_ScopeWorkgroup, R, C, gl_MatrixUseAccumulator>
 
@@ -77,6 +85,10 @@ float masked(const in uint row, const in uint col, const in float s, const in ui
 
 float larger(const in uint row, const in uint col, const in float a, const in float b) {
     return max(a, b);
+}
+
+float exp2_of(const in uint row, const in uint col, const in float x) {
+    return exp2(x);
 }
 
 // exp2((s - m) · scale2): a probability, or the rescale α of m -> m'.
@@ -126,6 +138,11 @@ void main() {
         coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
         coopMatLoadTensorNV(kt, k, kv_at, sliceTensorLayoutNV(t_kv, key0, BC, kvh * HD, HD), transpose);
         ACC(BR, BC) s = coopMatMulAdd(qm, kt, ACC(BR, BC)(0.0));
+#if FA_SIMPLE
+        // Scores in log2 units, so the probabilities are exp2 of a
+        // difference and need no extra operands.
+        s = s * p.scale2;
+#endif
         // Only blocks that reach past kv_len or the causal edge of the
         // block's first row need the mask (a workgroup-uniform test).
         if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > p.pos0 + r0 + 1u)) {
@@ -133,6 +150,22 @@ void main() {
         }
         ACC(BR, BC) row_max;
         coopMatReduceNV(row_max, s, gl_CooperativeMatrixReduceRowNV, max_of);
+#if FA_SIMPLE
+        ACC(BR, BC) m_old = m;
+        coopMatPerElementNV(m, row_max, larger, m_old);
+        ACC(BR, BC) alpha;
+        coopMatPerElementNV(alpha, m_old - m, exp2_of);
+        ACC(BR, BC) pr;
+        coopMatPerElementNV(pr, s - m, exp2_of);
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
+        // Row sums by a product with ones (of the f16 probabilities the
+        // second product takes).
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB> ones =
+            coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB>(1.0);
+        ACC(BR, BC) row_sum = coopMatMulAdd(pa, ones, ACC(BR, BC)(0.0));
+        l = alpha * l + row_sum;
+#else
         ACC(BR, BC) m_new;
         coopMatPerElementNV(m_new, m, larger, row_max);
         ACC(BR, BC) alpha;
@@ -143,13 +176,14 @@ void main() {
         coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
         l = l * alpha + row_sum;
         m = m_new;
-
-        ACC(BR, HD) alpha_o;
-        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
         coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> p16 =
             coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(pr);
         coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
             coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p16);
+#endif
+
+        ACC(BR, HD) alpha_o;
+        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
         coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vm;
         coopMatLoadTensorNV(vm, v, kv_at, sliceTensorLayoutNV(t_kv, key0, BC, kvh * HD, HD));
         acc = coopMatMulAdd(pa, vm, acc * alpha_o);

@@ -35,7 +35,7 @@ float epilogue(const in uint row, const in uint col, const in float v, const in 
     uint m = min(m0 + row, p.m - 1u);
     uint c = min(first + col, p.n_base + p.n - 1u);
     float sw = w_scale[(p.flags & 4u) != 0u ? c : 0u];
-    float r;
+    precise float r;
     if ((p.flags & 2u) != 0u) {
         r = v * (x_scale[m] * sw);
     } else {

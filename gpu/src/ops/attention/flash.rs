@@ -199,7 +199,8 @@ fn remembered_default(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Flas
 /// where it fits, else [`default_kernel`]), or why blocks of query rows
 /// run on the scalar kernels. The SPIR-V kernels run only where asked for
 /// (`DYNVRAM_FLASH=cm2-ROWSxKEYS`) until they pass their tests on a GPU
-/// (on the H200 on 2026-12-06 their first launch never completed).
+/// (on 2026-12-06 their first launches faulted: Xid 13, an MMU fault, on
+/// the H100; the process then waits on a fence that never signals).
 pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> {
     supported(&gpu.caps, act, hd)?;
     if let Some(k) = gpu.flash_kernel() {

@@ -5,8 +5,10 @@
 //! probabilities) on workgroup-scope matrices, one module per block shape
 //! and head dimension; they run only where the device enabled
 //! `VK_NV_cooperative_matrix2` with every feature they use (the SPIR-V
-//! kernels' switch, `GpuOptions::spirv_gemm`), and the driver lists their
-//! matrix shapes.
+//! kernels' switch, `GpuOptions::spirv_gemm`), the driver lists their
+//! matrix shapes, and `DYNVRAM_FLASH` names one: their first launches on
+//! NVIDIA faulted (BENCHMARKS.md, session 22), so the runtime does not
+//! choose them by itself.
 
 use dynvram_shaders::flash::FlashKernel;
 use dynvram_shaders::spirv::{CM2_FLASH, Cm2Flash};
@@ -51,10 +53,15 @@ fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<String> {
             missing.join(", ")
         ));
     }
-    // S = Q Kᵀ and O += P V; P and the output are converted to f16.
+    // S = Q Kᵀ, O += P V and (FA_SIMPLE) P's row sums as P · ones; P and
+    // the output are converted to f16.
     let footprint = Cm2Footprint {
         invocations: f.invocations,
-        products: &[[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]],
+        products: &[
+            [f.rows, f.keys, f.head_dim],
+            [f.rows, f.head_dim, f.keys],
+            [f.rows, f.keys, f.keys],
+        ],
         shared_bytes: 0,
         types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
         converted: &[COMPONENT_F16],
