@@ -26,7 +26,7 @@ tests=${TESTS:-.dev/gpu_tests}
 out=${OUT:-bench-out}
 mkdir -p "$out"
 source bench/gpu_env.sh
-# The SPIR-V GEMMs are off by default until this script has passed.
+# The float SPIR-V GEMMs are on by default; this script asks for all of them.
 export DYNVRAM_SPIRV_GEMM=auto
 step() { echo "=== $* ($(date -u +%T))"; }
 

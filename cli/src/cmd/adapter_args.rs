@@ -77,9 +77,9 @@ impl AdapterArgs {
 /// `DYNVRAM_DECODE` (the decode-attention kernel's `DecodeTuning`, such as
 /// `512x32m8`, for tuning) and `DYNVRAM_COOP_GEMM` (the cooperative-matrix
 /// GEMM kernel: `single`, the default, or `double`, for comparisons) and
-/// `DYNVRAM_SPIRV_GEMM` (`auto` lets GEMMs take the SPIR-V
-/// cooperative-matrix-2 kernels where the device has the extension; `off`,
-/// the default until they pass on an NVIDIA GPU): the one place the
+/// `DYNVRAM_SPIRV_GEMM` (which GEMMs take the SPIR-V cooperative-matrix-2
+/// kernels where the device has the extension: `float`, the default, f16
+/// and bf16 weights; `auto`, integer ones too; `off`): the one place the
 /// program reads them. A value
 /// it does not know is warned about and the default kept. No pipeline
 /// cache: [`AdapterArgs::choice`] adds its folder.

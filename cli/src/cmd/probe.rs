@@ -130,13 +130,13 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
             println!(
                 "  float GEMM of {name} weights (f16 activations): {}",
-                spirv_gemm_line(a, |c| cm2_gemm(c, format, ActDtype::F16, None))
+                spirv_gemm_line(a, false, |c| cm2_gemm(c, format, ActDtype::F16, None))
             );
         }
         for (name, w4) in [("int4", true), ("int8", false)] {
             println!(
                 "  integer GEMM of {name} weights (f16 outputs): {}",
-                spirv_gemm_line(a, |c| cm2_int_gemm(c, w4, ActDtype::F16, false, None))
+                spirv_gemm_line(a, true, |c| cm2_int_gemm(c, w4, ActDtype::F16, false, None))
             );
         }
         println!(
@@ -191,16 +191,22 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether the GEMMs `pick` chooses for take a SPIR-V cooperative-matrix-2
-/// kernel on adapter `a` (under `DYNVRAM_SPIRV_GEMM` and
-/// `DYNVRAM_COOP_MATRIX`) or the WGSL ones, and why.
+/// Whether the GEMMs `pick` chooses for (of `integer` weights or float
+/// ones) take a SPIR-V cooperative-matrix-2 kernel on adapter `a` (under
+/// `DYNVRAM_SPIRV_GEMM` and `DYNVRAM_COOP_MATRIX`) or the WGSL ones, and
+/// why.
 fn spirv_gemm_line(
     a: &AdapterSummary,
+    integer: bool,
     pick: impl FnOnce(Option<&Cm2Caps>) -> Result<Cm2Kernel, String>,
 ) -> String {
     let opts = crate::cmd::adapter_args::gpu_options();
     if opts.spirv_gemm == SpirvGemm::Off {
-        return "wgsl: SPIR-V GEMMs off (the default until they pass on an NVIDIA GPU; DYNVRAM_SPIRV_GEMM=auto asks for them)".into();
+        return "wgsl: SPIR-V GEMMs off (DYNVRAM_SPIRV_GEMM=off)".into();
+    }
+    if !opts.spirv_gemm.allows(integer) {
+        return "wgsl: integer SPIR-V GEMMs not asked for (DYNVRAM_SPIRV_GEMM=auto takes them)"
+            .into();
     }
     if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 {
         return "wgsl: no KHR cooperative matrices on this device".into();

@@ -89,6 +89,8 @@ pub struct Gpu {
     decode: Option<crate::decode_tuning::DecodeTuning>,
     /// [`GpuOptions::coop_gemm`].
     coop_gemm: CoopGemmKernel,
+    /// [`GpuOptions::spirv_gemm`].
+    spirv_gemm: SpirvGemm,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
 }
@@ -127,7 +129,7 @@ impl Gpu {
             // Raw SPIR-V only where the adapter lists cooperative matrices
             // 2: `device_open` then enables the extension (the kernels run
             // where it has every feature they use).
-            if options.spirv_gemm == SpirvGemm::Auto && adapter_cm2(&adapter).is_some() {
+            if options.spirv_gemm != SpirvGemm::Off && adapter_cm2(&adapter).is_some() {
                 wanted |= wgpu::Features::PASSTHROUGH_SHADERS;
             }
         }
@@ -237,6 +239,7 @@ impl Gpu {
             flash: options.flash,
             decode: options.decode,
             coop_gemm: options.coop_gemm,
+            spirv_gemm: options.spirv_gemm,
             cm2,
         })
     }
@@ -272,6 +275,11 @@ impl Gpu {
     /// [`GpuOptions::coop_gemm`] of this device.
     pub fn coop_gemm(&self) -> CoopGemmKernel {
         self.coop_gemm
+    }
+
+    /// [`GpuOptions::spirv_gemm`] of this device.
+    pub fn spirv_gemm(&self) -> SpirvGemm {
+        self.spirv_gemm
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -726,10 +734,11 @@ pub struct GpuOptions {
     /// [`CoopGemmKernel::Double`] for comparisons (where a layer does not
     /// fit it, the single-stage kernel runs).
     pub coop_gemm: CoopGemmKernel,
-    /// Whether GEMMs (f16, bf16, int8 and int4 weights) and flash attention
-    /// may take the SPIR-V kernels on `VK_NV_cooperative_matrix2`
-    /// ([`SpirvGemm::Auto`], where the adapter has it) or never
-    /// ([`SpirvGemm::Off`]: the extension stays disabled).
+    /// Which GEMMs may take the SPIR-V kernels on
+    /// `VK_NV_cooperative_matrix2` where the adapter has it: float ones by
+    /// default ([`SpirvGemm::Float`]), every one ([`SpirvGemm::Auto`]), or
+    /// none ([`SpirvGemm::Off`]: the extension stays disabled, and the
+    /// flash-attention kernels cannot run either).
     pub spirv_gemm: SpirvGemm,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
@@ -750,7 +759,7 @@ impl Default for GpuOptions {
             flash: None,
             decode: None,
             coop_gemm: CoopGemmKernel::Single,
-            spirv_gemm: SpirvGemm::Off,
+            spirv_gemm: SpirvGemm::default(),
             pipeline_cache: None,
         }
     }

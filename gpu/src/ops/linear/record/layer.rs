@@ -13,7 +13,7 @@ use super::gemv_shape::{GemvShape, ROWS_GEMV_MAX_M, rows_aligned, rows_gemv_max_
 use super::options::RecordOptions;
 use super::recorder::Recorder;
 use super::spec::{FloatWeights, IntPath};
-use crate::device::{Gpu, SpirvGemm, SpreadQuant};
+use crate::device::{Gpu, SpreadQuant};
 use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
@@ -100,7 +100,7 @@ pub(super) fn record(
             .unwrap_or_else(|| CoopShape::for_adapter(&gpu.caps)),
         coop_asked: opts.coop,
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
-        spirv_gemm: opts.spirv_gemm.unwrap_or(SpirvGemm::Auto),
+        spirv_gemm: opts.spirv_gemm.unwrap_or_else(|| gpu.spirv_gemm()),
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,

@@ -50,10 +50,10 @@ pub struct RecordOptions {
     ///
     /// [`fold_unusable`]: super::fold_unusable
     pub spread_quant: Option<SpreadQuant>,
-    /// Whether float GEMMs may take the SPIR-V cooperative-matrix-2 kernels,
-    /// instead of the device's `GpuOptions::spirv_gemm` (tests and tools
-    /// comparing them with the WGSL kernels; `Auto` still needs the device
-    /// to have enabled the extension).
+    /// Which GEMMs may take the SPIR-V cooperative-matrix-2 kernels, instead
+    /// of the device's `GpuOptions::spirv_gemm` (tests and tools comparing
+    /// them with the WGSL kernels; any but `Off` still needs the device to
+    /// have enabled the extension).
     pub spirv_gemm: Option<SpirvGemm>,
     /// The SPIR-V GEMM of this name (`dynvram_shaders::spirv::CM2_GEMMS`)
     /// instead of the first that fits (tests of every kernel, tuning; where

@@ -344,14 +344,11 @@ impl Recorder<'_> {
         &self,
         weights: Option<dynvram_shaders::spirv::Cm2Weights>,
     ) -> Option<Cm2Kernel> {
-        if self.m <= GEMV_MAX_M
-            || self.gemv.is_some()
-            || self.gemm == GemmKernel::Tiled
-            || self.spirv_gemm == SpirvGemm::Off
-        {
+        if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
             return None;
         }
-        cm2::fitting(self.gpu.cm2()?, weights?, self.cm2_kernel)
+        let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
+        cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel)
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
