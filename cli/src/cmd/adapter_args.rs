@@ -63,6 +63,21 @@ impl AdapterArgs {
     }
 }
 
+/// A positive number of seconds (`DYNVRAM_GPU_WAIT`).
+struct Seconds(std::time::Duration);
+
+impl std::str::FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 && v <= 1e9 => {
+                Ok(Self(std::time::Duration::from_secs_f64(v)))
+            }
+            _ => Err(format!("`{s}`: want a positive number of seconds")),
+        }
+    }
+}
+
 /// The device options from `DYNVRAM_COPY_QUEUE` (auto, off, family0,
 /// shared), `DYNVRAM_COOP_MATRIX` (off disables cooperative matrices) and
 /// `DYNVRAM_SHADER_CHECKS` (no-loop-bound, all, none) and
@@ -79,9 +94,10 @@ impl AdapterArgs {
 /// GEMM kernel: `single`, the default, or `double`, for comparisons) and
 /// `DYNVRAM_SPIRV_GEMM` (which GEMMs take the SPIR-V cooperative-matrix-2
 /// kernels where the device has the extension: `float`, the default, f16
-/// and bf16 weights; `auto`, integer ones too; `off`): the one place the
-/// program reads them. A value
-/// it does not know is warned about and the default kept. No pipeline
+/// and bf16 weights; `auto`, integer ones too; `off`) and
+/// `DYNVRAM_GPU_WAIT` (seconds a wait for the GPU may take, 300): the one
+/// place the program reads them. A value it does not know is warned about
+/// and the default kept. No pipeline
 /// cache: [`AdapterArgs::choice`] adds its folder.
 pub fn gpu_options() -> GpuOptions {
     fn var<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
@@ -106,6 +122,7 @@ pub fn gpu_options() -> GpuOptions {
         decode: optional("DYNVRAM_DECODE"),
         coop_gemm: var("DYNVRAM_COOP_GEMM", d.coop_gemm),
         spirv_gemm: var("DYNVRAM_SPIRV_GEMM", d.spirv_gemm),
+        wait_limit: optional::<Seconds>("DYNVRAM_GPU_WAIT").map_or(d.wait_limit, |s| s.0),
         pipeline_cache: None,
     }
 }

@@ -29,6 +29,7 @@ mod transfer;
 mod transfer_cmd;
 pub mod upload_bench;
 mod vram;
+mod wait;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
@@ -42,6 +43,8 @@ pub use readback_ring::{ReadbackRing, ReadbackSlot};
 pub use staging_ring::{RingConfig, StagingRing};
 pub use transfer::{CopyCmd, TransferQueue};
 pub use vram::{DriverPoll, VramReading, VramSource, read_vram};
+pub(crate) use wait::wait;
+pub use wait::{DEFAULT_WAIT_LIMIT, set_wait_limit, wait_limit};
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -186,6 +189,7 @@ impl Gpu {
             })?;
         let host_import = extras.host_import;
         let cm2 = extras.cm2.clone();
+        set_wait_limit(options.wait_limit);
         let transfer = open_transfer_queue(&device, &queue, extras.copy_queue, options.copy_queue);
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
@@ -496,13 +500,9 @@ impl Gpu {
         Ok(pipeline)
     }
 
-    /// Waits for all submitted work.
+    /// Waits for all submitted work (within [`wait_limit`]).
     pub fn wait_idle(&self) -> Result<(), GpuError> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Poll {
-                message: e.to_string(),
-            })?;
+        wait(&self.device, None, "waiting for the GPU")?;
         self.check_health()
     }
 
@@ -740,6 +740,10 @@ pub struct GpuOptions {
     /// none ([`SpirvGemm::Off`]: the extension stays disabled, and the
     /// flash-attention kernels cannot run either).
     pub spirv_gemm: SpirvGemm,
+    /// How long a wait for the GPU may take before it is an error (a
+    /// faulted kernel can leave a fence unsignalled; see [`wait_limit`]):
+    /// [`DEFAULT_WAIT_LIMIT`]. Process-wide: the last device opened sets it.
+    pub wait_limit: std::time::Duration,
     /// A folder for the driver's compiled pipelines between runs (one file
     /// per adapter class, `wgpu::util::pipeline_cache_key`; Vulkan only):
     /// loaded when the device opens, written back when it is dropped or at
@@ -760,6 +764,7 @@ impl Default for GpuOptions {
             decode: None,
             coop_gemm: CoopGemmKernel::Single,
             spirv_gemm: SpirvGemm::default(),
+            wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,
         }
     }

@@ -107,12 +107,7 @@ impl ReadbackRing {
         let poll_err = |e: wgpu::PollError| GpuError::Poll {
             message: e.to_string(),
         };
-        gpu.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(submission),
-                timeout: None,
-            })
-            .map_err(poll_err)?;
+        super::wait(&gpu.device, Some(submission), "read-back")?;
         // The map callback runs inside that poll once the submit is done.
         let mapped = match done.try_recv() {
             Ok(r) => r,

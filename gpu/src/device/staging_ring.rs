@@ -346,16 +346,15 @@ impl StagingRing {
     fn wait_mapped(&mut self, device: &wgpu::Device, i: usize) -> Result<(), GpuError> {
         let _span = tracing::debug_span!("ring_stall", slot = i).entered();
         let started = Instant::now();
-        let waits = [
-            wgpu::PollType::Poll,
-            wgpu::PollType::Wait {
-                submission_index: self.slots[i].submission.clone(),
-                timeout: None,
-            },
-            wgpu::PollType::wait_indefinitely(),
-        ];
-        for wait in waits {
-            device.poll(wait).map_err(poll_error)?;
+        for step in 0..3 {
+            match step {
+                0 => device
+                    .poll(wgpu::PollType::Poll)
+                    .map(|_| ())
+                    .map_err(poll_error)?,
+                1 => super::wait(device, self.slots[i].submission.clone(), "staging copies")?,
+                _ => super::wait(device, None, "staging copies")?,
+            }
             self.promote(i)?;
             if self.book.state(i) != SlotState::InFlight {
                 break;

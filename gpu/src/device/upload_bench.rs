@@ -16,7 +16,7 @@ use dynvram_loader::{
     FileRange, HostBytes, LoadError, ReaderConfig, ReaderPool, RingCounters, align4,
 };
 
-use super::error::{GpuError, UploadError};
+use super::error::UploadError;
 use super::host_memory::{self, HostMemory, HostMemoryChoice};
 use super::pinned_buffer::PinnedBuffer;
 use super::staging_ring::{RingConfig, StagingRing};
@@ -373,14 +373,5 @@ fn device_buffer(device: &wgpu::Device, size: u64) -> wgpu::Buffer {
 }
 
 fn wait(device: &wgpu::Device) -> Result<()> {
-    device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map(|_| ())
-        .map_err(|e| {
-            GpuError::Upload {
-                what: "wait for uploads".into(),
-                message: e.to_string(),
-            }
-            .into()
-        })
+    super::wait(device, None, "wait for uploads").map_err(Into::into)
 }
