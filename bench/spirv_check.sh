@@ -9,9 +9,11 @@
 #      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
 #   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
 #      named (`--cm2-kernels`): 64 against 32 K columns a step, and the
-#      smaller bf16 tile.
+#      smaller bf16 tile;
+#   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then their
+#      reference test where none faulted.
 # Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
-# spirv_bench_{spirv,wgsl,kernels}.json.
+# spirv_bench_{spirv,wgsl,kernels}.json, spirv_flash_tests.txt.
 #
 #   bash bench/prepare.sh         # here: .dev/dynvram, .dev/gpu_tests, .gl
 #   bash bench/spirv_check.sh     # on the GPU machine, from the checkout root
@@ -62,7 +64,7 @@ for path in spirv wgsl; do
   table "$out/spirv_bench_$path.json"
 done
 
-[ "${KERNELS:-1}" = 1 ] || exit 0
+if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
 timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
   --formats bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
@@ -71,3 +73,27 @@ timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
 table "$out/spirv_bench_kernels.json"
+fi
+
+# 5. The SPIR-V flash kernels (opt-in: their first launches faulted with an
+#    MMU fault, Xid 13, on 2026-12-06): each at a small shape, a fault
+#    turned into an error by a short GPU wait limit, the kernel log's Xid
+#    count before and after; then the reference test where none faulted.
+[ "${FLASH:-1}" = 1 ] || exit 0
+faulted=0
+for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64}; do
+  n0=$(dmesg 2>/dev/null | grep -c Xid)
+  step "flash $t at 256 x 256, 2 heads"
+  DYNVRAM_GPU_WAIT=15 timeout 40 "$d" bench attention --backend vulkan --queries 256 --keys 256 \
+    --heads 2 --head-dim 128 --no-causal --flash "$t" --reps 2 2>&1 | tail -2 | cut -c1-250
+  n1=$(dmesg 2>/dev/null | grep -c Xid)
+  echo "exit ${PIPESTATUS[0]}; Xid lines in the kernel log: $n0 -> $n1"
+  [ "$n1" = "$n0" ] || faulted=1
+done
+if [ "$faulted" = 0 ]; then
+  step "flash reference tests (flash_cm2::)"
+  DYNVRAM_GPU_WAIT=30 DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 timeout 120 "$tests" flash_cm2:: --nocapture \
+    > "$out/spirv_flash_tests.txt" 2>&1
+  echo "tests exit status $?"
+  grep -E "panicked|failed|^test |test result|skipped|cases" "$out/spirv_flash_tests.txt" | cut -c1-300
+fi
