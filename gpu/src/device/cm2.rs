@@ -526,6 +526,58 @@ impl std::str::FromStr for SpirvGemm {
     }
 }
 
+/// Devices for the choosers' unit tests.
+#[cfg(test)]
+pub(crate) mod test_caps {
+    use super::*;
+
+    /// A workgroup-scope shape of `types`, 16-granular, of `invocations`.
+    pub(crate) fn workgroup(types: [i32; 4], invocations: u32) -> FlexibleDims {
+        FlexibleDims {
+            m_granularity: 16,
+            n_granularity: 16,
+            k_granularity: 16,
+            types,
+            scope: SCOPE_WORKGROUP,
+            workgroup_invocations: invocations,
+        }
+    }
+
+    /// f16 x f16 + f32 shapes of `invocations`.
+    pub(crate) fn f32_sums(invocations: u32) -> FlexibleDims {
+        workgroup(
+            [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
+            invocations,
+        )
+    }
+
+    /// f16 x f16 + f16 shapes of `invocations` (the f16 tiles kernels
+    /// convert their results to).
+    pub(crate) fn f16_sums(invocations: u32) -> FlexibleDims {
+        workgroup([COMPONENT_F16; 4], invocations)
+    }
+
+    /// An H100-like device listing `flexible`: every feature, 48 KiB of
+    /// shared memory with 16 KiB reserved, subgroups of 32.
+    pub(crate) fn nvidia(flexible: Vec<FlexibleDims>) -> Cm2Caps {
+        Cm2Caps {
+            vulkan_1_3: true,
+            workgroup_scope: true,
+            flexible_dimensions: true,
+            per_element_operations: true,
+            tensor_addressing: true,
+            conversions: true,
+            reductions: true,
+            max_workgroup_size: 1024,
+            max_dimension: 256,
+            reserved_shared_memory: 16 << 10,
+            max_shared_memory: 48 << 10,
+            subgroup_size: 32,
+            flexible,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::SpirvGemm;

@@ -161,38 +161,16 @@ pub(super) fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::cm2::{FlexibleDims, SCOPE_WORKGROUP};
+    use crate::device::cm2::test_caps::{f16_sums, f32_sums, nvidia};
 
+    /// f32 and f16 sums at 128 and 256 invocations.
     fn h100() -> Cm2Caps {
-        let dims = |types, workgroup_invocations| FlexibleDims {
-            m_granularity: 16,
-            n_granularity: 16,
-            k_granularity: 16,
-            types,
-            scope: SCOPE_WORKGROUP,
-            workgroup_invocations,
-        };
-        let f32_sums = [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32];
-        Cm2Caps {
-            vulkan_1_3: true,
-            workgroup_scope: true,
-            flexible_dimensions: true,
-            per_element_operations: true,
-            tensor_addressing: true,
-            conversions: true,
-            reductions: true,
-            max_workgroup_size: 1024,
-            max_dimension: 256,
-            reserved_shared_memory: 16 << 10,
-            max_shared_memory: 48 << 10,
-            subgroup_size: 32,
-            flexible: vec![
-                dims(f32_sums, 128),
-                dims(f32_sums, 256),
-                dims([COMPONENT_F16; 4], 128),
-                dims([COMPONENT_F16; 4], 256),
-            ],
-        }
+        nvidia(vec![
+            f32_sums(128),
+            f32_sums(256),
+            f16_sums(128),
+            f16_sums(256),
+        ])
     }
 
     #[test]

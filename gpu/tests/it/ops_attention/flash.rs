@@ -289,7 +289,6 @@ fn flash_tunings_match_cpu() {
         (heads(2, 2, 32), 1, 1, 9, Mask::None, false, false),
         (heads(1, 1, 256), 1, 20, 40, Mask::None, false, false),
     ];
-    let dtype = ActDtype::F16;
     let mut ran = std::collections::BTreeMap::new();
     let mut skipped = std::collections::BTreeSet::new();
     let mut failed = Vec::new();
@@ -320,45 +319,11 @@ fn flash_tunings_match_cpu() {
     .into_iter()
     .enumerate()
     {
-        let (nh, nkv, hd) = (
-            h.n_heads as usize,
-            h.n_kv_heads as usize,
-            h.head_dim as usize,
-        );
-        let width = nkv * hd;
-        let ks = rounded(17 + kv_len as u64, kv_len * width, 1.5, dtype);
-        let vs = rounded(18 + kv_len as u64, kv_len * width, 2.0, dtype);
-        let qs = rounded(19 + kv_len as u64, sq * nh * hd, 1.5, dtype);
-        let (kc, vc) = (
-            cache_of(&c, &ks, max_seq, width, dtype),
-            cache_of(&c, &vs, max_seq, width, dtype),
-        );
-        let q = up(&c, &qs, &[sq as u64, (nh * hd) as u64], dtype);
-        let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
+        let case = CacheCase::new(&c, h, (max_seq, kv_len, sq, pos0));
         for t in flash_kernels(&c, h.head_dim, cases.len() + i, None, &mut skipped) {
-            let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
-            run(&c, |enc| {
-                let mut scratch = LinearScratch::new();
-                record_attention_tuned(
-                    g,
-                    &c.cache,
-                    enc,
-                    &q,
-                    &kc,
-                    &vc,
-                    &out,
-                    h,
-                    kv_len as u64,
-                    pos0 as u64,
-                    None,
-                    &mut scratch,
-                    &DecodeTuning::default(),
-                    Some(&t),
-                )
-            });
-            let got = host::read(g, &out).expect("read");
+            let got = case.run(&c, &t);
             let tag = format!("{t} cache {h:?} kv_len {kv_len} sq {sq} pos0 {pos0}");
-            check_close(&mut failed, &tag, &got, &want);
+            check_close(&mut failed, &tag, &got, &case.want);
         }
     }
     for (t, n) in &ran {
@@ -389,6 +354,79 @@ fn flash_tunings_match_cpu() {
         failed.len(),
         failed.join("\n")
     );
+}
+
+/// The cache form of a flash case: f16 queries of `sq` rows at `pos0` over
+/// `kv_len` keys of caches of `max_seq` rows (NaN past kv_len), and the
+/// f64 reference's output.
+pub(super) struct CacheCase {
+    q: GpuTensor,
+    k: GpuTensor,
+    v: GpuTensor,
+    heads: Heads,
+    kv_len: usize,
+    pos0: usize,
+    pub want: Vec<f32>,
+}
+
+impl CacheCase {
+    /// Random values seeded by `kv_len`; `(max_seq, kv_len, sq, pos0)`.
+    pub(super) fn new(
+        c: &Ctx,
+        h: Heads,
+        (max_seq, kv_len, sq, pos0): (usize, usize, usize, usize),
+    ) -> Self {
+        let dtype = ActDtype::F16;
+        let (nh, nkv, hd) = (
+            h.n_heads as usize,
+            h.n_kv_heads as usize,
+            h.head_dim as usize,
+        );
+        let width = nkv * hd;
+        let ks = rounded(17 + kv_len as u64, kv_len * width, 1.5, dtype);
+        let vs = rounded(18 + kv_len as u64, kv_len * width, 2.0, dtype);
+        let qs = rounded(19 + kv_len as u64, sq * nh * hd, 1.5, dtype);
+        Self {
+            q: up(c, &qs, &[sq as u64, (nh * hd) as u64], dtype),
+            k: cache_of(c, &ks, max_seq, width, dtype),
+            v: cache_of(c, &vs, max_seq, width, dtype),
+            heads: h,
+            kv_len,
+            pos0,
+            want: attention_ref(&qs, &ks, &vs, h, kv_len, pos0),
+        }
+    }
+
+    /// The attention with flash kernel `t` into a NaN-filled output, read
+    /// back.
+    pub(super) fn run(&self, c: &Ctx, t: &FlashKernel) -> Vec<f32> {
+        let out = up(
+            c,
+            &vec![f32::NAN; self.want.len()],
+            &self.q.shape,
+            ActDtype::F16,
+        );
+        run(c, |enc| {
+            let mut scratch = LinearScratch::new();
+            record_attention_tuned(
+                &c.gpu,
+                &c.cache,
+                enc,
+                &self.q,
+                &self.k,
+                &self.v,
+                &out,
+                self.heads,
+                self.kv_len as u64,
+                self.pos0 as u64,
+                None,
+                &mut scratch,
+                &DecodeTuning::default(),
+                Some(t),
+            )
+        });
+        host::read(&c.gpu, &out).expect("read")
+    }
 }
 
 /// A flash case's f16 q, k and v on the GPU and the f64 reference's output:

@@ -8,18 +8,15 @@
 //! where the device enabled the extension (`DYNVRAM_REQUIRE_SPIRV=1` makes
 //! its absence a failure).
 
-use super::flash::{check_close, flash_case, flash_run};
-use super::{Batch, attention_ref, cache_of, rounded};
-use crate::ops_common::{Ctx, run, up};
+use super::Batch;
+use super::flash::{CacheCase, check_close, flash_case, flash_run};
+use crate::ops_common::Ctx;
 use dynvram_gpu::ActDtype;
 use dynvram_gpu::device::{AdapterChoice, SpirvGemm};
 use dynvram_gpu::ops::attention::{
-    DecodeTuning, FlashKernel, Heads, Mask, flash_kernel_unusable, preferred_cm2_flash,
-    record_attention_tuned,
+    FlashKernel, Heads, Mask, flash_kernel_unusable, preferred_cm2_flash,
 };
 use dynvram_gpu::ops::cache::PipelineCache;
-use dynvram_gpu::ops::host;
-use dynvram_gpu::ops::linear::LinearScratch;
 use dynvram_shaders::spirv::CM2_FLASH;
 use dynvram_test_support::gpu::{needs_f16, test_gpu_with};
 use dynvram_test_support::skip::spirv_skipped;
@@ -94,41 +91,15 @@ fn spirv_flash_matches_the_reference() {
         }
     }
     // The cache form: sq rows at pos0 over kv_len keys of max_seq rows.
-    let dtype = ActDtype::F16;
-    let (h, max_seq, kv_len, sq, pos0) = (heads(4, 1), 220usize, 200usize, 40usize, 160usize);
-    let width = 128;
-    let ks = rounded(17, kv_len * width, 1.5, dtype);
-    let vs = rounded(18, kv_len * width, 2.0, dtype);
-    let qs = rounded(19, sq * 4 * 128, 1.5, dtype);
-    let (kc, vc) = (
-        cache_of(&c, &ks, max_seq, width, dtype),
-        cache_of(&c, &vs, max_seq, width, dtype),
-    );
-    let q = up(&c, &qs, &[sq as u64, 512], dtype);
-    let want = attention_ref(&qs, &ks, &vs, h, kv_len, pos0);
+    let case = CacheCase::new(&c, heads(4, 1), (220, 200, 40, 160));
     for t in &runs {
-        let out = up(&c, &vec![f32::NAN; qs.len()], &q.shape, dtype);
-        run(&c, |enc| {
-            let mut scratch = LinearScratch::new();
-            record_attention_tuned(
-                &c.gpu,
-                &c.cache,
-                enc,
-                &q,
-                &kc,
-                &vc,
-                &out,
-                h,
-                kv_len as u64,
-                pos0 as u64,
-                None,
-                &mut scratch,
-                &DecodeTuning::default(),
-                Some(t),
-            )
-        });
-        let got = host::read(&c.gpu, &out).expect("read");
-        check_close(&mut failed, &format!("{t} cache pos0 {pos0}"), &got, &want);
+        let got = case.run(&c, t);
+        check_close(
+            &mut failed,
+            &format!("{t} cache pos0 160"),
+            &got,
+            &case.want,
+        );
     }
     for t in &runs {
         eprintln!("{test}: {t}: {} cases", cases.len() + 1);

@@ -301,47 +301,14 @@ pub(super) fn fitting(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::cm2::test_caps::{f16_sums, f32_sums};
     use crate::device::cm2::{FlexibleDims, SCOPE_WORKGROUP};
 
-    /// An H100-like device: every feature, 48 KiB of shared memory with
-    /// 16 KiB reserved, 16-granular f16 workgroup shapes of 128 and 256
-    /// invocations, f16 sums of 256 (int8 ones: [`with_int8`]).
+    /// An H100-like device (`test_caps::nvidia`): 16-granular f16 workgroup
+    /// shapes of 128 and 256 invocations, f16 sums of 256 (int8 ones:
+    /// [`with_int8`]).
     fn nvidia() -> Cm2Caps {
-        let dims = |workgroup_invocations| FlexibleDims {
-            m_granularity: 16,
-            n_granularity: 16,
-            k_granularity: 16,
-            types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
-            scope: SCOPE_WORKGROUP,
-            workgroup_invocations,
-        };
-        Cm2Caps {
-            vulkan_1_3: true,
-            workgroup_scope: true,
-            flexible_dimensions: true,
-            per_element_operations: true,
-            tensor_addressing: true,
-            conversions: true,
-            reductions: true,
-            max_workgroup_size: 1024,
-            max_dimension: 256,
-            reserved_shared_memory: 16 << 10,
-            max_shared_memory: 48 << 10,
-            subgroup_size: 32,
-            flexible: vec![dims(128), dims(256), f16_sums(256)],
-        }
-    }
-
-    /// f16 x f16 + f16 workgroup shapes (the f16 tile the kernels store).
-    fn f16_sums(workgroup_invocations: u32) -> FlexibleDims {
-        FlexibleDims {
-            m_granularity: 16,
-            n_granularity: 16,
-            k_granularity: 16,
-            types: [COMPONENT_F16; 4],
-            scope: SCOPE_WORKGROUP,
-            workgroup_invocations,
-        }
+        crate::device::cm2::test_caps::nvidia(vec![f32_sums(128), f32_sums(256), f16_sums(256)])
     }
 
     /// `caps` listing s8 x s8 + s32 workgroup shapes of 256 invocations,
