@@ -8,6 +8,8 @@ VRAM peak and, where the issue sets one, the target and whether it is met.
 
 Standard library only. s/step: dynvram's best timed pass (resident: best of
 2, budgets: 1 after a warm-up), diffusers' median of its timed steps.
+TFLOP/s: the model's FLOPs a step (dynvram's count, `flops_per_pass`)
+over each row's step time, so rows compare as rates of the same work.
 """
 import json
 import os
@@ -94,6 +96,15 @@ def met(value, bound):
     return "**met**" if value <= bound else "**not met**"
 
 
+# The step's FLOPs (dynvram's count of the model's products, the same
+# model for every row): each row's rate is that over its step time.
+FLOPS = next((r["flops_per_pass"] for r in dyn.values() if r.get("flops_per_pass")), None)
+
+
+def rate(seconds):
+    return "—" if seconds is None or FLOPS is None else f"{FLOPS / seconds / 1e12:.1f}"
+
+
 rows = []
 LABEL = {
     "resident": "diffusers bf16 resident (sdpa)",
@@ -147,11 +158,12 @@ for name in names:
         why = failure(name)
         if target and "does not fit" in why:
             verdict = "**not met**"
-        rows.append([label, why, "", "", target, verdict])
+        rows.append([label, why, "", "", "", target, verdict])
         continue
     rows.append([
         label,
         f(s),
+        rate(s),
         f(streamed / 1e9, 2),
         f(r["budget"]["peak"] / 2**30, 2),
         target,
@@ -163,21 +175,22 @@ for mode in ["resident", "group_block", "group_block_rs", "group_leaf", "sequent
     if r is None:
         continue
     if "error" in r:
-        rows.append([LABEL[mode], f"failed: {r['error']}", "", "", "", ""])
+        rows.append([LABEL[mode], f"failed: {r['error']}", "", "", "", "", ""])
         continue
     rows.append([
         LABEL[mode],
         f(r["median_seconds_per_step"]),
+        rate(r["median_seconds_per_step"]),
         f(r["streamed_bytes_per_step"] / 1e9, 2),
         f(r["peak_allocated_bytes"] / 2**30, 2) if r.get("peak_allocated_bytes") is not None else "—",
         "",
         "",
     ])
 for mode, why in diff_meta.get("skipped", {}).items():
-    rows.append([f"diffusers `{mode}`", "not applicable (notes)", "", "", "", ""])
+    rows.append([f"diffusers `{mode}`", "not applicable (notes)", "", "", "", "", ""])
 
-print("| configuration | s/step | streamed GB/step | VRAM peak GiB | target (issue 19) | met |")
-print("|---|---:|---:|---:|---|---|")
+print("| configuration | s/step | TFLOP/s | streamed GB/step | VRAM peak GiB | target (issue 19) | met |")
+print("|---|---:|---:|---:|---:|---|---|")
 for row in rows:
     print("| " + " | ".join(row) + " |")
 print()
