@@ -102,6 +102,9 @@ struct FlashParams {
 }
 const _: () = assert!(size_of::<FlashParams>() == 32);
 
+/// Bytes of [`FlashParams`] (the SPIR-V flash kernels' push constants).
+pub(super) const FLASH_PARAMS_BYTES: u32 = size_of::<FlashParams>() as u32;
+
 /// `flash_attention.wgsl`'s `Params`, field for field.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -13,7 +13,9 @@
 use dynvram_shaders::flash::FlashKernel;
 use dynvram_shaders::spirv::{CM2_FLASH, Cm2Flash};
 
-use super::coop_blocks::{BlockLaunch, BlockProgram, FlashParamsOf, launch_blocks};
+use super::coop_blocks::{
+    BlockLaunch, BlockProgram, FLASH_PARAMS_BYTES, FlashParamsOf, launch_blocks,
+};
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint};
@@ -26,13 +28,13 @@ use crate::tensor::ActDtype;
 const BINDINGS: [(u32, bool); 4] = [(1, true), (2, true), (3, true), (4, false)];
 
 /// The program of `f`: the flash bindings and the two-walk kernel's
-/// `Params` (32 bytes).
+/// `Params`.
 const fn program(f: &'static Cm2Flash) -> SpirvProgram {
     SpirvProgram {
         spirv: f.spirv,
         entry: "main",
         bindings: &BINDINGS,
-        immediate_size: 32,
+        immediate_size: FLASH_PARAMS_BYTES,
     }
 }
 
