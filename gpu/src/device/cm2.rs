@@ -123,6 +123,77 @@ impl Cm2Caps {
         self.max_shared_memory
             .saturating_sub(self.reserved_shared_memory)
     }
+
+    /// Why a kernel of footprint `k` cannot run here, or `None`: the
+    /// device's limits and the driver's listed matrix shapes.
+    pub fn misfit(&self, k: &Cm2Footprint<'_>) -> Option<Cm2Misfit> {
+        if k.invocations > self.max_workgroup_size {
+            return Some(Cm2Misfit::Invocations(
+                k.invocations,
+                self.max_workgroup_size,
+            ));
+        }
+        let sg = self.subgroup_size;
+        if sg == 0 || !k.invocations.is_multiple_of(sg) || !(k.invocations / sg).is_power_of_two() {
+            return Some(Cm2Misfit::Subgroup(k.invocations, sg));
+        }
+        let largest = k.products.iter().flatten().copied().max().unwrap_or(0);
+        if largest > self.max_dimension {
+            return Some(Cm2Misfit::Dimension(largest, self.max_dimension));
+        }
+        if k.shared_bytes > self.shared_memory_left() {
+            return Some(Cm2Misfit::Shared(
+                k.shared_bytes,
+                self.shared_memory_left(),
+                self.reserved_shared_memory,
+            ));
+        }
+        let tiles = |d: &FlexibleDims, m: u32, n: u32| {
+            d.scope == SCOPE_WORKGROUP
+                && d.workgroup_invocations == k.invocations
+                && d.m_granularity > 0
+                && d.n_granularity > 0
+                && m.is_multiple_of(d.m_granularity)
+                && n.is_multiple_of(d.n_granularity)
+        };
+        let listed = k.products.iter().all(|&[m, n, kk]| {
+            self.flexible.iter().any(|d| {
+                tiles(d, m, n)
+                    && d.types == k.types
+                    && d.k_granularity > 0
+                    && kk.is_multiple_of(d.k_granularity)
+            })
+        });
+        let converted = k.converted.iter().all(|&ty| {
+            k.products.iter().all(|&[m, n, _]| {
+                self.flexible
+                    .iter()
+                    .any(|d| tiles(d, m, n) && (d.types[2] == ty || d.types[3] == ty))
+            })
+        });
+        (!listed || !converted).then_some(Cm2Misfit::Unlisted)
+    }
+}
+
+/// `cm2` (what a device enabled of the extension, `None` where it did not)
+/// where it has every feature `missing` finds wanting for a kind of kernel
+/// ([`Cm2Caps::missing_features`], [`Cm2Caps::flash_missing_features`]),
+/// or why not.
+pub fn enabled_with(
+    cm2: Option<&Cm2Caps>,
+    missing: fn(&Cm2Caps) -> Vec<&'static str>,
+) -> Result<&Cm2Caps, String> {
+    let Some(caps) = cm2 else {
+        return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, a feature missing, or DYNVRAM_SPIRV_GEMM=off)".into());
+    };
+    let missing = missing(caps);
+    if !missing.is_empty() {
+        return Err(format!(
+            "VK_NV_cooperative_matrix2 lacks {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(caps)
 }
 
 /// What a workgroup-scope kernel asks of the device, for
@@ -185,58 +256,6 @@ impl std::fmt::Display for Cm2Misfit {
                 "the driver lists no workgroup-scope shape of these types (and of the f16 or f32 accumulators it converts to) and invocations that tiles it"
             ),
         }
-    }
-}
-
-impl Cm2Caps {
-    /// Why a kernel of footprint `k` cannot run here, or `None`: the
-    /// device's limits and the driver's listed matrix shapes.
-    pub fn misfit(&self, k: &Cm2Footprint<'_>) -> Option<Cm2Misfit> {
-        if k.invocations > self.max_workgroup_size {
-            return Some(Cm2Misfit::Invocations(
-                k.invocations,
-                self.max_workgroup_size,
-            ));
-        }
-        let sg = self.subgroup_size;
-        if sg == 0 || !k.invocations.is_multiple_of(sg) || !(k.invocations / sg).is_power_of_two() {
-            return Some(Cm2Misfit::Subgroup(k.invocations, sg));
-        }
-        let largest = k.products.iter().flatten().copied().max().unwrap_or(0);
-        if largest > self.max_dimension {
-            return Some(Cm2Misfit::Dimension(largest, self.max_dimension));
-        }
-        if k.shared_bytes > self.shared_memory_left() {
-            return Some(Cm2Misfit::Shared(
-                k.shared_bytes,
-                self.shared_memory_left(),
-                self.reserved_shared_memory,
-            ));
-        }
-        let tiles = |d: &FlexibleDims, m: u32, n: u32| {
-            d.scope == SCOPE_WORKGROUP
-                && d.workgroup_invocations == k.invocations
-                && d.m_granularity > 0
-                && d.n_granularity > 0
-                && m.is_multiple_of(d.m_granularity)
-                && n.is_multiple_of(d.n_granularity)
-        };
-        let listed = k.products.iter().all(|&[m, n, kk]| {
-            self.flexible.iter().any(|d| {
-                tiles(d, m, n)
-                    && d.types == k.types
-                    && d.k_granularity > 0
-                    && kk.is_multiple_of(d.k_granularity)
-            })
-        });
-        let converted = k.converted.iter().all(|&ty| {
-            k.products.iter().all(|&[m, n, _]| {
-                self.flexible
-                    .iter()
-                    .any(|d| tiles(d, m, n) && (d.types[2] == ty || d.types[3] == ty))
-            })
-        });
-        (!listed || !converted).then_some(Cm2Misfit::Unlisted)
     }
 }
 

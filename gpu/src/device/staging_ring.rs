@@ -346,19 +346,16 @@ impl StagingRing {
     fn wait_mapped(&mut self, device: &wgpu::Device, i: usize) -> Result<(), GpuError> {
         let _span = tracing::debug_span!("ring_stall", slot = i).entered();
         let started = Instant::now();
-        for step in 0..3 {
-            match step {
-                0 => device
-                    .poll(wgpu::PollType::Poll)
-                    .map(|_| ())
-                    .map_err(poll_error)?,
-                1 => super::wait(device, self.slots[i].submission.clone(), "staging copies")?,
-                _ => super::wait(device, None, "staging copies")?,
-            }
-            self.promote(i)?;
+        // What has finished already, then the slot's own submission, then
+        // everything submitted.
+        device.poll(wgpu::PollType::Poll).map_err(poll_error)?;
+        self.promote(i)?;
+        for submission in [self.slots[i].submission.clone(), None] {
             if self.book.state(i) != SlotState::InFlight {
                 break;
             }
+            super::wait(device, submission, "staging copies")?;
+            self.promote(i)?;
         }
         self.book.count_stall(started.elapsed());
         if self.book.state(i) == SlotState::InFlight {

@@ -211,7 +211,6 @@ pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> 
             }
         }
     }
-
     remembered_default(&gpu.caps, act, hd).ok_or_else(|| {
         format!(
             "no flash kernel fits {} bytes of workgroup memory at head_dim {hd}",

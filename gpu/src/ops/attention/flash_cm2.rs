@@ -18,7 +18,7 @@ use super::coop_blocks::{
 };
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
-use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint};
+use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint, enabled_with};
 use crate::device::{Cm2Caps, Gpu, GpuError};
 use crate::ops::cache::{PipelineCache, SpirvProgram};
 use crate::ops::encoder::Encoder;
@@ -46,15 +46,14 @@ static PROGRAMS: [SpirvProgram; 4] = [
     program(&CM2_FLASH[3]),
 ];
 
-/// Why `f` cannot run on a device with `caps`, or `None`.
+/// `cm2` where the device enabled every feature the flash kernels use.
+fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
+    enabled_with(cm2, Cm2Caps::flash_missing_features)
+}
+
+/// Why `f` cannot run on a device with `caps` (every feature there), or
+/// `None`: its matrix shapes and workgroup.
 fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<String> {
-    let missing = caps.flash_missing_features();
-    if !missing.is_empty() {
-        return Some(format!(
-            "VK_NV_cooperative_matrix2 lacks {}",
-            missing.join(", ")
-        ));
-    }
     // S = Q Kᵀ, O += P V and (FA_SIMPLE) P's row sums as P · ones; P and
     // the output are converted to f16.
     let footprint = Cm2Footprint {
@@ -80,9 +79,7 @@ fn variant(
     rows: u32,
     keys: u32,
 ) -> Result<(&'static Cm2Flash, &'static SpirvProgram), String> {
-    let Some(caps) = cm2 else {
-        return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, or the SPIR-V kernels are off: DYNVRAM_SPIRV_GEMM)".into());
-    };
+    let caps = usable(cm2)?;
     if act != ActDtype::F16 {
         return Err(format!("{act} activations (the kernels take f16)"));
     }
@@ -112,7 +109,7 @@ pub fn unusable(
 /// The first SPIR-V flash kernel ([`CM2_FLASH`]'s order) that runs on this
 /// device with `act` activations at head dimension `hd`, if any.
 pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashKernel> {
-    let caps = cm2?;
+    let caps = usable(cm2).ok()?;
     if act != ActDtype::F16 {
         return None;
     }

@@ -21,6 +21,7 @@ pub use dynvram_shaders::spirv::{Cm2Gemm, Cm2Weights};
 use crate::device::Cm2Caps;
 use crate::device::cm2::{
     COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, Cm2Footprint, Cm2Misfit,
+    enabled_with,
 };
 use crate::ops::cache::SpirvProgram;
 use crate::tensor::ActDtype;
@@ -203,19 +204,9 @@ pub fn cm2_int_gemm(
     pick(caps, weights, only)
 }
 
-/// `cm2` where the device enabled every feature the kernels use.
+/// `cm2` where the device enabled every feature the GEMMs use.
 fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
-    let Some(caps) = cm2 else {
-        return Err("VK_NV_cooperative_matrix2 is not enabled on this device (not offered, a feature missing, or DYNVRAM_SPIRV_GEMM=off)".into());
-    };
-    let missing = caps.missing_features();
-    if !missing.is_empty() {
-        return Err(format!(
-            "VK_NV_cooperative_matrix2 lacks {}",
-            missing.join(", ")
-        ));
-    }
-    Ok(caps)
+    enabled_with(cm2, Cm2Caps::missing_features)
 }
 
 /// The first kernel of `weights` (named `only`, where given) that fits.
