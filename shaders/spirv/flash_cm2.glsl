@@ -45,10 +45,14 @@ layout(push_constant) uniform Params {
     uint causal;
 } p;
 
-layout(set = 0, binding = 1, std430) readonly buffer Q { float16_t q[]; };
-layout(set = 0, binding = 2, std430) readonly buffer K { float16_t k[]; };
-layout(set = 0, binding = 3, std430) readonly buffer V { float16_t v[]; };
-layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t o[]; };
+// wgpu's bindings 1 to 4 (q, k, v, out), as Vulkan numbers them: densely
+// from 0 (gpu/src/device/spirv_pipeline.rs). Numbered 1 to 4 here, the
+// kernel read k as q and stored through a missing descriptor: the MMU
+// faults of 2026-12-06.
+layout(set = 0, binding = 0, std430) readonly buffer Q { float16_t q[]; };
+layout(set = 0, binding = 1, std430) readonly buffer K { float16_t k[]; };
+layout(set = 0, binding = 2, std430) readonly buffer V { float16_t v[]; };
+layout(set = 0, binding = 3, std430) writeonly buffer Out { float16_t o[]; };
 
 #ifndef FA_SIMPLE
 #define FA_SIMPLE 0

@@ -19,6 +19,8 @@ mod pinned_buffer;
 mod pipeline_cache;
 mod readback_ring;
 mod spirv_pipeline;
+#[cfg(test)]
+pub(crate) use spirv_pipeline::check_bindings;
 mod staging;
 mod staging_ring;
 #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]

@@ -76,7 +76,9 @@ pub struct SpirvProgram {
     pub spirv: &'static [u8],
     /// Its entry point.
     pub entry: &'static str,
-    /// Its storage bindings of group 0: (binding, read-only).
+    /// Its storage bindings of group 0: (binding, read-only), ascending.
+    /// The module binds their ranks (0, 1, …), which is how Vulkan numbers
+    /// them (`device::spirv_pipeline`).
     pub bindings: &'static [(u32, bool)],
     /// Bytes of its push constants (the launch's immediates).
     pub immediate_size: u32,

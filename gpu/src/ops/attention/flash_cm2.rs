@@ -6,8 +6,10 @@
 //! and head dimension; they run only where the device enabled
 //! `VK_NV_cooperative_matrix2` with every feature they use (the SPIR-V
 //! kernels' switch, `GpuOptions::spirv_gemm`), the driver lists their
-//! matrix shapes, and `DYNVRAM_FLASH` names one: their first launches on
-//! NVIDIA faulted (BENCHMARKS.md, session 22), so the runtime does not
+//! matrix shapes, and `DYNVRAM_FLASH` names one. Their first launches on
+//! NVIDIA faulted (BENCHMARKS.md, sessions 22 and 23: the modules bound
+//! wgpu's binding numbers, not Vulkan's, which `device::spirv_pipeline` now
+//! checks); until their reference test passes on a GPU the runtime does not
 //! choose them by itself.
 
 use dynvram_shaders::flash::FlashKernel;
@@ -194,6 +196,13 @@ mod tests {
         assert!(why.contains("head_dim 64"), "{why}");
         let why = unusable(None, ActDtype::F16, 128, 128, 64).expect("no extension");
         assert!(why.contains("not enabled"), "{why}");
+    }
+
+    #[test]
+    fn every_module_binds_the_ranks_of_its_layout() {
+        for p in &PROGRAMS {
+            assert_eq!(crate::device::check_bindings(p.spirv, p.bindings), Ok(()));
+        }
     }
 
     #[test]

@@ -316,6 +316,13 @@ mod tests {
         caps
     }
 
+    #[test]
+    fn every_module_binds_the_ranks_of_its_layout() {
+        for p in PROGRAMS.iter().chain([&CHECK_PROGRAM]) {
+            assert_eq!(crate::device::check_bindings(p.spirv, p.bindings), Ok(()));
+        }
+    }
+
     fn name(r: Result<Cm2Kernel, String>) -> Result<&'static str, String> {
         r.map(|k| k.gemm.name)
     }
