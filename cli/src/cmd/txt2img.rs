@@ -604,6 +604,17 @@ fn print_text(r: &Report) {
             size(s.streamed_bytes),
             size(s.peak_vram)
         );
+        if s.streamed_bytes > 0 {
+            let from = &s.streamed_from;
+            println!(
+                "{:<10} streamed from registered pins {}, RAM pins {}, files {}; ring stalls {}",
+                "",
+                size(from.registered_pin_bytes),
+                size(from.ram_pin_bytes),
+                size(from.file_bytes),
+                s.ring_stalls
+            );
+        }
     }
     println!(
         "total      {:.1} ms (stages {:.1} ms); budget {} usable, peak VRAM {}",

@@ -31,6 +31,7 @@ use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::roofline::{self, Bound, Rates};
 use dynvram_runtime::{
     ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, Runtime, RuntimeError,
+    StreamSources,
 };
 
 use crate::clip::{ClipCheckpoint, ClipConfig, ClipText};
@@ -209,6 +210,13 @@ pub struct StageReport {
     pub passes: usize,
     /// Weight bytes streamed by the passes.
     pub streamed_bytes: u64,
+    /// Where they came from: registered pins (DMA), RAM pins or the files
+    /// (both through the staging ring).
+    pub streamed_from: StreamSources,
+    /// Times the staging ring waited for a slot's earlier copy.
+    pub ring_stalls: u64,
+    /// Each pass's wall seconds (the sample stage: one a step).
+    pub pass_seconds: Vec<f64>,
     /// Weight bytes uploaded to stay resident (when the stage loaded its
     /// model and by passes).
     pub loaded_bytes: u64,
@@ -761,6 +769,12 @@ fn stage<T>(
         open_seconds,
         passes: stats.len(),
         streamed_bytes: stats.iter().map(|s| s.streamed_bytes).sum(),
+        streamed_from: stats.iter().fold(StreamSources::default(), |mut all, s| {
+            all.add(s.sources);
+            all
+        }),
+        ring_stalls: stats.iter().map(|s| s.ring_stalls).sum(),
+        pass_seconds: stats.iter().map(|s| s.seconds).collect(),
         loaded_bytes: loaded + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
         prefetched_bytes: prefetched.get(),
         peak_vram: rt.budget_report().peak,
