@@ -10,10 +10,12 @@
 #   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
 #      named (`--cm2-kernels`): 64 against 32 K columns a step, and the
 #      smaller bf16 tile;
-#   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then their
-#      reference test where none faulted.
+#   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then, where
+#      none faulted, their reference test and their time at FLUX.1's
+#      attention beside the WGSL kernels'.
 # Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
-# spirv_bench_{spirv,wgsl,kernels}.json, spirv_flash_tests.txt.
+# spirv_bench_{spirv,wgsl,kernels}.json, spirv_flash_tests.txt,
+# spirv_flash_bench.json.
 #
 #   bash bench/prepare.sh         # here: .dev/dynvram, .dev/gpu_tests, .gl
 #   bash bench/spirv_check.sh     # on the GPU machine, from the checkout root
@@ -76,7 +78,8 @@ table "$out/spirv_bench_kernels.json"
 fi
 
 # 5. The SPIR-V flash kernels (opt-in: their first launches faulted with an
-#    MMU fault, Xid 13, on 2026-12-06): each at a small shape, a fault
+#    MMU fault, Xid 13, on 2026-12-06 — they bound wgpu's binding numbers,
+#    not Vulkan's; fixed in 1bd6d5a): each at a small shape, a fault
 #    turned into an error by a short GPU wait limit, the kernel log's Xid
 #    count before and after; then the reference test where none faulted.
 [ "${FLASH:-1}" = 1 ] || exit 0
@@ -96,4 +99,15 @@ if [ "$faulted" = 0 ]; then
     > "$out/spirv_flash_tests.txt" 2>&1
   echo "tests exit status $?"
   grep -E "panicked|failed|^test |test result|skipped|cases" "$out/spirv_flash_tests.txt" | cut -c1-300
+  # FLUX.1's attention (24 heads x 4608 x 128, no mask): the device's
+  # default kernel first, then every SPIR-V one; each output is compared
+  # with the first's (max_diff).
+  step "flash at FLUX.1's shape: the default, then the SPIR-V kernels"
+  DYNVRAM_GPU_WAIT=30 timeout 120 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 \
+    --heads 24 --head-dim 128 --no-causal --reps 10 \
+    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x64,cm2-64x64,cm2-128x32,cm2-64x32}" \
+    > "$out/spirv_flash_bench.json" 2> "$out/spirv_flash_bench.err"
+  echo "bench exit status $?"
+  tail -3 "$out/spirv_flash_bench.err" | cut -c1-300
+  head -c 3000 "$out/spirv_flash_bench.json"
 fi
