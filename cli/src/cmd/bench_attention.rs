@@ -61,8 +61,9 @@ pub struct AttentionArgs {
     /// block's scores, CG column groups splitting an output row block's
     /// head columns, staging serial/paired/global/double (d needs r), r: the next block read
     /// into registers, t: scores and probabilities column-major, m: the
-    /// queries materialized in registers (see `FlashTuning`). Each output
-    /// is compared with the first's (`max_diff`).
+    /// queries materialized in registers (see `FlashTuning`); or
+    /// `cm2-ROWSxKEYS`, a SPIR-V kernel on NVIDIA's cooperative matrices 2.
+    /// Each output is compared with the first's (`max_diff`).
     #[arg(long, value_delimiter = ',', value_parser = str::parse::<FlashKernel>,
           default_value = "two-walk,64x64w4c2,64x64w4c2m,64x64w4c2t,64x64w4c2r,64x32w4c2pr,128x32w8c2,128x32w8c2m,128x32w8c2t,128x32w8c2p,128x32w8c2pr,128x32w8c2prm,128x32w8k2c4,64x64w4c2g,128x32w8c2g,128x32w8c2gm,64x32w8k2c4")]
     flash: Vec<FlashKernel>,
