@@ -28,5 +28,5 @@ pub mod tensor;
 
 pub use accounting::TrackedBuffer;
 pub use device::{AdapterChoice, Gpu, GpuError};
-pub use stats::{PassStats, StreamSources};
+pub use stats::{PassStats, PipelineTime, StreamSources};
 pub use tensor::{ActDtype, GpuTensor};

@@ -1,5 +1,6 @@
 //! Figures of one pass: plain data, shared by the pass, the pins that fill
-//! in where streamed bytes came from, and the profile built from them.
+//! in where streamed bytes came from, and the profile built from them; and
+//! a device's pipeline compiles, a fixed cost of a process's first work.
 
 use serde::Serialize;
 
@@ -53,5 +54,27 @@ impl StreamSources {
         self.registered_pin_bytes += other.registered_pin_bytes;
         self.ram_pin_bytes += other.ram_pin_bytes;
         self.file_bytes += other.file_bytes;
+    }
+}
+
+/// Compute pipelines a device created and the wall seconds that took
+/// (translating the module and the driver's compile; the disk cache makes
+/// a warm one cheap): the fixed cost a first image or prompt pays inside
+/// whatever stage first needs each kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PipelineTime {
+    /// Pipelines created.
+    pub count: u64,
+    /// Seconds spent creating them.
+    pub seconds: f64,
+}
+
+impl PipelineTime {
+    /// What was created since `earlier` (a reading of the same device).
+    pub fn since(self, earlier: Self) -> Self {
+        Self {
+            count: self.count.saturating_sub(earlier.count),
+            seconds: (self.seconds - earlier.seconds).max(0.0),
+        }
     }
 }

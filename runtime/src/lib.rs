@@ -42,8 +42,8 @@ pub use runtime::{BudgetReport, Runtime};
 // models crate need only the runtime: the device and the GPU side of uploads
 // (`device`), the ops, tensors, tracked buffers, the pass figures.
 pub use dynvram_gpu::{
-    ActDtype, AdapterChoice, Gpu, GpuError, GpuTensor, PassStats, StreamSources, TrackedBuffer,
-    device, ops, tensor,
+    ActDtype, AdapterChoice, Gpu, GpuError, GpuTensor, PassStats, PipelineTime, StreamSources,
+    TrackedBuffer, device, ops, tensor,
 };
 /// Re-exported so applications and the models crate need only the runtime.
 pub use dynvram_loader as loader;

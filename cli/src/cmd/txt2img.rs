@@ -431,6 +431,10 @@ struct Report {
     /// tokenizers; then the device, the budget and the pipeline cache.
     open_seconds: f64,
     runtime_seconds: f64,
+    /// Pipelines created over the whole run and the seconds that took (in
+    /// the stages' times where a stage first needed them): the rest of the
+    /// fixed costs.
+    pipelines: dynvram_runtime::PipelineTime,
     stages: Vec<StageReport>,
     /// Every stage, fixed costs excluded.
     stages_seconds: f64,
@@ -531,6 +535,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         sigmas: images.sigmas.clone(),
         open_seconds: pipeline.open_seconds,
         runtime_seconds,
+        pipelines: rt.gpu().pipeline_time(),
         stages_seconds: images.stages.iter().map(|s| s.seconds).sum(),
         peak_vram: images.stages.iter().map(|s| s.peak_vram).max().unwrap_or(0),
         stages: images.stages.clone(),
@@ -584,17 +589,27 @@ fn print_text(r: &Report) {
         r.max_sequence_length
     );
     println!(
-        "fixed      {:.1} ms opening files and tokenizers, {:.1} ms the device",
+        "fixed      {:.1} ms opening files and tokenizers, {:.1} ms the device; \
+         {:.1} ms creating {} pipelines (within the stages)",
         r.open_seconds * 1e3,
-        r.runtime_seconds * 1e3
+        r.runtime_seconds * 1e3,
+        r.pipelines.seconds * 1e3,
+        r.pipelines.count
     );
     for s in &r.stages {
-        let tiles = match s.tiles {
+        let mut extra = match s.tiles {
             Some(t) if t > 1 => format!(", {t} tiles"),
             _ => String::new(),
         };
+        if s.pipelines.count > 0 {
+            extra += &format!(
+                ", {} pipelines created in {:.1} ms",
+                s.pipelines.count,
+                s.pipelines.seconds * 1e3
+            );
+        }
         println!(
-            "{:<10} {:>9.1} ms ({} pass{}{tiles}), {} prefetched, {} loaded, {} streamed, peak VRAM {}",
+            "{:<10} {:>9.1} ms ({} pass{}{extra}), {} prefetched, {} loaded, {} streamed, peak VRAM {}",
             format!("{:?}", s.stage).to_lowercase(),
             s.seconds * 1e3,
             s.passes,

@@ -49,7 +49,9 @@ pub(crate) use wait::wait;
 pub use wait::{DEFAULT_WAIT_LIMIT, set_wait_limit, wait_limit};
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use dynvram_quant::AdapterCaps;
 use dynvram_shaders::flash::FlashKernel;
@@ -98,6 +100,9 @@ pub struct Gpu {
     spirv_gemm: SpirvGemm,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
+    /// Pipelines created and the nanoseconds that took ([`Gpu::pipeline_time`]).
+    pipelines_created: AtomicU64,
+    pipeline_nanos: AtomicU64,
 }
 
 /// Read-backs up to this size reuse [`Gpu`]'s kept staging buffer.
@@ -247,6 +252,8 @@ impl Gpu {
             coop_gemm: options.coop_gemm,
             spirv_gemm: options.spirv_gemm,
             cm2,
+            pipelines_created: AtomicU64::new(0),
+            pipeline_nanos: AtomicU64::new(0),
         })
     }
 
@@ -430,6 +437,21 @@ impl Gpu {
         }
     }
 
+    /// Pipelines this device has created so far and the seconds that took.
+    pub fn pipeline_time(&self) -> crate::PipelineTime {
+        crate::PipelineTime {
+            count: self.pipelines_created.load(Ordering::Relaxed),
+            seconds: self.pipeline_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
+        }
+    }
+
+    /// Counts one pipeline created since `start` in [`Self::pipeline_time`].
+    fn count_pipeline(&self, start: Instant) {
+        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.pipeline_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.pipelines_created.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn create_pipeline_in(
         &self,
         label: &str,
@@ -439,6 +461,7 @@ impl Gpu {
         layout: Option<&wgpu::PipelineLayout>,
     ) -> Result<wgpu::ComputePipeline, GpuError> {
         self.check_health()?;
+        let start = Instant::now();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(label),
@@ -466,7 +489,9 @@ impl Gpu {
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
             },
         };
-        self.finish_pipeline(scope, label, layout, &module, entry, constants)
+        let pipeline = self.finish_pipeline(scope, label, layout, &module, entry, constants);
+        self.count_pipeline(start);
+        pipeline
     }
 
     /// The compute pipeline of `entry` in `module` (through the disk cache

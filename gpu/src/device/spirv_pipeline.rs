@@ -45,6 +45,7 @@ impl Gpu {
                 message: "the device was opened without PASSTHROUGH_SHADERS".into(),
             });
         }
+        let start = std::time::Instant::now();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let entries: Vec<_> = bindings
             .iter()
@@ -83,7 +84,9 @@ impl Gpu {
                     ..Default::default()
                 })
         };
-        self.finish_pipeline(scope, label, Some(&layout), &module, entry, &[])
+        let pipeline = self.finish_pipeline(scope, label, Some(&layout), &module, entry, &[]);
+        self.count_pipeline(start);
+        pipeline
     }
 }
 

@@ -30,8 +30,8 @@ use dynvram_runtime::memory::Placement;
 use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::roofline::{self, Bound, Rates};
 use dynvram_runtime::{
-    ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, Runtime, RuntimeError,
-    StreamSources,
+    ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, PipelineTime, Runtime,
+    RuntimeError, StreamSources,
 };
 
 use crate::clip::{ClipCheckpoint, ClipConfig, ClipText};
@@ -217,6 +217,10 @@ pub struct StageReport {
     pub ring_stalls: u64,
     /// Each pass's wall seconds (the sample stage: one a step).
     pub pass_seconds: Vec<f64>,
+    /// Pipelines created in the stage (kernels no stage before it needed)
+    /// and the seconds that took: inside `seconds`, a fixed cost of the
+    /// first image.
+    pub pipelines: PipelineTime,
     /// Weight bytes uploaded to stay resident (when the stage loaded its
     /// model and by passes).
     pub loaded_bytes: u64,
@@ -755,6 +759,7 @@ fn stage<T>(
     let _span = tracing::info_span!("txt2img_stage", stage = ?which).entered();
     rt.reset_peak();
     let t0 = Instant::now();
+    let pipelines0 = rt.gpu().pipeline_time();
     let Opened {
         model,
         open_seconds: opening,
@@ -775,6 +780,7 @@ fn stage<T>(
         }),
         ring_stalls: stats.iter().map(|s| s.ring_stalls).sum(),
         pass_seconds: stats.iter().map(|s| s.seconds).collect(),
+        pipelines: rt.gpu().pipeline_time().since(pipelines0),
         loaded_bytes: loaded + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
         prefetched_bytes: prefetched.get(),
         peak_vram: rt.budget_report().peak,
