@@ -23,7 +23,8 @@
 # 4. stable-diffusion.cpp's Vulkan build (bench/sdcpp.sh; its binary,
 #    built from source by the procedure in bench/README.md, travels as
 #    $SDCPP_TAR, default .pack/sd-vulkan-bin.tar.xz), with what time is left.
-# 5. bench/txt2img_table.py: $OUT/txt2img/table.md.
+# 5. bench/txt2img_table.py: $OUT/txt2img/table.md; everything but the
+#    PNGs also in $OUT/txt2img.tgz (a device run returns few files).
 # Every part runs under `timeout`, limited by what is left of $DEADLINE
 # seconds; a failure is reported and the script goes on. The dynvram
 # settings at 28 steps take ~1 min each at today's step time: split the run
@@ -97,3 +98,6 @@ if [ "${SDCPP:-1}" = 1 ] && [ -f "${SDCPP_TAR:-.pack/sd-vulkan-bin.tar.xz}" ]; t
         bash bench/sdcpp.sh >"$out/sdcpp.out" 2>&1
 fi
 python3 bench/txt2img_table.py "$out" | tee "$out/table.md"
+# One tarball of everything but the images, beside the folder: the device's
+# run returns only a few files.
+tar czf "$out.tgz" --exclude='*.png' -C "$(dirname "$out")" "$(basename "$out")"
