@@ -22,7 +22,7 @@
 #
 # Settings: DYNVRAM (.dev/dynvram), TESTS (.dev/gpu_tests), SHAPES and
 # KERNEL_SHAPES (steps 3 and 4), KERNELS (1; 0 skips step 4), FORMATS
-# (bf16,w4a4), REPS (10), OUT (bench-out).
+# (f16,bf16,w4a4), REPS (10), OUT (bench-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -59,7 +59,7 @@ for path in spirv wgsl; do
   spirv=auto
   [ "$path" = wgsl ] && spirv=off
   DYNVRAM_SPIRV_GEMM=$spirv timeout 80 "$d" --json bench linear --backend vulkan \
-    --shapes "$shapes" --formats "${FORMATS:-bf16,w4a4}" --f16 --gemm coop \
+    --shapes "$shapes" --formats "${FORMATS:-f16,bf16,w4a4}" --f16 --gemm coop \
     --reps "${REPS:-10}" --copy-size 0 > "$out/spirv_bench_$path.json" 2> "$out/spirv_bench_$path.err"
   echo "bench exit status $?"
   tail -3 "$out/spirv_bench_$path.err" | cut -c1-300
@@ -69,8 +69,8 @@ done
 if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
 timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
-  --formats bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  --cm2-kernels gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32 \
+  --formats f16,bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+  --cm2-kernels gemm_cm2_f16_k64,gemm_cm2_f16_k32,gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32 \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
