@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SPIR-V cooperative-matrix-2 GEMM (shaders/spirv/, issue 30 item 3) on
-# the lent NVIDIA GPU, in one run of under 6 minutes:
+# the lent NVIDIA GPU, in one run of about 7 minutes:
 #   1. `dynvram probe`: which path each GEMM takes there, and why;
 #   2. its reference tests (`.dev/gpu_tests spirv_gemm::`, with the extension
 #      required: DYNVRAM_REQUIRE_SPIRV=1) and the WGSL float GEMM tests beside;
