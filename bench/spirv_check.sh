@@ -9,12 +9,13 @@
 #      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
 #   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
 #      named (`--cm2-kernels`): 64 against 32 K columns a step, and the
-#      smaller bf16 tile;
+#      smaller bf16 tile; then bf16 weights through the f16 kernels
+#      (`DYNVRAM_CM2_BF16=f16`: converted 64 MiB at a time);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then, where
 #      none faulted, their reference test and their time at FLUX.1's
 #      attention beside the WGSL kernels'.
 # Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
-# spirv_bench_{spirv,wgsl,kernels}.json, spirv_flash_tests.txt,
+# spirv_bench_{spirv,wgsl,kernels,bf16_via_f16}.json, spirv_flash_tests.txt,
 # spirv_flash_bench.json.
 #
 #   bash bench/prepare.sh         # here: .dev/dynvram, .dev/gpu_tests, .gl
@@ -75,6 +76,13 @@ timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
 table "$out/spirv_bench_kernels.json"
+step "bench linear, bf16 weights converted to f16 for the f16 kernels (DYNVRAM_CM2_BF16=f16)"
+DYNVRAM_CM2_BF16=f16 timeout 70 "$d" --json bench linear --backend vulkan --shapes "$shapes" \
+  --formats bf16 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+  > "$out/spirv_bench_bf16_via_f16.json" 2> "$out/spirv_bench_bf16_via_f16.err"
+echo "bench exit status $?"
+tail -3 "$out/spirv_bench_bf16_via_f16.err" | cut -c1-300
+table "$out/spirv_bench_bf16_via_f16.json"
 fi
 
 # 5. The SPIR-V flash kernels (opt-in: their first launches faulted with an

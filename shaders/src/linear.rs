@@ -180,6 +180,10 @@ pub const FLOAT_GEMM_COOP8_DB: &str = wgsl!(
     "linear_gemm_coop_db.wgsl"
 );
 
+/// bf16 weight rows as f16 (`bf16_to_f16.wgsl`), for the SPIR-V f16 GEMM;
+/// launched with f16 activations.
+pub const BF16_TO_F16: &str = wgsl!("bf16_to_f16.wgsl");
+
 /// Which cooperative-matrix GEMM kernel runs the layers that take one
 /// (`GpuOptions::coop_gemm`, `DYNVRAM_COOP_GEMM`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -592,6 +596,7 @@ pub const FLOAT_GEMM: &str = wgsl!("linear_float_common.wgsl", "linear_float_gem
 /// are listed as themselves (each is a valid module without entry points);
 /// bodies as their composition; fast variants under `name [subgroup]`.
 pub const ALL: &[(&str, &str)] = &[
+    ("bf16_to_f16.wgsl", BF16_TO_F16),
     (
         "linear_reduce_workgroup.wgsl",
         wgsl!("linear_reduce_workgroup.wgsl"),

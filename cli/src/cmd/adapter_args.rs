@@ -95,6 +95,9 @@ impl std::str::FromStr for Seconds {
 /// `DYNVRAM_SPIRV_GEMM` (which GEMMs take the SPIR-V cooperative-matrix-2
 /// kernels where the device has the extension: `float`, the default, f16
 /// and bf16 weights; `auto`, integer ones too; `off`) and
+/// `DYNVRAM_CM2_BF16` (how bf16 layers take them: `staged`, the default,
+/// the bf16 kernels; `f16`, converted to f16 a piece at a time for the f16
+/// kernels, for comparisons) and
 /// `DYNVRAM_GPU_WAIT` (seconds a wait for the GPU may take, 300): the one
 /// place the program reads them. A value it does not know is warned about
 /// and the default kept. No pipeline
@@ -122,6 +125,7 @@ pub fn gpu_options() -> GpuOptions {
         decode: optional("DYNVRAM_DECODE"),
         coop_gemm: var("DYNVRAM_COOP_GEMM", d.coop_gemm),
         spirv_gemm: var("DYNVRAM_SPIRV_GEMM", d.spirv_gemm),
+        cm2_bf16: var("DYNVRAM_CM2_BF16", d.cm2_bf16),
         wait_limit: optional::<Seconds>("DYNVRAM_GPU_WAIT").map_or(d.wait_limit, |s| s.0),
         pipeline_cache: None,
     }

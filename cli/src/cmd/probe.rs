@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
-use dynvram_runtime::device::{AdapterSummary, Cm2Caps, SpirvGemm, enumerate_adapters};
+use dynvram_runtime::device::{AdapterSummary, Cm2Bf16, Cm2Caps, SpirvGemm, enumerate_adapters};
 use dynvram_runtime::ops::linear::{
     Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
 };
@@ -127,10 +127,19 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if coop_unusable(c, coop_shape).is_none() {
             println!("  cooperative GEMM kernel: {}", coop_kernel_line(c));
         }
+        // bf16 layers take the f16 kernels where DYNVRAM_CM2_BF16=f16 asks
+        // (converted a piece at a time).
+        let via_f16 = crate::cmd::adapter_args::gpu_options().cm2_bf16 == Cm2Bf16::ViaF16;
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
+            let read_as = if via_f16 { Format::F16 } else { format };
+            let how = if via_f16 && format == Format::Bf16 {
+                " (converted to f16 a piece at a time: DYNVRAM_CM2_BF16=f16)"
+            } else {
+                ""
+            };
             println!(
-                "  float GEMM of {name} weights (f16 activations): {}",
-                spirv_gemm_line(a, false, |c| cm2_gemm(c, format, ActDtype::F16, None))
+                "  float GEMM of {name} weights (f16 activations): {}{how}",
+                spirv_gemm_line(a, false, |c| cm2_gemm(c, read_as, ActDtype::F16, None))
             );
         }
         for (name, w4) in [("int4", true), ("int8", false)] {

@@ -505,8 +505,9 @@ pub fn adapter_cm2(adapter: &wgpu::Adapter) -> Option<Cm2Caps> {
 /// on an NVIDIA GPU (`bench/spirv_check.sh`). On the H200 and H100
 /// (2026-12-06) the float kernels did, at 1.7× the WGSL path for bf16
 /// weights; the integer ones differed from the dot4 GEMM by one f16 ulp in
-/// one output of 19,200 (the epilogue's rounding, made `precise` since and
-/// not yet rerun), so they run where asked. The flash-attention kernels run
+/// one output of 19,200 (the epilogue's rounding; the same with the SPIR-V
+/// epilogue `precise` on the H100, so likely the WGSL kernel's contraction
+/// of its multiply and bias add), so they run where asked. The flash-attention kernels run
 /// only where `DYNVRAM_FLASH` names one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SpirvGemm {
@@ -540,6 +541,41 @@ impl std::str::FromStr for SpirvGemm {
             "" | "off" | "0" => Ok(Self::Off),
             other => Err(format!(
                 "SPIR-V GEMM `{other}`: want auto (every GEMM), float or off"
+            )),
+        }
+    }
+}
+
+/// How a float layer of bf16 weights takes the SPIR-V GEMM (the embedder's
+/// choice; the CLI reads `DYNVRAM_CM2_BF16`). No cooperative-matrix type
+/// for bf16 in the compiler the kernels are built with, so the bf16 kernels
+/// convert each K step's weights to f16 in a shared tile, which limits
+/// their occupancy (132–137 TFLOP/s on the H200); the f16 kernels load both
+/// operands by tensor addressing. [`Self::ViaF16`] converts the layer's
+/// weights to f16 in pieces of at most [`BF16_PIECE_BYTES`] (a scratch
+/// buffer, one launch a piece) and runs an f16 kernel on each: the same
+/// values the bf16 kernels multiply. Not measured yet, so not the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cm2Bf16 {
+    /// The bf16 kernels (`gemm_cm2_bf16_*`).
+    #[default]
+    Staged,
+    /// Converted to f16 a piece at a time, then the f16 kernels.
+    ViaF16,
+}
+
+/// Bytes of f16 weights one [`Cm2Bf16::ViaF16`] piece converts at most:
+/// the scratch it takes.
+pub const BF16_PIECE_BYTES: u64 = 64 << 20;
+
+impl std::str::FromStr for Cm2Bf16 {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "staged" | "bf16" => Ok(Self::Staged),
+            "f16" | "via-f16" => Ok(Self::ViaF16),
+            other => Err(format!(
+                "bf16 SPIR-V GEMM `{other}`: want staged (the bf16 kernels) or f16 (converted, then the f16 kernels)"
             )),
         }
     }

@@ -35,7 +35,7 @@ mod wait;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
-pub use cm2::{Cm2Caps, SpirvGemm, adapter_cm2};
+pub use cm2::{BF16_PIECE_BYTES, Cm2Bf16, Cm2Caps, SpirvGemm, adapter_cm2};
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};
@@ -98,6 +98,8 @@ pub struct Gpu {
     coop_gemm: CoopGemmKernel,
     /// [`GpuOptions::spirv_gemm`].
     spirv_gemm: SpirvGemm,
+    /// [`GpuOptions::cm2_bf16`].
+    cm2_bf16: Cm2Bf16,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
     /// Pipelines created and the nanoseconds that took ([`Gpu::pipeline_time`]).
@@ -251,6 +253,7 @@ impl Gpu {
             decode: options.decode,
             coop_gemm: options.coop_gemm,
             spirv_gemm: options.spirv_gemm,
+            cm2_bf16: options.cm2_bf16,
             cm2,
             pipelines_created: AtomicU64::new(0),
             pipeline_nanos: AtomicU64::new(0),
@@ -293,6 +296,11 @@ impl Gpu {
     /// [`GpuOptions::spirv_gemm`] of this device.
     pub fn spirv_gemm(&self) -> SpirvGemm {
         self.spirv_gemm
+    }
+
+    /// How bf16 layers take the SPIR-V GEMM ([`GpuOptions::cm2_bf16`]).
+    pub fn cm2_bf16(&self) -> Cm2Bf16 {
+        self.cm2_bf16
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -767,6 +775,10 @@ pub struct GpuOptions {
     /// none ([`SpirvGemm::Off`]: the extension stays disabled, and the
     /// flash-attention kernels cannot run either).
     pub spirv_gemm: SpirvGemm,
+    /// How float layers of bf16 weights take the SPIR-V GEMM: the bf16
+    /// kernels ([`Cm2Bf16::Staged`], the default) or converted to f16 a
+    /// piece at a time for the f16 kernels ([`Cm2Bf16::ViaF16`]).
+    pub cm2_bf16: Cm2Bf16,
     /// How long a wait for the GPU may take before it is an error (a
     /// faulted kernel can leave a fence unsignalled; see [`wait_limit`]):
     /// [`DEFAULT_WAIT_LIMIT`]. Process-wide: the last device opened sets it.
@@ -791,6 +803,7 @@ impl Default for GpuOptions {
             decode: None,
             coop_gemm: CoopGemmKernel::Single,
             spirv_gemm: SpirvGemm::default(),
+            cm2_bf16: Cm2Bf16::default(),
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,
         }

@@ -265,13 +265,53 @@ fn spirv_launch_path_matches_the_reference() {
         }
         assert_f16_close(&what, &y, &e, 1e-5);
     }
-    // bf16 weights: refused, named.
-    let h = HostLayer::random(&mut rng, Format::Bf16, 20, 16, false);
-    let x = random_x(&mut rng, m0, 16);
-    let err = env
-        .record_f16(&h, KernelChoice::Float, &x, &check)
-        .expect_err("bf16 weights on the check kernel");
-    assert!(err.to_string().contains("bf16 weights"), "{err}");
+    // bf16 weights reach it converted to f16 a piece at a time (the path
+    // of `Cm2Bf16::ViaF16`): one piece, several pieces of whole 16-row
+    // tiles (the check kernel's), and pieces inside split bindings.
+    for (i, (m, n, k, piece_rows, split)) in [
+        (m0, 20, 16, None, false),
+        (40, 70, 64, Some(16), false),
+        // 48 rows a binding at K = 64 (128-byte rows on 256-byte offsets).
+        (m0 + 2, 100, 64, Some(32), true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let h = HostLayer::random(&mut rng, Format::Bf16, n, k, i != 1);
+        let x = random_x(&mut rng, m, k);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        let opts = RecordOptions {
+            bf16_piece_bytes: piece_rows.map(|r| r * 2 * k as u64),
+            max_binding: split.then_some(48 * 2 * k as u64),
+            ..check
+        };
+        let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+        let what = format!(
+            "linear_check bf16 M={m} N={n} K={k} pieces of {piece_rows:?} rows split={split}"
+        );
+        assert_eq!(
+            env.scratch.last_spirv_gemm(),
+            Some("linear_check"),
+            "{what}"
+        );
+        // A conversion and a product a piece.
+        let pieces = match (piece_rows, split) {
+            (None, _) => 1,
+            (Some(r), false) => (n as u64).div_ceil(r),
+            (Some(r), true) => (0..(n as u64).div_ceil(48))
+                .map(|c| (48.min(n as u64 - 48 * c)).div_ceil(r))
+                .sum(),
+        };
+        assert_eq!(
+            u64::from(env.scratch.last_dispatches()),
+            2 * pieces,
+            "{what}"
+        );
+        // bf16 → f16 rounds only values under f16's normal range: the
+        // tolerance of f16 weights.
+        assert_f16_close(&what, &y, &e, 1e-5);
+    }
 }
 
 /// The device enables the extension where the adapter lists it (Mesa 26's

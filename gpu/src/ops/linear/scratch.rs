@@ -31,6 +31,7 @@ pub struct LinearScratch {
     chunk_max: Option<Slot>,
     dummy: Option<Slot>,
     partials: Option<Slot>,
+    f16_weights: Option<Slot>,
     /// What the codes hold (see [`super::RecordOptions::reuse_codes`]).
     codes_key: Option<super::record::CodesKey>,
     /// Dispatches the last recorded linear took.
@@ -127,6 +128,22 @@ impl LinearScratch {
             self.budget.as_ref(),
             gpu,
             "linear.x_rot",
+            bytes,
+        )
+    }
+
+    /// A piece of bf16 weights converted to f16 for the SPIR-V f16 GEMM
+    /// (`Cm2Bf16::ViaF16`), at least `bytes` long.
+    pub(super) fn f16_weights(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.f16_weights,
+            self.budget.as_ref(),
+            gpu,
+            "linear.f16_weights",
             bytes,
         )
     }

@@ -4,14 +4,17 @@
 
 use dynvram_shaders::linear as shaders;
 
+use dynvram_quant::Format;
+
 use super::cm2::{self, Cm2Kernel};
 use super::coop::float_coop_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
-use super::recorder::{GEMM_TILE, Recorder, buf, coop_ran, region};
+use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
+use crate::device::Cm2Bf16;
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Bindings, Constants};
+use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::GpuTensor;
 
@@ -32,8 +35,11 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
-        if let Some(kernel) = self.float_cm2_chosen()? {
+        if let Some((kernel, via_f16)) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
+            if via_f16 {
+                return self.float_cm2_via_f16(encoder, kernel, x, out, scratch, &dummy);
+            }
             return self.float_cm2(encoder, kernel, x, out, &dummy);
         }
         let coop = self.coop_chosen(|caps| {
@@ -123,17 +129,29 @@ impl Recorder<'_> {
 
     /// The float layer's SPIR-V GEMM ([`Self::cm2_chosen`]), or with
     /// `RecordOptions::spirv_check` the check kernel past the GEMVs (an
-    /// error where it cannot run).
-    fn float_cm2_chosen(&self) -> Result<Option<Cm2Kernel>, LinearError> {
+    /// error where it cannot run); `true` with it where bf16 weights go to
+    /// an f16 kernel converted a piece at a time (`Cm2Bf16::ViaF16`, and
+    /// always on the check kernel).
+    fn float_cm2_chosen(&self) -> Result<Option<(Cm2Kernel, bool)>, LinearError> {
         let (format, act) = (self.weights.format, self.act);
+        let bf16 = format == Format::Bf16;
         if self.spirv_check && self.m > GEMV_MAX_M && self.gemv.is_none() {
             let passthrough =
                 (self.gpu.device.features()).contains(wgpu::Features::PASSTHROUGH_SHADERS);
-            return cm2::linear_check(passthrough, format, act)
-                .map(Some)
+            let read_as = if bf16 { Format::F16 } else { format };
+            return cm2::linear_check(passthrough, read_as, act)
+                .map(|k| Some((k, bf16)))
                 .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
         }
-        Ok(self.cm2_chosen(cm2::float_weights(format, act)))
+        if bf16 && self.cm2_bf16 == Cm2Bf16::ViaF16 {
+            let f16 = self.cm2_chosen(cm2::float_weights(Format::F16, act));
+            if let Some(kernel) = f16 {
+                return Ok(Some((kernel, true)));
+            }
+        }
+        Ok(self
+            .cm2_chosen(cm2::float_weights(format, act))
+            .map(|k| (k, false)))
     }
 
     /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
@@ -168,5 +186,133 @@ impl Recorder<'_> {
             self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
         }
         Ok(())
+    }
+
+    /// Records a bf16 layer on the f16 SPIR-V GEMM `kernel`: each weight
+    /// chunk in pieces of whole rows ([`bf16_pieces`]), each converted into
+    /// the scratch (`bf16_to_f16.wgsl`) and then multiplied as f16 weights.
+    fn float_cm2_via_f16(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+        dummy: &wgpu::Buffer,
+    ) -> Result<(), LinearError> {
+        let k = self.weights.k;
+        let rows = bf16_piece_rows(
+            self.bf16_piece_bytes,
+            k,
+            self.weights.n,
+            u64::from(kernel.gemm.tile_n),
+        );
+        // Word counts and offsets within a chunk (the layer's indices fit
+        // u32: `record` checked them).
+        let to_u32 = |v: u64| {
+            u32::try_from(v).map_err(|_| self.unsupported(format!("{v} bf16 words exceed u32")))
+        };
+        let converted = scratch.f16_weights(self.gpu, rows * k * 2)?;
+        let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+        let flags = u32::from(self.weights.bias.is_some());
+        for c in self.chunks()? {
+            for (first, count) in bf16_pieces(c.rows, rows) {
+                // Words of bf16 pairs: rows start on a word (K is even).
+                let words = count * k / 2;
+                let params = ConvertParams {
+                    words: to_u32(words)?,
+                    src_word0: to_u32(first * k / 2)?,
+                    _pad: [0; 2],
+                };
+                let groups = words.div_ceil(256).min(CONVERT_GROUPS) as u32;
+                self.dispatch(
+                    encoder,
+                    "bf16_to_f16",
+                    shaders::BF16_TO_F16,
+                    &[],
+                    [
+                        buf(c.buffer, c.offset, c.size),
+                        buf(&converted, 0, words * 4),
+                    ],
+                    params,
+                    (groups, 1),
+                    Cost::new(words * 4, words * 4, 0),
+                )?;
+                let piece = Chunk {
+                    buffer: &converted,
+                    offset: 0,
+                    size: words * 4,
+                    rows: count,
+                    first_row: c.first_row + first,
+                };
+                let bindings: Bindings<'_> = (0..)
+                    .zip([
+                        buf(&converted, 0, words * 4),
+                        buf(dummy, 0, 16),
+                        bias.clone(),
+                        x.binding(),
+                        out.binding(),
+                    ])
+                    .collect();
+                let cost = self.chunk_cost(&piece, x.bytes());
+                self.launch_cm2(encoder, kernel, &piece, &bindings, flags, cost)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `bf16_to_f16.wgsl`'s `Params`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ConvertParams {
+    words: u32,
+    src_word0: u32,
+    _pad: [u32; 2],
+}
+
+/// Workgroups of one conversion at most (it loops over the rest).
+const CONVERT_GROUPS: u64 = 4096;
+
+/// Weight rows of one bf16 → f16 piece of at most `bytes` (as f16) for a
+/// layer of `n` rows of `k` values: all of them where they fit, else as
+/// many as fit in whole tiles of `tile_n` rows (at least one tile).
+fn bf16_piece_rows(bytes: u64, k: u64, n: u64, tile_n: u64) -> u64 {
+    let fit = bytes / (2 * k).max(1);
+    if fit >= n {
+        return n.max(1);
+    }
+    (fit / tile_n).max(1) * tile_n
+}
+
+/// A chunk of `rows` weight rows as pieces of at most `per` rows, as
+/// (first row, rows), of equal size but the last.
+fn bf16_pieces(rows: u64, per: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..rows.div_ceil(per)).map(move |i| (i * per, per.min(rows - i * per)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::BF16_PIECE_BYTES;
+
+    #[test]
+    fn bf16_pieces_cover_every_row_once() {
+        // FLUX.1's widest (21504 x 3072, 132 MB as f16): pieces of whole
+        // 256-row tiles under 64 MiB.
+        let per = bf16_piece_rows(BF16_PIECE_BYTES, 3072, 21504, 256);
+        assert_eq!(per % 256, 0);
+        assert!(per * 3072 * 2 <= BF16_PIECE_BYTES, "{per}");
+        let pieces: Vec<_> = bf16_pieces(21504, per).collect();
+        assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), 21504);
+        for w in pieces.windows(2) {
+            assert_eq!(w[0].0 + w[0].1, w[1].0);
+        }
+        // A layer that fits is one piece; a row wider than a piece is one
+        // tile a piece.
+        assert_eq!(bf16_piece_rows(BF16_PIECE_BYTES, 64, 300, 256), 300);
+        assert_eq!(bf16_pieces(300, 300).collect::<Vec<_>>(), [(0, 300)]);
+        assert_eq!(bf16_piece_rows(BF16_PIECE_BYTES, 1 << 26, 1000, 128), 128);
+        assert_eq!(bf16_pieces(0, 128).count(), 0);
     }
 }

@@ -101,6 +101,10 @@ pub(super) fn record(
         coop_asked: opts.coop,
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
         spirv_gemm: opts.spirv_gemm.unwrap_or_else(|| gpu.spirv_gemm()),
+        cm2_bf16: opts.cm2_bf16.unwrap_or_else(|| gpu.cm2_bf16()),
+        bf16_piece_bytes: opts
+            .bf16_piece_bytes
+            .unwrap_or(crate::device::BF16_PIECE_BYTES),
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,

@@ -2,7 +2,7 @@
 
 use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
 use super::gemv_shape::GemvShape;
-use crate::device::{SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, SpirvGemm, SpreadQuant};
 
 /// Knobs for tests and tools; [`record_linear`] uses the defaults.
 ///
@@ -55,6 +55,15 @@ pub struct RecordOptions {
     /// them with the WGSL kernels; any but `Off` still needs the device to
     /// have enabled the extension).
     pub spirv_gemm: Option<SpirvGemm>,
+    /// How a bf16 layer takes the SPIR-V GEMM, instead of the device's
+    /// `GpuOptions::cm2_bf16` (tests and tools comparing them). With
+    /// [`Self::spirv_check`], bf16 weights reach the check kernel converted
+    /// to f16 whatever this says.
+    pub cm2_bf16: Option<Cm2Bf16>,
+    /// Bytes of one bf16 → f16 piece instead of
+    /// [`BF16_PIECE_BYTES`](crate::device::BF16_PIECE_BYTES) (tests of
+    /// several pieces; at least one tile of rows a piece).
+    pub bf16_piece_bytes: Option<u64>,
     /// The SPIR-V GEMM of this name (`dynvram_shaders::spirv::CM2_GEMMS`)
     /// instead of the first that fits (tests of every kernel, tuning; where
     /// it cannot run this layer, the WGSL kernels run).
