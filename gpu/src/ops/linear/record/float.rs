@@ -37,10 +37,23 @@ impl Recorder<'_> {
         let gemv = m <= GEMV_MAX_M;
         if let Some((kernel, via_f16)) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
-            if via_f16 {
-                return self.float_cm2_via_f16(encoder, kernel, x, out, scratch, &dummy);
+            if !via_f16 {
+                return self.float_cm2(encoder, kernel, x, out, &dummy);
             }
-            return self.float_cm2(encoder, kernel, x, out, &dummy);
+            match self.float_cm2_via_f16(encoder, kernel, x, out, scratch, &dummy) {
+                // No room for the converted piece (the plan does not count
+                // it): the bf16 kernel, which needs none, where there is one.
+                Err(e @ LinearError::Scratch { .. }) if !self.spirv_check => {
+                    let staged = self.cm2_chosen(cm2::float_weights(Format::Bf16, self.act));
+                    let Some(staged) = staged else {
+                        return Err(e);
+                    };
+                    tracing::debug!(%e, "bf16 via f16: no scratch, the bf16 kernel");
+                    scratch.set_spirv(staged.gemm.name);
+                    return self.float_cm2(encoder, staged, x, out, &dummy);
+                }
+                other => return other,
+            }
         }
         let coop = self.coop_chosen(|caps| {
             float_coop_unusable(caps, self.weights.format, self.act, self.coop)
