@@ -45,7 +45,7 @@ step "reference tests: spirv_gemm:: (extension required), f16_linear::float"
 DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 DYNVRAM_REQUIRE_COOP=1 RUST_BACKTRACE=1 \
   timeout 90 "$tests" spirv_gemm:: f16_linear::float --nocapture > "$out/spirv_tests.txt" 2>&1
 echo "tests exit status $?"
-grep -E "panicked|failed|^test |test result|skipped|gemm_cm2.*worst|equal to dot4" "$out/spirv_tests.txt" | cut -c1-300
+grep -E "panicked|failed|^test |test result|skipped|gemm_cm2.*worst|equal to ComfyUI" "$out/spirv_tests.txt" | cut -c1-300
 
 shapes=${SHAPES:-4608x9216x3072,4608x12288x3072,4608x21504x3072,4608x3072x12288,4608x3072x15360,4096x12288x3072}
 table() {

@@ -507,7 +507,8 @@ pub fn adapter_cm2(adapter: &wgpu::Adapter) -> Option<Cm2Caps> {
 /// weights; the integer ones differed from the dot4 GEMM by one f16 ulp in
 /// one output of 19,200 (the epilogue's rounding; the same with the SPIR-V
 /// epilogue `precise` on the H100, so likely the WGSL kernel's contraction
-/// of its multiply and bias add), so they run where asked. The flash-attention kernels run
+/// of its multiply and bias add), so they run where asked until their test
+/// against ComfyUI's epilogue on the exact sums passes on a GPU. The flash-attention kernels run
 /// only where `DYNVRAM_FLASH` names one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SpirvGemm {

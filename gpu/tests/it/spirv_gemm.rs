@@ -1,7 +1,8 @@
 //! The SPIR-V GEMMs on NVIDIA's cooperative matrices 2 (`shaders/spirv/`):
 //! the float kernels against the CPU reference under `f16_linear`'s
-//! tolerance rule (f16 and bf16 weights), the integer ones against the dot4
-//! GEMM bit for bit (int4 and int8 weights and codes), with and without
+//! tolerance rule (f16 and bf16 weights), the integer ones against
+//! ComfyUI's epilogue on the exact sums bit for bit (int4 and int8 weights
+//! and codes), with and without
 //! bias, on shapes that leave M, N and K off the tiles (K shorter than one
 //! step, K long), and weights split over several bindings (each chunk's
 //! columns inside the wider output, its bias at its offset). wgpu does not
@@ -19,7 +20,9 @@ use dynvram_gpu::ops::linear::{
     GemmKernel, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm, row_bytes,
 };
 use dynvram_quant::AdapterCaps;
-use dynvram_quant::reference::{dequantize_float_weight, gemm_f32};
+use dynvram_quant::reference::{
+    ActQuant, dequantize_float_weight, gemm_f32, integer_linear_from_codes,
+};
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
 use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Weights};
 use dynvram_test_support::gpu::needs_f16;
@@ -104,15 +107,22 @@ fn spirv_gemm_matches_the_reference() {
 }
 
 /// The integer SPIR-V GEMMs (s8 x s8 -> s32, int4 and int8 weights) equal
-/// the dot4 GEMM bit for bit: int4 and int8 activation codes, both
+/// ComfyUI's arithmetic bit for bit: the reference's exact sums of the
+/// activation codes the GPU made (read back after the dot4 GEMM's run) and
+/// its epilogue in f32, a multiply and then the bias add, rounded once to
+/// f16 (`integer_linear_from_codes`). int4 and int8 activation codes, both
 /// epilogues (convrot_w4a4's per-row scales, int8_tensorwise's scalar), with
 /// and without bias, M/N/K off the tiles (K shorter than a step, K past
 /// 2^24 / 128² where the WGSL cooperative GEMM cannot be exact), weights
-/// split over bindings. Where the driver lists no int8 workgroup shape the
-/// layers keep the WGSL kernels and this says so.
+/// split over bindings. The dot4 GEMM is held to one f16 ulp of the same
+/// (WGSL cannot forbid the compiler to fuse the multiply and the add: on
+/// the H100 and H200 it differed from the SPIR-V kernel in one output of
+/// 19,200), and the outputs where it differs are counted. Where the driver
+/// lists no int8 workgroup shape the layers keep the WGSL kernels and this
+/// says so.
 #[test]
-fn integer_spirv_gemm_equals_dot4() {
-    let test = "integer_spirv_gemm_equals_dot4";
+fn integer_spirv_gemm_equals_comfyui_epilogue() {
+    let test = "integer_spirv_gemm_equals_comfyui_epilogue";
     let Some(mut env) = spirv_env(test, needs_f16) else {
         return;
     };
@@ -189,32 +199,67 @@ fn integer_spirv_gemm_equals_dot4() {
             None,
             "{what}: dot4 took SPIR-V"
         );
-        let differ: Vec<usize> = (0..y.len())
-            .filter(|&i| y[i].to_bits() != e[i].to_bits())
+        // ComfyUI's result from the codes and scales the GPU made.
+        let (codes, scales) = env.act_codes_and_scales(format, m as u64, k as u64);
+        let (_, exact) = integer_linear_from_codes(&h.meta, h.bytes(), &ActQuant { codes, scales })
+            .expect("reference");
+        let want: Vec<f32> = exact
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_f32())
             .collect();
-        if let Some(&first) = differ.first() {
-            // f16 units in the last place of the worst difference.
-            let ulps = differ
-                .iter()
-                .map(|&i| {
-                    let ulp = half::f16::from_f32(e[i]).to_f32().abs().max(6.1e-5) / 1024.0;
-                    (y[i] - e[i]).abs() / ulp
+        // Bit for bit, but where the value is an f16 subnormal (whether a
+        // device keeps those is its choice): there within one subnormal step.
+        let differ = |got: &[f32]| -> Vec<usize> {
+            (0..got.len())
+                .filter(|&i| {
+                    if want[i].abs() < F16_MIN_NORMAL {
+                        (got[i] - want[i]).abs() > F16_SUBNORMAL_STEP
+                    } else {
+                        got[i].to_bits() != want[i].to_bits()
+                    }
                 })
-                .fold(0f32, f32::max);
+                .collect()
+        };
+        // f16 units in the last place of the worst difference from `want`.
+        let ulps = |got: &[f32], at: &[usize]| {
+            at.iter()
+                .map(|&i| {
+                    let ulp = want[i].abs().max(F16_MIN_NORMAL) / 1024.0;
+                    (got[i] - want[i]).abs() / ulp
+                })
+                .fold(0f32, f32::max)
+        };
+        let off = differ(&y);
+        if let Some(&first) = off.first() {
             panic!(
-                "{what} ({}): {} of {} outputs differ from dot4, the worst by {ulps:.1} f16 ulps; first at {first} (row {}, col {}): {} against {}",
+                "{what} ({}): {} of {} outputs differ from ComfyUI's epilogue, the worst by {:.1} f16 ulps; first at {first} (row {}, col {}): {} against {}",
                 name.unwrap_or_default(),
-                differ.len(),
+                off.len(),
                 y.len(),
+                ulps(&y, &off),
                 first / n,
                 first % n,
                 y[first],
-                e[first]
+                want[first]
             );
         }
-        eprintln!("{what}: equal to dot4");
+        let dot4_off = differ(&e);
+        let dot4_ulps = ulps(&e, &dot4_off);
+        assert!(
+            dot4_ulps <= 1.01,
+            "{what}: the dot4 GEMM is {dot4_ulps:.1} f16 ulps from ComfyUI's epilogue"
+        );
+        eprintln!(
+            "{what}: equal to ComfyUI's epilogue (the dot4 GEMM: {} of {} outputs one ulp off)",
+            dot4_off.len(),
+            y.len()
+        );
     }
 }
+
+/// The smallest normal f16, and the step between f16 subnormals.
+const F16_MIN_NORMAL: f32 = 6.103_515_6e-5;
+const F16_SUBNORMAL_STEP: f32 = 5.960_464_5e-8;
 
 /// The SPIR-V launch path (explicit layout, push constants, weight chunks
 /// writing columns of a wider output, the bias at the chunk's offset)
