@@ -638,7 +638,7 @@ pub(crate) mod test_caps {
 
 #[cfg(test)]
 mod tests {
-    use super::SpirvGemm;
+    use super::{Cm2Bf16, SpirvGemm};
 
     #[test]
     fn float_gemms_by_default_integer_ones_where_asked() {
@@ -658,5 +658,20 @@ mod tests {
         }
         let why = "int".parse::<SpirvGemm>().expect_err("unknown");
         assert!(why.contains("auto") && why.contains("float"), "{why}");
+    }
+
+    #[test]
+    fn bf16_layers_take_the_bf16_kernels_unless_f16_is_asked() {
+        assert_eq!(Cm2Bf16::default(), Cm2Bf16::Staged);
+        for (text, want) in [
+            ("staged", Cm2Bf16::Staged),
+            ("bf16", Cm2Bf16::Staged),
+            ("f16", Cm2Bf16::ViaF16),
+            ("via-f16", Cm2Bf16::ViaF16),
+        ] {
+            assert_eq!(text.parse::<Cm2Bf16>(), Ok(want), "{text}");
+        }
+        let why = "fp8".parse::<Cm2Bf16>().expect_err("unknown");
+        assert!(why.contains("staged") && why.contains("f16"), "{why}");
     }
 }
