@@ -622,12 +622,16 @@ fn print_text(r: &Report) {
         if s.streamed_bytes > 0 {
             let from = &s.streamed_from;
             println!(
-                "{:<10} streamed from registered pins {}, RAM pins {}, files {}; ring stalls {}",
+                "{:<10} streamed from registered pins {}, RAM pins {}, files {}; ring stalls {}; \
+                 {:.1} ms recording, {:.1} ms staging and submitting, {:.1} ms waiting for the GPU",
                 "",
                 size(from.registered_pin_bytes),
                 size(from.ram_pin_bytes),
                 size(from.file_bytes),
-                s.ring_stalls
+                s.ring_stalls,
+                s.record_seconds * 1e3,
+                s.submit_seconds * 1e3,
+                s.wait_seconds * 1e3
             );
         }
     }

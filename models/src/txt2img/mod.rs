@@ -217,6 +217,13 @@ pub struct StageReport {
     pub ring_stalls: u64,
     /// Each pass's wall seconds (the sample stage: one a step).
     pub pass_seconds: Vec<f64>,
+    /// Of the passes' time, CPU seconds recording their kernels.
+    pub record_seconds: f64,
+    /// CPU seconds staging weights and submitting (a pass bound by its
+    /// stream spends it here, and waits little at its end).
+    pub submit_seconds: f64,
+    /// Seconds waiting for the GPU at the passes' ends.
+    pub wait_seconds: f64,
     /// Pipelines created in the stage (kernels no stage before it needed)
     /// and the seconds that took: inside `seconds`, a fixed cost of the
     /// first image.
@@ -780,6 +787,9 @@ fn stage<T>(
         }),
         ring_stalls: stats.iter().map(|s| s.ring_stalls).sum(),
         pass_seconds: stats.iter().map(|s| s.seconds).collect(),
+        record_seconds: stats.iter().map(|s| s.record_seconds).sum(),
+        submit_seconds: stats.iter().map(|s| s.submit_seconds).sum(),
+        wait_seconds: stats.iter().map(|s| s.wait_seconds).sum(),
         pipelines: rt.gpu().pipeline_time().since(pipelines0),
         loaded_bytes: loaded + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
         prefetched_bytes: prefetched.get(),
