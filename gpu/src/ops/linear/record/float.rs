@@ -2,9 +2,8 @@
 //! GEMV, the tiled GEMM, the cooperative GEMM or the SPIR-V
 //! cooperative-matrix-2 GEMM, weights decoded in-shader.
 
-use dynvram_shaders::linear as shaders;
-
 use dynvram_quant::Format;
+use dynvram_shaders::linear as shaders;
 
 use super::cm2::{self, Cm2Kernel};
 use super::coop::float_coop_unusable;
