@@ -178,26 +178,40 @@ impl Recorder<'_> {
         dummy: &wgpu::Buffer,
     ) -> Result<(), LinearError> {
         for c in self.chunks()? {
-            let scale = self
-                .weights
-                .scale
-                .as_ref()
-                .map_or(buf(dummy, 0, 16), region);
-            let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
-            let bindings: Bindings<'_> = (0..)
-                .zip([
-                    buf(c.buffer, c.offset, c.size),
-                    scale,
-                    bias,
-                    x.binding(),
-                    out.binding(),
-                ])
-                .collect();
-            let flags = u32::from(self.weights.bias.is_some());
-            let cost = self.chunk_cost(&c, x.bytes());
-            self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
+            self.float_cm2_chunk(encoder, kernel, &c, x, out, dummy)?;
         }
         Ok(())
+    }
+
+    /// Records the SPIR-V GEMM `kernel` over the f16 or bf16 weights of
+    /// chunk `c` (a chunk of the layer's, or a converted piece).
+    fn float_cm2_chunk(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        c: &Chunk<'_>,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        dummy: &wgpu::Buffer,
+    ) -> Result<(), LinearError> {
+        let scale = self
+            .weights
+            .scale
+            .as_ref()
+            .map_or(buf(dummy, 0, 16), region);
+        let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+        let bindings: Bindings<'_> = (0..)
+            .zip([
+                buf(c.buffer, c.offset, c.size),
+                scale,
+                bias,
+                x.binding(),
+                out.binding(),
+            ])
+            .collect();
+        let flags = u32::from(self.weights.bias.is_some());
+        let cost = self.chunk_cost(c, x.bytes());
+        self.launch_cm2(encoder, kernel, c, &bindings, flags, cost)
     }
 
     /// Records a bf16 layer on the f16 SPIR-V GEMM `kernel`: each weight
@@ -225,8 +239,6 @@ impl Recorder<'_> {
             u32::try_from(v).map_err(|_| self.unsupported(format!("{v} bf16 words exceed u32")))
         };
         let converted = scratch.f16_weights(self.gpu, rows * k * 2)?;
-        let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
-        let flags = u32::from(self.weights.bias.is_some());
         for c in self.chunks()? {
             for (first, count) in bf16_pieces(c.rows, rows) {
                 // Words of bf16 pairs: rows start on a word (K is even).
@@ -257,17 +269,7 @@ impl Recorder<'_> {
                     rows: count,
                     first_row: c.first_row + first,
                 };
-                let bindings: Bindings<'_> = (0..)
-                    .zip([
-                        buf(&converted, 0, words * 4),
-                        buf(dummy, 0, 16),
-                        bias.clone(),
-                        x.binding(),
-                        out.binding(),
-                    ])
-                    .collect();
-                let cost = self.chunk_cost(&piece, x.bytes());
-                self.launch_cm2(encoder, kernel, &piece, &bindings, flags, cost)?;
+                self.float_cm2_chunk(encoder, kernel, &piece, x, out, dummy)?;
             }
         }
         Ok(())
