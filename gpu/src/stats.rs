@@ -32,6 +32,22 @@ pub struct PassStats {
     pub wait_seconds: f64,
 }
 
+impl PassStats {
+    /// Adds `other`'s figures into `self` (each adds up over passes).
+    pub fn add(&mut self, other: &PassStats) {
+        self.streamed_bytes += other.streamed_bytes;
+        self.loaded_bytes += other.loaded_bytes;
+        self.seconds += other.seconds;
+        self.submits += other.submits;
+        self.staged_units += other.staged_units;
+        self.ring_stalls += other.ring_stalls;
+        self.sources.add(other.sources);
+        self.record_seconds += other.record_seconds;
+        self.submit_seconds += other.submit_seconds;
+        self.wait_seconds += other.wait_seconds;
+    }
+}
+
 /// Where the bytes of one pass's streamed weights came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StreamSources {

@@ -775,23 +775,24 @@ fn stage<T>(
     let loaded = model.load(rt)?;
     let open_seconds = opening + t0.elapsed().as_secs_f64();
     let (out, stats) = body(&model)?;
+    let total = stats.iter().fold(PassStats::default(), |mut total, s| {
+        total.add(s);
+        total
+    });
     let report = StageReport {
         stage: which,
         seconds: opening + t0.elapsed().as_secs_f64(),
         open_seconds,
         passes: stats.len(),
-        streamed_bytes: stats.iter().map(|s| s.streamed_bytes).sum(),
-        streamed_from: stats.iter().fold(StreamSources::default(), |mut all, s| {
-            all.add(s.sources);
-            all
-        }),
-        ring_stalls: stats.iter().map(|s| s.ring_stalls).sum(),
+        streamed_bytes: total.streamed_bytes,
+        streamed_from: total.sources,
+        ring_stalls: total.ring_stalls,
         pass_seconds: stats.iter().map(|s| s.seconds).collect(),
-        record_seconds: stats.iter().map(|s| s.record_seconds).sum(),
-        submit_seconds: stats.iter().map(|s| s.submit_seconds).sum(),
-        wait_seconds: stats.iter().map(|s| s.wait_seconds).sum(),
+        record_seconds: total.record_seconds,
+        submit_seconds: total.submit_seconds,
+        wait_seconds: total.wait_seconds,
         pipelines: rt.gpu().pipeline_time().since(pipelines0),
-        loaded_bytes: loaded + stats.iter().map(|s| s.loaded_bytes).sum::<u64>(),
+        loaded_bytes: loaded + total.loaded_bytes,
         prefetched_bytes: prefetched.get(),
         peak_vram: rt.budget_report().peak,
         model: model.report(),

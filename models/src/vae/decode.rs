@@ -526,7 +526,7 @@ impl FluxVae {
                 let out = [batch, c.image_channels, th * s, tw * s];
                 let (img, st) = self.pass(rt, model, &tile, key, &stages(c), out)?;
                 blend.add(&img, th * s, tw * s, y0 * s, x0 * s, overlap * s);
-                add_stats(&mut stats, &st);
+                stats.add(&st);
                 tiles += 1;
             }
         }
@@ -697,17 +697,4 @@ impl FluxVae {
         let image = rt.read_f32(&view(&acts.bufs[cur], out))?;
         Ok((image, stats))
     }
-}
-
-/// `acc += s` for the figures that add up over passes.
-fn add_stats(acc: &mut PassStats, s: &PassStats) {
-    acc.streamed_bytes += s.streamed_bytes;
-    acc.loaded_bytes += s.loaded_bytes;
-    acc.seconds += s.seconds;
-    acc.submits += s.submits;
-    acc.ring_stalls += s.ring_stalls;
-    acc.sources.add(s.sources);
-    acc.record_seconds += s.record_seconds;
-    acc.submit_seconds += s.submit_seconds;
-    acc.wait_seconds += s.wait_seconds;
 }
