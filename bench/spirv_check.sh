@@ -71,7 +71,7 @@ if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
 timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
   --formats f16,bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  --cm2-kernels gemm_cm2_f16_k64,gemm_cm2_f16_k32,gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32 \
+  --cm2-kernels gemm_cm2_f16_k32_fast,gemm_cm2_f16_k32,gemm_cm2_f16_n128_fast,gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32 \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300

@@ -5,5 +5,6 @@
 #extension GL_NV_cooperative_matrix2 : enable
 #extension GL_EXT_shader_explicit_arithmetic_types : enable
 #extension GL_EXT_shader_16bit_storage : enable
+#extension GL_EXT_control_flow_attributes : enable
 
 layout(local_size_x = WG, local_size_y = 1, local_size_z = 1) in;

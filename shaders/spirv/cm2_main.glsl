@@ -12,6 +12,53 @@
 
 #define CLAMP gl_CooperativeMatrixClampModeConstantNV
 
+// FAST 1: tiles wholly inside M and N, with K a multiple of BK and of 8,
+// load through unclamped layouts whose row stride is known to be a
+// multiple of 16 bytes, FAST_UNROLL steps unrolled, so the compiler can
+// overlap one step's loads with another's products (1.6x on the H100 at
+// FLUX.1's shapes, BENCHMARKS.md session 24); other tiles take the clamped
+// loop.
+#ifndef FAST
+#define FAST 0
+#endif
+
+// A of the K step at `kk` through layout TX.
+#define LOAD_A(a, TX, kk) \
+    coopMatLoadTensorNV(a, ACT, 0u, sliceTensorLayoutNV(TX, m0, BM, kk, BK))
+
+#if STAGED
+// B from the shared tile `put_w` fills (TW unused; the step is k0's): the
+// previous step's products are done with it; the next step's global reads
+// go out before this one's products.
+#define LOAD_B(b, TW)                                                          \
+    barrier();                                                                 \
+    for (uint i = 0u; i < LOADS; i++) {                                        \
+        put_w(i, r[i]);                                                        \
+    }                                                                          \
+    barrier();                                                                 \
+    if (k0 + BK < p.k) {                                                       \
+        for (uint i = 0u; i < LOADS; i++) {                                    \
+            r[i] = fetch_w(n0, k0 + BK, i);                                    \
+        }                                                                      \
+    }                                                                          \
+    coopMatLoad(b, b_sh, 0u, B_PITCH, gl_CooperativeMatrixLayoutColumnMajor)
+#else
+// B of the K step at k0 through layout TW: weight rows are B's columns,
+// B[k][n] = W[n][k] through `transpose`.
+#define LOAD_B(b, TW)                                                          \
+    coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(TW, n0, BN, k0, BK), transpose)
+#endif
+
+// The K step at k0 through layouts TX and TW.
+#define K_STEP(TX, TW)                                                         \
+    {                                                                          \
+        coopmat<A_T, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;              \
+        LOAD_A(a, TX, k0);                                                     \
+        coopmat<A_T, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;              \
+        LOAD_B(b, TW);                                                         \
+        acc = coopMatMulAdd(a, b, acc);                                        \
+    }
+
 void main() {
     uint n0 = gl_WorkGroupID.x * BN;
     uint m0 = gl_WorkGroupID.y * BM;
@@ -19,11 +66,12 @@ void main() {
     tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
     t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
     t_x = setTensorLayoutClampValueNV(t_x, 0u);
-#if !STAGED
+#if STAGED
+#define t_w t_x
+#else
     tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
     t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
     t_w = setTensorLayoutClampValueNV(t_w, 0u);
-    // B[k][n] = W[n][k].
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
 #endif
 
@@ -36,28 +84,36 @@ void main() {
         r[i] = fetch_w(n0, 0u, i);
     }
 #endif
-    for (uint k0 = 0u; k0 < p.k; k0 += BK) {
-        coopmat<A_T, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;
-        coopMatLoadTensorNV(a, ACT, 0u, sliceTensorLayoutNV(t_x, m0, BM, k0, BK));
-        coopmat<A_T, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;
+#if FAST
+    if (m0 + BM <= p.m && n0 + BN <= p.n && p.k % BK == 0u && p.k % 8u == 0u) {
+        // The stride's hint: rows start on 16 bytes.
+        uint stride = p.k & ~7u;
+        tensorLayoutNV<2> u_x = createTensorLayoutNV(2);
+        u_x = setTensorLayoutDimensionNV(u_x, p.m, p.k);
+        u_x = setTensorLayoutStrideNV(u_x, stride, 1u);
 #if STAGED
-        // The previous step's products are done with the tile.
-        barrier();
-        for (uint i = 0u; i < LOADS; i++) {
-            put_w(i, r[i]);
-        }
-        barrier();
-        if (k0 + BK < p.k) {
-            for (uint i = 0u; i < LOADS; i++) {
-                r[i] = fetch_w(n0, k0 + BK, i);
+#define u_w u_x
+#else
+        tensorLayoutNV<2> u_w = createTensorLayoutNV(2);
+        u_w = setTensorLayoutDimensionNV(u_w, p.n, p.k);
+        u_w = setTensorLayoutStrideNV(u_w, stride, 1u);
+#endif
+        uint k0 = 0u;
+        for (uint g = p.k / (BK * FAST_UNROLL); g > 0u; g--) {
+            [[unroll]] for (uint j = 0u; j < FAST_UNROLL; j++) {
+                K_STEP(u_x, u_w)
+                k0 += BK;
             }
         }
-        // Weight rows are B's columns: column-major with the tile's pitch.
-        coopMatLoad(b, b_sh, 0u, B_PITCH, gl_CooperativeMatrixLayoutColumnMajor);
-#else
-        coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(t_w, n0, BN, k0, BK), transpose);
+        for (; k0 < p.k; k0 += BK) {
+            K_STEP(u_x, u_w)
+        }
+    } else
 #endif
-        acc = coopMatMulAdd(a, b, acc);
+    {
+        for (uint k0 = 0u; k0 < p.k; k0 += BK) {
+            K_STEP(t_x, t_w)
+        }
     }
     finish(acc, m0, n0);
 }

@@ -72,13 +72,17 @@ macro_rules! cm2_gemm {
 }
 
 /// Every cooperative-matrix-2 GEMM, in the order they are preferred for
-/// their weights: f16 and integer weights 64 K columns a step before 32
-/// (llama.cpp's large f16 tile steps 64; int4 measured 187-196 TFLOP/s
-/// against 173 on the H200), bf16 as measured (below); smaller shared tiles
-/// serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 9] = [
-    cm2_gemm!("gemm_cm2_f16_k64", F16, 256, 64, 0),
+/// their weights, as measured on the H100 (BENCHMARKS.md, session 24):
+/// f16 weights through the unclamped, unrolled inner loop first (219-240
+/// TFLOP/s at FLUX.1's shapes against 122-142 for the plain loop; the
+/// 128-wide tile is for small grids, 159 against 128 at 512 x 4096 x 4096,
+/// and is asked for by name), integer ones 64 K columns a step before 32
+/// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
+/// smaller shared tiles serve drivers that reserve more shared memory.
+pub static CM2_GEMMS: [Cm2Gemm; 10] = [
+    cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
+    cm2_gemm!("gemm_cm2_f16_n128_fast", F16, 128, 32, 0),
     // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
     // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
     // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
@@ -145,12 +149,14 @@ macro_rules! cm2_flash {
 }
 
 /// Every cooperative-matrix-2 flash kernel, in the order they are
-/// preferred (not measured yet: FlashAttention-2's 128-row blocks first).
+/// preferred, as measured at FLUX.1's attention (24 heads x 4608 x 128) on
+/// the H100 (2026-12-06): 134, 132, 95 and 67 TFLOP/s (the WGSL kernel
+/// 69-72).
 pub static CM2_FLASH: [Cm2Flash; 4] = [
-    cm2_flash!("flash_cm2_128x64_d128", 128, 64, 128, 256),
-    cm2_flash!("flash_cm2_64x64_d128", 64, 64, 128, 128),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
+    cm2_flash!("flash_cm2_128x64_d128", 128, 64, 128, 256),
+    cm2_flash!("flash_cm2_64x64_d128", 64, 64, 128, 128),
 ];
 
 #[cfg(test)]

@@ -93,11 +93,11 @@ impl std::str::FromStr for Seconds {
 /// `512x32m8`, for tuning) and `DYNVRAM_COOP_GEMM` (the cooperative-matrix
 /// GEMM kernel: `single`, the default, or `double`, for comparisons) and
 /// `DYNVRAM_SPIRV_GEMM` (which GEMMs take the SPIR-V cooperative-matrix-2
-/// kernels where the device has the extension: `float`, the default, f16
-/// and bf16 weights; `auto`, integer ones too; `off`) and
-/// `DYNVRAM_CM2_BF16` (how bf16 layers take them: `staged`, the default,
-/// the bf16 kernels; `f16`, converted to f16 a piece at a time for the f16
-/// kernels, for comparisons) and
+/// kernels where the device has the extension: `auto`, the default, every
+/// one; `float`, f16 and bf16 weights; `off`) and
+/// `DYNVRAM_CM2_BF16` (how bf16 layers take them: `f16`, the default,
+/// converted to f16 a piece at a time for the f16 kernels; `staged`, the
+/// bf16 kernels, for comparisons) and
 /// `DYNVRAM_GPU_WAIT` (seconds a wait for the GPU may take, 300): the one
 /// place the program reads them. A value it does not know is warned about
 /// and the default kept. No pipeline

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::device::{AdapterSummary, Cm2Bf16, Cm2Caps, SpirvGemm, enumerate_adapters};
+use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
     Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
 };
@@ -127,13 +128,13 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if coop_unusable(c, coop_shape).is_none() {
             println!("  cooperative GEMM kernel: {}", coop_kernel_line(c));
         }
-        // bf16 layers take the f16 kernels where DYNVRAM_CM2_BF16=f16 asks
-        // (converted a piece at a time).
+        // bf16 layers take the f16 kernels (converted a piece at a time)
+        // unless DYNVRAM_CM2_BF16=staged asks for the bf16 ones.
         let via_f16 = crate::cmd::adapter_args::gpu_options().cm2_bf16 == Cm2Bf16::ViaF16;
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
             let read_as = if via_f16 { Format::F16 } else { format };
             let how = if via_f16 && format == Format::Bf16 {
-                " (converted to f16 a piece at a time: DYNVRAM_CM2_BF16=f16)"
+                " (converted to f16 a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels)"
             } else {
                 ""
             };
@@ -148,6 +149,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 spirv_gemm_line(a, true, |c| cm2_int_gemm(c, w4, ActDtype::F16, false, None))
             );
         }
+        println!("  flash attention (f16, head_dim 128): {}", flash_line(a));
         println!(
             "  max buffer {}  max storage binding {}  workgroup memory {}",
             size(c.max_buffer_size),
@@ -214,8 +216,7 @@ fn spirv_gemm_line(
         return "wgsl: SPIR-V GEMMs off (DYNVRAM_SPIRV_GEMM=off)".into();
     }
     if !opts.spirv_gemm.allows(integer) {
-        return "wgsl: integer SPIR-V GEMMs not asked for (DYNVRAM_SPIRV_GEMM=auto takes them)"
-            .into();
+        return "wgsl: integer SPIR-V GEMMs off (DYNVRAM_SPIRV_GEMM=float)".into();
     }
     if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 {
         return "wgsl: no KHR cooperative matrices on this device".into();
@@ -229,6 +230,36 @@ fn spirv_gemm_line(
             k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
         ),
         Err(why) => format!("wgsl coop: {why}"),
+    }
+}
+
+/// Which kernel flash attention takes on adapter `a` by default at head
+/// dim 128 with f16 activations (FLUX.1's and Llama's), and why.
+fn flash_line(a: &AdapterSummary) -> String {
+    let opts = crate::cmd::adapter_args::gpu_options();
+    let wgsl = match default_flash_kernel(&a.caps, ActDtype::F16, 128) {
+        Some(k) => format!("wgsl {k}"),
+        None => "scalar kernels (no flash kernel fits)".into(),
+    };
+    if opts.spirv_gemm == SpirvGemm::Off {
+        return format!("{wgsl}: SPIR-V kernels off (DYNVRAM_SPIRV_GEMM=off)");
+    }
+    let Some(cm2) = &a.cm2 else {
+        return format!("{wgsl}: VK_NV_cooperative_matrix2 missing");
+    };
+    match preferred_cm2_flash(Some(cm2), ActDtype::F16, 128) {
+        Some(k) => format!("spirv-cm2 {k}: VK_NV_cooperative_matrix2 present with every feature"),
+        None => {
+            let missing = cm2.flash_missing_features();
+            if missing.is_empty() {
+                format!("{wgsl}: the driver lists none of the SPIR-V flash kernels' matrix shapes")
+            } else {
+                format!(
+                    "{wgsl}: VK_NV_cooperative_matrix2 lacks {}",
+                    missing.join(", ")
+                )
+            }
+        }
     }
 }
 

@@ -500,22 +500,18 @@ pub fn adapter_cm2(adapter: &wgpu::Adapter) -> Option<Cm2Caps> {
 /// Which GEMMs may take the SPIR-V cooperative-matrix-2 kernels (the
 /// embedder's choice; the CLI reads `DYNVRAM_SPIRV_GEMM`), where the device
 /// has `VK_NV_cooperative_matrix2` with every feature they need (it then
-/// opens with the extension enabled). raw SPIR-V is not validated by wgpu:
+/// opens with the extension enabled). Raw SPIR-V is not validated by wgpu:
 /// a kind of kernel runs by default once its reference tests have passed
-/// on an NVIDIA GPU (`bench/spirv_check.sh`). On the H200 and H100
-/// (2026-12-06) the float kernels did, at 1.7× the WGSL path for bf16
-/// weights; the integer ones differed from the dot4 GEMM by one f16 ulp in
-/// one output of 19,200 (the epilogue's rounding; the same with the SPIR-V
-/// epilogue `precise` on the H100, so likely the WGSL kernel's contraction
-/// of its multiply and bias add), so they run where asked until their test
-/// against ComfyUI's epilogue on the exact sums passes on a GPU. The flash-attention kernels run
-/// only where `DYNVRAM_FLASH` names one.
+/// on an NVIDIA GPU (`bench/spirv_check.sh`). On the H100 (2026-12-06,
+/// session 24) every one did: the float kernels against the reference, the
+/// integer ones bit for bit against ComfyUI's epilogue on the GPU's codes,
+/// and the flash-attention kernels, which the same switch enables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SpirvGemm {
     /// Every GEMM that has a kernel: f16, bf16, int8 and int4 weights.
+    #[default]
     Auto,
     /// Float GEMMs (f16 and bf16 weights); integer ones on WGSL.
-    #[default]
     Float,
     /// Never: the extension stays disabled and the WGSL kernels run.
     Off,
@@ -550,20 +546,20 @@ impl std::str::FromStr for SpirvGemm {
 /// How a float layer of bf16 weights takes the SPIR-V GEMM (the embedder's
 /// choice; the CLI reads `DYNVRAM_CM2_BF16`). No cooperative-matrix type
 /// for bf16 in the compiler the kernels are built with, so the bf16 kernels
-/// convert each K step's weights to f16 in a shared tile, which limits
-/// their occupancy (132–137 TFLOP/s on the H200); the f16 kernels load both
-/// operands by tensor addressing. [`Self::ViaF16`] converts the layer's
-/// weights to f16 in pieces of at most [`BF16_PIECE_BYTES`] (a scratch
-/// buffer, one launch a piece) and runs an f16 kernel on each: the same
-/// values the bf16 kernels multiply. The plan does not count that scratch;
-/// where the budget has no room for it the layer takes the bf16 kernels.
-/// Not measured yet, so not the default.
+/// convert each K step's weights to f16 in a shared tile (122-142 TFLOP/s
+/// at FLUX.1's shapes on the H100); the f16 kernels load both operands by
+/// tensor addressing (219-240). [`Self::ViaF16`], the default, converts the
+/// layer's weights to f16 in pieces of at most [`BF16_PIECE_BYTES`] (a
+/// scratch buffer, one launch a piece) and runs an f16 kernel on each: the
+/// same values the bf16 kernels multiply. The plan does not count that
+/// scratch; where the budget has no room for it the layer takes the bf16
+/// kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Bf16 {
     /// The bf16 kernels (`gemm_cm2_bf16_*`).
-    #[default]
     Staged,
     /// Converted to f16 a piece at a time, then the f16 kernels.
+    #[default]
     ViaF16,
 }
 
@@ -641,8 +637,8 @@ mod tests {
     use super::{Cm2Bf16, SpirvGemm};
 
     #[test]
-    fn float_gemms_by_default_integer_ones_where_asked() {
-        assert_eq!(SpirvGemm::default(), SpirvGemm::Float);
+    fn every_gemm_by_default_float_ones_where_asked() {
+        assert_eq!(SpirvGemm::default(), SpirvGemm::Auto);
         let allows = |s: SpirvGemm| (s.allows(false), s.allows(true));
         assert_eq!(allows(SpirvGemm::Float), (true, false));
         assert_eq!(allows(SpirvGemm::Auto), (true, true));
@@ -662,7 +658,7 @@ mod tests {
 
     #[test]
     fn bf16_layers_take_the_bf16_kernels_unless_f16_is_asked() {
-        assert_eq!(Cm2Bf16::default(), Cm2Bf16::Staged);
+        assert_eq!(Cm2Bf16::default(), Cm2Bf16::ViaF16);
         for (text, want) in [
             ("staged", Cm2Bf16::Staged),
             ("bf16", Cm2Bf16::Staged),

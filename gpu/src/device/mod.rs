@@ -770,14 +770,14 @@ pub struct GpuOptions {
     /// fit it, the single-stage kernel runs).
     pub coop_gemm: CoopGemmKernel,
     /// Which GEMMs may take the SPIR-V kernels on
-    /// `VK_NV_cooperative_matrix2` where the adapter has it: float ones by
-    /// default ([`SpirvGemm::Float`]), every one ([`SpirvGemm::Auto`]), or
+    /// `VK_NV_cooperative_matrix2` where the adapter has it: every one by
+    /// default ([`SpirvGemm::Auto`]), float ones ([`SpirvGemm::Float`]), or
     /// none ([`SpirvGemm::Off`]: the extension stays disabled, and the
     /// flash-attention kernels cannot run either).
     pub spirv_gemm: SpirvGemm,
     /// How float layers of bf16 weights take the SPIR-V GEMM: the bf16
-    /// kernels ([`Cm2Bf16::Staged`], the default) or converted to f16 a
-    /// piece at a time for the f16 kernels ([`Cm2Bf16::ViaF16`]).
+    /// kernels ([`Cm2Bf16::Staged`]) or converted to f16 a piece at a time
+    /// for the f16 kernels ([`Cm2Bf16::ViaF16`], the default).
     pub cm2_bf16: Cm2Bf16,
     /// How long a wait for the GPU may take before it is an error (a
     /// faulted kernel can leave a fence unsignalled; see [`wait_limit`]):

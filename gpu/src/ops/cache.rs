@@ -70,7 +70,7 @@ impl<K: Hash + Eq> Generated<K> {
 /// A raw SPIR-V module and its layout, which wgpu cannot reflect from it
 /// (`dynvram_shaders::spirv`; compiled by [`Gpu`] only where the device took
 /// passthrough shaders). Its address identifies it, like [`Program`]'s.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct SpirvProgram {
     /// The module.
     pub spirv: &'static [u8],

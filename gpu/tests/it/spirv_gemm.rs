@@ -62,6 +62,11 @@ fn spirv_gemm_matches_the_reference() {
         (m0 + 2, 40, 4, false),
         (257, 513, 1028, true),
         (200, 96, 4100, false),
+        // Whole tiles and edge tiles, K past the unrolled steps of the
+        // kernels that have them and with steps left over (1216 = 2 x 512
+        // + 192).
+        (384, 768, 1216, false),
+        (300, 600, 1216, true),
     ];
     let mut ran = [false; 2];
     for g in CM2_GEMMS.iter().filter(|g| !g.weights.integer()) {
@@ -166,6 +171,17 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
         ),
         (int8(None), ActArith::Int8, m0 + 3, 70, 196, false),
         (int8(Some(64)), ActArith::Int8, 129, 257, 1536, true),
+        // Whole tiles, K past the unrolled steps of the kernels that have
+        // them and with steps left over (1216 = 2 x 512 + 192).
+        (
+            w4a4(64, LinearDtype::Int4),
+            ActArith::Int4,
+            384,
+            768,
+            1216,
+            false,
+        ),
+        (int8(None), ActArith::Int8, 256, 512, 1216, false),
     ];
     for (i, (format, act, m, n, k, split)) in cases.into_iter().enumerate() {
         let w4 = matches!(format, Format::ConvrotW4a4 { .. });
@@ -241,6 +257,35 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
                 first % n,
                 y[first],
                 want[first]
+            );
+        }
+        // Every other kernel of these weights, by name.
+        let weights = if w4 {
+            Cm2Weights::Int4
+        } else {
+            Cm2Weights::Int8
+        };
+        for g in CM2_GEMMS.iter().filter(|g| g.weights == weights) {
+            if Some(g.name) == name
+                || cm2_int_gemm(Some(&caps), w4, ActDtype::F16, false, Some(g.name)).is_err()
+            {
+                continue;
+            }
+            let named = RecordOptions {
+                max_binding,
+                cm2_kernel: Some(g.name),
+                ..Default::default()
+            };
+            let y = env.run_f16_with(&h, choice, &x, &named).out;
+            assert_eq!(env.scratch.last_spirv_gemm(), Some(g.name), "{what}");
+            let off = differ(&y);
+            assert!(
+                off.is_empty(),
+                "{what} ({}): {} of {} outputs differ from ComfyUI's epilogue, the worst by {:.1} f16 ulps",
+                g.name,
+                off.len(),
+                y.len(),
+                ulps(&y, &off)
             );
         }
         let dot4_off = differ(&e);

@@ -195,12 +195,11 @@ fn remembered_default(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Flas
     kernel
 }
 
-/// The kernel flash attention runs here (the device's `GpuOptions::flash`
-/// where it fits, else [`default_kernel`]), or why blocks of query rows
-/// run on the scalar kernels. The SPIR-V kernels run only where asked for
-/// (`DYNVRAM_FLASH=cm2-ROWSxKEYS`) until they pass their tests on a GPU
-/// (on 2026-12-06 their first launches faulted: Xid 13, an MMU fault, on
-/// the H100; the process then waits on a fence that never signals).
+/// The kernel flash attention runs here: the device's `GpuOptions::flash`
+/// where it fits, else the first SPIR-V kernel the device runs (NVIDIA's
+/// cooperative matrices 2: 1.9× the WGSL kernel at FLUX.1's attention on
+/// the H100, BENCHMARKS.md session 24), else [`default_kernel`]; or why
+/// blocks of query rows run on the scalar kernels.
 pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> {
     supported(&gpu.caps, act, hd)?;
     if let Some(k) = gpu.flash_kernel() {
@@ -210,6 +209,9 @@ pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> 
                 tracing::debug!(%k, %why, hd, "the asked flash kernel does not fit; the default runs");
             }
         }
+    }
+    if let Some(k) = super::flash_cm2::preferred(gpu.cm2(), act, hd) {
+        return Ok(k);
     }
     remembered_default(&gpu.caps, act, hd).ok_or_else(|| {
         format!(

@@ -78,17 +78,15 @@ const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
 }
 
 /// The programs of [`CM2_GEMMS`], in the same order.
-static PROGRAMS: [SpirvProgram; 9] = [
-    program(&CM2_GEMMS[0]),
-    program(&CM2_GEMMS[1]),
-    program(&CM2_GEMMS[2]),
-    program(&CM2_GEMMS[3]),
-    program(&CM2_GEMMS[4]),
-    program(&CM2_GEMMS[5]),
-    program(&CM2_GEMMS[6]),
-    program(&CM2_GEMMS[7]),
-    program(&CM2_GEMMS[8]),
-];
+static PROGRAMS: [SpirvProgram; CM2_GEMMS.len()] = {
+    let mut out = [program(&CM2_GEMMS[0]); CM2_GEMMS.len()];
+    let mut i = 1;
+    while i < out.len() {
+        out[i] = program(&CM2_GEMMS[i]);
+        i += 1;
+    }
+    out
+};
 
 /// [`LINEAR_CHECK`]'s program.
 static CHECK_PROGRAM: SpirvProgram = program(&LINEAR_CHECK);
@@ -415,7 +413,7 @@ mod tests {
         // Float layers never take an integer kernel, nor the reverse.
         assert_eq!(
             name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
-            Ok("gemm_cm2_f16_k64")
+            Ok("gemm_cm2_f16_k32_fast")
         );
     }
 
@@ -458,7 +456,7 @@ mod tests {
         let caps = nvidia();
         assert_eq!(
             name(cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None)),
-            Ok("gemm_cm2_f16_k64")
+            Ok("gemm_cm2_f16_k32_fast")
         );
         // bf16 weights: 32 K columns a step first (the measured order);
         // 36 KiB of staging at 64 do not fit beside the 16 KiB reserved,
@@ -497,7 +495,7 @@ mod tests {
         tight.reserved_shared_memory = 48 << 10;
         assert_eq!(
             name(cm2_gemm(Some(&tight), Format::F16, ActDtype::F16, None)),
-            Ok("gemm_cm2_f16_k64")
+            Ok("gemm_cm2_f16_k32_fast")
         );
         let why =
             name(cm2_gemm(Some(&tight), Format::Bf16, ActDtype::F16, None)).expect_err("full");
@@ -540,8 +538,14 @@ mod tests {
         let why = name(cm2_gemm(Some(&wide), Format::F16, ActDtype::F16, None))
             .expect_err("subgroups of 96");
         assert!(why.contains("power-of-two multiple"), "{why}");
+        // The 128-wide tile where 256 is past the flexible dimensions.
         let mut narrow = nvidia();
         narrow.max_dimension = 128;
+        assert_eq!(
+            name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16, None)),
+            Ok("gemm_cm2_f16_n128_fast")
+        );
+        narrow.max_dimension = 64;
         let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16, None)).expect_err("dim");
         assert!(why.contains("flexible-dimension"), "{why}");
     }
