@@ -129,20 +129,3 @@ pub(crate) fn prefix_of(list: &dyn TensorList, key: &str) -> Option<String> {
     found.sort();
     found.into_iter().next()
 }
-
-/// The input width of the widest linear of `blocks` whose kernels quantize
-/// their activations (0 when there is none): the linear scratch a pass
-/// declares.
-pub(crate) fn widest_integer_k(
-    list: &dyn TensorList,
-    blocks: &[dynvram_runtime::BlockSpec],
-) -> usize {
-    blocks
-        .iter()
-        .flat_map(|b| &b.linears)
-        .filter_map(|l| quant::validate_layer(list, l).ok())
-        .filter(|layer| layer.format.quantizes_activations())
-        .map(|layer| layer.k)
-        .max()
-        .unwrap_or(0)
-}

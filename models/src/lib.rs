@@ -17,6 +17,7 @@ pub mod error;
 pub mod flux;
 mod hf_config;
 mod host_embed;
+mod linear_needs;
 pub mod llama;
 pub mod mlp_stack;
 mod record;
@@ -26,3 +27,5 @@ pub mod t5;
 pub mod tokenize;
 pub mod txt2img;
 pub mod vae;
+
+pub use linear_needs::LinearNeeds;

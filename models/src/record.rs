@@ -111,13 +111,3 @@ pub(crate) fn allocate(
         .map(|a| activation(rt, model, a.name, &a.shape, a.f32_only, dtype))
         .collect()
 }
-
-/// Scratch the linear kernels hold for `rows` of input to the widest layer
-/// that quantizes its activations (`widest_integer_k`, 0 when none does:
-/// float layers need none).
-pub(crate) fn integer_scratch_bytes(rows: usize, widest_integer_k: usize) -> u64 {
-    if widest_integer_k == 0 {
-        return 0;
-    }
-    dynvram_runtime::ops::linear::integer_scratch_bytes(rows as u64, widest_integer_k as u64)
-}

@@ -551,9 +551,9 @@ impl std::str::FromStr for SpirvGemm {
 /// tensor addressing (219-240). [`Self::ViaF16`], the default, converts the
 /// layer's weights to f16 in pieces of at most [`BF16_PIECE_BYTES`] (a
 /// scratch buffer, one launch a piece) and runs an f16 kernel on each: the
-/// same values the bf16 kernels multiply. The plan does not count that
-/// scratch; where the budget has no room for it the layer takes the bf16
-/// kernels.
+/// same values the bf16 kernels multiply. Models' plans count that scratch
+/// (`ops::linear::bf16_piece_bytes`); where a budget still has no room for
+/// it the layer takes the bf16 kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Bf16 {
     /// The bf16 kernels (`gemm_cm2_bf16_*`).

@@ -197,7 +197,7 @@ impl ClipCheckpoint {
                 &self.config,
                 batch,
                 dtype,
-                crate::check::widest_integer_k(&list, &self.blocks()),
+                crate::LinearNeeds::of(&list, &self.blocks()),
             ),
         }
     }

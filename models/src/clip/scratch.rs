@@ -4,7 +4,8 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::ClipConfig;
-use crate::record::{ActShape, act_bytes, integer_scratch_bytes};
+use crate::LinearNeeds;
+use crate::record::{ActShape, act_bytes};
 use crate::tokenize::CLIP_MAX_LEN;
 
 /// Activation shapes of a pass over `batch` prompts.
@@ -23,14 +24,7 @@ pub(super) fn act_shapes(c: &ClipConfig, batch: usize) -> Vec<ActShape> {
 }
 
 /// Activation bytes of a pass over `batch` prompts in `dtype`, plus the
-/// linear kernels' scratch for the widest layer that quantizes its
-/// activations (`widest_integer_k`, its input width; 0 when none does).
-pub fn scratch_bytes(
-    c: &ClipConfig,
-    batch: usize,
-    dtype: ActDtype,
-    widest_integer_k: usize,
-) -> u64 {
-    act_bytes(&act_shapes(c, batch), dtype)
-        + integer_scratch_bytes(batch * CLIP_MAX_LEN, widest_integer_k)
+/// linear kernels' scratch (`linear`).
+pub fn scratch_bytes(c: &ClipConfig, batch: usize, dtype: ActDtype, linear: LinearNeeds) -> u64 {
+    act_bytes(&act_shapes(c, batch), dtype) + linear.scratch_bytes(batch * CLIP_MAX_LEN)
 }

@@ -615,23 +615,14 @@ impl FluxCheckpoint {
                 &self.config,
                 shape,
                 dtype,
-                self.widest_integer_k(),
+                self.linear_needs(),
             ),
         }
     }
 
-    /// The input width of the widest linear whose kernels quantize their
-    /// activations (0 when there is none: the scratch they need).
-    pub fn widest_integer_k(&self) -> usize {
-        let list = FilesList::new(&self.files);
-        self.blocks()
-            .iter()
-            .flat_map(|b| &b.linears)
-            .filter_map(|l| quant::validate_layer(&list, l).ok())
-            .filter(|layer| layer.format.quantizes_activations())
-            .map(|layer| layer.k)
-            .max()
-            .unwrap_or(0)
+    /// What its linears need in scratch besides the activations.
+    pub fn linear_needs(&self) -> crate::LinearNeeds {
+        crate::LinearNeeds::of(&FilesList::new(&self.files), &self.blocks())
     }
 
     /// Bytes of every tensor a pass uses, as stored.

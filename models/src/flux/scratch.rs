@@ -8,7 +8,8 @@ use dynvram_runtime::ActDtype;
 
 use super::Shape;
 use super::config::{FluxConfig, TIME_DIM};
-use crate::record::{act_word_bytes, integer_scratch_bytes, word_bytes};
+use crate::LinearNeeds;
+use crate::record::{act_word_bytes, word_bytes};
 
 /// Every activation of a pass, one field each (`T`: a shape's bytes, or the
 /// runtime's [`Activation`](dynvram_runtime::Activation)).
@@ -112,23 +113,18 @@ impl<T> Acts<T> {
 }
 
 /// Activation bytes a pass over `shape` needs in `dtype`, plus the linear
-/// kernels' scratch: the rotated and quantized inputs of the widest layer
-/// that quantizes its activations (`widest_integer_k`, its input width; 0
-/// when every linear is float, which needs none — 0.53 GiB at FLUX.1's 4,608
-/// tokens that a bf16 model would otherwise hold for nothing).
-pub fn scratch_bytes(
-    c: &FluxConfig,
-    shape: Shape,
-    dtype: ActDtype,
-    widest_integer_k: usize,
-) -> u64 {
+/// kernels' scratch (`linear`: the integer kernels' rotated and quantized
+/// inputs, none where every linear is float — 0.53 GiB at FLUX.1's 4,608
+/// tokens that a bf16 model would otherwise hold for nothing — and the
+/// converted piece of bf16 layers).
+pub fn scratch_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype, linear: LinearNeeds) -> u64 {
     let mut acts = 0;
     let _: Acts<()> = Acts::build(c, shape, |_, s, f32_only| {
         acts += act_word_bytes(s, f32_only, dtype);
         Ok::<_, Infallible>(())
     })
     .unwrap_or_else(|never| match never {});
-    acts + integer_scratch_bytes(shape.batch * shape.joint_len(), widest_integer_k)
+    acts + linear.scratch_bytes(shape.batch * shape.joint_len())
 }
 
 /// The intermediates `ForwardOptions::capture` keeps: (name, rows of

@@ -288,7 +288,9 @@ impl Checkpoint {
             views: Default::default(),
             files: self.weights.clone(),
             blocks: self.blocks(),
-            scratch_bytes: scratch_bytes(&self.config, limits),
+            scratch_bytes: scratch_bytes(&self.config, limits)
+                + crate::LinearNeeds::of(&FilesList::new(&self.files), &self.blocks())
+                    .bf16_scratch_bytes(limits.max_rows),
         }
     }
 

@@ -6,6 +6,7 @@ pub mod synth;
 
 use std::path::{Path, PathBuf};
 
+use dynvram_runtime::ops::linear::bf16_piece_bytes;
 use dynvram_runtime::quant::{self, ActArith, KernelChoice, QuantLayer, TensorList};
 use dynvram_runtime::{BlockSpec, FilesList, ModelSpec, RuntimeError};
 
@@ -176,10 +177,17 @@ pub fn model_spec(file: &Path, shape: Shape, rows: usize) -> ModelSpec {
 
 /// Activation bytes a pass needs: x, y, the fc1 output, the linear kernels'
 /// rotated/quantized input (at most the widest row, in f32), and the
-/// per-block snapshots of `x` that verification reads.
+/// per-block snapshots of `x` that verification reads; plus, past the
+/// GEMVs' rows, a bf16 layer's converted piece (counted whatever the
+/// formats: the stack's file is not read here).
 pub fn scratch_bytes(shape: Shape, rows: usize) -> u64 {
     let row = (2 * shape.hidden + 3 * shape.ffn + shape.blocks * shape.hidden) as u64;
-    (rows as u64) * row * 4
+    let (h, f) = (shape.hidden as u64, shape.ffn as u64);
+    let piece = crate::LinearNeeds {
+        integer_k: 0,
+        bf16_piece: bf16_piece_bytes(f, h).max(bf16_piece_bytes(h, f)),
+    };
+    (rows as u64) * row * 4 + piece.bf16_scratch_bytes(rows)
 }
 
 /// GELU, tanh approximation, in f32 as `F.gelu(approximate="tanh")`.

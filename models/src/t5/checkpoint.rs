@@ -180,7 +180,7 @@ impl T5Checkpoint {
                 batch,
                 len,
                 dtype,
-                crate::check::widest_integer_k(&list, &blocks),
+                crate::LinearNeeds::of(&list, &blocks),
             ),
             blocks,
         }

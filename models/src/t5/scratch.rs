@@ -4,7 +4,8 @@
 use dynvram_runtime::ActDtype;
 
 use super::config::T5Config;
-use crate::record::{ActShape, act_bytes, integer_scratch_bytes};
+use crate::LinearNeeds;
+use crate::record::{ActShape, act_bytes};
 
 /// Activation shapes of a pass.
 pub(super) fn act_shapes(c: &T5Config, batch: usize, len: usize) -> Vec<ActShape> {
@@ -25,15 +26,13 @@ pub(super) fn act_shapes(c: &T5Config, batch: usize, len: usize) -> Vec<ActShape
 
 /// Activation bytes of a pass over `batch` prompts of `len` tokens in
 /// `dtype` (the output is the residual stream's last norm, in `n`), plus
-/// the linear kernels' scratch for the widest layer that quantizes its
-/// activations (`widest_integer_k`; 0 when none does).
+/// the linear kernels' scratch (`linear`).
 pub fn scratch_bytes(
     c: &T5Config,
     batch: usize,
     len: usize,
     dtype: ActDtype,
-    widest_integer_k: usize,
+    linear: LinearNeeds,
 ) -> u64 {
-    act_bytes(&act_shapes(c, batch, len), dtype)
-        + integer_scratch_bytes(batch * len, widest_integer_k)
+    act_bytes(&act_shapes(c, batch, len), dtype) + linear.scratch_bytes(batch * len)
 }

@@ -908,7 +908,10 @@ fn comfy_mixed_quant_checkpoint_runs() {
     assert!(matches!(fmt("img_in"), Format::Bf16));
     // The scratch is sized by the widest integer layer: linear2 (h + mlp).
     let c = &ckpt.config;
-    assert_eq!(ckpt.widest_integer_k(), c.hidden_size + c.mlp_hidden());
+    assert_eq!(
+        ckpt.linear_needs().integer_k,
+        c.hidden_size + c.mlp_hidden()
+    );
     let inputs = tiny_inputs(&ckpt);
     let want = &tiny_reference()["out"].values;
     let resident = run(&ckpt, &inputs, false, ActDtype::F32, false).out;
@@ -933,23 +936,43 @@ fn comfy_mixed_quant_checkpoint_runs() {
     assert!(cos > 0.99 && err < 0.15 * max_abs(want), "{err} {cos}");
 }
 
-/// A bf16 model's linears quantize nothing, so its pass reserves no linear
-/// scratch (at FLUX.1's 4,608 tokens that was 0.53 GiB, and what kept bf16
-/// from fitting a 2 GiB budget).
+/// A bf16 model's linears quantize nothing, so its pass reserves no
+/// integer scratch (at FLUX.1's 4,608 tokens that was 0.53 GiB, and what
+/// kept bf16 from fitting a 2 GiB budget) — only the converted piece of its
+/// largest bf16 layer, where the pass's rows take a GEMM (the SPIR-V GEMM
+/// converts bf16 weights to f16 a piece at a time; an int4 image at 8 GiB
+/// failed on 2026-12-06 when the plan did not count it).
 #[test]
-fn float_models_reserve_no_linear_scratch() {
+fn float_models_reserve_only_the_bf16_piece() {
+    use dynvram_models::LinearNeeds;
+    use dynvram_runtime::ops::linear::{GEMV_MAX_M, bf16_piece_bytes, integer_scratch_bytes};
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
-    assert_eq!(ckpt.widest_integer_k(), 0);
-    let shape = tiny_inputs(&ckpt).shape;
+    let needs = ckpt.linear_needs();
+    assert_eq!(needs.integer_k, 0);
     let c = &ckpt.config;
-    let acts = dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, 0);
-    assert_eq!(ckpt.spec(shape, ActDtype::F32).scratch_bytes, acts);
-    let rows = (shape.batch * shape.joint_len()) as u64;
-    let k = c.hidden_size + c.mlp_hidden();
+    // The widest bf16 layer: a single block's linear1 (h -> 3h + mlp).
+    let h = c.hidden_size as u64;
+    let widest = bf16_piece_bytes(3 * h + c.mlp_hidden() as u64, h);
+    assert!(needs.bf16_piece >= widest, "{needs:?} {widest}");
+    let shape = tiny_inputs(&ckpt).shape;
+    let rows = shape.batch * shape.joint_len();
+    assert!(rows as u64 > GEMV_MAX_M, "{rows}");
+    let acts = dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, LinearNeeds::default());
     assert_eq!(
-        dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, k) - acts,
-        dynvram_runtime::ops::linear::integer_scratch_bytes(rows, k as u64)
+        ckpt.spec(shape, ActDtype::F32).scratch_bytes,
+        acts + needs.bf16_piece
     );
+    let k = c.hidden_size + c.mlp_hidden();
+    let int = LinearNeeds {
+        integer_k: k,
+        bf16_piece: 0,
+    };
+    assert_eq!(
+        dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, int) - acts,
+        integer_scratch_bytes(rows as u64, k as u64)
+    );
+    // A GEMV's rows take no piece.
+    assert_eq!(needs.scratch_bytes(GEMV_MAX_M as usize), 0);
 }
 
 /// `synth --like flux-dev|flux-schnell` shapes: FLUX.1's 11.9 G parameters

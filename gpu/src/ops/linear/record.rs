@@ -33,6 +33,7 @@ pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,
 };
+pub use float::bf16_piece_bytes;
 pub use fold::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable};
 pub use fused::Fusion;
 pub use gemv_shape::{GEMV_MAX_M, GemvShape, ROWS_GEMV_MAX_M, rows_gemv_max_m};

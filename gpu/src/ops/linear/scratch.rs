@@ -46,6 +46,17 @@ pub struct LinearScratch {
 /// Scratch buffers up to this size grow geometrically (see `ensure`).
 const GROW_GEOMETRIC_MAX: u64 = 16 << 20;
 
+/// The most one scratch buffer grows to when no request is larger than
+/// `max_request` bytes: the request rounded as [`ensure`] rounds it, or half
+/// again a smaller buffer where that stays geometric.
+pub(super) fn scratch_capacity_bound(max_request: u64) -> u64 {
+    if max_request == 0 {
+        return 0;
+    }
+    let p = max_request.max(16).div_ceil(256) * 256;
+    p.max(GROW_GEOMETRIC_MAX).min(p / 256 * 384)
+}
+
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);

@@ -40,8 +40,9 @@ impl Recorder<'_> {
                 return self.float_cm2(encoder, kernel, x, out, &dummy);
             }
             match self.float_cm2_via_f16(encoder, kernel, x, out, scratch, &dummy) {
-                // No room for the converted piece (the plan does not count
-                // it): the bf16 kernel, which needs none, where there is one.
+                // No room for the converted piece (a plan that did not
+                // count it, `bf16_piece_bytes`): the bf16 kernel, which
+                // needs none, where there is one.
                 Err(e @ LinearError::Scratch { .. }) if !self.spirv_check => {
                     let staged = self.cm2_chosen(cm2::float_weights(Format::Bf16, self.act));
                     let Some(staged) = staged else {
@@ -288,6 +289,21 @@ struct ConvertParams {
 /// Workgroups of one conversion at most (it loops over the rest).
 const CONVERT_GROUPS: u64 = 4096;
 
+/// Bytes of scratch a float layer of `n` × `k` bf16 weights can hold when
+/// it takes the SPIR-V f16 GEMM converted a piece at a time
+/// (`Cm2Bf16::ViaF16`): one piece of the default size at either tile
+/// width, as the scratch buffer grows to hold it. A planner counts the
+/// largest over a model's bf16 layers that see more than [`GEMV_MAX_M`]
+/// rows.
+pub fn bf16_piece_bytes(n: u64, k: u64) -> u64 {
+    let piece = [128, 256]
+        .into_iter()
+        .map(|tile| bf16_piece_rows(crate::device::BF16_PIECE_BYTES, k, n, tile) * k * 2)
+        .max()
+        .unwrap_or(0);
+    super::super::scratch::scratch_capacity_bound(piece)
+}
+
 /// Weight rows of one bf16 → f16 piece of at most `bytes` (as f16) for a
 /// layer of `n` rows of `k` values: all of them where they fit, else as
 /// many as fit in whole tiles of `tile_n` rows (at least one tile).
@@ -328,5 +344,23 @@ mod tests {
         assert_eq!(bf16_pieces(300, 300).collect::<Vec<_>>(), [(0, 300)]);
         assert_eq!(bf16_piece_rows(BF16_PIECE_BYTES, 1 << 26, 1000, 128), 128);
         assert_eq!(bf16_pieces(0, 128).count(), 0);
+    }
+
+    #[test]
+    fn the_planned_piece_holds_every_piece_the_recorder_converts() {
+        // FLUX.1's widest: the larger of the two tiles' pieces, under 64 MiB.
+        let flux = bf16_piece_bytes(21504, 3072);
+        for tile in [128, 256] {
+            let rows = bf16_piece_rows(BF16_PIECE_BYTES, 3072, 21504, tile);
+            assert!(rows * 3072 * 2 <= flux, "{tile}");
+        }
+        assert!(flux <= BF16_PIECE_BYTES, "{flux}");
+        // A small layer: its bytes, and half again where the scratch grows
+        // geometrically from a smaller piece.
+        assert_eq!(bf16_piece_bytes(300, 64), 300 * 64 * 2 / 256 * 384);
+        assert_eq!(bf16_piece_bytes(0, 64), 0);
+        // Past the geometric growth, exactly the piece.
+        let mid = bf16_piece_bytes(3072, 4096);
+        assert_eq!(mid, 3072 * 4096 * 2);
     }
 }
