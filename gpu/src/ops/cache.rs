@@ -67,6 +67,21 @@ impl<K: Hash + Eq> Generated<K> {
     }
 }
 
+/// The [`SpirvProgram`]s of a static list of modules, in its order, each
+/// made by the const fn `$program` (a `static` initializer).
+macro_rules! spirv_programs {
+    ($list:expr, $program:ident) => {{
+        let mut out = [$program(&$list[0]); $list.len()];
+        let mut i = 1;
+        while i < out.len() {
+            out[i] = $program(&$list[i]);
+            i += 1;
+        }
+        out
+    }};
+}
+pub(crate) use spirv_programs;
+
 /// A raw SPIR-V module and its layout, which wgpu cannot reflect from it
 /// (`dynvram_shaders::spirv`; compiled by [`Gpu`] only where the device took
 /// passthrough shaders). Its address identifies it, like [`Program`]'s.

@@ -22,7 +22,7 @@ use super::scalar::Operands;
 use super::shape::{Heads, Span};
 use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint, enabled_with};
 use crate::device::{Cm2Caps, Gpu, GpuError};
-use crate::ops::cache::{PipelineCache, SpirvProgram};
+use crate::ops::cache::{PipelineCache, SpirvProgram, spirv_programs};
 use crate::ops::encoder::Encoder;
 use crate::tensor::ActDtype;
 
@@ -41,15 +41,7 @@ const fn program(f: &'static Cm2Flash) -> SpirvProgram {
 }
 
 /// The programs of [`CM2_FLASH`], in the same order.
-static PROGRAMS: [SpirvProgram; CM2_FLASH.len()] = {
-    let mut out = [program(&CM2_FLASH[0]); CM2_FLASH.len()];
-    let mut i = 1;
-    while i < out.len() {
-        out[i] = program(&CM2_FLASH[i]);
-        i += 1;
-    }
-    out
-};
+static PROGRAMS: [SpirvProgram; CM2_FLASH.len()] = spirv_programs!(CM2_FLASH, program);
 
 /// `cm2` where the device enabled every feature the flash kernels use.
 fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {

@@ -23,7 +23,7 @@ use crate::device::cm2::{
     COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, Cm2Footprint, Cm2Misfit,
     enabled_with,
 };
-use crate::ops::cache::SpirvProgram;
+use crate::ops::cache::{SpirvProgram, spirv_programs};
 use crate::tensor::ActDtype;
 
 /// The bindings of the float linears (`linear_float_common.wgsl`): weights,
@@ -78,15 +78,7 @@ const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
 }
 
 /// The programs of [`CM2_GEMMS`], in the same order.
-static PROGRAMS: [SpirvProgram; CM2_GEMMS.len()] = {
-    let mut out = [program(&CM2_GEMMS[0]); CM2_GEMMS.len()];
-    let mut i = 1;
-    while i < out.len() {
-        out[i] = program(&CM2_GEMMS[i]);
-        i += 1;
-    }
-    out
-};
+static PROGRAMS: [SpirvProgram; CM2_GEMMS.len()] = spirv_programs!(CM2_GEMMS, program);
 
 /// [`LINEAR_CHECK`]'s program.
 static CHECK_PROGRAM: SpirvProgram = program(&LINEAR_CHECK);

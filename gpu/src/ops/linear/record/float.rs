@@ -296,6 +296,9 @@ const CONVERT_GROUPS: u64 = 4096;
 /// largest over a model's bf16 layers that see more than [`GEMV_MAX_M`]
 /// rows.
 pub fn bf16_piece_bytes(n: u64, k: u64) -> u64 {
+    if n == 0 || k == 0 {
+        return 0;
+    }
     let piece = [128, 256]
         .into_iter()
         .map(|tile| bf16_piece_rows(crate::device::BF16_PIECE_BYTES, k, n, tile) * k * 2)
