@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SPIR-V cooperative-matrix-2 GEMM (shaders/spirv/, issue 30 item 3) on
-# the lent NVIDIA GPU, in one run of about 7 minutes:
+# the lent NVIDIA GPU, in one run of about 1.5 minutes:
 #   1. `dynvram probe`: which path each GEMM takes there, and why;
 #   2. its reference tests (`.dev/gpu_tests spirv_gemm::`, with the extension
 #      required: DYNVRAM_REQUIRE_SPIRV=1) and the WGSL float GEMM tests beside;
@@ -8,14 +8,15 @@
 #      weights, f16 activations, cooperative GEMMs: with the SPIR-V path, then
 #      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
 #   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
-#      named (`--cm2-kernels`): 64 against 32 K columns a step, and the
-#      smaller bf16 tile; then bf16 weights through the f16 kernels
-#      (`DYNVRAM_CM2_BF16=f16`: converted 64 MiB at a time);
+#      named (`--cm2-kernels`): the fast f16 loop against the plain one,
+#      the 128-wide tiles, 64 against 32 K columns a step; then bf16 weights
+#      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
+#      them to f16 64 MiB at a time for the f16 kernels);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then, where
 #      none faulted, their reference test and their time at FLUX.1's
 #      attention beside the WGSL kernels'.
 # Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
-# spirv_bench_{spirv,wgsl,kernels,bf16_via_f16}.json, spirv_flash_tests.txt,
+# spirv_bench_{spirv,wgsl,kernels,bf16_staged}.json, spirv_flash_tests.txt,
 # spirv_flash_bench.json.
 #
 #   bash bench/prepare.sh         # here: .dev/dynvram, .dev/gpu_tests, .gl
@@ -76,13 +77,13 @@ timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
 table "$out/spirv_bench_kernels.json"
-step "bench linear, bf16 weights converted to f16 for the f16 kernels (DYNVRAM_CM2_BF16=f16)"
-DYNVRAM_CM2_BF16=f16 timeout 70 "$d" --json bench linear --backend vulkan --shapes "$shapes" \
+step "bench linear, bf16 weights on the bf16 kernels (DYNVRAM_CM2_BF16=staged)"
+DYNVRAM_CM2_BF16=staged timeout 70 "$d" --json bench linear --backend vulkan --shapes "$shapes" \
   --formats bf16 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  > "$out/spirv_bench_bf16_via_f16.json" 2> "$out/spirv_bench_bf16_via_f16.err"
+  > "$out/spirv_bench_bf16_staged.json" 2> "$out/spirv_bench_bf16_staged.err"
 echo "bench exit status $?"
-tail -3 "$out/spirv_bench_bf16_via_f16.err" | cut -c1-300
-table "$out/spirv_bench_bf16_via_f16.json"
+tail -3 "$out/spirv_bench_bf16_staged.err" | cut -c1-300
+table "$out/spirv_bench_bf16_staged.json"
 fi
 
 # 5. The SPIR-V flash kernels (opt-in: their first launches faulted with an
