@@ -9,7 +9,8 @@
 #      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
 #   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
 #      named (`--cm2-kernels`): the fast f16 loop against the plain one,
-#      the 128-wide tiles, 64 against 32 K columns a step; then bf16 weights
+#      the 128-wide tiles, 64 against 32 K columns a step, int8 weights
+#      (w8a8) with and without the fast loop; then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
 #      them to f16 64 MiB at a time for the f16 kernels);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then, where
@@ -71,8 +72,8 @@ done
 if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
 timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
-  --formats f16,bf16,w4a4 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  --cm2-kernels gemm_cm2_f16_k32_fast,gemm_cm2_f16_k32,gemm_cm2_f16_n128_fast,gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32 \
+  --formats f16,bf16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+  --cm2-kernels gemm_cm2_f16_k32_fast,gemm_cm2_f16_k32,gemm_cm2_f16_n128_fast,gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32,gemm_cm2_w8_k64,gemm_cm2_w8_k64_fast,gemm_cm2_w8_k32_fast \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300

@@ -12,14 +12,17 @@
 
 #define CLAMP gl_CooperativeMatrixClampModeConstantNV
 
-// FAST 1: tiles wholly inside M and N, with K a multiple of BK and of 8,
-// load through unclamped layouts whose row stride is known to be a
-// multiple of 16 bytes, FAST_UNROLL steps unrolled, so the compiler can
+// FAST 1: tiles wholly inside M and N, with K a multiple of BK and of
+// FAST_ALIGN (the elements in 16 bytes), load through unclamped layouts
+// whose row stride is known to be a multiple of 16 bytes, FAST_UNROLL steps unrolled, so the compiler can
 // overlap one step's loads with another's products (1.6x on the H100 at
 // FLUX.1's shapes, BENCHMARKS.md session 24); other tiles take the clamped
 // loop.
 #ifndef FAST
 #define FAST 0
+#endif
+#ifndef FAST_ALIGN
+#define FAST_ALIGN 8u
 #endif
 
 // A of the K step at `kk` through layout TX.
@@ -85,9 +88,9 @@ void main() {
     }
 #endif
 #if FAST
-    if (m0 + BM <= p.m && n0 + BN <= p.n && p.k % BK == 0u && p.k % 8u == 0u) {
+    if (m0 + BM <= p.m && n0 + BN <= p.n && p.k % BK == 0u && p.k % FAST_ALIGN == 0u) {
         // The stride's hint: rows start on 16 bytes.
-        uint stride = p.k & ~7u;
+        uint stride = p.k & ~(FAST_ALIGN - 1u);
         tensorLayoutNV<2> u_x = createTensorLayoutNV(2);
         u_x = setTensorLayoutDimensionNV(u_x, p.m, p.k);
         u_x = setTensorLayoutStrideNV(u_x, stride, 1u);

@@ -16,6 +16,9 @@
 
 #include "cm2_header.glsl"
 
+// The FAST loop's stride hint: 16 int8 codes or weights in 16 bytes.
+#define FAST_ALIGN 16u
+
 // int8 weights [N, K], four a word; int4 [N, K / 2], eight two's-complement
 // nibbles a word, nibble e of word j being column 8j + e.
 layout(set = 0, binding = 0, std430) readonly buffer Weights { uint w[]; };

@@ -79,7 +79,7 @@ macro_rules! cm2_gemm {
 /// and is asked for by name), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 10] = [
+pub static CM2_GEMMS: [Cm2Gemm; 12] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_n128_fast", F16, 128, 32, 0),
@@ -92,6 +92,9 @@ pub static CM2_GEMMS: [Cm2Gemm; 10] = [
     cm2_gemm!("gemm_cm2_bf16_k64", Bf16, 256, 64, 256 * (128 + 16)),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
+    // The fast loop on int8 weights: to be measured (not chosen before).
+    cm2_gemm!("gemm_cm2_w8_k64_fast", Int8, 256, 64, 0),
+    cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     // Rows of the step's int8 and 16 bytes.
     cm2_gemm!("gemm_cm2_w4_k64", Int4, 256, 64, 256 * (64 + 16)),
     cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
