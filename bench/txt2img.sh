@@ -34,7 +34,8 @@
 # SIZE (1024), STEPS (28), SETTINGS ("resident 8 2 1"), BF16 (1), INT4 (1),
 # WARMUP (1: a 256², 2-step image per transformer first, not counted),
 # DIFFUSERS (1), SDCPP (1), SDCPP_TAR, DIFFUSERS_MODES (resident,model_cpu_offload,group_leaf),
-# WHEELS (.whl), DEADLINE (570 s), BACKEND (vulkan).
+# WHEELS (.whl), DEADLINE (570 s), BACKEND (vulkan), LOCAL (0; 1 runs dynvram
+# on the CPUs of the GPU's NUMA node).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 d=${DYNVRAM:-.dev/dynvram}
@@ -68,10 +69,21 @@ if [ "${INT4:-1}" = 1 ] && [ ! -f "$int4" ]; then
     part quantize "$d" quantize "$flux" "$int4" --format convrot_w4a4
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+# LOCAL=1: dynvram runs on the CPUs of the GPU's NUMA node, so its pins
+# (first touched by those threads) sit in the memory nearest the GPU —
+# whether the stream's 25 GiB/s at 8 GiB (session 24) is cross-socket.
+pin=()
+if [ "${LOCAL:-0}" = 1 ]; then
+    bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-F' 'a-f')
+    dev=/sys/bus/pci/devices/${bus#0000}
+    cpus=$(cat "$dev/local_cpulist" 2>/dev/null)
+    echo "GPU $bus: NUMA node $(cat "$dev/numa_node" 2>/dev/null), CPUs $cpus" | tee -a "$out/gpu.txt"
+    [ -n "$cpus" ] && pin=(taskset -c "$cpus")
+fi
 one() { # one LABEL MODEL SETTING
     local label=$1 model=$2 s=$3 budget=()
     [ "$s" = resident ] || budget=(--vram-budget "$s")
-    part "$label-$s" "$d" --json txt2img "$models" --model "$model" \
+    part "$label-$s" "${pin[@]}" "$d" --json txt2img "$models" --model "$model" \
         --prompt "a photo of a cat wearing a tiny red hat" --width "$size" --height "$size" \
         --steps "$steps" --seed 1 --backend "${BACKEND:-vulkan}" "${budget[@]}" \
         --out "$out/$label-$s.png" >"$out/$label-$s.json" 2>"$out/$label-$s.err"
