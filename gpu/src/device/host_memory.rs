@@ -164,6 +164,53 @@ pub fn import_anonymous(
     imp::import(device, label, ptr, len, Box::new(map), true)
 }
 
+/// [`import_anonymous`] for memory written once before the GPU reads it (a
+/// registered pin): `fill` writes all `size` bytes first, then the memory
+/// is imported. The pages are not populated up front but faulted in by the
+/// writes (in parallel where `fill` writes from several threads, on huge
+/// pages where the kernel gives them), so no page is zeroed and then
+/// overwritten: populating a fresh map took 0.3–2 s a GiB against 64 ms for
+/// the copy on a 2-core machine, and the pins of a pass's first step ran
+/// at 1.5 GB/s on the H100. `Err(Ok(_))` is the import's refusal (the
+/// caller falls back), `Err(Err(_))` the fill's error.
+pub fn import_anonymous_filled<E>(
+    device: &wgpu::Device,
+    label: &str,
+    size: u64,
+    fill: impl FnOnce(WriteOnlyBytes<'_>) -> Result<(), E>,
+) -> Result<ImportedBuffer, Result<ImportError, E>> {
+    let _span = tracing::debug_span!("host_import_filled", label, size).entered();
+    let align = import_alignment(device).map_err(Ok)?;
+    let len = round_up(size.max(1), align);
+    let failed = |step, message: String| {
+        Ok(ImportError::Failed {
+            label: label.to_owned(),
+            size: len,
+            step,
+            message,
+        })
+    };
+    let total = usize::try_from(len + align).map_err(|_| failed("size", "too large".into()))?;
+    let mut map = memmap2::MmapOptions::new()
+        .len(total)
+        .map_anon()
+        .map_err(|e| failed("mmap", e.to_string()))?;
+    // Fewer faults and page-table entries; only advice (the kernel may
+    // give small pages).
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    let base = map.as_mut_ptr();
+    let skip = (align - (base as u64 % align)) % align;
+    // SAFETY: `skip < align` and the map holds `len + align` bytes.
+    let ptr = unsafe { base.add(skip as usize) };
+    let ptr = NonNull::new(ptr).ok_or_else(|| failed("mmap", "null mapping".into()))?;
+    // SAFETY: `ptr..ptr+len` lies in the map, which nothing else references
+    // until the import below takes it.
+    let bytes = unsafe { WriteOnlyBytes::new(NonNull::slice_from_raw_parts(ptr, len as usize)) };
+    fill(bytes).map_err(Err)?;
+    imp::import(device, label, ptr, len, Box::new(map), true).map_err(Ok)
+}
+
 /// Imports `len` bytes of `map` starting at `offset` (both multiples of the
 /// import alignment; the range inside the map) without copying: the GPU reads
 /// the file's page-cache pages by DMA. `map` is a file's map (read-only

@@ -40,13 +40,29 @@ impl PinnedBuffer {
         pool: &ReaderPool,
         source: &dyn ByteSource,
     ) -> Result<Self> {
-        match host_memory::import_anonymous(device, label, align4(source.len()).max(4)) {
-            Ok(buffer) => Self::fill_imported(buffer, pool, source),
-            Err(ImportError::Unsupported(_)) => Self::create_mapped(device, label, pool, source),
-            Err(e) => {
+        let len = source.len();
+        let _span = tracing::debug_span!("pin_register", bytes = len, imported = true).entered();
+        // Filled before the import: the reader threads fault the pages in
+        // as they copy (see `import_anonymous_filled`).
+        let filled =
+            host_memory::import_anonymous_filled(device, label, align4(len).max(4), |mut view| {
+                pool.read(source, 0, view.slice(..len as usize))?;
+                view.slice(len as usize..).fill(0);
+                Ok::<_, UploadError>(())
+            });
+        match filled {
+            Ok(buffer) => Ok(Self {
+                backing: Backing::Imported(buffer),
+                len,
+            }),
+            Err(Ok(ImportError::Unsupported(_))) => {
+                Self::create_mapped(device, label, pool, source)
+            }
+            Err(Ok(e)) => {
                 tracing::warn!(%e, "host-memory import failed: pin falls back to a mapped buffer");
                 Self::create_mapped(device, label, pool, source)
             }
+            Err(Err(e)) => Err(e),
         }
     }
 
@@ -76,28 +92,6 @@ impl PinnedBuffer {
         filled?;
         Ok(Self {
             backing: Backing::Mapped(buffer),
-            len,
-        })
-    }
-
-    fn fill_imported(
-        mut buffer: ImportedBuffer,
-        pool: &ReaderPool,
-        source: &dyn ByteSource,
-    ) -> Result<Self> {
-        let len = source.len();
-        let _span = tracing::debug_span!("pin_register", bytes = len, imported = true).entered();
-        let Some(mut view) = buffer.write_view() else {
-            return Err(GpuError::Upload {
-                what: "fill pinned buffer".into(),
-                message: "imported memory is read-only".into(),
-            }
-            .into());
-        };
-        pool.read(source, 0, view.slice(..len as usize))?;
-        view.slice(len as usize..).fill(0);
-        Ok(Self {
-            backing: Backing::Imported(buffer),
             len,
         })
     }

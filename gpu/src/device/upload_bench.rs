@@ -119,6 +119,45 @@ pub fn pinned_to_vram(
     })
 }
 
+/// The first `bytes` of the file (warm in the page cache) into a new
+/// registered pin, as a pass's first use of a pinned weight makes it:
+/// allocation (zero-filled pages), import where the device imports host
+/// RAM (else a mapped buffer), and the reader pool's copy; the pin freed
+/// after each repetition. A streamed pass's first step pays this for every
+/// weight it pins (12 s for 17.3 GB of FLUX.1-dev at 8 GiB on the H100,
+/// BENCHMARKS.md session 24).
+pub fn file_to_pin(
+    device: &wgpu::Device,
+    pool: &ReaderPool,
+    path: &Path,
+    bytes: u64,
+    reps: usize,
+) -> Result<Figure> {
+    let (file, len) = open(path)?;
+    let n = len.min(bytes);
+    let src = FileRange {
+        file: &file,
+        path,
+        tensor: "",
+        start: 0,
+        len: n,
+    };
+    let mut memory = None;
+    let seconds = median_seconds(reps, || {
+        let pin = PinnedBuffer::create(device, "bench pin", pool, &src)?;
+        memory = Some(pin.memory());
+        Ok::<_, UploadError>(())
+    })?;
+    Ok(Figure {
+        name: format!(
+            "file → new registered pin ({})",
+            memory.map_or("none".to_owned(), |m| m.to_string())
+        ),
+        bytes: n,
+        seconds,
+    })
+}
+
 /// How the file is mapped for [`file_import_to_vram`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileMap {
@@ -314,6 +353,7 @@ pub fn run_upload(
     for threads in [1, options.threads] {
         figures.push(memcpy(memcpy_bytes, threads, reps));
     }
+    figures.push(file_to_pin(device, &pool, &options.file, 1 << 30, reps)?);
     for memory in [HostMemoryChoice::Host, HostMemoryChoice::Mapped] {
         figures.push(pinned_to_vram(
             device,

@@ -84,6 +84,36 @@ fn imported_anonymous_memory_round_trips() {
     assert_eq!(read_back(&device, &queue, &dst, 4096), again);
 }
 
+/// Memory filled before its import (a registered pin's: the pages faulted
+/// in by the writes, on huge pages where the kernel gives them) holds what
+/// was written, the tail past the data as the fill left it; a failing fill
+/// is the fill's error and imports nothing.
+#[test]
+fn memory_filled_then_imported_round_trips() {
+    let Some((device, queue)) = import_device("memory_filled_then_imported_round_trips") else {
+        return;
+    };
+    // Past a 2 MiB huge page, not a multiple of the alignment.
+    let data = random::bytes(5 << 20 | 12_345, 14);
+    let buf =
+        host_memory::import_anonymous_filled(&device, "filled", data.len() as u64, |mut v| {
+            v.slice(..data.len()).copy_from_slice(&data);
+            v.slice(data.len()..).fill(0);
+            Ok::<_, String>(())
+        })
+        .unwrap_or_else(|e| panic!("import filled memory: {e:?}"));
+    assert!(buf.len() >= data.len());
+    assert_eq!(&buf.host_bytes()[..data.len()], &data[..]);
+    assert!(buf.host_bytes()[data.len()..].iter().all(|&b| b == 0));
+    let len = data.len() as u64;
+    assert_eq!(copy_back(&device, &queue, buf.buffer(), 0, len), &data[..]);
+    let err = host_memory::import_anonymous_filled(&device, "refused", 4096, |_| {
+        Err::<(), _>("fill failed".to_owned())
+    })
+    .expect_err("the fill's error");
+    assert!(matches!(err, Err(ref m) if m == "fill failed"), "{err:?}");
+}
+
 #[test]
 fn imported_file_map_copies_page_cache_bytes() {
     let Some((device, queue)) = import_device("imported_file_map_copies_page_cache_bytes") else {

@@ -25,14 +25,14 @@ fn upload_bench_runs_on_a_small_file() {
         reps: 1,
     };
     let report = run_upload(&device, &queue, &options).expect("bench");
-    // raw warm, 2 memcpy, 2 pins, 2 per file-map import (or a note each),
-    // 2 rings, raw cold, ring cold.
+    // raw warm, 2 memcpy, file → new pin, 2 pins, 2 per file-map import
+    // (or a note each), 2 rings, raw cold, ring cold.
     let refused = report
         .notes
         .iter()
         .filter(|n| n.contains("refused"))
         .count();
-    assert_eq!(report.figures.len(), 13 - 2 * refused, "{report:?}");
+    assert_eq!(report.figures.len(), 14 - 2 * refused, "{report:?}");
     for f in &report.figures {
         assert!(f.bytes > 0 && f.seconds >= 0.0, "{f}");
     }
