@@ -13,9 +13,10 @@
 #      (w8a8) with and without the fast loop; then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
 #      them to f16 64 MiB at a time for the f16 kernels);
-#   5. the SPIR-V flash kernels one by one (FLASH=0 skips), then, where
-#      none faulted, their reference test and their time at FLUX.1's
-#      attention beside the WGSL kernels'.
+#   5. the SPIR-V flash kernels one by one (FLASH=0 skips; the `f` ones
+#      load inner key blocks unclamped, not chosen before they are
+#      measured), then, where none faulted, their reference test and their
+#      time at FLUX.1's attention beside the WGSL kernels'.
 # Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
 # spirv_bench_{spirv,wgsl,kernels,bf16_staged}.json, spirv_flash_tests.txt,
 # spirv_flash_bench.json.
@@ -94,7 +95,7 @@ fi
 #    count before and after; then the reference test where none faulted.
 [ "${FLASH:-1}" = 1 ] || exit 0
 faulted=0
-for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64}; do
+for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64 cm2-128x32f cm2-128x32f2 cm2-64x32f cm2-64x32f2}; do
   n0=$(dmesg 2>/dev/null | grep -c Xid)
   step "flash $t at 256 x 256, 2 heads"
   DYNVRAM_GPU_WAIT=15 timeout 40 "$d" bench attention --backend vulkan --queries 256 --keys 256 \
@@ -115,7 +116,7 @@ if [ "$faulted" = 0 ]; then
   step "flash at FLUX.1's shape: the default, then the SPIR-V kernels"
   DYNVRAM_GPU_WAIT=30 timeout 120 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 \
     --heads 24 --head-dim 128 --no-causal --reps 10 \
-    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x64,cm2-64x64,cm2-128x32,cm2-64x32}" \
+    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2}" \
     > "$out/spirv_flash_bench.json" 2> "$out/spirv_flash_bench.err"
   echo "bench exit status $?"
   tail -3 "$out/spirv_flash_bench.err" | cut -c1-300

@@ -22,12 +22,10 @@
 // in every column (what a row reduction returns); α and 1 / l reach O's BR
 // x HD shape by one more row reduction of a row-constant matrix. Loads by
 // tensor addressing clamp to 0 past the element's rows; stores past sq are
-// dropped. Built by scripts/spirv.sh with BR, BC, HD and WG (invocations),
-// and FA_SIMPLE: 1 for the softmax in the shape of llama.cpp's
-// flash_attn_cm2 (scores scaled in place, exp2 of differences, row sums by
-// a product with ones), 0 for per-element operations with extra operands
-// and row sums by reduction (two forms until one is seen to run on the
-// H200).
+// dropped. Built by scripts/spirv.sh with BR, BC, HD and WG (invocations)
+// and FA_FAST (0; n > 0: the key blocks wholly inside kv_len load K and V
+// through an unclamped layout whose row stride is known to be a multiple
+// of 16 bytes, n blocks an iteration — what made the GEMMs 1.6x faster).
 // Dispatch: (n_heads, batch * ceil(sq / BR), 1).
 
 #include "cm2_extensions.glsl"
@@ -54,8 +52,8 @@ layout(set = 0, binding = 1, std430) readonly buffer K { float16_t k[]; };
 layout(set = 0, binding = 2, std430) readonly buffer V { float16_t v[]; };
 layout(set = 0, binding = 3, std430) writeonly buffer Out { float16_t o[]; };
 
-#ifndef FA_SIMPLE
-#define FA_SIMPLE 0
+#ifndef FA_FAST
+#define FA_FAST 0
 #endif
 #define CLAMP gl_CooperativeMatrixClampModeConstantNV
 #define ACC(R, C) coopmat<float, gl_ScopeWorkgroup, R, C, gl_MatrixUseAccumulator>
@@ -85,15 +83,45 @@ float larger(const in uint row, const in uint col, const in float a, const in fl
     return max(a, b);
 }
 
-float exp2_of(const in uint row, const in uint col, const in float x) {
-    return exp2(x);
-}
-
 // exp2((s - m) · scale2): a probability, or the rescale α of m -> m'.
 float exp_from(const in uint row, const in uint col, const in float s, const in float m,
                const in float scale2) {
     return exp2((s - m) * scale2);
 }
+
+// One key block at key0, K and V loaded through layout KV. Only blocks
+// that reach past kv_len or the causal edge of the block's first row need
+// the mask (a workgroup-uniform test).
+#define FA_BLOCK(KV)                                                                          \
+    {                                                                                         \
+        coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;                     \
+        coopMatLoadTensorNV(kt, k, kv_at, sliceTensorLayoutNV(KV, key0, BC, kvh * HD, HD), transpose); \
+        ACC(BR, BC) s = coopMatMulAdd(qm, kt, ACC(BR, BC)(0.0));                              \
+        if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > p.pos0 + r0 + 1u)) {      \
+            coopMatPerElementNV(s, s, masked, key0, p.kv_len, p.causal, p.pos0 + r0);        \
+        }                                                                                     \
+        ACC(BR, BC) row_max;                                                                  \
+        coopMatReduceNV(row_max, s, gl_CooperativeMatrixReduceRowNV, max_of);                 \
+        ACC(BR, BC) m_new;                                                                    \
+        coopMatPerElementNV(m_new, m, larger, row_max);                                       \
+        ACC(BR, BC) alpha;                                                                    \
+        coopMatPerElementNV(alpha, m, exp_from, m_new, p.scale2);                             \
+        ACC(BR, BC) pr;                                                                       \
+        coopMatPerElementNV(pr, s, exp_from, m_new, p.scale2);                                \
+        ACC(BR, BC) row_sum;                                                                  \
+        coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);                \
+        l = l * alpha + row_sum;                                                              \
+        m = m_new;                                                                            \
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> p16 =          \
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(pr);       \
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =                     \
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p16);                \
+        ACC(BR, HD) alpha_o;                                                                  \
+        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);             \
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vm;                     \
+        coopMatLoadTensorNV(vm, v, kv_at, sliceTensorLayoutNV(KV, key0, BC, kvh * HD, HD));  \
+        acc = coopMatMulAdd(pa, vm, acc * alpha_o);                                           \
+    }
 
 void main() {
     uint h = gl_WorkGroupID.x;
@@ -132,60 +160,30 @@ void main() {
     ACC(BR, BC) m = ACC(BR, BC)(NEG_BIG);
     ACC(BR, BC) l = ACC(BR, BC)(0.0);
 
-    for (uint key0 = 0u; key0 < keys; key0 += BC) {
-        coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
-        coopMatLoadTensorNV(kt, k, kv_at, sliceTensorLayoutNV(t_kv, key0, BC, kvh * HD, HD), transpose);
-        ACC(BR, BC) s = coopMatMulAdd(qm, kt, ACC(BR, BC)(0.0));
-#if FA_SIMPLE
-        // Scores in log2 units, so the probabilities are exp2 of a
-        // difference and need no extra operands.
-        s = s * p.scale2;
-#endif
-        // Only blocks that reach past kv_len or the causal edge of the
-        // block's first row need the mask (a workgroup-uniform test).
-        if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > p.pos0 + r0 + 1u)) {
-            coopMatPerElementNV(s, s, masked, key0, p.kv_len, p.causal, p.pos0 + r0);
+#if FA_FAST
+    // Blocks wholly inside kv_len: unclamped, the stride's 16-byte hint.
+    uint inside = min(keys, p.kv_len) / BC * BC;
+    tensorLayoutNV<2> u_kv = createTensorLayoutNV(2);
+    u_kv = setTensorLayoutDimensionNV(u_kv, p.kv_len, kv_stride);
+    u_kv = setTensorLayoutStrideNV(u_kv, kv_stride & ~7u, 1u);
+    uint key0 = 0u;
+    for (; key0 + FA_FAST * BC <= inside;) {
+        [[unroll]] for (uint j = 0u; j < FA_FAST; j++) {
+            FA_BLOCK(u_kv)
+            key0 += BC;
         }
-        ACC(BR, BC) row_max;
-        coopMatReduceNV(row_max, s, gl_CooperativeMatrixReduceRowNV, max_of);
-#if FA_SIMPLE
-        ACC(BR, BC) m_old = m;
-        coopMatPerElementNV(m, row_max, larger, m_old);
-        ACC(BR, BC) alpha;
-        coopMatPerElementNV(alpha, m_old - m, exp2_of);
-        ACC(BR, BC) pr;
-        coopMatPerElementNV(pr, s - m, exp2_of);
-        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
-            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
-        // Row sums by a product with ones (of the f16 probabilities the
-        // second product takes).
-        coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB> ones =
-            coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB>(1.0);
-        ACC(BR, BC) row_sum = coopMatMulAdd(pa, ones, ACC(BR, BC)(0.0));
-        l = alpha * l + row_sum;
-#else
-        ACC(BR, BC) m_new;
-        coopMatPerElementNV(m_new, m, larger, row_max);
-        ACC(BR, BC) alpha;
-        coopMatPerElementNV(alpha, m, exp_from, m_new, p.scale2);
-        ACC(BR, BC) pr;
-        coopMatPerElementNV(pr, s, exp_from, m_new, p.scale2);
-        ACC(BR, BC) row_sum;
-        coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
-        l = l * alpha + row_sum;
-        m = m_new;
-        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> p16 =
-            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(pr);
-        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
-            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p16);
-#endif
-
-        ACC(BR, HD) alpha_o;
-        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
-        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vm;
-        coopMatLoadTensorNV(vm, v, kv_at, sliceTensorLayoutNV(t_kv, key0, BC, kvh * HD, HD));
-        acc = coopMatMulAdd(pa, vm, acc * alpha_o);
     }
+    for (; key0 < inside; key0 += BC) {
+        FA_BLOCK(u_kv)
+    }
+    for (; key0 < keys; key0 += BC) {
+        FA_BLOCK(t_kv)
+    }
+#else
+    for (uint key0 = 0u; key0 < keys; key0 += BC) {
+        FA_BLOCK(t_kv)
+    }
+#endif
 
     ACC(BR, HD) l_o;
     coopMatReduceNV(l_o, l, gl_CooperativeMatrixReduceRowNV, max_of);

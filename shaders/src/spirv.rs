@@ -135,11 +135,17 @@ pub struct Cm2Flash {
     pub head_dim: u32,
     /// Invocations of a workgroup.
     pub invocations: u32,
+    /// Key blocks an iteration of the unclamped inner loop (`FA_FAST`; 0:
+    /// every load clamped).
+    pub fast: u32,
 }
 
 /// A [`Cm2Flash`] of `rows` x `keys` blocks, module `spirv/NAME.spv`.
 macro_rules! cm2_flash {
     ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal) => {
+        cm2_flash!($name, $rows, $keys, $hd, $wg, 0)
+    };
+    ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal, $fast:literal) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -147,6 +153,7 @@ macro_rules! cm2_flash {
             keys: $keys,
             head_dim: $hd,
             invocations: $wg,
+            fast: $fast,
         }
     };
 }
@@ -154,12 +161,17 @@ macro_rules! cm2_flash {
 /// Every cooperative-matrix-2 flash kernel, in the order they are
 /// preferred, as measured at FLUX.1's attention (24 heads x 4608 x 128) on
 /// the H100 (2026-12-06): 134, 132, 95 and 67 TFLOP/s (the WGSL kernel
-/// 69-72).
-pub static CM2_FLASH: [Cm2Flash; 4] = [
+/// 69-72); then the unclamped inner loop's, not measured yet, so chosen
+/// only by name (`cm2-128x32f`, `cm2-128x32f2`, ...).
+pub static CM2_FLASH: [Cm2Flash; 8] = [
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
     cm2_flash!("flash_cm2_128x64_d128", 128, 64, 128, 256),
     cm2_flash!("flash_cm2_64x64_d128", 64, 64, 128, 128),
+    cm2_flash!("flash_cm2_128x32f_d128", 128, 32, 128, 256, 1),
+    cm2_flash!("flash_cm2_128x32f2_d128", 128, 32, 128, 256, 2),
+    cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
+    cm2_flash!("flash_cm2_64x32f2_d128", 64, 32, 128, 128, 2),
 ];
 
 #[cfg(test)]
@@ -207,6 +219,11 @@ mod tests {
             assert_eq!(define(&comp, "BR"), f.rows, "{}", f.name);
             assert_eq!(define(&comp, "BC"), f.keys, "{}", f.name);
             assert_eq!(define(&comp, "HD"), f.head_dim, "{}", f.name);
+            let fast = comp
+                .lines()
+                .find_map(|l| l.strip_prefix("#define FA_FAST "))
+                .map_or(0, |v| v.trim().parse().expect("FA_FAST"));
+            assert_eq!(fast, f.fast, "{}", f.name);
             assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
         }
         for g in &CM2_GEMMS {

@@ -62,7 +62,9 @@ pub struct AttentionArgs {
     /// head columns, staging serial/paired/global/double (d needs r), r: the next block read
     /// into registers, t: scores and probabilities column-major, m: the
     /// queries materialized in registers (see `FlashTuning`); or
-    /// `cm2-ROWSxKEYS`, a SPIR-V kernel on NVIDIA's cooperative matrices 2.
+    /// `cm2-ROWSxKEYS`, a SPIR-V kernel on NVIDIA's cooperative matrices 2
+    /// (`f` or `fN` after it: inner key blocks loaded unclamped, N a loop
+    /// iteration).
     /// Each output is compared with the first's (`max_diff`).
     #[arg(long, value_delimiter = ',', value_parser = str::parse::<FlashKernel>,
           default_value = "two-walk,64x64w4c2,64x64w4c2m,64x64w4c2t,64x64w4c2r,64x32w4c2pr,128x32w8c2,128x32w8c2m,128x32w8c2t,128x32w8c2p,128x32w8c2pr,128x32w8c2prm,128x32w8k2c4,64x64w4c2g,128x32w8c2g,128x32w8c2gm,64x32w8k2c4")]

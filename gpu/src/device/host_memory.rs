@@ -143,24 +143,7 @@ pub fn import_anonymous(
 ) -> Result<ImportedBuffer, ImportError> {
     let _span = tracing::debug_span!("host_import", label, size).entered();
     let align = import_alignment(device)?;
-    let len = round_up(size.max(1), align);
-    let failed = |step, message: String| ImportError::Failed {
-        label: label.to_owned(),
-        size: len,
-        step,
-        message,
-    };
-    let total = usize::try_from(len + align).map_err(|_| failed("size", "too large".into()))?;
-    let mut map = memmap2::MmapOptions::new()
-        .len(total)
-        .populate()
-        .map_anon()
-        .map_err(|e| failed("mmap", e.to_string()))?;
-    let base = map.as_mut_ptr();
-    let skip = (align - (base as u64 % align)) % align;
-    // SAFETY: `skip < align` and the map holds `len + align` bytes.
-    let ptr = unsafe { base.add(skip as usize) };
-    let ptr = NonNull::new(ptr).ok_or_else(|| failed("mmap", "null mapping".into()))?;
+    let (map, ptr, len) = anonymous(label, size, align, true)?;
     imp::import(device, label, ptr, len, Box::new(map), true)
 }
 
@@ -181,34 +164,51 @@ pub fn import_anonymous_filled<E>(
 ) -> Result<ImportedBuffer, Result<ImportError, E>> {
     let _span = tracing::debug_span!("host_import_filled", label, size).entered();
     let align = import_alignment(device).map_err(Ok)?;
-    let len = round_up(size.max(1), align);
-    let failed = |step, message: String| {
-        Ok(ImportError::Failed {
-            label: label.to_owned(),
-            size: len,
-            step,
-            message,
-        })
-    };
-    let total = usize::try_from(len + align).map_err(|_| failed("size", "too large".into()))?;
-    let mut map = memmap2::MmapOptions::new()
-        .len(total)
-        .map_anon()
-        .map_err(|e| failed("mmap", e.to_string()))?;
-    // Fewer faults and page-table entries; only advice (the kernel may
-    // give small pages).
-    #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
-    let base = map.as_mut_ptr();
-    let skip = (align - (base as u64 % align)) % align;
-    // SAFETY: `skip < align` and the map holds `len + align` bytes.
-    let ptr = unsafe { base.add(skip as usize) };
-    let ptr = NonNull::new(ptr).ok_or_else(|| failed("mmap", "null mapping".into()))?;
+    let (map, ptr, len) = anonymous(label, size, align, false).map_err(Ok)?;
     // SAFETY: `ptr..ptr+len` lies in the map, which nothing else references
     // until the import below takes it.
     let bytes = unsafe { WriteOnlyBytes::new(NonNull::slice_from_raw_parts(ptr, len as usize)) };
     fill(bytes).map_err(Err)?;
     imp::import(device, label, ptr, len, Box::new(map), true).map_err(Ok)
+}
+
+/// An anonymous map holding `size` bytes rounded up to `align` at an
+/// `align`ed address: the map, that address and the rounded length.
+/// `populate` faults every page in now (zero-filled); else they are left
+/// to the first writes, on huge pages where the kernel gives them (fewer
+/// faults and page-table entries; only advice).
+fn anonymous(
+    label: &str,
+    size: u64,
+    align: u64,
+    populate: bool,
+) -> Result<(memmap2::MmapMut, NonNull<u8>, u64), ImportError> {
+    let len = round_up(size.max(1), align);
+    let failed = |step, message: String| ImportError::Failed {
+        label: label.to_owned(),
+        size: len,
+        step,
+        message,
+    };
+    let total = usize::try_from(len + align).map_err(|_| failed("size", "too large".into()))?;
+    let mut options = memmap2::MmapOptions::new();
+    options.len(total);
+    if populate {
+        options.populate();
+    }
+    let mut map = options
+        .map_anon()
+        .map_err(|e| failed("mmap", e.to_string()))?;
+    #[cfg(target_os = "linux")]
+    if !populate {
+        let _ = map.advise(memmap2::Advice::HugePage);
+    }
+    let base = map.as_mut_ptr();
+    let skip = (align - (base as u64 % align)) % align;
+    // SAFETY: `skip < align` and the map holds `len + align` bytes.
+    let ptr = unsafe { base.add(skip as usize) };
+    let ptr = NonNull::new(ptr).ok_or_else(|| failed("mmap", "null mapping".into()))?;
+    Ok((map, ptr, len))
 }
 
 /// Imports `len` bytes of `map` starting at `offset` (both multiples of the

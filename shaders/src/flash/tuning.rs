@@ -205,7 +205,8 @@ impl FromStr for FlashTuning {
 /// one-walk kernel with a [`FlashTuning`], or a SPIR-V kernel on NVIDIA's
 /// cooperative matrices 2 (`crate::spirv::CM2_FLASH`, by block shape).
 ///
-/// Text form: `two-walk`, a [`FlashTuning`]'s, or `cm2-ROWSxKEYS`.
+/// Text form: `two-walk`, a [`FlashTuning`]'s, or `cm2-ROWSxKEYS` with `f`
+/// or `fN` after it for the fast inner loop (`N` blocks an iteration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -220,6 +221,9 @@ pub enum FlashKernel {
         rows: u32,
         /// Keys a block.
         keys: u32,
+        /// 0: every block's loads clamped; n > 0: blocks inside the keys
+        /// unclamped, n an iteration (`FA_FAST`).
+        fast: u32,
     },
 }
 
@@ -228,7 +232,14 @@ impl fmt::Display for FlashKernel {
         match self {
             Self::TwoWalk => f.write_str("two-walk"),
             Self::OneWalk(t) => t.fmt(f),
-            Self::Cm2 { rows, keys } => write!(f, "cm2-{rows}x{keys}"),
+            Self::Cm2 { rows, keys, fast } => {
+                write!(f, "cm2-{rows}x{keys}")?;
+                match fast {
+                    0 => Ok(()),
+                    1 => f.write_str("f"),
+                    n => write!(f, "f{n}"),
+                }
+            }
         }
     }
 }
@@ -242,11 +253,19 @@ impl FromStr for FlashKernel {
             "two-walk" => Ok(Self::TwoWalk),
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
-                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS");
+                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]]");
                     let (rows, keys) = shape.split_once('x').ok_or_else(bad)?;
+                    let (keys, fast) = match keys.split_once('f') {
+                        None => (keys, 0),
+                        Some((keys, "")) => (keys, 1),
+                        Some((keys, n)) => {
+                            (keys, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
+                        }
+                    };
                     Ok(Self::Cm2 {
                         rows: rows.parse().map_err(|_| bad())?,
                         keys: keys.parse().map_err(|_| bad())?,
+                        fast,
                     })
                 }
                 None => t.parse().map(Self::OneWalk),
@@ -261,7 +280,14 @@ mod tests {
 
     #[test]
     fn kernels_read_back_what_they_write() {
-        for text in ["two-walk", "128x32w8c2", "cm2-128x64", "cm2-64x32"] {
+        for text in [
+            "two-walk",
+            "128x32w8c2",
+            "cm2-128x64",
+            "cm2-64x32",
+            "cm2-128x32f",
+            "cm2-128x32f2",
+        ] {
             let k: FlashKernel = text.parse().expect(text);
             assert_eq!(k.to_string(), text);
         }
@@ -269,10 +295,25 @@ mod tests {
             "cm2-128x64".parse::<FlashKernel>(),
             Ok(FlashKernel::Cm2 {
                 rows: 128,
-                keys: 64
+                keys: 64,
+                fast: 0
             })
         );
-        for bad in ["cm2-128", "cm2-x64", "cm2-128xq"] {
+        assert_eq!(
+            "cm2-128x32f2".parse::<FlashKernel>(),
+            Ok(FlashKernel::Cm2 {
+                rows: 128,
+                keys: 32,
+                fast: 2
+            })
+        );
+        for bad in [
+            "cm2-128",
+            "cm2-x64",
+            "cm2-128xq",
+            "cm2-128x32f0",
+            "cm2-128x32fx",
+        ] {
             let why = bad.parse::<FlashKernel>().expect_err(bad);
             assert!(why.contains("cm2-ROWSxKEYS"), "{bad}: {why}");
         }

@@ -67,14 +67,45 @@ fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<String> {
     caps.misfit(&footprint).map(|m| m.to_string())
 }
 
-/// The kernel of block shape (`rows`, `keys`) at head dimension `hd` and
-/// its program, or why there is none that runs here.
+/// A SPIR-V flash kernel's block shape and inner loop, as
+/// `FlashKernel::Cm2` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Query rows a workgroup.
+    pub rows: u32,
+    /// Keys a block.
+    pub keys: u32,
+    /// `FA_FAST` (0: every load clamped).
+    pub fast: u32,
+}
+
+impl Block {
+    /// The block of `f`.
+    fn of(f: &Cm2Flash) -> Self {
+        Self {
+            rows: f.rows,
+            keys: f.keys,
+            fast: f.fast,
+        }
+    }
+
+    /// Its kernel's name.
+    pub fn kernel(self) -> FlashKernel {
+        FlashKernel::Cm2 {
+            rows: self.rows,
+            keys: self.keys,
+            fast: self.fast,
+        }
+    }
+}
+
+/// The kernel of `block` at head dimension `hd` and its program, or why
+/// there is none that runs here.
 fn variant(
     cm2: Option<&Cm2Caps>,
     act: ActDtype,
     hd: u64,
-    rows: u32,
-    keys: u32,
+    block: Block,
 ) -> Result<(&'static Cm2Flash, &'static SpirvProgram), String> {
     let caps = usable(cm2)?;
     if act != ActDtype::F16 {
@@ -83,24 +114,18 @@ fn variant(
     let (f, p) = CM2_FLASH
         .iter()
         .zip(&PROGRAMS)
-        .find(|(f, _)| f.rows == rows && f.keys == keys && u64::from(f.head_dim) == hd)
-        .ok_or_else(|| format!("no {rows}x{keys} kernel is built for head_dim {hd}"))?;
+        .find(|(f, _)| Block::of(f) == block && u64::from(f.head_dim) == hd)
+        .ok_or_else(|| format!("no {} kernel is built for head_dim {hd}", block.kernel()))?;
     match misfit(caps, f) {
         None => Ok((f, p)),
         Some(why) => Err(format!("{}: {why}", f.name)),
     }
 }
 
-/// Why the SPIR-V flash kernel `cm2-ROWSxKEYS` cannot run on this device
-/// with `act` activations at head dimension `hd`, or `None`.
-pub fn unusable(
-    cm2: Option<&Cm2Caps>,
-    act: ActDtype,
-    hd: u64,
-    rows: u32,
-    keys: u32,
-) -> Option<String> {
-    variant(cm2, act, hd, rows, keys).err()
+/// Why the SPIR-V flash kernel of `block` cannot run on this device with
+/// `act` activations at head dimension `hd`, or `None`.
+pub fn unusable(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64, block: Block) -> Option<String> {
+    variant(cm2, act, hd, block).err()
 }
 
 /// The first SPIR-V flash kernel ([`CM2_FLASH`]'s order) that runs on this
@@ -114,15 +139,11 @@ pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashK
     CM2_FLASH
         .iter()
         .find(|f| u64::from(f.head_dim) == hd && misfit(caps, f).is_none())
-        .map(|f| FlashKernel::Cm2 {
-            rows: f.rows,
-            keys: f.keys,
-        })
+        .map(|f| Block::of(f).kernel())
 }
 
-/// Records the kernel of block shape (`rows`, `keys`) for `span` (one that
-/// cannot run here is an error).
-#[allow(clippy::too_many_arguments)] // the op's operands and the shape
+/// Records the kernel of `block` for `span` (one that cannot run here is
+/// an error).
 pub(super) fn record(
     gpu: &Gpu,
     cache: &PipelineCache,
@@ -130,12 +151,11 @@ pub(super) fn record(
     ops: &Operands<'_>,
     heads: Heads,
     span: Span,
-    rows: u32,
-    keys: u32,
+    block: Block,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
-    let (f, program) = variant(gpu.cm2(), ops.q.dtype, heads.head_dim, rows, keys)
-        .map_err(|why| crate::ops::kernel::bad(OP, format!("cm2-{rows}x{keys}: {why}")))?;
+    let (f, program) = variant(gpu.cm2(), ops.q.dtype, heads.head_dim, block)
+        .map_err(|why| crate::ops::kernel::bad(OP, format!("{}: {why}", block.kernel())))?;
     // The softmax runs on exp2: the scores' scale times log2(e).
     let scale2 = (std::f64::consts::LOG2_E / (heads.head_dim as f64).sqrt()) as f32;
     launch_blocks(
@@ -170,6 +190,15 @@ mod tests {
         ])
     }
 
+    /// The plain kernel of `rows` x `keys` blocks.
+    fn blk(rows: u32, keys: u32) -> Block {
+        Block {
+            rows,
+            keys,
+            fast: 0,
+        }
+    }
+
     #[test]
     fn the_first_listed_kernel_of_the_head_dim_runs() {
         let caps = h100();
@@ -177,20 +206,21 @@ mod tests {
             preferred(Some(&caps), ActDtype::F16, 128),
             Some(FlashKernel::Cm2 {
                 rows: 128,
-                keys: 32
+                keys: 32,
+                fast: 0
             })
         );
         for f in &CM2_FLASH {
-            assert!(unusable(Some(&caps), ActDtype::F16, 128, f.rows, f.keys).is_none());
+            assert!(unusable(Some(&caps), ActDtype::F16, 128, Block::of(f)).is_none());
         }
         // No module for other head dims, other activations, or without
         // the extension.
         assert_eq!(preferred(Some(&caps), ActDtype::F16, 64), None);
         assert_eq!(preferred(Some(&caps), ActDtype::F32, 128), None);
         assert_eq!(preferred(None, ActDtype::F16, 128), None);
-        let why = unusable(Some(&caps), ActDtype::F16, 64, 128, 64).expect("no module");
+        let why = unusable(Some(&caps), ActDtype::F16, 64, blk(128, 64)).expect("no module");
         assert!(why.contains("head_dim 64"), "{why}");
-        let why = unusable(None, ActDtype::F16, 128, 128, 64).expect("no extension");
+        let why = unusable(None, ActDtype::F16, 128, blk(128, 64)).expect("no extension");
         assert!(why.contains("not enabled"), "{why}");
     }
 
@@ -205,20 +235,24 @@ mod tests {
     fn missing_features_and_unlisted_shapes_say_why() {
         let mut caps = h100();
         caps.reductions = false;
-        let why = unusable(Some(&caps), ActDtype::F16, 128, 128, 64).expect("no reductions");
+        let why = unusable(Some(&caps), ActDtype::F16, 128, blk(128, 64)).expect("no reductions");
         assert!(why.contains("cooperativeMatrixReductions"), "{why}");
         assert_eq!(preferred(Some(&caps), ActDtype::F16, 128), None);
         // Without f16 accumulators the probabilities cannot be converted.
         let mut caps = h100();
         caps.flexible.retain(|d| d.types[2] == COMPONENT_F32);
-        let why = unusable(Some(&caps), ActDtype::F16, 128, 64, 64).expect("unlisted");
+        let why = unusable(Some(&caps), ActDtype::F16, 128, blk(64, 64)).expect("unlisted");
         assert!(why.contains("lists no workgroup-scope shape"), "{why}");
         // Only 128-invocation shapes listed: the 64-row kernels run.
         let mut caps = h100();
         caps.flexible.retain(|d| d.workgroup_invocations == 128);
         assert_eq!(
             preferred(Some(&caps), ActDtype::F16, 128),
-            Some(FlashKernel::Cm2 { rows: 64, keys: 32 })
+            Some(FlashKernel::Cm2 {
+                rows: 64,
+                keys: 32,
+                fast: 0
+            })
         );
     }
 }

@@ -38,6 +38,7 @@ fn spirv_flash_matches_the_reference() {
         .map(|f| FlashKernel::Cm2 {
             rows: f.rows,
             keys: f.keys,
+            fast: f.fast,
         })
         .collect();
     let runs: Vec<FlashKernel> = kernels
