@@ -564,8 +564,26 @@ pub enum Cm2Bf16 {
 }
 
 /// Bytes of f16 weights one [`Cm2Bf16::ViaF16`] piece converts at most:
-/// the scratch it takes.
+/// the scratch it takes (for inputs of fewer than [`BF16_LONG_ROWS`] rows).
 pub const BF16_PIECE_BYTES: u64 = 64 << 20;
+
+/// Inputs of this many rows or more convert half a [`BF16_PIECE_BYTES`]
+/// piece at a time ([`bf16_piece_limit`]).
+pub const BF16_LONG_ROWS: u64 = 2048;
+
+/// The piece size for inputs of `m` rows. A long input fills the GPU with
+/// a small piece's tiles (FLUX.1's 4608 rows are 36 row tiles: a 32 MiB
+/// piece of its widest layer is 756 workgroups), and the half piece keeps
+/// bf16 FLUX.1-dev's plan at 1024² within 2 GiB by whole blocks; a short
+/// one (a 512-token prefill, 4 row tiles) needs wide pieces for enough
+/// workgroups.
+pub fn bf16_piece_limit(m: u64) -> u64 {
+    if m >= BF16_LONG_ROWS {
+        BF16_PIECE_BYTES / 2
+    } else {
+        BF16_PIECE_BYTES
+    }
+}
 
 impl std::str::FromStr for Cm2Bf16 {
     type Err = String;

@@ -35,7 +35,9 @@ mod wait;
 
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
-pub use cm2::{BF16_PIECE_BYTES, Cm2Bf16, Cm2Caps, SpirvGemm, adapter_cm2};
+pub use cm2::{
+    BF16_LONG_ROWS, BF16_PIECE_BYTES, Cm2Bf16, Cm2Caps, SpirvGemm, adapter_cm2, bf16_piece_limit,
+};
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
 pub use host_memory::{HostMemory, HostMemoryChoice, ImportError, ImportedBuffer};

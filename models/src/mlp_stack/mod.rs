@@ -6,7 +6,6 @@ pub mod synth;
 
 use std::path::{Path, PathBuf};
 
-use dynvram_runtime::ops::linear::bf16_piece_bytes;
 use dynvram_runtime::quant::{self, ActArith, KernelChoice, QuantLayer, TensorList};
 use dynvram_runtime::{BlockSpec, FilesList, ModelSpec, RuntimeError};
 
@@ -183,11 +182,8 @@ pub fn model_spec(file: &Path, shape: Shape, rows: usize) -> ModelSpec {
 pub fn scratch_bytes(shape: Shape, rows: usize) -> u64 {
     let row = (2 * shape.hidden + 3 * shape.ffn + shape.blocks * shape.hidden) as u64;
     let (h, f) = (shape.hidden as u64, shape.ffn as u64);
-    let piece = crate::LinearNeeds {
-        integer_k: 0,
-        bf16_piece: bf16_piece_bytes(f, h).max(bf16_piece_bytes(h, f)),
-    };
-    (rows as u64) * row * 4 + piece.bf16_scratch_bytes(rows)
+    let bf16 = crate::LinearNeeds::of_bf16_layers([(f, h), (h, f)]);
+    (rows as u64) * row * 4 + bf16.bf16_scratch_bytes(rows)
 }
 
 /// GELU, tanh approximation, in f32 as `F.gelu(approximate="tanh")`.

@@ -945,6 +945,7 @@ fn comfy_mixed_quant_checkpoint_runs() {
 #[test]
 fn float_models_reserve_only_the_bf16_piece() {
     use dynvram_models::LinearNeeds;
+    use dynvram_runtime::device::BF16_LONG_ROWS;
     use dynvram_runtime::ops::linear::{GEMV_MAX_M, bf16_piece_bytes, integer_scratch_bytes};
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
     let needs = ckpt.linear_needs();
@@ -952,20 +953,23 @@ fn float_models_reserve_only_the_bf16_piece() {
     let c = &ckpt.config;
     // The widest bf16 layer: a single block's linear1 (h -> 3h + mlp).
     let h = c.hidden_size as u64;
-    let widest = bf16_piece_bytes(3 * h + c.mlp_hidden() as u64, h);
-    assert!(needs.bf16_piece >= widest, "{needs:?} {widest}");
     let shape = tiny_inputs(&ckpt).shape;
     let rows = shape.batch * shape.joint_len();
-    assert!(rows as u64 > GEMV_MAX_M, "{rows}");
+    assert!(
+        rows as u64 > GEMV_MAX_M && (rows as u64) < BF16_LONG_ROWS,
+        "{rows}"
+    );
+    let widest = bf16_piece_bytes(3 * h + c.mlp_hidden() as u64, h, rows as u64);
+    assert!(needs.bf16_piece[0] >= widest, "{needs:?} {widest}");
     let acts = dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, LinearNeeds::default());
     assert_eq!(
         ckpt.spec(shape, ActDtype::F32).scratch_bytes,
-        acts + needs.bf16_piece
+        acts + needs.bf16_piece[0]
     );
     let k = c.hidden_size + c.mlp_hidden();
     let int = LinearNeeds {
         integer_k: k,
-        bf16_piece: 0,
+        ..LinearNeeds::default()
     };
     assert_eq!(
         dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, int) - acts,

@@ -291,17 +291,18 @@ const CONVERT_GROUPS: u64 = 4096;
 
 /// Bytes of scratch a float layer of `n` × `k` bf16 weights can hold when
 /// it takes the SPIR-V f16 GEMM converted a piece at a time
-/// (`Cm2Bf16::ViaF16`): one piece of the default size at either tile
-/// width, as the scratch buffer grows to hold it. A planner counts the
-/// largest over a model's bf16 layers that see more than [`GEMV_MAX_M`]
-/// rows.
-pub fn bf16_piece_bytes(n: u64, k: u64) -> u64 {
+/// (`Cm2Bf16::ViaF16`) for inputs of `m` rows: one piece of the default
+/// size for `m` (`bf16_piece_limit`) at either tile width, as the scratch
+/// buffer grows to hold it. A planner counts the largest over a model's
+/// bf16 layers that see more than [`GEMV_MAX_M`] rows.
+pub fn bf16_piece_bytes(n: u64, k: u64, m: u64) -> u64 {
     if n == 0 || k == 0 {
         return 0;
     }
+    let limit = crate::device::bf16_piece_limit(m);
     let piece = [128, 256]
         .into_iter()
-        .map(|tile| bf16_piece_rows(crate::device::BF16_PIECE_BYTES, k, n, tile) * k * 2)
+        .map(|tile| bf16_piece_rows(limit, k, n, tile) * k * 2)
         .max()
         .unwrap_or(0);
     super::super::scratch::scratch_capacity_bound(piece)
@@ -352,7 +353,7 @@ mod tests {
     #[test]
     fn the_planned_piece_holds_every_piece_the_recorder_converts() {
         // FLUX.1's widest: the larger of the two tiles' pieces, under 64 MiB.
-        let flux = bf16_piece_bytes(21504, 3072);
+        let flux = bf16_piece_bytes(21504, 3072, 100);
         for tile in [128, 256] {
             let rows = bf16_piece_rows(BF16_PIECE_BYTES, 3072, 21504, tile);
             assert!(rows * 3072 * 2 <= flux, "{tile}");
@@ -360,10 +361,16 @@ mod tests {
         assert!(flux <= BF16_PIECE_BYTES, "{flux}");
         // A small layer: its bytes, and half again where the scratch grows
         // geometrically from a smaller piece.
-        assert_eq!(bf16_piece_bytes(300, 64), 300 * 64 * 2 / 256 * 384);
-        assert_eq!(bf16_piece_bytes(0, 64), 0);
+        assert_eq!(bf16_piece_bytes(300, 64, 100), 300 * 64 * 2 / 256 * 384);
+        assert_eq!(bf16_piece_bytes(0, 64, 100), 0);
         // Past the geometric growth, exactly the piece.
-        let mid = bf16_piece_bytes(3072, 4096);
+        let mid = bf16_piece_bytes(3072, 4096, 100);
         assert_eq!(mid, 3072 * 4096 * 2);
+        // Long inputs: half the piece.
+        let long = bf16_piece_bytes(21504, 3072, 4608);
+        assert!(
+            long <= BF16_PIECE_BYTES / 2 && long * 2 > flux * 9 / 10,
+            "{long} {flux}"
+        );
     }
 }

@@ -104,7 +104,7 @@ pub(super) fn record(
         cm2_bf16: opts.cm2_bf16.unwrap_or_else(|| gpu.cm2_bf16()),
         bf16_piece_bytes: opts
             .bf16_piece_bytes
-            .unwrap_or(crate::device::BF16_PIECE_BYTES),
+            .unwrap_or_else(|| crate::device::bf16_piece_limit(m)),
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,
