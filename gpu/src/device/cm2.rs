@@ -108,6 +108,12 @@ impl Cm2Caps {
         missing
     }
 
+    /// Every feature flash attention needs is there
+    /// ([`Self::flash_missing_features`] empty), without allocating.
+    pub fn flash_complete(&self) -> bool {
+        self.complete() && self.conversions && self.reductions
+    }
+
     /// Every feature the GEMM needs is there ([`Self::missing_features`]
     /// empty), without allocating.
     pub fn complete(&self) -> bool {

@@ -20,7 +20,7 @@ use super::coop_blocks::{
 };
 use super::scalar::Operands;
 use super::shape::{Heads, Span};
-use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint, enabled_with};
+use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint, Cm2Misfit, enabled_with};
 use crate::device::{Cm2Caps, Gpu, GpuError};
 use crate::ops::cache::{PipelineCache, SpirvProgram, spirv_programs};
 use crate::ops::encoder::Encoder;
@@ -49,22 +49,17 @@ fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
 }
 
 /// Why `f` cannot run on a device with `caps` (every feature there), or
-/// `None`: its matrix shapes and workgroup.
-fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<String> {
-    // S = Q Kᵀ, O += P V and (FA_SIMPLE) P's row sums as P · ones; P and
-    // the output are converted to f16.
-    let footprint = Cm2Footprint {
+/// `None`: its matrix shapes (S = Q Kᵀ and O += P V, P and the output
+/// converted to f16) and workgroup. Allocates nothing.
+fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<Cm2Misfit> {
+    let products = [[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]];
+    caps.misfit(&Cm2Footprint {
         invocations: f.invocations,
-        products: &[
-            [f.rows, f.keys, f.head_dim],
-            [f.rows, f.head_dim, f.keys],
-            [f.rows, f.keys, f.keys],
-        ],
+        products: &products,
         shared_bytes: 0,
         types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
         converted: &[COMPONENT_F16],
-    };
-    caps.misfit(&footprint).map(|m| m.to_string())
+    })
 }
 
 /// A SPIR-V flash kernel's block shape and inner loop, as
@@ -131,8 +126,9 @@ pub fn unusable(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64, block: Block) -> 
 /// The first SPIR-V flash kernel ([`CM2_FLASH`]'s order) that runs on this
 /// device with `act` activations at head dimension `hd`, if any.
 pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashKernel> {
-    // Every launch asks: no error text where there is no kernel.
-    let caps = cm2.filter(|c| c.flash_missing_features().is_empty())?;
+    // Every launch asks: nothing allocated (no error text, no list of
+    // missing features) where there is no kernel.
+    let caps = cm2.filter(|c| c.flash_complete())?;
     if act != ActDtype::F16 {
         return None;
     }
