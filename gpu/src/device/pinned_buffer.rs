@@ -41,7 +41,7 @@ impl PinnedBuffer {
         source: &dyn ByteSource,
     ) -> Result<Self> {
         let len = source.len();
-        let _span = tracing::debug_span!("pin_register", bytes = len, imported = true).entered();
+        let _span = tracing::debug_span!("pin_create", label, bytes = len).entered();
         // Filled before the import: the reader threads fault the pages in
         // as they copy (see `import_anonymous_filled`).
         let filled =

@@ -121,9 +121,9 @@ pub fn pinned_to_vram(
 
 /// The first `bytes` of the file (warm in the page cache) into a new
 /// registered pin, as a pass's first use of a pinned weight makes it:
-/// allocation (zero-filled pages), import where the device imports host
-/// RAM (else a mapped buffer), and the reader pool's copy; the pin freed
-/// after each repetition. A streamed pass's first step pays this for every
+/// allocation, the reader pool's copy (which faults the pages in), and the
+/// import where the device imports host RAM (else a mapped buffer, filled
+/// while mapped); the pin freed after each repetition. A streamed pass's first step pays this for every
 /// weight it pins (12 s for 17.3 GB of FLUX.1-dev at 8 GiB on the H100,
 /// BENCHMARKS.md session 24).
 pub fn file_to_pin(

@@ -284,13 +284,15 @@ impl Checkpoint {
 
     /// The runtime spec for `limits`.
     pub fn spec(&self, limits: Limits) -> ModelSpec {
+        let blocks = self.blocks();
+        // `scratch_bytes` counts the integer kernels' scratch itself.
+        let bf16 = crate::LinearNeeds::of(&FilesList::new(&self.files), &blocks)
+            .bf16_scratch_bytes(limits.max_rows);
         ModelSpec {
             views: Default::default(),
             files: self.weights.clone(),
-            blocks: self.blocks(),
-            scratch_bytes: scratch_bytes(&self.config, limits)
-                + crate::LinearNeeds::of(&FilesList::new(&self.files), &self.blocks())
-                    .bf16_scratch_bytes(limits.max_rows),
+            blocks,
+            scratch_bytes: scratch_bytes(&self.config, limits) + bf16,
         }
     }
 

@@ -10,7 +10,9 @@
 //! (`flash::choose`); `DYNVRAM_FLASH` names another. Their first launches
 //! on NVIDIA faulted (BENCHMARKS.md, sessions 22 and 23: the modules bound
 //! wgpu's binding numbers, not Vulkan's, which `device::spirv_pipeline` now
-//! checks); their reference test passed on the H100 in session 24.
+//! checks); their reference test passed on the H100 in session 24. The
+//! `FA_FAST` variants (listed last, so never the first that runs there)
+//! have not run on a GPU yet.
 
 use dynvram_shaders::flash::FlashKernel;
 use dynvram_shaders::spirv::{CM2_FLASH, Cm2Flash};

@@ -46,6 +46,18 @@ pub struct LinearScratch {
 /// Scratch buffers up to this size grow geometrically (see `ensure`).
 const GROW_GEOMETRIC_MAX: u64 = 16 << 20;
 
+/// A request of `bytes` as [`ensure`] allocates it: at least 16, in whole
+/// 256-byte units.
+fn rounded(bytes: u64) -> u64 {
+    bytes.max(16).div_ceil(256) * 256
+}
+
+/// Half again a buffer of `size` bytes (a multiple of 256): what [`ensure`]
+/// grows a small buffer to at least.
+fn half_again(size: u64) -> u64 {
+    size / 256 * 384
+}
+
 /// The most one scratch buffer grows to when no request is larger than
 /// `max_request` bytes: the request rounded as [`ensure`] rounds it, or half
 /// again a smaller buffer where that stays geometric.
@@ -53,8 +65,8 @@ pub(super) fn scratch_capacity_bound(max_request: u64) -> u64 {
     if max_request == 0 {
         return 0;
     }
-    let p = max_request.max(16).div_ceil(256) * 256;
-    p.max(GROW_GEOMETRIC_MAX).min(p / 256 * 384)
+    let p = rounded(max_request);
+    p.max(GROW_GEOMETRIC_MAX).min(half_again(p))
 }
 
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
@@ -68,7 +80,7 @@ fn ensure(
     label: &str,
     bytes: u64,
 ) -> Result<Arc<wgpu::Buffer>, LinearError> {
-    let bytes = bytes.max(16).div_ceil(256) * 256;
+    let bytes = rounded(bytes);
     if let Some(s) = slot.as_ref().filter(|s| s.buffer.size() >= bytes) {
         return Ok(s.buffer.clone());
     }
@@ -78,7 +90,7 @@ fn ensure(
     // every bind group each time.
     // Large buffers (prefill's rotated input) grow exactly: the budget
     // reserved for them is what they need.
-    let grown = slot.as_ref().map_or(0, |s| s.buffer.size() / 256 * 384);
+    let grown = slot.as_ref().map_or(0, |s| half_again(s.buffer.size()));
     let bytes = if grown <= GROW_GEOMETRIC_MAX {
         bytes.max(grown)
     } else {

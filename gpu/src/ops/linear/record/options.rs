@@ -61,8 +61,8 @@ pub struct RecordOptions {
     /// to f16 whatever this says.
     pub cm2_bf16: Option<Cm2Bf16>,
     /// Bytes of one bf16 → f16 piece instead of
-    /// [`BF16_PIECE_BYTES`](crate::device::BF16_PIECE_BYTES) (tests of
-    /// several pieces; at least one tile of rows a piece).
+    /// [`bf16_piece_limit`](crate::device::bf16_piece_limit) of the input's
+    /// rows (tests of several pieces; at least one tile of rows a piece).
     pub bf16_piece_bytes: Option<u64>,
     /// The SPIR-V GEMM of this name (`dynvram_shaders::spirv::CM2_GEMMS`)
     /// instead of the first that fits (tests of every kernel, tuning; where
