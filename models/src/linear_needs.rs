@@ -3,25 +3,27 @@
 
 use dynvram_runtime::BlockSpec;
 use dynvram_runtime::device::BF16_LONG_ROWS;
-use dynvram_runtime::ops::linear::{GEMV_MAX_M, bf16_piece_bytes, integer_scratch_bytes};
+use dynvram_runtime::ops::linear::{GEMV_MAX_M, converted_piece_bytes, integer_scratch_bytes};
 use dynvram_runtime::quant::{self, Format, TensorList};
 
 /// What a model's linears need in scratch: the rotated and quantized input
 /// of the widest layer that quantizes its activations, and the converted
-/// piece of the largest bf16 layer (the SPIR-V GEMM takes bf16 weights
-/// converted to f16 a piece at a time; where the plan left no room for it,
-/// a later planned allocation would fail).
+/// piece of the largest bf16 or int4 layer (the SPIR-V GEMMs take bf16
+/// weights converted to f16 and int4 weights widened to int8 a piece at a
+/// time; where the plan left no room for it, a later planned allocation
+/// would fail).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinearNeeds {
     /// Input width of the widest layer that quantizes its activations (0
     /// where none does).
     pub integer_k: usize,
-    /// Scratch bytes of the largest bf16 layer's converted piece for
-    /// inputs of fewer than `BF16_LONG_ROWS` rows, and for longer ones (0
-    /// where there is no bf16 layer). Counted for every bf16 layer, those
-    /// that only ever see a GEMV's few rows (modulations) too: at most one
-    /// piece more than a pass takes.
-    pub bf16_piece: [u64; 2],
+    /// Scratch bytes of the largest converted piece (a bf16 layer's as
+    /// f16, an int4 layer's as int8) for inputs of fewer than
+    /// `BF16_LONG_ROWS` rows, and for longer ones (0 where no layer
+    /// converts). Counted for every such layer, those that only ever see a
+    /// GEMV's few rows (modulations) too: at most one piece more than a
+    /// pass takes.
+    pub converted_piece: [u64; 2],
 }
 
 impl LinearNeeds {
@@ -39,48 +41,79 @@ impl LinearNeeds {
             .map(|l| l.k)
             .max()
             .unwrap_or(0);
-        let bf16 = layers
-            .iter()
-            .filter(|l| l.format == Format::Bf16)
-            .map(|l| (l.n as u64, l.k as u64));
+        // Bytes a converted weight takes: bf16 as f16, int4 as int8.
+        let converted = layers.iter().filter_map(|l| {
+            let bytes = match l.format {
+                Format::Bf16 => 2,
+                Format::ConvrotW4a4 { .. } => 1,
+                _ => return None,
+            };
+            Some((l.n as u64, l.k as u64, bytes))
+        });
         Self {
             integer_k,
-            ..Self::of_bf16_layers(bf16)
+            ..Self::of_converted_layers(converted)
         }
     }
 
     /// The needs of bf16 layers of these (n, k) alone.
     pub fn of_bf16_layers(layers: impl IntoIterator<Item = (u64, u64)>) -> Self {
-        let mut bf16_piece = [0; 2];
-        for (n, k) in layers {
-            bf16_piece[0] = bf16_piece[0].max(bf16_piece_bytes(n, k, GEMV_MAX_M + 1));
-            bf16_piece[1] = bf16_piece[1].max(bf16_piece_bytes(n, k, BF16_LONG_ROWS));
+        Self::of_converted_layers(layers.into_iter().map(|(n, k)| (n, k, 2)))
+    }
+
+    /// The needs of converted layers of these (n, k, bytes a converted
+    /// weight) alone.
+    fn of_converted_layers(layers: impl IntoIterator<Item = (u64, u64, u64)>) -> Self {
+        let mut piece = [0; 2];
+        for (n, k, b) in layers {
+            piece[0] = piece[0].max(converted_piece_bytes(n, k, GEMV_MAX_M + 1, b));
+            piece[1] = piece[1].max(converted_piece_bytes(n, k, BF16_LONG_ROWS, b));
         }
         Self {
             integer_k: 0,
-            bf16_piece,
+            converted_piece: piece,
         }
     }
 
     /// Scratch bytes for inputs of `rows` rows: the integer kernels' for
     /// one chunk of rows of the widest such layer, and past the GEMVs'
-    /// rows the bf16 piece.
+    /// rows the converted piece.
     pub fn scratch_bytes(&self, rows: usize) -> u64 {
         let integer = if self.integer_k == 0 {
             0
         } else {
             integer_scratch_bytes(rows as u64, self.integer_k as u64)
         };
-        integer + self.bf16_scratch_bytes(rows)
+        integer + self.converted_scratch_bytes(rows)
     }
 
-    /// The bf16 piece where inputs of `rows` rows take a GEMM, else 0.
-    pub fn bf16_scratch_bytes(&self, rows: usize) -> u64 {
+    /// The converted piece where inputs of `rows` rows take a GEMM, else 0.
+    pub fn converted_scratch_bytes(&self, rows: usize) -> u64 {
         let rows = rows as u64;
         if rows <= GEMV_MAX_M {
             0
         } else {
-            self.bf16_piece[usize::from(rows >= BF16_LONG_ROWS)]
+            self.converted_piece[usize::from(rows >= BF16_LONG_ROWS)]
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int4_layers_count_their_widened_piece() {
+        // FLUX.1's widest int4 layer as int8 (a byte a weight): one 63 MiB
+        // piece for short inputs, under half of 64 MiB for long ones.
+        let int4 = LinearNeeds::of_converted_layers([(21504, 3072, 1)]);
+        assert_eq!(int4.converted_piece[0], 21504 * 3072);
+        assert!(int4.converted_piece[1] <= 32 << 20, "{int4:?}");
+        // The largest piece of any layer, bf16 or int4.
+        let both = LinearNeeds::of_converted_layers([(3072, 3072, 2), (21504, 3072, 1)]);
+        assert_eq!(both.converted_piece, int4.converted_piece);
+        let bf16 = LinearNeeds::of_bf16_layers([(3072, 3072)]);
+        assert_eq!(bf16.converted_piece[0], 3072 * 3072 * 2);
+        assert_eq!(bf16.integer_k, 0);
     }
 }

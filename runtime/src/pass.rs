@@ -285,6 +285,8 @@ impl Model {
         let mut enc = new_encoder();
         // Residency first: this model goes on top; others yield if it needs room.
         let placed = self.acquire(rt, &mut ring, enc.commands())?;
+        // Converted pieces may grow into the room the plan left free.
+        (rt.linear_scratch.lock().unwrap_or_else(|e| e.into_inner())).set_piece_room(placed.room);
         let n = self.blocks.len();
         // Nothing streams: no staging between blocks, fewer submits.
         let resident = placed.homes.iter().all(|h| matches!(h, Home::Resident(_)));

@@ -116,6 +116,11 @@ pub(crate) struct Placed {
     pub first_unit: Vec<usize>,
     /// File bytes made resident by this acquisition.
     pub loaded_bytes: u64,
+    /// Bytes of the budget that neither the weights placed nor the pass's
+    /// reserve (activations, scratch, arenas) take: what a pass may use
+    /// beyond its plan (larger converted pieces,
+    /// `LinearScratch::set_piece_room`).
+    pub room: u64,
     /// Set once the arenas have been cleared through wgpu: wgpu zero-fills
     /// ranges it has not seen written before their first use, which would
     /// overwrite copies made on the copy queue. Shared by every pass over
@@ -259,13 +264,18 @@ impl Registry {
             .resize_arenas(rt, arena_size(layout.fill))
             .and_then(|()| self.load(rt, model, &layout, ring, enc));
         match placed {
-            Ok(placed) => {
+            Ok(mut placed) => {
+                let weights = dynvram_gpu::accounting::lock(rt.budget)
+                    .ledger()
+                    .bytes(OwnerClass::Weights);
+                placed.room = limit.saturating_sub(weights);
                 tracing::info!(
                     watermark = plan.resident_pages.end,
                     loaded = placed.loaded_bytes,
                     streamed = plan.bytes_streamed,
                     evicted_pages = plan.evict.len(),
                     limit,
+                    room = placed.room,
                     "residency acquired"
                 );
                 Ok(placed)
@@ -481,6 +491,8 @@ impl Registry {
             first_unit,
             arenas: self.arenas.clone(),
             loaded_bytes,
+            // Set by `acquire` once everything is placed.
+            room: 0,
             arenas_cleared: self.arenas_cleared.clone(),
         })
     }

@@ -143,10 +143,22 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 spirv_gemm_line(a, false, |c| cm2_gemm(c, read_as, ActDtype::F16, None))
             );
         }
+        // int4 layers take the int8 kernels (widened a piece at a time)
+        // unless DYNVRAM_CM2_INT4=staged asks for the int4 ones.
+        let via_int8 = crate::cmd::adapter_args::gpu_options().cm2_int4
+            == dynvram_runtime::device::Cm2Int4::ViaInt8;
         for (name, w4) in [("int4", true), ("int8", false)] {
+            let widened = via_int8 && w4;
+            let how = if widened {
+                " (widened to int8 a piece at a time; DYNVRAM_CM2_INT4=staged takes the int4 kernels)"
+            } else {
+                ""
+            };
             println!(
-                "  integer GEMM of {name} weights (f16 outputs): {}",
-                spirv_gemm_line(a, true, |c| cm2_int_gemm(c, w4, ActDtype::F16, false, None))
+                "  integer GEMM of {name} weights (f16 outputs): {}{how}",
+                spirv_gemm_line(a, true, |c| {
+                    cm2_int_gemm(c, w4 && !widened, ActDtype::F16, false, None)
+                })
             );
         }
         println!("  flash attention (f16, head_dim 128): {}", flash_line(a));

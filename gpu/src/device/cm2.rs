@@ -558,7 +558,7 @@ impl std::str::FromStr for SpirvGemm {
 /// layer's weights to f16 in pieces of at most [`BF16_PIECE_BYTES`] (a
 /// scratch buffer, one launch a piece) and runs an f16 kernel on each: the
 /// same values the bf16 kernels multiply. Models' plans count that scratch
-/// (`ops::linear::bf16_piece_bytes`); where a budget still has no room for
+/// (`ops::linear::converted_piece_bytes`); where a budget still has no room for
 /// it the layer takes the bf16 kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Bf16 {
@@ -588,6 +588,39 @@ pub fn bf16_piece_limit(m: u64) -> u64 {
         BF16_PIECE_BYTES / 2
     } else {
         BF16_PIECE_BYTES
+    }
+}
+
+/// How an integer layer of int4 weights (`convrot_w4a4`) takes the SPIR-V
+/// GEMM (the embedder's choice; the CLI reads `DYNVRAM_CM2_INT4`). int4 has
+/// no cooperative-matrix type, so the int4 kernels widen each K step's
+/// weights to int8 in a shared tile (106-195 TOPS at FLUX.1's shapes on the
+/// H100); the int8 kernels' fast loop loads both operands by tensor
+/// addressing (260-326). [`Self::ViaInt8`], the default, widens the
+/// layer's weights to int8 in pieces (the same scratch and sizes as
+/// [`Cm2Bf16::ViaF16`]'s, a byte a weight) and runs an int8 kernel on
+/// each: the same integers, so the same exact sums and outputs. Where the
+/// scratch has no room, or K is not a multiple of 8 (a row of int4 words),
+/// the int4 kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cm2Int4 {
+    /// The int4 kernels (`gemm_cm2_w4_*`).
+    Staged,
+    /// Widened to int8 a piece at a time, then the int8 kernels.
+    #[default]
+    ViaInt8,
+}
+
+impl std::str::FromStr for Cm2Int4 {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "staged" | "int4" => Ok(Self::Staged),
+            "" | "int8" | "via-int8" => Ok(Self::ViaInt8),
+            other => Err(format!(
+                "int4 SPIR-V GEMM `{other}`: want staged (the int4 kernels) or int8 (widened, then the int8 kernels)"
+            )),
+        }
     }
 }
 
@@ -658,7 +691,7 @@ pub(crate) mod test_caps {
 
 #[cfg(test)]
 mod tests {
-    use super::{Cm2Bf16, SpirvGemm};
+    use super::{Cm2Bf16, Cm2Int4, SpirvGemm};
 
     #[test]
     fn every_gemm_by_default_float_ones_where_asked() {
@@ -693,5 +726,20 @@ mod tests {
         }
         let why = "fp8".parse::<Cm2Bf16>().expect_err("unknown");
         assert!(why.contains("staged") && why.contains("f16"), "{why}");
+    }
+
+    #[test]
+    fn int4_layers_take_the_int8_kernels_unless_staged_is_asked() {
+        assert_eq!(Cm2Int4::default(), Cm2Int4::ViaInt8);
+        for (text, want) in [
+            ("staged", Cm2Int4::Staged),
+            ("int4", Cm2Int4::Staged),
+            ("int8", Cm2Int4::ViaInt8),
+            ("via-int8", Cm2Int4::ViaInt8),
+        ] {
+            assert_eq!(text.parse::<Cm2Int4>(), Ok(want), "{text}");
+        }
+        let why = "fp8".parse::<Cm2Int4>().expect_err("unknown");
+        assert!(why.contains("staged") && why.contains("int8"), "{why}");
     }
 }

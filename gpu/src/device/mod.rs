@@ -36,7 +36,8 @@ mod wait;
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
 pub use cm2::{
-    BF16_LONG_ROWS, BF16_PIECE_BYTES, Cm2Bf16, Cm2Caps, SpirvGemm, adapter_cm2, bf16_piece_limit,
+    BF16_LONG_ROWS, BF16_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, SpirvGemm, adapter_cm2,
+    bf16_piece_limit,
 };
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
@@ -102,6 +103,8 @@ pub struct Gpu {
     spirv_gemm: SpirvGemm,
     /// [`GpuOptions::cm2_bf16`].
     cm2_bf16: Cm2Bf16,
+    /// [`GpuOptions::cm2_int4`].
+    cm2_int4: Cm2Int4,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
     /// Pipelines created and the nanoseconds that took ([`Gpu::pipeline_time`]).
@@ -256,6 +259,7 @@ impl Gpu {
             coop_gemm: options.coop_gemm,
             spirv_gemm: options.spirv_gemm,
             cm2_bf16: options.cm2_bf16,
+            cm2_int4: options.cm2_int4,
             cm2,
             pipelines_created: AtomicU64::new(0),
             pipeline_nanos: AtomicU64::new(0),
@@ -303,6 +307,11 @@ impl Gpu {
     /// How bf16 layers take the SPIR-V GEMM ([`GpuOptions::cm2_bf16`]).
     pub fn cm2_bf16(&self) -> Cm2Bf16 {
         self.cm2_bf16
+    }
+
+    /// How int4 layers take the SPIR-V GEMM ([`GpuOptions::cm2_int4`]).
+    pub fn cm2_int4(&self) -> Cm2Int4 {
+        self.cm2_int4
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -781,6 +790,10 @@ pub struct GpuOptions {
     /// kernels ([`Cm2Bf16::Staged`]) or converted to f16 a piece at a time
     /// for the f16 kernels ([`Cm2Bf16::ViaF16`], the default).
     pub cm2_bf16: Cm2Bf16,
+    /// How integer layers of int4 weights take the SPIR-V GEMM: the int4
+    /// kernels ([`Cm2Int4::Staged`]) or widened to int8 a piece at a time
+    /// for the int8 kernels ([`Cm2Int4::ViaInt8`], the default).
+    pub cm2_int4: Cm2Int4,
     /// How long a wait for the GPU may take before it is an error (a
     /// faulted kernel can leave a fence unsignalled; see [`wait_limit`]):
     /// [`DEFAULT_WAIT_LIMIT`]. Process-wide: the last device opened sets it.
@@ -806,6 +819,7 @@ impl Default for GpuOptions {
             coop_gemm: CoopGemmKernel::Single,
             spirv_gemm: SpirvGemm::default(),
             cm2_bf16: Cm2Bf16::default(),
+            cm2_int4: Cm2Int4::default(),
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,
         }

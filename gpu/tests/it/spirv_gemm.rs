@@ -24,7 +24,7 @@ use dynvram_quant::reference::{
     ActQuant, dequantize_float_weight, gemm_f32, integer_linear_from_codes,
 };
 use dynvram_quant::{ActArith, Format, KernelChoice, LinearDtype};
-use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Weights};
+use dynvram_shaders::spirv::{CM2_GEMMS, Cm2Gemm, Cm2Weights};
 use dynvram_test_support::gpu::needs_f16;
 use dynvram_test_support::skip::{coop_skipped, spirv_required, spirv_skipped};
 use rand::SeedableRng;
@@ -182,6 +182,16 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
             false,
         ),
         (int8(None), ActArith::Int8, 256, 512, 1216, false),
+        // Two row chunks of the integer path (`INTEGER_CHUNK_ROWS`): int4
+        // weights widened once for both, or a piece at a time for each.
+        (
+            w4a4(64, LinearDtype::Int4),
+            ActArith::Int4,
+            1100,
+            300,
+            192,
+            false,
+        ),
     ];
     for (i, (format, act, m, n, k, split)) in cases.into_iter().enumerate() {
         let w4 = matches!(format, Format::ConvrotW4a4 { .. });
@@ -200,8 +210,9 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
         let y = env.run_f16_with(&h, choice, &x, &spirv).out;
         let what = format!("{format:?} {act:?} M={m} N={n} K={k} split={split}");
         let name = env.scratch.last_spirv_gemm();
+        // int4 weights widened to int8 by default (`Cm2Int4::ViaInt8`).
         assert!(
-            name.is_some_and(|n| n.starts_with("gemm_cm2_w")),
+            name.is_some_and(|n| n.starts_with("gemm_cm2_w8")),
             "{what}: {name:?}"
         );
         let dot4 = RecordOptions {
@@ -259,34 +270,43 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
                 want[first]
             );
         }
-        // Every other kernel of these weights, by name.
-        let weights = if w4 {
-            Cm2Weights::Int4
-        } else {
-            Cm2Weights::Int8
-        };
-        for g in CM2_GEMMS.iter().filter(|g| g.weights == weights) {
-            if Some(g.name) == name
-                || cm2_int_gemm(Some(&caps), w4, ActDtype::F16, false, Some(g.name)).is_err()
-            {
+        // Every other kernel these weights can take, by name: int4 ones
+        // the int4 kernels and every int8 one widened, also in pieces of a
+        // tile of rows (several pieces where N is past a tile).
+        let takes =
+            |g: &Cm2Gemm| g.weights == Cm2Weights::Int8 || (w4 && g.weights == Cm2Weights::Int4);
+        for g in CM2_GEMMS.iter().filter(|g| takes(g)) {
+            let staged = g.weights == Cm2Weights::Int4;
+            if cm2_int_gemm(Some(&caps), staged, ActDtype::F16, false, Some(g.name)).is_err() {
                 continue;
             }
-            let named = RecordOptions {
-                max_binding,
-                cm2_kernel: Some(g.name),
-                ..Default::default()
+            let pieces = if w4 && !staged {
+                vec![None, Some(u64::from(g.tile_n) * k as u64)]
+            } else {
+                vec![None]
             };
-            let y = env.run_f16_with(&h, choice, &x, &named).out;
-            assert_eq!(env.scratch.last_spirv_gemm(), Some(g.name), "{what}");
-            let off = differ(&y);
-            assert!(
-                off.is_empty(),
-                "{what} ({}): {} of {} outputs differ from ComfyUI's epilogue, the worst by {:.1} f16 ulps",
-                g.name,
-                off.len(),
-                y.len(),
-                ulps(&y, &off)
-            );
+            for piece_bytes in pieces {
+                if Some(g.name) == name && piece_bytes.is_none() {
+                    continue;
+                }
+                let named = RecordOptions {
+                    max_binding,
+                    cm2_kernel: Some(g.name),
+                    piece_bytes,
+                    ..Default::default()
+                };
+                let y = env.run_f16_with(&h, choice, &x, &named).out;
+                assert_eq!(env.scratch.last_spirv_gemm(), Some(g.name), "{what}");
+                let off = differ(&y);
+                assert!(
+                    off.is_empty(),
+                    "{what} ({}, pieces of {piece_bytes:?} bytes): {} of {} outputs differ from ComfyUI's epilogue, the worst by {:.1} f16 ulps",
+                    g.name,
+                    off.len(),
+                    y.len(),
+                    ulps(&y, &off)
+                );
+            }
         }
         let dot4_off = differ(&e);
         let dot4_ulps = ulps(&e, &dot4_off);
@@ -372,7 +392,7 @@ fn spirv_launch_path_matches_the_reference() {
         let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
         let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
         let opts = RecordOptions {
-            bf16_piece_bytes: piece_rows.map(|r| r * 2 * k as u64),
+            piece_bytes: piece_rows.map(|r| r * 2 * k as u64),
             max_binding: split.then_some(48 * 2 * k as u64),
             ..check
         };

@@ -286,13 +286,13 @@ impl Checkpoint {
     pub fn spec(&self, limits: Limits) -> ModelSpec {
         let blocks = self.blocks();
         // `scratch_bytes` counts the integer kernels' scratch itself.
-        let bf16 = crate::LinearNeeds::of(&FilesList::new(&self.files), &blocks)
-            .bf16_scratch_bytes(limits.max_rows);
+        let converted = crate::LinearNeeds::of(&FilesList::new(&self.files), &blocks)
+            .converted_scratch_bytes(limits.max_rows);
         ModelSpec {
             views: Default::default(),
             files: self.weights.clone(),
             blocks,
-            scratch_bytes: scratch_bytes(&self.config, limits) + bf16,
+            scratch_bytes: scratch_bytes(&self.config, limits) + converted,
         }
     }
 

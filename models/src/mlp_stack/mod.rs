@@ -183,7 +183,7 @@ pub fn scratch_bytes(shape: Shape, rows: usize) -> u64 {
     let row = (2 * shape.hidden + 3 * shape.ffn + shape.blocks * shape.hidden) as u64;
     let (h, f) = (shape.hidden as u64, shape.ffn as u64);
     let bf16 = crate::LinearNeeds::of_bf16_layers([(f, h), (h, f)]);
-    (rows as u64) * row * 4 + bf16.bf16_scratch_bytes(rows)
+    (rows as u64) * row * 4 + bf16.converted_scratch_bytes(rows)
 }
 
 /// GELU, tanh approximation, in f32 as `F.gelu(approximate="tanh")`.

@@ -946,7 +946,7 @@ fn comfy_mixed_quant_checkpoint_runs() {
 fn float_models_reserve_only_the_bf16_piece() {
     use dynvram_models::LinearNeeds;
     use dynvram_runtime::device::BF16_LONG_ROWS;
-    use dynvram_runtime::ops::linear::{GEMV_MAX_M, bf16_piece_bytes, integer_scratch_bytes};
+    use dynvram_runtime::ops::linear::{GEMV_MAX_M, converted_piece_bytes, integer_scratch_bytes};
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
     let needs = ckpt.linear_needs();
     assert_eq!(needs.integer_k, 0);
@@ -959,12 +959,12 @@ fn float_models_reserve_only_the_bf16_piece() {
         rows as u64 > GEMV_MAX_M && (rows as u64) < BF16_LONG_ROWS,
         "{rows}"
     );
-    let widest = bf16_piece_bytes(3 * h + c.mlp_hidden() as u64, h, rows as u64);
-    assert!(needs.bf16_piece[0] >= widest, "{needs:?} {widest}");
+    let widest = converted_piece_bytes(3 * h + c.mlp_hidden() as u64, h, rows as u64, 2);
+    assert!(needs.converted_piece[0] >= widest, "{needs:?} {widest}");
     let acts = dynvram_models::flux::scratch_bytes(c, shape, ActDtype::F32, LinearNeeds::default());
     assert_eq!(
         ckpt.spec(shape, ActDtype::F32).scratch_bytes,
-        acts + needs.bf16_piece[0]
+        acts + needs.converted_piece[0]
     );
     let k = c.hidden_size + c.mlp_hidden();
     let int = LinearNeeds {

@@ -13,6 +13,7 @@ use crate::tensor::GpuTensor;
 use super::{LinearError, LinearScratch, LinearWeights};
 
 mod cm2;
+mod convert;
 mod coop;
 mod float;
 mod fold;
@@ -29,11 +30,11 @@ mod spread;
 pub use cm2::{
     Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_weights_of,
 };
+pub use convert::converted_piece_bytes;
 pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,
 };
-pub use float::bf16_piece_bytes;
 pub use fold::{Fold, NORM_FOLD_MAX_M, NormFold, fold_unusable};
 pub use fused::Fusion;
 pub use gemv_shape::{GEMV_MAX_M, GemvShape, ROWS_GEMV_MAX_M, rows_gemv_max_m};

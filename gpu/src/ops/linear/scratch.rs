@@ -31,7 +31,15 @@ pub struct LinearScratch {
     chunk_max: Option<Slot>,
     dummy: Option<Slot>,
     partials: Option<Slot>,
-    f16_weights: Option<Slot>,
+    converted_weights: Option<Slot>,
+    /// The layer's rows the converted weights hold, as (first row, rows):
+    /// valid within one layer's recording only (see
+    /// [`Self::forget_converted`]).
+    converted: Option<(u64, u64)>,
+    /// Bytes a converted piece may take beyond the default for the input's
+    /// rows: room the budget has besides what its plan reserved
+    /// ([`Self::set_piece_room`]).
+    piece_room: u64,
     /// What the codes hold (see [`super::RecordOptions::reuse_codes`]).
     codes_key: Option<super::record::CodesKey>,
     /// Dispatches the last recorded linear took.
@@ -155,20 +163,59 @@ impl LinearScratch {
         )
     }
 
-    /// A piece of bf16 weights converted to f16 for the SPIR-V f16 GEMM
-    /// (`Cm2Bf16::ViaF16`), at least `bytes` long.
-    pub(super) fn f16_weights(
+    /// A piece of weights converted for a SPIR-V GEMM (bf16 to f16,
+    /// `Cm2Bf16::ViaF16`; int4 to int8, `Cm2Int4::ViaInt8`), at least
+    /// `bytes` long; a new buffer holds no piece.
+    pub(super) fn converted_weights(
         &mut self,
         gpu: &Gpu,
         bytes: u64,
     ) -> Result<Arc<wgpu::Buffer>, LinearError> {
-        ensure(
-            &mut self.f16_weights,
+        let old = self.converted_weights.as_ref().map(|s| s.buffer.clone());
+        let b = ensure(
+            &mut self.converted_weights,
             self.budget.as_ref(),
             gpu,
-            "linear.f16_weights",
+            "linear.converted_weights",
             bytes,
-        )
+        );
+        if b.as_ref().ok().map(Arc::as_ptr) != old.as_ref().map(Arc::as_ptr) {
+            self.converted = None;
+        }
+        b
+    }
+
+    /// The rows of the layer being recorded that the converted weights
+    /// hold, as (first row, rows).
+    pub(super) fn converted(&self) -> Option<(u64, u64)> {
+        self.converted
+    }
+
+    /// Records which rows the converted weights now hold.
+    pub(super) fn set_converted(&mut self, rows: Option<(u64, u64)>) {
+        self.converted = rows;
+    }
+
+    /// Forgets what the converted weights hold: a new layer's recording
+    /// (another layer's rows, or the same buffer with other weights
+    /// streamed in).
+    pub(super) fn forget_converted(&mut self) {
+        self.converted = None;
+    }
+
+    /// Lets a converted piece take up to `bytes` (0: the default size for
+    /// the input's rows, `bf16_piece_limit`): a runtime's room beyond what
+    /// its plan reserved, set before each pass. Larger pieces are fewer
+    /// and wider GEMMs — a piece of FLUX.1's 15,360-column layer at the
+    /// default 32 MiB is 144 workgroups, a GPU wave and a few, where the
+    /// whole layer is 432.
+    pub fn set_piece_room(&mut self, bytes: u64) {
+        self.piece_room = bytes;
+    }
+
+    /// [`Self::set_piece_room`]'s bytes.
+    pub fn piece_room(&self) -> u64 {
+        self.piece_room
     }
 
     /// The packed-codes buffer, at least `bytes` long.

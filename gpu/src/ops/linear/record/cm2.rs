@@ -374,7 +374,7 @@ mod tests {
         );
         assert_eq!(
             name(cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None)),
-            Ok("gemm_cm2_w8_k64")
+            Ok("gemm_cm2_w8_k64_fast")
         );
         let why = name(cm2_int_gemm(Some(&caps), true, ActDtype::F32, false, None))
             .expect_err("f32 outputs");
@@ -400,7 +400,7 @@ mod tests {
                 false,
                 None
             )),
-            Ok("gemm_cm2_w8_k64")
+            Ok("gemm_cm2_w8_k64_fast")
         );
         // Float layers never take an integer kernel, nor the reverse.
         assert_eq!(

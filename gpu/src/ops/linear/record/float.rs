@@ -6,6 +6,7 @@ use dynvram_quant::Format;
 use dynvram_shaders::linear as shaders;
 
 use super::cm2::{self, Cm2Kernel};
+use super::convert::Widen;
 use super::coop::float_coop_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
@@ -13,7 +14,7 @@ use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
 use crate::device::Cm2Bf16;
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Bindings, Constants, Cost};
+use crate::ops::launch::{Bindings, Constants};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::GpuTensor;
 
@@ -41,7 +42,7 @@ impl Recorder<'_> {
             }
             match self.float_cm2_via_f16(encoder, kernel, x, out, scratch, &dummy) {
                 // No room for the converted piece (a plan that did not
-                // count it, `bf16_piece_bytes`): the bf16 kernel, which
+                // count it, `converted_piece_bytes`): the bf16 kernel, which
                 // needs none, where there is one.
                 Err(e @ LinearError::Scratch { .. }) if !self.spirv_check => {
                     let staged = self.cm2_chosen(cm2::float_weights(Format::Bf16, self.act));
@@ -215,9 +216,9 @@ impl Recorder<'_> {
         self.launch_cm2(encoder, kernel, c, &bindings, flags, cost)
     }
 
-    /// Records a bf16 layer on the f16 SPIR-V GEMM `kernel`: each weight
-    /// chunk in pieces of whole rows ([`bf16_pieces`]), each converted into
-    /// the scratch (`bf16_to_f16.wgsl`) and then multiplied as f16 weights.
+    /// Records a bf16 layer on the f16 SPIR-V GEMM `kernel`: the weights
+    /// converted to f16 a piece at a time (`Recorder::each_converted`),
+    /// each piece then multiplied as f16 weights.
     fn float_cm2_via_f16(
         &self,
         encoder: &mut Encoder,
@@ -227,150 +228,14 @@ impl Recorder<'_> {
         scratch: &mut LinearScratch,
         dummy: &wgpu::Buffer,
     ) -> Result<(), LinearError> {
-        let k = self.weights.k;
-        let rows = bf16_piece_rows(
-            self.bf16_piece_bytes,
-            k,
-            self.weights.n,
-            u64::from(kernel.gemm.tile_n),
-        );
-        // Word counts and offsets within a chunk (the layer's indices fit
-        // u32: `record` checked them).
-        let to_u32 = |v: u64| {
-            u32::try_from(v).map_err(|_| self.unsupported(format!("{v} bf16 words exceed u32")))
-        };
-        let converted = scratch.f16_weights(self.gpu, rows * k * 2)?;
-        for c in self.chunks()? {
-            for (first, count) in bf16_pieces(c.rows, rows) {
-                // Words of bf16 pairs: rows start on a word (K is even).
-                let words = count * k / 2;
-                let params = ConvertParams {
-                    words: to_u32(words)?,
-                    src_word0: to_u32(first * k / 2)?,
-                    _pad: [0; 2],
-                };
-                let groups = words.div_ceil(256).min(CONVERT_GROUPS) as u32;
-                self.dispatch(
-                    encoder,
-                    "bf16_to_f16",
-                    shaders::BF16_TO_F16,
-                    &[],
-                    [
-                        buf(c.buffer, c.offset, c.size),
-                        buf(&converted, 0, words * 4),
-                    ],
-                    params,
-                    (groups, 1),
-                    Cost::new(words * 4, words * 4, 0),
-                )?;
-                let piece = Chunk {
-                    buffer: &converted,
-                    offset: 0,
-                    size: words * 4,
-                    rows: count,
-                    first_row: c.first_row + first,
-                };
-                self.float_cm2_chunk(encoder, kernel, &piece, x, out, dummy)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `bf16_to_f16.wgsl`'s `Params`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct ConvertParams {
-    words: u32,
-    src_word0: u32,
-    _pad: [u32; 2],
-}
-
-/// Workgroups of one conversion at most (it loops over the rest).
-const CONVERT_GROUPS: u64 = 4096;
-
-/// Bytes of scratch a float layer of `n` × `k` bf16 weights can hold when
-/// it takes the SPIR-V f16 GEMM converted a piece at a time
-/// (`Cm2Bf16::ViaF16`) for inputs of `m` rows: one piece of the default
-/// size for `m` (`bf16_piece_limit`) at either tile width, as the scratch
-/// buffer grows to hold it. A planner counts the largest over a model's
-/// bf16 layers that see more than [`GEMV_MAX_M`] rows.
-pub fn bf16_piece_bytes(n: u64, k: u64, m: u64) -> u64 {
-    if n == 0 || k == 0 {
-        return 0;
-    }
-    let limit = crate::device::bf16_piece_limit(m);
-    let piece = [128, 256]
-        .into_iter()
-        .map(|tile| bf16_piece_rows(limit, k, n, tile) * k * 2)
-        .max()
-        .unwrap_or(0);
-    super::super::scratch::scratch_capacity_bound(piece)
-}
-
-/// Weight rows of one bf16 → f16 piece of at most `bytes` (as f16) for a
-/// layer of `n` rows of `k` values: all of them where they fit, else as
-/// many as fit in whole tiles of `tile_n` rows (at least one tile).
-fn bf16_piece_rows(bytes: u64, k: u64, n: u64, tile_n: u64) -> u64 {
-    let fit = bytes / (2 * k).max(1);
-    if fit >= n {
-        return n.max(1);
-    }
-    (fit / tile_n).max(1) * tile_n
-}
-
-/// A chunk of `rows` weight rows as pieces of at most `per` rows, as
-/// (first row, rows), of equal size but the last.
-fn bf16_pieces(rows: u64, per: u64) -> impl Iterator<Item = (u64, u64)> {
-    (0..rows.div_ceil(per)).map(move |i| (i * per, per.min(rows - i * per)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::BF16_PIECE_BYTES;
-
-    #[test]
-    fn bf16_pieces_cover_every_row_once() {
-        // FLUX.1's widest (21504 x 3072, 132 MB as f16): pieces of whole
-        // 256-row tiles under 64 MiB.
-        let per = bf16_piece_rows(BF16_PIECE_BYTES, 3072, 21504, 256);
-        assert_eq!(per % 256, 0);
-        assert!(per * 3072 * 2 <= BF16_PIECE_BYTES, "{per}");
-        let pieces: Vec<_> = bf16_pieces(21504, per).collect();
-        assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), 21504);
-        for w in pieces.windows(2) {
-            assert_eq!(w[0].0 + w[0].1, w[1].0);
-        }
-        // A layer that fits is one piece; a row wider than a piece is one
-        // tile a piece.
-        assert_eq!(bf16_piece_rows(BF16_PIECE_BYTES, 64, 300, 256), 300);
-        assert_eq!(bf16_pieces(300, 300).collect::<Vec<_>>(), [(0, 300)]);
-        assert_eq!(bf16_piece_rows(BF16_PIECE_BYTES, 1 << 26, 1000, 128), 128);
-        assert_eq!(bf16_pieces(0, 128).count(), 0);
-    }
-
-    #[test]
-    fn the_planned_piece_holds_every_piece_the_recorder_converts() {
-        // FLUX.1's widest: the larger of the two tiles' pieces, under 64 MiB.
-        let flux = bf16_piece_bytes(21504, 3072, 100);
-        for tile in [128, 256] {
-            let rows = bf16_piece_rows(BF16_PIECE_BYTES, 3072, 21504, tile);
-            assert!(rows * 3072 * 2 <= flux, "{tile}");
-        }
-        assert!(flux <= BF16_PIECE_BYTES, "{flux}");
-        // A small layer: its bytes, and half again where the scratch grows
-        // geometrically from a smaller piece.
-        assert_eq!(bf16_piece_bytes(300, 64, 100), 300 * 64 * 2 / 256 * 384);
-        assert_eq!(bf16_piece_bytes(0, 64, 100), 0);
-        // Past the geometric growth, exactly the piece.
-        let mid = bf16_piece_bytes(3072, 4096, 100);
-        assert_eq!(mid, 3072 * 4096 * 2);
-        // Long inputs: half the piece.
-        let long = bf16_piece_bytes(21504, 3072, 4608);
-        assert!(
-            long <= BF16_PIECE_BYTES / 2 && long * 2 > flux * 9 / 10,
-            "{long} {flux}"
-        );
+        scratch.forget_converted();
+        let tile_n = u64::from(kernel.gemm.tile_n);
+        self.each_converted(
+            encoder,
+            Widen::Bf16ToF16,
+            tile_n,
+            scratch,
+            |encoder, piece| self.float_cm2_chunk(encoder, kernel, piece, x, out, dummy),
+        )
     }
 }

@@ -5,15 +5,17 @@
 
 use dynvram_shaders::linear as shaders;
 
-use super::cm2;
+use super::cm2::{self, Cm2Kernel};
+use super::convert::Widen;
 use super::coop::coop_gemm_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{
-    GEMM_TILE, MAX_GROUP, MAX_GROUPS_PER_DIM, QuantParams, Recorder, RotateParams, buf, coop_ran,
-    region, rows_grid,
+    Chunk, GEMM_TILE, MAX_GROUP, MAX_GROUPS_PER_DIM, QuantParams, Recorder, RotateParams, buf,
+    coop_ran, region, rows_grid,
 };
 use super::spec::{ActCodes, CodesKey, IntEpilogue, IntPath};
+use crate::device::Cm2Int4;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
@@ -54,6 +56,9 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (m, k, n) = (self.m, self.weights.k, self.weights.n);
+        // Weights widened for a previous layer are not this one's; the
+        // row chunks below share this layer's.
+        scratch.forget_converted();
         let step = INTEGER_CHUNK_ROWS;
         let aligned = (step * k * x.dtype.size()).is_multiple_of(self.align)
             && (step * n * out.dtype.size()).is_multiple_of(self.align);
@@ -92,7 +97,7 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (gpu, m, k) = (self.gpu, self.m, self.weights.k);
-        let cm2 = self.cm2_chosen(cm2::int_weights(int.w4, self.act, raw));
+        let (cm2, widen) = self.int_cm2_chosen(int.w4, raw);
         let coop = cm2.is_none()
             && self.coop_chosen(|caps| {
                 coop_gemm_unusable(
@@ -281,6 +286,54 @@ impl Recorder<'_> {
             .scale
             .as_ref()
             .ok_or_else(|| self.unsupported("integer formats need a weight_scale".into()))?;
+        // Bit 1: acc · (s_x · s_w); bit 2: a weight scale per row.
+        let cm2_flags = u32::from(has_bias)
+            | u32::from(epi == IntEpilogue::TensorScale) << 1
+            | u32::from(int.per_row_scale) << 2;
+        let cm2_launch = |encoder: &mut Encoder, kernel: Cm2Kernel, c: &Chunk<'_>| {
+            let bias = self
+                .weights
+                .bias
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
+            let bindings: Bindings<'_> = (0..)
+                .zip([
+                    buf(c.buffer, c.offset, c.size),
+                    region(scale),
+                    bias,
+                    buf(&codes, 0, m * kw * 4),
+                    buf(&scales, 0, m * 4),
+                    out.binding(),
+                ])
+                .collect();
+            let cost = self.chunk_cost(c, m * kw * 4 + m * 4);
+            self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost)
+        };
+        if let Some(kernel) = cm2.filter(|_| widen) {
+            let tile_n = u64::from(kernel.gemm.tile_n);
+            let widened =
+                self.each_converted(encoder, Widen::Int4ToInt8, tile_n, scratch, |e, piece| {
+                    cm2_launch(e, kernel, piece)
+                });
+            match widened {
+                // No room for the widened piece (a plan that did not count
+                // it, `converted_piece_bytes`): the int4 kernel, which needs
+                // none, where there is one.
+                Err(e @ LinearError::Scratch { .. }) => {
+                    let staged = self.cm2_chosen(cm2::int_weights(true, self.act, raw));
+                    let Some(staged) = staged else {
+                        return Err(e);
+                    };
+                    tracing::debug!(%e, "int4 via int8: no scratch, the int4 kernel");
+                    scratch.set_spirv(staged.gemm.name);
+                    for c in self.chunks()? {
+                        cm2_launch(encoder, staged, &c)?;
+                    }
+                    return Ok(());
+                }
+                other => return other,
+            }
+        }
         for c in self.chunks()? {
             let bias = self
                 .weights
@@ -300,6 +353,10 @@ impl Recorder<'_> {
                 self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
                 continue;
             }
+            if let Some(kernel) = cm2 {
+                cm2_launch(encoder, kernel, &c)?;
+                continue;
+            }
             let groups = self.chunk_groups(&c, tile);
             let params = self.gemm_params(&c);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
@@ -312,15 +369,6 @@ impl Recorder<'_> {
                 buf(&scales, 0, m * 4),
                 out.binding(),
             ];
-            if let Some(kernel) = cm2 {
-                // Bit 1: acc · (s_x · s_w); bit 2: a weight scale per row.
-                let flags = u32::from(has_bias)
-                    | u32::from(epi == IntEpilogue::TensorScale) << 1
-                    | u32::from(int.per_row_scale) << 2;
-                let bindings: Bindings<'_> = (0..).zip(numbered).collect();
-                self.launch_cm2(encoder, kernel, &c, &bindings, flags, cost)?;
-                continue;
-            }
             if double.is_some() {
                 // The weights and codes as 16-byte words (bindings 6 and
                 // 7), not as the u32 words of bindings 0 and 3.
@@ -342,5 +390,17 @@ impl Recorder<'_> {
             )?;
         }
         Ok(())
+    }
+
+    /// The integer layer's SPIR-V GEMM ([`Self::cm2_chosen`]), and whether
+    /// its int4 weights go to an int8 kernel widened a piece at a time
+    /// (`Cm2Int4::ViaInt8`, where K holds whole words of int4).
+    fn int_cm2_chosen(&self, w4: bool, raw: bool) -> (Option<Cm2Kernel>, bool) {
+        if w4 && self.cm2_int4 == Cm2Int4::ViaInt8 && self.weights.k.is_multiple_of(8) {
+            if let Some(k) = self.cm2_chosen(cm2::int_weights(false, self.act, raw)) {
+                return (Some(k), true);
+            }
+        }
+        (self.cm2_chosen(cm2::int_weights(w4, self.act, raw)), false)
     }
 }

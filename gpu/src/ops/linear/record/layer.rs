@@ -102,9 +102,10 @@ pub(super) fn record(
         coop_gemm: opts.coop_gemm.unwrap_or_else(|| gpu.coop_gemm()),
         spirv_gemm: opts.spirv_gemm.unwrap_or_else(|| gpu.spirv_gemm()),
         cm2_bf16: opts.cm2_bf16.unwrap_or_else(|| gpu.cm2_bf16()),
-        bf16_piece_bytes: opts
-            .bf16_piece_bytes
-            .unwrap_or_else(|| crate::device::bf16_piece_limit(m)),
+        cm2_int4: opts.cm2_int4.unwrap_or_else(|| gpu.cm2_int4()),
+        piece_bytes: opts
+            .piece_bytes
+            .unwrap_or_else(|| crate::device::bf16_piece_limit(m).max(scratch.piece_room())),
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,

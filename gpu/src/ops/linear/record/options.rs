@@ -2,7 +2,7 @@
 
 use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
 use super::gemv_shape::GemvShape;
-use crate::device::{Cm2Bf16, SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, Cm2Int4, SpirvGemm, SpreadQuant};
 
 /// Knobs for tests and tools; [`record_linear`] uses the defaults.
 ///
@@ -60,10 +60,14 @@ pub struct RecordOptions {
     /// [`Self::spirv_check`], bf16 weights reach the check kernel converted
     /// to f16 whatever this says.
     pub cm2_bf16: Option<Cm2Bf16>,
-    /// Bytes of one bf16 → f16 piece instead of
+    /// How an int4 layer takes the SPIR-V GEMM, instead of the device's
+    /// `GpuOptions::cm2_int4` (tests and tools comparing them).
+    pub cm2_int4: Option<Cm2Int4>,
+    /// Bytes of one converted piece (bf16 → f16, int4 → int8) instead of
     /// [`bf16_piece_limit`](crate::device::bf16_piece_limit) of the input's
-    /// rows (tests of several pieces; at least one tile of rows a piece).
-    pub bf16_piece_bytes: Option<u64>,
+    /// rows or the scratch's `piece_room` (tests of several pieces; at
+    /// least one tile of rows a piece).
+    pub piece_bytes: Option<u64>,
     /// The SPIR-V GEMM of this name (`dynvram_shaders::spirv::CM2_GEMMS`)
     /// instead of the first that fits (tests of every kernel, tuning; where
     /// it cannot run this layer, the WGSL kernels run).

@@ -11,7 +11,7 @@ use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
 use super::gemv_shape::{GEMV_MAX_M, GemvShape};
-use crate::device::{Cm2Bf16, Gpu, GpuError, SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, Cm2Int4, Gpu, GpuError, SpirvGemm, SpreadQuant};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch, launch_spirv};
@@ -67,8 +67,10 @@ pub(super) struct Recorder<'a> {
     pub(super) spirv_gemm: SpirvGemm,
     /// How a bf16 layer takes the SPIR-V GEMM.
     pub(super) cm2_bf16: Cm2Bf16,
-    /// Bytes of one bf16 → f16 piece at most.
-    pub(super) bf16_piece_bytes: u64,
+    /// How an int4 layer takes the SPIR-V GEMM.
+    pub(super) cm2_int4: Cm2Int4,
+    /// Bytes of one converted piece at most (`Recorder::each_converted`).
+    pub(super) piece_bytes: u64,
     /// [`RecordOptions::cm2_kernel`].
     pub(super) cm2_kernel: Option<&'static str>,
     /// [`RecordOptions::spirv_check`].
