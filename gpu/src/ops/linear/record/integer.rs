@@ -36,6 +36,18 @@ pub fn integer_scratch_bytes(rows: u64, k: u64) -> u64 {
     round(r * k * 4) + round(r * k.div_ceil(4) * 4) + round(r * 4)
 }
 
+/// Values one workgroup of `linear_rotate.wgsl` transforms (`CH`) for rows
+/// of `k` in groups of `g` (a power of 4 dividing `k`): the most whole
+/// groups, doubling, whose run divides `k` and fits the kernel's 4096
+/// values of workgroup memory.
+fn rotate_run(k: u64, g: u32) -> u64 {
+    let mut ch = u64::from(g);
+    while ch * 2 <= 4096 && k.is_multiple_of(ch * 2) {
+        ch *= 2;
+    }
+    ch
+}
+
 impl Recorder<'_> {
     /// [`Self::integer`] over row chunks of at most [`INTEGER_CHUNK_ROWS`]
     /// where M is longer, each chunk a view of `x` and `out` (codes left
@@ -175,18 +187,19 @@ impl Recorder<'_> {
                 rotated = scratch.x_rot(gpu, rot_bytes)?;
                 quant_rec.act = ActDtype::F32;
                 if fused.is_none() && !reuse {
+                    let ch = rotate_run(k, g);
                     self.dispatch(
                         encoder,
                         "linear_rotate",
                         shaders::ROTATE,
-                        &[("G", f64::from(g))],
+                        &[("G", f64::from(g)), ("CH", ch as f64)],
                         [x.binding(), buf(&rotated, 0, rot_bytes)],
                         RotateParams {
                             rows: m as u32,
                             k: k as u32,
                             _pad: [0; 6],
                         },
-                        ((k / u64::from(g)) as u32, m as u32),
+                        ((k / ch) as u32, m as u32),
                         Cost::new(
                             m * k * x.dtype.size(),
                             rot_bytes,
@@ -402,5 +415,35 @@ impl Recorder<'_> {
             }
         }
         (self.cm2_chosen(cm2::int_weights(w4, self.act, raw)), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotate_run;
+
+    #[test]
+    fn rotation_runs_are_whole_groups_dividing_k() {
+        // FLUX.1's widths in groups of 256: K = 3072, 12288, 15360.
+        assert_eq!(rotate_run(3072, 256), 1024);
+        assert_eq!(rotate_run(12288, 256), 4096);
+        assert_eq!(rotate_run(15360, 256), 1024);
+        assert_eq!(rotate_run(192, 64), 64);
+        assert_eq!(rotate_run(1536, 64), 512);
+        assert_eq!(rotate_run(4096, 4096), 4096);
+        for (k, g) in [
+            (3072u64, 256u32),
+            (15360, 256),
+            (1216, 64),
+            (48, 16),
+            (1 << 20, 4),
+        ] {
+            let ch = rotate_run(k, g);
+            assert!(
+                ch.is_multiple_of(u64::from(g))
+                    && k.is_multiple_of(ch)
+                    && ch <= 4096.max(u64::from(g))
+            );
+        }
     }
 }
