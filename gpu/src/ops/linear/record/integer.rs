@@ -409,10 +409,12 @@ impl Recorder<'_> {
     /// its int4 weights go to an int8 kernel widened a piece at a time
     /// (`Cm2Int4::ViaInt8`, where K holds whole words of int4).
     fn int_cm2_chosen(&self, w4: bool, raw: bool) -> (Option<Cm2Kernel>, bool) {
-        if w4 && self.cm2_int4 == Cm2Int4::ViaInt8 && self.weights.k.is_multiple_of(8) {
-            if let Some(k) = self.cm2_chosen(cm2::int_weights(false, self.act, raw)) {
-                return (Some(k), true);
-            }
+        if w4
+            && self.cm2_int4 == Cm2Int4::ViaInt8
+            && self.weights.k.is_multiple_of(8)
+            && let Some(k) = self.cm2_chosen(cm2::int_weights(false, self.act, raw))
+        {
+            return (Some(k), true);
         }
         (self.cm2_chosen(cm2::int_weights(w4, self.act, raw)), false)
     }
