@@ -32,6 +32,7 @@ mod pipeline_cache;
 mod spirv_gemm;
 mod staging_ring;
 mod upload_bench;
+mod weight_widening;
 
 // Counts allocations for `launch_allocations` (the system allocator
 // otherwise).

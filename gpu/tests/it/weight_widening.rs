@@ -1,0 +1,116 @@
+//! The weight conversions the SPIR-V GEMMs take a piece at a time
+//! (`record/convert.rs`), run on any adapter against the CPU: int4 nibbles
+//! widened to int8 (`int4_to_int8.wgsl`). On NVIDIA the integer SPIR-V test
+//! checks the whole path bit for bit with ComfyUI's epilogue; this one runs
+//! where the cooperative-matrix-2 GEMMs cannot (CI's lavapipe).
+
+use dynvram_gpu::Gpu;
+use dynvram_test_support::gpu::{any_adapter, test_gpu};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The shader's `Params`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    words: u32,
+    src_word0: u32,
+    _pad: [u32; 2],
+}
+
+/// Words of int8 the CPU makes of int4 words: nibble `e` of word `j` (the
+/// low one first) is column `8j + e`, sign-extended, four to a word.
+fn widened(src: &[u32]) -> Vec<u32> {
+    src.iter()
+        .flat_map(|&w| {
+            let byte = |e: u32| {
+                let t = ((w >> (4 * e)) & 0xF) as i32;
+                (((t ^ 8) - 8) as i8 as u8) as u32
+            };
+            [0u32, 4].map(|first| (0..4).fold(0, |r, e| r | byte(first + e) << (8 * e)))
+        })
+        .collect()
+}
+
+/// Runs `int4_to_int8.wgsl` over `words` words of `src` from `word0` with
+/// `groups` workgroups, returning the widened words.
+fn run(gpu: &Gpu, src: &[u32], word0: u32, words: u32, groups: u32) -> Vec<u32> {
+    let pipeline = gpu
+        .create_compute_pipeline(
+            "int4_to_int8",
+            dynvram_shaders::linear::INT4_TO_INT8,
+            "main",
+            &[],
+        )
+        .expect("pipeline");
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+    let src_buf = gpu
+        .create_buffer("src", (src.len() * 4) as u64, usage)
+        .expect("src");
+    let dst = gpu
+        .create_buffer("dst", u64::from(words) * 8, usage)
+        .expect("dst");
+    gpu.queue
+        .write_buffer(&src_buf, 0, bytemuck::cast_slice(src));
+    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: src_buf.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: dst.as_entire_binding(),
+            },
+        ],
+    });
+    let params = Params {
+        words,
+        src_word0: word0,
+        _pad: [0; 2],
+    };
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.set_immediates(0, bytemuck::bytes_of(&params));
+        pass.dispatch_workgroups(groups, 1, 1);
+    }
+    gpu.queue.submit([enc.finish()]);
+    let back = gpu
+        .read_f32(&dst, 0, u64::from(words) * 2)
+        .expect("read back");
+    gpu.check_health().expect("healthy");
+    back.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn int4_weights_widen_to_the_int8_the_cpu_makes() {
+    let test = "int4_weights_widen_to_the_int8_the_cpu_makes";
+    let Some(gpu) = test_gpu(test, any_adapter) else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(48);
+    // Every nibble value in the first words, then random ones.
+    let mut src: Vec<u32> = (0..2u32)
+        .map(|h| (0..8).fold(0, |w, e| w | (e + 8 * h) << (4 * e)))
+        .collect();
+    src.extend((0..3000).map(|_| rng.random::<u32>()));
+    // The whole buffer; a piece from a word inside it; fewer workgroups
+    // than words (the grid-stride loop).
+    for (word0, words, groups) in [(0u32, 3002u32, 12u32), (1000, 1501, 6), (7, 2000, 1)] {
+        let got = run(&gpu, &src, word0, words, groups);
+        let at = word0 as usize;
+        let want = widened(&src[at..at + words as usize]);
+        assert_eq!(
+            got, want,
+            "from word {word0}, {words} words, {groups} workgroups"
+        );
+    }
+    // Nibbles 1..7 stay, 8 is -8.
+    assert_eq!(widened(&[0x8765_4321]), [0x0403_0201, 0xF807_0605]);
+}
