@@ -182,11 +182,11 @@ pub const FLOAT_GEMM_COOP8_DB: &str = wgsl!(
 
 /// bf16 weight rows as f16 (`bf16_to_f16.wgsl`), for the SPIR-V f16 GEMM;
 /// launched with f16 activations.
-pub const BF16_TO_F16: &str = wgsl!("bf16_to_f16.wgsl");
+pub const BF16_TO_F16: &str = wgsl!("weight_convert.wgsl", "bf16_to_f16.wgsl");
 
 /// int4 weight rows widened to int8 (`int4_to_int8.wgsl`), for the SPIR-V
 /// int8 GEMM.
-pub const INT4_TO_INT8: &str = wgsl!("int4_to_int8.wgsl");
+pub const INT4_TO_INT8: &str = wgsl!("weight_convert.wgsl", "int4_to_int8.wgsl");
 
 /// Which cooperative-matrix GEMM kernel runs the layers that take one
 /// (`GpuOptions::coop_gemm`, `DYNVRAM_COOP_GEMM`).
@@ -602,6 +602,7 @@ pub const FLOAT_GEMM: &str = wgsl!("linear_float_common.wgsl", "linear_float_gem
 pub const ALL: &[(&str, &str)] = &[
     ("bf16_to_f16.wgsl", BF16_TO_F16),
     ("int4_to_int8.wgsl", INT4_TO_INT8),
+    ("weight_convert.wgsl", wgsl!("weight_convert.wgsl")),
     (
         "linear_reduce_workgroup.wgsl",
         wgsl!("linear_reduce_workgroup.wgsl"),

@@ -5,17 +5,10 @@
 // → f16 (the conversion the bf16 kernels make in their staging), so the
 // product sees what the staged bf16 GEMM would. Launched with `act` = f16;
 // a grid-stride loop over 256-invocation workgroups.
+//
+// needs: p, src
 
-struct Params {
-    words: u32,
-    src_word0: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read_write> dst: array<act>;
-var<immediate> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {

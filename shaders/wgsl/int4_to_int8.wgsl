@@ -5,17 +5,10 @@
 // in `dst` from word 0, four a word (byte e of a word is column 4j + e):
 // the widening the int4 kernels make in their staging, so the exact s32
 // sums are the same. A grid-stride loop over 256-invocation workgroups.
+//
+// needs: p, src
 
-struct Params {
-    words: u32,
-    src_word0: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
-var<immediate> p: Params;
 
 // Nibbles `first`..`first + 3` of `v`, sign-extended, as four bytes.
 fn widen(v: u32, first: u32) -> u32 {
