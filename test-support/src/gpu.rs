@@ -40,6 +40,27 @@ pub fn test_gpu_with(
     }
 }
 
+/// A bind group of `pipeline`'s group 0 binding `buffers` whole, at
+/// bindings 0, 1, … in order.
+pub fn bind_buffers(
+    gpu: &Gpu,
+    pipeline: &wgpu::ComputePipeline,
+    buffers: &[&wgpu::Buffer],
+) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry<'_>> = (0..)
+        .zip(buffers)
+        .map(|(binding, b)| wgpu::BindGroupEntry {
+            binding,
+            resource: b.as_entire_binding(),
+        })
+        .collect();
+    gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    })
+}
+
 /// A `needs` for tests that run on any adapter.
 pub fn any_adapter(_: &AdapterCaps) -> Result<(), String> {
     Ok(())

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use dynvram_gpu::device::GpuOptions;
 use dynvram_gpu::{AdapterChoice, Gpu};
-use dynvram_test_support::gpu::{any_adapter, test_gpu_with};
+use dynvram_test_support::gpu::{any_adapter, bind_buffers, test_gpu_with};
 
 /// `out[i] = in[i] * k`, `k` an override constant: a new `k` is a new
 /// pipeline for the driver.
@@ -56,20 +56,7 @@ fn scale(gpu: &Gpu, k: f64) {
     let src = gpu.create_buffer("src", 400, usage).expect("src");
     let dst = gpu.create_buffer("dst", 400, usage).expect("dst");
     gpu.queue.write_buffer(&src, 0, bytemuck::cast_slice(&data));
-    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: src.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: dst.as_entire_binding(),
-            },
-        ],
-    });
+    let bind = bind_buffers(gpu, &pipeline, &[&src, &dst]);
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&Default::default());

@@ -5,7 +5,7 @@
 //! where the cooperative-matrix-2 GEMMs cannot (CI's lavapipe).
 
 use dynvram_gpu::Gpu;
-use dynvram_test_support::gpu::{any_adapter, test_gpu};
+use dynvram_test_support::gpu::{any_adapter, bind_buffers, test_gpu};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -53,20 +53,7 @@ fn run(gpu: &Gpu, src: &[u32], word0: u32, words: u32, groups: u32) -> Vec<u32> 
         .expect("dst");
     gpu.queue
         .write_buffer(&src_buf, 0, bytemuck::cast_slice(src));
-    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: src_buf.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: dst.as_entire_binding(),
-            },
-        ],
-    });
+    let bind = bind_buffers(gpu, &pipeline, &[&src_buf, &dst]);
     let params = Params {
         words,
         src_word0: word0,
