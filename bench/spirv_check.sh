@@ -10,7 +10,8 @@
 #   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
 #      named (`--cm2-kernels`): the fast f16 loop against the plain one,
 #      the 128-wide tiles, 64 against 32 K columns a step, int8 weights
-#      (w8a8) with and without the fast loop; then bf16 weights
+#      (w8a8) with and without the fast loop (int4 weights take the int8
+#      kernels widened, `DYNVRAM_CM2_INT4=staged` the int4 ones); then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
 #      them to f16 64 MiB at a time for the f16 kernels);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips; the `f` ones
@@ -111,12 +112,14 @@ if [ "$faulted" = 0 ]; then
   echo "tests exit status $?"
   grep -E "panicked|failed|^test |test result|skipped|cases" "$out/spirv_flash_tests.txt" | cut -c1-300
   # FLUX.1's attention (24 heads x 4608 x 128, no mask): the device's
-  # default kernel first, then every SPIR-V one; each output is compared
+  # default kernel first, then every SPIR-V one, the two fastest of
+  # session 25 (cm2-128x32, cm2-64x32f: 131.8 and 142.4 once) twice more,
+  # interleaved, as single runs moved by ~10 %; each output is compared
   # with the first's (max_diff).
   step "flash at FLUX.1's shape: the default, then the SPIR-V kernels"
   DYNVRAM_GPU_WAIT=30 timeout 120 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 \
     --heads 24 --head-dim 128 --no-causal --reps 10 \
-    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2}" \
+    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2,cm2-128x32,cm2-64x32f,cm2-128x32,cm2-64x32f}" \
     > "$out/spirv_flash_bench.json" 2> "$out/spirv_flash_bench.err"
   echo "bench exit status $?"
   tail -3 "$out/spirv_flash_bench.err" | cut -c1-300
