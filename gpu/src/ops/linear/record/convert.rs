@@ -121,7 +121,14 @@ impl Recorder<'_> {
             )));
         }
         let row = k * widen.bytes();
-        let rows = piece_rows(self.piece_bytes, row, self.weights.n, tile_n);
+        // A piece is one binding: within the device's binding size whatever
+        // room the pass has.
+        let rows = piece_rows(
+            self.piece_bytes.min(self.limit),
+            row,
+            self.weights.n,
+            tile_n,
+        );
         // Word counts and offsets within a chunk (the layer's indices fit
         // u32: `record` checked them).
         let to_u32 = |v: u64| {
