@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
-use dynvram_runtime::device::{AdapterSummary, Cm2Bf16, Cm2Caps, SpirvGemm, enumerate_adapters};
+use dynvram_runtime::device::{
+    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, SpirvGemm, enumerate_adapters,
+};
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
     Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
@@ -129,35 +131,35 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             println!("  cooperative GEMM kernel: {}", coop_kernel_line(c));
         }
         // bf16 layers take the f16 kernels (converted a piece at a time)
-        // unless DYNVRAM_CM2_BF16=staged asks for the bf16 ones.
-        let via_f16 = crate::cmd::adapter_args::gpu_options().cm2_bf16 == Cm2Bf16::ViaF16;
+        // unless DYNVRAM_CM2_BF16=staged asks for the bf16 ones; int4
+        // layers the int8 kernels (widened) unless DYNVRAM_CM2_INT4=staged.
+        let opts = crate::cmd::adapter_args::gpu_options();
+        let via_f16 = opts.cm2_bf16 == Cm2Bf16::ViaF16;
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
-            let read_as = if via_f16 { Format::F16 } else { format };
-            let how = if via_f16 && format == Format::Bf16 {
-                " (converted to f16 a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels)"
+            let converted = (via_f16 && format == Format::Bf16).then_some(
+                "converted to f16 a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels",
+            );
+            let read_as = if converted.is_some() {
+                Format::F16
             } else {
-                ""
+                format
             };
             println!(
-                "  float GEMM of {name} weights (f16 activations): {}{how}",
-                spirv_gemm_line(a, false, |c| cm2_gemm(c, read_as, ActDtype::F16, None))
+                "  float GEMM of {name} weights (f16 activations): {}",
+                spirv_gemm_line(a, false, converted, |c| {
+                    cm2_gemm(c, read_as, ActDtype::F16, None)
+                })
             );
         }
-        // int4 layers take the int8 kernels (widened a piece at a time)
-        // unless DYNVRAM_CM2_INT4=staged asks for the int4 ones.
-        let via_int8 = crate::cmd::adapter_args::gpu_options().cm2_int4
-            == dynvram_runtime::device::Cm2Int4::ViaInt8;
+        let via_int8 = opts.cm2_int4 == Cm2Int4::ViaInt8;
         for (name, w4) in [("int4", true), ("int8", false)] {
-            let widened = via_int8 && w4;
-            let how = if widened {
-                " (widened to int8 a piece at a time; DYNVRAM_CM2_INT4=staged takes the int4 kernels)"
-            } else {
-                ""
-            };
+            let widened = (via_int8 && w4).then_some(
+                "widened to int8 a piece at a time; DYNVRAM_CM2_INT4=staged takes the int4 kernels",
+            );
             println!(
-                "  integer GEMM of {name} weights (f16 outputs): {}{how}",
-                spirv_gemm_line(a, true, |c| {
-                    cm2_int_gemm(c, w4 && !widened, ActDtype::F16, false, None)
+                "  integer GEMM of {name} weights (f16 outputs): {}",
+                spirv_gemm_line(a, true, widened, |c| {
+                    cm2_int_gemm(c, w4 && widened.is_none(), ActDtype::F16, false, None)
                 })
             );
         }
@@ -221,6 +223,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
 fn spirv_gemm_line(
     a: &AdapterSummary,
     integer: bool,
+    converted: Option<&str>,
     pick: impl FnOnce(Option<&Cm2Caps>) -> Result<Cm2Kernel, String>,
 ) -> String {
     let opts = crate::cmd::adapter_args::gpu_options();
@@ -238,8 +241,11 @@ fn spirv_gemm_line(
     };
     match pick(Some(cm2)) {
         Ok(k) => format!(
-            "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature",
-            k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
+            "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}",
+            k.gemm.name,
+            k.gemm.tile_m,
+            k.gemm.tile_n,
+            converted.map_or(String::new(), |how| format!(" ({how})"))
         ),
         Err(why) => format!("wgsl coop: {why}"),
     }
