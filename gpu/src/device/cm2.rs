@@ -600,8 +600,7 @@ pub fn bf16_piece_limit(m: u64) -> u64 {
 /// layer's weights to int8 in pieces (the same scratch and sizes as
 /// [`Cm2Bf16::ViaF16`]'s, a byte a weight) and runs an int8 kernel on
 /// each: the same integers, so the same exact sums and outputs. Where the
-/// scratch has no room, or K is not a multiple of 8 (a row of int4 words),
-/// the int4 kernels.
+/// scratch has no room, the int4 kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Int4 {
     /// The int4 kernels (`gemm_cm2_w4_*`).

@@ -192,8 +192,8 @@ impl LinearScratch {
     }
 
     /// Records which rows the converted weights now hold.
-    pub(super) fn set_converted(&mut self, rows: Option<(u64, u64)>) {
-        self.converted = rows;
+    pub(super) fn set_converted(&mut self, rows: (u64, u64)) {
+        self.converted = Some(rows);
     }
 
     /// Forgets what the converted weights hold: a new layer's recording

@@ -158,7 +158,7 @@ impl Recorder<'_> {
                         (groups, 1),
                         Cost::new(words * 4, bytes, 0),
                     )?;
-                    scratch.set_converted(Some((first_row, count)));
+                    scratch.set_converted((first_row, count));
                 }
                 let piece = Chunk {
                     buffer: &converted,

@@ -228,7 +228,6 @@ impl Recorder<'_> {
         scratch: &mut LinearScratch,
         dummy: &wgpu::Buffer,
     ) -> Result<(), LinearError> {
-        scratch.forget_converted();
         let tile_n = u64::from(kernel.gemm.tile_n);
         self.each_converted(
             encoder,

@@ -68,9 +68,6 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (m, k, n) = (self.m, self.weights.k, self.weights.n);
-        // Weights widened for a previous layer are not this one's; the
-        // row chunks below share this layer's.
-        scratch.forget_converted();
         let step = INTEGER_CHUNK_ROWS;
         let aligned = (step * k * x.dtype.size()).is_multiple_of(self.align)
             && (step * n * out.dtype.size()).is_multiple_of(self.align);
@@ -407,11 +404,10 @@ impl Recorder<'_> {
 
     /// The integer layer's SPIR-V GEMM ([`Self::cm2_chosen`]), and whether
     /// its int4 weights go to an int8 kernel widened a piece at a time
-    /// (`Cm2Int4::ViaInt8`, where K holds whole words of int4).
+    /// (`Cm2Int4::ViaInt8`; `record` refused int4 rows of part of a word).
     fn int_cm2_chosen(&self, w4: bool, raw: bool) -> (Option<Cm2Kernel>, bool) {
         if w4
             && self.cm2_int4 == Cm2Int4::ViaInt8
-            && self.weights.k.is_multiple_of(8)
             && let Some(k) = self.cm2_chosen(cm2::int_weights(false, self.act, raw))
         {
             return (Some(k), true);

@@ -125,6 +125,9 @@ pub(super) fn record(
         format: weights.format,
         why,
     };
+    // Weights converted for the layer before are not this one's (the row
+    // chunks of an integer layer share this one's: `Recorder::each_converted`).
+    scratch.forget_converted();
     match choice {
         KernelChoice::Integer { act, fast } => {
             if fast && !gpu.caps.subgroups {
