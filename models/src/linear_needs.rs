@@ -2,7 +2,7 @@
 //! the plan reserves with them (`ModelSpec::scratch_bytes`).
 
 use dynvram_runtime::BlockSpec;
-use dynvram_runtime::device::BF16_LONG_ROWS;
+use dynvram_runtime::device::CONVERTED_LONG_ROWS;
 use dynvram_runtime::ops::linear::{GEMV_MAX_M, converted_piece_bytes, integer_scratch_bytes};
 use dynvram_runtime::quant::{self, Format, TensorList};
 
@@ -19,7 +19,7 @@ pub struct LinearNeeds {
     pub integer_k: usize,
     /// Scratch bytes of the largest converted piece (a bf16 layer's as
     /// f16, an int4 layer's as int8) for inputs of fewer than
-    /// `BF16_LONG_ROWS` rows, and for longer ones (0 where no layer
+    /// `CONVERTED_LONG_ROWS` rows, and for longer ones (0 where no layer
     /// converts). Counted for every such layer, those that only ever see a
     /// GEMV's few rows (modulations) too: at most one piece more than a
     /// pass takes.
@@ -67,7 +67,7 @@ impl LinearNeeds {
         let mut piece = [0; 2];
         for (n, k, b) in layers {
             piece[0] = piece[0].max(converted_piece_bytes(n, k, GEMV_MAX_M + 1, b));
-            piece[1] = piece[1].max(converted_piece_bytes(n, k, BF16_LONG_ROWS, b));
+            piece[1] = piece[1].max(converted_piece_bytes(n, k, CONVERTED_LONG_ROWS, b));
         }
         Self {
             integer_k: 0,
@@ -93,7 +93,7 @@ impl LinearNeeds {
         if rows <= GEMV_MAX_M {
             0
         } else {
-            self.converted_piece[usize::from(rows >= BF16_LONG_ROWS)]
+            self.converted_piece[usize::from(rows >= CONVERTED_LONG_ROWS)]
         }
     }
 }

@@ -555,7 +555,7 @@ impl std::str::FromStr for SpirvGemm {
 /// convert each K step's weights to f16 in a shared tile (122-142 TFLOP/s
 /// at FLUX.1's shapes on the H100); the f16 kernels load both operands by
 /// tensor addressing (219-240). [`Self::ViaF16`], the default, converts the
-/// layer's weights to f16 in pieces of at most [`BF16_PIECE_BYTES`] (a
+/// layer's weights to f16 in pieces of at most [`CONVERTED_PIECE_BYTES`] (a
 /// scratch buffer, one launch a piece) and runs an f16 kernel on each: the
 /// same values the bf16 kernels multiply. Models' plans count that scratch
 /// (`ops::linear::converted_piece_bytes`); where a budget still has no room for
@@ -569,25 +569,28 @@ pub enum Cm2Bf16 {
     ViaF16,
 }
 
-/// Bytes of f16 weights one [`Cm2Bf16::ViaF16`] piece converts at most:
-/// the scratch it takes (for inputs of fewer than [`BF16_LONG_ROWS`] rows).
-pub const BF16_PIECE_BYTES: u64 = 64 << 20;
+/// Bytes of converted weights one piece holds at most (f16 for
+/// [`Cm2Bf16::ViaF16`], int8 for [`Cm2Int4::ViaInt8`]) by default: the
+/// scratch it takes for inputs of fewer than [`CONVERTED_LONG_ROWS`] rows
+/// (a pass with room to spare lets it grow:
+/// `LinearScratch::set_piece_room`).
+pub const CONVERTED_PIECE_BYTES: u64 = 64 << 20;
 
-/// Inputs of this many rows or more convert half a [`BF16_PIECE_BYTES`]
-/// piece at a time ([`bf16_piece_limit`]).
-pub const BF16_LONG_ROWS: u64 = 2048;
+/// Inputs of this many rows or more convert half a [`CONVERTED_PIECE_BYTES`]
+/// piece at a time ([`converted_piece_limit`]).
+pub const CONVERTED_LONG_ROWS: u64 = 2048;
 
-/// The piece size for inputs of `m` rows. A long input fills the GPU with
+/// The default piece size for inputs of `m` rows. A long input fills the GPU with
 /// a small piece's tiles (FLUX.1's 4608 rows are 36 row tiles: a 32 MiB
 /// piece of its widest layer is 756 workgroups), and the half piece keeps
 /// bf16 FLUX.1-dev's plan at 1024² within 2 GiB by whole blocks; a short
 /// one (a 512-token prefill, 4 row tiles) needs wide pieces for enough
 /// workgroups.
-pub fn bf16_piece_limit(m: u64) -> u64 {
-    if m >= BF16_LONG_ROWS {
-        BF16_PIECE_BYTES / 2
+pub fn converted_piece_limit(m: u64) -> u64 {
+    if m >= CONVERTED_LONG_ROWS {
+        CONVERTED_PIECE_BYTES / 2
     } else {
-        BF16_PIECE_BYTES
+        CONVERTED_PIECE_BYTES
     }
 }
 

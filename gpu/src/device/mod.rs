@@ -36,8 +36,8 @@ mod wait;
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
 pub use cm2::{
-    BF16_LONG_ROWS, BF16_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, SpirvGemm, adapter_cm2,
-    bf16_piece_limit,
+    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, SpirvGemm, adapter_cm2,
+    converted_piece_limit,
 };
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};

@@ -116,7 +116,7 @@ impl<T> Acts<T> {
 /// kernels' scratch (`linear`: the integer kernels' rotated and quantized
 /// inputs, none where every linear is float — 0.53 GiB at FLUX.1's 4,608
 /// tokens that a bf16 model would otherwise hold for nothing — and the
-/// converted piece of bf16 layers).
+/// converted piece of bf16 and int4 layers).
 pub fn scratch_bytes(c: &FluxConfig, shape: Shape, dtype: ActDtype, linear: LinearNeeds) -> u64 {
     let mut acts = 0;
     let _: Acts<()> = Acts::build(c, shape, |_, s, f32_only| {

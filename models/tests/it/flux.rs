@@ -945,7 +945,7 @@ fn comfy_mixed_quant_checkpoint_runs() {
 #[test]
 fn float_models_reserve_only_the_bf16_piece() {
     use dynvram_models::LinearNeeds;
-    use dynvram_runtime::device::BF16_LONG_ROWS;
+    use dynvram_runtime::device::CONVERTED_LONG_ROWS;
     use dynvram_runtime::ops::linear::{GEMV_MAX_M, converted_piece_bytes, integer_scratch_bytes};
     let ckpt = FluxCheckpoint::open(&fixtures::tiny_flux()).expect("tiny-flux opens");
     let needs = ckpt.linear_needs();
@@ -956,7 +956,7 @@ fn float_models_reserve_only_the_bf16_piece() {
     let shape = tiny_inputs(&ckpt).shape;
     let rows = shape.batch * shape.joint_len();
     assert!(
-        rows as u64 > GEMV_MAX_M && (rows as u64) < BF16_LONG_ROWS,
+        rows as u64 > GEMV_MAX_M && (rows as u64) < CONVERTED_LONG_ROWS,
         "{rows}"
     );
     let widest = converted_piece_bytes(3 * h + c.mlp_hidden() as u64, h, rows as u64, 2);

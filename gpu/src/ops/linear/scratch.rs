@@ -204,7 +204,7 @@ impl LinearScratch {
     }
 
     /// Lets a converted piece take up to `bytes` (0: the default size for
-    /// the input's rows, `bf16_piece_limit`): a runtime's room beyond what
+    /// the input's rows, `converted_piece_limit`): a runtime's room beyond what
     /// its plan reserved, set before each pass. Larger pieces are fewer
     /// and wider GEMMs — a piece of FLUX.1's 15,360-column layer at the
     /// default 32 MiB is 144 workgroups, a GPU wave and a few, where the

@@ -63,14 +63,14 @@ const CONVERT_GROUPS: u64 = 4096;
 /// Bytes of scratch a layer of `n` × `k` weights can hold when it takes a
 /// SPIR-V GEMM converted a piece at a time to `weight_bytes` a weight, for
 /// inputs of `m` rows: one piece of the default size for `m`
-/// (`bf16_piece_limit`) at either tile width, as the scratch buffer grows
+/// (`converted_piece_limit`) at either tile width, as the scratch buffer grows
 /// to hold it. A planner counts the largest over a model's converted
 /// layers that see more than `GEMV_MAX_M` rows.
 pub fn converted_piece_bytes(n: u64, k: u64, m: u64, weight_bytes: u64) -> u64 {
     if n == 0 || k == 0 {
         return 0;
     }
-    let limit = crate::device::bf16_piece_limit(m);
+    let limit = crate::device::converted_piece_limit(m);
     let row = k * weight_bytes;
     let piece = [128, 256]
         .into_iter()
@@ -177,27 +177,27 @@ impl Recorder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::BF16_PIECE_BYTES;
+    use crate::device::CONVERTED_PIECE_BYTES;
 
     #[test]
     fn pieces_cover_every_row_once() {
         // FLUX.1's widest (21504 x 3072, 132 MB as f16): pieces of whole
         // 256-row tiles under 64 MiB.
-        let per = piece_rows(BF16_PIECE_BYTES, 3072 * 2, 21504, 256);
+        let per = piece_rows(CONVERTED_PIECE_BYTES, 3072 * 2, 21504, 256);
         assert_eq!(per % 256, 0);
-        assert!(per * 3072 * 2 <= BF16_PIECE_BYTES, "{per}");
+        assert!(per * 3072 * 2 <= CONVERTED_PIECE_BYTES, "{per}");
         let all: Vec<_> = pieces(21504, per).collect();
         assert_eq!(all.iter().map(|p| p.1).sum::<u64>(), 21504);
         for w in all.windows(2) {
             assert_eq!(w[0].0 + w[0].1, w[1].0);
         }
         // As int8 (a byte a weight), the same layer is one piece.
-        assert_eq!(piece_rows(BF16_PIECE_BYTES, 3072, 21504, 256), 21504);
+        assert_eq!(piece_rows(CONVERTED_PIECE_BYTES, 3072, 21504, 256), 21504);
         // A layer that fits is one piece; a row wider than a piece is one
         // tile a piece.
-        assert_eq!(piece_rows(BF16_PIECE_BYTES, 64 * 2, 300, 256), 300);
+        assert_eq!(piece_rows(CONVERTED_PIECE_BYTES, 64 * 2, 300, 256), 300);
         assert_eq!(pieces(300, 300).collect::<Vec<_>>(), [(0, 300)]);
-        assert_eq!(piece_rows(BF16_PIECE_BYTES, 1 << 27, 1000, 128), 128);
+        assert_eq!(piece_rows(CONVERTED_PIECE_BYTES, 1 << 27, 1000, 128), 128);
         assert_eq!(pieces(0, 128).count(), 0);
     }
 
@@ -206,10 +206,10 @@ mod tests {
         // FLUX.1's widest: the larger of the two tiles' pieces, under 64 MiB.
         let flux = converted_piece_bytes(21504, 3072, 100, 2);
         for tile in [128, 256] {
-            let rows = piece_rows(BF16_PIECE_BYTES, 3072 * 2, 21504, tile);
+            let rows = piece_rows(CONVERTED_PIECE_BYTES, 3072 * 2, 21504, tile);
             assert!(rows * 3072 * 2 <= flux, "{tile}");
         }
-        assert!(flux <= BF16_PIECE_BYTES, "{flux}");
+        assert!(flux <= CONVERTED_PIECE_BYTES, "{flux}");
         // A small layer: its bytes, and half again where the scratch grows
         // geometrically from a smaller piece.
         assert_eq!(
@@ -225,7 +225,7 @@ mod tests {
         // Long inputs: half the piece.
         let long = converted_piece_bytes(21504, 3072, 4608, 2);
         assert!(
-            long <= BF16_PIECE_BYTES / 2 && long * 2 > flux * 9 / 10,
+            long <= CONVERTED_PIECE_BYTES / 2 && long * 2 > flux * 9 / 10,
             "{long} {flux}"
         );
     }

@@ -105,7 +105,7 @@ pub(super) fn record(
         cm2_int4: opts.cm2_int4.unwrap_or_else(|| gpu.cm2_int4()),
         piece_bytes: opts
             .piece_bytes
-            .unwrap_or_else(|| crate::device::bf16_piece_limit(m).max(scratch.piece_room())),
+            .unwrap_or_else(|| crate::device::converted_piece_limit(m).max(scratch.piece_room())),
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         reuse_codes: opts.reuse_codes,

@@ -64,7 +64,7 @@ pub struct RecordOptions {
     /// `GpuOptions::cm2_int4` (tests and tools comparing them).
     pub cm2_int4: Option<Cm2Int4>,
     /// Bytes of one converted piece (bf16 → f16, int4 → int8) instead of
-    /// [`bf16_piece_limit`](crate::device::bf16_piece_limit) of the input's
+    /// [`converted_piece_limit`](crate::device::converted_piece_limit) of the input's
     /// rows or the scratch's `piece_room` (tests of several pieces; at
     /// least one tile of rows a piece).
     pub piece_bytes: Option<u64>,
