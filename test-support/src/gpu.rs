@@ -40,13 +40,16 @@ pub fn test_gpu_with(
     }
 }
 
-/// A bind group of `pipeline`'s group 0 binding `buffers` whole, at
-/// bindings 0, 1, … in order.
-pub fn bind_buffers(
+/// One launch of `groups` workgroups of `pipeline` on its group-0
+/// bindings 0, 1, … as `buffers` whole, with `immediates` (none where
+/// empty), submitted; read the results back after.
+pub fn dispatch_once(
     gpu: &Gpu,
     pipeline: &wgpu::ComputePipeline,
     buffers: &[&wgpu::Buffer],
-) -> wgpu::BindGroup {
+    immediates: &[u8],
+    groups: u32,
+) {
     let entries: Vec<wgpu::BindGroupEntry<'_>> = (0..)
         .zip(buffers)
         .map(|(binding, b)| wgpu::BindGroupEntry {
@@ -54,11 +57,22 @@ pub fn bind_buffers(
             resource: b.as_entire_binding(),
         })
         .collect();
-    gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.get_bind_group_layout(0),
         entries: &entries,
-    })
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        if !immediates.is_empty() {
+            pass.set_immediates(0, immediates);
+        }
+        pass.dispatch_workgroups(groups, 1, 1);
+    }
+    gpu.queue.submit([enc.finish()]);
 }
 
 /// A `needs` for tests that run on any adapter.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use dynvram_gpu::device::GpuOptions;
 use dynvram_gpu::{AdapterChoice, Gpu};
-use dynvram_test_support::gpu::{any_adapter, bind_buffers, test_gpu_with};
+use dynvram_test_support::gpu::{any_adapter, dispatch_once, test_gpu_with};
 
 /// `out[i] = in[i] * k`, `k` an override constant: a new `k` is a new
 /// pipeline for the driver.
@@ -56,15 +56,7 @@ fn scale(gpu: &Gpu, k: f64) {
     let src = gpu.create_buffer("src", 400, usage).expect("src");
     let dst = gpu.create_buffer("dst", 400, usage).expect("dst");
     gpu.queue.write_buffer(&src, 0, bytemuck::cast_slice(&data));
-    let bind = bind_buffers(gpu, &pipeline, &[&src, &dst]);
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(2, 1, 1);
-    }
-    gpu.queue.submit([enc.finish()]);
+    dispatch_once(gpu, &pipeline, &[&src, &dst], &[], 2);
     let back = gpu.read_f32(&dst, 0, 100).expect("read back");
     let want: Vec<f32> = data.iter().map(|v| v * k as f32).collect();
     assert_eq!(back, want, "k = {k}");

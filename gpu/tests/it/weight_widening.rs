@@ -5,7 +5,7 @@
 //! where the cooperative-matrix-2 GEMMs cannot (CI's lavapipe).
 
 use dynvram_gpu::Gpu;
-use dynvram_test_support::gpu::{any_adapter, bind_buffers, test_gpu};
+use dynvram_test_support::gpu::{any_adapter, dispatch_once, test_gpu};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -53,21 +53,18 @@ fn run(gpu: &Gpu, src: &[u32], word0: u32, words: u32, groups: u32) -> Vec<u32> 
         .expect("dst");
     gpu.queue
         .write_buffer(&src_buf, 0, bytemuck::cast_slice(src));
-    let bind = bind_buffers(gpu, &pipeline, &[&src_buf, &dst]);
     let params = Params {
         words,
         src_word0: word0,
         _pad: [0; 2],
     };
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.set_immediates(0, bytemuck::bytes_of(&params));
-        pass.dispatch_workgroups(groups, 1, 1);
-    }
-    gpu.queue.submit([enc.finish()]);
+    dispatch_once(
+        gpu,
+        &pipeline,
+        &[&src_buf, &dst],
+        bytemuck::bytes_of(&params),
+        groups,
+    );
     let back = gpu
         .read_f32(&dst, 0, u64::from(words) * 2)
         .expect("read back");
