@@ -11,4 +11,4 @@ mod tuning;
 
 pub use generate::flash_attention;
 pub use geometry::FlashGeometry;
-pub use tuning::{FlashKernel, FlashTuning, KvStaging};
+pub use tuning::{Cm2Block, FlashKernel, FlashTuning, KvStaging};

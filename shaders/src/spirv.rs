@@ -143,6 +143,17 @@ pub struct Cm2Flash {
     pub fast: u32,
 }
 
+impl Cm2Flash {
+    /// Its block, as `FlashKernel::Cm2` names it.
+    pub const fn block(&self) -> crate::flash::Cm2Block {
+        crate::flash::Cm2Block {
+            rows: self.rows,
+            keys: self.keys,
+            fast: self.fast,
+        }
+    }
+}
+
 /// A [`Cm2Flash`] of `rows` x `keys` blocks, module `spirv/NAME.spv`.
 macro_rules! cm2_flash {
     ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal) => {

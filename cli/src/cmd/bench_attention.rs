@@ -672,11 +672,11 @@ impl Prefill {
         let flops = 4 * h.n_heads * h.head_dim * pairs;
         let g = match tuning {
             FlashKernel::OneWalk(t) => flash_geometry(&gpu.caps, t, h.head_dim),
-            FlashKernel::TwoWalk | FlashKernel::Cm2 { .. } => None,
+            FlashKernel::TwoWalk | FlashKernel::Cm2(_) => None,
         };
         let rows = match tuning {
             FlashKernel::OneWalk(t) => u64::from(t.rows),
-            FlashKernel::Cm2 { rows, .. } => u64::from(*rows),
+            FlashKernel::Cm2(b) => u64::from(b.rows),
             // Its shape's rows: subgroups of one matrix edge each.
             FlashKernel::TwoWalk => 0,
         };

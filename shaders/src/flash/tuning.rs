@@ -214,17 +214,21 @@ pub enum FlashKernel {
     TwoWalk,
     /// One walk with an online softmax, shaped by the tuning.
     OneWalk(FlashTuning),
-    /// The SPIR-V kernel of `rows` query rows by `keys` keys a block (for
-    /// the head dimension at hand).
-    Cm2 {
-        /// Query rows a workgroup.
-        rows: u32,
-        /// Keys a block.
-        keys: u32,
-        /// 0: every block's loads clamped; n > 0: blocks inside the keys
-        /// unclamped, n an iteration (`FA_FAST`).
-        fast: u32,
-    },
+    /// The SPIR-V kernel of this block (for the head dimension at hand).
+    Cm2(Cm2Block),
+}
+
+/// A SPIR-V flash kernel's block (`crate::spirv::Cm2Flash::block`): `rows`
+/// query rows by `keys` keys, and its inner loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cm2Block {
+    /// Query rows a workgroup.
+    pub rows: u32,
+    /// Keys a block.
+    pub keys: u32,
+    /// 0: every block's loads clamped; n > 0: blocks inside the keys
+    /// unclamped, n an iteration (`FA_FAST`).
+    pub fast: u32,
 }
 
 impl fmt::Display for FlashKernel {
@@ -232,7 +236,7 @@ impl fmt::Display for FlashKernel {
         match self {
             Self::TwoWalk => f.write_str("two-walk"),
             Self::OneWalk(t) => t.fmt(f),
-            Self::Cm2 { rows, keys, fast } => {
+            Self::Cm2(Cm2Block { rows, keys, fast }) => {
                 write!(f, "cm2-{rows}x{keys}")?;
                 match fast {
                     0 => Ok(()),
@@ -262,11 +266,11 @@ impl FromStr for FlashKernel {
                             (keys, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
                     };
-                    Ok(Self::Cm2 {
+                    Ok(Self::Cm2(Cm2Block {
                         rows: rows.parse().map_err(|_| bad())?,
                         keys: keys.parse().map_err(|_| bad())?,
                         fast,
-                    })
+                    }))
                 }
                 None => t.parse().map(Self::OneWalk),
             },
@@ -276,7 +280,7 @@ impl FromStr for FlashKernel {
 
 #[cfg(test)]
 mod tests {
-    use super::FlashKernel;
+    use super::{Cm2Block, FlashKernel};
 
     #[test]
     fn kernels_read_back_what_they_write() {
@@ -293,19 +297,19 @@ mod tests {
         }
         assert_eq!(
             "cm2-128x64".parse::<FlashKernel>(),
-            Ok(FlashKernel::Cm2 {
+            Ok(FlashKernel::Cm2(Cm2Block {
                 rows: 128,
                 keys: 64,
                 fast: 0
-            })
+            }))
         );
         assert_eq!(
             "cm2-128x32f2".parse::<FlashKernel>(),
-            Ok(FlashKernel::Cm2 {
+            Ok(FlashKernel::Cm2(Cm2Block {
                 rows: 128,
                 keys: 32,
                 fast: 2
-            })
+            }))
         );
         for bad in [
             "cm2-128",

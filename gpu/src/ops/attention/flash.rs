@@ -153,12 +153,9 @@ pub fn kernel_unusable(gpu: &Gpu, kernel: &FlashKernel, head_dim: u64) -> Option
     match *kernel {
         FlashKernel::TwoWalk => super::two_walk::shape(&gpu.caps, ActDtype::F16, head_dim).err(),
         FlashKernel::OneWalk(t) => tuning_unusable(&gpu.caps, &t, head_dim),
-        FlashKernel::Cm2 { rows, keys, fast } => super::flash_cm2::unusable(
-            gpu.cm2(),
-            ActDtype::F16,
-            head_dim,
-            super::flash_cm2::Block { rows, keys, fast },
-        ),
+        FlashKernel::Cm2(block) => {
+            super::flash_cm2::unusable(gpu.cm2(), ActDtype::F16, head_dim, block)
+        }
     }
 }
 
@@ -236,8 +233,7 @@ pub(super) fn record_kernel(
 ) -> Result<(), GpuError> {
     match *kernel {
         FlashKernel::OneWalk(t) => record(gpu, cache, enc, ops, heads, span, &t),
-        FlashKernel::Cm2 { rows, keys, fast } => {
-            let block = super::flash_cm2::Block { rows, keys, fast };
+        FlashKernel::Cm2(block) => {
             super::flash_cm2::record(gpu, cache, enc, ops, heads, span, block)
         }
         FlashKernel::TwoWalk => {

@@ -14,7 +14,7 @@
 //! `FA_FAST` variants (listed last, so never the first that runs there)
 //! have not run on a GPU yet.
 
-use dynvram_shaders::flash::FlashKernel;
+use dynvram_shaders::flash::{Cm2Block, FlashKernel};
 use dynvram_shaders::spirv::{CM2_FLASH, Cm2Flash};
 
 use super::coop_blocks::{
@@ -64,45 +64,13 @@ fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<Cm2Misfit> {
     })
 }
 
-/// A SPIR-V flash kernel's block shape and inner loop, as
-/// `FlashKernel::Cm2` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
-    /// Query rows a workgroup.
-    pub rows: u32,
-    /// Keys a block.
-    pub keys: u32,
-    /// `FA_FAST` (0: every load clamped).
-    pub fast: u32,
-}
-
-impl Block {
-    /// The block of `f`.
-    fn of(f: &Cm2Flash) -> Self {
-        Self {
-            rows: f.rows,
-            keys: f.keys,
-            fast: f.fast,
-        }
-    }
-
-    /// Its kernel's name.
-    pub fn kernel(self) -> FlashKernel {
-        FlashKernel::Cm2 {
-            rows: self.rows,
-            keys: self.keys,
-            fast: self.fast,
-        }
-    }
-}
-
 /// The kernel of `block` at head dimension `hd` and its program, or why
 /// there is none that runs here.
 fn variant(
     cm2: Option<&Cm2Caps>,
     act: ActDtype,
     hd: u64,
-    block: Block,
+    block: Cm2Block,
 ) -> Result<(&'static Cm2Flash, &'static SpirvProgram), String> {
     let caps = usable(cm2)?;
     if act != ActDtype::F16 {
@@ -111,8 +79,11 @@ fn variant(
     let (f, p) = CM2_FLASH
         .iter()
         .zip(&PROGRAMS)
-        .find(|(f, _)| Block::of(f) == block && u64::from(f.head_dim) == hd)
-        .ok_or_else(|| format!("no {} kernel is built for head_dim {hd}", block.kernel()))?;
+        .find(|(f, _)| f.block() == block && u64::from(f.head_dim) == hd)
+        .ok_or_else(|| {
+            let kernel = FlashKernel::Cm2(block);
+            format!("no {kernel} kernel is built for head_dim {hd}")
+        })?;
     match misfit(caps, f) {
         None => Ok((f, p)),
         Some(why) => Err(format!("{}: {why}", f.name)),
@@ -121,7 +92,7 @@ fn variant(
 
 /// Why the SPIR-V flash kernel of `block` cannot run on this device with
 /// `act` activations at head dimension `hd`, or `None`.
-pub fn unusable(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64, block: Block) -> Option<String> {
+pub fn unusable(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64, block: Cm2Block) -> Option<String> {
     variant(cm2, act, hd, block).err()
 }
 
@@ -137,7 +108,7 @@ pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashK
     CM2_FLASH
         .iter()
         .find(|f| u64::from(f.head_dim) == hd && misfit(caps, f).is_none())
-        .map(|f| Block::of(f).kernel())
+        .map(|f| FlashKernel::Cm2(f.block()))
 }
 
 /// Records the kernel of `block` for `span` (one that cannot run here is
@@ -149,11 +120,12 @@ pub(super) fn record(
     ops: &Operands<'_>,
     heads: Heads,
     span: Span,
-    block: Block,
+    block: Cm2Block,
 ) -> Result<(), GpuError> {
     const OP: &str = "flash_attention";
-    let (f, program) = variant(gpu.cm2(), ops.q.dtype, heads.head_dim, block)
-        .map_err(|why| crate::ops::kernel::bad(OP, format!("{}: {why}", block.kernel())))?;
+    let (f, program) = variant(gpu.cm2(), ops.q.dtype, heads.head_dim, block).map_err(|why| {
+        crate::ops::kernel::bad(OP, format!("{}: {why}", FlashKernel::Cm2(block)))
+    })?;
     // The softmax runs on exp2: the scores' scale times log2(e).
     let scale2 = (std::f64::consts::LOG2_E / (heads.head_dim as f64).sqrt()) as f32;
     launch_blocks(
@@ -189,8 +161,8 @@ mod tests {
     }
 
     /// The plain kernel of `rows` x `keys` blocks.
-    fn blk(rows: u32, keys: u32) -> Block {
-        Block {
+    fn blk(rows: u32, keys: u32) -> Cm2Block {
+        Cm2Block {
             rows,
             keys,
             fast: 0,
@@ -202,14 +174,10 @@ mod tests {
         let caps = h100();
         assert_eq!(
             preferred(Some(&caps), ActDtype::F16, 128),
-            Some(FlashKernel::Cm2 {
-                rows: 128,
-                keys: 32,
-                fast: 0
-            })
+            Some(FlashKernel::Cm2(blk(128, 32)))
         );
         for f in &CM2_FLASH {
-            assert!(unusable(Some(&caps), ActDtype::F16, 128, Block::of(f)).is_none());
+            assert!(unusable(Some(&caps), ActDtype::F16, 128, f.block()).is_none());
         }
         // No module for other head dims, other activations, or without
         // the extension.
@@ -246,11 +214,7 @@ mod tests {
         caps.flexible.retain(|d| d.workgroup_invocations == 128);
         assert_eq!(
             preferred(Some(&caps), ActDtype::F16, 128),
-            Some(FlashKernel::Cm2 {
-                rows: 64,
-                keys: 32,
-                fast: 0
-            })
+            Some(FlashKernel::Cm2(blk(64, 32)))
         );
     }
 }

@@ -225,7 +225,7 @@ fn flash_fits(
     }
     let regs = match k {
         FlashKernel::OneWalk(t) => flash_geometry(caps, t, head_dim).map_or(0, |g| g.registers()),
-        FlashKernel::TwoWalk | FlashKernel::Cm2 { .. } => 0,
+        FlashKernel::TwoWalk | FlashKernel::Cm2(_) => 0,
     };
     if regs > 224 {
         skipped.insert(format!(

@@ -35,11 +35,7 @@ fn spirv_flash_matches_the_reference() {
     };
     let kernels: Vec<FlashKernel> = CM2_FLASH
         .iter()
-        .map(|f| FlashKernel::Cm2 {
-            rows: f.rows,
-            keys: f.keys,
-            fast: f.fast,
-        })
+        .map(|f| FlashKernel::Cm2(f.block()))
         .collect();
     let runs: Vec<FlashKernel> = kernels
         .iter()
