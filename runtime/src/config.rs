@@ -89,6 +89,10 @@ pub struct PinSettings {
     pub max_pinned: Option<u64>,
     /// Where RAM figures come from.
     pub ram: RamFigures,
+    /// Build new registered pins on a thread of their own while the passes
+    /// stream those weights from their files (off: the pass that first
+    /// streams a weight fills its pin, and waits for it).
+    pub background: bool,
 }
 
 impl Default for PinSettings {
@@ -97,6 +101,7 @@ impl Default for PinSettings {
             enabled: true,
             max_pinned: None,
             ram: RamFigures::System,
+            background: true,
         }
     }
 }

@@ -19,6 +19,7 @@ mod files_list;
 mod lora;
 mod model;
 mod pass;
+mod pin_builder;
 mod pins;
 pub mod planning;
 mod residency;

@@ -87,7 +87,8 @@ pub(crate) struct Block {
 #[derive(Debug)]
 pub struct Model {
     pub(crate) path: PathBuf,
-    pub(crate) files: ModelFiles,
+    /// Shared with the pin builder's jobs (`pin_builder.rs`).
+    pub(crate) files: std::sync::Arc<ModelFiles>,
     pub(crate) weights: Vec<Weight>,
     /// Looked up by name while recording (norm weights, linears): FxHash.
     pub(crate) by_name: FxHashMap<String, usize>,
@@ -186,7 +187,7 @@ impl Model {
         // From here on, dropping `model` unregisters it.
         let model = Self {
             path,
-            files,
+            files: std::sync::Arc::new(files),
             weights: c.weights,
             by_name: c.by_name,
             layers,

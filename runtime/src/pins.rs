@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::config::{PinSettings, RamFigures};
 use crate::error::Result;
+use crate::pin_builder::PinBuilder;
 use crate::upload::{self, ModelView, Upload, Weight};
 use dynvram_gpu::StreamSources;
 use dynvram_gpu::device::{CopyCmd, Gpu, HostMemory, PinnedBuffer, StagingRing, UploadError};
@@ -59,6 +60,13 @@ pub(crate) struct Pins {
     copies: HashMap<WeightKey, HostCopy>,
     /// When `/proc/meminfo` was last read by [`Self::begin_pass`].
     last_system_read: Option<std::time::Instant>,
+    /// Builds new registered pins off the pass's thread (started on first
+    /// use); `None` with `background` off, or when it could not start.
+    builder: Option<PinBuilder>,
+    /// Whether new registered pins are built in the background.
+    background: bool,
+    /// Reader threads of the builder.
+    builder_threads: usize,
 }
 
 /// Passes closer together than this (decode steps) share one reading of
@@ -78,12 +86,18 @@ impl std::fmt::Debug for Pins {
 impl Pins {
     /// The policy sized for this machine's RAM (or the simulated one); off
     /// when disabled or when RAM cannot be read.
-    pub fn new(settings: &PinSettings, fast_disk: bool) -> Self {
+    /// New registered pins are built by `builder_threads` reader threads
+    /// of their own while passes stream those weights from their files
+    /// (unless `settings.background` is off).
+    pub fn new(settings: &PinSettings, fast_disk: bool, builder_threads: usize) -> Self {
         let mut pins = Self {
             policy: None,
             ram: settings.ram.clone(),
             copies: HashMap::new(),
             last_system_read: None,
+            builder: None,
+            background: settings.background,
+            builder_threads: builder_threads.max(1),
         };
         if !settings.enabled {
             return pins;
@@ -125,6 +139,7 @@ impl Pins {
         let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
             return;
         };
+        self.take_built(false);
         if matches!(self.ram, RamFigures::System) {
             let now = std::time::Instant::now();
             if self
@@ -147,7 +162,7 @@ impl Pins {
             Ok(ram) => {
                 for a in p.relieve(ram) {
                     if let PinAction::Unpin { weight, .. } = a {
-                        self.copies.remove(&weight);
+                        self.drop_copy(weight);
                     }
                 }
             }
@@ -157,6 +172,9 @@ impl Pins {
 
     /// Drops every copy of `model`.
     pub fn unload(&mut self, model: ModelId) {
+        if let Some(b) = &mut self.builder {
+            b.cancel_model(model);
+        }
         if let Some(p) = &mut self.policy {
             for a in p.unload(model) {
                 if let PinAction::Unpin { weight, .. } = a {
@@ -164,6 +182,50 @@ impl Pins {
                 }
             }
         }
+    }
+
+    /// Waits for the pins being built in the background and takes them in,
+    /// so the next pass streams from every pin the policy holds.
+    pub fn finish_building(&mut self) {
+        self.take_built(true);
+    }
+
+    /// Takes in the pins the builder has finished (`wait`: all of them)
+    /// that the policy still holds as registered.
+    fn take_built(&mut self, wait: bool) {
+        let Some(builder) = &mut self.builder else {
+            return;
+        };
+        if builder.is_idle() {
+            return;
+        }
+        for built in builder.finished(wait) {
+            let wanted = self
+                .policy
+                .as_ref()
+                .is_some_and(|p| p.tier(built.key) == Some(PinTier::Registered));
+            match built.pin {
+                Ok(pin) if wanted => {
+                    self.copies.insert(built.key, HostCopy::Registered(pin));
+                }
+                Ok(_) => {}
+                // Streamed from the file meanwhile; retried in the pass.
+                Err(e) => tracing::warn!(%e, "building a pin failed: the weight streams from its file"),
+            }
+        }
+    }
+
+    /// Frees `weight`'s copy, or stops its pin being built.
+    fn drop_copy(&mut self, weight: WeightKey) {
+        self.copies.remove(&weight);
+        if let Some(b) = &mut self.builder {
+            b.cancel(weight);
+        }
+    }
+
+    /// Whether `key`'s registered pin is being built in the background.
+    fn building(&self, key: WeightKey) -> bool {
+        self.builder.as_ref().is_some_and(|b| b.is_pending(key))
     }
 
     /// Figures for reports.
@@ -222,6 +284,7 @@ impl Pins {
             model: model.id,
             tensor: index as u32,
         };
+        self.take_built(false);
         let ram = match self.read_ram(pinned) {
             Ok(r) => r,
             Err(e) => {
@@ -254,6 +317,7 @@ impl Pins {
         // mapped pin unregistered): make it again from the file now.
         if let Some(tier) = copy
             && !self.copies.contains_key(&key)
+            && !self.building(key)
         {
             self.make_copy(model, ring, gpu, key, tier)?;
         }
@@ -308,9 +372,7 @@ impl Pins {
                 self.make_copy(model, ring, gpu, key, tier)?
             }
             PinAction::Pin { .. } | PinAction::Stream { .. } => {}
-            PinAction::Unpin { weight, .. } => {
-                self.copies.remove(&weight);
-            }
+            PinAction::Unpin { weight, .. } => self.drop_copy(weight),
             PinAction::Register { weight } => {
                 if let Some(HostCopy::Ram(bytes)) = self.copies.get(&weight) {
                     let label = format!("pin {}:{}", weight.model, weight.tensor);
@@ -324,6 +386,10 @@ impl Pins {
                 }
             }
             PinAction::Unregister { weight } => {
+                // One being built is made again as a RAM copy when needed.
+                if let Some(b) = &mut self.builder {
+                    b.cancel(weight);
+                }
                 if let Some(HostCopy::Registered(pin)) = self.copies.get(&weight) {
                     match pin.host_bytes().map(<[u8]>::to_vec) {
                         Some(bytes) => {
@@ -343,7 +409,9 @@ impl Pins {
 
     /// Reads weight `key` of `model` (its GPU bytes: converted where the
     /// upload converts) into a new copy of `tier`. A registered pin that
-    /// cannot be allocated leaves the weight streaming from the file.
+    /// cannot be allocated leaves the weight streaming from the file. A
+    /// registered pin of file bytes is queued for the background builder
+    /// where there is one: the weight streams from its file until it is done.
     fn make_copy(
         &mut self,
         model: ModelView<'_>,
@@ -354,6 +422,18 @@ impl Pins {
     ) -> Result<()> {
         let w = &model.weights[key.tensor as usize];
         let _span = tracing::debug_span!("pin", tensor = %w.name, ?tier).entered();
+        if (tier, w.upload) == (PinTier::Registered, Upload::Raw) && self.background {
+            if self.builder.is_none() {
+                self.builder = PinBuilder::start(gpu.device.clone(), self.builder_threads);
+                // Not started: built here from now on.
+                self.background = self.builder.is_some();
+            }
+            if let Some(b) = &mut self.builder
+                && b.queue(key, &w.name, model.files)
+            {
+                return Ok(());
+            }
+        }
         let copy = match (tier, w.upload) {
             (PinTier::Registered, Upload::Raw) => {
                 let raw = upload::RawBytes::of(model, w)?;

@@ -68,6 +68,16 @@ impl Runtime {
         self.pins.lock().unwrap_or_else(|e| e.into_inner()).report()
     }
 
+    /// Waits for the registered pins being built in the background
+    /// ([`crate::PinSettings::background`]), so the next pass streams from
+    /// every pin the policy holds.
+    pub fn finish_pins(&self) {
+        self.pins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish_building();
+    }
+
     /// Opens the adapter, reads the VRAM capacity (driver figure or
     /// `--vram-budget`), and creates the staging ring.
     pub fn new(config: RuntimeConfig) -> Result<Self> {
@@ -99,6 +109,7 @@ impl Runtime {
         let pins = std::sync::Arc::new(Mutex::new(crate::pins::Pins::new(
             &config.pins,
             config.fast_disk,
+            config.reader_threads,
         )));
         let budget = Arc::new(Mutex::new(budget));
         Ok(Self {

@@ -40,7 +40,7 @@ pub(crate) struct ModelView<'m> {
     /// The file it was opened from, for errors.
     pub path: &'m Path,
     /// Its files.
-    pub files: &'m ModelFiles,
+    pub files: &'m std::sync::Arc<ModelFiles>,
     /// Its weights, load order.
     pub weights: &'m [Weight],
     /// Their sizes on the GPU, load order.

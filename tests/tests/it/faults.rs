@@ -769,6 +769,7 @@ fn file_truncated_with_warm_pins_is_a_short_read_and_the_same_runtime_runs_anoth
                 total: 64 << 30,
                 others: 0,
             },
+            ..dynvram_runtime::PinSettings::default()
         },
         fast_disk: true,
         ..RuntimeConfig::with_vram(probe.weight_bytes() / 4)

@@ -30,6 +30,7 @@ fn small_machine(free: u64, max_pinned: Option<u64>) -> PinSettings {
             total: 2 * GIB + free,
             others: 0,
         },
+        ..PinSettings::default()
     }
 }
 
@@ -72,21 +73,41 @@ fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
     assert!(streamed > 0, "the budget forces streaming");
     assert_eq!(want.stats.sources.file_bytes, streamed);
     assert!(!plain.pin_report().enabled);
+    for background in [true, false] {
+        pinned_passes(&s, budget, &want.out, streamed, gpu.host_import, background);
+    }
+}
 
-    let rt = runtime(budget, small_machine(4 * GIB, None), false);
+/// `passes_from_registered_pins_are_bit_identical_to_file_passes` with pins
+/// built in the background or by the pass itself.
+fn pinned_passes(
+    s: &Setup,
+    budget: u64,
+    want: &[f32],
+    streamed: u64,
+    host_import: bool,
+    background: bool,
+) {
+    let settings = PinSettings {
+        background,
+        ..small_machine(4 * GIB, None)
+    };
+    let rt = runtime(budget, settings, false);
     let model = Model::open(&rt, &s.probe.spec(s.rows)).expect("open");
     let first = mlp_stack::forward_gpu(&rt, &model, &s.x, s.rows, None).expect("pass 1");
-    // The first pass reads every streamed weight from the file into its pin.
+    // The first pass reads every streamed weight from the file (into its
+    // pin, or through the ring while the pin is built).
     assert_eq!(
         first.stats.sources.file_bytes, streamed,
         "{:?}",
         first.stats
     );
+    rt.finish_pins();
     let report = rt.pin_report();
     assert_eq!(report.registered_bytes, report.pinned_bytes, "{report:?}");
     assert!(report.registered_bytes >= streamed, "{report:?}");
     assert_eq!(report.ram_copies, 0);
-    if gpu.host_import {
+    if host_import {
         assert_eq!(report.mapped_pins, 0, "imported host RAM: {report:?}");
     }
     let mut trace = dynvram_runtime::trace::Trace::new();
@@ -108,12 +129,8 @@ fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
             .any(|e| e.name.ends_with(" B from registered pins")),
         "the trace names the pins"
     );
-    assert_eq!(bits(&first.out), bits(&want.out), "pass 1 differs");
-    assert_eq!(
-        bits(&second.out),
-        bits(&want.out),
-        "pass 2 (from pins) differs"
-    );
+    assert_eq!(bits(&first.out), bits(want), "pass 1 differs");
+    assert_eq!(bits(&second.out), bits(want), "pass 2 (from pins) differs");
     assert!(s.probe.verify(&model, &s.x, &second).expect("verify").pass);
 
     rt.release_pins(&model);
@@ -130,10 +147,11 @@ fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
         third.stats.sources.file_bytes, streamed,
         "released: re-read"
     );
-    assert_eq!(bits(&third.out), bits(&want.out));
+    assert_eq!(bits(&third.out), bits(want));
 
     // Closing the model frees the pins it took again in pass 3.
     assert!(rt.pin_report().pinned_bytes > 0, "pass 3 pinned again");
+    rt.finish_pins();
     drop(model);
     let report = rt.pin_report();
     assert_eq!(
@@ -171,6 +189,7 @@ fn pins_respect_the_ceiling_and_floor_of_a_small_simulated_machine() {
     for pass in 0..3 {
         let out = mlp_stack::forward_gpu(&rt, &model, &s.x, s.rows, None).expect("pass");
         assert_eq!(bits(&out.out), bits(&want.out), "pass {pass} differs");
+        rt.finish_pins();
         let r = rt.pin_report();
         assert!(r.registered_bytes <= ceiling, "ceiling: {r:?}");
         assert!(r.pinned_bytes <= free, "RAM floor: {r:?}");
@@ -218,6 +237,7 @@ fn fast_disk_keeps_no_unregistered_ram_copies() {
     for pass in 0..2 {
         let out = mlp_stack::forward_gpu(&rt, &model, &s.x, s.rows, None).expect("pass");
         assert_eq!(bits(&out.out), bits(&want.out), "pass {pass} differs");
+        rt.finish_pins();
         let r = rt.pin_report();
         assert_eq!(r.ram_copies, 0, "no plain-RAM copies: {r:?}");
         assert_eq!(r.pinned_bytes, r.registered_bytes, "{r:?}");
@@ -256,11 +276,13 @@ fn outside_ram_pressure_frees_pins_at_the_next_pass() {
         enabled: true,
         max_pinned: None,
         ram: RamFigures::Custom(reader),
+        ..PinSettings::default()
     };
     let rt = runtime(budget, settings, false);
     let model = Model::open(&rt, &s.probe.spec(s.rows)).expect("open");
     let first = mlp_stack::forward_gpu(&rt, &model, &s.x, s.rows, None).expect("pass 1");
     let streamed = first.stats.streamed_bytes;
+    rt.finish_pins();
     assert!(rt.pin_report().pinned_bytes >= streamed);
     // Another program takes RAM: free RAM falls below the 2 GiB floor.
     available.store(GIB, Ordering::Relaxed);
