@@ -3,7 +3,9 @@
 
 use dynvram_runtime::BlockSpec;
 use dynvram_runtime::device::CONVERTED_LONG_ROWS;
-use dynvram_runtime::ops::linear::{GEMV_MAX_M, converted_piece_bytes, integer_scratch_bytes};
+use dynvram_runtime::ops::linear::{
+    GEMV_MAX_M, converted_layer_bytes, converted_piece_bytes, integer_scratch_bytes,
+};
 use dynvram_runtime::quant::{self, Format, TensorList};
 
 /// What a model's linears need in scratch: the rotated and quantized input
@@ -24,6 +26,8 @@ pub struct LinearNeeds {
     /// GEMV's few rows (modulations) too: at most one piece more than a
     /// pass takes.
     pub converted_piece: [u64; 2],
+    /// Scratch bytes of the largest converted layer whole.
+    pub converted_whole: u64,
 }
 
 impl LinearNeeds {
@@ -65,13 +69,16 @@ impl LinearNeeds {
     /// weight) alone.
     fn of_converted_layers(layers: impl IntoIterator<Item = (u64, u64, u64)>) -> Self {
         let mut piece = [0; 2];
+        let mut whole = 0;
         for (n, k, b) in layers {
             piece[0] = piece[0].max(converted_piece_bytes(n, k, GEMV_MAX_M + 1, b));
             piece[1] = piece[1].max(converted_piece_bytes(n, k, CONVERTED_LONG_ROWS, b));
+            whole = whole.max(converted_layer_bytes(n, k, b));
         }
         Self {
             integer_k: 0,
             converted_piece: piece,
+            converted_whole: whole,
         }
     }
 
@@ -85,6 +92,18 @@ impl LinearNeeds {
             integer_scratch_bytes(rows as u64, self.integer_k as u64)
         };
         integer + self.converted_scratch_bytes(rows)
+    }
+
+    /// Scratch a pass over inputs of `rows` rows would use beyond
+    /// [`Self::scratch_bytes`] where the budget has room
+    /// (`ModelSpec::scratch_wish`): its largest converted layer whole, so
+    /// that every converted layer is one GEMM, where they take GEMMs.
+    pub fn scratch_wish(&self, rows: usize) -> u64 {
+        if rows as u64 <= GEMV_MAX_M {
+            0
+        } else {
+            self.converted_whole
+        }
     }
 
     /// The converted piece where inputs of `rows` rows take a GEMM, else 0.

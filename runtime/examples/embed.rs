@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         files: vec![path],
         blocks,
         scratch_bytes: 1 << 20,
+        scratch_wish: 0,
     };
     let model = Model::open(&rt, &spec)?;
     let h = model.linear_layer("blocks.0.fc").map_or(0, |l| l.k);

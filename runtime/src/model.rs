@@ -14,7 +14,8 @@ use dynvram_quant::{KernelPath, QuantLayer};
 use crate::error::{Result, RuntimeError};
 use crate::lora::LoraPatch;
 use crate::planning::{
-    Granularity, ModelPlan, PlanWeight, arena_layout, arena_size, part_capacity, plan_model,
+    Granularity, ModelPlan, PlanWeight, arena_layout, arena_size, part_capacity,
+    plan_model_with_wish,
 };
 use crate::residency::{ModelResidency, Placed, SharedRegistry};
 use crate::runtime::Runtime;
@@ -53,6 +54,11 @@ pub struct ModelSpec {
     pub blocks: Vec<BlockSpec>,
     /// Bytes of activations a pass needs at most (reserved in the budget).
     pub scratch_bytes: u64,
+    /// Scratch a pass would use beyond `scratch_bytes` where the budget has
+    /// room (its converted layers in one piece each instead of several):
+    /// held back from the resident weights up to a sixteenth of the budget
+    /// (`planning::plan_model_with_wish`); 0 for none.
+    pub scratch_wish: u64,
     /// The tensors as the blocks name them, made of the stored ones
     /// ([`ModelFiles::with_views`]: another layout's split or reordered
     /// tensors read in place); empty: the files' own names.
@@ -99,6 +105,8 @@ pub struct Model {
     pub(crate) plan_weights: Vec<PlanWeight>,
     /// Activation bytes a pass needs (`ModelSpec::scratch_bytes`).
     pub(crate) scratch_bytes: u64,
+    /// `ModelSpec::scratch_wish`.
+    pub(crate) scratch_wish: u64,
     pub(crate) id: ModelId,
     pub(crate) registry: SharedRegistry,
     /// The runtime's pins, so the model's RAM copies go with it.
@@ -177,12 +185,12 @@ impl Model {
             .collect();
         let plan_weights = plan_weights(&c.weights);
         let usable = dynvram_gpu::accounting::lock(&rt.budget).usable();
-        let plan = plan_model(&plan_weights, usable, spec.scratch_bytes).map_err(|source| {
-            RuntimeError::Plan {
-                model: path.clone(),
-                source,
-            }
-        })?;
+        let (plan, _) =
+            plan_model_with_wish(&plan_weights, usable, spec.scratch_bytes, spec.scratch_wish)
+                .map_err(|source| RuntimeError::Plan {
+                    model: path.clone(),
+                    source,
+                })?;
         let id = crate::residency::lock(&rt.residency).register(&path, &plan_weights)?;
         // From here on, dropping `model` unregisters it.
         let model = Self {
@@ -195,6 +203,7 @@ impl Model {
             plan,
             plan_weights,
             scratch_bytes: spec.scratch_bytes,
+            scratch_wish: spec.scratch_wish,
             id,
             registry: rt.residency.clone(),
             pins: rt.pins.clone(),
@@ -260,6 +269,7 @@ impl Model {
             weights: &self.weights,
             plan_weights: &self.plan_weights,
             scratch_bytes: self.scratch_bytes,
+            scratch_wish: self.scratch_wish,
         }
     }
 
@@ -448,11 +458,11 @@ pub fn plan_spec(spec: &ModelSpec, usable: u64) -> Result<(ModelPlan, Vec<PlanWe
     let files = open_files(spec)?;
     let c = collect(&path, &files, spec)?;
     let weights = plan_weights(&c.weights);
-    let plan =
-        plan_model(&weights, usable, spec.scratch_bytes).map_err(|source| RuntimeError::Plan {
-            model: path,
-            source,
-        })?;
+    let (plan, _) = plan_model_with_wish(&weights, usable, spec.scratch_bytes, spec.scratch_wish)
+        .map_err(|source| RuntimeError::Plan {
+        model: path,
+        source,
+    })?;
     Ok((plan, weights))
 }
 

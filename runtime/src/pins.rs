@@ -210,7 +210,9 @@ impl Pins {
                 }
                 Ok(_) => {}
                 // Streamed from the file meanwhile; retried in the pass.
-                Err(e) => tracing::warn!(%e, "building a pin failed: the weight streams from its file"),
+                Err(e) => {
+                    tracing::warn!(%e, "building a pin failed: the weight streams from its file")
+                }
             }
         }
     }

@@ -334,6 +334,34 @@ pub fn plan_model(
     }
 }
 
+/// The share of the usable bytes (1/16) a model's scratch wish
+/// ([`crate::ModelSpec::scratch_wish`]) may take from its resident weights.
+pub const SCRATCH_WISH_SHARE: u64 = 16;
+
+/// [`plan_model`] with up to `wish` more bytes of scratch held back (at most
+/// [`SCRATCH_WISH_SHARE`] of `usable`) where the plan still streams the same
+/// way with them (the same granularity); returns the plan and the extra
+/// bytes held back (0 where the wish did not fit). The extra room comes out
+/// of the resident weights: a converted layer multiplied whole instead of in
+/// pieces gains more (a piece's GEMM fills the GPU badly) than the bytes
+/// cost in streaming.
+pub fn plan_model_with_wish(
+    weights: &[PlanWeight],
+    usable: u64,
+    scratch: u64,
+    wish: u64,
+) -> Result<(ModelPlan, u64), PlanError> {
+    let plain = plan_model(weights, usable, scratch)?;
+    let extra = wish.min(usable / SCRATCH_WISH_SHARE);
+    if extra == 0 {
+        return Ok((plain, 0));
+    }
+    match plan_model(weights, usable, scratch.saturating_add(extra)) {
+        Ok(p) if p.granularity == plain.granularity => Ok((p, extra)),
+        _ => Ok((plain, 0)),
+    }
+}
+
 /// The capacity the arenas of `plan` hold per part (`None`: whole blocks),
 /// as the runtime passes it to [`arena_layout`].
 pub fn part_capacity(plan: &ModelPlan) -> Option<u64> {
@@ -393,6 +421,38 @@ mod tests {
         // A byte less and a block streams, with its arenas.
         let p = plan_model(&w, (8 << 20) + 4095, 4096).unwrap();
         assert!(p.plan.streamed > 0 && p.arena_bytes > 0, "{p:?}");
+    }
+
+    #[test]
+    fn a_scratch_wish_is_held_back_from_residency_where_streaming_stays_the_same() {
+        const MIB: u64 = 1 << 20;
+        // 16 blocks of 8 MiB: at 96 MiB usable with 4 MiB of scratch, nine
+        // stay resident (4 MiB to spare), the rest stream whole.
+        let sizes: Vec<(u64, usize)> = (0..16).map(|b| (8 * MIB, b)).collect();
+        let w = weights(&sizes);
+        let usable = 96 * MIB;
+        let plain = plan_model(&w, usable, 4 * MIB).unwrap();
+        assert!(plain.plan.streamed > 0 && plain.granularity == Granularity::Block);
+        // A 5 MiB wish (under a sixteenth, 6 MiB): one resident block fewer.
+        let (p, extra) = plan_model_with_wish(&w, usable, 4 * MIB, 5 * MIB).unwrap();
+        assert_eq!(extra, 5 * MIB);
+        assert_eq!(p.plan.page_bytes + 8 * MIB, plain.plan.page_bytes, "{p:?}");
+        assert!(p.plan.page_bytes + ARENAS * p.arena_bytes + p.scratch <= usable);
+        // A larger wish takes a sixteenth of the budget at most.
+        let (_, extra) = plan_model_with_wish(&w, usable, 4 * MIB, 64 * MIB).unwrap();
+        assert_eq!(extra, usable / SCRATCH_WISH_SHARE);
+        // Where nothing could be resident but the arenas, the wish gives way
+        // instead of failing the plan.
+        let tight = ARENAS * 8 * MIB + 4 * MIB;
+        let (p, extra) = plan_model_with_wish(&w, tight, 4 * MIB, 64 * MIB).unwrap();
+        assert_eq!(extra, 0);
+        assert_eq!(
+            p.plan.page_bytes,
+            plan_model(&w, tight, 4 * MIB).unwrap().plan.page_bytes
+        );
+        // No wish: the plain plan.
+        let (p, extra) = plan_model_with_wish(&w, usable, 4 * MIB, 0).unwrap();
+        assert_eq!((p.plan.page_bytes, extra), (plain.plan.page_bytes, 0));
     }
 
     /// Sizes with a group each: (size, block, group).

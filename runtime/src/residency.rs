@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
 use crate::planning::{
-    ARENAS, PlanWeight, arena_layout, arena_size, layout_for, part_capacity, plan_model,
+    ARENAS, PlanWeight, arena_layout, arena_size, layout_for, part_capacity, plan_model_with_wish,
 };
 use crate::upload::ModelView;
 use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
@@ -77,9 +77,20 @@ struct Entry {
     path: PathBuf,
     /// Resident buffer of each weight (load order), `None` while it streams.
     buffers: Vec<Option<Arc<TrackedBuffer>>>,
-    /// The last plan's inputs (usable, reserve), its arena bytes and part
-    /// capacity (`None`: whole blocks).
-    planned: Option<(u64, u64, u64, Option<u64>)>,
+    /// The last plan.
+    planned: Option<Planned>,
+}
+
+/// A plan's inputs and what the passes need of it.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    usable: u64,
+    reserve: u64,
+    arena_bytes: u64,
+    /// Part capacity (`None`: whole blocks).
+    capacity: Option<u64>,
+    /// Bytes of the scratch wish held back besides `reserve`.
+    wish: u64,
 }
 
 impl Entry {
@@ -245,7 +256,9 @@ impl Registry {
         // Room besides weight pages: the pass's activations (declared, or
         // what is alive now if more) and the arenas of what must stream.
         let reserve = model.scratch_bytes.max(live);
-        let (arena_bytes, capacity) = self.arena_bytes_for(model, usable, reserve)?;
+        let (arena_bytes, capacity, wish) = self.arena_bytes_for(model, usable, reserve)?;
+        // The wish is held back from the weights for the pass's pieces.
+        let reserve = reserve + wish;
         let limit = usable
             .saturating_sub(reserve)
             .saturating_sub(ARENAS.saturating_mul(arena_bytes));
@@ -268,7 +281,7 @@ impl Registry {
                 let weights = dynvram_gpu::accounting::lock(rt.budget)
                     .ledger()
                     .bytes(OwnerClass::Weights);
-                placed.room = limit.saturating_sub(weights);
+                placed.room = limit.saturating_sub(weights) + wish;
                 tracing::info!(
                     watermark = plan.resident_pages.end,
                     loaded = placed.loaded_bytes,
@@ -361,32 +374,40 @@ impl Registry {
     }
 
     /// The arena size `model`'s plan needs under `usable` bytes with
-    /// `reserve` held back, and the capacity of its parts where blocks
-    /// stream in parts: planned once per (usable, reserve) and model, not on
-    /// every pass (a decode step is a pass).
+    /// `reserve` held back, the capacity of its parts where blocks stream
+    /// in parts, and the bytes of its scratch wish the plan holds back
+    /// besides (`plan_model_with_wish`): planned once per (usable, reserve)
+    /// and model, not on every pass (a decode step is a pass).
     fn arena_bytes_for(
         &mut self,
         model: ModelView<'_>,
         usable: u64,
         reserve: u64,
-    ) -> Result<(u64, Option<u64>)> {
+    ) -> Result<(u64, Option<u64>, u64)> {
         let entry = self.models.get_mut(&model.id);
-        if let Some(&(u, r, bytes, capacity)) = entry.as_ref().and_then(|e| e.planned.as_ref())
-            && (u, r) == (usable, reserve)
+        if let Some(p) = entry.as_ref().and_then(|e| e.planned.as_ref())
+            && (p.usable, p.reserve) == (usable, reserve)
         {
-            return Ok((bytes, capacity));
+            return Ok((p.arena_bytes, p.capacity, p.wish));
         }
-        let room = plan_model(model.plan_weights, usable, reserve).map_err(|source| {
-            RuntimeError::Plan {
-                model: model.path.to_path_buf(),
-                source,
-            }
-        })?;
-        let capacity = part_capacity(&room);
+        let (room, wish) =
+            plan_model_with_wish(model.plan_weights, usable, reserve, model.scratch_wish).map_err(
+                |source| RuntimeError::Plan {
+                    model: model.path.to_path_buf(),
+                    source,
+                },
+            )?;
+        let planned = Planned {
+            usable,
+            reserve,
+            arena_bytes: room.arena_bytes,
+            capacity: part_capacity(&room),
+            wish,
+        };
         if let Some(e) = entry {
-            e.planned = Some((usable, reserve, room.arena_bytes, capacity));
+            e.planned = Some(planned);
         }
-        Ok((room.arena_bytes, capacity))
+        Ok((planned.arena_bytes, planned.capacity, wish))
     }
 
     /// Drops the buffers of `m`'s weights that its watermark no longer covers.

@@ -47,6 +47,8 @@ pub(crate) struct ModelView<'m> {
     pub plan_weights: &'m [PlanWeight],
     /// Activation bytes a pass needs.
     pub scratch_bytes: u64,
+    /// Scratch it would use beyond that where the budget has room.
+    pub scratch_wish: u64,
 }
 
 /// How a tensor's bytes are uploaded.

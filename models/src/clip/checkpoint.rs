@@ -199,6 +199,7 @@ impl ClipCheckpoint {
                 dtype,
                 crate::LinearNeeds::of(&list, &self.blocks()),
             ),
+            scratch_wish: 0,
         }
     }
 }

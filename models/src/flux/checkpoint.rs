@@ -607,16 +607,15 @@ impl FluxCheckpoint {
     /// The runtime spec of a pass over inputs of `shape` with activations
     /// in `dtype`.
     pub fn spec(&self, shape: Shape, dtype: ActDtype) -> ModelSpec {
+        let needs = self.linear_needs();
         ModelSpec {
             views: self.views.clone(),
             files: self.weights.clone(),
             blocks: self.blocks(),
-            scratch_bytes: super::scratch::scratch_bytes(
-                &self.config,
-                shape,
-                dtype,
-                self.linear_needs(),
-            ),
+            scratch_bytes: super::scratch::scratch_bytes(&self.config, shape, dtype, needs),
+            // Resident weights traded for whole-layer conversions where the
+            // budget allows (a converted piece's GEMM fills the GPU badly).
+            scratch_wish: needs.scratch_wish(shape.batch * shape.joint_len()),
         }
     }
 

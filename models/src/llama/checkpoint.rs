@@ -293,6 +293,7 @@ impl Checkpoint {
             files: self.weights.clone(),
             blocks,
             scratch_bytes: scratch_bytes(&self.config, limits) + converted,
+            scratch_wish: 0,
         }
     }
 

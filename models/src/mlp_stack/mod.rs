@@ -171,6 +171,7 @@ pub fn model_spec(file: &Path, shape: Shape, rows: usize) -> ModelSpec {
         files: vec![file.to_owned()],
         blocks,
         scratch_bytes: scratch_bytes(shape, rows),
+        scratch_wish: 0,
     }
 }
 

@@ -182,6 +182,7 @@ impl T5Checkpoint {
                 dtype,
                 crate::LinearNeeds::of(&list, &blocks),
             ),
+            scratch_wish: 0,
             blocks,
         }
     }

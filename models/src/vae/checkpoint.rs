@@ -452,6 +452,7 @@ impl VaeCheckpoint {
                 w,
                 dtype,
             ),
+            scratch_wish: 0,
         })
     }
 
@@ -464,6 +465,7 @@ impl VaeCheckpoint {
             files: vec![self.path.clone()],
             blocks: self.blocks(),
             scratch_bytes: super::activations::activation_bytes(&self.config, batch, h, w, dtype),
+            scratch_wish: 0,
         }
     }
 

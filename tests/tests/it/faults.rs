@@ -446,6 +446,7 @@ fn a_layout_error_through_the_runtime_names_the_model_file() {
             ..Default::default()
         }],
         scratch_bytes: 0,
+        scratch_wish: 0,
     };
     let err = plan_spec(&spec, 1 << 30).expect_err("missing scale");
     names_all(

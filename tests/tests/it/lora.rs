@@ -53,6 +53,7 @@ fn lora_patch_matches_cpu_reference_and_is_not_loaded_vram() {
             ..BlockSpec::default()
         }],
         scratch_bytes: 1 << 20,
+        scratch_wish: 0,
     };
     let mut model = Model::open(&rt, &spec).expect("open");
     let loaded = rt.budget_report().loaded_vram;

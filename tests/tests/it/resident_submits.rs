@@ -48,6 +48,7 @@ fn resident_passes_submit_every_k_blocks() {
             })
             .collect(),
         scratch_bytes: 1 << 20,
+        scratch_wish: 0,
     };
     let mut outputs = Vec::new();
     for (k, want) in [(4, 3), (1, BLOCKS as u64), (0, 1), (100, 2)] {

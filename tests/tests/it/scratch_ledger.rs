@@ -49,6 +49,7 @@ fn linear_scratch_is_in_the_ledger() {
             ..BlockSpec::default()
         }],
         scratch_bytes: 4 << 20,
+        scratch_wish: 0,
     };
     let model = Model::open(&rt, &spec).expect("open");
     let xs = rt.activation("x", &[m, k]).expect("x");

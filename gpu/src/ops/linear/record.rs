@@ -30,7 +30,7 @@ mod spread;
 pub use cm2::{
     Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_weights_of,
 };
-pub use convert::converted_piece_bytes;
+pub use convert::{converted_layer_bytes, converted_piece_bytes};
 pub use coop::{
     CoopGemmKernel, CoopShape, GemmKernel, coop_gemm_unusable, coop_unusable, double_unusable,
     float_coop_unusable,

@@ -80,6 +80,13 @@ pub fn converted_piece_bytes(n: u64, k: u64, m: u64, weight_bytes: u64) -> u64 {
     super::super::scratch::scratch_capacity_bound(piece)
 }
 
+/// Bytes of scratch a layer of `n` × `k` weights takes converted whole to
+/// `weight_bytes` a weight: what a pass with that much room
+/// (`LinearScratch::set_piece_room`) multiplies in one GEMM.
+pub fn converted_layer_bytes(n: u64, k: u64, weight_bytes: u64) -> u64 {
+    super::super::scratch::scratch_capacity_bound(n * k * weight_bytes)
+}
+
 /// Weight rows of one piece of at most `bytes` for a layer of `n` rows of
 /// `row` bytes converted: all of them where they fit, else as many as fit
 /// in whole tiles of `tile_n` rows (at least one tile).
