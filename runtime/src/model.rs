@@ -236,6 +236,22 @@ impl Model {
         loaded
     }
 
+    /// Starts building, in the background, the registered pins of the
+    /// weights this model's plan streams (docs/behaviour.md, Pins), in
+    /// pass order, so its first pass copies them from pins rather than
+    /// reading its files through the staging ring: for a pipeline's next
+    /// model while the current one runs. Returns the bytes queued (0 where
+    /// pins are off, built in the pass, or RAM is short).
+    pub fn pin_ahead(&self, rt: &Runtime) -> Result<u64> {
+        self.check_runtime(rt)?;
+        let ring = rt.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pins = rt.pins.lock().unwrap_or_else(|e| e.into_inner());
+        let streamed = (0..self.weights.len()).filter(|&i| self.plan.streamed(i));
+        let queued = pins.pin_ahead(self.view(), streamed, &ring, &rt.gpu)?;
+        tracing::info!(queued, model = %self.path.display(), "pinning ahead");
+        Ok(queued)
+    }
+
     /// Acquires residency now, as a pass would (on top of the priority
     /// list, others yielding if room is short), and waits for the uploads.
     /// Returns the bytes it uploaded.

@@ -184,6 +184,56 @@ impl Pins {
         }
     }
 
+    /// Queues registered pins of `model`'s weights `streamed` (those its
+    /// plan streams, in pass order) for the background builder, as its
+    /// passes would take them, so its first pass copies from pins instead
+    /// of reading its files through the ring (`Model::pin_ahead`). Stops at
+    /// the first weight the policy would not pin registered (RAM or the
+    /// ceiling is short). Returns the bytes queued.
+    pub fn pin_ahead(
+        &mut self,
+        model: ModelView<'_>,
+        streamed: impl IntoIterator<Item = usize>,
+        ring: &StagingRing,
+        gpu: &Gpu,
+    ) -> Result<u64> {
+        if !self.background {
+            return Ok(0);
+        }
+        let mut queued = 0;
+        for index in streamed {
+            let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
+                break;
+            };
+            let w = &model.weights[index];
+            if w.upload != Upload::Raw {
+                continue;
+            }
+            let key = WeightKey {
+                model: model.id,
+                tensor: index as u32,
+            };
+            if self.copies.contains_key(&key) || self.building(key) {
+                continue;
+            }
+            let Ok(ram) = self.read_ram(pinned) else {
+                break;
+            };
+            let Some(policy) = &mut self.policy else {
+                break;
+            };
+            let decision = policy.need(key, w.upload.gpu_size(&w.info), ram);
+            for action in &decision.actions {
+                self.apply(model, ring, gpu, key, *action)?;
+            }
+            if !self.building(key) {
+                break;
+            }
+            queued += w.info.len();
+        }
+        Ok(queued)
+    }
+
     /// Waits for the pins being built in the background and takes them in,
     /// so the next pass streams from every pin the policy holds.
     pub fn finish_building(&mut self) {

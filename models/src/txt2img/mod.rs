@@ -13,8 +13,10 @@
 //! stage loads its model (on top of the priority list, so models still
 //! open yield to it) and, before its last pass, prefetches the next
 //! stage's first weights into the room free then ([`Model::prefetch`]:
-//! nothing is evicted for it, and the running model outranks it). The text
-//! encoders are dropped once their outputs are read: nothing of theirs
+//! nothing is evicted for it, and the running model outranks it). The
+//! transformer's streamed weights are pinned in host RAM in the background
+//! from the start ([`Model::pin_ahead`]), so its first step copies them
+//! from pins while the encoders run first. The text encoders are dropped once their outputs are read: nothing of theirs
 //! holds VRAM while the transformer samples. Every stage reports its wall
 //! time, the bytes it uploaded and streamed, and the ledger's peak while it
 //! ran; the fixed costs (opening files, tokenizers) are reported apart.
@@ -470,6 +472,8 @@ impl Pipeline {
         ]
         .map(|spec| Opened::new(rt, spec));
         let [clip, t5, flux, vae] = [clip?, t5?, flux?, vae?];
+        // Host RAM only: built while the encoders run.
+        flux.model.pin_ahead(rt)?;
 
         progress(Progress::Stage(Stage::Clip));
         let (y, report) = stage(rt, Stage::Clip, clip, |model| {

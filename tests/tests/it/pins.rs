@@ -299,3 +299,44 @@ fn outside_ram_pressure_frees_pins_at_the_next_pass() {
     assert_eq!(second.stats.sources.file_bytes, streamed);
     assert_eq!(bits(&second.out), bits(&first.out));
 }
+
+#[test]
+fn pins_built_ahead_feed_the_first_pass() {
+    let name = "pins_built_ahead_feed_the_first_pass";
+    if !have_gpu(name) {
+        return;
+    }
+    let s = setup();
+    let budget = s.probe.weight_bytes() / 4;
+    let plain = runtime(budget, off(), false);
+    let model = Model::open(&plain, &s.probe.spec(s.rows)).expect("open");
+    let want = mlp_stack::forward_gpu(&plain, &model, &s.x, s.rows, None).expect("file pass");
+    let streamed = want.stats.streamed_bytes;
+    assert_eq!(model.pin_ahead(&plain).expect("no pins"), 0, "pins are off");
+
+    let rt = runtime(budget, small_machine(4 * GIB, None), false);
+    let model = Model::open(&rt, &s.probe.spec(s.rows)).expect("open");
+    assert_eq!(model.pin_ahead(&rt).expect("pin ahead"), streamed);
+    rt.finish_pins();
+    let report = rt.pin_report();
+    assert!(report.registered_bytes >= streamed, "{report:?}");
+    let first = mlp_stack::forward_gpu(&rt, &model, &s.x, s.rows, None).expect("pass 1");
+    assert_eq!(
+        first.stats.sources,
+        dynvram_runtime::StreamSources {
+            registered_pin_bytes: streamed,
+            ram_pin_bytes: 0,
+            file_bytes: 0,
+        },
+        "the first pass streams from the pins built ahead"
+    );
+    assert_eq!(bits(&first.out), bits(&want.out));
+    // Built in the pass instead: nothing is queued ahead.
+    let settings = PinSettings {
+        background: false,
+        ..small_machine(4 * GIB, None)
+    };
+    let rt = runtime(budget, settings, false);
+    let model = Model::open(&rt, &s.probe.spec(s.rows)).expect("open");
+    assert_eq!(model.pin_ahead(&rt).expect("pin ahead"), 0);
+}
