@@ -1,7 +1,8 @@
 //! Pins used by passes (docs/behaviour.md, Pins): a pass streaming from registered pins is
 //! bit-identical to one reading the file; the pin policy's ceiling and RAM
 //! floor hold under a simulated small machine; outside RAM pressure frees
-//! pins; `--fast-disk` keeps no unregistered RAM copies.
+//! pins; `--fast-disk` keeps no unregistered RAM copies; pins built in the
+//! background, and ahead of a model's first pass, feed the passes as well.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,16 @@ fn setup() -> Setup {
     Setup { probe, rows, x }
 }
 
+/// The reference every test compares with: a pass without pins at a
+/// budget that streams, its runtime and model.
+fn file_pass(s: &Setup) -> (u64, Runtime, Model, mlp_stack::GpuForward) {
+    let budget = s.probe.weight_bytes() / 4;
+    let plain = runtime(budget, off(), false);
+    let model = Model::open(&plain, &s.probe.spec(s.rows)).expect("open");
+    let want = mlp_stack::forward_gpu(&plain, &model, &s.x, s.rows, None).expect("file pass");
+    (budget, plain, model, want)
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
@@ -65,10 +76,7 @@ fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
         return;
     };
     let s = setup();
-    let budget = s.probe.weight_bytes() / 4;
-    let plain = runtime(budget, off(), false);
-    let model = Model::open(&plain, &s.probe.spec(s.rows)).expect("open");
-    let want = mlp_stack::forward_gpu(&plain, &model, &s.x, s.rows, None).expect("file pass");
+    let (budget, plain, _, want) = file_pass(&s);
     let streamed = want.stats.streamed_bytes;
     assert!(streamed > 0, "the budget forces streaming");
     assert_eq!(want.stats.sources.file_bytes, streamed);
@@ -173,10 +181,7 @@ fn pins_respect_the_ceiling_and_floor_of_a_small_simulated_machine() {
     let host_import = gpu.host_import;
     drop(gpu);
     let s = setup();
-    let budget = s.probe.weight_bytes() / 4;
-    let plain = runtime(budget, off(), false);
-    let model = Model::open(&plain, &s.probe.spec(s.rows)).expect("open");
-    let want = mlp_stack::forward_gpu(&plain, &model, &s.x, s.rows, None).expect("file pass");
+    let (budget, _, _, want) = file_pass(&s);
     let streamed = want.stats.streamed_bytes;
 
     // RAM for about half the streamed bytes above the floor, and a
@@ -220,10 +225,7 @@ fn fast_disk_keeps_no_unregistered_ram_copies() {
         return;
     }
     let s = setup();
-    let budget = s.probe.weight_bytes() / 4;
-    let plain = runtime(budget, off(), false);
-    let model = Model::open(&plain, &s.probe.spec(s.rows)).expect("open");
-    let want = mlp_stack::forward_gpu(&plain, &model, &s.x, s.rows, None).expect("file pass");
+    let (budget, _, _, want) = file_pass(&s);
     let streamed = want.stats.streamed_bytes;
 
     let ceiling = streamed / 3;
@@ -307,10 +309,7 @@ fn pins_built_ahead_feed_the_first_pass() {
         return;
     }
     let s = setup();
-    let budget = s.probe.weight_bytes() / 4;
-    let plain = runtime(budget, off(), false);
-    let model = Model::open(&plain, &s.probe.spec(s.rows)).expect("open");
-    let want = mlp_stack::forward_gpu(&plain, &model, &s.x, s.rows, None).expect("file pass");
+    let (budget, plain, model, want) = file_pass(&s);
     let streamed = want.stats.streamed_bytes;
     assert_eq!(model.pin_ahead(&plain).expect("no pins"), 0, "pins are off");
 
