@@ -197,7 +197,7 @@ impl Pins {
         ring: &StagingRing,
         gpu: &Gpu,
     ) -> Result<u64> {
-        if !self.background {
+        if !self.background || !gpu.host_import {
             return Ok(0);
         }
         let mut queued = 0;
@@ -474,7 +474,13 @@ impl Pins {
     ) -> Result<()> {
         let w = &model.weights[key.tensor as usize];
         let _span = tracing::debug_span!("pin", tensor = %w.name, ?tier).entered();
-        if (tier, w.upload) == (PinTier::Registered, Upload::Raw) && self.background {
+        // Mapped pins (no host-memory import: GL, some drivers) are built
+        // here: they cannot be read back when the policy moves their
+        // registration, so one built late would often be dropped unused.
+        if (tier, w.upload) == (PinTier::Registered, Upload::Raw)
+            && self.background
+            && gpu.host_import
+        {
             if self.builder.is_none() {
                 self.builder = PinBuilder::start(gpu.device.clone(), self.builder_threads);
                 // Not started: built here from now on.
