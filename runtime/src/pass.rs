@@ -189,7 +189,9 @@ impl<'a> BlockCtx<'a> {
                     });
                 }
                 let unit = placed.first_unit(self.block) + part;
-                let arena = &placed.arenas[unit % placed.arenas.len()];
+                // Every unit holding a streamed weight has an arena
+                // (`Placed::unit_arena`).
+                let arena = &placed.arenas[placed.arena_of(unit).unwrap_or_default()];
                 (&arena.buffer, offset, Some(unit))
             }
         };
@@ -327,12 +329,14 @@ impl Model {
             unit: 0,
             units: placed.first_unit(n),
             resident,
+            ahead: 0,
+            last_in: [None; crate::planning::ARENAS as usize],
         };
-        // Unit 0 has nothing to overlap with; every later unit is staged
-        // while the one before it is recorded.
+        // The first streamed units (both arenas are free) before any
+        // kernel; every later one while the units before it are recorded.
         let mut result = match resident {
             true => Ok(()),
-            false => s.stage(enc.commands(), 0, None),
+            false => s.stage_ahead(&mut enc, None),
         };
         for i in 0..n {
             if result.is_err() {
@@ -422,8 +426,11 @@ impl Model {
 }
 
 /// One pass's streaming state: the units (blocks, or parts of blocks) in
-/// turn, unit `u` staged into arena `u % 2` while unit `u − 1` is recorded
-/// and submitted with its kernels.
+/// turn; the streamed ones take the arenas in turn (`Placed::unit_arena`)
+/// and are staged while the units before them are recorded and submitted:
+/// with a copy queue as soon as their arena's last reader is submitted
+/// (copies run on through resident units' work), on wgpu's queue one unit
+/// ahead.
 struct Stream<'p> {
     model: &'p Model,
     placed: &'p Placed,
@@ -443,6 +450,10 @@ struct Stream<'p> {
     units: usize,
     /// Nothing streams.
     resident: bool,
+    /// The first unit not staged yet.
+    ahead: usize,
+    /// The last unit staged into each arena (which reads it).
+    last_in: [Option<usize>; crate::planning::ARENAS as usize],
 }
 
 impl Units for Stream<'_> {
@@ -471,7 +482,7 @@ impl Stream<'_> {
     /// arena is switched to copy usage (see the module docs).
     fn begin(&mut self, enc: &mut Encoder) {
         let next = self.unit + 1;
-        match (self.copy_queue, self.copies.pending.take()) {
+        match (self.copy_queue, self.copies.take_pending(self.unit)) {
             // Before recording: a ring flush may submit this unit's kernels.
             (Some(q), Some(value)) => q.kernels_wait_for(&self.gpu.queue, value),
             (None, _) if next < self.units && !self.resident => {
@@ -481,26 +492,51 @@ impl Stream<'_> {
         }
     }
 
+    /// Stages the streamed units from `self.ahead` on whose arena is free
+    /// (the unit that last read it is submitted; `u`, being ended, signals
+    /// only after this; `None`: before the pass's first unit): with a copy
+    /// queue as many as that allows, on wgpu's queue up to unit `u + 1`.
+    fn stage_ahead(&mut self, enc: &mut Encoder, u: Option<usize>) -> Result<()> {
+        let limit = match (self.copy_queue, u) {
+            (Some(_), _) => self.units,
+            (None, u) => u.map_or(1, |u| u + 2).min(self.units),
+        };
+        while self.ahead < limit {
+            let v = self.ahead;
+            let Some(arena) = self.placed.arena_of(v) else {
+                self.ahead += 1;
+                continue;
+            };
+            if self.last_in[arena].is_some_and(|p| u.is_none_or(|u| p >= u)) {
+                break;
+            }
+            let mut batch = Vec::new();
+            let name = self.unit_name(v);
+            self.stage(enc.commands(), v, self.copy_queue.map(|_| &mut batch))?;
+            let trace = &mut *self.trace;
+            self.copies
+                .submit(self.copy_queue, batch, arena, v, &name, trace)?;
+            self.last_in[arena] = Some(v);
+            self.ahead += 1;
+        }
+        Ok(())
+    }
+
     /// Ends the current unit: stages the next one after its kernels,
     /// submits, and moves on to the next unit.
     fn end(&mut self, enc: &mut Encoder) -> Result<()> {
         let submitting = Instant::now();
         let (u, next) = (self.unit, self.unit + 1);
         let mut result = Ok(());
-        if next < self.units && !self.resident {
-            let mut batch = Vec::new();
-            let name = self.unit_name(next);
-            result = self
-                .stage(enc.commands(), next, self.copy_queue.map(|_| &mut batch))
-                .and_then(|()| {
-                    self.copies
-                        .submit(self.copy_queue, batch, next, &name, &mut *self.trace)
-                });
+        if !self.resident {
+            result = self.stage_ahead(enc, Some(u));
         }
         let t = self.trace.begin();
         if let Some(q) = self.copy_queue {
             let value = q.signal_kernels(&self.gpu.queue);
-            self.copies.read(u, value);
+            if let Some(arena) = self.placed.arena_of(u) {
+                self.copies.read(arena, value);
+            }
         }
         let encoder = std::mem::replace(enc, Encoder::new(&self.gpu.device, "block"));
         self.last_submit = Some(self.ring.submit(&self.gpu.queue, encoder.into_inner()));
@@ -553,7 +589,11 @@ impl Stream<'_> {
     /// kernels are recorded (see the module docs): a 4-byte clear at its
     /// first streamed weight, which that weight's upload overwrites.
     fn open_arena_for_copies(&self, enc: &mut wgpu::CommandEncoder, u: usize) {
-        let Some(arena) = self.placed.arenas.get(u % crate::planning::ARENAS as usize) else {
+        let Some(arena) = self
+            .placed
+            .arena_of(u)
+            .and_then(|a| self.placed.arenas.get(a))
+        else {
             return;
         };
         if let Some((_, off)) = self.unit_weights(u).next() {
@@ -572,7 +612,10 @@ impl Stream<'_> {
         let _span = tracing::debug_span!("stage_unit", unit = u).entered();
         let t = self.trace.begin();
         let before = self.ring.counters();
-        let arena = self.placed.arenas.get(u % crate::planning::ARENAS as usize);
+        let arena = self
+            .placed
+            .arena_of(u)
+            .and_then(|a| self.placed.arenas.get(a));
         let mut sources = StreamSources::default();
         let weights: Vec<(usize, u64)> = self.unit_weights(u).collect();
         if let Some(arena) = arena {
@@ -655,21 +698,23 @@ impl std::fmt::Display for UnitName {
 }
 
 /// The copy queue's side of one pass: which `kernels` value last read each
-/// arena, and the copy batch the next block's kernels wait for.
+/// arena, and the copy batches units' kernels are still to wait for.
 #[derive(Debug, Default)]
 struct CopyQueueState {
     readers: [u64; crate::planning::ARENAS as usize],
-    pending: Option<u64>,
+    /// (unit, copy-queue value) of batches staged ahead.
+    pending: Vec<(usize, u64)>,
 }
 
 impl CopyQueueState {
-    /// Submits unit `b`'s copies (if any) once the submit that last read
-    /// its arena has run; its kernels will wait for them.
+    /// Submits unit `u`'s copies into `arena` (if any) once the submit that
+    /// last read the arena has run; its kernels will wait for them.
     fn submit(
         &mut self,
         queue: Option<&TransferQueue>,
         batch: Vec<CopyCmd>,
-        b: usize,
+        arena: usize,
+        u: usize,
         name: &UnitName,
         trace: &mut Trace,
     ) -> Result<()> {
@@ -678,15 +723,20 @@ impl CopyQueueState {
         };
         let t = trace.begin();
         let bytes = batch.iter().map(|c| c.size).sum();
-        let after = self.readers[b % self.readers.len()];
-        self.pending = Some(q.submit(batch, after)?);
+        let after = self.readers[arena];
+        self.pending.push((u, q.submit(batch, after)?));
         trace.end(t, Lane::Upload, format_args!("copy queue: {name}"), bytes);
         Ok(())
     }
 
-    /// Unit `b`'s submit, which reads `b`'s arena, signals `value`.
-    fn read(&mut self, b: usize, value: u64) {
-        let n = self.readers.len();
-        self.readers[b % n] = value;
+    /// The copies unit `u`'s kernels wait for, if it has any.
+    fn take_pending(&mut self, u: usize) -> Option<u64> {
+        let i = self.pending.iter().position(|&(p, _)| p == u)?;
+        Some(self.pending.swap_remove(i).1)
+    }
+
+    /// A submit that reads `arena` signals `value`.
+    fn read(&mut self, arena: usize, value: u64) {
+        self.readers[arena] = value;
     }
 }

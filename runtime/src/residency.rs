@@ -29,6 +29,7 @@ use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
 use crate::planning::{
     ARENAS, PlanWeight, arena_layout, arena_size, layout_for, part_capacity, plan_model_with_wish,
+    residency_ranks,
 };
 use crate::upload::ModelView;
 use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
@@ -125,6 +126,11 @@ pub(crate) struct Placed {
     /// of one) in turn, unit `u` into arena `u % 2`; block `b` has units
     /// `first_unit[b]..first_unit[b + 1]` (the last entry is the count).
     pub first_unit: Vec<usize>,
+    /// The arena each unit streams into (`None`: a unit that streams
+    /// nothing): streamed units alternate between the arenas in pass order,
+    /// whatever resident units stand between them, so a streamed unit's
+    /// arena is never the one the streamed unit before it reads.
+    pub unit_arena: Vec<Option<usize>>,
     /// File bytes made resident by this acquisition.
     pub loaded_bytes: u64,
     /// Bytes of the budget that neither the weights placed nor the pass's
@@ -140,6 +146,11 @@ pub(crate) struct Placed {
 }
 
 impl Placed {
+    /// The arena unit `u` streams into, if it streams.
+    pub fn arena_of(&self, u: usize) -> Option<usize> {
+        self.unit_arena.get(u).copied().flatten()
+    }
+
     /// Block `b`'s first unit (blocks past the last weight's have one unit
     /// each, staging nothing).
     pub fn first_unit(&self, b: usize) -> usize {
@@ -197,7 +208,7 @@ impl Registry {
         let sizes: Vec<u64> = weights.iter().map(|w| w.size).collect();
         let id = self
             .policy
-            .register_with(&sizes, &layout_for(weights))
+            .register_ranked(&sizes, &residency_ranks(weights), &layout_for(weights))
             .map_err(|source| RuntimeError::Residency {
                 model: path.to_owned(),
                 source,
@@ -501,14 +512,16 @@ impl Registry {
             };
             homes.push(home);
         }
-        let first_unit = std::iter::once(0)
+        let first_unit: Vec<usize> = std::iter::once(0)
             .chain(layout.parts.iter().scan(0, |n, p| {
                 *n += p;
                 Some(*n)
             }))
             .collect();
+        let unit_arena = unit_arenas(model, &homes, &first_unit);
         Ok(Placed {
             homes,
+            unit_arena,
             first_unit,
             arenas: self.arenas.clone(),
             loaded_bytes,
@@ -574,4 +587,30 @@ fn upload_resident(
     )?);
     crate::upload::stage(model, ring, rt.gpu, enc, w, &buf.buffer, 0)?;
     Ok(buf)
+}
+
+/// [`Placed::unit_arena`]: units that stream a weight take the arenas in
+/// turn, in pass order.
+fn unit_arenas(model: ModelView<'_>, homes: &[Home], first_unit: &[usize]) -> Vec<Option<usize>> {
+    let units = first_unit.last().copied().unwrap_or(0);
+    let mut streams = vec![false; units];
+    for (w, home) in model.weights.iter().zip(homes) {
+        if let &Home::Arena { part, .. } = home
+            && let Some(s) = first_unit
+                .get(w.block)
+                .and_then(|&u| streams.get_mut(u + part))
+        {
+            *s = true;
+        }
+    }
+    let mut next = 0;
+    streams
+        .into_iter()
+        .map(|s| {
+            s.then(|| {
+                next += 1;
+                (next - 1) % ARENAS as usize
+            })
+        })
+        .collect()
 }
