@@ -12,11 +12,14 @@
 //! there (its kernels submitted with the next part's uploads), so the
 //! block's code is unchanged; the block must use its parts in order.
 //!
-//! Where the device has a copy queue (`device::TransferQueue`: a transfer-only
-//! Vulkan family, the copy engines) block *i+1*'s copies from registered pins
-//! go there as one batch, submitted before block *i*'s kernels, waiting only
-//! for the submit that last read that arena and waited for by block *i+1*'s
-//! submit (timeline semaphores). On the H200 this made a pass cost
+//! Streamed units take the two arenas in turn, whatever resident units
+//! stand between them (`Placed::unit_arena`). Where the device has a copy
+//! queue (`device::TransferQueue`: a transfer-only Vulkan family, the copy
+//! engines) a streamed unit's copies from registered pins go there as one
+//! batch as soon as the unit that last read its arena is submitted, waiting
+//! only for that submit and waited for by the unit's own (timeline
+//! semaphores): the first two before the pass's first kernels, so they
+//! overlap resident units' work too. On the H200 this made a pass cost
 //! max(upload, compute) instead of their sum. Copies from files and RAM pins,
 //! and every copy where there is no copy queue, are recorded into block
 //! *i*'s encoder on wgpu's queue.

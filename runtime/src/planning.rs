@@ -19,10 +19,7 @@
 //! and grows the arenas into whatever room that watermark leaves, so the
 //! parts are as few as the budget allows ([`Granularity`]).
 
-use dynvram_memory::{
-    Layout, LayoutConfig, LayoutError, Placement, Plan, PlanError, PlanRoom, bit_reverse,
-    plan_ranked,
-};
+use dynvram_memory::{Layout, LayoutConfig, Placement, Plan, PlanError, PlanRoom, plan};
 use serde::Serialize;
 
 /// Arenas grow in 16 MiB steps *(aimdo)*, but never beyond what is needed
@@ -222,29 +219,6 @@ pub fn layout_for(weights: &[PlanWeight]) -> LayoutConfig {
     }
 }
 
-/// The residency rank of each weight (`Layout::ranked`): its block's index
-/// bit-reversed over the blocks' bits. The blocks a watermark keeps
-/// resident are then spread evenly over a pass (a van der Corput subset, as
-/// the pins' max scatter), so the streamed blocks' copies overlap the
-/// resident blocks' work; a prefix of blocks left every copy to the end of
-/// the pass, where the copies bound it (FLUX.1-dev at 8 GiB on the H100:
-/// 0.54 s a step against 0.43 resident, 2026-12-06).
-pub fn residency_ranks(weights: &[PlanWeight]) -> Vec<u64> {
-    let blocks = weights.iter().map(|w| w.block + 1).max().unwrap_or(0) as u64;
-    let bits = blocks.next_power_of_two().trailing_zeros();
-    weights
-        .iter()
-        .map(|w| bit_reverse(w.block as u64, bits))
-        .collect()
-}
-
-/// The pages of `weights` as the planner and the residency policy lay them
-/// out: [`layout_for`]'s pages, [`residency_ranks`]' order.
-pub fn layout_of(weights: &[PlanWeight]) -> Result<Layout, LayoutError> {
-    let sizes: Vec<u64> = weights.iter().map(|w| w.size).collect();
-    Layout::ranked(&sizes, &residency_ranks(weights), &layout_for(weights))
-}
-
 /// Plans a model: resident weights plus two arenas plus scratch fit `usable`.
 /// At each pass the runtime asks the same question with the activations and
 /// patches alive then in place of `scratch` (see `residency`). Blocks move
@@ -257,8 +231,8 @@ pub fn plan_model(
 ) -> Result<ModelPlan, PlanError> {
     let config = layout_for(weights);
     let sizes: Vec<(&str, u64)> = weights.iter().map(|w| (w.name.as_str(), w.size)).collect();
-    let ranks = residency_ranks(weights);
-    let layout = layout_of(weights)?;
+    let only: Vec<u64> = weights.iter().map(|w| w.size).collect();
+    let layout = Layout::new(&only, &config)?;
     let layout_at = |w: u32, capacity: Option<u64>| {
         arena_layout(weights, |i| !layout.is_resident(i, w), capacity)
     };
@@ -318,7 +292,7 @@ pub fn plan_model(
         arenas: 0,
     };
     // Its error has the arenas folded into scratch: name them apart.
-    let p = plan_ranked(&sizes, &ranks, room, &config).map_err(|e| match e {
+    let p = plan(&sizes, room, &config).map_err(|e| match e {
         PlanError::BudgetTooSmall { tensor, size, .. } => PlanError::BudgetTooSmall {
             tensor,
             size,
@@ -399,26 +373,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    #[test]
-    fn resident_blocks_spread_over_the_pass() {
-        // Six blocks of one 40 MiB weight each: ranks by bit reversal over
-        // 3 bits; half the pages keep blocks 0, 4 and 2 (0, 2 and 1
-        // reversed) resident, not 0, 1 and 2.
-        let w: Vec<PlanWeight> = (0..6)
-            .map(|b| PlanWeight {
-                name: format!("b{b}"),
-                size: 40 << 20,
-                block: b,
-                group: 0,
-            })
-            .collect();
-        assert_eq!(residency_ranks(&w), [0, 4, 2, 6, 1, 5]);
-        let layout = layout_of(&w).unwrap();
-        let half = layout.max_watermark_within(layout.total_bytes() / 2);
-        let resident: Vec<usize> = (0..6).filter(|&i| layout.is_resident(i, half)).collect();
-        assert_eq!(resident, [0, 2, 4]);
-    }
 
     fn weights(sizes: &[(u64, usize)]) -> Vec<PlanWeight> {
         sizes
@@ -619,7 +573,8 @@ mod tests {
             prop_assert!(arena_size(l.fill) <= p.arena_bytes);
             let used = p.plan.page_bytes + ARENAS * p.arena_bytes + scratch;
             prop_assert!(used <= usable, "{} > {}", used, usable);
-            let layout = layout_of(&w).unwrap();
+            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
+            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
             prop_assert_eq!(
                 layout.max_watermark_within(usable - scratch - ARENAS * p.arena_bytes),
                 p.plan.pages_resident
@@ -642,7 +597,8 @@ mod tests {
             let Ok(p) = plan_model(&w, usable, scratch) else {
                 return Ok(());
             };
-            let layout = layout_of(&w).unwrap();
+            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
+            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
             let arena = |wm: u32| arena_size(arena_offsets(&w, |i| !layout.is_resident(i, wm)).1);
             let wm = p.plan.pages_resident;
             prop_assert_eq!(p.arena_bytes, arena(wm));
