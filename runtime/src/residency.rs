@@ -517,7 +517,11 @@ impl Registry {
                 Some(*n)
             }))
             .collect();
-        let unit_arena = unit_arenas(model, &homes, &first_unit);
+        let parts = model.weights.iter().zip(&homes).map(|(w, h)| match h {
+            Home::Arena { part, .. } => (w.block, Some(*part)),
+            Home::Resident(_) => (w.block, None),
+        });
+        let unit_arena = unit_arenas(parts, &first_unit);
         Ok(Placed {
             homes,
             unit_arena,
@@ -588,15 +592,19 @@ fn upload_resident(
     Ok(buf)
 }
 
-/// [`Placed::unit_arena`]: units that stream a weight take the arenas in
-/// turn, in pass order.
-fn unit_arenas(model: ModelView<'_>, homes: &[Home], first_unit: &[usize]) -> Vec<Option<usize>> {
+/// [`Placed::unit_arena`] from each weight's block and, where it streams,
+/// its part: units that stream a weight take the arenas in turn, in pass
+/// order.
+fn unit_arenas(
+    weights: impl IntoIterator<Item = (usize, Option<usize>)>,
+    first_unit: &[usize],
+) -> Vec<Option<usize>> {
     let units = first_unit.last().copied().unwrap_or(0);
     let mut streams = vec![false; units];
-    for (w, home) in model.weights.iter().zip(homes) {
-        if let &Home::Arena { part, .. } = home
+    for (block, part) in weights {
+        if let Some(part) = part
             && let Some(s) = first_unit
-                .get(w.block)
+                .get(block)
                 .and_then(|&u| streams.get_mut(u + part))
         {
             *s = true;
@@ -612,4 +620,29 @@ fn unit_arenas(model: ModelView<'_>, homes: &[Home], first_unit: &[usize]) -> Ve
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_units_take_the_arenas_in_turn_across_resident_ones() {
+        // Blocks 0 and 2 resident, block 1 whole, block 3 in two parts,
+        // block 4 whole: units 0, 1, 2, 3-4, 5.
+        let first_unit = [0, 1, 2, 3, 5, 6];
+        let weights = [
+            (0, None),
+            (1, Some(0)),
+            (1, Some(0)),
+            (2, None),
+            (3, Some(0)),
+            (3, Some(1)),
+            (4, Some(0)),
+        ];
+        assert_eq!(
+            unit_arenas(weights, &first_unit),
+            [None, Some(0), None, Some(1), Some(0), Some(1)]
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Streamed weights copied from registered pins on the copy queue: the
 //! output is bit-identical to a resident pass, block *i+1*'s copy batch is
-//! submitted before block *i*'s kernels, and `copy_queue: false` keeps every
-//! copy on wgpu's queue.
+//! submitted before block *i*'s kernels and the first two streamed blocks'
+//! before any kernel, and `copy_queue: false` keeps every copy on wgpu's
+//! queue.
 //!
 //! Adapters with one queue (the software ones in CI) get the same path on
 //! wgpu's own queue (`CopyQueueMode::Shared`, asked for here): the same
@@ -93,10 +94,24 @@ fn copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead() {
                 i + 1
             );
         }
-        // Block 0 is staged before any kernel, on wgpu's queue.
         assert!(
             queued > 0 && queued <= pinned,
             "copy queue carried {queued} of {pinned} pinned bytes"
+        );
+        // The first two streamed blocks are staged before any kernel (both
+        // arenas are free), so the resident blocks' work overlaps copies.
+        let is_copy = |e: &&dynvram_runtime::trace::Event| e.name.starts_with("copy queue: ");
+        let first_submit = trace
+            .events
+            .iter()
+            .position(|e| e.name.starts_with("submit "))
+            .expect("a submit event");
+        let early = trace.events[..first_submit].iter().filter(is_copy).count();
+        let batches = trace.events.iter().filter(is_copy).count();
+        assert_eq!(
+            early,
+            batches.min(2),
+            "copy batches staged before the first submit"
         );
         eprintln!("{name}: {queued} of {pinned} bytes from pins went through the copy queue");
     }
