@@ -35,7 +35,8 @@
 # WARMUP (1: a 256², 2-step image per transformer first, not counted),
 # DIFFUSERS (1), SDCPP (1), SDCPP_TAR, DIFFUSERS_MODES (resident,model_cpu_offload,group_leaf),
 # WHEELS (.whl), DEADLINE (570 s), BACKEND (vulkan), LOCAL (0; 1 runs dynvram
-# on the CPUs of the GPU's NUMA node).
+# on the CPUs of the GPU's NUMA node), UPLOAD (1: `bench upload` after the
+# dynvram rows, its rates under the table).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 d=${DYNVRAM:-.dev/dynvram}
@@ -107,6 +108,14 @@ if [ "${BF16:-1}" = 1 ]; then
 fi
 if [ "${INT4:-1}" = 1 ]; then
     for s in ${SETTINGS:-resident 8 2 1}; do one int4 "$int4" "$s"; done
+fi
+# The machine's host → VRAM rates beside the rows: the budget rows' steps
+# move with them (session 26: bf16 at 8 GiB 0.497 s a step on one H100
+# machine, 0.591 on another).
+if [ "${UPLOAD:-1}" = 1 ] && { [ "${BF16:-1}" = 1 ] || [ "${INT4:-1}" = 1 ]; }; then
+    part upload "$d" --json bench upload --backend "${BACKEND:-vulkan}" --file /tmp/txt2img-upload.bin \
+        --size 4GiB --threads 16 --reps 3 >"$out/upload.json" 2>"$out/upload.err"
+    rm -f /tmp/txt2img-upload.bin
 fi
 if [ "${DIFFUSERS:-1}" = 1 ]; then
     site=/tmp/site

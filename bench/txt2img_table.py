@@ -6,7 +6,8 @@ the stages created — reported from 5c522ea on; the stage times include
 them), peak VRAM and bytes streamed; diffusers' modes and
 stable-diffusion.cpp (bench/sdcpp.sh's sdcpp.json) beside; the targets
 (budget 8: whole ≤ 1.15 × the sum of the resident stages, both without
-their pipeline compiles; budget 1: peak ≤ budget).
+their pipeline compiles; budget 1: peak ≤ budget); under it the machine's
+upload rates (`bench upload`, upload.json) where they were measured.
 
     python3 bench/txt2img_table.py bench-out/txt2img
 """
@@ -77,7 +78,6 @@ def main():
               f"{st['decode']:.2f} | {m.get('seconds_per_step', 0):.3f} | {m['build_seconds'] + m['setup_seconds']:.2f} | "
               f"{m['peak_allocated_bytes'] / GIB:.2f} | | |")
 
-
     sd = load(os.path.join(d, "sdcpp.json"))
     if sd:
         st = sd.get("stages", {})
@@ -88,6 +88,13 @@ def main():
               f"{cell(st.get('sampling_s'))} | {cell(st.get('vae_decode_s'))} | "
               f"{cell(st.get('step_mean_excl_first_s'))} | {cell(st.get('before_generate_s'))} | "
               f"{cell(peak / 1024 if isinstance(peak, (int, float)) else None)} | | {status} |")
+    up = load(os.path.join(d, "upload.json"))
+    if up:
+        # The paths a pass streams by: registered pins, and the ring from
+        # the page cache.
+        keep = lambda n: "registered pin" in n or ("ring" in n and "(warm)" in n)
+        rates = "; ".join(f"{f['name']} {f['gb_per_s']:.1f} GB/s" for f in up.get("figures", []) if keep(f["name"]))
+        print(f"\nThis machine's uploads (`dynvram bench upload`, 4 GiB): {rates}")
 
 
 if __name__ == "__main__":
