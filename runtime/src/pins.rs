@@ -14,8 +14,8 @@ use std::collections::HashMap;
 
 use dynvram_loader::{Dtype, HostBytes};
 use dynvram_memory::{
-    CopySource, ModelId, PinAction, PinConfig, PinPolicy, PinTier, ProcMeminfo, RamReading,
-    RamSource, WeightKey,
+    CopySource, ModelId, PinAction, PinConfig, PinDecision, PinPolicy, PinTier, ProcMeminfo,
+    RamReading, RamSource, WeightKey,
 };
 use serde::Serialize;
 
@@ -202,9 +202,6 @@ impl Pins {
         }
         let mut queued = 0;
         for index in streamed {
-            let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
-                break;
-            };
             let w = &model.weights[index];
             if w.upload != Upload::Raw {
                 continue;
@@ -216,17 +213,8 @@ impl Pins {
             if self.copies.contains_key(&key) || self.building(key) {
                 continue;
             }
-            let Ok(ram) = self.read_ram(pinned) else {
-                break;
-            };
-            let Some(policy) = &mut self.policy else {
-                break;
-            };
-            let decision = policy.need(key, w.upload.gpu_size(&w.info), ram);
-            for action in &decision.actions {
-                self.apply(model, ring, gpu, key, *action)?;
-            }
-            if !self.building(key) {
+            let size = w.upload.gpu_size(&w.info);
+            if self.decide(model, ring, gpu, key, size)?.is_none() || !self.building(key) {
                 break;
             }
             queued += w.info.len();
@@ -328,38 +316,22 @@ impl Pins {
             file_bytes: counted_len,
             ..StreamSources::default()
         };
-        let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
-            upload::stage(model, ring, gpu, enc, w, dst, offset)?;
-            return Ok(from_file);
-        };
         let key = WeightKey {
             model: model.id,
             tensor: index as u32,
         };
         self.take_built(false);
-        let ram = match self.read_ram(pinned) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(%e, "cannot read RAM figures: streaming from the file");
-                upload::stage(model, ring, gpu, enc, w, dst, offset)?;
-                return Ok(from_file);
-            }
-        };
-        let Some(policy) = &mut self.policy else {
-            upload::stage(model, ring, gpu, enc, w, dst, offset)?;
-            return Ok(from_file);
-        };
         // A copy made during this call may still have its bytes in wgpu's
         // pending writes (mapped pins are filled through them): only wgpu's
         // queue orders a copy after those.
         let existed = self.copies.contains_key(&key);
-        let decision = policy.need(key, size, ram);
+        let Some(decision) = self.decide(model, ring, gpu, key, size)? else {
+            upload::stage(model, ring, gpu, enc, w, dst, offset)?;
+            return Ok(from_file);
+        };
         let _span =
             tracing::debug_span!("pin_stage", tensor = %w.name, size, source = ?decision.source)
                 .entered();
-        for action in &decision.actions {
-            self.apply(model, ring, gpu, key, *action)?;
-        }
         let copy = match decision.source {
             CopySource::RegisteredPin => Some(PinTier::Registered),
             CopySource::RamPin => Some(PinTier::Unregistered),
@@ -406,6 +378,38 @@ impl Pins {
             }
         }
         Ok(sources)
+    }
+
+    /// Asks the policy for weight `key` of `model` (a copy of `size` bytes)
+    /// under the RAM figures now, and carries out the actions it gives;
+    /// `None` where pins are off or RAM cannot be read (the weight streams
+    /// from its file).
+    fn decide(
+        &mut self,
+        model: ModelView<'_>,
+        ring: &StagingRing,
+        gpu: &Gpu,
+        key: WeightKey,
+        size: u64,
+    ) -> Result<Option<PinDecision>> {
+        let Some(pinned) = self.policy.as_ref().map(PinPolicy::pinned_bytes) else {
+            return Ok(None);
+        };
+        let ram = match self.read_ram(pinned) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(%e, "cannot read RAM figures: streaming from the file");
+                return Ok(None);
+            }
+        };
+        let Some(policy) = &mut self.policy else {
+            return Ok(None);
+        };
+        let decision = policy.need(key, size, ram);
+        for action in &decision.actions {
+            self.apply(model, ring, gpu, key, *action)?;
+        }
+        Ok(Some(decision))
     }
 
     /// Carries out one policy action. `key` is the weight being staged
