@@ -55,6 +55,12 @@ fn setup() -> Setup {
     Setup { probe, rows, x }
 }
 
+/// Whether the test adapter imports host RAM (its pins are imported, not
+/// mapped buffers); `None` where there is no adapter (the test is skipped).
+fn host_import(name: &str) -> Option<bool> {
+    test_gpu(name, any_adapter).map(|gpu| gpu.host_import)
+}
+
 /// The reference every test compares with: a pass without pins at a
 /// budget that streams, its runtime and model.
 fn file_pass(s: &Setup) -> (u64, Runtime, Model, mlp_stack::GpuForward) {
@@ -72,7 +78,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
     let name = "passes_from_registered_pins_are_bit_identical_to_file_passes";
-    let Some(gpu) = test_gpu(name, any_adapter) else {
+    let Some(host_import) = host_import(name) else {
         return;
     };
     let s = setup();
@@ -82,7 +88,7 @@ fn passes_from_registered_pins_are_bit_identical_to_file_passes() {
     assert_eq!(want.stats.sources.file_bytes, streamed);
     assert!(!plain.pin_report().enabled);
     for background in [true, false] {
-        pinned_passes(&s, budget, &want.out, streamed, gpu.host_import, background);
+        pinned_passes(&s, budget, &want.out, streamed, host_import, background);
     }
 }
 
@@ -175,11 +181,9 @@ fn pinned_passes(
 #[test]
 fn pins_respect_the_ceiling_and_floor_of_a_small_simulated_machine() {
     let name = "pins_respect_the_ceiling_and_floor_of_a_small_simulated_machine";
-    let Some(gpu) = test_gpu(name, any_adapter) else {
+    let Some(host_import) = host_import(name) else {
         return;
     };
-    let host_import = gpu.host_import;
-    drop(gpu);
     let s = setup();
     let (budget, _, _, want) = file_pass(&s);
     let streamed = want.stats.streamed_bytes;
@@ -305,11 +309,9 @@ fn outside_ram_pressure_frees_pins_at_the_next_pass() {
 #[test]
 fn pins_built_ahead_feed_the_first_pass() {
     let name = "pins_built_ahead_feed_the_first_pass";
-    let Some(gpu) = test_gpu(name, any_adapter) else {
+    let Some(host_import) = host_import(name) else {
         return;
     };
-    let host_import = gpu.host_import;
-    drop(gpu);
     let s = setup();
     let (budget, plain, model, want) = file_pass(&s);
     let streamed = want.stats.streamed_bytes;
