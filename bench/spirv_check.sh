@@ -7,13 +7,13 @@
 #   3. `dynvram --json bench linear` at FLUX.1's shapes and K3, bf16 and int4
 #      weights, f16 activations, cooperative GEMMs: with the SPIR-V path, then
 #      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
-#   4. the same bench at K3 and one FLUX.1 shape with each SPIR-V kernel
-#      named (`--cm2-kernels`): the fast f16 loop against the plain one,
-#      the 128-wide tiles, 64 against 32 K columns a step, int8 weights
-#      (w8a8) with and without the fast loop (int4 weights take the int8
-#      kernels widened, `DYNVRAM_CM2_INT4=staged` the int4 ones); then bf16 weights
+#   4. the same bench at K3, two FLUX.1 shapes and prefill's 512 rows with
+#      each SPIR-V kernel named (`--cm2-kernels`, CM2_KERNELS): the fast
+#      f16 and int8 loops on 128 x 256 tiles (the defaults), 128 x 128
+#      (small grids), 256 x 128, 256 x 256 of 512 invocations, 64 x 128 of
+#      128 (int4 weights take the int8 kernels widened); then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
-#      them to f16 64 MiB at a time for the f16 kernels);
+#      them to f16 for the f16 kernels);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips; the `f` ones
 #      load inner key blocks unclamped, not chosen before they are
 #      measured), then, where none faulted, their reference test and their
@@ -72,10 +72,10 @@ for path in spirv wgsl; do
 done
 
 if [ "${KERNELS:-1}" = 1 ]; then
-step "bench linear, every SPIR-V kernel side by side (K3 and FLUX.1's 4608x12288x3072)"
-timeout 70 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072}" \
-  --formats f16,bf16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  --cm2-kernels gemm_cm2_f16_k32_fast,gemm_cm2_f16_k32,gemm_cm2_f16_n128_fast,gemm_cm2_bf16_k64,gemm_cm2_bf16_k32,gemm_cm2_bf16_n128,gemm_cm2_w4_k64,gemm_cm2_w4_k32,gemm_cm2_w8_k64,gemm_cm2_w8_k64_fast,gemm_cm2_w8_k32_fast \
+step "bench linear, every SPIR-V kernel side by side (K3, FLUX.1's 4608x12288x3072, prefill's 512 rows)"
+timeout 150 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072,4608x3072x15360,512x4096x4096,512x11008x4096,512x4096x11008}" \
+  --formats f16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+  --cm2-kernels "${CM2_KERNELS:-gemm_cm2_f16_k32_fast,gemm_cm2_f16_n128_fast,gemm_cm2_f16_m256_fast,gemm_cm2_f16_w512_fast,gemm_cm2_f16_m64n128_fast,gemm_cm2_w8_k64_fast,gemm_cm2_w8_n128_fast,gemm_cm2_w8_w512_fast}" \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300

@@ -52,21 +52,36 @@ pub struct Cm2Gemm {
     /// Shared memory the kernel declares itself (besides the driver's
     /// staging for workgroup-scope matrices).
     pub shared_bytes: u32,
+    /// A kernel for grids the preferred kernel's tiles leave short of one
+    /// workgroup a multiprocessor (prefill's 512 rows): chosen only there,
+    /// where the device says how many multiprocessors it has.
+    pub small_grids: bool,
 }
 
-/// A [`Cm2Gemm`] of 128-row tiles and 256 invocations, its module
-/// `spirv/NAME.spv`.
+/// A [`Cm2Gemm`] of 128-row tiles and 256 invocations (or of `tile_m` rows
+/// and `invocations`), its module `spirv/NAME.spv`; `small` marks a
+/// kernel for small grids ([`Cm2Gemm::small_grids`]).
 macro_rules! cm2_gemm {
     ($name:literal, $weights:ident, $tile_n:literal, $tile_k:literal, $shared:expr) => {
+        cm2_gemm!($name, $weights, 128, $tile_n, $tile_k, 256, $shared)
+    };
+    ($name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr) => {
+        cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, $shared, false)
+    };
+    (small $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal) => {
+        cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, 0, true)
+    };
+    (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal) => {
         Cm2Gemm {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
             weights: Cm2Weights::$weights,
-            tile_m: 128,
+            tile_m: $tile_m,
             tile_n: $tile_n,
             tile_k: $tile_k,
-            invocations: 256,
+            invocations: $wg,
             shared_bytes: $shared,
+            small_grids: $small,
         }
     };
 }
@@ -76,13 +91,19 @@ macro_rules! cm2_gemm {
 /// f16 weights through the unclamped, unrolled inner loop first (219-240
 /// TFLOP/s at FLUX.1's shapes against 122-142 for the plain loop; the
 /// 128-wide tile is for small grids, 159 against 128 at 512 x 4096 x 4096,
-/// and is asked for by name), integer ones 64 K columns a step before 32
+/// taken where the device's multiprocessors outnumber the first kernel's
+/// tiles), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 12] = [
+pub static CM2_GEMMS: [Cm2Gemm; 17] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
-    cm2_gemm!("gemm_cm2_f16_n128_fast", F16, 128, 32, 0),
+    cm2_gemm!(small "gemm_cm2_f16_n128_fast", F16, 128, 128, 32, 256),
+    // Not measured yet (issue 30's probes): 256-row tiles, 512 invocations,
+    // 64-row tiles of 128 invocations for small grids.
+    cm2_gemm!("gemm_cm2_f16_m256_fast", F16, 256, 128, 32, 256, 0),
+    cm2_gemm!("gemm_cm2_f16_w512_fast", F16, 256, 256, 32, 512, 0),
+    cm2_gemm!("gemm_cm2_f16_m64n128_fast", F16, 64, 128, 32, 128, 0),
     // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
     // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
     // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
@@ -98,6 +119,10 @@ pub static CM2_GEMMS: [Cm2Gemm; 12] = [
     cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
+    // Not measured yet: 128-wide tiles for small grids, 256 x 256 of 512
+    // invocations.
+    cm2_gemm!(small "gemm_cm2_w8_n128_fast", Int8, 128, 128, 64, 256),
+    cm2_gemm!("gemm_cm2_w8_w512_fast", Int8, 256, 256, 64, 512, 0),
     // Rows of the step's int8 and 16 bytes.
     cm2_gemm!("gemm_cm2_w4_k64", Int4, 256, 64, 256 * (64 + 16)),
     cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
@@ -117,6 +142,7 @@ pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
     tile_k: 1,
     invocations: 256,
     shared_bytes: 0,
+    small_grids: false,
 };
 
 /// Flash attention on workgroup-scope cooperative matrices

@@ -10,7 +10,8 @@ use dynvram_runtime::device::{
 };
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
-    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, coop_unusable, double_unusable,
+    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, cm2_small_grid, coop_unusable,
+    double_unusable,
 };
 use serde::Serialize;
 
@@ -241,11 +242,17 @@ fn spirv_gemm_line(
     };
     match pick(Some(cm2)) {
         Ok(k) => format!(
-            "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}",
+            "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}{}",
             k.gemm.name,
             k.gemm.tile_m,
             k.gemm.tile_n,
-            converted.map_or(String::new(), |how| format!(" ({how})"))
+            converted.map_or(String::new(), |how| format!(" ({how})")),
+            cm2_small_grid(cm2, k.gemm.weights)
+                .filter(|s| s.name != k.gemm.name)
+                .map_or(String::new(), |s| format!(
+                    "; {} ({}x{}) where those tiles are fewer than the {} multiprocessors",
+                    s.name, s.tile_m, s.tile_n, cm2.sm_count
+                ))
         ),
         Err(why) => format!("wgsl coop: {why}"),
     }

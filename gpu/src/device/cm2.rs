@@ -67,6 +67,10 @@ pub struct Cm2Caps {
     /// workgroup-scope kernel's invocations must be a power-of-two multiple
     /// of it (VUID-VkPipelineShaderStageCreateInfo-module-10169).
     pub subgroup_size: u32,
+    /// Streaming multiprocessors (`VK_NV_shader_sm_builtins`'
+    /// `shaderSMCount`; 0 where the driver does not say): how many
+    /// workgroups fill the device, for the small-grid GEMM tiles.
+    pub sm_count: u32,
     /// The flexible-dimension combinations the driver lists.
     pub flexible: Vec<FlexibleDims>,
 }
@@ -406,6 +410,8 @@ mod imp {
             && props.api_version >= vk::API_VERSION_1_3;
         let mut features = Cm2Features::default();
         let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+        let sm_listed = caps.supports_extension(ash::nv::shader_sm_builtins::NAME);
         let mut properties = Cm2Properties {
             s_type: vk::StructureType::from_raw(1_000_593_002),
             p_next: std::ptr::null_mut(),
@@ -422,6 +428,9 @@ mod imp {
             let mut p2 = vk::PhysicalDeviceProperties2::default()
                 .push_next(&mut properties)
                 .push_next(&mut subgroup);
+            if sm_listed {
+                p2 = p2.push_next(&mut sm);
+            }
             instance.get_physical_device_properties2(phd, &mut p2);
         }
         let flexible = flexible_dims(hal);
@@ -438,6 +447,7 @@ mod imp {
             reserved_shared_memory: properties.reserved_shared_memory,
             max_shared_memory: props.limits.max_compute_shared_memory_size,
             subgroup_size: subgroup.subgroup_size,
+            sm_count: sm.shader_sm_count,
             flexible,
         })
     }
@@ -686,6 +696,7 @@ pub(crate) mod test_caps {
             reserved_shared_memory: 16 << 10,
             max_shared_memory: 48 << 10,
             subgroup_size: 32,
+            sm_count: 132,
             flexible,
         }
     }

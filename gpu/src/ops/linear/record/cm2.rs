@@ -194,6 +194,18 @@ pub fn cm2_int_gemm(
     pick(caps, weights, only)
 }
 
+/// The kernel a layer of `weights` takes on this device where the first
+/// choice's tiles are fewer than the multiprocessors, if the device counts
+/// them and one fits (`probe` names it).
+pub fn cm2_small_grid(cm2: &Cm2Caps, weights: Cm2Weights) -> Option<&'static Cm2Gemm> {
+    if cm2.sm_count == 0 {
+        return None;
+    }
+    CM2_GEMMS
+        .iter()
+        .find(|g| g.small_grids && g.weights == weights && fits(cm2, g).is_ok())
+}
+
 /// `cm2` where the device enabled every feature the GEMMs use.
 fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
     enabled_with(cm2, Cm2Caps::missing_features)
@@ -260,23 +272,39 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
     }
 }
 
-/// The launch path's choice: what [`pick`] picks, without formatting why
-/// not (none where a feature is missing).
+/// The launch path's choice for a GEMM of `shape` (M, N): what [`pick`]
+/// picks, without formatting why not (none where a feature is missing) —
+/// unless a kernel was named, the first kernel for small grids instead
+/// where the first choice's tiles leave multiprocessors idle.
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
     only: Option<&str>,
+    shape: (u64, u64),
 ) -> Option<Cm2Kernel> {
     if !caps.complete() {
         return None;
     }
-    CM2_GEMMS
+    let mut kernels = CM2_GEMMS
         .iter()
         .zip(&PROGRAMS)
-        .find(|(g, _)| {
-            g.weights == weights && only.is_none_or(|n| n == g.name) && fits(caps, g).is_ok()
-        })
-        .map(|(gemm, program)| Cm2Kernel { gemm, program })
+        .filter(|(g, _)| g.weights == weights && fits(caps, g).is_ok());
+    let (gemm, program) = kernels
+        .clone()
+        .find(|(g, _)| only.is_none_or(|n| n == g.name))?;
+    if only.is_none() && !gemm.small_grids && small_grid(caps, gemm, shape) {
+        if let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids) {
+            return Some(Cm2Kernel { gemm, program });
+        }
+    }
+    Some(Cm2Kernel { gemm, program })
+}
+
+/// Whether `g`'s tiles over `shape` (M, N) are fewer than the device's
+/// multiprocessors (never where it does not say how many).
+fn small_grid(caps: &Cm2Caps, g: &Cm2Gemm, (m, n): (u64, u64)) -> bool {
+    let tiles = m.div_ceil(u64::from(g.tile_m)) * n.div_ceil(u64::from(g.tile_n));
+    tiles < u64::from(caps.sm_count)
 }
 
 #[cfg(test)]
@@ -336,7 +364,8 @@ mod tests {
                         .and_then(|c| pick(c, weights, only))
                         .ok()
                         .map(|k| k.gemm.name);
-                    let fast = fitting(&caps, weights, only).map(|k| k.gemm.name);
+                    let fast =
+                        fitting(&caps, weights, only, (1 << 20, 1 << 20)).map(|k| k.gemm.name);
                     assert_eq!(fast, explained, "{weights:?} {only:?}");
                 }
             }
@@ -353,6 +382,45 @@ mod tests {
         );
         assert_eq!(int_weights(false, ActDtype::F16, true), None);
         assert_eq!(int_weights(false, ActDtype::F32, false), None);
+    }
+
+    #[test]
+    fn small_grids_take_the_narrower_tiles_where_the_device_counts_its_multiprocessors() {
+        let caps = with_int8(nvidia());
+        let chosen =
+            |caps: &Cm2Caps, w, only, shape| fitting(caps, w, only, shape).map(|k| k.gemm.name);
+        // 512 x 4096: 4 x 16 tiles of 128 x 256 on 132 multiprocessors.
+        assert_eq!(
+            chosen(&caps, Cm2Weights::F16, None, (512, 4096)),
+            Some("gemm_cm2_f16_n128_fast")
+        );
+        assert_eq!(
+            chosen(&caps, Cm2Weights::Int8, None, (512, 4096)),
+            Some("gemm_cm2_w8_n128_fast")
+        );
+        // int4 weights have no kernel for small grids; 4 x 43 tiles fill it.
+        assert_eq!(
+            chosen(&caps, Cm2Weights::Int4, None, (512, 4096)),
+            Some("gemm_cm2_w4_k64")
+        );
+        assert_eq!(
+            chosen(&caps, Cm2Weights::F16, None, (512, 11008)),
+            Some("gemm_cm2_f16_k32_fast")
+        );
+        assert_eq!(
+            chosen(&caps, Cm2Weights::F16, None, (4608, 3072)),
+            Some("gemm_cm2_f16_k32_fast")
+        );
+        // A kernel named is taken as named.
+        let named = Some("gemm_cm2_f16_k32");
+        assert_eq!(chosen(&caps, Cm2Weights::F16, named, (512, 4096)), named);
+        // A driver that does not count its multiprocessors keeps the first.
+        let mut uncounted = caps.clone();
+        uncounted.sm_count = 0;
+        assert_eq!(
+            chosen(&uncounted, Cm2Weights::F16, None, (512, 4096)),
+            Some("gemm_cm2_f16_k32_fast")
+        );
     }
 
     #[test]

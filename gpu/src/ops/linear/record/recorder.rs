@@ -354,7 +354,12 @@ impl Recorder<'_> {
             return None;
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
-        cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel)
+        cm2::fitting(
+            self.gpu.cm2()?,
+            weights,
+            self.cm2_kernel,
+            (self.m, self.weights.n),
+        )
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its

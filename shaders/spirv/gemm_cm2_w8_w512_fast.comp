@@ -1,0 +1,11 @@
+#version 460
+// int8 codes x int8 weights, 256 x 256 tiles, 64 K columns a step, 512 invocations; inner tiles unclamped, 4 steps unrolled.
+#extension GL_GOOGLE_include_directive : require
+#define WEIGHT_INT4 0
+#define BM 256
+#define BN 256
+#define BK 64
+#define WG 512
+#define FAST 1
+#define FAST_UNROLL 4u
+#include "gemm_cm2_int.glsl"
