@@ -96,7 +96,7 @@ fi
 #    count before and after; then the reference test where none faulted.
 [ "${FLASH:-1}" = 1 ] || exit 0
 faulted=0
-for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64 cm2-128x32f cm2-128x32f2 cm2-64x32f cm2-64x32f2}; do
+for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64 cm2-128x32f cm2-128x32f2 cm2-64x32f cm2-64x32f2 cm2-256x32f}; do
   n0=$(dmesg 2>/dev/null | grep -c Xid)
   step "flash $t at 256 x 256, 2 heads"
   DYNVRAM_GPU_WAIT=15 timeout 40 "$d" bench attention --backend vulkan --queries 256 --keys 256 \
@@ -119,7 +119,7 @@ if [ "$faulted" = 0 ]; then
   step "flash at FLUX.1's shape: the default, then the SPIR-V kernels"
   DYNVRAM_GPU_WAIT=30 timeout 120 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 \
     --heads 24 --head-dim 128 --no-causal --reps 10 \
-    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2,cm2-128x32,cm2-64x32f,cm2-128x32,cm2-64x32f}" \
+    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2,cm2-256x32f,cm2-128x32,cm2-64x32f,cm2-256x32f,cm2-128x32,cm2-64x32f}" \
     > "$out/spirv_flash_bench.json" 2> "$out/spirv_flash_bench.err"
   echo "bench exit status $?"
   tail -3 "$out/spirv_flash_bench.err" | cut -c1-300

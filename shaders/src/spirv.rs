@@ -203,7 +203,7 @@ macro_rules! cm2_flash {
 /// the H100 (2026-12-06): 134, 132, 95 and 67 TFLOP/s (the WGSL kernel
 /// 69-72); then the unclamped inner loop's, not measured yet, so chosen
 /// only by name (`cm2-128x32f`, `cm2-128x32f2`, ...).
-pub static CM2_FLASH: [Cm2Flash; 8] = [
+pub static CM2_FLASH: [Cm2Flash; 9] = [
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
     cm2_flash!("flash_cm2_128x64_d128", 128, 64, 128, 256),
@@ -212,6 +212,9 @@ pub static CM2_FLASH: [Cm2Flash; 8] = [
     cm2_flash!("flash_cm2_128x32f2_d128", 128, 32, 128, 256, 2),
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_64x32f2_d128", 64, 32, 128, 128, 2),
+    // Not measured yet: 256 rows of 16 subgroups share each key block's
+    // loads (16 rows a subgroup, as the 128-row kernels).
+    cm2_flash!("flash_cm2_256x32f_d128", 256, 32, 128, 512, 1),
 ];
 
 #[cfg(test)]
