@@ -9,9 +9,10 @@
 #      with the WGSL path (DYNVRAM_SPIRV_GEMM=off), on the same device.
 #   4. the same bench at K3, two FLUX.1 shapes and prefill's 512 rows with
 #      each SPIR-V kernel named (`--cm2-kernels`, CM2_KERNELS): the fast
-#      f16 and int8 loops on 128 x 256 tiles (the defaults), 128 x 128
-#      (small grids), 256 x 128, 256 x 256 of 512 invocations, 64 x 128 of
-#      128 (int4 weights take the int8 kernels widened); then bf16 weights
+#      f16 and int8 loops on 128 x 256 tiles (the defaults) and 128 x 128
+#      (small grids; int4 weights take the int8 kernels widened; session
+#      27's 256 x 128, 256 x 256 and 64 x 128 probes are in BENCHMARKS.md);
+#      then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
 #      them to f16 for the f16 kernels);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips; the `f` ones
@@ -75,7 +76,7 @@ if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3, FLUX.1's 4608x12288x3072, prefill's 512 rows)"
 timeout 150 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072,4608x3072x15360,512x4096x4096,512x11008x4096,512x4096x11008}" \
   --formats f16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  --cm2-kernels "${CM2_KERNELS:-gemm_cm2_f16_k32_fast,gemm_cm2_f16_n128_fast,gemm_cm2_f16_m256_fast,gemm_cm2_f16_w512_fast,gemm_cm2_f16_m64n128_fast,gemm_cm2_w8_k64_fast,gemm_cm2_w8_n128_fast,gemm_cm2_w8_w512_fast}" \
+  --cm2-kernels "${CM2_KERNELS:-gemm_cm2_f16_k32_fast,gemm_cm2_f16_n128_fast,gemm_cm2_w8_k64_fast,gemm_cm2_w8_n128_fast}" \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
@@ -96,7 +97,7 @@ fi
 #    count before and after; then the reference test where none faulted.
 [ "${FLASH:-1}" = 1 ] || exit 0
 faulted=0
-for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64 cm2-128x32f cm2-128x32f2 cm2-64x32f cm2-64x32f2 cm2-256x32f}; do
+for t in ${FLASH_KERNELS:-cm2-64x32 cm2-64x64 cm2-128x32 cm2-128x64 cm2-128x32f cm2-128x32f2 cm2-64x32f cm2-64x32f2}; do
   n0=$(dmesg 2>/dev/null | grep -c Xid)
   step "flash $t at 256 x 256, 2 heads"
   DYNVRAM_GPU_WAIT=15 timeout 40 "$d" bench attention --backend vulkan --queries 256 --keys 256 \
@@ -112,14 +113,14 @@ if [ "$faulted" = 0 ]; then
   echo "tests exit status $?"
   grep -E "panicked|failed|^test |test result|skipped|cases" "$out/spirv_flash_tests.txt" | cut -c1-300
   # FLUX.1's attention (24 heads x 4608 x 128, no mask): the device's
-  # default kernel first, then every SPIR-V one, the two fastest of
-  # session 25 (cm2-128x32, cm2-64x32f: 131.8 and 142.4 once) twice more,
+  # default kernel first, then every SPIR-V one, the two fastest
+  # (cm2-64x32f, the default since session 27, and cm2-128x32) twice more,
   # interleaved, as single runs moved by ~10 %; each output is compared
   # with the first's (max_diff).
   step "flash at FLUX.1's shape: the default, then the SPIR-V kernels"
   DYNVRAM_GPU_WAIT=30 timeout 120 "$d" --json bench attention --backend vulkan --queries 4608 --keys 4608 \
     --heads 24 --head-dim 128 --no-causal --reps 10 \
-    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2,cm2-256x32f,cm2-128x32,cm2-64x32f,cm2-256x32f,cm2-128x32,cm2-64x32f}" \
+    --flash "${FLASH_KERNELS_FLUX:-128x32w8c2pr,cm2-128x32,cm2-64x32,cm2-128x32f,cm2-128x32f2,cm2-64x32f,cm2-64x32f2,cm2-128x32,cm2-64x32f,cm2-128x32,cm2-64x32f}" \
     > "$out/spirv_flash_bench.json" 2> "$out/spirv_flash_bench.err"
   echo "bench exit status $?"
   tail -3 "$out/spirv_flash_bench.err" | cut -c1-300

@@ -52,9 +52,9 @@ pub struct Cm2Gemm {
     /// Shared memory the kernel declares itself (besides the driver's
     /// staging for workgroup-scope matrices).
     pub shared_bytes: u32,
-    /// A kernel for grids the preferred kernel's tiles leave short of one
-    /// workgroup a multiprocessor (prefill's 512 rows): chosen only there,
-    /// where the device says how many multiprocessors it has.
+    /// A kernel for grids where the preferred kernel's tiles fill at most
+    /// half the multiprocessors (prefill's 512 rows): chosen only there,
+    /// where the device says how many it has.
     pub small_grids: bool,
 }
 
@@ -91,19 +91,14 @@ macro_rules! cm2_gemm {
 /// f16 weights through the unclamped, unrolled inner loop first (219-240
 /// TFLOP/s at FLUX.1's shapes against 122-142 for the plain loop; the
 /// 128-wide tile is for small grids, 159 against 128 at 512 x 4096 x 4096,
-/// taken where the device's multiprocessors outnumber the first kernel's
-/// tiles), integer ones 64 K columns a step before 32
+/// taken where the first kernel's tiles fill at most half the device's
+/// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 17] = [
+pub static CM2_GEMMS: [Cm2Gemm; 13] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     cm2_gemm!(small "gemm_cm2_f16_n128_fast", F16, 128, 128, 32, 256),
-    // Not measured yet (issue 30's probes): 256-row tiles, 512 invocations,
-    // 64-row tiles of 128 invocations for small grids.
-    cm2_gemm!("gemm_cm2_f16_m256_fast", F16, 256, 128, 32, 256, 0),
-    cm2_gemm!("gemm_cm2_f16_w512_fast", F16, 256, 256, 32, 512, 0),
-    cm2_gemm!("gemm_cm2_f16_m64n128_fast", F16, 64, 128, 32, 128, 0),
     // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
     // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
     // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
@@ -119,10 +114,9 @@ pub static CM2_GEMMS: [Cm2Gemm; 17] = [
     cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
-    // Not measured yet: 128-wide tiles for small grids, 256 x 256 of 512
-    // invocations.
+    // For small grids: 233-243 TOPS at 512 x 4096 x 4096 and x 11008
+    // against 177-200 on 128 x 256 tiles (H100, 2026-12-06).
     cm2_gemm!(small "gemm_cm2_w8_n128_fast", Int8, 128, 128, 64, 256),
-    cm2_gemm!("gemm_cm2_w8_w512_fast", Int8, 256, 256, 64, 512, 0),
     // Rows of the step's int8 and 16 bytes.
     cm2_gemm!("gemm_cm2_w4_k64", Int4, 256, 64, 256 * (64 + 16)),
     cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
@@ -200,21 +194,19 @@ macro_rules! cm2_flash {
 
 /// Every cooperative-matrix-2 flash kernel, in the order they are
 /// preferred, as measured at FLUX.1's attention (24 heads x 4608 x 128) on
-/// the H100 (2026-12-06): 134, 132, 95 and 67 TFLOP/s (the WGSL kernel
-/// 69-72); then the unclamped inner loop's, not measured yet, so chosen
-/// only by name (`cm2-128x32f`, `cm2-128x32f2`, ...).
-pub static CM2_FLASH: [Cm2Flash; 9] = [
+/// the H100 (2026-12-06, three interleaved runs each): 64 rows with the
+/// unclamped inner loop 143-144 TFLOP/s, then 128 x 32 132-135, 64 x 32
+/// 117, 128 x 64 95, 64 x 64 67 (the WGSL kernel 69-72); the other
+/// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...).
+pub static CM2_FLASH: [Cm2Flash; 8] = [
+    cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
     cm2_flash!("flash_cm2_128x64_d128", 128, 64, 128, 256),
     cm2_flash!("flash_cm2_64x64_d128", 64, 64, 128, 128),
     cm2_flash!("flash_cm2_128x32f_d128", 128, 32, 128, 256, 1),
     cm2_flash!("flash_cm2_128x32f2_d128", 128, 32, 128, 256, 2),
-    cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_64x32f2_d128", 64, 32, 128, 128, 2),
-    // Not measured yet: 256 rows of 16 subgroups share each key block's
-    // loads (16 rows a subgroup, as the 128-row kernels).
-    cm2_flash!("flash_cm2_256x32f_d128", 256, 32, 128, 512, 1),
 ];
 
 #[cfg(test)]

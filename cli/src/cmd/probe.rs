@@ -250,7 +250,7 @@ fn spirv_gemm_line(
             cm2_small_grid(cm2, k.gemm.weights)
                 .filter(|s| s.name != k.gemm.name)
                 .map_or(String::new(), |s| format!(
-                    "; {} ({}x{}) where those tiles are fewer than the {} multiprocessors",
+                    "; {} ({}x{}) where those tiles fill at most half the {} multiprocessors",
                     s.name, s.tile_m, s.tile_n, cm2.sm_count
                 ))
         ),

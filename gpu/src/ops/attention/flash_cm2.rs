@@ -172,9 +172,13 @@ mod tests {
     #[test]
     fn the_first_listed_kernel_of_the_head_dim_runs() {
         let caps = h100();
+        let fast = Cm2Block {
+            fast: 1,
+            ..blk(64, 32)
+        };
         assert_eq!(
             preferred(Some(&caps), ActDtype::F16, 128),
-            Some(FlashKernel::Cm2(blk(128, 32)))
+            Some(FlashKernel::Cm2(fast))
         );
         for f in &CM2_FLASH {
             assert!(unusable(Some(&caps), ActDtype::F16, 128, f.block()).is_none());
@@ -209,12 +213,12 @@ mod tests {
         caps.flexible.retain(|d| d.types[2] == COMPONENT_F32);
         let why = unusable(Some(&caps), ActDtype::F16, 128, blk(64, 64)).expect("unlisted");
         assert!(why.contains("lists no workgroup-scope shape"), "{why}");
-        // Only 128-invocation shapes listed: the 64-row kernels run.
+        // Only 256-invocation shapes listed: the 128-row kernels run.
         let mut caps = h100();
-        caps.flexible.retain(|d| d.workgroup_invocations == 128);
+        caps.flexible.retain(|d| d.workgroup_invocations == 256);
         assert_eq!(
             preferred(Some(&caps), ActDtype::F16, 128),
-            Some(FlashKernel::Cm2(blk(64, 32)))
+            Some(FlashKernel::Cm2(blk(128, 32)))
         );
     }
 }
