@@ -391,40 +391,77 @@ mod tests {
     #[test]
     fn small_grids_take_the_narrower_tiles_where_the_device_counts_its_multiprocessors() {
         let caps = with_int8(nvidia());
-        let chosen =
-            |caps: &Cm2Caps, w, only, shape| fitting(caps, w, only, shape).map(|k| k.gemm.name);
-        // 512 x 4096: 4 x 16 tiles of 128 x 256, half of 132 multiprocessors.
-        assert_eq!(
-            chosen(&caps, Cm2Weights::F16, None, (512, 4096)),
-            Some("gemm_cm2_f16_n128_fast")
-        );
-        assert_eq!(
-            chosen(&caps, Cm2Weights::Int8, None, (512, 4096)),
-            Some("gemm_cm2_w8_n128_fast")
-        );
-        // int4 weights have no kernel for small grids; 4 x 43 tiles fill it.
-        assert_eq!(
-            chosen(&caps, Cm2Weights::Int4, None, (512, 4096)),
-            Some("gemm_cm2_w4_k64")
-        );
-        assert_eq!(
-            chosen(&caps, Cm2Weights::F16, None, (512, 11008)),
-            Some("gemm_cm2_f16_k32_fast")
-        );
-        assert_eq!(
-            chosen(&caps, Cm2Weights::F16, None, (4608, 3072)),
-            Some("gemm_cm2_f16_k32_fast")
-        );
-        // A kernel named is taken as named.
-        let named = Some("gemm_cm2_f16_k32");
-        assert_eq!(chosen(&caps, Cm2Weights::F16, named, (512, 4096)), named);
-        // A driver that does not count its multiprocessors keeps the first.
         let mut uncounted = caps.clone();
         uncounted.sm_count = 0;
-        assert_eq!(
-            chosen(&uncounted, Cm2Weights::F16, None, (512, 4096)),
-            Some("gemm_cm2_f16_k32_fast")
-        );
+        let named = Some("gemm_cm2_f16_k32");
+        // (device, weights, kernel named, M x N, the kernel taken)
+        let cases = [
+            // 4 x 16 tiles of 128 x 256: half of 132 multiprocessors.
+            (
+                &caps,
+                Cm2Weights::F16,
+                None,
+                (512, 4096),
+                "gemm_cm2_f16_n128_fast",
+            ),
+            (
+                &caps,
+                Cm2Weights::Int8,
+                None,
+                (512, 4096),
+                "gemm_cm2_w8_n128_fast",
+            ),
+            // The staged int4 kernels have no kernel for small grids.
+            (
+                &caps,
+                Cm2Weights::Int4,
+                None,
+                (512, 4096),
+                "gemm_cm2_w4_k64",
+            ),
+            // 4 x 43 and 8 x 12 tiles: more than half.
+            (
+                &caps,
+                Cm2Weights::F16,
+                None,
+                (512, 11008),
+                "gemm_cm2_f16_k32_fast",
+            ),
+            (
+                &caps,
+                Cm2Weights::Int8,
+                None,
+                (1024, 3072),
+                "gemm_cm2_w8_k64_fast",
+            ),
+            (
+                &caps,
+                Cm2Weights::F16,
+                None,
+                (4608, 3072),
+                "gemm_cm2_f16_k32_fast",
+            ),
+            // A kernel named is taken as named.
+            (
+                &caps,
+                Cm2Weights::F16,
+                named,
+                (512, 4096),
+                "gemm_cm2_f16_k32",
+            ),
+            // A driver that does not count its multiprocessors: the first.
+            (
+                &uncounted,
+                Cm2Weights::F16,
+                None,
+                (512, 4096),
+                "gemm_cm2_f16_k32_fast",
+            ),
+        ];
+        for (caps, weights, only, shape, want) in cases {
+            let got = fitting(caps, weights, only, shape).map(|k| k.gemm.name);
+            assert_eq!(got, Some(want), "{weights:?} {only:?} {shape:?}");
+        }
     }
 
     #[test]
