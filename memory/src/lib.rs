@@ -2,6 +2,7 @@
 
 pub mod bit_reverse;
 pub mod budget;
+pub mod huge_pages;
 pub mod layout;
 pub mod ledger;
 pub mod pins;

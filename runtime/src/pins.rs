@@ -45,6 +45,9 @@ pub struct PinReport {
     pub mapped_pins: usize,
     /// Plain-RAM copies held.
     pub ram_copies: usize,
+    /// Bytes of the imported pins on transparent huge pages (`None` where
+    /// the system does not say: not Linux, no procfs).
+    pub huge_page_bytes: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -271,9 +274,13 @@ impl Pins {
     /// Figures for reports.
     pub fn report(&self) -> PinReport {
         let (mut imported, mut mapped, mut ram) = (0, 0, 0);
+        let mut ranges = Vec::new();
         for c in self.copies.values() {
             match c {
-                HostCopy::Registered(p) if p.memory() == HostMemory::Imported => imported += 1,
+                HostCopy::Registered(p) if p.memory() == HostMemory::Imported => {
+                    imported += 1;
+                    ranges.extend(p.host_bytes().map(|b| (b.as_ptr() as u64, b.len() as u64)));
+                }
                 HostCopy::Registered(_) => mapped += 1,
                 HostCopy::Ram(_) => ram += 1,
             }
@@ -288,6 +295,7 @@ impl Pins {
             imported_pins: imported,
             mapped_pins: mapped,
             ram_copies: ram,
+            huge_page_bytes: dynvram_memory::huge_pages::huge_page_bytes(&ranges),
         }
     }
 

@@ -292,10 +292,12 @@ pub(super) fn fitting(
     let (gemm, program) = kernels
         .clone()
         .find(|(g, _)| only.is_none_or(|n| n == g.name))?;
-    if only.is_none() && !gemm.small_grids && small_grid(caps, gemm, shape) {
-        if let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids) {
-            return Some(Cm2Kernel { gemm, program });
-        }
+    if only.is_none()
+        && !gemm.small_grids
+        && small_grid(caps, gemm, shape)
+        && let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids)
+    {
+        return Some(Cm2Kernel { gemm, program });
     }
     Some(Cm2Kernel { gemm, program })
 }
