@@ -124,6 +124,12 @@ fn pinned_passes(
     if host_import {
         assert_eq!(report.mapped_pins, 0, "imported host RAM: {report:?}");
     }
+    // Linux says how much of the imported pins sits on huge pages: never
+    // more than they hold.
+    if cfg!(target_os = "linux") {
+        let huge = report.huge_page_bytes.expect("smaps read");
+        assert!(huge <= report.registered_bytes, "{report:?}");
+    }
     let mut trace = dynvram_runtime::trace::Trace::new();
     let second =
         mlp_stack::forward_gpu(&rt, &model, &s.x, s.rows, Some(&mut trace)).expect("pass 2");
