@@ -68,12 +68,13 @@ def main():
             print(f"| dynvram {label} {s if s == 'resident' else '--vram-budget ' + s} | {r['stages_seconds']:.2f} | "
                   f"{enc:.2f} | {sample:.2f} | {dec:.2f} | {median_step(r)} | {fixed:.2f} ({pipelines(r):.2f}) | "
                   f"{r['peak_vram'] / GIB:.2f} | {streamed / GIB:.1f} | {target} |")
-    # The registered pins at each streamed run's end and how much of them
+    # The registered pins at each streamed run's sampling end and how much of them
     # the kernel backed with huge pages (the stream rate may depend on it).
     hp = []
     for label in ("bf16", "int4"):
         for s in ("8", "2", "1"):
-            p = (load(os.path.join(d, f"{label}-{s}.json")) or {}).get("pins") or {}
+            r = load(os.path.join(d, f"{label}-{s}.json")) or {}
+            p = next((st.get("pins") or {} for st in r.get("stages", []) if st["stage"] == "sample"), {})
             if p.get("registered_bytes") and p.get("huge_page_bytes") is not None:
                 hp.append(f"{label} {s} GiB {p['huge_page_bytes'] / GIB:.1f} of {p['registered_bytes'] / GIB:.1f}")
     dj = load(os.path.join(d, "diffusers.json"))

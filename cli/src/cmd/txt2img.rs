@@ -444,8 +444,6 @@ struct Report {
     peak_vram: u64,
     outputs: Vec<PathBuf>,
     budget: dynvram_runtime::BudgetReport,
-    /// The host RAM copies of streamed weights at the end.
-    pins: dynvram_runtime::PinReport,
 }
 
 /// Runs the subcommand.
@@ -544,7 +542,6 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         total_seconds: t0.elapsed().as_secs_f64(),
         outputs,
         budget: rt.budget_report(),
-        pins: rt.pin_report(),
     };
     if json {
         print_json(&report)?;
@@ -637,6 +634,17 @@ fn print_text(r: &Report) {
                 s.wait_seconds * 1e3
             );
         }
+        if s.pins.registered_bytes > 0 {
+            println!(
+                "{:<10} registered pins {}{}",
+                "",
+                size(s.pins.registered_bytes),
+                s.pins.huge_page_bytes.map_or(String::new(), |h| format!(
+                    ", {} of the imported ones on huge pages",
+                    size(h)
+                ))
+            );
+        }
     }
     println!(
         "total      {:.1} ms (stages {:.1} ms); budget {} usable, peak VRAM {}",
@@ -645,16 +653,6 @@ fn print_text(r: &Report) {
         size(r.budget.usable),
         size(r.peak_vram)
     );
-    if r.pins.registered_bytes > 0 {
-        println!(
-            "pins       {} registered{}",
-            size(r.pins.registered_bytes),
-            r.pins.huge_page_bytes.map_or(String::new(), |h| format!(
-                ", {} of the imported ones on huge pages",
-                size(h)
-            ))
-        );
-    }
     for o in &r.outputs {
         println!("out        {}", o.display());
     }

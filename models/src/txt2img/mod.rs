@@ -240,6 +240,9 @@ pub struct StageReport {
     pub peak_vram: u64,
     /// The model's residency at the end of the stage.
     pub model: ModelReport,
+    /// The runtime's host RAM copies of streamed weights at the stage's
+    /// end, its model still open (they go with it).
+    pub pins: dynvram_runtime::PinReport,
     /// Decode: the latent tiles decoded one by one (1: whole).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tiles: Option<usize>,
@@ -800,6 +803,7 @@ fn stage<T>(
         prefetched_bytes: prefetched.get(),
         peak_vram: rt.budget_report().peak,
         model: model.report(),
+        pins: rt.pin_report(),
         tiles: None,
     };
     drop(model);
