@@ -248,7 +248,7 @@ fn spirv_gemm_line(
             k.gemm.tile_n,
             converted.map_or(String::new(), |how| format!(" ({how})")),
             cm2_small_grid(cm2, k.gemm.weights)
-                .filter(|s| s.name != k.gemm.name)
+                .filter(|s| s.name != k.gemm.name && converted.is_none())
                 .map_or(String::new(), |s| format!(
                     "; {} ({}x{}) where those tiles fill at most half the {} multiprocessors",
                     s.name, s.tile_m, s.tile_n, cm2.sm_count

@@ -272,15 +272,16 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
     }
 }
 
-/// The launch path's choice for a GEMM of `shape` (M, N): what [`pick`]
-/// picks, without formatting why not (none where a feature is missing) —
-/// unless a kernel was named, the first kernel for small grids instead
-/// where the first choice's tiles fill at most half the multiprocessors.
+/// The launch path's choice for a GEMM of `shape` (M, N; `None`: the
+/// first kernel whatever the grid): what [`pick`] picks, without
+/// formatting why not (none where a feature is missing) — unless a kernel
+/// was named, the first kernel for small grids instead where the first
+/// choice's tiles fill at most half the multiprocessors.
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
     only: Option<&str>,
-    shape: (u64, u64),
+    shape: Option<(u64, u64)>,
 ) -> Option<Cm2Kernel> {
     if !caps.complete() {
         return None;
@@ -294,7 +295,7 @@ pub(super) fn fitting(
         .find(|(g, _)| only.is_none_or(|n| n == g.name))?;
     if only.is_none()
         && !gemm.small_grids
-        && small_grid(caps, gemm, shape)
+        && shape.is_some_and(|shape| small_grid(caps, gemm, shape))
         && let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids)
     {
         return Some(Cm2Kernel { gemm, program });
@@ -370,8 +371,7 @@ mod tests {
                         .and_then(|c| pick(c, weights, only))
                         .ok()
                         .map(|k| k.gemm.name);
-                    let fast =
-                        fitting(&caps, weights, only, (1 << 20, 1 << 20)).map(|k| k.gemm.name);
+                    let fast = fitting(&caps, weights, only, None).map(|k| k.gemm.name);
                     assert_eq!(fast, explained, "{weights:?} {only:?}");
                 }
             }
@@ -461,9 +461,12 @@ mod tests {
             ),
         ];
         for (caps, weights, only, shape, want) in cases {
-            let got = fitting(caps, weights, only, shape).map(|k| k.gemm.name);
+            let got = fitting(caps, weights, only, Some(shape)).map(|k| k.gemm.name);
             assert_eq!(got, Some(want), "{weights:?} {only:?} {shape:?}");
         }
+        // Weights converted first keep the first kernel.
+        let got = fitting(&caps, Cm2Weights::F16, None, None).map(|k| k.gemm.name);
+        assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl Recorder<'_> {
                 // count it, `converted_piece_bytes`): the bf16 kernel, which
                 // needs none, where there is one.
                 Err(e @ LinearError::Scratch { .. }) if !self.spirv_check => {
-                    let staged = self.cm2_chosen(cm2::float_weights(Format::Bf16, self.act));
+                    let staged = self.cm2_chosen(cm2::float_weights(Format::Bf16, self.act), false);
                     let Some(staged) = staged else {
                         return Err(e);
                     };
@@ -158,13 +158,13 @@ impl Recorder<'_> {
                 .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
         }
         if bf16 && self.cm2_bf16 == Cm2Bf16::ViaF16 {
-            let f16 = self.cm2_chosen(cm2::float_weights(Format::F16, act));
+            let f16 = self.cm2_chosen(cm2::float_weights(Format::F16, act), true);
             if let Some(kernel) = f16 {
                 return Ok(Some((kernel, true)));
             }
         }
         Ok(self
-            .cm2_chosen(cm2::float_weights(format, act))
+            .cm2_chosen(cm2::float_weights(format, act), false)
             .map(|k| (k, false)))
     }
 

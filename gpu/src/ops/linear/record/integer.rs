@@ -330,7 +330,7 @@ impl Recorder<'_> {
                 // it, `converted_piece_bytes`): the int4 kernel, which needs
                 // none, where there is one.
                 Err(e @ LinearError::Scratch { .. }) => {
-                    let staged = self.cm2_chosen(cm2::int_weights(true, self.act, raw));
+                    let staged = self.cm2_chosen(cm2::int_weights(true, self.act, raw), false);
                     let Some(staged) = staged else {
                         return Err(e);
                     };
@@ -408,11 +408,14 @@ impl Recorder<'_> {
     fn int_cm2_chosen(&self, w4: bool, raw: bool) -> (Option<Cm2Kernel>, bool) {
         if w4
             && self.cm2_int4 == Cm2Int4::ViaInt8
-            && let Some(k) = self.cm2_chosen(cm2::int_weights(false, self.act, raw))
+            && let Some(k) = self.cm2_chosen(cm2::int_weights(false, self.act, raw), true)
         {
             return (Some(k), true);
         }
-        (self.cm2_chosen(cm2::int_weights(w4, self.act, raw)), false)
+        (
+            self.cm2_chosen(cm2::int_weights(w4, self.act, raw), false),
+            false,
+        )
     }
 }
 

@@ -345,21 +345,23 @@ impl Recorder<'_> {
     /// of `weights` (none: the layer has no SPIR-V kernel) that fits the
     /// device (the WGSL kernels where none does). Formats nothing: every
     /// prefill linear asks ([`cm2::cm2_gemm`] and [`cm2::cm2_int_gemm`] say
-    /// why not).
+    /// why not). Weights read as stored (not `converted` a piece at a time
+    /// first) may take the kernel for small grids.
     pub(super) fn cm2_chosen(
         &self,
         weights: Option<dynvram_shaders::spirv::Cm2Weights>,
+        converted: bool,
     ) -> Option<Cm2Kernel> {
         if self.m <= GEMV_MAX_M || self.gemv.is_some() || self.gemm == GemmKernel::Tiled {
             return None;
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
-        cm2::fitting(
-            self.gpu.cm2()?,
-            weights,
-            self.cm2_kernel,
-            (self.m, self.weights.n),
-        )
+        // Converted weights keep the first kernel: the small-grid tiles were
+        // measured on f16 and int8 weights read as stored only (session 27:
+        // bf16 through f16 at 512 x 4096 x 4096 gave 32.7 TFLOP/s on them
+        // once, not yet explained).
+        let shape = (!converted).then_some((self.m, self.weights.n));
+        cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel, shape)
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
