@@ -10,8 +10,9 @@
 #   4. the same bench at K3, two FLUX.1 shapes and prefill's 512 rows with
 #      each SPIR-V kernel named (`--cm2-kernels`, CM2_KERNELS): the fast
 #      f16 and int8 loops on 128 x 256 tiles (the defaults) and 128 x 128
-#      (small grids; int4 weights take the int8 kernels widened; session
-#      27's 256 x 128, 256 x 256 and 64 x 128 probes are in BENCHMARKS.md);
+#      (small grids), bf16 weights on the f16 kernels and int4 on the int8
+#      ones, converted as by default (session 27's 256 x 128, 256 x 256 and
+#      64 x 128 probes are in BENCHMARKS.md);
 #      then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
 #      them to f16 for the f16 kernels);
@@ -75,7 +76,7 @@ done
 if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3, FLUX.1's 4608x12288x3072, prefill's 512 rows)"
 timeout 150 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072,4608x3072x15360,512x4096x4096,512x11008x4096,512x4096x11008}" \
-  --formats f16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+  --formats f16,bf16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
   --cm2-kernels "${CM2_KERNELS:-gemm_cm2_f16_k32_fast,gemm_cm2_f16_n128_fast,gemm_cm2_w8_k64_fast,gemm_cm2_w8_n128_fast}" \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"

@@ -12,9 +12,9 @@ use dynvram_runtime::device::host_memory::mapped_staging_memory;
 use dynvram_runtime::device::upload_bench::{UploadBenchOptions, run_upload};
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::{
-    Cm2Gemm, CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape, LinearScratch,
-    LinearWeights, RecordOptions, Region, WeightPart, cm2_gemms, cm2_named, cm2_weights_of,
-    record_linear_with, record_linears_fused, row_bytes,
+    Cm2Gemm, Cm2Weights, CoopGemmKernel, CoopShape, Fold, Fusion, GemmKernel, GemvShape,
+    LinearScratch, LinearWeights, RecordOptions, Region, WeightPart, cm2_gemms, cm2_named,
+    cm2_weights_of, record_linear_with, record_linears_fused, row_bytes,
 };
 use dynvram_runtime::{ActDtype, Gpu, GpuTensor};
 use rand::{Rng, SeedableRng};
@@ -129,7 +129,8 @@ pub struct LinearArgs {
     coop_shapes: Vec<CoopShape>,
     /// SPIR-V cooperative-matrix-2 GEMMs to time besides the runtime's
     /// choice, by name (`gemm_cm2_*`, as `probe` and the kernel column name
-    /// them), comma separated, each on the formats whose weights it reads;
+    /// them), comma separated, each on the formats whose weights it reads
+    /// or takes converted (bf16 on the f16 kernels, int4 on the int8 ones);
     /// for tuning on NVIDIA.
     #[arg(long, value_delimiter = ',', value_parser = cm2_kernel)]
     cm2_kernels: Vec<&'static Cm2Gemm>,
@@ -602,14 +603,23 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
                     shapes.iter().map(move |&c| (f, g, c, None))
                 }
             });
-            // Each SPIR-V GEMM asked for that reads this format's weights.
+            // Each SPIR-V GEMM asked for that reads this format's weights,
+            // or takes them converted (bf16 through the f16 kernels, int4
+            // through the int8 ones, as by default).
             let weights = parse_format(f.trim())
                 .ok()
                 .and_then(|(w, _)| cm2_weights_of(w));
             let named = a
                 .cm2_kernels
                 .iter()
-                .filter(move |g| Some(g.weights) == weights)
+                .filter(move |g| {
+                    Some(g.weights) == weights
+                        || matches!(
+                            (weights, g.weights),
+                            (Some(Cm2Weights::Bf16), Cm2Weights::F16)
+                                | (Some(Cm2Weights::Int4), Cm2Weights::Int8)
+                        )
+                })
                 .map(move |g| (f, GemmKernel::Auto, None, Some(g.name)));
             base.chain(named)
         });
@@ -626,6 +636,11 @@ fn linear(a: LinearArgs, json: bool) -> anyhow::Result<ExitCode> {
                     // A shape sweep goes on past shapes this adapter cannot run.
                     Err(e) if coop.is_some() && gemm == GemmKernel::Coop => {
                         eprintln!("{f} {shape:?} {coop:?}: skipped: {e:#}");
+                        continue;
+                    }
+                    // And past kernels named that this adapter cannot run.
+                    Err(e) if cm2_kernel.is_some() => {
+                        eprintln!("{f} {shape:?} {}: skipped: {e:#}", cm2_kernel.unwrap_or(""));
                         continue;
                     }
                     Err(e) => return Err(e),
