@@ -77,7 +77,7 @@ if [ "${KERNELS:-1}" = 1 ]; then
 step "bench linear, every SPIR-V kernel side by side (K3, FLUX.1's 4608x12288x3072, prefill's 512 rows)"
 timeout 150 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:-4096x12288x3072,4608x12288x3072,4608x3072x15360,512x4096x4096,512x11008x4096,512x4096x11008}" \
   --formats f16,bf16,w4a4,w8a8 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
-  --cm2-kernels "${CM2_KERNELS:-gemm_cm2_f16_k32_fast,gemm_cm2_f16_n128_fast,gemm_cm2_w8_k64_fast,gemm_cm2_w8_n128_fast}" \
+  --cm2-kernels "${CM2_KERNELS:-gemm_cm2_f16_k32_fast,gemm_cm2_f16_n128_fast,gemm_cm2_f16_n128u4_fast,gemm_cm2_w8_k64_fast,gemm_cm2_w8_n128_fast}" \
   > "$out/spirv_bench_kernels.json" 2> "$out/spirv_bench_kernels.err"
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
