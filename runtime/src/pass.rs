@@ -525,8 +525,9 @@ impl Stream<'_> {
         Ok(())
     }
 
-    /// Ends the current unit: stages the next one after its kernels,
-    /// submits, and moves on to the next unit.
+    /// Ends the current unit: stages the units ahead whose arenas are free
+    /// ([`Self::stage_ahead`]) after its kernels, submits, and moves on to
+    /// the next unit.
     fn end(&mut self, enc: &mut Encoder) -> Result<()> {
         let submitting = Instant::now();
         let (u, next) = (self.unit, self.unit + 1);

@@ -122,8 +122,9 @@ pub(crate) struct Placed {
     /// The two arenas (empty when nothing streams).
     pub arenas: Vec<Arc<TrackedBuffer>>,
     /// Each block's first unit: the pass stages units (a block, or a part
-    /// of one) in turn, unit `u` into arena `u % 2`; block `b` has units
-    /// `first_unit[b]..first_unit[b + 1]` (the last entry is the count).
+    /// of one) in turn, each into its arena ([`Self::unit_arena`]); block
+    /// `b` has units `first_unit[b]..first_unit[b + 1]` (the last entry is
+    /// the count).
     pub first_unit: Vec<usize>,
     /// The arena each unit streams into (`None`: a unit that streams
     /// nothing): streamed units alternate between the arenas in pass order,

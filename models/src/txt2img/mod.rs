@@ -15,9 +15,9 @@
 //! stage's first weights into the room free then ([`Model::prefetch`]:
 //! nothing is evicted for it, and the running model outranks it). The
 //! transformer's streamed weights are pinned in host RAM in the background
-//! from the start ([`Model::pin_ahead`]), so its first step copies them
-//! from pins while the encoders run first. The text encoders are dropped once their outputs are read: nothing of theirs
-//! holds VRAM while the transformer samples. Every stage reports its wall
+//! while the encoders run ([`Model::pin_ahead`]), so its first step copies
+//! them from pins. The text encoders are dropped once their outputs are
+//! read: nothing of theirs holds VRAM while the transformer samples. Every stage reports its wall
 //! time, the bytes it uploaded and streamed, and the ledger's peak while it
 //! ran; the fixed costs (opening files, tokenizers) are reported apart.
 
