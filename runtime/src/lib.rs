@@ -14,6 +14,7 @@ mod activation;
 mod block_folds;
 mod block_ops;
 mod config;
+mod device_lanes;
 mod error;
 mod files_list;
 mod lora;

@@ -34,6 +34,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use crate::device_lanes::{DeviceLog, Sampler};
 use crate::error::{Result, RuntimeError};
 use crate::model::Model;
 use crate::pins::Pins;
@@ -297,6 +298,11 @@ impl Model {
         let resident = placed.homes.iter().all(|h| matches!(h, Home::Resident(_)));
         let copy_queue = gpu.transfer_queue().filter(|_| rt.config.copy_queue);
         let mut copies = CopyQueueState::default();
+        // A traced pass with a copy queue samples the device's side too.
+        let sampler = copy_queue.filter(|_| trace.enabled()).map(|_| {
+            copies.log = Some(DeviceLog::default());
+            Sampler::start(std::sync::Arc::clone(&rt.gpu), trace.origin())
+        });
         let mut submits = 0;
         let cleared = &placed.arenas_cleared;
         if let Some(q) = copy_queue.filter(|_| !cleared.swap(true, Ordering::Relaxed)) {
@@ -397,6 +403,7 @@ impl Model {
         let Stream {
             mut stats,
             mut last_submit,
+            copies,
             ..
         } = s;
         if n == 0 || result.is_err() {
@@ -414,6 +421,9 @@ impl Model {
             }
             trace.end(t, Lane::Wait, "wait for GPU", 0);
             stats.wait_seconds = waiting.elapsed().as_secs_f64();
+        }
+        if let (Some(sampler), Some(log)) = (sampler, &copies.log) {
+            trace.extend(log.events(sampler));
         }
         ring.recycle(&gpu.device)?;
         result?;
@@ -487,7 +497,10 @@ impl Stream<'_> {
         let next = self.unit + 1;
         match (self.copy_queue, self.copies.take_pending(self.unit)) {
             // Before recording: a ring flush may submit this unit's kernels.
-            (Some(q), Some(value)) => q.kernels_wait_for(&self.gpu.queue, value),
+            (Some(q), Some(value)) => {
+                q.kernels_wait_for(&self.gpu.queue, value);
+                self.copies.waiting = Some(value);
+            }
             (None, _) if next < self.units && !self.resident => {
                 self.open_arena_for_copies(enc.commands(), next)
             }
@@ -540,6 +553,11 @@ impl Stream<'_> {
             let value = q.signal_kernels(&self.gpu.queue);
             if let Some(arena) = self.placed.arena_of(u) {
                 self.copies.read(arena, value);
+            }
+            let waits = self.copies.waiting.take();
+            let name = self.copies.log.is_some().then(|| self.unit_name(u));
+            if let (Some(log), Some(name)) = (&mut self.copies.log, name) {
+                log.kernels(value, waits, self.trace.now_us(), name.to_string());
             }
         }
         let encoder = std::mem::replace(enc, Encoder::new(&self.gpu.device, "block"));
@@ -708,6 +726,10 @@ struct CopyQueueState {
     readers: [u64; crate::planning::ARENAS as usize],
     /// (unit, copy-queue value) of batches staged ahead.
     pending: Vec<(usize, u64)>,
+    /// The batch the unit being recorded waits for.
+    waiting: Option<u64>,
+    /// What was submitted, for the device lanes of a traced pass.
+    log: Option<DeviceLog>,
 }
 
 impl CopyQueueState {
@@ -728,7 +750,11 @@ impl CopyQueueState {
         let t = trace.begin();
         let bytes = batch.iter().map(|c| c.size).sum();
         let after = self.readers[arena];
-        self.pending.push((u, q.submit(batch, after)?));
+        let value = q.submit(batch, after)?;
+        self.pending.push((u, value));
+        if let Some(log) = &mut self.log {
+            log.copy(value, after, trace.now_us(), name.to_string(), bytes);
+        }
         trace.end(t, Lane::Upload, format_args!("copy queue: {name}"), bytes);
         Ok(())
     }

@@ -20,6 +20,11 @@ pub enum Lane {
     /// Staging stalled: a ring slot was still in flight and the uploads
     /// waited for it (recorded only when it happened).
     Stall,
+    /// The copy queue's batches as the device ran them (`device_lanes`:
+    /// traced passes with a copy queue).
+    CopyEngine,
+    /// wgpu's submits as the device ran them (the same passes).
+    Device,
 }
 
 /// One span.
@@ -67,6 +72,28 @@ impl Trace {
         Self {
             enabled: false,
             ..Self::new()
+        }
+    }
+
+    /// Whether events are recorded.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The moment times are counted from.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// Microseconds since [`Self::origin`].
+    pub fn now_us(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64() * 1e6
+    }
+
+    /// Adds spans measured elsewhere (the device lanes).
+    pub fn extend(&mut self, events: impl IntoIterator<Item = Event>) {
+        if self.enabled {
+            self.events.extend(events);
         }
     }
 
@@ -132,13 +159,20 @@ impl Trace {
     /// blocks (red) appear only where the staging ring really waited; the
     /// lane says "none" otherwise.
     pub fn to_svg(&self) -> String {
-        const LANES: [(Lane, &str, &str); 5] = [
+        const ALL: [(Lane, &str, &str); 7] = [
             (Lane::Upload, "reads + uploads", "#4e79a7"),
             (Lane::Compute, "kernel recording", "#59a14f"),
             (Lane::Submit, "submits", "#b07aa1"),
             (Lane::Wait, "waiting for the GPU", "#9c9c9c"),
             (Lane::Stall, "staging stalls", "#e15759"),
+            (Lane::CopyEngine, "device: copies", "#f28e2b"),
+            (Lane::Device, "device: kernels", "#76b7b2"),
         ];
+        // The device lanes only where the pass sampled them.
+        let device = |l: Lane| matches!(l, Lane::CopyEngine | Lane::Device);
+        let present = |l: Lane| !device(l) || self.events.iter().any(|e| e.lane == l);
+        let lanes: Vec<(Lane, &str, &str)> =
+            ALL.into_iter().filter(|&(l, _, _)| present(l)).collect();
         let (width, left, right, lane_h, top) = (1200.0, 150.0, 20.0, 36.0, 34.0);
         let end = self
             .events
@@ -147,7 +181,7 @@ impl Trace {
             .fold(1.0f64, f64::max);
         let plot = width - left - right;
         let x = |us: f64| left + plot * us / end;
-        let lanes_bottom = top + lane_h * LANES.len() as f64;
+        let lanes_bottom = top + lane_h * lanes.len() as f64;
         let axis_y = lanes_bottom + 4.0;
         let legend_y = axis_y + 40.0;
         let height = legend_y + 16.0;
@@ -187,7 +221,7 @@ impl Trace {
             left + plot / 2.0,
             axis_y + 28.0
         );
-        for (row, (lane, label, colour)) in LANES.iter().enumerate() {
+        for (row, (lane, label, colour)) in lanes.iter().enumerate() {
             let y = top + row as f64 * lane_h;
             let events: Vec<&Event> = self.events.iter().filter(|e| e.lane == *lane).collect();
             let label = if *lane == Lane::Stall && events.is_empty() {
@@ -222,7 +256,7 @@ impl Trace {
         }
         // Legend.
         let mut lx = left;
-        for (lane, label, colour) in LANES {
+        for &(lane, label, colour) in &lanes {
             if lane == Lane::Stall && stalls == 0 {
                 continue;
             }

@@ -417,6 +417,17 @@ impl TransferQueue {
         st.last_kernels
     }
 
+    /// How far both timelines have run: (`copies`, `kernels`), the last
+    /// copy batch and the last signalling wgpu submit the device finished.
+    /// Cheap enough to poll: traces sample it for the device's lanes.
+    pub fn progress(&self) -> Result<(u64, u64), GpuError> {
+        // SAFETY: live timeline semaphores of this device.
+        let read = |s| unsafe { self.device.get_semaphore_counter_value(s) };
+        let copies = read(self.copies).map_err(vk_err("vkGetSemaphoreCounterValue"))?;
+        let kernels = read(self.kernels).map_err(vk_err("vkGetSemaphoreCounterValue"))?;
+        Ok((copies, kernels))
+    }
+
     /// Waits until every batch submitted has run, and frees their buffers.
     pub fn wait_all(&self) -> Result<(), GpuError> {
         let mut st = self.state();

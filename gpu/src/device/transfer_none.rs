@@ -47,6 +47,11 @@ impl TransferQueue {
     }
 
     /// See the Vulkan version.
+    pub fn progress(&self) -> Result<(u64, u64), GpuError> {
+        match *self {}
+    }
+
+    /// See the Vulkan version.
     pub fn wait_all(&self) -> Result<(), GpuError> {
         match *self {}
     }

@@ -10,7 +10,7 @@
 
 use dynvram_models::mlp_stack::{self, Probe, builtin};
 use dynvram_runtime::device::{CopyQueueMode, GpuOptions};
-use dynvram_runtime::trace::Trace;
+use dynvram_runtime::trace::{Lane, Trace};
 use dynvram_runtime::{AdapterChoice, Model, Runtime, RuntimeConfig};
 use dynvram_test_support::fixtures;
 use dynvram_test_support::gpu::{any_adapter, test_gpu_with};
@@ -114,6 +114,37 @@ fn copy_queue_pass_is_bit_identical_and_submitted_one_block_ahead() {
             "copy batches staged before the first submit"
         );
         eprintln!("{name}: {queued} of {pinned} bytes from pins went through the copy queue");
+        // The device lanes: every batch and submit seen to run, each batch
+        // ending before the unit that reads it starts.
+        let lane = |l: Lane| -> Vec<&dynvram_runtime::trace::Event> {
+            trace.events.iter().filter(|e| e.lane == l).collect()
+        };
+        let (ran, copied) = (lane(Lane::Device), lane(Lane::CopyEngine));
+        assert_eq!(copied.len(), batches, "device copy spans");
+        let device_bytes: u64 = copied.iter().map(|e| e.bytes).sum();
+        let host_bytes: u64 = trace.events.iter().filter(is_copy).map(|e| e.bytes).sum();
+        assert_eq!(device_bytes, host_bytes, "device copy spans' bytes");
+        let submits = trace
+            .events
+            .iter()
+            .filter(|e| e.name.starts_with("submit "))
+            .count();
+        assert_eq!(ran.len(), submits, "device kernel spans");
+        for c in &copied {
+            let block = c.name.trim_start_matches("copy ");
+            let run = ran
+                .iter()
+                .find(|r| r.name == format!("run {block}"))
+                .expect("the unit reading a batch ran");
+            assert!(
+                c.start_us + c.dur_us <= run.start_us + 1e-6,
+                "{} ended at {} after {} started at {}",
+                c.name,
+                c.start_us + c.dur_us,
+                run.name,
+                run.start_us
+            );
+        }
     }
 
     // Off: the same passes, no copy-queue batches.
