@@ -249,6 +249,7 @@ fn upload(a: UploadArgs, json: bool) -> anyhow::Result<ExitCode> {
             ring_memories: a.ring_memory.iter().map(|&m| m.into()).collect(),
             file_import: !a.no_file_import,
             reps: a.reps,
+            copy_probe: (gpu.caps.backend == "vulkan").then(|| gpu.caps.name.clone()),
         },
     )?;
     let staging = mapped_staging_memory(&gpu.adapter);

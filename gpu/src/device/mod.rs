@@ -21,6 +21,8 @@ mod readback_ring;
 mod spirv_pipeline;
 #[cfg(test)]
 pub(crate) use spirv_pipeline::check_bindings;
+#[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+mod copy_probe;
 mod staging;
 mod staging_ring;
 #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]

@@ -311,6 +311,10 @@ pub struct UploadBenchOptions {
     pub file_import: bool,
     /// Repetitions per figure (the median is reported).
     pub reps: usize,
+    /// The adapter's name, to time host → VRAM copies on a Vulkan device
+    /// of the probe's own (`copy_probe`: each host memory kind, one and
+    /// several transfer queues); `None` skips it.
+    pub copy_probe: Option<String>,
 }
 
 /// Every figure of one `bench upload` run, plus the ring counters of the
@@ -364,6 +368,12 @@ pub fn run_upload(
             reps,
         )?);
     }
+    if let Some(name) = &options.copy_probe {
+        match copy_probe(name, len.min(1 << 30), reps) {
+            Ok(f) => figures.extend(f),
+            Err(e) => notes.push(format!("copy probe: {e}")),
+        }
+    }
     let mut rings = Vec::new();
     for &memory in &options.ring_memories {
         let config = RingConfig {
@@ -401,6 +411,17 @@ pub fn run_upload(
         warm_counters,
         notes,
     })
+}
+
+/// `copy_probe::host_copies` where there is Vulkan.
+fn copy_probe(name: &str, bytes: u64, reps: usize) -> Result<Vec<Figure>, String> {
+    #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+    return super::copy_probe::host_copies(name, bytes, reps);
+    #[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
+    {
+        let _ = (name, bytes, reps);
+        Err("needs Vulkan".into())
+    }
 }
 
 fn device_buffer(device: &wgpu::Device, size: u64) -> wgpu::Buffer {

@@ -23,6 +23,7 @@ fn upload_bench_runs_on_a_small_file() {
         ring_memories: vec![HostMemoryChoice::Mapped, HostMemoryChoice::Host],
         file_import: true,
         reps: 1,
+        copy_probe: None,
     };
     let report = run_upload(&device, &queue, &options).expect("bench");
     // raw warm, 2 memcpy, file → new pin, 2 pins, 2 per file-map import
