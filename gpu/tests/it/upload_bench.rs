@@ -43,3 +43,51 @@ fn upload_bench_runs_on_a_small_file() {
         assert_eq!(c.slots_used, 4, "{name}");
     }
 }
+
+#[test]
+fn copy_probe_times_each_host_memory_on_a_device_of_its_own() {
+    let name = "copy_probe_times_each_host_memory_on_a_device_of_its_own";
+    let Some(gpu) =
+        dynvram_test_support::gpu::test_gpu(name, dynvram_test_support::gpu::any_adapter)
+    else {
+        return;
+    };
+    if gpu.caps.backend != "vulkan" {
+        eprintln!(
+            "{name}: skipped on {}: the probe needs Vulkan",
+            gpu.caps.backend
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = UploadBenchOptions {
+        file: dir.path().join("bench.bin"),
+        create_size: Some(4 << 20),
+        threads: 2,
+        ring: RingConfig::default(),
+        ring_memories: Vec::new(),
+        file_import: false,
+        reps: 1,
+        copy_probe: Some(gpu.caps.name.clone()),
+    };
+    let report = run_upload(&gpu.device, &gpu.queue, &options).expect("bench");
+    let probed: Vec<_> = report
+        .figures
+        .iter()
+        .filter(|f| f.name.contains("queue"))
+        .collect();
+    assert!(
+        report.notes.iter().all(|n| !n.starts_with("copy probe")),
+        "{:?}",
+        report.notes
+    );
+    // At least imported RAM (every Vulkan device here imports) on the
+    // universal queue, each a whole 4 MiB copy.
+    assert!(
+        probed.iter().any(|f| f.name.contains("universal queue")),
+        "{report:?}"
+    );
+    for f in probed {
+        assert!(f.bytes == 4 << 20 && f.seconds > 0.0, "{f}");
+    }
+}
