@@ -120,6 +120,16 @@ fn align_up(x: u64, a: u64) -> u64 {
 impl Layout {
     /// Lays out `sizes` (load order) over pages.
     pub fn new(sizes: &[u64], cfg: &LayoutConfig) -> Result<Self, LayoutError> {
+        Self::ranked(sizes, &[], cfg)
+    }
+
+    /// Lays out `sizes` (load order) over pages, the tensors past the tiny
+    /// ones in order of `ranks` (one per tensor; ties and an empty slice in
+    /// load order): a watermark then keeps the lowest ranks resident. The
+    /// runtime ranks a model's blocks by bit reversal, so a watermark's
+    /// resident blocks spread over the pass and the streamed ones' copies
+    /// overlap the resident ones' work.
+    pub fn ranked(sizes: &[u64], ranks: &[u64], cfg: &LayoutConfig) -> Result<Self, LayoutError> {
         cfg.validate()?;
         // Every tensor takes at most ceil(size / page) pages, at least one
         // page's worth counts only once per page: check before allocating.
@@ -138,7 +148,12 @@ impl Layout {
         let mut order: Vec<usize> = (0..sizes.len())
             .filter(|&i| sizes[i] <= cfg.tiny_threshold)
             .collect();
+        let tiny = order.len();
         order.extend((0..sizes.len()).filter(|&i| sizes[i] > cfg.tiny_threshold));
+        if !ranks.is_empty() {
+            // Stable: load order within a rank.
+            order[tiny..].sort_by_key(|&i| ranks.get(i).copied().unwrap_or(u64::MAX));
+        }
         let mut tensors = vec![
             TensorSlot {
                 size: 0,
@@ -326,5 +341,24 @@ mod tests {
         assert_eq!(l.max_watermark_within(3116), 4);
         assert_eq!(l.snap_down(3), 1);
         assert!(Layout::new(&[1], &LayoutConfig { align: 3, ..cfg }).is_err());
+    }
+
+    #[test]
+    fn ranks_order_the_tensors_past_the_tiny_ones() {
+        let cfg = LayoutConfig {
+            page_size: 1000,
+            align: 8,
+            tiny_threshold: 10,
+        };
+        // Load order: four 600 B tensors of blocks 0-3 and a tiny one;
+        // ranks 0, 2, 1, 3 (bit reversal over 2 bits) and the tiny one's.
+        let l = Layout::ranked(&[600, 600, 600, 600, 5], &[0, 2, 1, 3, 0], &cfg).unwrap();
+        assert_eq!(l.order, vec![4, 0, 2, 1, 3]);
+        // A watermark of two pages keeps blocks 0 and 2 resident.
+        let resident: Vec<bool> = (0..4).map(|i| l.is_resident(i, 2)).collect();
+        assert_eq!(resident, [true, false, true, false]);
+        // Equal ranks (and no ranks) keep load order.
+        let same = Layout::ranked(&[600, 600, 5], &[1, 1, 1], &cfg).unwrap();
+        assert_eq!(same.order, Layout::new(&[600, 600, 5], &cfg).unwrap().order);
     }
 }

@@ -20,7 +20,7 @@ pub use pins::{
     CopySource, FakeRam, PinAction, PinConfig, PinDecision, PinError, PinPolicy, PinTier,
     ProcMeminfo, RamReading, RamSource, WeightKey,
 };
-pub use plan::{Plan, PlanError, PlanRoom, PlannedTensor, plan};
+pub use plan::{Plan, PlanError, PlanRoom, PlannedTensor, plan, plan_ranked};
 pub use residency::{
     ModelId, PageId, PassPlan, Placement, Residency, ResidencyError, ResidencyStats,
 };

@@ -93,8 +93,18 @@ pub fn plan<S: AsRef<str>>(
     room: PlanRoom,
     layout: &LayoutConfig,
 ) -> Result<Plan, PlanError> {
+    plan_ranked(weights, &[], room, layout)
+}
+
+/// [`plan`] over a layout of `ranks` ([`Layout::ranked`]).
+pub fn plan_ranked<S: AsRef<str>>(
+    weights: &[(S, u64)],
+    ranks: &[u64],
+    room: PlanRoom,
+    layout: &LayoutConfig,
+) -> Result<Plan, PlanError> {
     let sizes: Vec<u64> = weights.iter().map(|w| w.1).collect();
-    let l = Layout::new(&sizes, layout)?;
+    let l = Layout::ranked(&sizes, ranks, layout)?;
     let arenas = u64::from(room.arenas);
     // largest tensor streamed when the watermark is w: the max over tensors whose last page >= w.
     let largest_above = |w: u32| {

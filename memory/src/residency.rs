@@ -151,7 +151,18 @@ impl Residency {
         tensor_sizes: &[u64],
         layout: &LayoutConfig,
     ) -> Result<ModelId, ResidencyError> {
-        let layout = Layout::new(tensor_sizes, layout)?;
+        self.register_ranked(tensor_sizes, &[], layout)
+    }
+
+    /// [`register_with`](Self::register_with) over a layout of `ranks`
+    /// ([`Layout::ranked`]).
+    pub fn register_ranked(
+        &mut self,
+        tensor_sizes: &[u64],
+        ranks: &[u64],
+        layout: &LayoutConfig,
+    ) -> Result<ModelId, ResidencyError> {
+        let layout = Layout::ranked(tensor_sizes, ranks, layout)?;
         let id = ModelId(self.next_id);
         self.next_id += 1;
         tracing::debug!(%id, pages = layout.page_count(), bytes = layout.total_bytes(), "register model");

@@ -19,7 +19,10 @@
 //! and grows the arenas into whatever room that watermark leaves, so the
 //! parts are as few as the budget allows ([`Granularity`]).
 
-use dynvram_memory::{Layout, LayoutConfig, Placement, Plan, PlanError, PlanRoom, plan};
+use dynvram_memory::{
+    Layout, LayoutConfig, LayoutError, Placement, Plan, PlanError, PlanRoom, bit_reverse,
+    plan_ranked,
+};
 use serde::Serialize;
 
 /// Arenas grow in 16 MiB steps *(aimdo)*, but never beyond what is needed
@@ -219,6 +222,51 @@ pub fn layout_for(weights: &[PlanWeight]) -> LayoutConfig {
     }
 }
 
+/// The residency rank of each weight (`Layout::ranked`). The blocks fall
+/// into *runs*: consecutive blocks of equal bytes (FLUX.1's 19 double
+/// blocks, then its 38 single ones; all of a Llama's layers). Runs keep
+/// load order, so a watermark fills the first run first; inside a run the
+/// blocks rank by their position bit-reversed (a van der Corput order, as
+/// the pins' max scatter), so whatever a watermark keeps of a run is spread
+/// evenly over it and each streamed block's copy overlaps the work of the
+/// resident block beside it. Two arenas let the copies run only two
+/// streamed units ahead: a prefix of resident blocks leaves the copy
+/// engine idle while they run, then the streamed ones wait for their
+/// copies (FLUX.1-dev at 8 GiB on the H100: 0.479 s a step against 0.431 of
+/// kernels; spread over the double blocks, 0.442 by the pass model of
+/// BENCHMARKS.md, session 28). Spread over all blocks instead, a watermark
+/// kept single blocks, whose copies hide behind their own work, in place
+/// of double ones, whose copies do not: slower (session 27).
+pub fn residency_ranks(weights: &[PlanWeight]) -> Vec<u64> {
+    let blocks = weights.iter().map(|w| w.block + 1).max().unwrap_or(0);
+    let mut bytes = vec![0u64; blocks];
+    for w in weights {
+        bytes[w.block] += w.size;
+    }
+    // Each block's rank: its run's first block, then its place in the run.
+    let mut rank = vec![0u64; blocks];
+    let mut start = 0;
+    while start < blocks {
+        let len = bytes[start..]
+            .iter()
+            .take_while(|&&b| b == bytes[start])
+            .count();
+        let bits = len.next_power_of_two().trailing_zeros();
+        for i in 0..len {
+            rank[start + i] = ((start as u64) << 32) | bit_reverse(i as u64, bits);
+        }
+        start += len;
+    }
+    weights.iter().map(|w| rank[w.block]).collect()
+}
+
+/// The pages of `weights` as the planner and the residency policy lay them
+/// out: [`layout_for`]'s pages, [`residency_ranks`]' order.
+pub fn layout_of(weights: &[PlanWeight]) -> Result<Layout, LayoutError> {
+    let sizes: Vec<u64> = weights.iter().map(|w| w.size).collect();
+    Layout::ranked(&sizes, &residency_ranks(weights), &layout_for(weights))
+}
+
 /// Plans a model: resident weights plus two arenas plus scratch fit `usable`.
 /// At each pass the runtime asks the same question with the activations and
 /// patches alive then in place of `scratch` (see `residency`). Blocks move
@@ -231,8 +279,8 @@ pub fn plan_model(
 ) -> Result<ModelPlan, PlanError> {
     let config = layout_for(weights);
     let sizes: Vec<(&str, u64)> = weights.iter().map(|w| (w.name.as_str(), w.size)).collect();
-    let only: Vec<u64> = weights.iter().map(|w| w.size).collect();
-    let layout = Layout::new(&only, &config)?;
+    let ranks = residency_ranks(weights);
+    let layout = layout_of(weights)?;
     let layout_at = |w: u32, capacity: Option<u64>| {
         arena_layout(weights, |i| !layout.is_resident(i, w), capacity)
     };
@@ -292,7 +340,7 @@ pub fn plan_model(
         arenas: 0,
     };
     // Its error has the arenas folded into scratch: name them apart.
-    let p = plan(&sizes, room, &config).map_err(|e| match e {
+    let p = plan_ranked(&sizes, &ranks, room, &config).map_err(|e| match e {
         PlanError::BudgetTooSmall { tensor, size, .. } => PlanError::BudgetTooSmall {
             tensor,
             size,
@@ -373,6 +421,66 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn resident_blocks_spread_over_the_pass() {
+        // Six blocks of one 40 MiB weight each: ranks by bit reversal over
+        // 3 bits; half the pages keep blocks 0, 4 and 2 (0, 2 and 1
+        // reversed) resident, not 0, 1 and 2.
+        let w: Vec<PlanWeight> = (0..6)
+            .map(|b| PlanWeight {
+                name: format!("b{b}"),
+                size: 40 << 20,
+                block: b,
+                group: 0,
+            })
+            .collect();
+        assert_eq!(residency_ranks(&w), [0, 4, 2, 6, 1, 5]);
+        let layout = layout_of(&w).unwrap();
+        let half = layout.max_watermark_within(layout.total_bytes() / 2);
+        let resident: Vec<usize> = (0..6).filter(|&i| layout.is_resident(i, half)).collect();
+        assert_eq!(resident, [0, 2, 4]);
+    }
+
+    #[test]
+    fn runs_of_equal_blocks_fill_in_order_each_spread() {
+        // FLUX.1's shape in small: an input block, five large blocks, four
+        // small ones, each of two weights. The large run fills first, its
+        // blocks spread (positions 0, 4, 2, 6, 1 bit-reversed over 3 bits).
+        let mut w = Vec::new();
+        for (b, size) in [(0, 4u64), (1, 50), (2, 50), (3, 50), (4, 50), (5, 50)]
+            .into_iter()
+            .chain((6..10).map(|b| (b, 20)))
+        {
+            for k in 0..2 {
+                w.push(PlanWeight {
+                    name: format!("b{b}.{k}"),
+                    size: size << 20,
+                    block: b,
+                    group: 0,
+                });
+            }
+        }
+        let ranks = residency_ranks(&w);
+        let block_rank = |b: usize| ranks[2 * b];
+        assert_eq!(
+            (1..=5)
+                .map(|b| block_rank(b) & 0xffff_ffff)
+                .collect::<Vec<_>>(),
+            [0, 4, 2, 6, 1]
+        );
+        assert!((1..=5).all(|b| block_rank(b) < block_rank(6)));
+        assert!(block_rank(0) < block_rank(1));
+        // Room for the input block and three large ones: blocks 1, 3, 5
+        // stay (every other one), 2 and 4 and the small run stream.
+        let layout = layout_of(&w).unwrap();
+        let room = (8 + 3 * 100) << 20;
+        let wm = layout.max_watermark_within(room);
+        let resident: Vec<usize> = (0..10)
+            .filter(|&b| layout.is_resident(2 * b, wm) && layout.is_resident(2 * b + 1, wm))
+            .collect();
+        assert_eq!(resident, [0, 1, 3, 5]);
+    }
 
     fn weights(sizes: &[(u64, usize)]) -> Vec<PlanWeight> {
         sizes
@@ -573,8 +681,7 @@ mod tests {
             prop_assert!(arena_size(l.fill) <= p.arena_bytes);
             let used = p.plan.page_bytes + ARENAS * p.arena_bytes + scratch;
             prop_assert!(used <= usable, "{} > {}", used, usable);
-            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
-            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
+            let layout = layout_of(&w).unwrap();
             prop_assert_eq!(
                 layout.max_watermark_within(usable - scratch - ARENAS * p.arena_bytes),
                 p.plan.pages_resident
@@ -597,8 +704,7 @@ mod tests {
             let Ok(p) = plan_model(&w, usable, scratch) else {
                 return Ok(());
             };
-            let only: Vec<u64> = w.iter().map(|w| w.size).collect();
-            let layout = Layout::new(&only, &layout_for(&w)).unwrap();
+            let layout = layout_of(&w).unwrap();
             let arena = |wm: u32| arena_size(arena_offsets(&w, |i| !layout.is_resident(i, wm)).1);
             let wm = p.plan.pages_resident;
             prop_assert_eq!(p.arena_bytes, arena(wm));

@@ -29,6 +29,7 @@ use crate::config::RuntimeConfig;
 use crate::error::{Result, RuntimeError};
 use crate::planning::{
     ARENAS, PlanWeight, arena_layout, arena_size, layout_for, part_capacity, plan_model_with_wish,
+    residency_ranks,
 };
 use crate::upload::ModelView;
 use dynvram_gpu::accounting::{SharedBudget, TrackedBuffer};
@@ -208,7 +209,7 @@ impl Registry {
         let sizes: Vec<u64> = weights.iter().map(|w| w.size).collect();
         let id = self
             .policy
-            .register_with(&sizes, &layout_for(weights))
+            .register_ranked(&sizes, &residency_ranks(weights), &layout_for(weights))
             .map_err(|source| RuntimeError::Residency {
                 model: path.to_owned(),
                 source,

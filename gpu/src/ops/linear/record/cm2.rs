@@ -464,7 +464,7 @@ mod tests {
             let got = fitting(caps, weights, only, Some(shape)).map(|k| k.gemm.name);
             assert_eq!(got, Some(want), "{weights:?} {only:?} {shape:?}");
         }
-        // Weights converted first keep the first kernel.
+        // No shape (int4 widened first): the first kernel.
         let got = fitting(&caps, Cm2Weights::F16, None, None).map(|k| k.gemm.name);
         assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
     }

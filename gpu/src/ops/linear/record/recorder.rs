@@ -345,8 +345,8 @@ impl Recorder<'_> {
     /// of `weights` (none: the layer has no SPIR-V kernel) that fits the
     /// device (the WGSL kernels where none does). Formats nothing: every
     /// prefill linear asks ([`cm2::cm2_gemm`] and [`cm2::cm2_int_gemm`] say
-    /// why not). Weights read as stored (not `converted` a piece at a time
-    /// first) may take the kernel for small grids.
+    /// why not). Weights read as stored, and bf16 `converted` to f16, may
+    /// take the kernel for small grids.
     pub(super) fn cm2_chosen(
         &self,
         weights: Option<dynvram_shaders::spirv::Cm2Weights>,
@@ -356,11 +356,12 @@ impl Recorder<'_> {
             return None;
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
-        // Converted weights keep the first kernel: the small-grid tiles were
-        // measured on f16 and int8 weights read as stored only (session 27:
-        // bf16 through f16 at 512 x 4096 x 4096 gave 32.7 TFLOP/s on them
-        // once, not yet explained).
-        let shape = (!converted).then_some((self.m, self.weights.n));
+        // int4 widened to int8 a piece at a time keeps the first kernel (the
+        // small-grid tiles are unmeasured there); bf16 through f16 takes them
+        // as f16 does (session 28, H100, 512 rows: 121.9 against 104.4
+        // TFLOP/s at 4096 x 4096, 132.4 against 112.4 at 4096 x 11008;
+        // session 27's 32.7 was a first use).
+        let shape = (!(converted && weights.integer())).then_some((self.m, self.weights.n));
         cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel, shape)
     }
 
