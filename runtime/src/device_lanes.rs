@@ -85,30 +85,22 @@ impl Drop for Sampler {
     }
 }
 
-/// A copy batch as submitted.
+/// A copy batch or a wgpu submit as submitted: its value on its own
+/// timeline, the value of the other timeline it waits for (0: none).
 #[derive(Debug, Clone)]
-struct CopyMark {
+struct Mark {
     value: u64,
-    after_kernels: u64,
+    waits: u64,
     submitted_us: f64,
     name: String,
     bytes: u64,
 }
 
-/// A wgpu submit as submitted.
-#[derive(Debug, Clone)]
-struct KernelMark {
-    value: u64,
-    waits_copies: Option<u64>,
-    submitted_us: f64,
-    name: String,
-}
-
 /// What a pass submitted, for [`DeviceLog::events`].
 #[derive(Debug, Default)]
 pub(crate) struct DeviceLog {
-    copies: Vec<CopyMark>,
-    kernels: Vec<KernelMark>,
+    copies: Vec<Mark>,
+    kernels: Vec<Mark>,
 }
 
 impl DeviceLog {
@@ -122,9 +114,9 @@ impl DeviceLog {
         name: String,
         bytes: u64,
     ) {
-        self.copies.push(CopyMark {
+        self.copies.push(Mark {
             value,
-            after_kernels,
+            waits: after_kernels,
             submitted_us,
             name,
             bytes,
@@ -140,11 +132,12 @@ impl DeviceLog {
         submitted_us: f64,
         name: String,
     ) {
-        self.kernels.push(KernelMark {
+        self.kernels.push(Mark {
             value,
-            waits_copies,
+            waits: waits_copies.unwrap_or(0),
             submitted_us,
             name,
+            bytes: 0,
         });
     }
 
@@ -159,44 +152,55 @@ impl DeviceLog {
         };
         let copies_at = |v: u64| seen(v, |s| s.copies);
         let kernels_at = |v: u64| seen(v, |s| s.kernels);
-        let mut events = Vec::new();
-        let mut last_end = 0.0f64;
-        for c in &self.copies {
-            let Some(end) = copies_at(c.value) else {
-                continue;
-            };
-            let waited = match c.after_kernels {
-                0 => 0.0,
-                k => kernels_at(k).unwrap_or(0.0),
-            };
-            let start = c.submitted_us.max(last_end).max(waited).min(end);
-            events.push(Event {
-                name: format!("copy {}", c.name),
-                lane: Lane::CopyEngine,
-                start_us: start,
-                dur_us: end - start,
-                bytes: c.bytes,
-            });
-            last_end = end;
-        }
-        let mut last_end = 0.0f64;
-        for k in &self.kernels {
-            let Some(end) = kernels_at(k.value) else {
-                continue;
-            };
-            let waited = k.waits_copies.and_then(copies_at).unwrap_or(0.0);
-            let start = k.submitted_us.max(last_end).max(waited).min(end);
-            events.push(Event {
-                name: format!("run {}", k.name),
-                lane: Lane::Device,
-                start_us: start,
-                dur_us: end - start,
-                bytes: 0,
-            });
-            last_end = end;
-        }
+        let mut events = spans(
+            &self.copies,
+            Lane::CopyEngine,
+            "copy",
+            copies_at,
+            kernels_at,
+        );
+        events.extend(spans(
+            &self.kernels,
+            Lane::Device,
+            "run",
+            kernels_at,
+            copies_at,
+        ));
         events
     }
+}
+
+/// One lane's spans: each mark ran from the latest of its submit, the end
+/// of the mark before it and the end of what it waited for (`other`), to
+/// the moment its own value was seen (`own`).
+fn spans(
+    marks: &[Mark],
+    lane: Lane,
+    verb: &str,
+    own: impl Fn(u64) -> Option<f64>,
+    other: impl Fn(u64) -> Option<f64>,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut last_end = 0.0f64;
+    for m in marks {
+        let Some(end) = own(m.value) else {
+            continue;
+        };
+        let waited = match m.waits {
+            0 => 0.0,
+            v => other(v).unwrap_or(0.0),
+        };
+        let start = m.submitted_us.max(last_end).max(waited).min(end);
+        events.push(Event {
+            name: format!("{verb} {}", m.name),
+            lane,
+            start_us: start,
+            dur_us: end - start,
+            bytes: m.bytes,
+        });
+        last_end = end;
+    }
+    events
 }
 
 #[cfg(test)]
