@@ -46,7 +46,10 @@ impl Sampler {
                 let Some(q) = gpu.transfer_queue() else {
                     return samples;
                 };
-                while !flag.load(Ordering::Relaxed) {
+                // One last read after the stop: the pass has waited for the
+                // device by then, so that read sees every value.
+                loop {
+                    let stopping = flag.load(Ordering::Acquire);
                     let Ok((copies, kernels)) = q.progress() else {
                         break;
                     };
@@ -61,6 +64,9 @@ impl Sampler {
                             kernels,
                         });
                     }
+                    if stopping {
+                        break;
+                    }
                     std::hint::spin_loop();
                 }
                 samples
@@ -71,7 +77,7 @@ impl Sampler {
 
     /// Stops sampling (after the pass's wait) and returns the samples.
     fn finish(mut self) -> Vec<Sample> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
         self.thread
             .take()
             .and_then(|t| t.join().ok())
