@@ -482,11 +482,30 @@ fn blocks(spec: &ModelSpec, work: &[BlockWork], rates: &Rates) -> Vec<BlockRow> 
 }
 
 /// Block names as runs: `layers.0 … layers.19` for consecutive blocks.
-fn runs(names: &[&str]) -> String {
-    match names {
-        [] => "none".into(),
-        [one] => (*one).to_owned(),
-        [first, .., last] => format!("{first} … {last} ({} blocks)", names.len()),
+/// Blocks (index, name) as ranges of consecutive ones: `embed`,
+/// `layers.0 … layers.3 (4 blocks)`, `embed, layers.0, layers.4 (3
+/// blocks)`; past four ranges the first three and a count (residency spreads
+/// over runs of equal blocks, so resident blocks are rarely one range).
+fn runs(blocks: &[(usize, &str)]) -> String {
+    let mut ranges: Vec<(&str, &str)> = Vec::new();
+    let mut prev: Option<usize> = None;
+    for &(i, name) in blocks {
+        match ranges.last_mut() {
+            Some(last) if prev.is_some_and(|p| p + 1 == i) => last.1 = name,
+            _ => ranges.push((name, name)),
+        }
+        prev = Some(i);
+    }
+    let range = |&(first, last): &(&str, &str)| match first == last {
+        true => first.to_owned(),
+        false => format!("{first} … {last}"),
+    };
+    let shown: Vec<String> = ranges.iter().take(4).map(range).collect();
+    match (blocks.len(), ranges.len()) {
+        (0, _) => "none".into(),
+        (1, _) => shown.join(""),
+        (n, r) if r <= 4 => format!("{} ({n} blocks)", shown.join(", ")),
+        (n, r) => format!("{}, … ({n} blocks in {r} ranges)", shown[..3].join(", ")),
     }
 }
 
@@ -529,23 +548,26 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
         "peak       {} at most (resident pages, arenas, activations)",
         size(r.peak_bytes)
     );
-    let only_resident: Vec<&str> = r
+    let only_resident: Vec<(usize, &str)> = r
         .blocks
         .iter()
-        .filter(|b| b.streamed_bytes == 0)
-        .map(|b| b.name.as_str())
+        .enumerate()
+        .filter(|(_, b)| b.streamed_bytes == 0)
+        .map(|(i, b)| (i, b.name.as_str()))
         .collect();
-    let all_streamed: Vec<&str> = r
+    let all_streamed: Vec<(usize, &str)> = r
         .blocks
         .iter()
-        .filter(|b| b.resident_bytes == 0 && b.streamed_bytes > 0)
-        .map(|b| b.name.as_str())
+        .enumerate()
+        .filter(|(_, b)| b.resident_bytes == 0 && b.streamed_bytes > 0)
+        .map(|(i, b)| (i, b.name.as_str()))
         .collect();
-    let partly: Vec<&str> = r
+    let partly: Vec<(usize, &str)> = r
         .blocks
         .iter()
-        .filter(|b| b.resident_bytes > 0 && b.streamed_bytes > 0)
-        .map(|b| b.name.as_str())
+        .enumerate()
+        .filter(|(_, b)| b.resident_bytes > 0 && b.streamed_bytes > 0)
+        .map(|(i, b)| (i, b.name.as_str()))
         .collect();
     println!(
         "resident   {} of {} in {} tensors: {}",
@@ -616,5 +638,24 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
             let place = if t.streamed { "streamed" } else { "resident" };
             println!("  {place}\t{:>10}  {}", size(t.bytes), t.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn blocks_print_as_ranges_of_consecutive_ones() {
+        assert_eq!(runs(&[]), "none");
+        assert_eq!(runs(&[(3, "layers.2")]), "layers.2");
+        assert_eq!(
+            runs(&[(0, "embed"), (1, "layers.0"), (5, "layers.4")]),
+            "embed … layers.0, layers.4 (3 blocks)"
+        );
+        let spread: Vec<(usize, String)> =
+            (0..12).step_by(2).map(|i| (i, format!("b{i}"))).collect();
+        let spread: Vec<(usize, &str)> = spread.iter().map(|(i, n)| (*i, n.as_str())).collect();
+        assert_eq!(runs(&spread), "b0, b2, b4, … (6 blocks in 6 ranges)");
     }
 }
