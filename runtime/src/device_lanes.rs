@@ -8,8 +8,8 @@
 //! With what the pass logged at each submit ([`DeviceLog`]: what a batch or
 //! unit waited for), a batch ran from the latest of its submit, the batch
 //! before it and the kernels it waited for, to the moment its value was
-//! seen; a unit likewise. Sampling costs one busy core, traces only; the
-//! ends are late by the sampling period (a few µs).
+//! seen; a unit likewise. Sampling keeps a core busy (yielding to others),
+//! traces only; the ends are late by the sampling period (a few µs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +67,8 @@ impl Sampler {
                     if stopping {
                         break;
                     }
-                    std::hint::spin_loop();
+                    // Yield: on a busy CPU (lavapipe) the pass needs the core more.
+                    std::thread::yield_now();
                 }
                 samples
             })
