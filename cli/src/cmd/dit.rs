@@ -54,13 +54,8 @@ pub struct Args {
     /// not counted (0 to 1000).
     #[arg(long, default_value_t = 0, value_parser = crate::cmd::ranges::int::<usize, 0, 1000>)]
     warmup: usize,
-    /// Draw the last pass as an SVG timeline (lanes: reads/uploads,
-    /// kernels, submits, waits).
-    #[arg(long, value_name = "FILE.svg")]
-    timeline: Option<PathBuf>,
-    /// Write a Chrome/Perfetto trace of the last pass.
-    #[arg(long, value_name = "FILE.json")]
-    trace: Option<PathBuf>,
+    #[command(flatten)]
+    traces: crate::cmd::trace_args::TraceArgs,
     /// With --steps: the linear schedule 1 → 0 (FLUX.1-schnell's) instead
     /// of the resolution-shifted one (FLUX.1-dev's).
     #[arg(long)]
@@ -122,8 +117,8 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         &[&args.model, &args.inputs],
         &[
             Some(args.out.as_path()),
-            args.timeline.as_deref(),
-            args.trace.as_deref(),
+            args.traces.timeline.as_deref(),
+            args.traces.trace.as_deref(),
         ],
         &args.runtime.adapter,
     )?;
@@ -200,14 +195,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             (inputs.img.clone(), sigmas)
         }
     };
-    if let Some(path) = &args.timeline {
-        write_file(path, trace.to_svg().as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if let Some(path) = &args.trace {
-        write_file(path, &serde_json::to_vec_pretty(&trace.to_chrome_json())?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    args.traces.write(&trace)?;
     if let Some(i) = out.iter().position(|v| !v.is_finite()) {
         bail!(
             "the output has a non-finite value at element {i}: {}",

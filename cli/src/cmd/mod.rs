@@ -21,6 +21,7 @@ pub mod ranges;
 pub mod run;
 pub mod runtime_args;
 pub mod synth;
+pub mod trace_args;
 pub mod txt2img;
 
 /// dynvram's cache folder (the built-in model, the pipeline cache):

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use dynvram_loader::atomic::write_file;
 use dynvram_models::mlp_stack::{self, builtin};
 use dynvram_runtime::ops::profile::Profile;
 use dynvram_runtime::{Model, Runtime, RuntimeConfig, trace::Trace};
@@ -36,14 +35,8 @@ pub struct Args {
     /// Passes to run (the first includes pipeline compilation; 1 to 10 000).
     #[arg(long, default_value_t = 2, value_parser = crate::cmd::ranges::int::<usize, 1, 10_000>)]
     passes: usize,
-    /// Write a Chrome/Perfetto trace of the last pass.
-    #[arg(long, value_name = "FILE.json")]
-    trace: Option<PathBuf>,
-    /// Draw the last pass as an SVG timeline: a time axis in ms, named lanes
-    /// (reads/uploads, kernel recording, submits, waiting for the GPU,
-    /// staging stalls, drawn only where the ring stalled) and a legend.
-    #[arg(long, value_name = "FILE.svg")]
-    timeline: Option<PathBuf>,
+    #[command(flatten)]
+    traces: crate::cmd::trace_args::TraceArgs,
     /// Profile the last pass: every kernel's GPU time beside its bytes,
     /// FLOPs and the device's memory rate, the CPU's recording, staging and
     /// submitting, and the GPU's idle gaps (as `generate --profile`).
@@ -75,11 +68,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         Some(f) => f.clone(),
         None => builtin::ensure_cached_in(&crate::cmd::cache_dir())?,
     };
-    crate::cmd::outputs::check_outputs(
-        &[&file],
-        &[args.timeline.as_deref(), args.trace.as_deref()],
-        &args.adapter,
-    )?;
+    crate::cmd::outputs::check_outputs(&[&file], &args.traces.outputs(), &args.adapter)?;
     let probe = mlp_stack::Probe::open(&file)?;
     let mut budget = args.budget.config()?;
     if budget.vram_budget.is_none() && args.file.is_none() {
@@ -131,12 +120,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     let gpu = result.context("no pass ran")?;
-    if let Some(path) = &args.timeline {
-        write_file(path, trace.to_svg().as_bytes())?;
-    }
-    if let Some(path) = &args.trace {
-        write_file(path, &serde_json::to_vec_pretty(&trace.to_chrome_json())?)?;
-    }
+    args.traces.write(&trace)?;
     let check = probe.verify(&model, &x, &gpu)?;
     let ok = check.pass;
     let report = Report {

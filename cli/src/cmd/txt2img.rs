@@ -27,6 +27,7 @@ use dynvram_models::txt2img::{
 };
 use dynvram_models::vae::VaeConfig;
 use dynvram_runtime::ActDtype;
+use dynvram_runtime::trace::Trace;
 use serde::Serialize;
 
 use crate::cmd::dit::steps;
@@ -86,6 +87,9 @@ pub struct Args {
     /// The rates `--plan` predicts the time at.
     #[command(flatten)]
     rates: RateArgs,
+    /// The transformer's last step drawn or written (--timeline, --trace).
+    #[command(flatten)]
+    traces: crate::cmd::trace_args::TraceArgs,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
@@ -460,11 +464,9 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let outs: Vec<PathBuf> = (0..batch).map(|b| out_path(&args.out, b, batch)).collect();
     let mut reads: Vec<&Path> = reads.iter().map(PathBuf::as_path).collect();
     reads.extend(args.noise.as_deref());
-    crate::cmd::outputs::check_outputs(
-        &reads,
-        &outs.iter().map(|o| Some(o.as_path())).collect::<Vec<_>>(),
-        &args.runtime.adapter,
-    )?;
+    let mut writes: Vec<Option<&Path>> = outs.iter().map(|o| Some(o.as_path())).collect();
+    writes.extend(args.traces.outputs());
+    crate::cmd::outputs::check_outputs(&reads, &writes, &args.runtime.adapter)?;
     let pipeline = Pipeline::open(&files, configs)?;
     let dev = pipeline.flux.config.guidance_embed;
     let steps = args.steps.unwrap_or(if dev { 28 } else { 4 });
@@ -513,8 +515,11 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let images = pipeline.run(&rt, &req, &mut on_progress)?;
+    let mut trace = Trace::new();
+    let traced = args.traces.wanted().then_some(&mut trace);
+    let images = pipeline.run_traced(&rt, &req, &mut on_progress, traced)?;
     let outputs = write_pngs(&images, &args.out)?;
+    args.traces.write(&trace)?;
     let report = Report {
         adapter: rt.gpu().info.name.clone(),
         backend: rt.gpu().caps.backend.clone(),

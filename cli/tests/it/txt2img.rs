@@ -147,6 +147,12 @@ fn txt2img_pngs_match_diffusers_resident_and_streamed() {
         if let Some(b) = budget {
             args.extend(["--vram-budget", b]);
         }
+        // The streamed run draws and writes its last step's pass.
+        let (svg, trace) = (dir.path().join("step.svg"), dir.path().join("step.json"));
+        let (svg_s, trace_s) = (svg.to_str().expect("utf-8"), trace.to_str().expect("utf-8"));
+        if name == "streamed" {
+            args.extend(["--timeline", svg_s, "--trace", trace_s]);
+        }
         let report = if models == &comfy {
             txt2img(models, &args)
         } else {
@@ -168,6 +174,21 @@ fn txt2img_pngs_match_diffusers_resident_and_streamed() {
         eprintln!("{name}: {streamed} bytes streamed");
         assert_eq!(streamed > 0, budget.is_some(), "{report}");
         assert!(report["peak_vram"].as_u64().expect("peak") > 0);
+        if name == "streamed" {
+            let t: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&trace).expect("trace written"))
+                    .expect("trace json");
+            let events = t["traceEvents"].as_array().expect("events");
+            let named = |p: &str| {
+                events
+                    .iter()
+                    .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with(p)))
+                    .count()
+            };
+            assert!(named("record ") > 0 && named("submit ") > 0, "{t}");
+            let svg = std::fs::read_to_string(&svg).expect("timeline written");
+            assert!(svg.starts_with("<svg") && svg.contains("kernel recording"));
+        }
         for (i, png) in ["image_0.png", "image_1.png"].iter().enumerate() {
             let path = dir.path().join(format!("{name}_{i}.png"));
             assert_eq!(

@@ -31,6 +31,7 @@ use dynvram_runtime::loader::ModelFiles;
 use dynvram_runtime::memory::Placement;
 use dynvram_runtime::quant::TensorList;
 use dynvram_runtime::roofline::{self, Bound, Rates};
+use dynvram_runtime::trace::Trace;
 use dynvram_runtime::{
     ActDtype, FilesList, Model, ModelReport, ModelSpec, PassStats, PipelineTime, Runtime,
     RuntimeError, StreamSources,
@@ -415,6 +416,19 @@ impl Pipeline {
         req: &Request,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<Images, ModelError> {
+        self.run_traced(rt, req, progress, None)
+    }
+
+    /// [`Self::run`], with the transformer's last step recorded in `trace`
+    /// (its pass timeline: host lanes, and the device's where weights
+    /// stream through a copy queue).
+    pub fn run_traced(
+        &self,
+        rt: &Runtime,
+        req: &Request,
+        progress: &mut dyn FnMut(Progress<'_>),
+        trace: Option<&mut Trace>,
+    ) -> Result<Images, ModelError> {
         let latent = self.check(req)?;
         let _span = tracing::info_span!("txt2img", batch = latent.batch).entered();
         let b = latent.batch;
@@ -516,7 +530,7 @@ impl Pipeline {
             };
             let opts = SampleOptions {
                 on_step: Some(&mut on_step),
-                ..SampleOptions::default()
+                trace,
             };
             let stats = sample::sample(&mut flux, rt, model, &mut inputs, &wide, opts)?;
             prefetched?;
