@@ -23,6 +23,8 @@ use dynvram_memory::{
     Layout, LayoutConfig, LayoutError, Placement, Plan, PlanError, PlanRoom, bit_reverse,
     plan_ranked,
 };
+use std::collections::{BTreeMap, HashMap};
+
 use serde::Serialize;
 
 /// Arenas grow in 16 MiB steps *(aimdo)*, but never beyond what is needed
@@ -238,26 +240,30 @@ pub fn layout_for(weights: &[PlanWeight]) -> LayoutConfig {
 /// kept single blocks, whose copies hide behind their own work, in place
 /// of double ones, whose copies do not: slower (session 27).
 pub fn residency_ranks(weights: &[PlanWeight]) -> Vec<u64> {
-    let blocks = weights.iter().map(|w| w.block + 1).max().unwrap_or(0);
-    let mut bytes = vec![0u64; blocks];
+    // Bytes per block that has weights (sparse: a spec's block indices
+    // are not trusted to be small), in block order.
+    let mut bytes: BTreeMap<usize, u64> = BTreeMap::new();
     for w in weights {
-        bytes[w.block] += w.size;
+        let b = bytes.entry(w.block).or_default();
+        *b = b.saturating_add(w.size);
     }
-    // Each block's rank: its run's first block, then its place in the run.
-    let mut rank = vec![0u64; blocks];
+    let blocks: Vec<(usize, u64)> = bytes.into_iter().collect();
+    // Each block's rank: its run's place, then its place in the run.
+    let mut rank: HashMap<usize, u64> = HashMap::with_capacity(blocks.len());
     let mut start = 0;
-    while start < blocks {
-        let len = bytes[start..]
+    while let Some(&(first, size)) = blocks.get(start) {
+        let len = blocks[start..]
             .iter()
-            .take_while(|&&b| b == bytes[start])
+            .enumerate()
+            .take_while(|&(k, &(b, s))| s == size && b.checked_sub(first) == Some(k))
             .count();
         let bits = len.next_power_of_two().trailing_zeros();
-        for i in 0..len {
-            rank[start + i] = ((start as u64) << 32) | bit_reverse(i as u64, bits);
+        for (i, &(b, _)) in blocks[start..start + len].iter().enumerate() {
+            rank.insert(b, ((start as u64) << 32) | bit_reverse(i as u64, bits));
         }
         start += len;
     }
-    weights.iter().map(|w| rank[w.block]).collect()
+    weights.iter().map(|w| rank[&w.block]).collect()
 }
 
 /// The pages of `weights` as the planner and the residency policy lay them
@@ -440,6 +446,25 @@ mod tests {
         let half = layout.max_watermark_within(layout.total_bytes() / 2);
         let resident: Vec<usize> = (0..6).filter(|&i| layout.is_resident(i, half)).collect();
         assert_eq!(resident, [0, 2, 4]);
+    }
+
+    #[test]
+    fn ranks_take_any_block_index_and_size() {
+        let w = |block: usize, size: u64| PlanWeight {
+            name: format!("w{block}"),
+            size,
+            block,
+            group: 0,
+        };
+        let ranks = residency_ranks(&[
+            w(usize::MAX, u64::MAX),
+            w(usize::MAX, u64::MAX),
+            w(usize::MAX - 1, u64::MAX),
+            w(0, 1),
+        ]);
+        // Block 0 first; the two huge blocks (sizes saturated: equal) are
+        // one run of two, the later one second within it.
+        assert_eq!(ranks, [(1 << 32) | 1, (1 << 32) | 1, 1 << 32, 0]);
     }
 
     #[test]
