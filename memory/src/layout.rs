@@ -126,9 +126,9 @@ impl Layout {
     /// Lays out `sizes` (load order) over pages, the tensors past the tiny
     /// ones in order of `ranks` (one per tensor; ties and an empty slice in
     /// load order): a watermark then keeps the lowest ranks resident. The
-    /// runtime ranks a model's blocks by bit reversal, so a watermark's
-    /// resident blocks spread over the pass and the streamed ones' copies
-    /// overlap the resident ones' work.
+    /// runtime ranks blocks so that what a watermark keeps of each run of
+    /// equal blocks is spread over it (`residency_ranks`), and the streamed
+    /// blocks' copies overlap the resident ones' work.
     pub fn ranked(sizes: &[u64], ranks: &[u64], cfg: &LayoutConfig) -> Result<Self, LayoutError> {
         cfg.validate()?;
         // Every tensor takes at most ceil(size / page) pages, at least one

@@ -286,7 +286,8 @@ pub fn plan_model(
     let config = layout_for(weights);
     let sizes: Vec<(&str, u64)> = weights.iter().map(|w| (w.name.as_str(), w.size)).collect();
     let ranks = residency_ranks(weights);
-    let layout = layout_of(weights)?;
+    let only: Vec<u64> = weights.iter().map(|w| w.size).collect();
+    let layout = Layout::ranked(&only, &ranks, &config)?;
     let layout_at = |w: u32, capacity: Option<u64>| {
         arena_layout(weights, |i| !layout.is_resident(i, w), capacity)
     };

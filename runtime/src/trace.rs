@@ -125,7 +125,7 @@ impl Trace {
         dur: std::time::Duration,
     ) {
         if self.enabled {
-            let end = self.origin.elapsed().as_secs_f64() * 1e6;
+            let end = self.now_us();
             let dur_us = dur.as_secs_f64() * 1e6;
             self.events.push(Event {
                 name: name.to_string(),

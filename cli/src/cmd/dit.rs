@@ -113,13 +113,11 @@ struct Report {
 
 /// Runs the subcommand.
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
+    let mut writes = vec![Some(args.out.as_path())];
+    writes.extend(args.traces.outputs());
     crate::cmd::outputs::check_outputs(
         &[&args.model, &args.inputs],
-        &[
-            Some(args.out.as_path()),
-            args.traces.timeline.as_deref(),
-            args.traces.trace.as_deref(),
-        ],
+        &writes,
         &args.runtime.adapter,
     )?;
     let ckpt = FluxCheckpoint::open(&args.model)

@@ -481,7 +481,6 @@ fn blocks(spec: &ModelSpec, work: &[BlockWork], rates: &Rates) -> Vec<BlockRow> 
         .collect()
 }
 
-/// Block names as runs: `layers.0 … layers.19` for consecutive blocks.
 /// Blocks (index, name) as ranges of consecutive ones: `embed`,
 /// `layers.0 … layers.3 (4 blocks)`, `embed, layers.0, layers.4 (3
 /// blocks)`; past four ranges the first three and a count (residency spreads
@@ -548,27 +547,16 @@ fn print_text(r: &Report, describe: &str, tensors: bool) {
         "peak       {} at most (resident pages, arenas, activations)",
         size(r.peak_bytes)
     );
-    let only_resident: Vec<(usize, &str)> = r
-        .blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.streamed_bytes == 0)
-        .map(|(i, b)| (i, b.name.as_str()))
-        .collect();
-    let all_streamed: Vec<(usize, &str)> = r
-        .blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.resident_bytes == 0 && b.streamed_bytes > 0)
-        .map(|(i, b)| (i, b.name.as_str()))
-        .collect();
-    let partly: Vec<(usize, &str)> = r
-        .blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.resident_bytes > 0 && b.streamed_bytes > 0)
-        .map(|(i, b)| (i, b.name.as_str()))
-        .collect();
+    // The blocks (index, name) whose (resident, streamed) bytes pass `keep`.
+    let blocks_where = |keep: fn(u64, u64) -> bool| -> Vec<(usize, &str)> {
+        (r.blocks.iter().enumerate())
+            .filter(|(_, b)| keep(b.resident_bytes, b.streamed_bytes))
+            .map(|(i, b)| (i, b.name.as_str()))
+            .collect()
+    };
+    let only_resident = blocks_where(|_, streamed| streamed == 0);
+    let all_streamed = blocks_where(|resident, streamed| resident == 0 && streamed > 0);
+    let partly = blocks_where(|resident, streamed| resident > 0 && streamed > 0);
     println!(
         "resident   {} of {} in {} tensors: {}",
         size(r.resident_bytes),

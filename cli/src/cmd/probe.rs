@@ -247,8 +247,8 @@ fn spirv_gemm_line(
             k.gemm.tile_m,
             k.gemm.tile_n,
             converted.map_or(String::new(), |how| format!(" ({how})")),
-            cm2_small_grid(cm2, k.gemm.weights)
-                .filter(|s| s.name != k.gemm.name && converted.is_none())
+            cm2_small_grid(cm2, k.gemm.weights, converted.is_some())
+                .filter(|s| s.name != k.gemm.name)
                 .map_or(String::new(), |s| format!(
                     "; {} ({}x{}) where those tiles fill at most half the {} multiprocessors",
                     s.name, s.tile_m, s.tile_n, cm2.sm_count

@@ -17,11 +17,10 @@ use ash::vk;
 
 use dynvram_loader::bench::Figure;
 
-/// One source of host memory: its name, buffer, memory.
+/// One source of host memory: its name and buffer.
 struct Source {
     name: String,
     buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
 }
 
 /// The probe's device and what it made, destroyed on drop.
@@ -30,6 +29,8 @@ struct Probe {
     instance: ash::Instance,
     device: ash::Device,
     mem: vk::PhysicalDeviceMemoryProperties,
+    /// `VK_EXT_external_memory_host` is enabled (imported sources).
+    host_import: bool,
     /// (family, queues): the universal one, then the transfer-only one
     /// where there is one.
     families: Vec<(u32, Vec<vk::Queue>)>,
@@ -79,8 +80,7 @@ pub fn host_copies(gpu_name: &str, bytes: u64, reps: usize) -> R<Vec<Figure>> {
         )
     }
     .map_err(vkr("vkCreateInstance"))?;
-    let made = open(entry, instance, gpu_name);
-    let mut p = made?;
+    let mut p = open(entry, instance, gpu_name)?;
     let mut figures = Vec::new();
     // VRAM the host cannot see where there is such (not the BAR window).
     let (dl, hv) = (
@@ -189,6 +189,7 @@ fn open(entry: ash::Entry, instance: ash::Instance, gpu_name: &str) -> R<Probe> 
         instance,
         device,
         mem,
+        host_import: has_host,
         families: Vec::new(),
         pools: Vec::new(),
         buffers: Vec::new(),
@@ -264,8 +265,9 @@ impl Probe {
     }
 
     /// The host-memory sources: the driver's host-visible types that are not
-    /// device-local (filled through a map), then anonymous memory on huge
-    /// pages imported in each type the import allows.
+    /// device-local (filled through a map), then, where the device imports,
+    /// anonymous memory on huge pages imported in each type the import
+    /// allows.
     fn sources(&mut self, bytes: u64) -> R<Vec<Source>> {
         let mut out = Vec::new();
         let types: Vec<vk::MemoryPropertyFlags> = self.mem.memory_types
@@ -300,10 +302,11 @@ impl Probe {
             out.push(Source {
                 name: format!("driver host memory (type {i}: {f:?})"),
                 buffer: b,
-                memory,
             });
         }
-        out.extend(self.imported(bytes, &types)?);
+        if self.host_import {
+            out.extend(self.imported(bytes, &types)?);
+        }
         Ok(out)
     }
 
@@ -371,7 +374,6 @@ impl Probe {
                     out.push(Source {
                         name: format!("imported host RAM (type {i}: {f:?})"),
                         buffer: b,
-                        memory: m,
                     });
                 }
                 Err(r) => tracing::warn!(%r, "copy probe: import in type {i}"),
@@ -392,7 +394,6 @@ impl Probe {
         queues: usize,
         reps: usize,
     ) -> R<f64> {
-        let _ = src.memory;
         let d = &self.device;
         let pool = self.pools[family];
         let info = vk::CommandBufferAllocateInfo::default()
@@ -434,6 +435,7 @@ impl Probe {
                     if let Err(r) = d.queue_submit(self.families[family].1[q], &[submit], fences[q])
                     {
                         result = Err(vkr("vkQueueSubmit")(r));
+                        break;
                     }
                 }
                 if result.is_ok() {
@@ -441,10 +443,12 @@ impl Probe {
                         .wait_for_fences(&fences, true, 10_000_000_000)
                         .map_err(vkr("vkWaitForFences"));
                 }
-                let _ = d.reset_fences(&fences);
                 if result.is_err() {
+                    // Nothing submitted may still be running when the
+                    // fences go (below, after the device is idle).
                     break;
                 }
+                let _ = d.reset_fences(&fences);
                 best = best.min(t.elapsed().as_secs_f64());
             }
             let _ = d.device_wait_idle();

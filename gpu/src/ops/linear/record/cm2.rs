@@ -194,11 +194,26 @@ pub fn cm2_int_gemm(
     pick(caps, weights, only)
 }
 
-/// The kernel a layer of `weights` takes on this device where the first
-/// choice's tiles fill at most half the multiprocessors, if the device counts
-/// them and one fits (`probe` names it).
-pub fn cm2_small_grid(cm2: &Cm2Caps, weights: Cm2Weights) -> Option<&'static Cm2Gemm> {
-    if cm2.sm_count == 0 {
+/// Whether a layer of `weights`, `converted` to them a piece at a time
+/// first or read as stored, may take the kernel for small grids. int4
+/// widened to int8 keeps the first kernel (the small-grid tiles are
+/// unmeasured there); bf16 through f16 takes them as f16 does (session 28,
+/// H100, 512 rows: 121.9 against 104.4 TFLOP/s at 4096 x 4096, 132.4
+/// against 112.4 at 4096 x 11008; session 27's 32.7 was a first use).
+pub(super) fn small_grids_for(weights: Cm2Weights, converted: bool) -> bool {
+    !(converted && weights.integer())
+}
+
+/// The kernel a layer of `weights` (`converted` to them first, or read as
+/// stored) takes on this device where the first choice's tiles fill at
+/// most half the multiprocessors, if the device counts them and one fits
+/// (`probe` names it).
+pub fn cm2_small_grid(
+    cm2: &Cm2Caps,
+    weights: Cm2Weights,
+    converted: bool,
+) -> Option<&'static Cm2Gemm> {
+    if cm2.sm_count == 0 || !small_grids_for(weights, converted) {
         return None;
     }
     CM2_GEMMS

@@ -356,12 +356,7 @@ impl Recorder<'_> {
             return None;
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
-        // int4 widened to int8 a piece at a time keeps the first kernel (the
-        // small-grid tiles are unmeasured there); bf16 through f16 takes them
-        // as f16 does (session 28, H100, 512 rows: 121.9 against 104.4
-        // TFLOP/s at 4096 x 4096, 132.4 against 112.4 at 4096 x 11008;
-        // session 27's 32.7 was a first use).
-        let shape = (!(converted && weights.integer())).then_some((self.m, self.weights.n));
+        let shape = cm2::small_grids_for(weights, converted).then_some((self.m, self.weights.n));
         cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel, shape)
     }
 
