@@ -6,7 +6,12 @@
 // the shared tile `put_w` fills each step (the next step's global reads,
 // `fetch_w`, in flight meanwhile). Loads past M, N and K read 0.
 //
+// SPLIT 1: split K. Workgroup row y is row tile y % m_tiles of split
+// y / m_tiles (`split_of`), which sums K columns [split · k_span, + k_span)
+// and hands `finish` its partial sums.
+//
 // needs: A_T, ACC_T, ACT, STAGED, finish, w
+// needs with SPLIT: split_of
 // needs with STAGED: B_PITCH (of `b_sh`'s elements), LOADS, W_RAW, b_sh,
 // fetch_w, put_w
 
@@ -20,6 +25,9 @@
 // loop.
 #ifndef FAST
 #define FAST 0
+#endif
+#ifndef SPLIT
+#define SPLIT 0
 #endif
 #ifndef FAST_ALIGN
 #define FAST_ALIGN 8u
@@ -39,7 +47,7 @@
         put_w(i, r[i]);                                                        \
     }                                                                          \
     barrier();                                                                 \
-    if (k0 + BK < p.k) {                                                       \
+    if (k0 + BK < k_hi) {                                                      \
         for (uint i = 0u; i < LOADS; i++) {                                    \
             r[i] = fetch_w(n0, k0 + BK, i);                                    \
         }                                                                      \
@@ -64,7 +72,17 @@
 
 void main() {
     uint n0 = gl_WorkGroupID.x * BN;
+#if SPLIT
+    uint m0 = (gl_WorkGroupID.y % ((p.m + BM - 1u) / BM)) * BM;
+    uint k_lo = split_of() * p.k_span;
+    // An empty split (past K) stores zeros.
+    uint k_hi = max(k_lo, min(p.k, k_lo + p.k_span));
+#else
     uint m0 = gl_WorkGroupID.y * BM;
+    // The whole of K, as the compiler sees it without a split.
+#define k_lo 0u
+#define k_hi p.k
+#endif
 
     tensorLayoutNV<2, CLAMP> t_x = createTensorLayoutNV(2, CLAMP);
     t_x = setTensorLayoutDimensionNV(t_x, p.m, p.k);
@@ -84,7 +102,7 @@ void main() {
 #if STAGED
     W_RAW r[LOADS];
     for (uint i = 0u; i < LOADS; i++) {
-        r[i] = fetch_w(n0, 0u, i);
+        r[i] = fetch_w(n0, k_lo, i);
     }
 #endif
 #if FAST
@@ -101,20 +119,24 @@ void main() {
         u_w = setTensorLayoutDimensionNV(u_w, p.n, p.k);
         u_w = setTensorLayoutStrideNV(u_w, stride, 1u);
 #endif
-        uint k0 = 0u;
+        uint k0 = k_lo;
+#if SPLIT
+        for (uint g = (k_hi - k_lo) / (BK * FAST_UNROLL); g > 0u; g--) {
+#else
         for (uint g = p.k / (BK * FAST_UNROLL); g > 0u; g--) {
+#endif
             [[unroll]] for (uint j = 0u; j < FAST_UNROLL; j++) {
                 K_STEP(u_x, u_w)
                 k0 += BK;
             }
         }
-        for (; k0 < p.k; k0 += BK) {
+        for (; k0 < k_hi; k0 += BK) {
             K_STEP(u_x, u_w)
         }
     } else
 #endif
     {
-        for (uint k0 = 0u; k0 < p.k; k0 += BK) {
+        for (uint k0 = k_lo; k0 < k_hi; k0 += BK) {
             K_STEP(t_x, t_w)
         }
     }

@@ -14,6 +14,7 @@ layout(push_constant) uniform Params {
     // Bit 0: add the bias. Integer layers: bit 1, acc · (s_x · s_w) (else
     // (acc · s_x) · s_w); bit 2, a weight scale per output row (else one).
     uint flags;
-    uint pad0;
+    // SPLIT kernels: K columns of one split (a multiple of BK · FAST_UNROLL).
+    uint k_span;
     uint pad1;
 } p;

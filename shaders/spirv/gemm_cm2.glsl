@@ -17,6 +17,12 @@
 // the chunk's last column, so no shape needs padding. Built by scripts/spirv.sh with:
 //   WEIGHT_BF16 (0 or 1), BM, BN, BK, WG (invocations)
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
+//
+// SPLIT 1 (split K, for grids too small to fill the GPU): the dispatch is
+// (ceil(n / BN), ceil(m / BM) · splits, 1), and each split writes its f32
+// partial sums, no bias, to its own [m, n] tile of `part` (binding 4) at
+// element split · m · n; linear_split_sum.wgsl adds them up, adds the bias
+// and rounds once to f16.
 
 #include "cm2_header.glsl"
 
@@ -29,8 +35,17 @@ layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
 #endif
 layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
 layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
+#if SPLIT
+layout(set = 0, binding = 4, std430) writeonly buffer Part { float part[]; };
+
+// The split of this workgroup's K columns.
+uint split_of() {
+    return gl_WorkGroupID.y / ((p.m + BM - 1u) / BM);
+}
+#else
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
 #include "cm2_store.glsl"
+#endif
 
 // The bias of output column `col` of a tile whose first column is `first`
 // (clamped into the chunk: columns past it are not stored).
@@ -64,6 +79,16 @@ void put_w(uint i, uvec2 v) {
 }
 #endif
 
+#if SPLIT
+// Stores the split's partial sums (bounded at M and the chunk's columns).
+void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> t =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    t = setTensorLayoutDimensionNV(t, p.m, p.n);
+    t = setTensorLayoutStrideNV(t, p.n, 1u);
+    coopMatStoreTensorNV(acc, part, split_of() * p.m * p.n, sliceTensorLayoutNV(t, m0, BM, n0, BN));
+}
+#else
 // Adds the bias (where asked) and stores the tile.
 void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
     if ((p.flags & 1u) != 0u) {
@@ -71,6 +96,7 @@ void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> a
     }
     store_tile(acc, m0, n0);
 }
+#endif
 
 #define A_T float16_t
 #define ACC_T float

@@ -188,6 +188,10 @@ pub const BF16_TO_F16: &str = wgsl!("weight_convert.wgsl", "bf16_to_f16.wgsl");
 /// int8 GEMM.
 pub const INT4_TO_INT8: &str = wgsl!("weight_convert.wgsl", "int4_to_int8.wgsl");
 
+/// The split-K SPIR-V GEMM's partial sums added, the bias added and the
+/// sum rounded to the output (`linear_split_sum.wgsl`).
+pub const SPLIT_SUM: &str = wgsl!("linear_split_sum.wgsl");
+
 /// Which cooperative-matrix GEMM kernel runs the layers that take one
 /// (`GpuOptions::coop_gemm`, `DYNVRAM_COOP_GEMM`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -602,6 +606,7 @@ pub const FLOAT_GEMM: &str = wgsl!("linear_float_common.wgsl", "linear_float_gem
 pub const ALL: &[(&str, &str)] = &[
     ("bf16_to_f16.wgsl", BF16_TO_F16),
     ("int4_to_int8.wgsl", INT4_TO_INT8),
+    ("linear_split_sum.wgsl", SPLIT_SUM),
     ("weight_convert.wgsl", wgsl!("weight_convert.wgsl")),
     (
         "linear_reduce_workgroup.wgsl",

@@ -125,6 +125,17 @@ pub static CM2_GEMMS: [Cm2Gemm; 14] = [
     cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
 ];
 
+/// The kernels of [`CM2_GEMMS`] with K split across workgroups
+/// (`SPLIT 1`), each the same tile and loop as the kernel of its weights and
+/// tile there: for grids whose tiles fill at most half the GPU (prefill's
+/// 512 rows on 4096-wide layers, 64 tiles of 128 x 256 on 132
+/// multiprocessors), as llama.cpp splits K in that case. The push constant
+/// `k_span` gives the K columns a split sums; each split writes f32 partial
+/// sums to its own tile of binding 4 (no bias), and
+/// `linear::SPLIT_SUM` adds them up and rounds once.
+pub static CM2_SPLIT_GEMMS: [Cm2Gemm; 1] =
+    [cm2_gemm!("gemm_cm2_f16_k32_fast_split", F16, 256, 32, 0)];
+
 /// A plain float linear with the interface of [`CM2_GEMMS`] (the same
 /// bindings, push constants and output contract; f16 weights, 16 x 16
 /// tiles) and no cooperative matrices (`spirv/linear_check.comp`): never
@@ -234,16 +245,23 @@ mod tests {
                 comps += 1;
                 let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
                 assert!(
-                    CM2_GEMMS.iter().any(|g| g.name == stem)
+                    CM2_GEMMS
+                        .iter()
+                        .chain(&CM2_SPLIT_GEMMS)
+                        .any(|g| g.name == stem)
                         || CM2_FLASH.iter().any(|f| f.name == stem)
                         || stem == LINEAR_CHECK.name,
                     "{stem}.comp is not listed in CM2_GEMMS or CM2_FLASH"
                 );
             }
         }
-        assert_eq!(comps, CM2_GEMMS.len() + CM2_FLASH.len() + 1);
+        assert_eq!(
+            comps,
+            CM2_GEMMS.len() + CM2_SPLIT_GEMMS.len() + CM2_FLASH.len() + 1
+        );
         let modules = CM2_GEMMS
             .iter()
+            .chain(&CM2_SPLIT_GEMMS)
             .chain([&LINEAR_CHECK])
             .map(|g| (g.name, g.spirv));
         for (name, spv) in modules.chain(CM2_FLASH.iter().map(|f| (f.name, f.spirv))) {
@@ -264,8 +282,15 @@ mod tests {
             assert_eq!(fast, f.fast, "{}", f.name);
             assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
         }
-        for g in &CM2_GEMMS {
+        for g in CM2_GEMMS.iter().chain(&CM2_SPLIT_GEMMS) {
             let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");
+            let split = comp.lines().any(|l| l == "#define SPLIT 1");
+            assert_eq!(
+                split,
+                CM2_SPLIT_GEMMS.iter().any(|s| s.name == g.name),
+                "{}",
+                g.name
+            );
             let (flag, set) = match g.weights {
                 Cm2Weights::F16 => ("WEIGHT_BF16", false),
                 Cm2Weights::Bf16 => ("WEIGHT_BF16", true),

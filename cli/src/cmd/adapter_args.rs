@@ -99,7 +99,10 @@ impl std::str::FromStr for Seconds {
 /// converted to f16 a piece at a time for the f16 kernels; `staged`, the
 /// bf16 kernels, for comparisons) and `DYNVRAM_CM2_INT4` (how int4 layers
 /// take them: `int8`, the default, widened to int8 a piece at a time for
-/// the int8 kernels; `staged`, the int4 kernels) and
+/// the int8 kernels; `staged`, the int4 kernels) and `DYNVRAM_CM2_SPLIT`
+/// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,
+/// the default; `off`, narrower tiles instead; a number, that many splits
+/// wherever a kernel can, for tuning) and
 /// `DYNVRAM_GPU_WAIT` (seconds a wait for the GPU may take, 300): the one
 /// place the program reads them. A value it does not know is warned about
 /// and the default kept. No pipeline
@@ -129,6 +132,7 @@ pub fn gpu_options() -> GpuOptions {
         spirv_gemm: var("DYNVRAM_SPIRV_GEMM", d.spirv_gemm),
         cm2_bf16: var("DYNVRAM_CM2_BF16", d.cm2_bf16),
         cm2_int4: var("DYNVRAM_CM2_INT4", d.cm2_int4),
+        cm2_split: var("DYNVRAM_CM2_SPLIT", d.cm2_split),
         wait_limit: optional::<Seconds>("DYNVRAM_GPU_WAIT").map_or(d.wait_limit, |s| s.0),
         pipeline_cache: None,
     }

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::device::{
-    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, SpirvGemm, enumerate_adapters,
+    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, SpirvGemm, enumerate_adapters,
 };
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
-    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, cm2_small_grid, coop_unusable,
-    double_unusable,
+    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, cm2_small_grid, cm2_split_gemm,
+    coop_unusable, double_unusable,
 };
 use serde::Serialize;
 
@@ -241,19 +241,37 @@ fn spirv_gemm_line(
         return "wgsl coop: VK_NV_cooperative_matrix2 missing".into();
     };
     match pick(Some(cm2)) {
-        Ok(k) => format!(
-            "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}{}",
-            k.gemm.name,
-            k.gemm.tile_m,
-            k.gemm.tile_n,
-            converted.map_or(String::new(), |how| format!(" ({how})")),
-            cm2_small_grid(cm2, k.gemm.weights, converted.is_some())
-                .filter(|s| s.name != k.gemm.name)
-                .map_or(String::new(), |s| format!(
-                    "; {} ({}x{}) where those tiles fill at most half the {} multiprocessors",
-                    s.name, s.tile_m, s.tile_n, cm2.sm_count
-                ))
-        ),
+        Ok(k) => {
+            let split = (opts.cm2_split != Cm2Split::Off && cm2.sm_count > 0)
+                .then(|| cm2_split_gemm(cm2, k.gemm))
+                .flatten();
+            let small = cm2_small_grid(cm2, k.gemm.weights, converted.is_some())
+                .filter(|s| s.name != k.gemm.name);
+            let sms = cm2.sm_count;
+            let small_grids = match (split, small) {
+                (Some(s), small) => format!(
+                    "; where those tiles fill at most half the {sms} multiprocessors, K split over workgroups ({}; K of {} or more, else {}; DYNVRAM_CM2_SPLIT=off takes no split)",
+                    s.name,
+                    dynvram_runtime::device::SPLIT_MIN_K,
+                    small.map_or("unsplit".into(), |s| format!(
+                        "{} ({}x{})",
+                        s.name, s.tile_m, s.tile_n
+                    )),
+                ),
+                (None, Some(s)) => format!(
+                    "; {} ({}x{}) where those tiles fill at most half the {sms} multiprocessors",
+                    s.name, s.tile_m, s.tile_n
+                ),
+                (None, None) => String::new(),
+            };
+            format!(
+                "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}{small_grids}",
+                k.gemm.name,
+                k.gemm.tile_m,
+                k.gemm.tile_n,
+                converted.map_or(String::new(), |how| format!(" ({how})")),
+            )
+        }
         Err(why) => format!("wgsl coop: {why}"),
     }
 }

@@ -649,6 +649,49 @@ impl std::str::FromStr for Cm2Bf16 {
     }
 }
 
+/// Whether a GEMM whose tiles fill at most half the GPU splits K across
+/// workgroups (the embedder's choice; the CLI reads `DYNVRAM_CM2_SPLIT`).
+/// Prefill's 512 rows on a 4096-wide layer are 64 tiles of 128 x 256 on
+/// 132 multiprocessors: [`Self::Auto`], the default, splits K in as many
+/// parts as fill the GPU (at most 8, where K is at least
+/// [`SPLIT_MIN_K`] and the kernel has a split variant), as llama.cpp does;
+/// [`Self::Off`] takes the narrower tiles for small grids instead. Each
+/// split writes f32 partial sums (at most one wave of tiles' worth of
+/// scratch) that one more launch adds up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cm2Split {
+    /// Split where the tiles fill at most half the multiprocessors.
+    #[default]
+    Auto,
+    /// Never split.
+    Off,
+    /// This many splits wherever the kernel has a split variant (tools).
+    Splits(u32),
+}
+
+/// K below which a GEMM is not split ([`Cm2Split::Auto`]): the partial
+/// sums' extra launch outweighs the gain.
+pub const SPLIT_MIN_K: u64 = 2048;
+
+/// Splits at most ([`Cm2Split::Auto`]).
+pub const SPLIT_MAX: u64 = 8;
+
+impl std::str::FromStr for Cm2Split {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "auto" | "on" => Ok(Self::Auto),
+            "off" | "0" | "1" => Ok(Self::Off),
+            n => match n.parse::<u32>() {
+                Ok(n) if n <= 64 => Ok(Self::Splits(n)),
+                _ => Err(format!(
+                    "split K `{n}`: want auto, off or a number of splits up to 64"
+                )),
+            },
+        }
+    }
+}
+
 /// Devices for the choosers' unit tests.
 #[cfg(test)]
 pub(crate) mod test_caps {

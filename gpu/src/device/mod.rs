@@ -38,8 +38,8 @@ mod wait;
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
 pub use cm2::{
-    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, SpirvGemm, adapter_cm2,
-    converted_piece_limit,
+    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, SPLIT_MIN_K,
+    SpirvGemm, adapter_cm2, converted_piece_limit,
 };
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};
@@ -107,6 +107,8 @@ pub struct Gpu {
     cm2_bf16: Cm2Bf16,
     /// [`GpuOptions::cm2_int4`].
     cm2_int4: Cm2Int4,
+    /// [`GpuOptions::cm2_split`].
+    cm2_split: Cm2Split,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
     /// Pipelines created and the nanoseconds that took ([`Gpu::pipeline_time`]).
@@ -262,6 +264,7 @@ impl Gpu {
             spirv_gemm: options.spirv_gemm,
             cm2_bf16: options.cm2_bf16,
             cm2_int4: options.cm2_int4,
+            cm2_split: options.cm2_split,
             cm2,
             pipelines_created: AtomicU64::new(0),
             pipeline_nanos: AtomicU64::new(0),
@@ -314,6 +317,11 @@ impl Gpu {
     /// How int4 layers take the SPIR-V GEMM ([`GpuOptions::cm2_int4`]).
     pub fn cm2_int4(&self) -> Cm2Int4 {
         self.cm2_int4
+    }
+
+    /// Whether small grids split K ([`GpuOptions::cm2_split`]).
+    pub fn cm2_split(&self) -> Cm2Split {
+        self.cm2_split
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -796,6 +804,10 @@ pub struct GpuOptions {
     /// kernels ([`Cm2Int4::Staged`]) or widened to int8 a piece at a time
     /// for the int8 kernels ([`Cm2Int4::ViaInt8`], the default).
     pub cm2_int4: Cm2Int4,
+    /// Whether SPIR-V GEMMs whose tiles fill at most half the GPU split K
+    /// across workgroups ([`Cm2Split::Auto`], the default) or take
+    /// narrower tiles ([`Cm2Split::Off`]).
+    pub cm2_split: Cm2Split,
     /// How long a wait for the GPU may take before it is an error (a
     /// faulted kernel can leave a fence unsignalled; see [`wait_limit`]):
     /// [`DEFAULT_WAIT_LIMIT`]. Process-wide: the last device opened sets it.
@@ -822,6 +834,7 @@ impl Default for GpuOptions {
             spirv_gemm: SpirvGemm::default(),
             cm2_bf16: Cm2Bf16::default(),
             cm2_int4: Cm2Int4::default(),
+            cm2_split: Cm2Split::default(),
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,
         }

@@ -499,3 +499,74 @@ fn spirv_gemm_is_taken_only_where_the_device_has_it() {
         }
     }
 }
+
+/// The split-K GEMM (`CM2_SPLIT_GEMMS`, each split's f32 partial sums added
+/// by `linear_split_sum.wgsl`, the bias added there) matches the reference
+/// as the unsplit kernel does: f16 and bf16 (through f16) weights, forced
+/// splits of 2, 3 and 8 over K that leaves a short last split or spans
+/// shorter than the split asks (fewer splits), edge tiles, bias or none,
+/// weights over several bindings, and the automatic split of prefill's
+/// small grid (512 x 4096 x 4096: 64 tiles, two splits on a device of 128
+/// multiprocessors or more).
+#[test]
+fn split_spirv_gemm_matches_the_reference() {
+    use dynvram_gpu::device::Cm2Split;
+    let test = "split_spirv_gemm_matches_the_reference";
+    let Some(mut env) = spirv_env(test, needs_f16) else {
+        return;
+    };
+    let Some(caps) = env.gpu.cm2().cloned() else {
+        let why = cm2_gemm(None, Format::F16, ActDtype::F16, None).err();
+        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+        return;
+    };
+    if let Err(why) = cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None) {
+        spirv_skipped(&format!("{test}: skipped: {why}"));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(63);
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    // (M, N, K, splits, weights over bindings)
+    let cases = [
+        (130, 300, 4100, Cm2Split::Splits(2), false),
+        (257, 513, 1028, Cm2Split::Splits(3), true),
+        (m0, 17, 2500, Cm2Split::Splits(8), false),
+        (384, 768, 1216, Cm2Split::Splits(3), false),
+        (m0, 40, 36, Cm2Split::Splits(2), false),
+        (512, 4096, 4096, Cm2Split::Auto, false),
+    ];
+    for format in [Format::F16, Format::Bf16] {
+        for (i, &(m, n, k, split, chunks)) in cases.iter().enumerate() {
+            let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
+            let x = random_x(&mut rng, m, k);
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            let opts = RecordOptions {
+                cm2_split: Some(split),
+                max_binding: chunks.then_some(100 * 2 * k as u64),
+                ..Default::default()
+            };
+            let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+            let unsplit = RecordOptions {
+                cm2_split: Some(Cm2Split::Off),
+                ..opts
+            };
+            let plain = env.run_f16_with(&h, KernelChoice::Float, &x, &unsplit);
+            let what = format!("{format:?} M={m} N={n} K={k} {split:?} chunks={chunks}");
+            let launches = env.scratch.last_dispatches();
+            let _ = env.run_f16_with(&h, KernelChoice::Float, &x, &opts);
+            let split_launches = env.scratch.last_dispatches();
+            // A split chunk is two launches (the GEMM, the sum); K = 36 is
+            // one split of 256 columns, 512 x 4096 splits where the device
+            // has at least 128 multiprocessors.
+            let splits = !(k < 256 || (split == Cm2Split::Auto && caps.sm_count < 128));
+            if splits && format == Format::F16 {
+                assert_eq!(split_launches, 2 * launches, "{what}: the split launches");
+            } else if !splits {
+                assert_eq!(split_launches, launches, "{what}: unsplit");
+            }
+            assert_f16_close(&what, &y, &e, 1e-5);
+            assert_f16_close(&format!("{what} unsplit"), &plain.out, &e, 1e-5);
+        }
+    }
+}

@@ -185,6 +185,23 @@ impl LinearScratch {
         b
     }
 
+    /// The split-K GEMMs' partial sums (f32), at least `bytes` long: the
+    /// attention's partials' buffer (each use writes it before reading it,
+    /// one launch after another).
+    pub(super) fn split_partials(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.partials,
+            self.budget.as_ref(),
+            gpu,
+            "linear.split_partials",
+            bytes,
+        )
+    }
+
     /// The rows of the layer being recorded that the converted weights
     /// hold, as (first row, rows).
     pub(super) fn converted(&self) -> Option<(u64, u64)> {

@@ -15,14 +15,14 @@
 //! everywhere else.
 
 use dynvram_quant::Format;
-use dynvram_shaders::spirv::{CM2_GEMMS, LINEAR_CHECK};
+use dynvram_shaders::spirv::{CM2_GEMMS, CM2_SPLIT_GEMMS, LINEAR_CHECK};
 pub use dynvram_shaders::spirv::{Cm2Gemm, Cm2Weights};
 
-use crate::device::Cm2Caps;
 use crate::device::cm2::{
-    COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, Cm2Footprint, Cm2Misfit,
-    enabled_with,
+    COMPONENT_F16, COMPONENT_F32, COMPONENT_S8, COMPONENT_S32, Cm2Footprint, Cm2Misfit, SPLIT_MAX,
+    SPLIT_MIN_K, enabled_with,
 };
+use crate::device::{Cm2Caps, Cm2Split};
 use crate::ops::cache::{SpirvProgram, spirv_programs};
 use crate::tensor::ActDtype;
 
@@ -60,7 +60,9 @@ pub(super) struct Cm2Params {
     /// Bit 0: add the bias. Integer layers: bit 1, `acc · (s_x · s_w)`
     /// (else `(acc · s_x) · s_w`); bit 2, a weight scale per output row.
     pub flags: u32,
-    pub _pad: [u32; 2],
+    /// Split kernels: K columns a split sums ([`split_span`]).
+    pub k_span: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(size_of::<Cm2Params>() == 32);
 
@@ -79,6 +81,10 @@ const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
 
 /// The programs of [`CM2_GEMMS`], in the same order.
 static PROGRAMS: [SpirvProgram; CM2_GEMMS.len()] = spirv_programs!(CM2_GEMMS, program);
+
+/// The programs of [`CM2_SPLIT_GEMMS`], in the same order.
+static SPLIT_PROGRAMS: [SpirvProgram; CM2_SPLIT_GEMMS.len()] =
+    spirv_programs!(CM2_SPLIT_GEMMS, program);
 
 /// [`LINEAR_CHECK`]'s program.
 static CHECK_PROGRAM: SpirvProgram = program(&LINEAR_CHECK);
@@ -221,6 +227,12 @@ pub fn cm2_small_grid(
         .find(|g| g.small_grids && g.weights == weights && fits(cm2, g).is_ok())
 }
 
+/// The split-K variant of `g` on this device (where small grids split K,
+/// `Cm2Split`), if it has one that fits (`probe` names it).
+pub fn cm2_split_gemm(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<&'static Cm2Gemm> {
+    split_variant(cm2, g).map(|k| k.gemm)
+}
+
 /// `cm2` where the device enabled every feature the GEMMs use.
 fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
     enabled_with(cm2, Cm2Caps::missing_features)
@@ -288,15 +300,17 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
 }
 
 /// The launch path's choice for a GEMM of `shape` (M, N; `None`: the
-/// first kernel whatever the grid): what [`pick`] picks, without
-/// formatting why not (none where a feature is missing) — unless a kernel
-/// was named, the first kernel for small grids instead where the first
-/// choice's tiles fill at most half the multiprocessors.
+/// first kernel whatever the grid) over `k` columns: what [`pick`] picks,
+/// without formatting why not (none where a feature is missing) — unless a
+/// kernel was named, the first kernel for small grids instead where the
+/// first choice's tiles fill at most half the multiprocessors and `split`
+/// does not split its K there ([`splits`]).
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
     only: Option<&str>,
     shape: Option<(u64, u64)>,
+    (split, k): (Cm2Split, u64),
 ) -> Option<Cm2Kernel> {
     if !caps.complete() {
         return None;
@@ -308,9 +322,12 @@ pub(super) fn fitting(
     let (gemm, program) = kernels
         .clone()
         .find(|(g, _)| only.is_none_or(|n| n == g.name))?;
+    let splits_there = |shape| {
+        splits(split, caps.sm_count, gemm, shape, k).1 > 1 && split_variant(caps, gemm).is_some()
+    };
     if only.is_none()
         && !gemm.small_grids
-        && shape.is_some_and(|shape| small_grid(caps, gemm, shape))
+        && shape.is_some_and(|shape| small_grid(caps, gemm, shape) && !splits_there(shape))
         && let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids)
     {
         return Some(Cm2Kernel { gemm, program });
@@ -324,9 +341,72 @@ pub(super) fn fitting(
 /// the 128-wide tiles won at 64 of 128 x 256 (512 x 4096: f16 159 against
 /// 127 TFLOP/s, int8 233 against 177 TOPS) and lost at 96 (1024-row chunks
 /// of 4608 x 3072 x 15360, int8 206 against 262).
-fn small_grid(caps: &Cm2Caps, g: &Cm2Gemm, (m, n): (u64, u64)) -> bool {
-    let tiles = m.div_ceil(u64::from(g.tile_m)) * n.div_ceil(u64::from(g.tile_n));
-    2 * tiles <= u64::from(caps.sm_count)
+fn small_grid(caps: &Cm2Caps, g: &Cm2Gemm, shape: (u64, u64)) -> bool {
+    2 * tiles(g, shape) <= u64::from(caps.sm_count)
+}
+
+/// The tiles of `g` over `(m, n)`.
+fn tiles(g: &Cm2Gemm, (m, n): (u64, u64)) -> u64 {
+    m.div_ceil(u64::from(g.tile_m)) * n.div_ceil(u64::from(g.tile_n))
+}
+
+/// How K of a GEMM of `g`'s tiles over `(m, n)` x `k` splits under
+/// `split` on a device of `sm_count` multiprocessors (0: unknown), as
+/// [`split_span`]'s (columns a split, splits); 1 split for none.
+/// [`Cm2Split::Auto`]: as many as fill the device where the tiles fill at
+/// most half of it and K is at least [`SPLIT_MIN_K`], at most
+/// [`SPLIT_MAX`] — at most one wave of workgroups, so the partial sums are
+/// at most `sm_count` tiles of f32.
+pub(super) fn splits(
+    split: Cm2Split,
+    sm_count: u32,
+    g: &Cm2Gemm,
+    shape: (u64, u64),
+    k: u64,
+) -> (u64, u64) {
+    let want = match split {
+        Cm2Split::Off => 1,
+        Cm2Split::Splits(n) => u64::from(n),
+        Cm2Split::Auto => {
+            let (sms, tiles) = (u64::from(sm_count), tiles(g, shape));
+            if sms == 0 || k < SPLIT_MIN_K || 2 * tiles > sms {
+                1
+            } else {
+                (sms / tiles).min(SPLIT_MAX)
+            }
+        }
+    };
+    split_span(k, want)
+}
+
+/// The K columns each split sums and the splits that makes, for `k` in
+/// `want` parts: spans of whole 256 columns (a multiple of every kernel's
+/// unrolled steps), none empty; `(k, 1)` unsplit.
+pub(super) fn split_span(k: u64, want: u64) -> (u64, u64) {
+    if want < 2 || k == 0 {
+        return (k, 1);
+    }
+    let span = k.div_ceil(want).div_ceil(256) * 256;
+    match k.div_ceil(span) {
+        1 => (k, 1),
+        splits => (span, splits),
+    }
+}
+
+/// Bytes of f32 partial sums a GEMM over `(m, n)` split in `splits` parts
+/// writes.
+pub(super) fn split_partial_bytes(splits: u64, (m, n): (u64, u64)) -> u64 {
+    splits * m * n * 4
+}
+
+/// The split-K variant of `g` (`NAME_split`, [`CM2_SPLIT_GEMMS`]) where
+/// there is one and it fits the device.
+pub(super) fn split_variant(caps: &Cm2Caps, g: &Cm2Gemm) -> Option<Cm2Kernel> {
+    CM2_SPLIT_GEMMS
+        .iter()
+        .zip(&SPLIT_PROGRAMS)
+        .find(|(s, _)| s.name.strip_suffix("_split") == Some(g.name) && fits(caps, s).is_ok())
+        .map(|(gemm, program)| Cm2Kernel { gemm, program })
 }
 
 #[cfg(test)]
@@ -357,8 +437,67 @@ mod tests {
     }
 
     #[test]
+    fn small_grids_split_k_where_it_is_long_enough_and_the_kernel_can() {
+        assert_eq!(split_span(4096, 2), (2048, 2));
+        assert_eq!(split_span(11008, 2), (5632, 2));
+        // Spans of whole 256 columns: 3 x 1536 covers 4100, none empty.
+        assert_eq!(split_span(4100, 3), (1536, 3));
+        assert_eq!(split_span(1028, 8), (256, 5));
+        assert_eq!(split_span(36, 2), (36, 1));
+        assert_eq!(split_span(4096, 1), (4096, 1));
+        assert_eq!(split_span(0, 4), (0, 1));
+        let caps = nvidia();
+        let first = cm2_named("gemm_cm2_f16_k32_fast").expect("listed");
+        let prefill = (512, 4096);
+        // 64 tiles of 128 x 256 on 132: two splits.
+        assert_eq!(splits(Cm2Split::Auto, 132, first, prefill, 4096), (2048, 2));
+        // 16 tiles: eight (the cap); K too short: none; a full grid: none.
+        assert_eq!(splits(Cm2Split::Auto, 132, first, (512, 1024), 4096).1, 8);
+        assert_eq!(splits(Cm2Split::Auto, 132, first, prefill, 1024).1, 1);
+        assert_eq!(splits(Cm2Split::Auto, 132, first, (4608, 12288), 3072).1, 1);
+        assert_eq!(splits(Cm2Split::Auto, 0, first, prefill, 4096).1, 1);
+        assert_eq!(splits(Cm2Split::Off, 132, first, prefill, 4096).1, 1);
+        assert_eq!(
+            splits(Cm2Split::Splits(3), 132, first, (4608, 12288), 4100).1,
+            3
+        );
+        let split = split_variant(&caps, first).expect("a split variant");
+        assert_eq!(split.gemm.name, "gemm_cm2_f16_k32_fast_split");
+        assert_eq!(
+            (split.gemm.tile_m, split.gemm.tile_n, split.gemm.weights),
+            (first.tile_m, first.tile_n, first.weights)
+        );
+        // The other kernels have none.
+        let narrow = cm2_named("gemm_cm2_f16_n128_fast").expect("listed");
+        assert!(split_variant(&caps, narrow).is_none());
+        // Where K splits, the first kernel stays (its split runs); where it
+        // does not, the narrower tiles.
+        let pick = |split, k| {
+            fitting(&caps, Cm2Weights::F16, None, Some(prefill), (split, k)).map(|k| k.gemm.name)
+        };
+        assert_eq!(pick(Cm2Split::Auto, 4096), Some("gemm_cm2_f16_k32_fast"));
+        assert_eq!(pick(Cm2Split::Auto, 1024), Some("gemm_cm2_f16_n128_fast"));
+        assert_eq!(pick(Cm2Split::Off, 4096), Some("gemm_cm2_f16_n128_fast"));
+        assert_eq!(split_partial_bytes(2, prefill), 2 * 512 * 4096 * 4);
+        for (s, want) in [
+            ("auto", Cm2Split::Auto),
+            ("off", Cm2Split::Off),
+            ("1", Cm2Split::Off),
+            ("3", Cm2Split::Splits(3)),
+        ] {
+            assert_eq!(s.parse::<Cm2Split>(), Ok(want), "{s}");
+        }
+        assert!("65".parse::<Cm2Split>().is_err());
+        assert!("many".parse::<Cm2Split>().is_err());
+    }
+
+    #[test]
     fn every_module_binds_the_ranks_of_its_layout() {
-        for p in PROGRAMS.iter().chain([&CHECK_PROGRAM]) {
+        for p in PROGRAMS
+            .iter()
+            .chain(&SPLIT_PROGRAMS)
+            .chain([&CHECK_PROGRAM])
+        {
             assert_eq!(crate::device::check_bindings(p.spirv, p.bindings), Ok(()));
         }
     }
@@ -386,7 +525,8 @@ mod tests {
                         .and_then(|c| pick(c, weights, only))
                         .ok()
                         .map(|k| k.gemm.name);
-                    let fast = fitting(&caps, weights, only, None).map(|k| k.gemm.name);
+                    let fast = fitting(&caps, weights, only, None, (Cm2Split::Auto, 4096))
+                        .map(|k| k.gemm.name);
                     assert_eq!(fast, explained, "{weights:?} {only:?}");
                 }
             }
@@ -476,11 +616,13 @@ mod tests {
             ),
         ];
         for (caps, weights, only, shape, want) in cases {
-            let got = fitting(caps, weights, only, Some(shape)).map(|k| k.gemm.name);
+            let got = fitting(caps, weights, only, Some(shape), (Cm2Split::Off, 4096))
+                .map(|k| k.gemm.name);
             assert_eq!(got, Some(want), "{weights:?} {only:?} {shape:?}");
         }
         // No shape (int4 widened first): the first kernel.
-        let got = fitting(&caps, Cm2Weights::F16, None, None).map(|k| k.gemm.name);
+        let got = fitting(&caps, Cm2Weights::F16, None, None, (Cm2Split::Auto, 4096))
+            .map(|k| k.gemm.name);
         assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
     }
 

@@ -2,6 +2,8 @@
 //! GEMV, the tiled GEMM, the cooperative GEMM or the SPIR-V
 //! cooperative-matrix-2 GEMM, weights decoded in-shader.
 
+use std::sync::Arc;
+
 use dynvram_quant::Format;
 use dynvram_shaders::linear as shaders;
 
@@ -12,9 +14,9 @@ use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
-use crate::device::Cm2Bf16;
+use crate::device::{Cm2Bf16, Cm2Split};
 use crate::ops::encoder::Encoder;
-use crate::ops::launch::{Bindings, Constants};
+use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::GpuTensor;
 
@@ -37,10 +39,17 @@ impl Recorder<'_> {
         let gemv = m <= GEMV_MAX_M;
         if let Some((kernel, via_f16)) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
+            let part = self.split_partials(kernel, scratch)?;
+            let ops = Cm2Operands {
+                x,
+                out,
+                dummy: &dummy,
+                part: part.as_deref(),
+            };
             if !via_f16 {
-                return self.float_cm2(encoder, kernel, x, out, &dummy);
+                return self.float_cm2(encoder, kernel, ops);
             }
-            match self.float_cm2_via_f16(encoder, kernel, x, out, scratch, &dummy) {
+            match self.float_cm2_via_f16(encoder, kernel, ops, scratch) {
                 // No room for the converted piece (a plan that did not
                 // count it, `converted_piece_bytes`): the bf16 kernel, which
                 // needs none, where there is one.
@@ -51,7 +60,7 @@ impl Recorder<'_> {
                     };
                     tracing::debug!(%e, "bf16 via f16: no scratch, the bf16 kernel");
                     scratch.set_spirv(staged.gemm.name);
-                    return self.float_cm2(encoder, staged, x, out, &dummy);
+                    return self.float_cm2(encoder, staged, ops);
                 }
                 other => return other,
             }
@@ -168,6 +177,44 @@ impl Recorder<'_> {
             .map(|k| (k, false)))
     }
 
+    /// The scratch for the partial sums of this layer's split GEMMs
+    /// ([`Self::cm2_split_of`]) where any chunk splits: the most a chunk
+    /// writes, and under [`Cm2Split::Auto`] one wave of `kernel`'s tiles
+    /// (what a narrower converted piece, split more ways, writes at most).
+    /// None where nothing splits or the budget has no room (then the
+    /// launches run unsplit).
+    fn split_partials(
+        &self,
+        kernel: Cm2Kernel,
+        scratch: &mut LinearScratch,
+    ) -> Result<Option<Arc<wgpu::Buffer>>, LinearError> {
+        let mut bytes = 0;
+        for c in self.chunks()? {
+            if let Some((_, (_, splits))) = self.cm2_split_of(kernel, c.rows) {
+                bytes = bytes.max(cm2::split_partial_bytes(splits, (self.m, c.rows)));
+            }
+        }
+        if bytes == 0 {
+            return Ok(None);
+        }
+        if let (Cm2Split::Auto, Some(caps)) = (self.cm2_split, self.gpu.cm2()) {
+            let g = kernel.gemm;
+            let wave = cm2::split_partial_bytes(
+                u64::from(caps.sm_count),
+                (u64::from(g.tile_m), u64::from(g.tile_n)),
+            );
+            bytes = bytes.max(wave);
+        }
+        match scratch.split_partials(self.gpu, bytes) {
+            Ok(b) => Ok(Some(b)),
+            Err(e @ LinearError::Scratch { .. }) => {
+                tracing::debug!(%e, "split K: no room for the partial sums, unsplit");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Records the float layer's SPIR-V GEMM `kernel`, one launch per
     /// weight chunk, with the bindings of the WGSL float GEMM (flag bit 0:
     /// add the bias).
@@ -175,45 +222,86 @@ impl Recorder<'_> {
         &self,
         encoder: &mut Encoder,
         kernel: Cm2Kernel,
-        x: &GpuTensor,
-        out: &GpuTensor,
-        dummy: &wgpu::Buffer,
+        ops: Cm2Operands<'_>,
     ) -> Result<(), LinearError> {
         for c in self.chunks()? {
-            self.float_cm2_chunk(encoder, kernel, &c, x, out, dummy)?;
+            self.float_cm2_chunk(encoder, kernel, &c, ops)?;
         }
         Ok(())
     }
 
     /// Records the SPIR-V GEMM `kernel` over the f16 or bf16 weights of
-    /// chunk `c` (a chunk of the layer's, or a converted piece).
+    /// chunk `c` (a chunk of the layer's, or a converted piece): split
+    /// where [`Self::cm2_split_of`] splits it and the partial sums fit
+    /// `ops.part`, then [`shaders::SPLIT_SUM`] over the partial sums.
     fn float_cm2_chunk(
         &self,
         encoder: &mut Encoder,
         kernel: Cm2Kernel,
         c: &Chunk<'_>,
-        x: &GpuTensor,
-        out: &GpuTensor,
-        dummy: &wgpu::Buffer,
+        ops: Cm2Operands<'_>,
     ) -> Result<(), LinearError> {
+        let Cm2Operands {
+            x,
+            out,
+            dummy,
+            part,
+        } = ops;
         let scale = self
             .weights
             .scale
             .as_ref()
             .map_or(buf(dummy, 0, 16), region);
-        let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+        let bias = || self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+        let flags = u32::from(self.weights.bias.is_some());
+        let cost = self.chunk_cost(c, x.bytes());
+        let split = self.cm2_split_of(kernel, c.rows).and_then(|(k, span)| {
+            let bytes = cm2::split_partial_bytes(span.1, (self.m, c.rows));
+            part.filter(|p| p.size() >= bytes)
+                .map(|p| (k, span, p, bytes))
+        });
+        let Some((split, span, part, bytes)) = split else {
+            let bindings: Bindings<'_> = (0..)
+                .zip([
+                    buf(c.buffer, c.offset, c.size),
+                    scale,
+                    bias(),
+                    x.binding(),
+                    out.binding(),
+                ])
+                .collect();
+            return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost);
+        };
         let bindings: Bindings<'_> = (0..)
             .zip([
                 buf(c.buffer, c.offset, c.size),
                 scale,
-                bias,
+                buf(dummy, 0, 16),
                 x.binding(),
-                out.binding(),
+                buf(part, 0, bytes),
             ])
             .collect();
-        let flags = u32::from(self.weights.bias.is_some());
-        let cost = self.chunk_cost(c, x.bytes());
-        self.launch_cm2(encoder, kernel, c, &bindings, flags, cost)
+        self.launch_cm2_split(encoder, split, c, &bindings, 0, cost, span)?;
+        let total = self.m * c.rows;
+        let params = SplitSumParams {
+            m: self.m as u32,
+            n: c.rows as u32,
+            n_base: c.first_row as u32,
+            out_stride: self.weights.n as u32,
+            splits: span.1 as u32,
+            flags,
+            _pad: [0; 2],
+        };
+        self.dispatch(
+            encoder,
+            "linear_split_sum",
+            shaders::SPLIT_SUM,
+            &[],
+            [buf(part, 0, bytes), bias(), out.binding()],
+            params,
+            (total.div_ceil(256).min(SPLIT_SUM_GROUPS) as u32, 1),
+            Cost::new(bytes, total * self.act.size(), 0),
+        )
     }
 
     /// Records a bf16 layer on the f16 SPIR-V GEMM `kernel`: the weights
@@ -223,10 +311,8 @@ impl Recorder<'_> {
         &self,
         encoder: &mut Encoder,
         kernel: Cm2Kernel,
-        x: &GpuTensor,
-        out: &GpuTensor,
+        ops: Cm2Operands<'_>,
         scratch: &mut LinearScratch,
-        dummy: &wgpu::Buffer,
     ) -> Result<(), LinearError> {
         let tile_n = u64::from(kernel.gemm.tile_n);
         self.each_converted(
@@ -234,7 +320,34 @@ impl Recorder<'_> {
             Widen::Bf16ToF16,
             tile_n,
             scratch,
-            |encoder, piece| self.float_cm2_chunk(encoder, kernel, piece, x, out, dummy),
+            |encoder, piece| self.float_cm2_chunk(encoder, kernel, piece, ops),
         )
     }
 }
+
+/// What a float layer's SPIR-V GEMM reads and writes: the input, the
+/// output, a small buffer for bindings the layer lacks (scale, bias), and
+/// the split GEMMs' partial sums where there is room for them.
+#[derive(Clone, Copy)]
+struct Cm2Operands<'a> {
+    x: &'a GpuTensor,
+    out: &'a GpuTensor,
+    dummy: &'a wgpu::Buffer,
+    part: Option<&'a wgpu::Buffer>,
+}
+
+/// `linear_split_sum.wgsl`'s `Params`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SplitSumParams {
+    m: u32,
+    n: u32,
+    n_base: u32,
+    out_stride: u32,
+    splits: u32,
+    flags: u32,
+    _pad: [u32; 2],
+}
+
+/// Workgroups of one partial-sum launch at most (it loops over the rest).
+const SPLIT_SUM_GROUPS: u64 = 4096;

@@ -103,6 +103,7 @@ pub(super) fn record(
         spirv_gemm: opts.spirv_gemm.unwrap_or_else(|| gpu.spirv_gemm()),
         cm2_bf16: opts.cm2_bf16.unwrap_or_else(|| gpu.cm2_bf16()),
         cm2_int4: opts.cm2_int4.unwrap_or_else(|| gpu.cm2_int4()),
+        cm2_split: opts.cm2_split.unwrap_or_else(|| gpu.cm2_split()),
         piece_bytes: opts
             .piece_bytes
             .unwrap_or_else(|| crate::device::converted_piece_limit(m).max(scratch.piece_room())),

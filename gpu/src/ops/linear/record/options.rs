@@ -2,7 +2,7 @@
 
 use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
 use super::gemv_shape::GemvShape;
-use crate::device::{Cm2Bf16, Cm2Int4, SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, SpirvGemm, SpreadQuant};
 
 /// Knobs for tests and tools; [`record_linear`] uses the defaults.
 ///
@@ -63,6 +63,9 @@ pub struct RecordOptions {
     /// How an int4 layer takes the SPIR-V GEMM, instead of the device's
     /// `GpuOptions::cm2_int4` (tests and tools comparing them).
     pub cm2_int4: Option<Cm2Int4>,
+    /// Whether SPIR-V GEMMs on small grids split K, instead of the device's
+    /// `GpuOptions::cm2_split` (tests and tools comparing them).
+    pub cm2_split: Option<Cm2Split>,
     /// Bytes of one converted piece (bf16 → f16, int4 → int8) instead of
     /// [`converted_piece_limit`](crate::device::converted_piece_limit) of the input's
     /// rows or the scratch's `piece_room` (tests of several pieces; at

@@ -11,7 +11,7 @@ use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
 use super::gemv_shape::{GEMV_MAX_M, GemvShape};
-use crate::device::{Cm2Bf16, Cm2Int4, Gpu, GpuError, SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, Gpu, GpuError, SpirvGemm, SpreadQuant};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch, launch_spirv};
@@ -69,6 +69,8 @@ pub(super) struct Recorder<'a> {
     pub(super) cm2_bf16: Cm2Bf16,
     /// How an int4 layer takes the SPIR-V GEMM.
     pub(super) cm2_int4: Cm2Int4,
+    /// Whether SPIR-V GEMMs on small grids split K.
+    pub(super) cm2_split: Cm2Split,
     /// Bytes of one converted piece at most (`Recorder::each_converted`).
     pub(super) piece_bytes: u64,
     /// [`RecordOptions::cm2_kernel`].
@@ -335,7 +337,8 @@ impl Recorder<'_> {
             n_base: c.first_row as u32,
             out_stride: self.weights.n as u32,
             flags,
-            _pad: [0; 2],
+            k_span: self.weights.k as u32,
+            _pad: 0,
         }
     }
 
@@ -357,7 +360,31 @@ impl Recorder<'_> {
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
         let shape = cm2::small_grids_for(weights, converted).then_some((self.m, self.weights.n));
-        cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel, shape)
+        let split = (self.cm2_split, self.weights.k);
+        cm2::fitting(self.gpu.cm2()?, weights, self.cm2_kernel, shape, split)
+    }
+
+    /// The split-K variant of `kernel` and its (columns a split, splits)
+    /// for a launch over `rows` weight rows, where [`Self::cm2_split`]
+    /// splits there and the kernel has one.
+    pub(super) fn cm2_split_of(
+        &self,
+        kernel: Cm2Kernel,
+        rows: u64,
+    ) -> Option<(Cm2Kernel, (u64, u64))> {
+        let caps = self.gpu.cm2()?;
+        let k = self.weights.k;
+        let span = cm2::splits(
+            self.cm2_split,
+            caps.sm_count,
+            kernel.gemm,
+            (self.m, rows),
+            k,
+        );
+        if span.1 < 2 {
+            return None;
+        }
+        Some((cm2::split_variant(caps, kernel.gemm)?, span))
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
@@ -371,9 +398,28 @@ impl Recorder<'_> {
         flags: u32,
         cost: Cost,
     ) -> Result<(), LinearError> {
+        let whole = (self.weights.k, 1);
+        self.launch_cm2_split(encoder, kernel, c, bindings, flags, cost, whole)
+    }
+
+    /// [`Self::launch_cm2`] of a split kernel ([`Self::cm2_split_of`]) in
+    /// `(span, splits)`: `splits` row tiles of workgroups a tile row.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_cm2_split(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        c: &Chunk<'_>,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        flags: u32,
+        cost: Cost,
+        (span, splits): (u64, u64),
+    ) -> Result<(), LinearError> {
         let g = kernel.gemm;
-        let params = self.cm2_params(c, flags);
-        let groups = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
+        let mut params = self.cm2_params(c, flags);
+        params.k_span = span as u32;
+        let (x, y) = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
+        let groups = (x, y * splits as u32);
         self.run(
             encoder,
             kernel.program,
