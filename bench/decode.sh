@@ -17,7 +17,8 @@
 # NEW_TOKENS (64), INT4 (1), INT4_SPREAD (0: 1 also runs int4 with both
 # spread quantizations, DYNVRAM_SPREAD_QUANT=gemv as int4-f16-spread and
 # =codes as int4-f16-codes), SYNC (0: 1 also runs bf16-f16 and int4 with
-# --sync-decode), PEER (1), OUT (bench-out), PARTS ("dyn peer").
+# --sync-decode), SPLIT_AB (0: 1 also runs bf16-f16 with
+# DYNVRAM_CM2_SPLIT=off as bf16-f16-nosplit), PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -61,6 +62,10 @@ if [[ " $parts " == *" dyn "* ]]; then
     if [ "${SYNC:-0}" = 1 ]; then
         # Greedy decode without the pipelined loop, to compare.
         run bf16-f16-sync "$dir" --compute-dtype f16 --sync-decode
+    fi
+    if [ "${SPLIT_AB:-0}" = 1 ]; then
+        # Prefill's GEMMs without K split (the 128 x 128 tiles instead).
+        DYNVRAM_CM2_SPLIT=off run bf16-f16-nosplit "$dir" --compute-dtype f16
     fi
 fi
 

@@ -48,6 +48,7 @@ variants = [
     ("bf16-f32", "f16"),
     ("int4-f16", "q4_0"),
     ("bf16-f16-sync", "f16"),
+    ("bf16-f16-nosplit", "f16"),
     ("int4-f16-sync", "q4_0"),
     ("int4-f16-spread", "q4_0"),
     ("int4-f16-codes", "q4_0"),
@@ -82,7 +83,7 @@ for name, tag in variants:
         + " |"
     )
 print("\n".join(rows))
-for name in ["bf16-f16", "bf16-f32", "int4-f16"]:
+for name in ["bf16-f16", "bf16-f32", "int4-f16", "bf16-f16-nosplit"]:
     r = load(os.path.join(out, f"dyn-{name}.json"))
     if not r or not r.get("profile"):
         continue

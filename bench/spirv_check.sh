@@ -15,13 +15,14 @@
 #      64 x 128 probes are in BENCHMARKS.md);
 #      then bf16 weights
 #      on the bf16 kernels (`DYNVRAM_CM2_BF16=staged`; the default converts
-#      them to f16 for the f16 kernels);
+#      them to f16 for the f16 kernels); then small grids with K split
+#      and not (DYNVRAM_CM2_SPLIT=off, auto, 2, 4: SPLITS, SPLIT_SHAPES);
 #   5. the SPIR-V flash kernels one by one (FLASH=0 skips; the `f` ones
 #      load inner key blocks unclamped, not chosen before they are
 #      measured), then, where none faulted, their reference test and their
 #      time at FLUX.1's attention beside the WGSL kernels'.
 # Writes $OUT/spirv_probe.{txt,json}, spirv_tests.txt,
-# spirv_bench_{spirv,wgsl,kernels,bf16_staged}.json, spirv_flash_tests.txt,
+# spirv_bench_{spirv,wgsl,kernels,split_*,bf16_staged}.json, spirv_flash_tests.txt,
 # spirv_flash_bench.json.
 #
 #   bash bench/prepare.sh         # here: .dev/dynvram, .dev/gpu_tests, .gl
@@ -82,6 +83,19 @@ timeout 150 "$d" --json bench linear --backend vulkan --shapes "${KERNEL_SHAPES:
 echo "bench exit status $?"
 tail -3 "$out/spirv_bench_kernels.err" | cut -c1-300
 table "$out/spirv_bench_kernels.json"
+# Split K on small grids (DYNVRAM_CM2_SPLIT: off takes the 128 x 128 tiles,
+# auto the split of the 128 x 256 kernel, a number that many splits), at
+# prefill's and FLUX.1's text-stream shapes (512 rows), a full grid beside.
+for split in ${SPLITS:-off auto 2 4}; do
+  step "bench linear, small grids, DYNVRAM_CM2_SPLIT=$split"
+  DYNVRAM_CM2_SPLIT=$split timeout 80 "$d" --json bench linear --backend vulkan \
+    --shapes "${SPLIT_SHAPES:-512x4096x4096,512x11008x4096,512x4096x11008,512x3072x3072,512x3072x12288,512x9216x3072,4608x12288x3072}" \
+    --formats f16,bf16 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
+    > "$out/spirv_bench_split_$split.json" 2> "$out/spirv_bench_split_$split.err"
+  echo "bench exit status $?"
+  tail -3 "$out/spirv_bench_split_$split.err" | cut -c1-300
+  table "$out/spirv_bench_split_$split.json"
+done
 step "bench linear, bf16 weights on the bf16 kernels (DYNVRAM_CM2_BF16=staged)"
 DYNVRAM_CM2_BF16=staged timeout 70 "$d" --json bench linear --backend vulkan --shapes "$shapes" \
   --formats bf16 --f16 --gemm coop --reps "${REPS:-10}" --copy-size 0 \
