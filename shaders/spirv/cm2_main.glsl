@@ -33,9 +33,18 @@
 #define FAST_ALIGN 8u
 #endif
 
+// A K column the compiler knows is a multiple of BK: a split's steps
+// start at a runtime k_lo, and loads it cannot prove aligned ran 5x slower
+// (the H100, session 29); unsplit, k0 is 0 + BK · i as it stands.
+#if SPLIT
+#define K_AT(kk) ((kk) & ~(BK - 1u))
+#else
+#define K_AT(kk) (kk)
+#endif
+
 // A of the K step at `kk` through layout TX.
 #define LOAD_A(a, TX, kk) \
-    coopMatLoadTensorNV(a, ACT, 0u, sliceTensorLayoutNV(TX, m0, BM, kk, BK))
+    coopMatLoadTensorNV(a, ACT, 0u, sliceTensorLayoutNV(TX, m0, BM, K_AT(kk), BK))
 
 #if STAGED
 // B from the shared tile `put_w` fills (TW unused; the step is k0's): the
@@ -57,7 +66,7 @@
 // B of the K step at k0 through layout TW: weight rows are B's columns,
 // B[k][n] = W[n][k] through `transpose`.
 #define LOAD_B(b, TW)                                                          \
-    coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(TW, n0, BN, k0, BK), transpose)
+    coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(TW, n0, BN, K_AT(k0), BK), transpose)
 #endif
 
 // The K step at k0 through layouts TX and TW.
@@ -74,7 +83,7 @@ void main() {
     uint n0 = gl_WorkGroupID.x * BN;
 #if SPLIT
     uint m0 = (gl_WorkGroupID.y % ((p.m + BM - 1u) / BM)) * BM;
-    uint k_lo = split_of() * p.k_span;
+    uint k_lo = split_of() * (p.k_span & ~255u);
     // An empty split (past K) stores zeros.
     uint k_hi = max(k_lo, min(p.k, k_lo + p.k_span));
 #else

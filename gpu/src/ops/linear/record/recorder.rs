@@ -366,12 +366,17 @@ impl Recorder<'_> {
 
     /// The split-K variant of `kernel` and its (columns a split, splits)
     /// for a launch over `rows` weight rows, where [`Self::cm2_split`]
-    /// splits there and the kernel has one.
+    /// splits there and the kernel has one (a kernel named by
+    /// `RecordOptions::cm2_kernel` splits only where a count is asked for).
     pub(super) fn cm2_split_of(
         &self,
         kernel: Cm2Kernel,
         rows: u64,
     ) -> Option<(Cm2Kernel, (u64, u64))> {
+        // A kernel named runs as named unless a split is asked for too.
+        if self.cm2_kernel.is_some() && self.cm2_split == Cm2Split::Auto {
+            return None;
+        }
         let caps = self.gpu.cm2()?;
         let k = self.weights.k;
         let span = cm2::splits(
