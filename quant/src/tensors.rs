@@ -245,6 +245,13 @@ pub fn first_non_finite(dtype: Dtype, bytes: &[u8]) -> Option<(usize, f32)> {
 /// The first `N`-byte element of `bytes` for which `hit` holds. Blocks of
 /// 64 elements are tested without an early exit, which vectorizes (7×
 /// faster here than stopping at each element); a hit is then found inside.
+/// Whether any element of `bytes` (little-endian bf16) is past f16's
+/// range (magnitude 65536 or more, where bf16's next value after 65280
+/// lies; infinity and NaN too): such a tensor cannot be read as f16.
+pub fn bf16_beyond_f16(bytes: &[u8]) -> bool {
+    first_hit::<2>(bytes, |c| u16::from_le_bytes(c) & 0x7FFF >= 0x4780).is_some()
+}
+
 fn first_hit<const N: usize>(bytes: &[u8], hit: impl Fn([u8; N]) -> bool + Copy) -> Option<usize> {
     let test = move |c: &[u8]| c.try_into().is_ok_and(hit);
     bytes.chunks(64 * N).enumerate().find_map(|(b, block)| {
@@ -313,6 +320,19 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 #[cfg(test)]
 mod non_finite_tests {
     use super::*;
+
+    #[test]
+    fn bf16_past_f16s_range_is_found() {
+        let bytes = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        // 65280 and -65280 fit f16; 65536, infinity and NaN do not.
+        assert!(!bf16_beyond_f16(&bytes(&[0x3F80, 0x477F, 0xC77F, 0x0001])));
+        for big in [0x4780u16, 0xC780, 0x7F80, 0x7FC0] {
+            let mut v = vec![0u16; 300];
+            v[299] = big;
+            assert!(bf16_beyond_f16(&bytes(&v)), "{big:#06x}");
+        }
+        assert!(!bf16_beyond_f16(&[]));
+    }
 
     #[test]
     fn first_non_finite_finds_nan_and_infinity_per_dtype() {

@@ -191,8 +191,14 @@ impl BlockCtx<'_> {
                 size: w.size,
             })
         };
+        let as_f16 = self.locate(l.weight)?.0.as_f16;
         Ok(LinearWeights {
-            format: l.info.format,
+            // A resident bf16 weight converted as it was uploaded.
+            format: if as_f16 {
+                dynvram_quant::Format::F16
+            } else {
+                l.info.format
+            },
             n: l.info.n as u64,
             k: l.info.k as u64,
             parts: [WeightPart {

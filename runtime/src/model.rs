@@ -165,7 +165,7 @@ impl Model {
         let _span = tracing::info_span!("model_open", path = %path.display()).entered();
         let files = open_files(spec)?;
         let c = collect(&path, &files, spec)?;
-        let layers = c
+        let layers: FxHashMap<String, Linear> = c
             .layers
             .into_iter()
             .map(|(name, info)| {
@@ -183,7 +183,11 @@ impl Model {
                 (name, linear)
             })
             .collect();
-        let plan_weights = plan_weights(&c.weights);
+        let mut weights = c.weights;
+        if dynvram_gpu::ops::linear::resident_bf16_as_f16(&rt.gpu) {
+            mark_f16_in_place(&mut weights, &c.tensor_use, layers.values());
+        }
+        let plan_weights = plan_weights(&weights);
         let usable = dynvram_gpu::accounting::lock(&rt.budget).usable();
         let (plan, _) =
             plan_model_with_wish(&plan_weights, usable, spec.scratch_bytes, spec.scratch_wish)
@@ -196,7 +200,7 @@ impl Model {
         let model = Self {
             path,
             files: std::sync::Arc::new(files),
-            weights: c.weights,
+            weights,
             by_name: c.by_name,
             layers,
             blocks: c.blocks,
@@ -482,6 +486,27 @@ pub fn plan_spec(spec: &ModelSpec, usable: u64) -> Result<(ModelPlan, Vec<PlanWe
     Ok((plan, weights))
 }
 
+/// Marks the weights whose resident copies are converted to f16 in place
+/// as they are uploaded (`Weight::f16_in_place`): bf16 weights of bf16
+/// linears, uploaded raw, that no block reads as a tensor too (a tied
+/// embedding's table stays bf16).
+fn mark_f16_in_place<'l>(
+    weights: &mut [Weight],
+    tensor_use: &[bool],
+    linears: impl Iterator<Item = &'l Linear>,
+) {
+    for l in linears {
+        let w = &mut weights[l.weight];
+        if l.info.format == dynvram_quant::Format::Bf16
+            && w.info.dtype == dynvram_loader::Dtype::BF16
+            && w.upload == crate::upload::Upload::Raw
+            && !tensor_use[l.weight]
+        {
+            w.f16_in_place = true;
+        }
+    }
+}
+
 fn plan_weights(weights: &[Weight]) -> Vec<PlanWeight> {
     weights
         .iter()
@@ -498,6 +523,9 @@ fn plan_weights(weights: &[Weight]) -> Vec<PlanWeight> {
 
 struct Collected {
     weights: Vec<Weight>,
+    /// Per weight: a block declares it as a tensor or raw tensor too (not
+    /// only as a linear's weight): other kernels read its bytes as stored.
+    tensor_use: Vec<bool>,
     by_name: FxHashMap<String, usize>,
     layers: HashMap<String, QuantLayer>,
     blocks: Vec<Block>,
@@ -510,10 +538,12 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
     let mut by_name = FxHashMap::default();
     let mut layers = HashMap::new();
     let mut blocks = Vec::new();
+    let mut tensor_use = Vec::new();
     for (b, block) in spec.blocks.iter().enumerate() {
         let mut ids = Vec::new();
-        let mut add = |name: &str, raw: bool, group: usize| -> Result<()> {
-            if by_name.contains_key(name) {
+        let mut add = |name: &str, raw: bool, group: usize, tensor: bool| -> Result<()> {
+            if let Some(&i) = by_name.get(name) {
+                tensor_use[i] |= tensor;
                 return Ok(());
             }
             let info = files
@@ -525,14 +555,8 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
             let upload = upload_kind(path, info, raw)?;
             by_name.insert(name.to_owned(), weights.len());
             ids.push(weights.len());
-            weights.push(Weight {
-                name: name.to_owned(),
-                info: info.clone(),
-                block: b,
-                group,
-                upload,
-                checked: Default::default(),
-            });
+            weights.push(Weight::new(name, info, b, group, upload));
+            tensor_use.push(tensor);
             Ok(())
         };
         // Load order: group by group where the block declares groups.
@@ -548,17 +572,17 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
                     // garbage (NaN/inf int scales even came out finite):
                     // refused at open.
                     dynvram_quant::check_scales(&list, &layer).map_err(layout)?;
-                    add(&layer.weight, true, group)?;
+                    add(&layer.weight, true, group, false)?;
                     for t in [&layer.scale, &layer.input_scale].into_iter().flatten() {
-                        add(t, true, group)?;
+                        add(t, true, group, false)?;
                     }
                     if let Some(bias) = &layer.bias {
-                        add(bias, false, group)?;
+                        add(bias, false, group, false)?;
                     }
                     layers.insert(name.to_owned(), layer);
                 }
-                Item::Tensor => add(name, false, group)?,
-                Item::Raw => add(name, true, group)?,
+                Item::Tensor => add(name, false, group, true)?,
+                Item::Raw => add(name, true, group, true)?,
             }
         }
         blocks.push(Block {
@@ -568,6 +592,7 @@ fn collect(path: &Path, files: &ModelFiles, spec: &ModelSpec) -> Result<Collecte
     }
     Ok(Collected {
         weights,
+        tensor_use,
         by_name,
         layers,
         blocks,

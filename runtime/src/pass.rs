@@ -85,7 +85,11 @@ pub struct WeightView<'a> {
     pub shape: &'a [usize],
     /// Whether the bytes were converted to `f32` on upload.
     pub as_f32: bool,
-    /// Dtype as stored in the file.
+    /// Whether a bf16 linear weight's resident copy was converted to f16
+    /// as it was uploaded (`Weight::f16_in_place`): `dtype` says F16.
+    pub as_f16: bool,
+    /// Dtype of the bytes as uploaded: as stored in the file, or F16 where
+    /// [`Self::as_f16`] (the `f32` of [`Self::as_f32`] is not reflected).
     pub dtype: dynvram_loader::Dtype,
     /// `buffer` as its owner shares it: views and regions of it clone this
     /// rather than allocate a new `Arc` per launch.
@@ -178,8 +182,12 @@ impl<'a> BlockCtx<'a> {
     pub(crate) fn locate(&self, i: usize) -> Result<(WeightView<'a>, Option<usize>)> {
         let (model, placed) = (self.model, self.placed);
         let w = &model.weights[i];
+        let mut as_f16 = false;
         let (shared, offset, unit) = match &placed.homes[i] {
-            Home::Resident(r) => (&r.buffer, 0, None),
+            Home::Resident(r) => {
+                as_f16 = w.resident_f16.load(Ordering::Relaxed);
+                (&r.buffer, 0, None)
+            }
             &Home::Arena { part, offset } => {
                 if w.block != self.block {
                     return Err(RuntimeError::NotInBlock {
@@ -206,7 +214,12 @@ impl<'a> BlockCtx<'a> {
             size: w.upload.gpu_size(&w.info),
             shape: &w.info.shape,
             as_f32: w.upload == crate::upload::Upload::ToF32,
-            dtype: w.info.dtype,
+            as_f16,
+            dtype: if as_f16 {
+                dynvram_loader::Dtype::F16
+            } else {
+                w.info.dtype
+            },
         };
         Ok((view, unit))
     }

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dynvram_memory::{LayoutConfig, ModelId, OwnerClass, Placement, Residency};
@@ -48,6 +48,8 @@ pub(crate) struct Device<'a> {
     pub budget: &'a SharedBudget,
     /// Its settings.
     pub config: &'a RuntimeConfig,
+    /// Its pipelines (a resident weight's conversion as it is uploaded).
+    pub cache: &'a dynvram_gpu::ops::cache::PipelineCache,
 }
 
 /// Locks the registry, recovering from a poisoned lock (each mutation keeps
@@ -591,6 +593,28 @@ fn upload_resident(
         buffer_usage(),
     )?);
     crate::upload::stage(model, ring, rt.gpu, enc, w, &buf.buffer, 0)?;
+    // Scanned by now (the first upload scans): in range, it is converted
+    // after its copies, in the same encoder.
+    let f16 = w.f16_in_place
+        && w.checked.load(Ordering::Relaxed)
+        && !w.beyond_f16.load(Ordering::Relaxed)
+        && w.info.len().is_multiple_of(4);
+    if f16 {
+        let mut e = dynvram_gpu::ops::encoder::Encoder::from(std::mem::replace(
+            enc,
+            rt.gpu.device.create_command_encoder(&Default::default()),
+        ));
+        let converted = dynvram_gpu::ops::linear::record_bf16_to_f16_in_place(
+            rt.gpu,
+            rt.cache,
+            &mut e,
+            &buf.buffer,
+            w.info.len(),
+        );
+        *enc = e.into_inner();
+        converted?;
+    }
+    w.resident_f16.store(f16, Ordering::Relaxed);
     Ok(buf)
 }
 

@@ -60,6 +60,7 @@ impl Runtime {
             gpu: &self.gpu,
             budget: &self.budget,
             config: &self.config,
+            cache: &self.cache,
         }
     }
 

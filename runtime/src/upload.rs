@@ -29,6 +29,32 @@ pub(crate) struct Weight {
     /// Its bytes were scanned for NaN and infinity (on their first upload or
     /// pin, [`stage`]).
     pub checked: AtomicBool,
+    /// bf16 values past f16's range were met by that scan.
+    pub beyond_f16: AtomicBool,
+    /// A bf16 linear weight whose resident copy is converted to f16 in
+    /// place as it is uploaded, unless [`Self::beyond_f16`]
+    /// (`dynvram_gpu::ops::linear::resident_bf16_as_f16`; set at open).
+    pub f16_in_place: bool,
+    /// Its resident copy holds f16 (it was converted as it was uploaded).
+    pub resident_f16: AtomicBool,
+}
+
+impl Weight {
+    /// A weight of block `block` (group `group`) uploaded as `upload`, not
+    /// yet scanned or converted.
+    pub fn new(name: &str, info: &TensorInfo, block: usize, group: usize, upload: Upload) -> Self {
+        Self {
+            name: name.to_owned(),
+            info: info.clone(),
+            block,
+            group,
+            upload,
+            checked: Default::default(),
+            beyond_f16: Default::default(),
+            f16_in_place: false,
+            resident_f16: Default::default(),
+        }
+    }
 }
 
 /// What moving a model's weights (uploads, pins, residency) needs to know
@@ -143,6 +169,9 @@ pub(crate) fn scan_host(
     if let Some((i, value)) = dynvram_quant::tensors::first_non_finite(dtype, bytes) {
         return Err(non_finite(model, w, i as u64, value));
     }
+    if dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(bytes) {
+        w.beyond_f16.store(true, Ordering::Relaxed);
+    }
     w.checked.store(true, Ordering::Relaxed);
     Ok(())
 }
@@ -183,6 +212,9 @@ impl<'m> RawBytes<'m> {
             if let Some((index, value)) = scan.first() {
                 return Err(non_finite(model, w, index, value));
             }
+            if scan.beyond_f16.load(Ordering::Relaxed) {
+                w.beyond_f16.store(true, Ordering::Relaxed);
+            }
             w.checked.store(true, Ordering::Relaxed);
         }
         Ok(())
@@ -200,6 +232,8 @@ pub(crate) struct Scanning<'a> {
     element: u64,
     /// The lowest (element index, value) found so far.
     first: Mutex<Option<(u64, f32)>>,
+    /// bf16: a value past f16's range was read.
+    beyond_f16: AtomicBool,
 }
 
 thread_local! {
@@ -214,6 +248,7 @@ impl<'a> Scanning<'a> {
             dtype,
             element: dtype.bitsize().div_ceil(8).max(1) as u64,
             first: Mutex::new(None),
+            beyond_f16: AtomicBool::new(false),
         }
     }
 
@@ -244,6 +279,12 @@ impl<'a> Scanning<'a> {
             self.range.read_at(cut_at, WriteOnlyBytes::from_mut(one))?;
             found = dynvram_quant::tensors::first_non_finite(self.dtype, one)
                 .map(|(_, v)| (cut_at / e, v));
+            if self.dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(one) {
+                self.beyond_f16.store(true, Ordering::Relaxed);
+            }
+        }
+        if self.dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(whole) {
+            self.beyond_f16.store(true, Ordering::Relaxed);
         }
         if let Some(hit) = found {
             let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
@@ -341,6 +382,41 @@ mod tests {
     /// A scan split into reads as ring slots split an upload: every
     /// element is found by the read holding its first byte, also an f64
     /// cut by a read's end (slots end on 4 bytes, elements may be 8).
+    #[test]
+    fn scanning_reads_note_bf16_values_past_f16s_range_across_cuts() {
+        // 65280 (0x477F) is bf16's largest value f16 holds; 65536 (0x4780)
+        // is past it, and so is -65536.
+        for (big, beyond) in [(0x477Fu16, false), (0x4780, true), (0xC780, true)] {
+            for cut in [2u64, 6, 64, 126] {
+                let mut values = vec![0x3F80u16; 64];
+                values[cut as usize / 2] = big;
+                let mut file = tempfile::tempfile().expect("temp file");
+                for v in &values {
+                    file.write_all(&v.to_le_bytes()).expect("write");
+                }
+                let range = FileRange {
+                    file: &file,
+                    path: Path::new("t.safetensors"),
+                    tensor: "w",
+                    start: 0,
+                    len: 128,
+                };
+                let scan = Scanning::new(range.into(), Dtype::BF16);
+                let mut out = vec![0u8; 128];
+                let (a, b) = out.split_at_mut(cut as usize);
+                scan.read_at(cut, WriteOnlyBytes::from_mut(b))
+                    .expect("read");
+                scan.read_at(0, WriteOnlyBytes::from_mut(a)).expect("read");
+                assert_eq!(scan.first(), None);
+                assert_eq!(
+                    scan.beyond_f16.load(Ordering::Relaxed),
+                    beyond,
+                    "{big:#06x} at byte {cut}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn scanning_reads_find_the_first_non_finite_element_across_cuts() {
         let elements = 64u64;

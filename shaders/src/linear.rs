@@ -188,6 +188,10 @@ pub const BF16_TO_F16: &str = wgsl!("weight_convert.wgsl", "bf16_to_f16.wgsl");
 /// int8 GEMM.
 pub const INT4_TO_INT8: &str = wgsl!("weight_convert.wgsl", "int4_to_int8.wgsl");
 
+/// bf16 weights rewritten as f16 in place (`bf16_to_f16_in_place.wgsl`),
+/// a resident layer's once at upload; launched with f16 activations.
+pub const BF16_TO_F16_IN_PLACE: &str = wgsl!("bf16_to_f16_in_place.wgsl");
+
 /// The split-K SPIR-V GEMM's partial sums added, the bias added and the
 /// sum rounded to the output (`linear_split_sum.wgsl`).
 pub const SPLIT_SUM: &str = wgsl!("linear_split_sum.wgsl");
@@ -607,6 +611,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("bf16_to_f16.wgsl", BF16_TO_F16),
     ("int4_to_int8.wgsl", INT4_TO_INT8),
     ("linear_split_sum.wgsl", SPLIT_SUM),
+    ("bf16_to_f16_in_place.wgsl", BF16_TO_F16_IN_PLACE),
     ("weight_convert.wgsl", wgsl!("weight_convert.wgsl")),
     (
         "linear_reduce_workgroup.wgsl",

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::device::{
-    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, SpirvGemm, enumerate_adapters,
+    AdapterSummary, Cm2Caps, Cm2Int4, Cm2Split, SpirvGemm, enumerate_adapters,
 };
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
@@ -135,7 +135,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         // unless DYNVRAM_CM2_BF16=staged asks for the bf16 ones; int4
         // layers the int8 kernels (widened) unless DYNVRAM_CM2_INT4=staged.
         let opts = crate::cmd::adapter_args::gpu_options();
-        let via_f16 = opts.cm2_bf16 == Cm2Bf16::ViaF16;
+        let via_f16 = opts.cm2_bf16.via_f16();
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
             let converted = (via_f16 && format == Format::Bf16).then_some(
                 "converted to f16 a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels",

@@ -574,9 +574,22 @@ impl std::str::FromStr for SpirvGemm {
 pub enum Cm2Bf16 {
     /// The bf16 kernels (`gemm_cm2_bf16_*`).
     Staged,
-    /// Converted to f16 a piece at a time, then the f16 kernels.
+    /// Converted to f16 a piece at a time, then the f16 kernels; resident
+    /// weights converted once, in place, as they are uploaded
+    /// (`ops::linear::resident_bf16_as_f16`).
     #[default]
     ViaF16,
+    /// As [`Self::ViaF16`], but resident weights too are converted every
+    /// pass (for comparisons).
+    ViaF16EveryPass,
+}
+
+impl Cm2Bf16 {
+    /// The f16 kernels on converted weights ([`Self::ViaF16`] or
+    /// [`Self::ViaF16EveryPass`]).
+    pub fn via_f16(self) -> bool {
+        matches!(self, Self::ViaF16 | Self::ViaF16EveryPass)
+    }
 }
 
 /// Bytes of converted weights one piece holds at most (f16 for
@@ -642,8 +655,9 @@ impl std::str::FromStr for Cm2Bf16 {
         match s {
             "" | "staged" | "bf16" => Ok(Self::Staged),
             "f16" | "via-f16" => Ok(Self::ViaF16),
+            "f16-every-pass" => Ok(Self::ViaF16EveryPass),
             other => Err(format!(
-                "bf16 SPIR-V GEMM `{other}`: want staged (the bf16 kernels) or f16 (converted, then the f16 kernels)"
+                "bf16 SPIR-V GEMM `{other}`: want staged (the bf16 kernels), f16 (converted, then the f16 kernels; resident weights once) or f16-every-pass (resident weights too every pass)"
             )),
         }
     }
@@ -777,8 +791,10 @@ mod tests {
             ("bf16", Cm2Bf16::Staged),
             ("f16", Cm2Bf16::ViaF16),
             ("via-f16", Cm2Bf16::ViaF16),
+            ("f16-every-pass", Cm2Bf16::ViaF16EveryPass),
         ] {
             assert_eq!(text.parse::<Cm2Bf16>(), Ok(want), "{text}");
+            assert_eq!(want.via_f16(), want != Cm2Bf16::Staged, "{text}");
         }
         let why = "fp8".parse::<Cm2Bf16>().expect_err("unknown");
         assert!(why.contains("staged") && why.contains("f16"), "{why}");

@@ -34,6 +34,7 @@
 
 pub mod conformance;
 mod record;
+mod resident_f16;
 mod scratch;
 mod weights;
 
@@ -47,5 +48,6 @@ pub use record::{
     record_add_norm_quant, record_linear, record_linear_folded, record_linear_with,
     record_linears_fused, rows_gemv_max_m,
 };
+pub use resident_f16::{record_bf16_to_f16_in_place, resident_bf16_as_f16};
 pub use scratch::LinearScratch;
 pub use weights::{LinearWeights, Region, WeightPart, row_bytes};

@@ -14,7 +14,7 @@ use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
-use crate::device::{Cm2Bf16, Cm2Split};
+use crate::device::Cm2Split;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
@@ -166,7 +166,7 @@ impl Recorder<'_> {
                 .map(|k| Some((k, bf16)))
                 .map_err(|why| self.unsupported(format!("the SPIR-V check kernel: {why}")));
         }
-        if bf16 && self.cm2_bf16 == Cm2Bf16::ViaF16 {
+        if bf16 && self.cm2_bf16.via_f16() {
             let f16 = self.cm2_chosen(cm2::float_weights(Format::F16, act), true);
             if let Some(kernel) = f16 {
                 return Ok(Some((kernel, true)));
