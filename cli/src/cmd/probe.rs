@@ -138,7 +138,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let via_f16 = opts.cm2_bf16.via_f16();
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
             let converted = (via_f16 && format == Format::Bf16).then_some(
-                "converted to f16 a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels",
+                "converted to f16: resident weights once as they load, streamed ones a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels",
             );
             let read_as = if converted.is_some() {
                 Format::F16
@@ -250,7 +250,7 @@ fn spirv_gemm_line(
             let sms = cm2.sm_count;
             let small_grids = match (split, small) {
                 (Some(s), small) => format!(
-                    "; where those tiles fill at most half the {sms} multiprocessors, K split over workgroups ({}; K of {} or more, else {}; DYNVRAM_CM2_SPLIT=off takes no split)",
+                    "; where those tiles fill at most half the {sms} multiprocessors, K split over workgroups ({}, K of {} or more; else, and with DYNVRAM_CM2_SPLIT=off, {})",
                     s.name,
                     dynvram_runtime::device::SPLIT_MIN_K,
                     small.map_or("unsplit".into(), |s| format!(

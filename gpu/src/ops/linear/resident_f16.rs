@@ -57,7 +57,7 @@ pub fn record_bf16_to_f16_in_place(
         ));
     }
     // Bindings of at most the device's limit, on 256-byte offsets.
-    let limit = u64::from(gpu.device.limits().max_storage_buffer_binding_size) / 256 * 256;
+    let limit = gpu.device.limits().max_storage_buffer_binding_size / 256 * 256;
     let mut at = 0;
     while at < bytes {
         let size = limit.min(bytes - at);
