@@ -402,7 +402,7 @@ mod tests {
                     len: 128,
                 };
                 let scan = Scanning::new(range.into(), Dtype::BF16);
-                let mut out = vec![0u8; 128];
+                let mut out = [0u8; 128];
                 let (a, b) = out.split_at_mut(cut as usize);
                 scan.read_at(cut, WriteOnlyBytes::from_mut(b))
                     .expect("read");
