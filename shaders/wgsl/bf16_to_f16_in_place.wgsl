@@ -1,6 +1,6 @@
 // bf16 weights rewritten as f16 in place: a resident layer's, once as it is
-// uploaded, where its GEMMs take the f16 kernels (`Cm2Bf16::ViaF16`), so no
-// pass converts it again. Two values a word, the low half first, each
+// uploaded, where its GEMMs take the f16 kernels (`Cm2Bf16::ViaF16Resident`),
+// so no pass converts it again. Two values a word, the low half first, each
 // rounded to nearest-even in integer arithmetic (exact in f16's normal
 // range; the few below it rounded as an f32 → f16 conversion rounds them);
 // values past f16's range become infinity (the upload's scan keeps such

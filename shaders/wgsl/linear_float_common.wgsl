@@ -58,18 +58,19 @@ fn e4m3fn(b: u32) -> f32 {
 }
 
 // IEEE f16 bits (low 16 bits of h) to f32, by hand: `unpack2x16float` needs
-// naga's SHADER_FLOAT16_IN_FLOAT32, which not every adapter grants. Without
-// branches: the three cases computed and selected (normal: the exponent
-// rebiased by 112; subnormal: man · 2^-24, exact in f32; infinity/NaN). The
-// branching form ran the decode GEMVs of f16 weights at 1.6–1.8 TB/s where
-// bf16 ones ran at 2.1–2.4 (the H100, session 29).
+// naga's SHADER_FLOAT16_IN_FLOAT32, which not every adapter grants.
 fn f16_bits(h: u32) -> f32 {
-    let e = h & 0x7C00u;
-    let mag = (h & 0x7FFFu) << 13u;
-    var v = bitcast<f32>(mag + 0x38000000u);
-    v = select(v, f32(h & 0x3FFu) * 0x1p-24f, e == 0u);
-    v = select(v, bitcast<f32>(mag | 0x7F800000u), e == 0x7C00u);
-    return bitcast<f32>(bitcast<u32>(v) | ((h & 0x8000u) << 16u));
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1Fu;
+    let man = h & 0x3FFu;
+    if e == 0u {
+        // Subnormal: man · 2^-24 (exact in f32).
+        return bitcast<f32>(sign | bitcast<u32>(f32(man) * 0x1p-24f));
+    }
+    if e == 31u {
+        return bitcast<f32>(sign | 0x7F800000u | (man << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (man << 13u));
 }
 
 fn f16_pair(v: u32) -> vec2<f32> {

@@ -96,9 +96,10 @@ impl std::str::FromStr for Seconds {
 /// kernels where the device has the extension: `auto`, the default, every
 /// one; `float`, f16 and bf16 weights; `off`) and
 /// `DYNVRAM_CM2_BF16` (how bf16 layers take them: `f16`, the default,
-/// converted to f16 a piece at a time for the f16 kernels, resident weights
-/// once as they are uploaded; `f16-every-pass`, resident ones too every
-/// pass; `staged`, the bf16 kernels, for comparisons) and `DYNVRAM_CM2_INT4` (how int4 layers
+/// converted to f16 a piece at a time every pass for the f16 kernels;
+/// `f16-resident`, resident weights converted once as they are uploaded
+/// (faster prefill, slower decode on the H100); `staged`, the bf16
+/// kernels, for comparisons) and `DYNVRAM_CM2_INT4` (how int4 layers
 /// take them: `int8`, the default, widened to int8 a piece at a time for
 /// the int8 kernels; `staged`, the int4 kernels) and `DYNVRAM_CM2_SPLIT`
 /// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,

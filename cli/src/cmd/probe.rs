@@ -138,7 +138,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let via_f16 = opts.cm2_bf16.via_f16();
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
             let converted = (via_f16 && format == Format::Bf16).then_some(
-                "converted to f16: resident weights once as they load, streamed ones a piece at a time; DYNVRAM_CM2_BF16=staged takes the bf16 kernels",
+                "converted to f16 a piece at a time; DYNVRAM_CM2_BF16=f16-resident converts resident weights once as they load, =staged takes the bf16 kernels",
             );
             let read_as = if converted.is_some() {
                 Format::F16

@@ -574,21 +574,24 @@ impl std::str::FromStr for SpirvGemm {
 pub enum Cm2Bf16 {
     /// The bf16 kernels (`gemm_cm2_bf16_*`).
     Staged,
-    /// Converted to f16 a piece at a time, then the f16 kernels; resident
-    /// weights converted once, in place, as they are uploaded
-    /// (`ops::linear::resident_bf16_as_f16`).
+    /// Converted to f16 a piece at a time every pass, then the f16 kernels.
     #[default]
     ViaF16,
-    /// As [`Self::ViaF16`], but resident weights too are converted every
-    /// pass (for comparisons).
-    ViaF16EveryPass,
+    /// As [`Self::ViaF16`], but resident weights are converted once, in
+    /// place, as they are uploaded (`ops::linear::resident_bf16_as_f16`),
+    /// and read as f16 by every kernel from then on. Not the default yet:
+    /// on the H100 (session 29) it took a Llama-7B prefill from 63.8 to
+    /// 50.9 ms and a FLUX.1 step from 0.422 to 0.409 s, but the decode
+    /// GEMVs read f16 weights at 1.6–1.8 TB/s where they read bf16 at
+    /// 2.1–2.4, and decode lost 20–45 %.
+    ViaF16Resident,
 }
 
 impl Cm2Bf16 {
     /// The f16 kernels on converted weights ([`Self::ViaF16`] or
-    /// [`Self::ViaF16EveryPass`]).
+    /// [`Self::ViaF16Resident`]).
     pub fn via_f16(self) -> bool {
-        matches!(self, Self::ViaF16 | Self::ViaF16EveryPass)
+        matches!(self, Self::ViaF16 | Self::ViaF16Resident)
     }
 }
 
@@ -655,9 +658,9 @@ impl std::str::FromStr for Cm2Bf16 {
         match s {
             "" | "staged" | "bf16" => Ok(Self::Staged),
             "f16" | "via-f16" => Ok(Self::ViaF16),
-            "f16-every-pass" => Ok(Self::ViaF16EveryPass),
+            "f16-resident" => Ok(Self::ViaF16Resident),
             other => Err(format!(
-                "bf16 SPIR-V GEMM `{other}`: want staged (the bf16 kernels), f16 (converted, then the f16 kernels; resident weights once) or f16-every-pass (resident weights too every pass)"
+                "bf16 SPIR-V GEMM `{other}`: want staged (the bf16 kernels), f16 (converted every pass, then the f16 kernels) or f16-resident (resident weights converted once as they load)"
             )),
         }
     }
@@ -791,7 +794,7 @@ mod tests {
             ("bf16", Cm2Bf16::Staged),
             ("f16", Cm2Bf16::ViaF16),
             ("via-f16", Cm2Bf16::ViaF16),
-            ("f16-every-pass", Cm2Bf16::ViaF16EveryPass),
+            ("f16-resident", Cm2Bf16::ViaF16Resident),
         ] {
             assert_eq!(text.parse::<Cm2Bf16>(), Ok(want), "{text}");
             assert_eq!(want.via_f16(), want != Cm2Bf16::Staged, "{text}");

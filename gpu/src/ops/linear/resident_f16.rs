@@ -1,10 +1,11 @@
 //! Resident bf16 weights kept as f16: where a device's bf16 GEMMs take the
-//! f16 SPIR-V kernels (`Cm2Bf16::ViaF16`), every pass converts each bf16
-//! layer a piece at a time (13 of 64 ms of a Llama-7B prefill on the H100,
-//! session 29). A weight that stays resident is converted once instead, in
-//! place as it is uploaded, and then read as f16 by every kernel: the same
-//! values the per-pass conversion makes (exact in f16's normal range), with
-//! no scratch. The caller keeps weights with values past f16's range bf16.
+//! f16 SPIR-V kernels, every pass converts each bf16 layer a piece at a
+//! time (13 of 64 ms of a Llama-7B prefill on the H100, session 29). With
+//! `Cm2Bf16::ViaF16Resident` a weight that stays resident is converted once
+//! instead, in place as it is uploaded, and then read as f16 by every
+//! kernel: the same values the per-pass conversion makes (exact in f16's
+//! normal range), with no scratch. The caller keeps weights with values
+//! past f16's range bf16.
 
 use dynvram_quant::Format;
 use dynvram_shaders::linear::BF16_TO_F16_IN_PLACE;
@@ -16,11 +17,11 @@ use crate::ops::kernel::{self, Dispatch};
 use crate::tensor::ActDtype;
 
 /// Whether resident bf16 linear weights are converted to f16 once, in
-/// place, on this device: where its bf16 GEMMs take the f16 SPIR-V kernels
-/// (`GpuOptions::cm2_bf16` is `ViaF16`, the float SPIR-V GEMMs are on and
-/// one fits), and it has f16 shaders.
+/// place, on this device: where that is asked for
+/// (`GpuOptions::cm2_bf16` is `ViaF16Resident`), the float SPIR-V GEMMs are
+/// on and one fits, and it has f16 shaders.
 pub fn resident_bf16_as_f16(gpu: &Gpu) -> bool {
-    gpu.cm2_bf16() == Cm2Bf16::ViaF16
+    gpu.cm2_bf16() == Cm2Bf16::ViaF16Resident
         && gpu.spirv_gemm().allows(false)
         && gpu.caps.shader_f16
         && super::cm2_gemm(gpu.cm2(), Format::F16, ActDtype::F16, None).is_ok()
