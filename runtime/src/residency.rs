@@ -613,6 +613,7 @@ fn upload_resident(
         );
         *enc = e.into_inner();
         converted?;
+        tracing::debug!(weight = %w.name, "resident bf16 weight converted to f16 in place");
     }
     w.resident_f16.store(f16, Ordering::Relaxed);
     Ok(buf)

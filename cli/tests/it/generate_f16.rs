@@ -14,7 +14,16 @@ const PROMPT: &str = "37,235,908,72,767,905,715";
 
 /// Greedy ids of `generate --json` with `dtype`, or the failure's stderr.
 fn generate(dtype: &str) -> Result<Vec<u64>, String> {
-    let out = dynvram()
+    generate_with(dtype, None)
+}
+
+/// [`generate`] with `DYNVRAM_CM2_BF16` set to `cm2_bf16`.
+fn generate_with(dtype: &str, cm2_bf16: Option<&str>) -> Result<Vec<u64>, String> {
+    let mut cmd = dynvram();
+    if let Some(v) = cm2_bf16 {
+        cmd.env("DYNVRAM_CM2_BF16", v);
+    }
+    let out = cmd
         .arg("--json")
         .arg("generate")
         .arg(fixtures::tiny_llama())
@@ -53,4 +62,21 @@ fn generate_f16_matches_f32_or_names_shader_f16() {
             eprintln!("{test}: f16 refused as expected: {}", e.trim());
         }
     }
+}
+
+/// `DYNVRAM_CM2_BF16=f16-resident`: tiny-llama's resident bf16 linear
+/// weights are converted to f16 in place as they load (the upload's scan,
+/// the in-place kernel, the weights then read as f16 by every kernel), and
+/// generation gives the default run's greedy ids (f16 holds tiny-llama's
+/// bf16 values but those below its normal range).
+#[test]
+fn resident_bf16_weights_as_f16_give_the_same_ids() {
+    let test = "resident_bf16_weights_as_f16_give_the_same_ids";
+    let plain = match generate("f32") {
+        Ok(ids) => ids,
+        Err(e) if skip_without_adapter(test, &e) => return,
+        Err(e) => panic!("{test}: default run failed: {e}"),
+    };
+    let converted = generate_with("f32", Some("f16-resident")).expect("f16-resident run");
+    assert_eq!(converted, plain, "{test}: greedy ids");
 }

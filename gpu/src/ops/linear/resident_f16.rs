@@ -7,7 +7,6 @@
 //! normal range), with no scratch. The caller keeps weights with values
 //! past f16's range bf16.
 
-use dynvram_quant::Format;
 use dynvram_shaders::linear::BF16_TO_F16_IN_PLACE;
 
 use crate::device::{Cm2Bf16, Gpu, GpuError};
@@ -17,14 +16,12 @@ use crate::ops::kernel::{self, Dispatch};
 use crate::tensor::ActDtype;
 
 /// Whether resident bf16 linear weights are converted to f16 once, in
-/// place, on this device: where that is asked for
-/// (`GpuOptions::cm2_bf16` is `ViaF16Resident`), the float SPIR-V GEMMs are
-/// on and one fits, and it has f16 shaders.
+/// place, on this device: where that is asked for (`GpuOptions::cm2_bf16`
+/// is `ViaF16Resident`). Meant for devices whose bf16 GEMMs take the f16
+/// SPIR-V kernels; elsewhere the WGSL kernels read the f16 weights as they
+/// read any f16 weights (the same values but below f16's normal range).
 pub fn resident_bf16_as_f16(gpu: &Gpu) -> bool {
     gpu.cm2_bf16() == Cm2Bf16::ViaF16Resident
-        && gpu.spirv_gemm().allows(false)
-        && gpu.caps.shader_f16
-        && super::cm2_gemm(gpu.cm2(), Format::F16, ActDtype::F16, None).is_ok()
 }
 
 /// `bf16_to_f16_in_place.wgsl`'s `Params`.
