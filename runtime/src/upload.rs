@@ -382,26 +382,35 @@ mod tests {
     /// A scan split into reads as ring slots split an upload: every
     /// element is found by the read holding its first byte, also an f64
     /// cut by a read's end (slots end on 4 bytes, elements may be 8).
+    /// A temporary file holding `bytes`.
+    fn temp_file(bytes: &[u8]) -> std::fs::File {
+        let mut file = tempfile::tempfile().expect("temp file");
+        file.write_all(bytes).expect("write");
+        file
+    }
+
+    /// `len` bytes of `file` as tensor `w`'s range.
+    fn range_of(file: &std::fs::File, len: usize) -> FileRange<'_> {
+        FileRange {
+            file,
+            path: Path::new("t.safetensors"),
+            tensor: "w",
+            start: 0,
+            len: len as u64,
+        }
+    }
+
     #[test]
     fn scanning_reads_note_bf16_values_past_f16s_range_across_cuts() {
         // 65280 (0x477F) is bf16's largest value f16 holds; 65536 (0x4780)
         // is past it, and so is -65536.
         for (big, beyond) in [(0x477Fu16, false), (0x4780, true), (0xC780, true)] {
             for cut in [2u64, 6, 64, 126] {
-                let mut values = vec![0x3F80u16; 64];
+                let mut values = [0x3F80u16; 64];
                 values[cut as usize / 2] = big;
-                let mut file = tempfile::tempfile().expect("temp file");
-                for v in &values {
-                    file.write_all(&v.to_le_bytes()).expect("write");
-                }
-                let range = FileRange {
-                    file: &file,
-                    path: Path::new("t.safetensors"),
-                    tensor: "w",
-                    start: 0,
-                    len: 128,
-                };
-                let scan = Scanning::new(range.into(), Dtype::BF16);
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let file = temp_file(&bytes);
+                let scan = Scanning::new(range_of(&file, bytes.len()).into(), Dtype::BF16);
                 let mut out = [0u8; 128];
                 let (a, b) = out.split_at_mut(cut as usize);
                 scan.read_at(cut, WriteOnlyBytes::from_mut(b))
@@ -427,17 +436,9 @@ mod tests {
                 if let Some(later) = values.get_mut(bad as usize + 7) {
                     *later = f64::INFINITY;
                 }
-                let mut file = tempfile::tempfile().expect("temp file");
-                for v in &values {
-                    file.write_all(&v.to_le_bytes()).expect("write");
-                }
-                let range = FileRange {
-                    file: &file,
-                    path: Path::new("t.safetensors"),
-                    tensor: "w",
-                    start: 0,
-                    len: elements * 8,
-                };
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let file = temp_file(&bytes);
+                let range = range_of(&file, bytes.len());
                 let scan = Scanning::new(range.into(), Dtype::F64);
                 let mut out = vec![0u8; (elements * 8) as usize];
                 let (a, b) = out.split_at_mut(cut as usize);

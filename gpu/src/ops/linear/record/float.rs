@@ -270,7 +270,8 @@ impl Recorder<'_> {
                     out.binding(),
                 ])
                 .collect();
-            return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost);
+            let whole = (self.weights.k, 1);
+            return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost, whole);
         };
         let bindings: Bindings<'_> = (0..)
             .zip([
@@ -281,7 +282,7 @@ impl Recorder<'_> {
                 buf(part, 0, bytes),
             ])
             .collect();
-        self.launch_cm2_split(encoder, split, c, &bindings, 0, cost, span)?;
+        self.launch_cm2(encoder, split, c, &bindings, 0, cost, span)?;
         let total = self.m * c.rows;
         let params = SplitSumParams {
             m: self.m as u32,

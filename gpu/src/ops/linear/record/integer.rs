@@ -317,7 +317,8 @@ impl Recorder<'_> {
                 ])
                 .collect();
             let cost = self.chunk_cost(c, m * kw * 4 + m * 4);
-            self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost)
+            let whole = (self.weights.k, 1);
+            self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost, whole)
         };
         if let Some(kernel) = cm2.filter(|_| widen) {
             let tile_n = u64::from(kernel.gemm.tile_n);

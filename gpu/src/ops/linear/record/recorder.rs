@@ -393,24 +393,11 @@ impl Recorder<'_> {
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
-    /// linears' `bindings` (the chunk's weights first) and `flags`.
-    pub(super) fn launch_cm2(
-        &self,
-        encoder: &mut Encoder,
-        kernel: Cm2Kernel,
-        c: &Chunk<'_>,
-        bindings: &[(u32, wgpu::BindingResource<'_>)],
-        flags: u32,
-        cost: Cost,
-    ) -> Result<(), LinearError> {
-        let whole = (self.weights.k, 1);
-        self.launch_cm2_split(encoder, kernel, c, bindings, flags, cost, whole)
-    }
-
-    /// [`Self::launch_cm2`] of a split kernel ([`Self::cm2_split_of`]) in
-    /// `(span, splits)`: `splits` row tiles of workgroups a tile row.
+    /// linears' `bindings` (the chunk's weights first) and `flags`, K in
+    /// `(span, splits)`: `(K, 1)` whole, else a split kernel's
+    /// ([`Self::cm2_split_of`]) `splits` row tiles of workgroups a tile row.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch_cm2_split(
+    pub(super) fn launch_cm2(
         &self,
         encoder: &mut Encoder,
         kernel: Cm2Kernel,
