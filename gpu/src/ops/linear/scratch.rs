@@ -185,6 +185,14 @@ impl LinearScratch {
         b
     }
 
+    /// Whether `bytes` more scratch fit the room a runtime's pass has beyond
+    /// its plan ([`Self::set_piece_room`]); always outside a budget. Scratch
+    /// no plan counts (the split GEMMs' partial sums) is taken only there,
+    /// so it never takes what the plan reserved for later in the pass.
+    pub(super) fn room_for(&self, bytes: u64) -> bool {
+        self.budget.is_none() || self.piece_room >= bytes
+    }
+
     /// The split-K GEMMs' partial sums (f32), at least `bytes` long: the
     /// attention's partials' buffer (each use writes it before reading it,
     /// one launch after another).

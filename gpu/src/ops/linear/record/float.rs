@@ -181,8 +181,9 @@ impl Recorder<'_> {
     /// ([`Self::cm2_split_of`]) where any chunk splits: the most a chunk
     /// writes, and under [`Cm2Split::Auto`] one wave of `kernel`'s tiles
     /// (what a narrower converted piece, split more ways, writes at most).
-    /// None where nothing splits or the budget has no room (then the
-    /// launches run unsplit).
+    /// None where nothing splits, or where the pass's room beyond its plan
+    /// does not hold it beside the layer converted whole (no plan counts
+    /// it: under a tight budget the launches run unsplit).
     fn split_partials(
         &self,
         kernel: Cm2Kernel,
@@ -204,6 +205,10 @@ impl Recorder<'_> {
                 (u64::from(g.tile_m), u64::from(g.tile_n)),
             );
             bytes = bytes.max(wave);
+        }
+        let layer = self.weights.n * self.weights.k * 2;
+        if !scratch.room_for(bytes.saturating_add(layer)) {
+            return Ok(None);
         }
         match scratch.split_partials(self.gpu, bytes) {
             Ok(b) => Ok(Some(b)),
