@@ -183,18 +183,16 @@ impl BlockCtx<'_> {
 
     /// `l`'s tensors where they are during their part.
     fn linear_weights_located(&self, l: &crate::model::Linear) -> Result<LinearWeights> {
-        let region = |i: usize| -> Result<Region> {
-            let (w, _) = self.locate(i)?;
-            Ok(Region {
-                buffer: w.shared.clone(),
-                offset: w.offset,
-                size: w.size,
-            })
+        let region_of = |w: crate::WeightView<'_>| Region {
+            buffer: w.shared.clone(),
+            offset: w.offset,
+            size: w.size,
         };
-        let as_f16 = self.locate(l.weight)?.0.as_f16;
+        let region = |i: usize| -> Result<Region> { Ok(region_of(self.locate(i)?.0)) };
+        let weight = self.locate(l.weight)?.0;
         Ok(LinearWeights {
             // A resident bf16 weight converted as it was uploaded.
-            format: if as_f16 {
+            format: if weight.as_f16 {
                 dynvram_quant::Format::F16
             } else {
                 l.info.format
@@ -202,7 +200,7 @@ impl BlockCtx<'_> {
             n: l.info.n as u64,
             k: l.info.k as u64,
             parts: [WeightPart {
-                region: region(l.weight)?,
+                region: region_of(weight),
                 rows: l.info.n as u64,
             }]
             .into(),

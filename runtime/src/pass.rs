@@ -182,12 +182,8 @@ impl<'a> BlockCtx<'a> {
     pub(crate) fn locate(&self, i: usize) -> Result<(WeightView<'a>, Option<usize>)> {
         let (model, placed) = (self.model, self.placed);
         let w = &model.weights[i];
-        let mut as_f16 = false;
         let (shared, offset, unit) = match &placed.homes[i] {
-            Home::Resident(r) => {
-                as_f16 = w.resident_f16.load(Ordering::Relaxed);
-                (&r.buffer, 0, None)
-            }
+            Home::Resident(r) => (&r.buffer, 0, None),
             &Home::Arena { part, offset } => {
                 if w.block != self.block {
                     return Err(RuntimeError::NotInBlock {
@@ -207,6 +203,8 @@ impl<'a> BlockCtx<'a> {
                 (&arena.buffer, offset, Some(unit))
             }
         };
+        // Only a resident copy was converted as it was uploaded.
+        let as_f16 = unit.is_none() && w.resident_f16.load(Ordering::Relaxed);
         let view = WeightView {
             buffer: shared,
             shared,

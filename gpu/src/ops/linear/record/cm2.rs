@@ -322,12 +322,11 @@ pub(super) fn fitting(
     let (gemm, program) = kernels
         .clone()
         .find(|(g, _)| only.is_none_or(|n| n == g.name))?;
-    let splits_there = |shape| {
-        splits(split, caps.sm_count, gemm, shape, k).1 > 1 && split_variant(caps, gemm).is_some()
-    };
     if only.is_none()
         && !gemm.small_grids
-        && shape.is_some_and(|shape| small_grid(caps, gemm, shape) && !splits_there(shape))
+        && shape.is_some_and(|shape| {
+            small_grid(caps, gemm, shape) && split_of(caps, split, gemm, shape, k).is_none()
+        })
         && let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids)
     {
         return Some(Cm2Kernel { gemm, program });
@@ -397,6 +396,23 @@ pub(super) fn split_span(k: u64, want: u64) -> (u64, u64) {
 /// writes.
 pub(super) fn split_partial_bytes(splits: u64, (m, n): (u64, u64)) -> u64 {
     splits * m * n * 4
+}
+
+/// The split-K variant of `g` and its (columns a split, splits) for a GEMM
+/// over `shape` (M, N) x `k` where `split` splits it there ([`splits`])
+/// and `g` has a variant that fits the device.
+pub(super) fn split_of(
+    caps: &Cm2Caps,
+    split: Cm2Split,
+    g: &Cm2Gemm,
+    shape: (u64, u64),
+    k: u64,
+) -> Option<(Cm2Kernel, (u64, u64))> {
+    let span = splits(split, caps.sm_count, g, shape, k);
+    if span.1 < 2 {
+        return None;
+    }
+    Some((split_variant(caps, g)?, span))
 }
 
 /// The split-K variant of `g` (`NAME_split`, [`CM2_SPLIT_GEMMS`]) where

@@ -265,28 +265,24 @@ impl Recorder<'_> {
             part.filter(|p| p.size() >= bytes)
                 .map(|p| (k, span, p, bytes))
         });
-        let Some((split, span, part, bytes)) = split else {
-            let bindings: Bindings<'_> = (0..)
-                .zip([
-                    buf(c.buffer, c.offset, c.size),
-                    scale,
-                    bias(),
-                    x.binding(),
-                    out.binding(),
-                ])
-                .collect();
-            let whole = (self.weights.k, 1);
-            return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost, whole);
+        // Split: no bias in the GEMM, its partial sums in `part`.
+        let (bias_at, out_at) = match split {
+            Some((_, _, part, bytes)) => (buf(dummy, 0, 16), buf(part, 0, bytes)),
+            None => (bias(), out.binding()),
         };
         let bindings: Bindings<'_> = (0..)
             .zip([
                 buf(c.buffer, c.offset, c.size),
                 scale,
-                buf(dummy, 0, 16),
+                bias_at,
                 x.binding(),
-                buf(part, 0, bytes),
+                out_at,
             ])
             .collect();
+        let Some((split, span, part, bytes)) = split else {
+            let whole = (self.weights.k, 1);
+            return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost, whole);
+        };
         self.launch_cm2(encoder, split, c, &bindings, 0, cost, span)?;
         let total = self.m * c.rows;
         let params = SplitSumParams {

@@ -328,8 +328,8 @@ impl Recorder<'_> {
     }
 
     /// The immediates of a SPIR-V GEMM launch over chunk `c` with `flags`
-    /// ([`Cm2Params::flags`]).
-    pub(super) fn cm2_params(&self, c: &Chunk<'_>, flags: u32) -> Cm2Params {
+    /// ([`Cm2Params::flags`]) and `k_span` K columns a split.
+    pub(super) fn cm2_params(&self, c: &Chunk<'_>, flags: u32, k_span: u64) -> Cm2Params {
         Cm2Params {
             m: self.m as u32,
             n: c.rows as u32,
@@ -337,7 +337,7 @@ impl Recorder<'_> {
             n_base: c.first_row as u32,
             out_stride: self.weights.n as u32,
             flags,
-            k_span: self.weights.k as u32,
+            k_span: k_span as u32,
             _pad: 0,
         }
     }
@@ -377,19 +377,14 @@ impl Recorder<'_> {
         if self.cm2_kernel.is_some() && self.cm2_split == Cm2Split::Auto {
             return None;
         }
-        let caps = self.gpu.cm2()?;
-        let k = self.weights.k;
-        let span = cm2::splits(
+        let shape = (self.m, rows);
+        cm2::split_of(
+            self.gpu.cm2()?,
             self.cm2_split,
-            caps.sm_count,
             kernel.gemm,
-            (self.m, rows),
-            k,
-        );
-        if span.1 < 2 {
-            return None;
-        }
-        Some((cm2::split_variant(caps, kernel.gemm)?, span))
+            shape,
+            self.weights.k,
+        )
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
@@ -408,8 +403,7 @@ impl Recorder<'_> {
         (span, splits): (u64, u64),
     ) -> Result<(), LinearError> {
         let g = kernel.gemm;
-        let mut params = self.cm2_params(c, flags);
-        params.k_span = span as u32;
+        let params = self.cm2_params(c, flags, span);
         let (x, y) = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
         let groups = (x, y * splits as u32);
         self.run(
