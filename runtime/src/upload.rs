@@ -169,11 +169,17 @@ pub(crate) fn scan_host(
     if let Some((i, value)) = dynvram_quant::tensors::first_non_finite(dtype, bytes) {
         return Err(non_finite(model, w, i as u64, value));
     }
-    if dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(bytes) {
-        w.beyond_f16.store(true, Ordering::Relaxed);
-    }
+    note_beyond_f16(&w.beyond_f16, dtype, bytes);
     w.checked.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// Sets `flag` where `bytes` are bf16 (`dtype`) with a value past f16's
+/// range (the weight then stays bf16 where resident ones become f16).
+fn note_beyond_f16(flag: &AtomicBool, dtype: Dtype, bytes: &[u8]) {
+    if dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(bytes) {
+        flag.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A raw weight's file bytes as the reader pool copies them: through a
@@ -279,13 +285,9 @@ impl<'a> Scanning<'a> {
             self.range.read_at(cut_at, WriteOnlyBytes::from_mut(one))?;
             found = dynvram_quant::tensors::first_non_finite(self.dtype, one)
                 .map(|(_, v)| (cut_at / e, v));
-            if self.dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(one) {
-                self.beyond_f16.store(true, Ordering::Relaxed);
-            }
+            note_beyond_f16(&self.beyond_f16, self.dtype, one);
         }
-        if self.dtype == Dtype::BF16 && dynvram_quant::tensors::bf16_beyond_f16(whole) {
-            self.beyond_f16.store(true, Ordering::Relaxed);
-        }
+        note_beyond_f16(&self.beyond_f16, self.dtype, whole);
         if let Some(hit) = found {
             let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
             if first.is_none_or(|(i, _)| hit.0 < i) {
@@ -379,9 +381,6 @@ mod tests {
 
     use super::*;
 
-    /// A scan split into reads as ring slots split an upload: every
-    /// element is found by the read holding its first byte, also an f64
-    /// cut by a read's end (slots end on 4 bytes, elements may be 8).
     /// A temporary file holding `bytes`.
     fn temp_file(bytes: &[u8]) -> std::fs::File {
         let mut file = tempfile::tempfile().expect("temp file");
@@ -426,6 +425,9 @@ mod tests {
         }
     }
 
+    /// A scan split into reads as ring slots split an upload: every
+    /// element is found by the read holding its first byte, also an f64
+    /// cut by a read's end (slots end on 4 bytes, elements may be 8).
     #[test]
     fn scanning_reads_find_the_first_non_finite_element_across_cuts() {
         let elements = 64u64;
