@@ -18,7 +18,12 @@
 # spread quantizations, DYNVRAM_SPREAD_QUANT=gemv as int4-f16-spread and
 # =codes as int4-f16-codes), SYNC (0: 1 also runs bf16-f16 and int4 with
 # --sync-decode), SPLIT_AB (0: 1 also runs bf16-f16 with
-# DYNVRAM_CM2_SPLIT=off as bf16-f16-nosplit), PEER (1), OUT (bench-out), PARTS ("dyn peer").
+# DYNVRAM_CM2_SPLIT=off as bf16-f16-nosplit), RESIDENT_AB (0: 1 also runs
+# bf16-f16 with its resident weights converted to f16 once
+# (DYNVRAM_CM2_BF16=f16-resident) as bf16-f16-resident, the same with f16
+# decoded in integer arithmetic (DYNVRAM_F16_UNPACK=off) as
+# bf16-f16-resident-int, then bf16-f16 again as bf16-f16-again),
+# PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -66,6 +71,11 @@ if [[ " $parts " == *" dyn "* ]]; then
     if [ "${SPLIT_AB:-0}" = 1 ]; then
         # Prefill's GEMMs without K split (the 128 x 128 tiles instead).
         DYNVRAM_CM2_SPLIT=off run bf16-f16-nosplit "$dir" --compute-dtype f16
+    fi
+    if [ "${RESIDENT_AB:-0}" = 1 ]; then
+        DYNVRAM_CM2_BF16=f16-resident run bf16-f16-resident "$dir" --compute-dtype f16
+        DYNVRAM_CM2_BF16=f16-resident DYNVRAM_F16_UNPACK=off run bf16-f16-resident-int "$dir" --compute-dtype f16
+        run bf16-f16-again "$dir" --compute-dtype f16
     fi
 fi
 

@@ -76,6 +76,23 @@ pub fn with_consts(source: &str, consts: &[(&str, u32, u32)]) -> String {
     out
 }
 
+/// The f16 decoders every module reading f16 words includes
+/// (`f16_words.wgsl`: integer arithmetic, valid everywhere).
+pub const F16_WORDS: &str = include_str!("../wgsl/f16_words.wgsl");
+
+/// The same decoders through `unpack2x16float` (`f16_words_unpack.wgsl`),
+/// which needs wgpu's `DownlevelFlags::SHADER_F16_IN_F32`.
+pub const F16_WORDS_UNPACK: &str = include_str!("../wgsl/f16_words_unpack.wgsl");
+
+/// `source` with its f16 decoders ([`F16_WORDS`]) replaced by the
+/// hardware's conversion ([`F16_WORDS_UNPACK`]), for an adapter that grants
+/// `SHADER_F16_IN_F32`; `None` when the module decodes no f16.
+pub fn with_f16_unpack(source: &str) -> Option<String> {
+    source
+        .contains(F16_WORDS)
+        .then(|| source.replacen(F16_WORDS, F16_WORDS_UNPACK, 1))
+}
+
 /// The leading `enable ...;` lines of a module, and the rest.
 pub fn split_directives(source: &str) -> (&str, &str) {
     let mut end = 0;

@@ -120,6 +120,7 @@ pub const INT_GEMM_COOP8: &str = wgsl!(
 /// Float-weight GEMM on 16×16×16 f16 cooperative matrices (f16 activations).
 pub const FLOAT_GEMM_COOP16: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_coop_pairs.wgsl",
     "linear_coop_float.wgsl",
@@ -130,6 +131,7 @@ pub const FLOAT_GEMM_COOP16: &str = wgsl!(
 /// [`FLOAT_GEMM_COOP16`] on 8×8×8 matrices.
 pub const FLOAT_GEMM_COOP8: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_coop_pairs.wgsl",
     "linear_coop_float.wgsl",
@@ -162,6 +164,7 @@ pub const INT_GEMM_COOP8_DB: &str = wgsl!(
 /// weights).
 pub const FLOAT_GEMM_COOP16_DB: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_coop_pairs.wgsl",
     "linear_coop_float_v4.wgsl",
@@ -172,6 +175,7 @@ pub const FLOAT_GEMM_COOP16_DB: &str = wgsl!(
 /// [`FLOAT_GEMM_COOP16_DB`] on 8×8×8 matrices.
 pub const FLOAT_GEMM_COOP8_DB: &str = wgsl!(
     enable "f16", "wgpu_cooperative_matrix";
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_coop_pairs.wgsl",
     "linear_coop_float_v4.wgsl",
@@ -476,6 +480,7 @@ fn main(
 /// Float-weight GEMV (M <= 8).
 pub const FLOAT_GEMV: &str = wgsl!(
     "linear_reduce_workgroup.wgsl",
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_float_gemv.wgsl"
 );
@@ -566,6 +571,7 @@ pub const INT_GEMV_ROWS3_ROT_SUBGROUP: &str = wgsl!(
 /// (rows must start on 16 bytes).
 pub const FLOAT_GEMV_ROWS: &str = wgsl!(
     "linear_gemv_tree.wgsl",
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_gemv_one.wgsl",
     "linear_gemv_rows_common.wgsl",
@@ -576,6 +582,7 @@ pub const FLOAT_GEMV_ROWS: &str = wgsl!(
 /// (the norm weight at binding 7, eps in the params).
 pub const FLOAT_GEMV_ROWS_NORM: &str = wgsl!(
     "linear_gemv_tree.wgsl",
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_gemv_one.wgsl",
     "linear_gemv_rows_common.wgsl",
@@ -586,6 +593,7 @@ pub const FLOAT_GEMV_ROWS_NORM: &str = wgsl!(
 /// (q/k/v; gate/up with SwiGLU).
 pub const FLOAT_GEMV_ROWS3: &str = wgsl!(
     "linear_gemv_tree.wgsl",
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_gemv_three.wgsl",
     "linear_gemv_rows_common.wgsl",
@@ -595,6 +603,7 @@ pub const FLOAT_GEMV_ROWS3: &str = wgsl!(
 /// [`FLOAT_GEMV_ROWS3`] RMS-normalising its activation rows on the way in.
 pub const FLOAT_GEMV_ROWS3_NORM: &str = wgsl!(
     "linear_gemv_tree.wgsl",
+    "f16_words.wgsl",
     "linear_float_common.wgsl",
     "linear_gemv_three.wgsl",
     "linear_gemv_rows_common.wgsl",
@@ -602,13 +611,19 @@ pub const FLOAT_GEMV_ROWS3_NORM: &str = wgsl!(
     "linear_float_gemv_rows.wgsl"
 );
 /// Float-weight tiled GEMM.
-pub const FLOAT_GEMM: &str = wgsl!("linear_float_common.wgsl", "linear_float_gemm.wgsl");
+pub const FLOAT_GEMM: &str = wgsl!(
+    "f16_words.wgsl",
+    "linear_float_common.wgsl",
+    "linear_float_gemm.wgsl"
+);
 
 /// Every linear shader file, as (file name, complete module source). Fragments
 /// are listed as themselves (each is a valid module without entry points);
 /// bodies as their composition; fast variants under `name [subgroup]`.
 pub const ALL: &[(&str, &str)] = &[
     ("bf16_to_f16.wgsl", BF16_TO_F16),
+    ("f16_words.wgsl", wgsl!("f16_words.wgsl")),
+    ("f16_words_unpack.wgsl", wgsl!("f16_words_unpack.wgsl")),
     ("int4_to_int8.wgsl", INT4_TO_INT8),
     ("linear_split_sum.wgsl", SPLIT_SUM),
     ("bf16_to_f16_in_place.wgsl", BF16_TO_F16_IN_PLACE),
@@ -624,7 +639,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("linear_int_common.wgsl", wgsl!("linear_int_common.wgsl")),
     (
         "linear_float_common.wgsl",
-        wgsl!("linear_float_common.wgsl"),
+        wgsl!("f16_words.wgsl", "linear_float_common.wgsl"),
     ),
     ("linear_rotate.wgsl", ROTATE),
     ("linear_rotate_max.wgsl", ROTATE_MAX),

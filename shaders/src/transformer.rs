@@ -134,7 +134,7 @@ pub fn with_two_walk_shape(source: &str, nsg: u32, bc: u32, hd: u32) -> String {
 }
 
 /// Embedding row gather from an f32, f16 or bf16 table.
-pub const EMBED: &str = wgsl!("stored_float.wgsl", "embed.wgsl");
+pub const EMBED: &str = wgsl!("f16_words.wgsl", "stored_float.wgsl", "embed.wgsl");
 
 /// Greedy token choice: the argmax of one row of logits as a `u32`.
 pub const ARGMAX: &str = wgsl!("argmax.wgsl");

@@ -5,7 +5,7 @@
 
 /// NCHW convolution as an implicit GEMM with weights decoded as stored
 /// (f32, f16 or bf16).
-pub const CONV2D: &str = wgsl!("stored_float.wgsl", "conv2d.wgsl");
+pub const CONV2D: &str = wgsl!("f16_words.wgsl", "stored_float.wgsl", "conv2d.wgsl");
 /// GroupNorm statistics per chunk, their merge, and the normalisation
 /// (+ SiLU).
 pub const GROUP_NORM: &str = wgsl!("workgroup_sum.wgsl", "group_norm.wgsl");

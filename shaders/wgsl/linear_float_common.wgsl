@@ -6,8 +6,10 @@
 // K must be a multiple of 4 (four columns per decoded vec4). x and out are
 // `act` (f32 or f16); products and sums are f32.
 //
-// provides: HAS_BIAS, WFMT, bf16_pair, bias, f16_pair, fp8_quad, out, p, store
-// provides: w, w_scale, weight_quad, weight_scale, x
+// needs: f16_bits, f16_pair
+// provides: HAS_BIAS, WFMT, bf16_pair, bias, fp8_quad, out, p, store, w
+// provides: w_scale, weight_quad, weight_scale, x
+//
 
 // 0: f32, 1: f16, 2: bf16, 3: float8_e4m3fn, 4: float8_e5m2.
 override WFMT: u32 = 0u;
@@ -55,26 +57,6 @@ fn e4m3fn(b: u32) -> f32 {
         return bitcast<f32>(0x7FC00000u | sign);
     }
     return bitcast<f32>(sign | ((e + 120u) << 23u) | (man << 20u));
-}
-
-// IEEE f16 bits (low 16 bits of h) to f32, by hand: `unpack2x16float` needs
-// naga's SHADER_FLOAT16_IN_FLOAT32, which not every adapter grants.
-fn f16_bits(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1Fu;
-    let man = h & 0x3FFu;
-    if e == 0u {
-        // Subnormal: man · 2^-24 (exact in f32).
-        return bitcast<f32>(sign | bitcast<u32>(f32(man) * 0x1p-24f));
-    }
-    if e == 31u {
-        return bitcast<f32>(sign | 0x7F800000u | (man << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (man << 13u));
-}
-
-fn f16_pair(v: u32) -> vec2<f32> {
-    return vec2<f32>(f16_bits(v & 0xFFFFu), f16_bits(v >> 16u));
 }
 
 // float8_e5m2 is the high byte of an IEEE f16.

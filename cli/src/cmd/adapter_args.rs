@@ -104,7 +104,9 @@ impl std::str::FromStr for Seconds {
 /// the int8 kernels; `staged`, the int4 kernels) and `DYNVRAM_CM2_SPLIT`
 /// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,
 /// the default; `off`, narrower tiles instead; a number, that many splits
-/// wherever a kernel can, for tuning) and
+/// wherever a kernel can, for tuning) and `DYNVRAM_F16_UNPACK` (`off`:
+/// kernels decode f16 weights in integer arithmetic even where the
+/// adapter converts them in hardware, for comparisons) and
 /// `DYNVRAM_GPU_WAIT` (seconds a wait for the GPU may take, 300): the one
 /// place the program reads them. A value it does not know is warned about
 /// and the default kept. No pipeline
@@ -135,6 +137,7 @@ pub fn gpu_options() -> GpuOptions {
         cm2_bf16: var("DYNVRAM_CM2_BF16", d.cm2_bf16),
         cm2_int4: var("DYNVRAM_CM2_INT4", d.cm2_int4),
         cm2_split: var("DYNVRAM_CM2_SPLIT", d.cm2_split),
+        f16_unpack: std::env::var("DYNVRAM_F16_UNPACK").as_deref() != Ok("off"),
         wait_limit: optional::<Seconds>("DYNVRAM_GPU_WAIT").map_or(d.wait_limit, |s| s.0),
         pipeline_cache: None,
     }

@@ -109,6 +109,8 @@ pub struct Gpu {
     cm2_int4: Cm2Int4,
     /// [`GpuOptions::cm2_split`].
     cm2_split: Cm2Split,
+    /// [`GpuOptions::f16_unpack`] where the adapter grants it.
+    f16_unpack: bool,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
     cm2: Option<Cm2Caps>,
     /// Pipelines created and the nanoseconds that took ([`Gpu::pipeline_time`]).
@@ -226,6 +228,11 @@ impl Gpu {
             }
         }));
         let caps = caps_of(&adapter, &device);
+        let f16_unpack = options.f16_unpack
+            && adapter
+                .get_downlevel_capabilities()
+                .flags
+                .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32);
         let pipeline_cache = match cache_dir {
             Some(dir) if device.features().contains(wgpu::Features::PIPELINE_CACHE) => {
                 pipeline_cache::DiskCache::open(&device, &info, dir)
@@ -265,6 +272,7 @@ impl Gpu {
             cm2_bf16: options.cm2_bf16,
             cm2_int4: options.cm2_int4,
             cm2_split: options.cm2_split,
+            f16_unpack,
             cm2,
             pipelines_created: AtomicU64::new(0),
             pipeline_nanos: AtomicU64::new(0),
@@ -322,6 +330,13 @@ impl Gpu {
     /// Whether small grids split K ([`GpuOptions::cm2_split`]).
     pub fn cm2_split(&self) -> Cm2Split {
         self.cm2_split
+    }
+
+    /// Whether kernels decode f16 words with `unpack2x16float`
+    /// ([`GpuOptions::f16_unpack`], where the adapter grants
+    /// `SHADER_F16_IN_F32`) rather than in integer arithmetic.
+    pub fn f16_unpack(&self) -> bool {
+        self.f16_unpack
     }
 
     /// The on-disk pipeline cache, where one is open: its file and what was
@@ -808,6 +823,11 @@ pub struct GpuOptions {
     /// across workgroups ([`Cm2Split::Auto`], the default) or take
     /// narrower tiles ([`Cm2Split::Off`]).
     pub cm2_split: Cm2Split,
+    /// Whether kernels reading f16 words decode them with the hardware's
+    /// conversion (`unpack2x16float`) where the adapter grants
+    /// `SHADER_F16_IN_F32` (the default), or always in integer arithmetic
+    /// (`false`: for comparisons and the tests of that path).
+    pub f16_unpack: bool,
     /// How long a wait for the GPU may take before it is an error (a
     /// faulted kernel can leave a fence unsignalled; see [`wait_limit`]):
     /// [`DEFAULT_WAIT_LIMIT`]. Process-wide: the last device opened sets it.
@@ -835,6 +855,7 @@ impl Default for GpuOptions {
             cm2_bf16: Cm2Bf16::default(),
             cm2_int4: Cm2Int4::default(),
             cm2_split: Cm2Split::default(),
+            f16_unpack: true,
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,
         }

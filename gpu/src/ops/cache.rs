@@ -207,7 +207,8 @@ impl PipelineCache {
     /// The pipeline of `program`, compiled on first use under the name
     /// `label` (formatted only then): f32 activations compile the module as
     /// is, f16 compile [`dynvram_shaders::with_f16_activations`] of it,
-    /// after checking the device has `SHADER_F16`.
+    /// after checking the device has `SHADER_F16`; f16 words are decoded by
+    /// [`dynvram_shaders::with_f16_unpack`] where the adapter grants it.
     pub fn get(
         &self,
         gpu: &Gpu,
@@ -296,6 +297,14 @@ impl PipelineCache {
                 (f16_text.as_str(), label)
             }
         };
+        // f16 words through the hardware's conversion where it is granted
+        // (a decode GEMV read f16 weights at 1.6-1.8 TB/s decoding them in
+        // integer arithmetic with branches, bf16 at 2.1-2.4).
+        let unpack_text = gpu
+            .f16_unpack()
+            .then(|| dynvram_shaders::with_f16_unpack(source))
+            .flatten();
+        let source = unpack_text.as_deref().unwrap_or(source);
         let (pipeline, dynamic) =
             gpu.create_launch_pipeline(&label, source, p.entry, p.constants)?;
         Ok(Kernel { pipeline, dynamic })

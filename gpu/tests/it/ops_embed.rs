@@ -1,10 +1,13 @@
 //! Embedding gather from f32, f16 and bf16 tables (odd sizes, so 16-bit
 //! rows straddle 32-bit words), with an out-of-range id giving a zero row.
 
-use crate::ops_common::{ctx, nan_tensor, read, run, stored_as, upload_bytes};
-use dynvram_gpu::GpuError;
+use crate::ops_common::{Ctx, ctx, nan_tensor, read, run, stored_as, upload_bytes};
+use dynvram_gpu::device::GpuOptions;
+use dynvram_gpu::ops::cache::PipelineCache;
 use dynvram_gpu::ops::embed::{EmbedTable, TableDtype, TokenIds, record_embed};
 use dynvram_gpu::ops::encoder::Encoder;
+use dynvram_gpu::{AdapterChoice, GpuError};
+use dynvram_test_support::gpu::{any_adapter, test_gpu_with};
 use dynvram_test_support::random::nonzero;
 use half::{bf16, f16};
 
@@ -58,14 +61,42 @@ fn embed_gathers_every_dtype() {
     }
 }
 
+/// Both f16 decoders (`f16_words.wgsl`'s integer one and, where the adapter
+/// grants it, `unpack2x16float`) give every class of f16 exactly.
 #[test]
 fn f16_subnormals_and_specials_decode_exactly() {
-    let Some(c) = ctx("f16_subnormals_and_specials_decode_exactly") else {
-        return;
-    };
+    let test = "f16_subnormals_and_specials_decode_exactly";
+    let mut decoders = 0;
+    for f16_unpack in [false, true] {
+        let choice = AdapterChoice {
+            options: GpuOptions {
+                f16_unpack,
+                ..GpuOptions::default()
+            },
+            ..AdapterChoice::default()
+        };
+        let Some(gpu) = test_gpu_with(test, &choice, any_adapter) else {
+            return;
+        };
+        if f16_unpack && !gpu.f16_unpack() {
+            eprintln!("{test}: unpack2x16float skipped: the adapter lacks SHADER_F16_IN_F32");
+            continue;
+        }
+        let c = Ctx {
+            gpu,
+            cache: PipelineCache::default(),
+        };
+        decode_f16_specials(&c);
+        decoders += 1;
+    }
+    assert!(decoders >= 1);
+}
+
+fn decode_f16_specials(c: &Ctx) {
     let g = &c.gpu;
     let bits: Vec<u16> = vec![
-        0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x3c00, 0xc000, 0x7bff, 0xfc00, 0x7c00, 0x3555,
+        0x0000, 0x8000, 0x0001, 0x83ff, 0x03ff, 0x0400, 0x3c00, 0xc000, 0x7bff, 0xfbff, 0xfc00,
+        0x7c00, 0x3555, 0x0200, 0x8001,
     ];
     let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
     let table_buf = upload_bytes(g, "table", &bytes);
@@ -83,7 +114,7 @@ fn f16_subnormals_and_specials_decode_exactly() {
         count: 1,
     };
     let out = nan_tensor(g, &[1, bits.len() as u64]);
-    run(&c, |enc| {
+    run(c, |enc| {
         record_embed(g, &c.cache, enc, &table, &tokens, &out)
     });
     let want: Vec<f32> = bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
@@ -91,7 +122,8 @@ fn f16_subnormals_and_specials_decode_exactly() {
     assert_eq!(
         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-        "got {got:?} want {want:?}"
+        "unpack {}: got {got:?} want {want:?}",
+        g.f16_unpack()
     );
 }
 

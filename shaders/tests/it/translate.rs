@@ -21,7 +21,11 @@ use crate::variants::{self, Variant};
 
 /// What the runtime asks of any adapter, beyond which everything is a
 /// [`Need`]: params as immediates.
-const BASE: Caps = Caps::IMMEDIATES;
+/// `unpack2x16float` (`f16_words_unpack.wgsl`) is only put in where the
+/// adapter grants it (`dynvram_shaders::with_f16_unpack`), which every
+/// backend does but Mesa's Vulkan without f16; `validate.rs` keeps it out of
+/// every other module.
+const BASE: Caps = Caps::IMMEDIATES.union(Caps::SHADER_FLOAT16_IN_FLOAT32);
 
 fn caps_of(need: Need) -> Caps {
     match need {

@@ -10,10 +10,15 @@ use crate::variants;
 fn validate(name: &str, source: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source)
         .map_err(|e| format!("{name}: parse error\n{}", e.emit_to_string(source)))?;
-    let caps = Capabilities::SHADER_FLOAT16
+    let mut caps = Capabilities::SHADER_FLOAT16
         | Capabilities::SUBGROUP
         | Capabilities::COOPERATIVE_MATRIX
         | Capabilities::IMMEDIATES;
+    // `unpack2x16float` only where the runtime puts it in: every other
+    // module must validate on adapters without SHADER_F16_IN_F32.
+    if source.contains(dynvram_shaders::F16_WORDS_UNPACK) {
+        caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    }
     Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .map_err(|e| format!("{name}: validation error\n{}", e.emit_to_string(source)))?;
@@ -45,6 +50,37 @@ fn every_shader_validates_with_f16_activations() {
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Every module that decodes f16 words validates with the hardware's
+/// conversion in place of the integer one, in both activation types, and
+/// the integer one is what the files hold.
+#[test]
+fn f16_word_decoders_swap_for_unpack() {
+    let mut swapped = 0;
+    let mut failures = Vec::new();
+    for (name, src) in dynvram_shaders::all() {
+        assert!(
+            !src.contains("unpack2x16float(") || src.contains(dynvram_shaders::F16_WORDS_UNPACK),
+            "{name} calls unpack2x16float outside f16_words_unpack.wgsl"
+        );
+        for (variant, text) in [
+            ("f32", src.to_owned()),
+            ("f16", dynvram_shaders::with_f16_activations(src)),
+        ] {
+            let Some(unpack) = dynvram_shaders::with_f16_unpack(&text) else {
+                continue;
+            };
+            assert!(!unpack.contains(dynvram_shaders::F16_WORDS), "{name}");
+            swapped += 1;
+            if let Err(e) = validate(&format!("{name} [{variant}, unpack]"), &unpack) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // The float linears (GEMV, GEMM, cooperative), embed and conv2d.
+    assert!(swapped >= 20, "only {swapped} modules decode f16 words");
 }
 
 /// The f16 variant really stores f16: a module whose activations stayed f32

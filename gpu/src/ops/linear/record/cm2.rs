@@ -395,7 +395,8 @@ pub(super) fn split_span(k: u64, want: u64) -> (u64, u64) {
 /// Bytes of f32 partial sums a GEMM over `(m, n)` split in `splits` parts
 /// writes.
 pub(super) fn split_partial_bytes(splits: u64, (m, n): (u64, u64)) -> u64 {
-    splits * m * n * 4
+    // Whole 16 bytes: the sum reads them as vec4s.
+    (splits * m * n * 4).next_multiple_of(16)
 }
 
 /// The split-K variant of `g` and its (columns a split, splits) for a GEMM
