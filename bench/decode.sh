@@ -19,10 +19,10 @@
 # =codes as int4-f16-codes), SYNC (0: 1 also runs bf16-f16 and int4 with
 # --sync-decode), SPLIT_AB (0: 1 also runs bf16-f16 with
 # DYNVRAM_CM2_SPLIT=off as bf16-f16-nosplit), RESIDENT_AB (0: 1 also runs
-# bf16-f16 with its resident weights converted to f16 once
-# (DYNVRAM_CM2_BF16=f16-resident) as bf16-f16-resident, the same with f16
-# decoded in integer arithmetic (DYNVRAM_F16_UNPACK=off) as
-# bf16-f16-resident-int, then bf16-f16 again as bf16-f16-again),
+# bf16-f16 with every bf16 weight converted to f16 every pass instead of
+# resident ones once (DYNVRAM_CM2_BF16=f16) as bf16-f16-everypass, with f16
+# decoded in integer arithmetic (DYNVRAM_F16_UNPACK=off) as bf16-f16-int,
+# then bf16-f16 again as bf16-f16-again),
 # PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,8 +73,8 @@ if [[ " $parts " == *" dyn "* ]]; then
         DYNVRAM_CM2_SPLIT=off run bf16-f16-nosplit "$dir" --compute-dtype f16
     fi
     if [ "${RESIDENT_AB:-0}" = 1 ]; then
-        DYNVRAM_CM2_BF16=f16-resident run bf16-f16-resident "$dir" --compute-dtype f16
-        DYNVRAM_CM2_BF16=f16-resident DYNVRAM_F16_UNPACK=off run bf16-f16-resident-int "$dir" --compute-dtype f16
+        DYNVRAM_CM2_BF16=f16 run bf16-f16-everypass "$dir" --compute-dtype f16
+        DYNVRAM_F16_UNPACK=off run bf16-f16-int "$dir" --compute-dtype f16
         run bf16-f16-again "$dir" --compute-dtype f16
     fi
 fi

@@ -49,8 +49,8 @@ variants = [
     ("int4-f16", "q4_0"),
     ("bf16-f16-sync", "f16"),
     ("bf16-f16-nosplit", "f16"),
-    ("bf16-f16-resident", "f16"),
-    ("bf16-f16-resident-int", "f16"),
+    ("bf16-f16-everypass", "f16"),
+    ("bf16-f16-int", "f16"),
     ("bf16-f16-again", "f16"),
     ("int4-f16-sync", "q4_0"),
     ("int4-f16-spread", "q4_0"),
@@ -86,7 +86,7 @@ for name, tag in variants:
         + " |"
     )
 print("\n".join(rows))
-for name in ["bf16-f16", "bf16-f32", "int4-f16", "bf16-f16-nosplit", "bf16-f16-resident"]:
+for name in ["bf16-f16", "bf16-f32", "int4-f16", "bf16-f16-nosplit", "bf16-f16-everypass"]:
     r = load(os.path.join(out, f"dyn-{name}.json"))
     if not r or not r.get("profile"):
         continue

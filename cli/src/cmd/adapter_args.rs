@@ -95,11 +95,11 @@ impl std::str::FromStr for Seconds {
 /// `DYNVRAM_SPIRV_GEMM` (which GEMMs take the SPIR-V cooperative-matrix-2
 /// kernels where the device has the extension: `auto`, the default, every
 /// one; `float`, f16 and bf16 weights; `off`) and
-/// `DYNVRAM_CM2_BF16` (how bf16 layers take them: `f16`, the default,
-/// converted to f16 a piece at a time every pass for the f16 kernels;
-/// `f16-resident`, resident weights converted once as they are uploaded
-/// (faster prefill, slower decode on the H100); `staged`, the bf16
-/// kernels, for comparisons) and `DYNVRAM_CM2_INT4` (how int4 layers
+/// `DYNVRAM_CM2_BF16` (how bf16 layers take them: `auto`, the default,
+/// resident weights converted to f16 once as they are uploaded, streamed
+/// ones a piece at a time every pass, for the f16 kernels; `f16`, every
+/// weight converted every pass; `f16-resident`, resident weights converted
+/// once on any device; `staged`, the bf16 kernels, for comparisons) and `DYNVRAM_CM2_INT4` (how int4 layers
 /// take them: `int8`, the default, widened to int8 a piece at a time for
 /// the int8 kernels; `staged`, the int4 kernels) and `DYNVRAM_CM2_SPLIT`
 /// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::device::{
-    AdapterSummary, Cm2Caps, Cm2Int4, Cm2Split, SpirvGemm, enumerate_adapters,
+    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, SpirvGemm, enumerate_adapters,
 };
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
@@ -137,9 +137,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         let opts = crate::cmd::adapter_args::gpu_options();
         let via_f16 = opts.cm2_bf16.via_f16();
         for (name, format) in [("f16", Format::F16), ("bf16", Format::Bf16)] {
-            let converted = (via_f16 && format == Format::Bf16).then_some(
-                "converted to f16 a piece at a time; DYNVRAM_CM2_BF16=f16-resident converts resident weights once as they load, =staged takes the bf16 kernels",
-            );
+            let converted = (via_f16 && format == Format::Bf16).then_some(match opts.cm2_bf16 {
+                Cm2Bf16::ViaF16 => "converted to f16 a piece at a time every pass; DYNVRAM_CM2_BF16=auto converts resident weights once as they load, =staged takes the bf16 kernels",
+                _ => "resident weights converted to f16 once as they load, streamed ones a piece at a time; DYNVRAM_CM2_BF16=f16 converts every pass, =staged takes the bf16 kernels",
+            });
             let read_as = if converted.is_some() {
                 Format::F16
             } else {

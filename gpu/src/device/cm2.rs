@@ -564,34 +564,41 @@ impl std::str::FromStr for SpirvGemm {
 /// for bf16 in the compiler the kernels are built with, so the bf16 kernels
 /// convert each K step's weights to f16 in a shared tile (122-142 TFLOP/s
 /// at FLUX.1's shapes on the H100); the f16 kernels load both operands by
-/// tensor addressing (219-240). [`Self::ViaF16`], the default, converts the
+/// tensor addressing (219-240). [`Self::ViaF16`] converts the
 /// layer's weights to f16 in pieces of at most [`CONVERTED_PIECE_BYTES`] (a
 /// scratch buffer, one launch a piece) and runs an f16 kernel on each: the
 /// same values the bf16 kernels multiply. Models' plans count that scratch
 /// (`ops::linear::converted_piece_bytes`); where a budget still has no room for
-/// it the layer takes the bf16 kernels.
+/// it the layer takes the bf16 kernels. [`Self::Auto`], the default, does
+/// that for streamed weights and converts resident ones once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Bf16 {
     /// The bf16 kernels (`gemm_cm2_bf16_*`).
     Staged,
     /// Converted to f16 a piece at a time every pass, then the f16 kernels.
-    #[default]
     ViaF16,
     /// As [`Self::ViaF16`], but resident weights are converted once, in
     /// place, as they are uploaded (`ops::linear::resident_bf16_as_f16`),
-    /// and read as f16 by every kernel from then on. Not the default yet:
-    /// on the H100 (session 29) it took a Llama-7B prefill from 63.8 to
-    /// 50.9 ms and a FLUX.1 step from 0.422 to 0.409 s, but the decode
-    /// GEMVs read f16 weights at 1.6–1.8 TB/s where they read bf16 at
-    /// 2.1–2.4, and decode lost 20–45 %.
+    /// and read as f16 by every kernel from then on, on any device (the
+    /// WGSL kernels read them as any f16 weights).
     ViaF16Resident,
+    /// The default: [`Self::ViaF16Resident`] where the device runs the f16
+    /// SPIR-V GEMMs (whose prefills convert every bf16 layer to f16 anyway),
+    /// else [`Self::ViaF16`]. On the H200 (session 30) the conversion once
+    /// took a Llama-7B prefill from 9,428 to 11,800 tok/s with decode level
+    /// (211.0 against 211.2 tok/s, the GEMVs reading f16 through
+    /// `unpack2x16float`); a FLUX.1 step from 0.422 to 0.409 s on the H100
+    /// (session 29). Weights below f16's normal range (2^-14) lose bits in
+    /// f16, f32 compute included; [`Self::ViaF16`] keeps them bf16.
+    #[default]
+    Auto,
 }
 
 impl Cm2Bf16 {
-    /// The f16 kernels on converted weights ([`Self::ViaF16`] or
-    /// [`Self::ViaF16Resident`]).
+    /// The f16 kernels on converted weights (every variant but
+    /// [`Self::Staged`]).
     pub fn via_f16(self) -> bool {
-        matches!(self, Self::ViaF16 | Self::ViaF16Resident)
+        !matches!(self, Self::Staged)
     }
 }
 
@@ -659,8 +666,9 @@ impl std::str::FromStr for Cm2Bf16 {
             "" | "staged" | "bf16" => Ok(Self::Staged),
             "f16" | "via-f16" => Ok(Self::ViaF16),
             "f16-resident" => Ok(Self::ViaF16Resident),
+            "auto" => Ok(Self::Auto),
             other => Err(format!(
-                "bf16 SPIR-V GEMM `{other}`: want staged (the bf16 kernels), f16 (converted every pass, then the f16 kernels) or f16-resident (resident weights converted once as they load)"
+                "bf16 SPIR-V GEMM `{other}`: want auto (the default), staged (the bf16 kernels), f16 (converted every pass, then the f16 kernels) or f16-resident (resident weights converted once as they load)"
             )),
         }
     }
@@ -788,8 +796,9 @@ mod tests {
 
     #[test]
     fn bf16_layers_take_the_bf16_kernels_unless_f16_is_asked() {
-        assert_eq!(Cm2Bf16::default(), Cm2Bf16::ViaF16);
+        assert_eq!(Cm2Bf16::default(), Cm2Bf16::Auto);
         for (text, want) in [
+            ("auto", Cm2Bf16::Auto),
             ("staged", Cm2Bf16::Staged),
             ("bf16", Cm2Bf16::Staged),
             ("f16", Cm2Bf16::ViaF16),

@@ -812,8 +812,10 @@ pub struct GpuOptions {
     /// flash-attention kernels cannot run either).
     pub spirv_gemm: SpirvGemm,
     /// How float layers of bf16 weights take the SPIR-V GEMM: the bf16
-    /// kernels ([`Cm2Bf16::Staged`]) or converted to f16 a piece at a time
-    /// for the f16 kernels ([`Cm2Bf16::ViaF16`], the default).
+    /// kernels ([`Cm2Bf16::Staged`]) or converted to f16 for the f16
+    /// kernels: a piece at a time every pass ([`Cm2Bf16::ViaF16`]), resident
+    /// weights once as they load ([`Cm2Bf16::ViaF16Resident`]), or the two
+    /// where the device runs those kernels ([`Cm2Bf16::Auto`], the default).
     pub cm2_bf16: Cm2Bf16,
     /// How integer layers of int4 weights take the SPIR-V GEMM: the int4
     /// kernels ([`Cm2Int4::Staged`]) or widened to int8 a piece at a time

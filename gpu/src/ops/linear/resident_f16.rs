@@ -1,8 +1,9 @@
 //! Resident bf16 weights kept as f16: where a device's bf16 GEMMs take the
 //! f16 SPIR-V kernels, every pass converts each bf16 layer a piece at a
 //! time (13 of 64 ms of a Llama-7B prefill on the H100, session 29). With
-//! `Cm2Bf16::ViaF16Resident` a weight that stays resident is converted once
-//! instead, in place as it is uploaded, and then read as f16 by every
+//! `Cm2Bf16::Auto` (the default, on such devices) or `ViaF16Resident` a
+//! weight that stays resident is converted once instead, in place as it is
+//! uploaded, and then read as f16 by every
 //! kernel: the same values the per-pass conversion makes (exact in f16's
 //! normal range), with no scratch. The caller keeps weights with values
 //! past f16's range bf16.
@@ -14,14 +15,20 @@ use crate::ops::cache::PipelineCache;
 use crate::ops::encoder::Encoder;
 use crate::ops::kernel::{self, Dispatch};
 use crate::tensor::ActDtype;
+use dynvram_quant::Format;
 
 /// Whether resident bf16 linear weights are converted to f16 once, in
-/// place, on this device: where that is asked for (`GpuOptions::cm2_bf16`
-/// is `ViaF16Resident`). Meant for devices whose bf16 GEMMs take the f16
-/// SPIR-V kernels; elsewhere the WGSL kernels read the f16 weights as they
-/// read any f16 weights (the same values but below f16's normal range).
+/// place, on this device: where `GpuOptions::cm2_bf16` asks for it
+/// (`ViaF16Resident`, on any device: the WGSL kernels read the f16 weights
+/// as they read any f16 weights, the same values but below f16's normal
+/// range), and by default (`Auto`) where the device runs the f16 SPIR-V
+/// GEMMs, whose prefills would convert those weights every pass.
 pub fn resident_bf16_as_f16(gpu: &Gpu) -> bool {
-    gpu.cm2_bf16() == Cm2Bf16::ViaF16Resident
+    match gpu.cm2_bf16() {
+        Cm2Bf16::ViaF16Resident => true,
+        Cm2Bf16::Auto => super::cm2_gemm(gpu.cm2(), Format::F16, ActDtype::F16, None).is_ok(),
+        Cm2Bf16::Staged | Cm2Bf16::ViaF16 => false,
+    }
 }
 
 /// `bf16_to_f16_in_place.wgsl`'s `Params`.
