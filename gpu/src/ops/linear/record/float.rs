@@ -295,7 +295,7 @@ impl Recorder<'_> {
             _pad: [0; 2],
         };
         // Four columns an invocation where they share a row.
-        let quads = c.rows % 4 == 0;
+        let quads = c.rows.is_multiple_of(4);
         let steps = if quads { total / 4 } else { total };
         self.dispatch(
             encoder,
