@@ -92,6 +92,39 @@ float exp_from(const in uint row, const in uint col, const in float s, const in 
 // One key block at key0, K and V loaded through layout KV. Only blocks
 // that reach past kv_len or the causal edge of the block's first row need
 // the mask (a workgroup-uniform test).
+//
+// FA_PROBE (0) builds probes that are not attention, to time what limits
+// the kernel (`cm2-…-probe1`/`-probe2`, chosen only by name, never
+// checked against a reference): 1, the two products alone (P = f16(S));
+// 2, the softmax without the output's rescale (no α reduction to O's
+// shape, no O · α).
+#ifndef FA_PROBE
+#define FA_PROBE 0
+#endif
+#if FA_PROBE == 1
+#define FA_BLOCK(KV)                                                                          \
+    {                                                                                         \
+        coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;                     \
+        coopMatLoadTensorNV(kt, k, kv_at, sliceTensorLayoutNV(KV, key0, BC, kvh * HD, HD), transpose); \
+        ACC(BR, BC) s = coopMatMulAdd(qm, kt, ACC(BR, BC)(0.0));                              \
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> p16 =          \
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(s);        \
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =                     \
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p16);                \
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vm;                     \
+        coopMatLoadTensorNV(vm, v, kv_at, sliceTensorLayoutNV(KV, key0, BC, kvh * HD, HD));  \
+        acc = coopMatMulAdd(pa, vm, acc);                                                     \
+    }
+#else
+#if FA_PROBE == 2
+#define FA_ALPHA_O
+#define FA_RESCALED(pa, vm) coopMatMulAdd(pa, vm, acc)
+#else
+#define FA_ALPHA_O                                                                            \
+        ACC(BR, HD) alpha_o;                                                                  \
+        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
+#define FA_RESCALED(pa, vm) coopMatMulAdd(pa, vm, acc * alpha_o)
+#endif
 #define FA_BLOCK(KV)                                                                          \
     {                                                                                         \
         coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;                     \
@@ -116,12 +149,12 @@ float exp_from(const in uint row, const in uint col, const in float s, const in 
             coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(pr);       \
         coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =                     \
             coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(p16);                \
-        ACC(BR, HD) alpha_o;                                                                  \
-        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);             \
+        FA_ALPHA_O                                                                            \
         coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vm;                     \
         coopMatLoadTensorNV(vm, v, kv_at, sliceTensorLayoutNV(KV, key0, BC, kvh * HD, HD));  \
-        acc = coopMatMulAdd(pa, vm, acc * alpha_o);                                           \
+        acc = FA_RESCALED(pa, vm);                                                            \
     }
+#endif
 
 void main() {
     uint h = gl_WorkGroupID.x;

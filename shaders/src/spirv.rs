@@ -175,6 +175,10 @@ pub struct Cm2Flash {
     /// Key blocks an iteration of the unclamped inner loop (`FA_FAST`; 0:
     /// every load clamped).
     pub fast: u32,
+    /// 0, or a probe that is not attention (`FA_PROBE`,
+    /// [`crate::flash::Cm2Block::probe`]): never chosen, never checked
+    /// against a reference.
+    pub probe: u32,
 }
 
 impl Cm2Flash {
@@ -184,6 +188,7 @@ impl Cm2Flash {
             rows: self.rows,
             keys: self.keys,
             fast: self.fast,
+            probe: self.probe,
         }
     }
 }
@@ -194,6 +199,9 @@ macro_rules! cm2_flash {
         cm2_flash!($name, $rows, $keys, $hd, $wg, 0)
     };
     ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal, $fast:literal) => {
+        cm2_flash!($name, $rows, $keys, $hd, $wg, $fast, 0)
+    };
+    ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal, $fast:literal, $probe:literal) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -202,6 +210,7 @@ macro_rules! cm2_flash {
             head_dim: $hd,
             invocations: $wg,
             fast: $fast,
+            probe: $probe,
         }
     };
 }
@@ -211,8 +220,9 @@ macro_rules! cm2_flash {
 /// the H100 (2026-12-06, three interleaved runs each): 64 rows with the
 /// unclamped inner loop 143-144 TFLOP/s, then 128 x 32 132-135, 64 x 32
 /// 117, 128 x 64 95, 64 x 64 67 (the WGSL kernel 69-72); the other
-/// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...).
-pub static CM2_FLASH: [Cm2Flash; 8] = [
+/// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
+/// as are the probes, last.
+pub static CM2_FLASH: [Cm2Flash; 10] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -221,6 +231,8 @@ pub static CM2_FLASH: [Cm2Flash; 8] = [
     cm2_flash!("flash_cm2_128x32f_d128", 128, 32, 128, 256, 1),
     cm2_flash!("flash_cm2_128x32f2_d128", 128, 32, 128, 256, 2),
     cm2_flash!("flash_cm2_64x32f2_d128", 64, 32, 128, 128, 2),
+    cm2_flash!("flash_cm2_64x32f_d128_probe1", 64, 32, 128, 128, 1, 1),
+    cm2_flash!("flash_cm2_64x32f_d128_probe2", 64, 32, 128, 128, 1, 2),
 ];
 
 #[cfg(test)]
@@ -280,6 +292,11 @@ mod tests {
                 .find_map(|l| l.strip_prefix("#define FA_FAST "))
                 .map_or(0, |v| v.trim().parse().expect("FA_FAST"));
             assert_eq!(fast, f.fast, "{}", f.name);
+            let probe = comp
+                .lines()
+                .find_map(|l| l.strip_prefix("#define FA_PROBE "))
+                .map_or(0, |v| v.trim().parse().expect("FA_PROBE"));
+            assert_eq!(probe, f.probe, "{}", f.name);
             assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
         }
         for g in CM2_GEMMS.iter().chain(&CM2_SPLIT_GEMMS) {

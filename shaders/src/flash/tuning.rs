@@ -206,7 +206,8 @@ impl FromStr for FlashTuning {
 /// cooperative matrices 2 (`crate::spirv::CM2_FLASH`, by block shape).
 ///
 /// Text form: `two-walk`, a [`FlashTuning`]'s, or `cm2-ROWSxKEYS` with `f`
-/// or `fN` after it for the fast inner loop (`N` blocks an iteration).
+/// or `fN` after it for the fast inner loop (`N` blocks an iteration) and
+/// `-probeN` after that for a probe ([`Cm2Block::probe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -229,6 +230,11 @@ pub struct Cm2Block {
     /// 0: every block's loads clamped; n > 0: blocks inside the keys
     /// unclamped, n an iteration (`FA_FAST`).
     pub fast: u32,
+    /// 0: attention. n > 0: a probe that is not attention, timing part of
+    /// the kernel's work (`FA_PROBE` in `flash_cm2.glsl`: 1 the two
+    /// products alone, 2 the softmax without the output's rescale); run
+    /// only by name, by `bench attention`.
+    pub probe: u32,
 }
 
 impl fmt::Display for FlashKernel {
@@ -236,12 +242,21 @@ impl fmt::Display for FlashKernel {
         match self {
             Self::TwoWalk => f.write_str("two-walk"),
             Self::OneWalk(t) => t.fmt(f),
-            Self::Cm2(Cm2Block { rows, keys, fast }) => {
+            Self::Cm2(Cm2Block {
+                rows,
+                keys,
+                fast,
+                probe,
+            }) => {
                 write!(f, "cm2-{rows}x{keys}")?;
                 match fast {
+                    0 => {}
+                    1 => f.write_str("f")?,
+                    n => write!(f, "f{n}")?,
+                }
+                match probe {
                     0 => Ok(()),
-                    1 => f.write_str("f"),
-                    n => write!(f, "f{n}"),
+                    n => write!(f, "-probe{n}"),
                 }
             }
         }
@@ -258,6 +273,12 @@ impl FromStr for FlashKernel {
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
                     let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]]");
+                    let (shape, probe) = match shape.split_once("-probe") {
+                        None => (shape, 0),
+                        Some((shape, n)) => {
+                            (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
+                        }
+                    };
                     let (rows, keys) = shape.split_once('x').ok_or_else(bad)?;
                     let (keys, fast) = match keys.split_once('f') {
                         None => (keys, 0),
@@ -270,6 +291,7 @@ impl FromStr for FlashKernel {
                         rows: rows.parse().map_err(|_| bad())?,
                         keys: keys.parse().map_err(|_| bad())?,
                         fast,
+                        probe,
                     }))
                 }
                 None => t.parse().map(Self::OneWalk),
@@ -291,6 +313,7 @@ mod tests {
             "cm2-64x32",
             "cm2-128x32f",
             "cm2-128x32f2",
+            "cm2-64x32f-probe1",
         ] {
             let k: FlashKernel = text.parse().expect(text);
             assert_eq!(k.to_string(), text);
@@ -300,7 +323,8 @@ mod tests {
             Ok(FlashKernel::Cm2(Cm2Block {
                 rows: 128,
                 keys: 64,
-                fast: 0
+                fast: 0,
+                probe: 0
             }))
         );
         assert_eq!(
@@ -308,7 +332,17 @@ mod tests {
             Ok(FlashKernel::Cm2(Cm2Block {
                 rows: 128,
                 keys: 32,
-                fast: 2
+                fast: 2,
+                probe: 0
+            }))
+        );
+        assert_eq!(
+            "cm2-64x32f-probe2".parse::<FlashKernel>(),
+            Ok(FlashKernel::Cm2(Cm2Block {
+                rows: 64,
+                keys: 32,
+                fast: 1,
+                probe: 2
             }))
         );
         for bad in [
@@ -317,6 +351,8 @@ mod tests {
             "cm2-128xq",
             "cm2-128x32f0",
             "cm2-128x32fx",
+            "cm2-64x32f-probe0",
+            "cm2-64x32f-probe",
         ] {
             let why = bad.parse::<FlashKernel>().expect_err(bad);
             assert!(why.contains("cm2-ROWSxKEYS"), "{bad}: {why}");

@@ -107,7 +107,7 @@ pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashK
     }
     CM2_FLASH
         .iter()
-        .find(|f| u64::from(f.head_dim) == hd && misfit(caps, f).is_none())
+        .find(|f| f.probe == 0 && u64::from(f.head_dim) == hd && misfit(caps, f).is_none())
         .map(|f| FlashKernel::Cm2(f.block()))
 }
 
@@ -166,6 +166,7 @@ mod tests {
             rows,
             keys,
             fast: 0,
+            probe: 0,
         }
     }
 
