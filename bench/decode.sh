@@ -22,8 +22,10 @@
 # bf16-f16 with every bf16 weight converted to f16 every pass instead of
 # resident ones once (DYNVRAM_CM2_BF16=f16) as bf16-f16-everypass, with f16
 # decoded in integer arithmetic (DYNVRAM_F16_UNPACK=off) as bf16-f16-int,
-# then bf16-f16 again as bf16-f16-again),
-# PEER (1), OUT (bench-out), PARTS ("dyn peer").
+# then bf16-f16 again as bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
+# second time, last, as int4-f16-again), WARM_GPU (20: seconds of GEMMs
+# before the timed runs; a fresh H100 ran its first ~20 s of work 4x slow,
+# session 30), PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -40,6 +42,11 @@ jobs=$(nproc)
 source bench/gpu_env.sh
 t0=$(date +%s)
 step() { echo "[$(($(date +%s) - t0)) s] $*"; }
+warm() {
+    step "warm the GPU (${WARM_GPU:-20} s)"
+    timeout "${WARM_GPU:-20}" "$d" bench linear --backend vulkan --shapes 4608x12288x3072 --formats f16 \
+        --f16 --gemm coop --reps 100000 --copy-size 0 > /dev/null 2>&1
+}
 
 if [[ " $parts " == *" dyn "* ]]; then
     step "model: $like, $layers layers"
@@ -52,6 +59,7 @@ if [[ " $parts " == *" dyn "* ]]; then
         INT4=1 bash -c "d=$d like=$like layers=$layers dir=$dir q=$q jobs=$jobs; source bench/llama_model.sh" \
             > "$out/quantize.log" 2>&1 || { echo "quantize failed:"; tail -5 "$out/quantize.log"; }
     fi
+    warm
     vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
     ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % ($vocab - 3)) for i in range($P)))")
     run() {  # run NAME MODEL_DIR ARGS...
@@ -85,7 +93,11 @@ if [[ " $parts " == *" peer "* ]]; then
         bash .peer/run.sh > "$out/peer.out" 2>&1 || echo "peer failed (see peer.out)"
 fi
 if [[ " $parts " == *" dyn "* ]] && [ "${INT4:-1}" = 1 ]; then
+    [[ " $parts " == *" peer "* ]] && warm
     run int4-f16 "$q" --compute-dtype f16
+    if [ "${AGAIN:-0}" = 1 ]; then
+        run int4-f16-again "$q" --compute-dtype f16
+    fi
     if [ "${SYNC:-0}" = 1 ]; then
         run int4-f16-sync "$q" --compute-dtype f16 --sync-decode
     fi

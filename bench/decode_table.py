@@ -55,6 +55,7 @@ variants = [
     ("int4-f16-sync", "q4_0"),
     ("int4-f16-spread", "q4_0"),
     ("int4-f16-codes", "q4_0"),
+    ("int4-f16-again", "q4_0"),
 ]
 for name, tag in variants:
     r = load(os.path.join(out, f"dyn-{name}.json"))
