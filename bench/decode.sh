@@ -25,7 +25,9 @@
 # then bf16-f16 again as bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
 # second time, last, as int4-f16-again), WARM_GPU (20: seconds of GEMMs
 # before the timed runs; a fresh H100 ran its first ~20 s of work 4x slow,
-# session 30), PEER (1), OUT (bench-out), PARTS ("dyn peer").
+# session 30 — and after it still the first timed prefill of each model,
+# 3x slow where the same process's profiled pass was not: compare the
+# second runs, RESIDENT_AB's bf16-f16-again and AGAIN's), PEER (1), OUT (bench-out), PARTS ("dyn peer").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
