@@ -99,9 +99,10 @@ impl std::str::FromStr for Seconds {
 /// resident weights converted to f16 once as they are uploaded, streamed
 /// ones a piece at a time every pass, for the f16 kernels; `f16`, every
 /// weight converted every pass; `f16-resident`, resident weights converted
-/// once on any device; `staged`, the bf16 kernels, for comparisons) and `DYNVRAM_CM2_INT4` (how int4 layers
-/// take them: `int8`, the default, widened to int8 a piece at a time for
-/// the int8 kernels; `staged`, the int4 kernels) and `DYNVRAM_CM2_SPLIT`
+/// once on any device; `staged`, the bf16 kernels, for comparisons) and
+/// `DYNVRAM_CM2_INT4` (how int4 layers take them: `int8`, the default,
+/// widened to int8 a piece at a time for the int8 kernels; `staged`, the
+/// int4 kernels) and `DYNVRAM_CM2_SPLIT`
 /// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,
 /// the default; `off`, narrower tiles instead; a number, that many splits
 /// wherever a kernel can, for tuning) and `DYNVRAM_F16_UNPACK` (`off`:

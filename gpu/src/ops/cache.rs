@@ -297,9 +297,9 @@ impl PipelineCache {
                 (f16_text.as_str(), label)
             }
         };
-        // f16 words through the hardware's conversion where it is granted
-        // (a decode GEMV read f16 weights at 1.6-1.8 TB/s decoding them in
-        // integer arithmetic with branches, bf16 at 2.1-2.4).
+        // f16 words through the hardware's conversion where it is granted:
+        // decoded in integer arithmetic, a Llama-7B decode ran 25 % slower
+        // on f16 weights than on bf16 ones (BENCHMARKS.md, session 30).
         let unpack_text = gpu
             .f16_unpack()
             .then(|| dynvram_shaders::with_f16_unpack(source))
