@@ -2,9 +2,9 @@
 // arithmetic: exact for every value (subnormals, infinities, NaN payloads)
 // and without branches, so that a GEMV reading f16 weights costs little more
 // than one reading bf16. Where the adapter grants `unpack2x16float`
-// (wgpu's SHADER_F16_IN_F32, every Vulkan device with f16),
+// (wgpu's SHADER_F16_IN_F32: every backend but Mesa's Vulkan without f16),
 // `dynvram_shaders::with_f16_unpack` puts `f16_words_unpack.wgsl` in this
-// file's place; without it (GL, lavapipe without f16) this one runs.
+// file's place; without it, or with DYNVRAM_F16_UNPACK=off, this one runs.
 //
 // provides: f16_bits, f16_pair
 //
