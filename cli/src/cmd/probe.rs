@@ -131,6 +131,14 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
         if coop_unusable(c, coop_shape).is_none() {
             println!("  cooperative GEMM kernel: {}", coop_kernel_line(c));
         }
+        println!(
+            "  f16 weights decoded by: {}",
+            if a.f16_unpack {
+                "unpack2x16float (SHADER_F16_IN_F32; DYNVRAM_F16_UNPACK=off decodes in integer arithmetic)"
+            } else {
+                "integer arithmetic (no SHADER_F16_IN_F32 here, or DYNVRAM_F16_UNPACK=off)"
+            }
+        );
         // bf16 layers take the f16 kernels (converted a piece at a time)
         // unless DYNVRAM_CM2_BF16=staged asks for the bf16 ones; int4
         // layers the int8 kernels (widened) unless DYNVRAM_CM2_INT4=staged.

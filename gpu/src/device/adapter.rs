@@ -51,6 +51,10 @@ pub struct AdapterSummary {
     /// What the adapter offers of `VK_NV_cooperative_matrix2` (the SPIR-V
     /// GEMM's extension), if it lists it.
     pub cm2: Option<super::Cm2Caps>,
+    /// Kernels would decode f16 words with `unpack2x16float` here
+    /// (`GpuOptions::f16_unpack` and the adapter's `SHADER_F16_IN_F32`),
+    /// else in integer arithmetic.
+    pub f16_unpack: bool,
 }
 
 impl AdapterChoice {
@@ -172,6 +176,7 @@ pub fn enumerate_adapters(choice: &AdapterChoice) -> Result<Vec<AdapterSummary>,
                 )
                 .map(|q| q.0),
                 cm2: super::adapter_cm2(a),
+                f16_unpack: choice.options.f16_unpack && super::grants_f16_unpack(a),
             }
         })
         .collect())

@@ -228,11 +228,7 @@ impl Gpu {
             }
         }));
         let caps = caps_of(&adapter, &device);
-        let f16_unpack = options.f16_unpack
-            && adapter
-                .get_downlevel_capabilities()
-                .flags
-                .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32);
+        let f16_unpack = options.f16_unpack && grants_f16_unpack(&adapter);
         let pipeline_cache = match cache_dir {
             Some(dir) if device.features().contains(wgpu::Features::PIPELINE_CACHE) => {
                 pipeline_cache::DiskCache::open(&device, &info, dir)
@@ -762,6 +758,15 @@ impl std::str::FromStr for ShaderChecks {
             )),
         }
     }
+}
+
+/// Whether `adapter` grants `unpack2x16float` (`SHADER_F16_IN_F32`: every
+/// backend but Mesa's Vulkan without f16).
+fn grants_f16_unpack(adapter: &wgpu::Adapter) -> bool {
+    adapter
+        .get_downlevel_capabilities()
+        .flags
+        .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32)
 }
 
 /// How a device is opened, beyond the adapter: the library's knobs for
