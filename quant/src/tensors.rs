@@ -242,9 +242,6 @@ pub fn first_non_finite(dtype: Dtype, bytes: &[u8]) -> Option<(usize, f32)> {
     Some((i, value))
 }
 
-/// The first `N`-byte element of `bytes` for which `hit` holds. Blocks of
-/// 64 elements are tested without an early exit, which vectorizes (7×
-/// faster here than stopping at each element); a hit is then found inside.
 /// Whether any element of `bytes` (little-endian bf16) is past f16's
 /// range (magnitude 65536 or more, where bf16's next value after 65280
 /// lies; infinity and NaN too): such a tensor cannot be read as f16.
@@ -252,6 +249,9 @@ pub fn bf16_beyond_f16(bytes: &[u8]) -> bool {
     first_hit::<2>(bytes, |c| u16::from_le_bytes(c) & 0x7FFF >= 0x4780).is_some()
 }
 
+/// The first `N`-byte element of `bytes` for which `hit` holds. Blocks of
+/// 64 elements are tested without an early exit, which vectorizes (7×
+/// faster here than stopping at each element); a hit is then found inside.
 fn first_hit<const N: usize>(bytes: &[u8], hit: impl Fn([u8; N]) -> bool + Copy) -> Option<usize> {
     let test = move |c: &[u8]| c.try_into().is_ok_and(hit);
     bytes.chunks(64 * N).enumerate().find_map(|(b, block)| {

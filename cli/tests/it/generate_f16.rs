@@ -67,15 +67,17 @@ fn generate_f16_matches_f32_or_names_shader_f16() {
 /// `DYNVRAM_CM2_BF16=f16-resident`: tiny-llama's resident bf16 linear
 /// weights are converted to f16 in place as they load (the upload's scan,
 /// the in-place kernel, the weights then read as f16 by every kernel), and
-/// generation gives the default run's greedy ids (f16 holds tiny-llama's
-/// bf16 values but those below its normal range).
+/// generation gives the greedy ids of a run that keeps them bf16
+/// (`DYNVRAM_CM2_BF16=f16`: the default converts them too where the device
+/// runs the SPIR-V GEMMs). f16 holds tiny-llama's bf16 values but those
+/// below its normal range.
 #[test]
 fn resident_bf16_weights_as_f16_give_the_same_ids() {
     let test = "resident_bf16_weights_as_f16_give_the_same_ids";
-    let plain = match generate("f32") {
+    let plain = match generate_with("f32", Some("f16")) {
         Ok(ids) => ids,
         Err(e) if skip_without_adapter(test, &e) => return,
-        Err(e) => panic!("{test}: default run failed: {e}"),
+        Err(e) => panic!("{test}: run keeping bf16 failed: {e}"),
     };
     let converted = generate_with("f32", Some("f16-resident")).expect("f16-resident run");
     assert_eq!(converted, plain, "{test}: greedy ids");
