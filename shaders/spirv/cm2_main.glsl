@@ -11,6 +11,9 @@
 // and hands `finish` its partial sums.
 //
 // needs: A_T, ACC_T, ACT, STAGED, finish, w
+// STACK: included once per weight with TILE_FN (the function of one output
+// tile, called with its first column), W_BUF, N_ROWS and FINISH naming that
+// weight's buffer, rows and epilogue; the includer's main picks the weight.
 // needs with SPLIT: split_of
 // needs with STAGED: B_PITCH (of `b_sh`'s elements), LOADS, W_RAW, b_sh,
 // fetch_w, put_w
@@ -25,6 +28,11 @@
 // loop.
 #ifndef FAST
 #define FAST 0
+#endif
+#ifndef W_BUF
+#define W_BUF w
+#define N_ROWS p.n
+#define FINISH finish
 #endif
 #ifndef SPLIT
 #define SPLIT 0
@@ -66,7 +74,7 @@
 // B of the K step at k0 through layout TW: weight rows are B's columns,
 // B[k][n] = W[n][k] through `transpose`.
 #define LOAD_B(b, TW)                                                          \
-    coopMatLoadTensorNV(b, w, 0u, sliceTensorLayoutNV(TW, n0, BN, K_AT(k0), BK), transpose)
+    coopMatLoadTensorNV(b, W_BUF, 0u, sliceTensorLayoutNV(TW, n0, BN, K_AT(k0), BK), transpose)
 #endif
 
 // The K step at k0 through layouts TX and TW.
@@ -79,8 +87,12 @@
         acc = coopMatMulAdd(a, b, acc);                                        \
     }
 
+#if STACK
+void TILE_FN(uint n0) {
+#else
 void main() {
     uint n0 = gl_WorkGroupID.x * BN;
+#endif
 #if SPLIT
     uint m0 = (gl_WorkGroupID.y % ((p.m + BM - 1u) / BM)) * BM;
     uint k_lo = split_of() * (p.k_span & ~255u);
@@ -100,7 +112,7 @@ void main() {
 #define t_w t_x
 #else
     tensorLayoutNV<2, CLAMP> t_w = createTensorLayoutNV(2, CLAMP);
-    t_w = setTensorLayoutDimensionNV(t_w, p.n, p.k);
+    t_w = setTensorLayoutDimensionNV(t_w, N_ROWS, p.k);
     t_w = setTensorLayoutClampValueNV(t_w, 0u);
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
 #endif
@@ -115,7 +127,7 @@ void main() {
     }
 #endif
 #if FAST
-    if (m0 + BM <= p.m && n0 + BN <= p.n && p.k % BK == 0u && p.k % FAST_ALIGN == 0u) {
+    if (m0 + BM <= p.m && n0 + BN <= N_ROWS && p.k % BK == 0u && p.k % FAST_ALIGN == 0u) {
         // The stride's hint: rows start on 16 bytes.
         uint stride = p.k & ~(FAST_ALIGN - 1u);
         tensorLayoutNV<2> u_x = createTensorLayoutNV(2);
@@ -125,7 +137,7 @@ void main() {
 #define u_w u_x
 #else
         tensorLayoutNV<2> u_w = createTensorLayoutNV(2);
-        u_w = setTensorLayoutDimensionNV(u_w, p.n, p.k);
+        u_w = setTensorLayoutDimensionNV(u_w, N_ROWS, p.k);
         u_w = setTensorLayoutStrideNV(u_w, stride, 1u);
 #endif
         uint k0 = k_lo;
@@ -149,5 +161,5 @@ void main() {
             K_STEP(t_x, t_w)
         }
     }
-    finish(acc, m0, n0);
+    FINISH(acc, m0, n0);
 }

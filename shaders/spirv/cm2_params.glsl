@@ -2,6 +2,9 @@
 // gemm_cm2_int.glsl, linear_check.comp): `Cm2Params` of
 // gpu/src/ops/linear/record/cm2.rs, the WGSL linears' `GemmParams` layout
 // with flags in the fused GEMV's `n1` word.
+#ifndef STACK
+#define STACK 0
+#endif
 layout(push_constant) uniform Params {
     uint m;
     // Weight rows in this dispatch (one binding's chunk of N).
@@ -14,7 +17,13 @@ layout(push_constant) uniform Params {
     // Bit 0: add the bias. Integer layers: bit 1, acc · (s_x · s_w) (else
     // (acc · s_x) · s_w); bit 2, a weight scale per output row (else one).
     uint flags;
+#if STACK
+    // STACK kernels: rows of the second and third weights (0: none).
+    uint n1;
+    uint n2;
+#else
     // SPLIT kernels: K columns of one split (a multiple of BK · FAST_UNROLL).
     uint k_span;
     uint pad1;
+#endif
 } p;

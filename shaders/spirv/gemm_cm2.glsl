@@ -23,6 +23,14 @@
 // partial sums, no bias, to its own [m, n] tile of `part` (binding 4) at
 // element split · m · n; linear_split_sum.wgsl adds them up, adds the bias
 // and rounds once to f16.
+//
+// STACK 3 (q/k/v, gate/up at prefill: launches of one input whose grids
+// each fill too little of the GPU): up to three f16 weights of one K in one
+// launch, each into its own [m, n_i] output, bias where flagged (all or
+// none). Bindings: weights, scale (unused), bias, x, out as above, then
+// (w1, bias1, y1) at 5-7 and (w2, bias2, y2) at 8-10; push constants n1
+// and n2 where the others have k_span (0: no such weight). Dispatch:
+// (sum_i ceil(n_i / BN), ceil(m / BM), 1), the first weight's tiles first.
 
 #include "cm2_header.glsl"
 
@@ -42,17 +50,17 @@ layout(set = 0, binding = 4, std430) writeonly buffer Part { float part[]; };
 uint split_of() {
     return gl_WorkGroupID.y / ((p.m + BM - 1u) / BM);
 }
+#elif STACK
+layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
+layout(set = 0, binding = 5, std430) readonly buffer Weights1 { float16_t w1[]; };
+layout(set = 0, binding = 6, std430) readonly buffer Bias1 { float bias1[]; };
+layout(set = 0, binding = 7, std430) writeonly buffer Out1 { float16_t y1[]; };
+layout(set = 0, binding = 8, std430) readonly buffer Weights2 { float16_t w2[]; };
+layout(set = 0, binding = 9, std430) readonly buffer Bias2 { float bias2[]; };
+layout(set = 0, binding = 10, std430) writeonly buffer Out2 { float16_t y2[]; };
 #else
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
-#include "cm2_store.glsl"
 #endif
-
-// The bias of output column `col` of a tile whose first column is `first`
-// (clamped into the chunk: columns past it are not stored).
-float add_bias(const in uint row, const in uint col, const in float v, const in uint first) {
-    uint c = min(first + col, p.n_base + p.n - 1u);
-    return v + bias[c];
-}
 
 #if WEIGHT_BF16
 // Row pitch of the shared weight tile in f16: 16 bytes of skew per row.
@@ -88,18 +96,69 @@ void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> a
     t = setTensorLayoutStrideNV(t, p.n, 1u);
     coopMatStoreTensorNV(acc, part, split_of() * p.m * p.n, sliceTensorLayoutNV(t, m0, BM, n0, BN));
 }
-#else
-// Adds the bias (where asked) and stores the tile.
-void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
-    if ((p.flags & 1u) != 0u) {
-        coopMatPerElementNV(acc, acc, add_bias, p.n_base + n0);
-    }
-    store_tile(acc, m0, n0);
-}
 #endif
 
 #define A_T float16_t
 #define ACC_T float
 #define ACT x
 #define STAGED WEIGHT_BF16
+#if STACK
+// One tile function per weight: its output's store and epilogue
+// (gemm_cm2_finish.glsl), then cm2_main.glsl's loop over it.
+#define STORE_FN store_0
+#define Y_BUF y
+#define Y_N_BASE 0u
+#define Y_N p.n
+#define Y_STRIDE p.n
+#define BIAS_FN bias_0
+#define BIAS_BUF bias
+#define FINISH finish_0
+#define TILE_FN tile_0
+#define W_BUF w
+#define N_ROWS p.n
+#include "gemm_cm2_stack_one.glsl"
+#define STORE_FN store_1
+#define Y_BUF y1
+#define Y_N_BASE 0u
+#define Y_N p.n1
+#define Y_STRIDE p.n1
+#define BIAS_FN bias_1
+#define BIAS_BUF bias1
+#define FINISH finish_1
+#define TILE_FN tile_1
+#define W_BUF w1
+#define N_ROWS p.n1
+#include "gemm_cm2_stack_one.glsl"
+#define STORE_FN store_2
+#define Y_BUF y2
+#define Y_N_BASE 0u
+#define Y_N p.n2
+#define Y_STRIDE p.n2
+#define BIAS_FN bias_2
+#define BIAS_BUF bias2
+#define FINISH finish_2
+#define TILE_FN tile_2
+#define W_BUF w2
+#define N_ROWS p.n2
+#include "gemm_cm2_stack_one.glsl"
+
+// Workgroup column x is a tile of the first weight, then of the second,
+// then of the third (uniform over the workgroup).
+void main() {
+    uint t0 = (p.n + BN - 1u) / BN;
+    uint t1 = (p.n1 + BN - 1u) / BN;
+    uint x = gl_WorkGroupID.x;
+    if (x < t0) {
+        tile_0(x * BN);
+    } else if (x < t0 + t1) {
+        tile_1((x - t0) * BN);
+    } else {
+        tile_2((x - t0 - t1) * BN);
+    }
+}
+#else
+#if !SPLIT
+#include "gemm_cm2_finish.glsl"
+#endif
 #include "cm2_main.glsl"
+#endif

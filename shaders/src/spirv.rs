@@ -136,6 +136,17 @@ pub static CM2_GEMMS: [Cm2Gemm; 14] = [
 pub static CM2_SPLIT_GEMMS: [Cm2Gemm; 1] =
     [cm2_gemm!("gemm_cm2_f16_k32_fast_split", F16, 256, 32, 0)];
 
+/// The kernels of [`CM2_GEMMS`] over up to three weights of one input in
+/// one launch (`STACK 3`): q/k/v and gate/up at prefill, whose grids each
+/// fill little of the GPU (512 rows: 64 tiles of 128 x 256 a 4096-wide
+/// layer, 172 an 11008-wide one, on 132 multiprocessors). The same tile
+/// and loop as the kernel of its weights and tile there; the second and
+/// third weights (with their bias and output) at bindings 5-7 and 8-10,
+/// their rows in the push constants where the others have `k_span`, and
+/// the first weight's tiles first along x.
+pub static CM2_STACK_GEMMS: [Cm2Gemm; 1] =
+    [cm2_gemm!("gemm_cm2_f16_k32_fast_stack", F16, 256, 32, 0)];
+
 /// A plain float linear with the interface of [`CM2_GEMMS`] (the same
 /// bindings, push constants and output contract; f16 weights, 16 x 16
 /// tiles) and no cooperative matrices (`spirv/linear_check.comp`): never
@@ -247,6 +258,14 @@ mod tests {
             .unwrap_or_else(|| panic!("no #define {name} in the .comp"))
     }
 
+    /// Every GEMM module: the plain, split and stacked ones.
+    fn all_gemms() -> impl Iterator<Item = &'static Cm2Gemm> {
+        CM2_GEMMS
+            .iter()
+            .chain(&CM2_SPLIT_GEMMS)
+            .chain(&CM2_STACK_GEMMS)
+    }
+
     #[test]
     fn every_module_is_spirv_built_from_its_comp_with_the_listed_shape() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/spirv");
@@ -257,23 +276,15 @@ mod tests {
                 comps += 1;
                 let stem = path.file_stem().and_then(|s| s.to_str()).expect("name");
                 assert!(
-                    CM2_GEMMS
-                        .iter()
-                        .chain(&CM2_SPLIT_GEMMS)
-                        .any(|g| g.name == stem)
+                    all_gemms().any(|g| g.name == stem)
                         || CM2_FLASH.iter().any(|f| f.name == stem)
                         || stem == LINEAR_CHECK.name,
                     "{stem}.comp is not listed in CM2_GEMMS or CM2_FLASH"
                 );
             }
         }
-        assert_eq!(
-            comps,
-            CM2_GEMMS.len() + CM2_SPLIT_GEMMS.len() + CM2_FLASH.len() + 1
-        );
-        let modules = CM2_GEMMS
-            .iter()
-            .chain(&CM2_SPLIT_GEMMS)
+        assert_eq!(comps, all_gemms().count() + CM2_FLASH.len() + 1);
+        let modules = all_gemms()
             .chain([&LINEAR_CHECK])
             .map(|g| (g.name, g.spirv));
         for (name, spv) in modules.chain(CM2_FLASH.iter().map(|f| (f.name, f.spirv))) {
@@ -299,12 +310,19 @@ mod tests {
             assert_eq!(probe, f.probe, "{}", f.name);
             assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
         }
-        for g in CM2_GEMMS.iter().chain(&CM2_SPLIT_GEMMS) {
+        for g in all_gemms() {
             let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");
             let split = comp.lines().any(|l| l == "#define SPLIT 1");
             assert_eq!(
                 split,
                 CM2_SPLIT_GEMMS.iter().any(|s| s.name == g.name),
+                "{}",
+                g.name
+            );
+            let stack = comp.lines().any(|l| l == "#define STACK 3");
+            assert_eq!(
+                stack,
+                CM2_STACK_GEMMS.iter().any(|s| s.name == g.name),
                 "{}",
                 g.name
             );

@@ -11,7 +11,7 @@ use dynvram_runtime::device::{
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
     Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, cm2_small_grid, cm2_split_gemm,
-    coop_unusable, double_unusable,
+    cm2_stack_gemm, coop_unusable, double_unusable,
 };
 use serde::Serialize;
 
@@ -161,6 +161,10 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
                 })
             );
         }
+        println!(
+            "  f16 linears of one input past the GEMVs (q/k/v, gate/up): {}",
+            stack_line(a, &opts)
+        );
         let via_int8 = opts.cm2_int4 == Cm2Int4::ViaInt8;
         for (name, w4) in [("int4", true), ("int8", false)] {
             let widened = (via_int8 && w4).then_some(
@@ -282,6 +286,26 @@ fn spirv_gemm_line(
             )
         }
         Err(why) => format!("wgsl coop: {why}"),
+    }
+}
+
+/// Whether f16 linears of one input share one SPIR-V GEMM launch past the
+/// GEMVs on adapter `a` under `opts`, and why not.
+fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) -> String {
+    let kernel = cm2_stack_gemm(a.cm2.as_ref());
+    if !opts.spirv_gemm.allows(false) {
+        "one launch each (SPIR-V GEMMs off)".into()
+    } else if !opts.cm2_stack {
+        "one launch each (DYNVRAM_CM2_STACK=off)".into()
+    } else if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 || a.cm2.is_none() {
+        "one launch each (no VK_NV_cooperative_matrix2)".into()
+    } else if let Some(k) = kernel {
+        format!(
+            "one launch, {} ({}x{} tiles); DYNVRAM_CM2_STACK=off launches them one by one",
+            k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
+        )
+    } else {
+        "one launch each (no stacked SPIR-V GEMM fits this device)".into()
     }
 }
 

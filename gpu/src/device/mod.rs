@@ -109,6 +109,8 @@ pub struct Gpu {
     cm2_int4: Cm2Int4,
     /// [`GpuOptions::cm2_split`].
     cm2_split: Cm2Split,
+    /// [`GpuOptions::cm2_stack`].
+    cm2_stack: bool,
     /// [`GpuOptions::f16_unpack`] where the adapter grants it.
     f16_unpack: bool,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
@@ -268,6 +270,7 @@ impl Gpu {
             cm2_bf16: options.cm2_bf16,
             cm2_int4: options.cm2_int4,
             cm2_split: options.cm2_split,
+            cm2_stack: options.cm2_stack,
             f16_unpack,
             cm2,
             pipelines_created: AtomicU64::new(0),
@@ -326,6 +329,12 @@ impl Gpu {
     /// Whether small grids split K ([`GpuOptions::cm2_split`]).
     pub fn cm2_split(&self) -> Cm2Split {
         self.cm2_split
+    }
+
+    /// Whether linears of one input share a SPIR-V GEMM launch
+    /// ([`GpuOptions::cm2_stack`]).
+    pub fn cm2_stack(&self) -> bool {
+        self.cm2_stack
     }
 
     /// Whether kernels decode f16 words with `unpack2x16float`
@@ -830,6 +839,11 @@ pub struct GpuOptions {
     /// across workgroups ([`Cm2Split::Auto`], the default) or take
     /// narrower tiles ([`Cm2Split::Off`]).
     pub cm2_split: Cm2Split,
+    /// Whether two or three f16 linears of one input (q/k/v, gate/up) past
+    /// the GEMVs share one SPIR-V GEMM launch where the device runs it
+    /// (`true`, the default: their tiles together fill the GPU where each
+    /// grid alone does not), or launch one by one (`false`, comparisons).
+    pub cm2_stack: bool,
     /// Whether kernels reading f16 words decode them with the hardware's
     /// conversion (`unpack2x16float`) where the adapter grants
     /// `SHADER_F16_IN_F32` (the default), or always in integer arithmetic
@@ -862,6 +876,7 @@ impl Default for GpuOptions {
             cm2_bf16: Cm2Bf16::default(),
             cm2_int4: Cm2Int4::default(),
             cm2_split: Cm2Split::default(),
+            cm2_stack: true,
             f16_unpack: true,
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,

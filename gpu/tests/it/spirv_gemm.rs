@@ -573,3 +573,132 @@ fn split_spirv_gemm_matches_the_reference() {
         }
     }
 }
+
+/// Two or three f16 layers of one input as one launch of the stacked GEMM
+/// (`CM2_STACK_GEMMS`, `record_linears_fused` past the multi-row GEMV):
+/// each output matches the reference as the single-layer kernel's does, on
+/// layers of differing N (GQA's q/k/v), edge tiles in M, N and K, bias on
+/// every layer or none; one launch where the device runs the kernel, none
+/// (the caller's one-by-one fallback) where it does not, and none for
+/// bf16 weights, SwiGLU or a kernel named. Runs on every adapter: the
+/// refusals are checked where the kernel is missing too.
+#[test]
+fn stacked_spirv_gemm_matches_the_reference() {
+    use dynvram_gpu::ops::encoder::Encoder;
+    use dynvram_gpu::ops::host;
+    use dynvram_gpu::ops::linear::{
+        Fold, Fusion, LinearWeights, cm2_stack_gemm, record_linears_fused,
+    };
+    let test = "stacked_spirv_gemm_matches_the_reference";
+    let Some(mut env) = spirv_env(test, needs_f16) else {
+        return;
+    };
+    let stacks = cm2_stack_gemm(env.gpu.cm2()).map(|k| k.gemm.name);
+    if stacks.is_none() && spirv_required() {
+        panic!("{test}: the device runs no stacked SPIR-V GEMM");
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(67);
+    let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    // (M, the layers' N, K, bias)
+    let cases: [(usize, &[usize], usize, bool); 5] = [
+        (m0, &[17, 40], 36, true),
+        (130, &[300, 256, 513], 100, false),
+        (384, &[768, 256, 512], 1216, true),
+        (257, &[4, 600, 260], 1028, false),
+        (512, &[1024, 256, 256], 2048, true),
+    ];
+    for &(m, ns, k, bias) in &cases {
+        let what = format!("M={m} N={ns:?} K={k} bias={bias}");
+        let hosts: Vec<HostLayer> = ns
+            .iter()
+            .map(|&n| HostLayer::random(&mut rng, Format::F16, n, k, bias))
+            .collect();
+        let x = random_x(&mut rng, m, k);
+        let g = &env.gpu;
+        let ws: Vec<LinearWeights> = hosts
+            .iter()
+            .map(|h| LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload"))
+            .collect();
+        let xt = host::upload(g, "x", &x, vec![m as u64, k as u64], ActDtype::F16).expect("x");
+        let outs: Vec<_> = ws
+            .iter()
+            .map(|w| host::zeros(g, "out", vec![m as u64, w.n], ActDtype::F16).expect("out"))
+            .collect();
+        let stack: Vec<_> = ws.iter().zip(&outs).collect();
+        let record = |env: &mut crate::linear_common::Env, fusion, opts: &RecordOptions| {
+            let mut enc = Encoder::new(&env.gpu.device, "test");
+            let done = record_linears_fused(
+                &env.gpu,
+                &env.cache,
+                &mut enc,
+                fusion,
+                KernelChoice::Float,
+                &xt,
+                &mut env.scratch,
+                opts,
+                &Fold::default(),
+            )
+            .expect("record");
+            env.gpu.queue.submit([enc.finish()]);
+            done
+        };
+        // Refused wherever the stack cannot take them: nothing recorded.
+        let named = RecordOptions {
+            cm2_kernel: Some("gemm_cm2_f16_k32_fast"),
+            ..Default::default()
+        };
+        assert!(
+            !record(&mut env, Fusion::Stack(&stack), &named),
+            "{what}: a kernel named"
+        );
+        let glu = Fusion::Glu {
+            gate: &ws[0],
+            up: &ws[0],
+            out: &outs[0],
+        };
+        assert!(
+            !record(&mut env, glu, &RecordOptions::default()),
+            "{what}: SwiGLU"
+        );
+        let done = record(&mut env, Fusion::Stack(&stack), &RecordOptions::default());
+        assert_eq!(
+            done,
+            stacks.is_some(),
+            "{what}: stacked where the device runs it"
+        );
+        if !done {
+            continue;
+        }
+        assert_eq!(env.scratch.last_spirv_gemm(), stacks, "{what}");
+        assert_eq!(env.scratch.last_dispatches(), 1, "{what}: one launch");
+        for (i, (h, o)) in hosts.iter().zip(&outs).enumerate() {
+            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            let y = host::read(&env.gpu, o).expect("read");
+            assert_f16_close(&format!("{what}: layer {i}"), &y, &e, 1e-5);
+        }
+    }
+    // bf16 weights read as stored are not stacked.
+    let h = HostLayer::random(&mut rng, Format::Bf16, 64, 64, false);
+    let g = &env.gpu;
+    let w = LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload");
+    let xt = host::zeros(g, "x", vec![m0 as u64, 64], ActDtype::F16).expect("x");
+    let outs: Vec<_> = (0..2)
+        .map(|_| host::zeros(g, "out", vec![m0 as u64, 64], ActDtype::F16).expect("out"))
+        .collect();
+    let stack = [(&w, &outs[0]), (&w, &outs[1])];
+    let mut enc = Encoder::new(&g.device, "test");
+    let done = record_linears_fused(
+        g,
+        &env.cache,
+        &mut enc,
+        Fusion::Stack(&stack),
+        KernelChoice::Float,
+        &xt,
+        &mut env.scratch,
+        &RecordOptions::default(),
+        &Fold::default(),
+    )
+    .expect("record");
+    assert!(!done, "bf16 weights stacked");
+}

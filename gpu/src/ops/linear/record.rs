@@ -29,7 +29,7 @@ mod spec;
 mod spread;
 pub use cm2::{
     Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_small_grid,
-    cm2_split_gemm, cm2_weights_of,
+    cm2_split_gemm, cm2_stack_gemm, cm2_weights_of,
 };
 pub use convert::{converted_layer_bytes, converted_piece_bytes};
 pub use coop::{

@@ -15,7 +15,7 @@
 //! everywhere else.
 
 use dynvram_quant::Format;
-use dynvram_shaders::spirv::{CM2_GEMMS, CM2_SPLIT_GEMMS, LINEAR_CHECK};
+use dynvram_shaders::spirv::{CM2_GEMMS, CM2_SPLIT_GEMMS, CM2_STACK_GEMMS, LINEAR_CHECK};
 pub use dynvram_shaders::spirv::{Cm2Gemm, Cm2Weights};
 
 use crate::device::cm2::{
@@ -39,6 +39,23 @@ const INT_BINDINGS: [(u32, bool); 6] = [
     (3, true),
     (4, true),
     (5, false),
+];
+
+/// The bindings of the stacked float linears (`STACK` in
+/// `shaders/spirv/gemm_cm2.glsl`): [`BINDINGS`], then each further
+/// weight's weights, bias (read-only) and output.
+const STACK_BINDINGS: [(u32, bool); 11] = [
+    (0, true),
+    (1, true),
+    (2, true),
+    (3, true),
+    (4, false),
+    (5, true),
+    (6, true),
+    (7, false),
+    (8, true),
+    (9, true),
+    (10, false),
 ];
 
 /// `Params` of `shaders/spirv/cm2_params.glsl`: the push constants of the
@@ -66,6 +83,24 @@ pub(super) struct Cm2Params {
 }
 const _: () = assert!(size_of::<Cm2Params>() == 32);
 
+/// `Params` of `shaders/spirv/cm2_params.glsl` with `STACK`: the first
+/// weight's as [`Cm2Params`] (its output its own, `n_base` 0), the rows of
+/// the second and third weights (0: none) where those have `k_span`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct Cm2StackParams {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub n_base: u32,
+    pub out_stride: u32,
+    /// Bit 0: add each weight's bias.
+    pub flags: u32,
+    pub n1: u32,
+    pub n2: u32,
+}
+const _: () = assert!(size_of::<Cm2StackParams>() == size_of::<Cm2Params>());
+
 /// The program of `g`: its linears' bindings and [`Cm2Params`] immediates.
 const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
     SpirvProgram {
@@ -81,6 +116,20 @@ const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
 
 /// The programs of [`CM2_GEMMS`], in the same order.
 static PROGRAMS: [SpirvProgram; CM2_GEMMS.len()] = spirv_programs!(CM2_GEMMS, program);
+
+/// The programs of [`CM2_STACK_GEMMS`], in the same order.
+static STACK_PROGRAMS: [SpirvProgram; CM2_STACK_GEMMS.len()] =
+    spirv_programs!(CM2_STACK_GEMMS, stack_program);
+
+/// The program of a stacked GEMM `g`.
+const fn stack_program(g: &'static Cm2Gemm) -> SpirvProgram {
+    SpirvProgram {
+        spirv: g.spirv,
+        entry: "main",
+        bindings: &STACK_BINDINGS,
+        immediate_size: size_of::<Cm2StackParams>() as u32,
+    }
+}
 
 /// The programs of [`CM2_SPLIT_GEMMS`], in the same order.
 static SPLIT_PROGRAMS: [SpirvProgram; CM2_SPLIT_GEMMS.len()] =
@@ -231,6 +280,17 @@ pub fn cm2_small_grid(
 /// `Cm2Split`), if it has one that fits (`probe` names it).
 pub fn cm2_split_gemm(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<&'static Cm2Gemm> {
     split_variant(cm2, g).map(|k| k.gemm)
+}
+
+/// The GEMM that takes up to three f16 layers of one input in one launch
+/// on a device with `cm2` ([`CM2_STACK_GEMMS`]), if one fits.
+pub fn cm2_stack_gemm(cm2: Option<&Cm2Caps>) -> Option<Cm2Kernel> {
+    let caps = usable(cm2).ok()?;
+    CM2_STACK_GEMMS
+        .iter()
+        .zip(&STACK_PROGRAMS)
+        .find(|(g, _)| fits(caps, g).is_ok())
+        .map(|(gemm, program)| Cm2Kernel { gemm, program })
 }
 
 /// `cm2` where the device enabled every feature the GEMMs use.

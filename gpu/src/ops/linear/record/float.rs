@@ -10,6 +10,7 @@ use dynvram_shaders::linear as shaders;
 use super::cm2::{self, Cm2Kernel};
 use super::convert::Widen;
 use super::coop::float_coop_unusable;
+use super::fused::Fused;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
@@ -17,7 +18,7 @@ use super::spec::FloatWeights;
 use crate::device::Cm2Split;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
-use crate::ops::linear::{LinearError, LinearScratch};
+use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
 use crate::tensor::GpuTensor;
 
 impl Recorder<'_> {
@@ -37,6 +38,9 @@ impl Recorder<'_> {
             return Err(self.unsupported("fp8 weights need a weight_scale".into()));
         }
         let gemv = m <= GEMV_MAX_M;
+        if let Some(fused) = self.fused.filter(|_| !gemv && self.gemv.is_none()) {
+            return self.float_cm2_stack(encoder, fused, x, out, scratch);
+        }
         if let Some((kernel, via_f16)) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
             let part = self.split_partials(kernel, scratch)?;
@@ -327,6 +331,72 @@ impl Recorder<'_> {
             scratch,
             |encoder, piece| self.float_cm2_chunk(encoder, kernel, piece, ops),
         )
+    }
+}
+
+impl Recorder<'_> {
+    /// Records this layer and `fused`'s (f16 weights of one part each, no
+    /// SwiGLU: `fused::unfusable` passed them) as one launch of the stacked
+    /// SPIR-V GEMM, each into its own output. A third weight's bindings
+    /// where there are two: the small buffer (never read: its rows are 0)
+    /// and the first output (never written).
+    fn float_cm2_stack(
+        &self,
+        encoder: &mut Encoder,
+        fused: &Fused<'_>,
+        x: &GpuTensor,
+        out: &GpuTensor,
+        scratch: &mut LinearScratch,
+    ) -> Result<(), LinearError> {
+        let kernel = cm2::cm2_stack_gemm(self.gpu.cm2())
+            .ok_or_else(|| self.unsupported("no stacked SPIR-V GEMM on this device".into()))?;
+        let layers: Vec<(&LinearWeights, &GpuTensor)> = std::iter::once((self.weights, out))
+            .chain(fused.more.iter().copied())
+            .collect();
+        if layers.len() > 3 || fused.glu {
+            return Err(self.unsupported(format!(
+                "{} layers{} in one stacked GEMM (two or three, each into its own output)",
+                layers.len(),
+                if fused.glu { " with SwiGLU" } else { "" }
+            )));
+        }
+        let dummy = scratch.dummy(self.gpu)?;
+        scratch.set_spirv(kernel.gemm.name);
+        let mut bindings: Bindings<'_> =
+            smallvec::smallvec![(1, buf(&dummy, 0, 16)), (3, x.binding())];
+        let mut rows = [0; 3];
+        let mut weight_bytes = 0;
+        for (i, slot) in [(0, [0, 2, 4]), (1, [5, 6, 7]), (2, [8, 9, 10])] {
+            let [w_at, bias_at, out_at] = slot;
+            let Some(&(w, o)) = layers.get(i) else {
+                bindings.extend([
+                    (w_at, buf(&dummy, 0, 16)),
+                    (bias_at, buf(&dummy, 0, 16)),
+                    (out_at, out.binding()),
+                ]);
+                continue;
+            };
+            let [part] = &w.parts[..] else {
+                return Err(self.unsupported("a stacked weight in several parts".into()));
+            };
+            rows[i] = w.n;
+            weight_bytes += part.region.size;
+            bindings.extend([
+                (w_at, region(&part.region)),
+                (bias_at, w.bias.as_ref().map_or(buf(&dummy, 0, 16), region)),
+                (out_at, o.binding()),
+            ]);
+        }
+        bindings.sort_by_key(|(at, _)| *at);
+        let n: u64 = rows.iter().sum();
+        let (m, k) = (self.m, self.weights.k);
+        let cost = Cost::new(
+            weight_bytes + x.bytes(),
+            m * n * self.act.size(),
+            2 * m * n * k,
+        );
+        let flags = u32::from(self.weights.bias.is_some());
+        self.launch_cm2_stack(encoder, kernel, rows, &bindings, flags, cost)
     }
 }
 

@@ -1,5 +1,7 @@
 //! Several linear layers of one input as one multi-row GEMV launch: q/k/v
-//! (each to its own output) and gate/up with SwiGLU in the epilogue.
+//! (each to its own output) and gate/up with SwiGLU in the epilogue; past
+//! the GEMV's M, two or three f16 layers (each to its own output) as one
+//! stacked SPIR-V GEMM launch where the device runs it.
 //!
 //! Why: at M = 1 every launch costs a fixed few microseconds of ramp-up,
 //! drain and barrier on top of its weight stream, and a decoder layer is a
@@ -8,14 +10,21 @@
 //! all the weights (integer formats). The kernels are the multi-row GEMVs
 //! with `linear_gemv_three.wgsl` binding the extra weights, so each output
 //! row is computed exactly as the single-layer launch computes it.
+//!
+//! At prefill a 4096-wide layer's grid is 64 tiles of 128 x 256 on the
+//! H100's 132 multiprocessors and gate's 172 (1.3 waves); stacked, q/k/v
+//! are 192 tiles and gate/up 344, which fill the GPU without split K's
+//! partial sums.
 
 use dynvram_quant::{Format, KernelChoice};
 
+use super::cm2::cm2_stack_gemm;
+use super::coop::GemmKernel;
 use super::gemv_shape::{GemvShape, rows_aligned, rows_gemv_max_m};
 use super::options::RecordOptions;
-use crate::device::Gpu;
+use crate::device::{Cm2Split, Gpu};
 use crate::ops::linear::LinearWeights;
-use crate::tensor::GpuTensor;
+use crate::tensor::{ActDtype, GpuTensor};
 
 /// Linears of one input to record as one launch.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +50,12 @@ pub(super) struct Fused<'a> {
 /// Storage buffers the fused integer kernel binds (the float one binds 11).
 const FUSED_STORAGE_BUFFERS: u32 = 14;
 
-/// Why `first` and `fused` cannot share one launch, if they cannot.
+/// Storage buffers the stacked SPIR-V GEMM binds.
+const STACK_STORAGE_BUFFERS: u32 = 11;
+
+/// Why `first` and `fused` cannot share one launch, if they cannot: the
+/// multi-row GEMV's up to its M, the stacked SPIR-V GEMM's past it
+/// ([`stack_unusable`]).
 pub(super) fn unfusable(
     gpu: &Gpu,
     first: &LinearWeights,
@@ -68,10 +82,13 @@ pub(super) fn unfusable(
             && w.bias.is_some() == first.bias.is_some()
     };
     if m > rows_gemv_max_m(gpu) {
-        Some("M is above the multi-row GEMV's")
+        if let Some(why) = stack_unusable(gpu, first, fused, choice, x, opts) {
+            return Some(why);
+        }
     } else if limits.max_storage_buffers_per_shader_stage < FUSED_STORAGE_BUFFERS {
-        Some("the adapter has too few storage bindings per stage")
-    } else if opts.raw_accumulator && fused.glu {
+        return Some("the adapter has too few storage bindings per stage");
+    }
+    if opts.raw_accumulator && fused.glu {
         Some("the raw accumulator has no SwiGLU")
     } else if matches!(choice, KernelChoice::Float)
         && matches!(first.format, Format::Float8E4m3fn | Format::Float8E5m2)
@@ -85,6 +102,53 @@ pub(super) fn unfusable(
         Some("a weight is split across bindings or its rows are not 16-byte aligned")
     } else if fused.glu && fused.more[0].0.n != first.n {
         Some("gate and up differ in N")
+    } else {
+        None
+    }
+}
+
+/// Why layers past the multi-row GEMV's M cannot share the stacked SPIR-V
+/// GEMM's launch (`dynvram_shaders::spirv::CM2_STACK_GEMMS`) beyond what
+/// [`unfusable`] checks of every fused launch: it takes f16 weights on f16
+/// activations, each layer into its own output (SwiGLU stays its own
+/// launch), where the device runs it and no kernel, path or split count is
+/// asked for.
+fn stack_unusable(
+    gpu: &Gpu,
+    first: &LinearWeights,
+    fused: &Fused<'_>,
+    choice: KernelChoice,
+    x: &GpuTensor,
+    opts: &RecordOptions,
+) -> Option<&'static str> {
+    let asked = opts.raw_accumulator
+        || opts.spirv_check
+        || opts.cm2_kernel.is_some()
+        || opts.gemm == GemmKernel::Tiled
+        || matches!(
+            opts.cm2_split.unwrap_or_else(|| gpu.cm2_split()),
+            Cm2Split::Splits(_)
+        );
+    if fused.glu {
+        Some("SwiGLU past the multi-row GEMV is its own launch")
+    } else if !opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack()) {
+        Some("stacked SPIR-V GEMMs are off")
+    } else if first.format != Format::F16
+        || x.dtype != ActDtype::F16
+        || choice != KernelChoice::Float
+    {
+        Some("only f16 weights on f16 activations share a GEMM launch")
+    } else if asked
+        || !opts
+            .spirv_gemm
+            .unwrap_or_else(|| gpu.spirv_gemm())
+            .allows(false)
+    {
+        Some("a kernel, path or split count is asked for, or SPIR-V GEMMs are off")
+    } else if gpu.device.limits().max_storage_buffers_per_shader_stage < STACK_STORAGE_BUFFERS {
+        Some("the adapter has too few storage bindings per stage")
+    } else if cm2_stack_gemm(gpu.cm2()).is_none() {
+        Some("the device runs no stacked SPIR-V GEMM")
     } else {
         None
     }

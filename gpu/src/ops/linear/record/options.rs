@@ -66,6 +66,10 @@ pub struct RecordOptions {
     /// Whether SPIR-V GEMMs on small grids split K, instead of the device's
     /// `GpuOptions::cm2_split` (tests and tools comparing them).
     pub cm2_split: Option<Cm2Split>,
+    /// Whether linears of one input share a SPIR-V GEMM launch past the
+    /// GEMVs ([`record_linears_fused`](super::record_linears_fused)),
+    /// instead of the device's `GpuOptions::cm2_stack`.
+    pub cm2_stack: Option<bool>,
     /// Bytes of one converted piece (bf16 → f16, int4 → int8) instead of
     /// [`converted_piece_limit`](crate::device::converted_piece_limit) of the input's
     /// rows or the scratch's `piece_room` (tests of several pieces; at

@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::num::NonZeroU64;
 
-use super::cm2::{self, Cm2Kernel, Cm2Params};
+use super::cm2::{self, Cm2Kernel, Cm2Params, Cm2StackParams};
 use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
@@ -406,6 +406,44 @@ impl Recorder<'_> {
         let params = self.cm2_params(c, flags, span);
         let (x, y) = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
         let groups = (x, y * splits as u32);
+        self.run(
+            encoder,
+            kernel.program,
+            g.name,
+            bindings,
+            params,
+            groups,
+            cost,
+            launch_spirv,
+        )
+    }
+
+    /// Records the stacked SPIR-V GEMM `kernel` over `layers` (weights of
+    /// one part each, rows of each: [`Fused`]'s checks) with `bindings`
+    /// (the stack's, [`cm2::cm2_stack_gemm`]), `flags` as
+    /// [`Self::launch_cm2`]'s.
+    pub(super) fn launch_cm2_stack(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        rows: [u64; 3],
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        flags: u32,
+        cost: Cost,
+    ) -> Result<(), LinearError> {
+        let g = kernel.gemm;
+        let params = Cm2StackParams {
+            m: self.m as u32,
+            n: rows[0] as u32,
+            k: self.weights.k as u32,
+            n_base: 0,
+            out_stride: rows[0] as u32,
+            flags,
+            n1: rows[1] as u32,
+            n2: rows[2] as u32,
+        };
+        let tiles: u64 = rows.iter().map(|r| r.div_ceil(u64::from(g.tile_n))).sum();
+        let groups = (tiles as u32, self.m.div_ceil(u64::from(g.tile_m)) as u32);
         self.run(
             encoder,
             kernel.program,
