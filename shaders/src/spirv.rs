@@ -190,6 +190,11 @@ pub struct Cm2Flash {
     /// [`crate::flash::Cm2Block::probe`]): never chosen, never checked
     /// against a reference.
     pub probe: u32,
+    /// Subgroup-scope matrices (`flash_cm2_sg.glsl`: `NW` subgroups of 16
+    /// query rows, K and V staged in `shared_bytes` of shared memory).
+    pub subgroup: bool,
+    /// Shared memory the kernel declares itself.
+    pub shared_bytes: u32,
 }
 
 impl Cm2Flash {
@@ -200,6 +205,7 @@ impl Cm2Flash {
             keys: self.keys,
             fast: self.fast,
             probe: self.probe,
+            subgroup: self.subgroup,
         }
     }
 }
@@ -222,6 +228,23 @@ macro_rules! cm2_flash {
             invocations: $wg,
             fast: $fast,
             probe: $probe,
+            subgroup: false,
+            shared_bytes: 0,
+        }
+    };
+    (sg $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
+        Cm2Flash {
+            name: $name,
+            spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
+            rows: $rows,
+            keys: $keys,
+            head_dim: $hd,
+            invocations: 2 * $rows,
+            fast: 0,
+            probe: 0,
+            subgroup: true,
+            // K and V, rows of HD f16 values and 16 bytes.
+            shared_bytes: 2 * $keys * ($hd * 2 + 16),
         }
     };
 }
@@ -232,8 +255,9 @@ macro_rules! cm2_flash {
 /// unclamped inner loop 143-144 TFLOP/s, then 128 x 32 132-135, 64 x 32
 /// 117, 128 x 64 95, 64 x 64 67 (the WGSL kernel 69-72); the other
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
-/// as are the probes, last.
-pub static CM2_FLASH: [Cm2Flash; 10] = [
+/// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`, not yet
+/// measured).
+pub static CM2_FLASH: [Cm2Flash; 13] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -244,6 +268,9 @@ pub static CM2_FLASH: [Cm2Flash; 10] = [
     cm2_flash!("flash_cm2_64x32f2_d128", 64, 32, 128, 128, 2),
     cm2_flash!("flash_cm2_64x32f_d128_probe1", 64, 32, 128, 128, 1, 1),
     cm2_flash!("flash_cm2_64x32f_d128_probe2", 64, 32, 128, 128, 1, 2),
+    cm2_flash!(sg "flash_cm2_sg_128x64_d128", 128, 64, 128),
+    cm2_flash!(sg "flash_cm2_sg_64x64_d128", 64, 64, 128),
+    cm2_flash!(sg "flash_cm2_sg_128x32_d128", 128, 32, 128),
 ];
 
 #[cfg(test)]
@@ -309,6 +336,13 @@ mod tests {
                 .map_or(0, |v| v.trim().parse().expect("FA_PROBE"));
             assert_eq!(probe, f.probe, "{}", f.name);
             assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
+            let sg = comp.lines().any(|l| l.starts_with("#define NW "));
+            assert_eq!(sg, f.subgroup, "{}", f.name);
+            if sg {
+                assert_eq!(define(&comp, "NW") * 16, f.rows, "{}", f.name);
+                assert_eq!(define(&comp, "NW") * 32, f.invocations, "{}", f.name);
+                assert!(comp.contains("flash_cm2_sg.glsl"), "{}", f.name);
+            }
         }
         for g in all_gemms() {
             let comp = std::fs::read_to_string(format!("{dir}/{}.comp", g.name)).expect("comp");

@@ -207,7 +207,8 @@ impl FromStr for FlashTuning {
 ///
 /// Text form: `two-walk`, a [`FlashTuning`]'s, or `cm2-ROWSxKEYS` with `f`
 /// or `fN` after it for the fast inner loop (`N` blocks an iteration) and
-/// `-probeN` after that for a probe ([`Cm2Block::probe`]).
+/// `-sg` after that for the subgroup-scope kernels ([`Cm2Block::subgroup`])
+/// and `-probeN` after that for a probe ([`Cm2Block::probe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -235,6 +236,9 @@ pub struct Cm2Block {
     /// products alone, 2 the softmax without the output's rescale); run
     /// only by name, by `bench attention`.
     pub probe: u32,
+    /// Subgroup-scope matrices, 16 query rows a subgroup, K and V staged
+    /// by the kernel (`flash_cm2_sg.glsl`), not workgroup-scope ones.
+    pub subgroup: bool,
 }
 
 impl fmt::Display for FlashKernel {
@@ -247,12 +251,16 @@ impl fmt::Display for FlashKernel {
                 keys,
                 fast,
                 probe,
+                subgroup,
             }) => {
                 write!(f, "cm2-{rows}x{keys}")?;
                 match fast {
                     0 => {}
                     1 => f.write_str("f")?,
                     n => write!(f, "f{n}")?,
+                }
+                if *subgroup {
+                    f.write_str("-sg")?;
                 }
                 match probe {
                     0 => Ok(()),
@@ -272,12 +280,16 @@ impl FromStr for FlashKernel {
             "two-walk" => Ok(Self::TwoWalk),
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
-                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]]");
+                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg]");
                     let (shape, probe) = match shape.split_once("-probe") {
                         None => (shape, 0),
                         Some((shape, n)) => {
                             (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
+                    };
+                    let (shape, subgroup) = match shape.strip_suffix("-sg") {
+                        None => (shape, false),
+                        Some(shape) => (shape, true),
                     };
                     let (rows, keys) = shape.split_once('x').ok_or_else(bad)?;
                     let (keys, fast) = match keys.split_once('f') {
@@ -292,6 +304,7 @@ impl FromStr for FlashKernel {
                         keys: keys.parse().map_err(|_| bad())?,
                         fast,
                         probe,
+                        subgroup,
                     }))
                 }
                 None => t.parse().map(Self::OneWalk),
@@ -314,6 +327,7 @@ mod tests {
             "cm2-128x32f",
             "cm2-128x32f2",
             "cm2-64x32f-probe1",
+            "cm2-128x64-sg",
         ] {
             let k: FlashKernel = text.parse().expect(text);
             assert_eq!(k.to_string(), text);
@@ -324,7 +338,8 @@ mod tests {
                 rows: 128,
                 keys: 64,
                 fast: 0,
-                probe: 0
+                probe: 0,
+                subgroup: false
             }))
         );
         assert_eq!(
@@ -333,7 +348,8 @@ mod tests {
                 rows: 128,
                 keys: 32,
                 fast: 2,
-                probe: 0
+                probe: 0,
+                subgroup: false
             }))
         );
         assert_eq!(
@@ -342,7 +358,8 @@ mod tests {
                 rows: 64,
                 keys: 32,
                 fast: 1,
-                probe: 2
+                probe: 2,
+                subgroup: false
             }))
         );
         for bad in [
@@ -353,6 +370,7 @@ mod tests {
             "cm2-128x32fx",
             "cm2-64x32f-probe0",
             "cm2-64x32f-probe",
+            "cm2-128x64-sgx",
         ] {
             let why = bad.parse::<FlashKernel>().expect_err(bad);
             assert!(why.contains("cm2-ROWSxKEYS"), "{bad}: {why}");

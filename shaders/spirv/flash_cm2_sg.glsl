@@ -1,0 +1,168 @@
+// Flash attention on subgroup-scope cooperative matrices (NVIDIA's
+// cooperative matrices 2 for the row reductions and per-element functions):
+// flash_cm2.glsl's contract, bindings and push constants, the work split
+// as FlashAttention-2 splits it. Each subgroup (32 invocations) owns 16
+// query rows: its Q fragments, output accumulators and row statistics stay
+// in registers, 16 x 16 each, so the rescale α and 1 / l are already the
+// output fragments' shape (no reduction to O's shape, which the
+// workgroup-scope kernel needs). The workgroup (NW subgroups, BR = 16 · NW
+// rows) copies each block of BC keys of K and V into shared memory itself,
+// 16-byte words into rows padded by 16 bytes (no bank conflicts), the next
+// block's global reads in flight while the subgroups run the current one:
+//   S_j = Σ_d Q_d K_jdᵀ (f32, 16 keys a fragment), masked where a block
+//   passes kv_len or the subgroup's causal edge;
+//   m' = max(m, rowmax S); P_j = exp2((S_j - m') · scale2);
+//   l = l · α + Σ_j rowsum P_j, α = exp2((m - m') · scale2);
+//   O_d = O_d · α + Σ_j f16(P_j) V_jd.
+// Built by scripts/spirv.sh with NW (subgroups), BC (keys a block, a
+// multiple of 16), HD (a multiple of 16) and WG = 32 · NW, BR = 16 · NW.
+// Dispatch: (n_heads, batch * ceil(sq / BR), 1). Needs 32-invocation
+// subgroups.
+
+#extension GL_KHR_shader_subgroup_basic : enable
+#include "flash_cm2_common.glsl"
+
+// K and V as 16-byte words: a row of HD f16 values is HD / 8 words and
+// starts on 16 bytes (HD and n_kv · HD multiples of 8).
+layout(set = 0, binding = 0, std430) readonly buffer Q { float16_t q[]; };
+layout(set = 0, binding = 1, std430) readonly buffer K { uvec4 k4[]; };
+layout(set = 0, binding = 2, std430) readonly buffer V { uvec4 v4[]; };
+layout(set = 0, binding = 3, std430) writeonly buffer Out { float16_t o[]; };
+
+#define FRAG_ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+
+const uint DS = HD / 16u;
+const uint JS = BC / 16u;
+// Words of a shared row: HD / 8 and one of padding.
+const uint PITCH = HD / 8u + 1u;
+// Words each invocation copies of K and of V a block.
+const uint LOADS = (BC * HD / 8u + WG - 1u) / WG;
+shared uvec4 k_sh[BC * PITCH];
+shared uvec4 v_sh[BC * PITCH];
+
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint q_blocks = (p.sq + BR - 1u) / BR;
+    uint b = gl_WorkGroupID.y / q_blocks;
+    uint qb = gl_WorkGroupID.y % q_blocks;
+    if (p.causal != 0u) {
+        qb = q_blocks - 1u - qb;
+    }
+    uint r0 = qb * BR;
+    // This subgroup's first query row.
+    uint rw0 = r0 + gl_SubgroupID * 16u;
+    uint kvh = h / (p.n_heads / p.n_kv);
+    uint q_stride = p.n_heads * HD;
+    uint kv_stride = p.n_kv * HD;
+
+    // The keys the block's last row sees.
+    uint keys = p.kv_len;
+    if (p.causal != 0u) {
+        keys = min(keys, p.pos0 + min(r0 + BR, p.sq));
+    }
+
+    tensorLayoutNV<2, CLAMP> t_q = createTensorLayoutNV(2, CLAMP);
+    t_q = setTensorLayoutDimensionNV(t_q, p.sq, q_stride);
+    t_q = setTensorLayoutClampValueNV(t_q, 0u);
+    uint q_at = b * p.sq * q_stride;
+    // Word of key row 0, head kvh, of element b.
+    uint kv_word = (b * p.skv * kv_stride + kvh * HD) / 8u;
+    uint row_words = kv_stride / 8u;
+
+    FRAG_A qf[DS];
+    [[unroll]] for (uint d = 0u; d < DS; d++) {
+        // Through a local: glslang 15.1 crashes loading into an array element.
+        FRAG_A qd;
+        coopMatLoadTensorNV(qd, q, q_at, sliceTensorLayoutNV(t_q, rw0, 16u, h * HD + d * 16u, 16u));
+        qf[d] = qd;
+    }
+    FRAG_ACC acc[DS];
+    [[unroll]] for (uint d = 0u; d < DS; d++) {
+        acc[d] = FRAG_ACC(0.0);
+    }
+    FRAG_ACC m = FRAG_ACC(NEG_BIG);
+    FRAG_ACC l = FRAG_ACC(0.0);
+
+    // The block at key0's words this invocation copies (0 past kv_len).
+    uvec4 rk[LOADS];
+    uvec4 rv[LOADS];
+#define FETCH(key0)                                                                           \
+    [[unroll]] for (uint i = 0u; i < LOADS; i++) {                                            \
+        uint w = i * WG + gl_LocalInvocationIndex;                                            \
+        uint row = w / (HD / 8u);                                                             \
+        bool in_kv = w < BC * HD / 8u && (key0) + row < p.kv_len;                             \
+        uint at = kv_word + ((key0) + row) * row_words + w % (HD / 8u);                       \
+        rk[i] = in_kv ? k4[at] : uvec4(0u);                                                   \
+        rv[i] = in_kv ? v4[at] : uvec4(0u);                                                   \
+    }
+    FETCH(0u)
+
+    for (uint key0 = 0u; key0 < keys; key0 += BC) {
+        barrier();
+        [[unroll]] for (uint i = 0u; i < LOADS; i++) {
+            uint w = i * WG + gl_LocalInvocationIndex;
+            if (w < BC * HD / 8u) {
+                uint at = (w / (HD / 8u)) * PITCH + w % (HD / 8u);
+                k_sh[at] = rk[i];
+                v_sh[at] = rv[i];
+            }
+        }
+        barrier();
+        if (key0 + BC < keys) {
+            FETCH(key0 + BC)
+        }
+
+        FRAG_ACC s[JS];
+        [[unroll]] for (uint j = 0u; j < JS; j++) {
+            s[j] = FRAG_ACC(0.0);
+            [[unroll]] for (uint d = 0u; d < DS; d++) {
+                // Kᵀ: B[d][j] = K[j][d], column-major in the shared rows.
+                FRAG_B kt;
+                coopMatLoad(kt, k_sh, j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
+                s[j] = coopMatMulAdd(qf[d], kt, s[j]);
+            }
+        }
+        if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > p.pos0 + rw0 + 1u)) {
+            [[unroll]] for (uint j = 0u; j < JS; j++) {
+                coopMatPerElementNV(s[j], s[j], masked, key0 + j * 16u, p.kv_len, p.causal, p.pos0 + rw0);
+            }
+        }
+        FRAG_ACC m_new = m;
+        [[unroll]] for (uint j = 0u; j < JS; j++) {
+            FRAG_ACC row_max;
+            coopMatReduceNV(row_max, s[j], gl_CooperativeMatrixReduceRowNV, max_of);
+            coopMatPerElementNV(m_new, m_new, larger, row_max);
+        }
+        FRAG_ACC alpha;
+        coopMatPerElementNV(alpha, m, exp_from, m_new, p.scale2);
+        l = l * alpha;
+        [[unroll]] for (uint d = 0u; d < DS; d++) {
+            acc[d] = acc[d] * alpha;
+        }
+        [[unroll]] for (uint j = 0u; j < JS; j++) {
+            FRAG_ACC pr;
+            coopMatPerElementNV(pr, s[j], exp_from, m_new, p.scale2);
+            FRAG_ACC row_sum;
+            coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
+            l = l + row_sum;
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> p16 =
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(pr);
+            FRAG_A pa = FRAG_A(p16);
+            [[unroll]] for (uint d = 0u; d < DS; d++) {
+                FRAG_B vm;
+                coopMatLoad(vm, v_sh, j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutRowMajor);
+                acc[d] = coopMatMulAdd(pa, vm, acc[d]);
+            }
+        }
+        m = m_new;
+    }
+
+    [[unroll]] for (uint d = 0u; d < DS; d++) {
+        FRAG_ACC r = acc[d] / l;
+        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> r16 =
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(r);
+        coopMatStoreTensorNV(r16, o, q_at, sliceTensorLayoutNV(t_q, rw0, 16u, h * HD + d * 16u, 16u));
+    }
+}
