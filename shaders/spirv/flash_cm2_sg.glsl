@@ -86,18 +86,24 @@ void main() {
     FRAG_ACC l = FRAG_ACC(0.0);
 
     // The block at key0's words this invocation copies (0 past kv_len).
+    // Every load reads inside the keys (the row clamped), so none can
+    // fault whatever the compiler hoists.
     uvec4 rk[LOADS];
     uvec4 rv[LOADS];
 #define FETCH(key0)                                                                           \
     [[unroll]] for (uint i = 0u; i < LOADS; i++) {                                            \
         uint w = i * WG + gl_LocalInvocationIndex;                                            \
-        uint row = w / (HD / 8u);                                                             \
+        uint row = min(w / (HD / 8u), BC - 1u);                                               \
         bool in_kv = w < BC * HD / 8u && (key0) + row < p.kv_len;                             \
-        uint at = kv_word + ((key0) + row) * row_words + w % (HD / 8u);                       \
-        rk[i] = in_kv ? k4[at] : uvec4(0u);                                                   \
-        rv[i] = in_kv ? v4[at] : uvec4(0u);                                                   \
+        uint at = kv_word + min((key0) + row, p.kv_len - 1u) * row_words + w % (HD / 8u);     \
+        uvec4 kw = k4[at];                                                                    \
+        uvec4 vw = v4[at];                                                                    \
+        rk[i] = in_kv ? kw : uvec4(0u);                                                       \
+        rv[i] = in_kv ? vw : uvec4(0u);                                                       \
     }
-    FETCH(0u)
+    if (keys > 0u) {
+        FETCH(0u)
+    }
 
     for (uint key0 = 0u; key0 < keys; key0 += BC) {
         barrier();
