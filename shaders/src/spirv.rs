@@ -190,9 +190,10 @@ pub struct Cm2Flash {
     /// [`crate::flash::Cm2Block::probe`]): never chosen, never checked
     /// against a reference.
     pub probe: u32,
-    /// Subgroup-scope matrices (`flash_cm2_sg.glsl`: `NW` subgroups of 16
-    /// query rows, K and V staged in `shared_bytes` of shared memory).
-    pub subgroup: bool,
+    /// 0: workgroup-scope matrices. n > 0: subgroup-scope ones
+    /// (`flash_cm2_sg.glsl`: `NW` subgroups of n · 16 query rows, K and V
+    /// staged in `shared_bytes` of shared memory).
+    pub subgroup: u32,
     /// Shared memory the kernel declares itself.
     pub shared_bytes: u32,
 }
@@ -228,21 +229,24 @@ macro_rules! cm2_flash {
             invocations: $wg,
             fast: $fast,
             probe: $probe,
-            subgroup: false,
+            subgroup: 0,
             shared_bytes: 0,
         }
     };
     (sg $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
+        cm2_flash!(sg $name, $rows, $keys, $hd, 1)
+    };
+    (sg $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
             rows: $rows,
             keys: $keys,
             head_dim: $hd,
-            invocations: 2 * $rows,
+            invocations: 2 * $rows / $rw,
             fast: 0,
             probe: 0,
-            subgroup: true,
+            subgroup: $rw,
             // K and V, rows of HD f16 values and 16 bytes.
             shared_bytes: 2 * $keys * ($hd * 2 + 16),
         }
@@ -257,7 +261,7 @@ macro_rules! cm2_flash {
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`, not yet
 /// measured).
-pub static CM2_FLASH: [Cm2Flash; 13] = [
+pub static CM2_FLASH: [Cm2Flash; 16] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -271,6 +275,9 @@ pub static CM2_FLASH: [Cm2Flash; 13] = [
     cm2_flash!(sg "flash_cm2_sg_128x64_d128", 128, 64, 128),
     cm2_flash!(sg "flash_cm2_sg_64x64_d128", 64, 64, 128),
     cm2_flash!(sg "flash_cm2_sg_128x32_d128", 128, 32, 128),
+    cm2_flash!(sg "flash_cm2_sg_128x32r2_d128", 128, 32, 128, 2),
+    cm2_flash!(sg "flash_cm2_sg_256x32r2_d128", 256, 32, 128, 2),
+    cm2_flash!(sg "flash_cm2_sg_128x64r2_d128", 128, 64, 128, 2),
 ];
 
 #[cfg(test)]
@@ -337,9 +344,14 @@ mod tests {
             assert_eq!(probe, f.probe, "{}", f.name);
             assert_eq!(define(&comp, "WG"), f.invocations, "{}", f.name);
             let sg = comp.lines().any(|l| l.starts_with("#define NW "));
-            assert_eq!(sg, f.subgroup, "{}", f.name);
+            assert_eq!(sg, f.subgroup > 0, "{}", f.name);
             if sg {
-                assert_eq!(define(&comp, "NW") * 16, f.rows, "{}", f.name);
+                let rw = comp
+                    .lines()
+                    .find_map(|l| l.strip_prefix("#define RW "))
+                    .map_or(1, |v| v.trim().trim_end_matches('u').parse().expect("RW"));
+                assert_eq!(rw, f.subgroup, "{}", f.name);
+                assert_eq!(define(&comp, "NW") * 16 * rw, f.rows, "{}", f.name);
                 assert_eq!(define(&comp, "NW") * 32, f.invocations, "{}", f.name);
                 assert!(comp.contains("flash_cm2_sg.glsl"), "{}", f.name);
             }

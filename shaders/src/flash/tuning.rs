@@ -236,9 +236,10 @@ pub struct Cm2Block {
     /// products alone, 2 the softmax without the output's rescale); run
     /// only by name, by `bench attention`.
     pub probe: u32,
-    /// Subgroup-scope matrices, 16 query rows a subgroup, K and V staged
-    /// by the kernel (`flash_cm2_sg.glsl`), not workgroup-scope ones.
-    pub subgroup: bool,
+    /// 0: workgroup-scope matrices. n > 0: subgroup-scope ones, n row
+    /// fragments of 16 query rows a subgroup, K and V staged by the kernel
+    /// (`flash_cm2_sg.glsl`'s `RW`).
+    pub subgroup: u32,
 }
 
 impl fmt::Display for FlashKernel {
@@ -259,8 +260,10 @@ impl fmt::Display for FlashKernel {
                     1 => f.write_str("f")?,
                     n => write!(f, "f{n}")?,
                 }
-                if *subgroup {
-                    f.write_str("-sg")?;
+                match subgroup {
+                    0 => {}
+                    1 => f.write_str("-sg")?,
+                    n => write!(f, "-sg{n}")?,
                 }
                 match probe {
                     0 => Ok(()),
@@ -287,9 +290,12 @@ impl FromStr for FlashKernel {
                             (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
                     };
-                    let (shape, subgroup) = match shape.strip_suffix("-sg") {
-                        None => (shape, false),
-                        Some(shape) => (shape, true),
+                    let (shape, subgroup) = match shape.split_once("-sg") {
+                        None => (shape, 0),
+                        Some((shape, "")) => (shape, 1),
+                        Some((shape, n)) => {
+                            (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
+                        }
                     };
                     let (rows, keys) = shape.split_once('x').ok_or_else(bad)?;
                     let (keys, fast) = match keys.split_once('f') {
@@ -328,6 +334,7 @@ mod tests {
             "cm2-128x32f2",
             "cm2-64x32f-probe1",
             "cm2-128x64-sg",
+            "cm2-128x32-sg2",
         ] {
             let k: FlashKernel = text.parse().expect(text);
             assert_eq!(k.to_string(), text);
@@ -339,7 +346,7 @@ mod tests {
                 keys: 64,
                 fast: 0,
                 probe: 0,
-                subgroup: false
+                subgroup: 0
             }))
         );
         assert_eq!(
@@ -349,7 +356,7 @@ mod tests {
                 keys: 32,
                 fast: 2,
                 probe: 0,
-                subgroup: false
+                subgroup: 0
             }))
         );
         assert_eq!(
@@ -359,7 +366,7 @@ mod tests {
                 keys: 32,
                 fast: 1,
                 probe: 2,
-                subgroup: false
+                subgroup: 0
             }))
         );
         for bad in [

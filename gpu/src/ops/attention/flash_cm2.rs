@@ -61,7 +61,7 @@ const SUBGROUP: u32 = 32;
 /// cooperative-matrix configuration every NVIDIA driver lists).
 fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<Cm2Misfit> {
     let products = [[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]];
-    if f.subgroup {
+    if f.subgroup > 0 {
         if caps.subgroup_size != SUBGROUP {
             return Some(Cm2Misfit::Subgroup(f.invocations, caps.subgroup_size));
         }
@@ -73,7 +73,7 @@ fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<Cm2Misfit> {
     }
     caps.misfit(&Cm2Footprint {
         invocations: f.invocations,
-        products: if f.subgroup { &[] } else { &products },
+        products: if f.subgroup > 0 { &[] } else { &products },
         shared_bytes: 0,
         types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
         converted: &[COMPONENT_F16],
@@ -183,7 +183,7 @@ mod tests {
             keys,
             fast: 0,
             probe: 0,
-            subgroup: false,
+            subgroup: 0,
         }
     }
 

@@ -81,7 +81,10 @@ pub(super) fn unfusable(
             && w.scale.is_some() == first.scale.is_some()
             && w.bias.is_some() == first.bias.is_some()
     };
-    if m > rows_gemv_max_m(gpu) {
+    // The stacked GEMM takes rows anywhere (its loads clamp); the GEMV
+    // reads them in 16-byte words.
+    let gemm = m > rows_gemv_max_m(gpu);
+    if gemm {
         if let Some(why) = stack_unusable(gpu, first, fused, choice, x, opts) {
             return Some(why);
         }
@@ -96,9 +99,9 @@ pub(super) fn unfusable(
         Some("fp8 weights each have their own scalar scale")
     } else if !weights().all(same) {
         Some("the layers differ in format, K, scale or bias")
-    } else if !weights()
-        .all(|w| w.parts.len() == 1 && w.n * w.row_bytes() <= limit && rows_aligned(w.row_bytes()))
-    {
+    } else if !weights().all(|w| {
+        w.parts.len() == 1 && w.n * w.row_bytes() <= limit && (gemm || rows_aligned(w.row_bytes()))
+    }) {
         Some("a weight is split across bindings or its rows are not 16-byte aligned")
     } else if fused.glu && fused.more[0].0.n != first.n {
         Some("gate and up differ in N")
