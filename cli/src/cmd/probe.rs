@@ -301,7 +301,7 @@ fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) ->
         "one launch each (no VK_NV_cooperative_matrix2)".into()
     } else if let Some(k) = kernel {
         format!(
-            "one launch, {} ({}x{} tiles); DYNVRAM_CM2_STACK=off launches them one by one",
+            "one launch, {} ({}x{} tiles), where their tiles are more than one wave of the multiprocessors; DYNVRAM_CM2_STACK=off launches them one by one",
             k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
         )
     } else {

@@ -580,8 +580,10 @@ fn split_spirv_gemm_matches_the_reference() {
 /// layers of differing N (GQA's q/k/v), edge tiles in M, N and K, bias on
 /// every layer or none; one launch where the device runs the kernel, none
 /// (the caller's one-by-one fallback) where it does not, and none for
-/// bf16 weights, SwiGLU or a kernel named. Runs on every adapter: the
-/// refusals are checked where the kernel is missing too.
+/// bf16 weights, SwiGLU or a kernel named; by default only where the
+/// stacked grid is more than one wave of the device's multiprocessors.
+/// Runs on every adapter: the refusals are checked where the kernel is
+/// missing too.
 #[test]
 fn stacked_spirv_gemm_matches_the_reference() {
     use dynvram_gpu::ops::encoder::Encoder;
@@ -660,7 +662,11 @@ fn stacked_spirv_gemm_matches_the_reference() {
             !record(&mut env, glu, &RecordOptions::default()),
             "{what}: SwiGLU"
         );
-        let done = record(&mut env, Fusion::Stack(&stack), &RecordOptions::default());
+        let forced = RecordOptions {
+            cm2_stack: Some(true),
+            ..Default::default()
+        };
+        let done = record(&mut env, Fusion::Stack(&stack), &forced);
         assert_eq!(
             done,
             stacks.is_some(),
@@ -676,6 +682,48 @@ fn stacked_spirv_gemm_matches_the_reference() {
             let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
             let y = host::read(&env.gpu, o).expect("read");
             assert_f16_close(&format!("{what}: layer {i}"), &y, &e, 1e-5);
+        }
+    }
+    // By default only where the stacked grid is more than one wave (a
+    // device that does not count its multiprocessors: always): Llama-7B's
+    // q/k/v at 512 rows (192 tiles of 128 x 256), not Llama-3-8B's (96).
+    if let (Some(caps), Some(_)) = (env.gpu.cm2().cloned(), stacks) {
+        for (ns, want) in [([4096, 4096, 4096], 192), ([4096, 1024, 1024], 96)] {
+            let g = &env.gpu;
+            let hosts: Vec<HostLayer> = ns
+                .iter()
+                .map(|&n| HostLayer::random(&mut rng, Format::F16, n, 4096, false))
+                .collect();
+            let ws: Vec<LinearWeights> = hosts
+                .iter()
+                .map(|h| LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload"))
+                .collect();
+            let xt = host::zeros(g, "x", vec![512, 4096], ActDtype::F16).expect("x");
+            let outs: Vec<_> = ws
+                .iter()
+                .map(|w| host::zeros(g, "out", vec![512, w.n], ActDtype::F16).expect("out"))
+                .collect();
+            let stack: Vec<_> = ws.iter().zip(&outs).collect();
+            let mut enc = Encoder::new(&g.device, "test");
+            let done = record_linears_fused(
+                g,
+                &env.cache,
+                &mut enc,
+                Fusion::Stack(&stack),
+                KernelChoice::Float,
+                &xt,
+                &mut env.scratch,
+                &RecordOptions::default(),
+                &Fold::default(),
+            )
+            .expect("record");
+            g.queue.submit([enc.finish()]);
+            let sms = u64::from(caps.sm_count);
+            assert_eq!(
+                done,
+                sms == 0 || want > sms,
+                "N {ns:?}: {want} tiles on {sms}"
+            );
         }
     }
     // bf16 weights read as stored are not stacked.

@@ -114,8 +114,10 @@ pub(super) fn unfusable(
 /// GEMM's launch (`dynvram_shaders::spirv::CM2_STACK_GEMMS`) beyond what
 /// [`unfusable`] checks of every fused launch: it takes f16 weights on f16
 /// activations, each layer into its own output (SwiGLU stays its own
-/// launch), where the device runs it and no kernel, path or split count is
-/// asked for.
+/// launch), where the device runs it, no kernel, path or split count is
+/// asked for, and its tiles are more than one wave of the device's
+/// multiprocessors (GQA's q/k/v at 512 rows, 96 tiles on 132, is faster as
+/// three launches split along K).
 fn stack_unusable(
     gpu: &Gpu,
     first: &LinearWeights,
@@ -134,7 +136,7 @@ fn stack_unusable(
         );
     if fused.glu {
         Some("SwiGLU past the multi-row GEMV is its own launch")
-    } else if !opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack()) {
+    } else if opts.cm2_stack == Some(false) || (opts.cm2_stack.is_none() && !gpu.cm2_stack()) {
         Some("stacked SPIR-V GEMMs are off")
     } else if first.format != Format::F16
         || x.dtype != ActDtype::F16
@@ -150,10 +152,19 @@ fn stack_unusable(
         Some("a kernel, path or split count is asked for, or SPIR-V GEMMs are off")
     } else if gpu.device.limits().max_storage_buffers_per_shader_stage < STACK_STORAGE_BUFFERS {
         Some("the adapter has too few storage bindings per stage")
-    } else if cm2_stack_gemm(gpu.cm2()).is_none() {
-        Some("the device runs no stacked SPIR-V GEMM")
     } else {
-        None
+        let (Some(kernel), Some(caps)) = (cm2_stack_gemm(gpu.cm2()), gpu.cm2()) else {
+            return Some("the device runs no stacked SPIR-V GEMM");
+        };
+        let m = x.numel() / first.k.max(1);
+        let g = kernel.gemm;
+        let cols: u64 = std::iter::once(first)
+            .chain(fused.more.iter().map(|(w, _)| *w))
+            .map(|w| w.n.div_ceil(u64::from(g.tile_n)))
+            .sum();
+        let tiles = cols * m.div_ceil(u64::from(g.tile_m));
+        (opts.cm2_stack.is_none() && tiles <= u64::from(caps.sm_count))
+            .then_some("the stacked grid is at most one wave: the layers split K one by one")
     }
 }
 

@@ -67,8 +67,11 @@ pub struct RecordOptions {
     /// `GpuOptions::cm2_split` (tests and tools comparing them).
     pub cm2_split: Option<Cm2Split>,
     /// Whether linears of one input share a SPIR-V GEMM launch past the
-    /// GEMVs ([`record_linears_fused`](super::record_linears_fused)),
-    /// instead of the device's `GpuOptions::cm2_stack`.
+    /// GEMVs ([`record_linears_fused`](super::record_linears_fused)):
+    /// `Some(true)` wherever the stacked kernel runs (tests of every
+    /// shape), `Some(false)` never, `None` as the device's
+    /// `GpuOptions::cm2_stack` says, where the stacked grid is more than a
+    /// wave.
     pub cm2_stack: Option<bool>,
     /// Bytes of one converted piece (bf16 → f16, int4 → int8) instead of
     /// [`converted_piece_limit`](crate::device::converted_piece_limit) of the input's
