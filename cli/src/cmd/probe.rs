@@ -296,12 +296,12 @@ fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) ->
     if !opts.spirv_gemm.allows(false) {
         "one launch each (SPIR-V GEMMs off)".into()
     } else if !opts.cm2_stack {
-        "one launch each (DYNVRAM_CM2_STACK=off)".into()
+        "one launch each (DYNVRAM_CM2_STACK=on stacks them: opt-in until its reference test passes on a GPU)".into()
     } else if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 || a.cm2.is_none() {
         "one launch each (no VK_NV_cooperative_matrix2)".into()
     } else if let Some(k) = kernel {
         format!(
-            "one launch, {} ({}x{} tiles), where their tiles are more than one wave of the multiprocessors; DYNVRAM_CM2_STACK=off launches them one by one",
+            "one launch, {} ({}x{} tiles), where their tiles are more than one wave of the multiprocessors (DYNVRAM_CM2_STACK=on)",
             k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
         )
     } else {

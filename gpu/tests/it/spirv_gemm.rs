@@ -36,10 +36,15 @@ use rand_chacha::ChaCha8Rng;
 /// where the adapter lists it; the default keeps it off until the lent GPU
 /// has passed these tests).
 fn spirv_env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
+    env_with(test, &spirv_choice(), needs)
+}
+
+/// [`spirv_env`]'s adapter choice.
+fn spirv_choice() -> AdapterChoice {
     let mut choice = AdapterChoice::default();
     choice.options.spread_quant = SpreadQuant::InGemv;
     choice.options.spirv_gemm = SpirvGemm::Auto;
-    env_with(test, &choice, needs)
+    choice
 }
 
 /// [`spirv_env`] with the extension's capabilities as the device enabled
@@ -592,7 +597,10 @@ fn stacked_spirv_gemm_matches_the_reference() {
         Fold, Fusion, LinearWeights, cm2_stack_gemm, record_linears_fused,
     };
     let test = "stacked_spirv_gemm_matches_the_reference";
-    let Some(mut env) = spirv_env(test, needs_f16) else {
+    // The stack asked for (opt-in by default).
+    let mut choice = spirv_choice();
+    choice.options.cm2_stack = true;
+    let Some(mut env) = env_with(test, &choice, needs_f16) else {
         return;
     };
     let stacks = cm2_stack_gemm(env.gpu.cm2()).map(|k| k.gemm.name);
