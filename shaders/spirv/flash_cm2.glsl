@@ -112,27 +112,7 @@ layout(set = 0, binding = 3, std430) writeonly buffer Out { float16_t o[]; };
 #endif
 
 void main() {
-    uint h = gl_WorkGroupID.x;
-    uint q_blocks = (p.sq + BR - 1u) / BR;
-    uint b = gl_WorkGroupID.y / q_blocks;
-    uint qb = gl_WorkGroupID.y % q_blocks;
-    if (p.causal != 0u) {
-        qb = q_blocks - 1u - qb;
-    }
-    uint r0 = qb * BR;
-    uint kvh = h / (p.n_heads / p.n_kv);
-    uint q_stride = p.n_heads * HD;
-    uint kv_stride = p.n_kv * HD;
-
-    // The keys the block's last row sees.
-    uint keys = p.kv_len;
-    if (p.causal != 0u) {
-        keys = min(keys, p.pos0 + min(r0 + BR, p.sq));
-    }
-
-    tensorLayoutNV<2, CLAMP> t_q = createTensorLayoutNV(2, CLAMP);
-    t_q = setTensorLayoutDimensionNV(t_q, p.sq, q_stride);
-    t_q = setTensorLayoutClampValueNV(t_q, 0u);
+    FLASH_START
     tensorLayoutNV<2, CLAMP> t_kv = createTensorLayoutNV(2, CLAMP);
     t_kv = setTensorLayoutDimensionNV(t_kv, p.kv_len, kv_stride);
     t_kv = setTensorLayoutClampValueNV(t_kv, 0u);

@@ -50,3 +50,27 @@ float exp_from(const in uint row, const in uint col, const in float s, const in 
     return exp2((s - m) * scale2);
 }
 
+
+// The start of a flash kernel's main: the workgroup's head h, batch
+// element b and first query row r0 (causal: the blocks that see the most
+// keys first), the kv head kvh, the row strides of q and of k and v, the
+// keys the block's last row sees, and q's clamped layout t_q (out's too).
+#define FLASH_START                                                           \
+    uint h = gl_WorkGroupID.x;                                                \
+    uint q_blocks = (p.sq + BR - 1u) / BR;                                    \
+    uint b = gl_WorkGroupID.y / q_blocks;                                     \
+    uint qb = gl_WorkGroupID.y % q_blocks;                                    \
+    if (p.causal != 0u) {                                                     \
+        qb = q_blocks - 1u - qb;                                              \
+    }                                                                         \
+    uint r0 = qb * BR;                                                        \
+    uint kvh = h / (p.n_heads / p.n_kv);                                      \
+    uint q_stride = p.n_heads * HD;                                           \
+    uint kv_stride = p.n_kv * HD;                                             \
+    uint keys = p.kv_len;                                                     \
+    if (p.causal != 0u) {                                                     \
+        keys = min(keys, p.pos0 + min(r0 + BR, p.sq));                        \
+    }                                                                         \
+    tensorLayoutNV<2, CLAMP> t_q = createTensorLayoutNV(2, CLAMP);            \
+    t_q = setTensorLayoutDimensionNV(t_q, p.sq, q_stride);                    \
+    t_q = setTensorLayoutClampValueNV(t_q, 0u);

@@ -43,29 +43,9 @@ shared uvec4 k_sh[BC * PITCH];
 shared uvec4 v_sh[BC * PITCH];
 
 void main() {
-    uint h = gl_WorkGroupID.x;
-    uint q_blocks = (p.sq + BR - 1u) / BR;
-    uint b = gl_WorkGroupID.y / q_blocks;
-    uint qb = gl_WorkGroupID.y % q_blocks;
-    if (p.causal != 0u) {
-        qb = q_blocks - 1u - qb;
-    }
-    uint r0 = qb * BR;
+    FLASH_START
     // This subgroup's first query row.
     uint rw0 = r0 + gl_SubgroupID * 16u;
-    uint kvh = h / (p.n_heads / p.n_kv);
-    uint q_stride = p.n_heads * HD;
-    uint kv_stride = p.n_kv * HD;
-
-    // The keys the block's last row sees.
-    uint keys = p.kv_len;
-    if (p.causal != 0u) {
-        keys = min(keys, p.pos0 + min(r0 + BR, p.sq));
-    }
-
-    tensorLayoutNV<2, CLAMP> t_q = createTensorLayoutNV(2, CLAMP);
-    t_q = setTensorLayoutDimensionNV(t_q, p.sq, q_stride);
-    t_q = setTensorLayoutClampValueNV(t_q, 0u);
     uint q_at = b * p.sq * q_stride;
     // Word of key row 0, head kvh, of element b.
     uint kv_word = (b * p.skv * kv_stride + kvh * HD) / 8u;

@@ -220,6 +220,15 @@ macro_rules! cm2_flash {
         cm2_flash!($name, $rows, $keys, $hd, $wg, $fast, 0)
     };
     ($name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:literal, $fast:literal, $probe:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, $wg, $fast, $probe, 0, 0)
+    };
+    // Subgroup scope, one row fragment a subgroup: K and V, rows of HD f16
+    // values and 16 bytes, in shared memory.
+    (sg $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows, 0, 0, 1, 2 * $keys * ($hd * 2 + 16))
+    };
+    (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
+     $probe:literal, $subgroup:literal, $shared:expr) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -229,26 +238,8 @@ macro_rules! cm2_flash {
             invocations: $wg,
             fast: $fast,
             probe: $probe,
-            subgroup: 0,
-            shared_bytes: 0,
-        }
-    };
-    (sg $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
-        cm2_flash!(sg $name, $rows, $keys, $hd, 1)
-    };
-    (sg $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
-        Cm2Flash {
-            name: $name,
-            spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
-            rows: $rows,
-            keys: $keys,
-            head_dim: $hd,
-            invocations: 2 * $rows / $rw,
-            fast: 0,
-            probe: 0,
-            subgroup: $rw,
-            // K and V, rows of HD f16 values and 16 bytes.
-            shared_bytes: 2 * $keys * ($hd * 2 + 16),
+            subgroup: $subgroup,
+            shared_bytes: $shared,
         }
     };
 }

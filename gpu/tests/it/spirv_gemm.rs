@@ -579,6 +579,74 @@ fn split_spirv_gemm_matches_the_reference() {
     }
 }
 
+/// Layers of one input uploaded for `record_linears_fused`: weights, the
+/// f16 input `[M, K]` and an f16 output for each.
+struct StackCase {
+    ws: Vec<dynvram_gpu::ops::linear::LinearWeights>,
+    x: dynvram_gpu::GpuTensor,
+    outs: Vec<dynvram_gpu::GpuTensor>,
+}
+
+impl StackCase {
+    /// `hosts` on `x` (`m` rows of K; zeros where `None`).
+    fn upload(env: &Env, hosts: &[HostLayer], x: Option<&[f32]>, m: usize) -> Self {
+        use dynvram_gpu::ops::host;
+        use dynvram_gpu::ops::linear::LinearWeights;
+        let g = &env.gpu;
+        let ws: Vec<LinearWeights> = hosts
+            .iter()
+            .map(|h| LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload"))
+            .collect();
+        let shape = vec![m as u64, ws[0].k];
+        let x = match x {
+            Some(x) => host::upload(g, "x", x, shape, ActDtype::F16),
+            None => host::zeros(g, "x", shape, ActDtype::F16),
+        }
+        .expect("x");
+        let outs = ws
+            .iter()
+            .map(|w| host::zeros(g, "out", vec![m as u64, w.n], ActDtype::F16).expect("out"))
+            .collect();
+        Self { ws, x, outs }
+    }
+
+    /// The layers as a stack.
+    fn stack(
+        &self,
+    ) -> Vec<(
+        &dynvram_gpu::ops::linear::LinearWeights,
+        &dynvram_gpu::GpuTensor,
+    )> {
+        self.ws.iter().zip(&self.outs).collect()
+    }
+
+    /// Records and submits `fusion` on this input: whether it was fused.
+    fn record(
+        &self,
+        env: &mut Env,
+        fusion: dynvram_gpu::ops::linear::Fusion<'_>,
+        opts: &RecordOptions,
+    ) -> bool {
+        use dynvram_gpu::ops::encoder::Encoder;
+        use dynvram_gpu::ops::linear::{Fold, record_linears_fused};
+        let mut enc = Encoder::new(&env.gpu.device, "test");
+        let done = record_linears_fused(
+            &env.gpu,
+            &env.cache,
+            &mut enc,
+            fusion,
+            KernelChoice::Float,
+            &self.x,
+            &mut env.scratch,
+            opts,
+            &Fold::default(),
+        )
+        .expect("record");
+        env.gpu.queue.submit([enc.finish()]);
+        done
+    }
+}
+
 /// Two or three f16 layers of one input as one launch of the stacked GEMM
 /// (`CM2_STACK_GEMMS`, `record_linears_fused` past the multi-row GEMV):
 /// each output matches the reference as the single-layer kernel's does, on
@@ -591,11 +659,8 @@ fn split_spirv_gemm_matches_the_reference() {
 /// missing too.
 #[test]
 fn stacked_spirv_gemm_matches_the_reference() {
-    use dynvram_gpu::ops::encoder::Encoder;
     use dynvram_gpu::ops::host;
-    use dynvram_gpu::ops::linear::{
-        Fold, Fusion, LinearWeights, cm2_stack_gemm, record_linears_fused,
-    };
+    use dynvram_gpu::ops::linear::{Fusion, cm2_stack_gemm};
     let test = "stacked_spirv_gemm_matches_the_reference";
     // The stack asked for (opt-in by default).
     let mut choice = spirv_choice();
@@ -609,6 +674,10 @@ fn stacked_spirv_gemm_matches_the_reference() {
     }
     let mut rng = ChaCha8Rng::seed_from_u64(67);
     let m0 = ROWS_GEMV_MAX_M as usize + 1;
+    let forced = RecordOptions {
+        cm2_stack: Some(true),
+        ..Default::default()
+    };
     // (M, the layers' N, K, bias)
     let cases: [(usize, &[usize], usize, bool); 5] = [
         (m0, &[17, 40], 36, true),
@@ -624,57 +693,22 @@ fn stacked_spirv_gemm_matches_the_reference() {
             .map(|&n| HostLayer::random(&mut rng, Format::F16, n, k, bias))
             .collect();
         let x = random_x(&mut rng, m, k);
-        let g = &env.gpu;
-        let ws: Vec<LinearWeights> = hosts
-            .iter()
-            .map(|h| LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload"))
-            .collect();
-        let xt = host::upload(g, "x", &x, vec![m as u64, k as u64], ActDtype::F16).expect("x");
-        let outs: Vec<_> = ws
-            .iter()
-            .map(|w| host::zeros(g, "out", vec![m as u64, w.n], ActDtype::F16).expect("out"))
-            .collect();
-        let stack: Vec<_> = ws.iter().zip(&outs).collect();
-        let record = |env: &mut crate::linear_common::Env, fusion, opts: &RecordOptions| {
-            let mut enc = Encoder::new(&env.gpu.device, "test");
-            let done = record_linears_fused(
-                &env.gpu,
-                &env.cache,
-                &mut enc,
-                fusion,
-                KernelChoice::Float,
-                &xt,
-                &mut env.scratch,
-                opts,
-                &Fold::default(),
-            )
-            .expect("record");
-            env.gpu.queue.submit([enc.finish()]);
-            done
-        };
+        let case = StackCase::upload(&env, &hosts, Some(&x), m);
+        let stack = case.stack();
         // Refused wherever the stack cannot take them: nothing recorded.
         let named = RecordOptions {
             cm2_kernel: Some("gemm_cm2_f16_k32_fast"),
-            ..Default::default()
+            ..forced
         };
-        assert!(
-            !record(&mut env, Fusion::Stack(&stack), &named),
-            "{what}: a kernel named"
-        );
+        let refused = case.record(&mut env, Fusion::Stack(&stack), &named);
+        assert!(!refused, "{what}: a kernel named");
         let glu = Fusion::Glu {
-            gate: &ws[0],
-            up: &ws[0],
-            out: &outs[0],
+            gate: &case.ws[0],
+            up: &case.ws[0],
+            out: &case.outs[0],
         };
-        assert!(
-            !record(&mut env, glu, &RecordOptions::default()),
-            "{what}: SwiGLU"
-        );
-        let forced = RecordOptions {
-            cm2_stack: Some(true),
-            ..Default::default()
-        };
-        let done = record(&mut env, Fusion::Stack(&stack), &forced);
+        assert!(!case.record(&mut env, glu, &forced), "{what}: SwiGLU");
+        let done = case.record(&mut env, Fusion::Stack(&stack), &forced);
         assert_eq!(
             done,
             stacks.is_some(),
@@ -685,7 +719,7 @@ fn stacked_spirv_gemm_matches_the_reference() {
         }
         assert_eq!(env.scratch.last_spirv_gemm(), stacks, "{what}");
         assert_eq!(env.scratch.last_dispatches(), 1, "{what}: one launch");
-        for (i, (h, o)) in hosts.iter().zip(&outs).enumerate() {
+        for (i, (h, o)) in hosts.iter().zip(&case.outs).enumerate() {
             let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
             let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
             let y = host::read(&env.gpu, o).expect("read");
@@ -696,65 +730,31 @@ fn stacked_spirv_gemm_matches_the_reference() {
     // device that does not count its multiprocessors: always): Llama-7B's
     // q/k/v at 512 rows (192 tiles of 128 x 256), not Llama-3-8B's (96).
     if let (Some(caps), Some(_)) = (env.gpu.cm2().cloned(), stacks) {
-        for (ns, want) in [([4096, 4096, 4096], 192), ([4096, 1024, 1024], 96)] {
-            let g = &env.gpu;
+        for (ns, tiles) in [([4096, 4096, 4096], 192), ([4096, 1024, 1024], 96)] {
             let hosts: Vec<HostLayer> = ns
                 .iter()
                 .map(|&n| HostLayer::random(&mut rng, Format::F16, n, 4096, false))
                 .collect();
-            let ws: Vec<LinearWeights> = hosts
-                .iter()
-                .map(|h| LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload"))
-                .collect();
-            let xt = host::zeros(g, "x", vec![512, 4096], ActDtype::F16).expect("x");
-            let outs: Vec<_> = ws
-                .iter()
-                .map(|w| host::zeros(g, "out", vec![512, w.n], ActDtype::F16).expect("out"))
-                .collect();
-            let stack: Vec<_> = ws.iter().zip(&outs).collect();
-            let mut enc = Encoder::new(&g.device, "test");
-            let done = record_linears_fused(
-                g,
-                &env.cache,
-                &mut enc,
-                Fusion::Stack(&stack),
-                KernelChoice::Float,
-                &xt,
-                &mut env.scratch,
+            let case = StackCase::upload(&env, &hosts, None, 512);
+            let done = case.record(
+                &mut env,
+                Fusion::Stack(&case.stack()),
                 &RecordOptions::default(),
-                &Fold::default(),
-            )
-            .expect("record");
-            g.queue.submit([enc.finish()]);
+            );
             let sms = u64::from(caps.sm_count);
             assert_eq!(
                 done,
-                sms == 0 || want > sms,
-                "N {ns:?}: {want} tiles on {sms}"
+                sms == 0 || tiles > sms,
+                "N {ns:?}: {tiles} tiles on {sms}"
             );
         }
     }
     // bf16 weights read as stored are not stacked.
-    let h = HostLayer::random(&mut rng, Format::Bf16, 64, 64, false);
-    let g = &env.gpu;
-    let w = LinearWeights::upload(g, &h.meta, h.bytes()).expect("upload");
-    let xt = host::zeros(g, "x", vec![m0 as u64, 64], ActDtype::F16).expect("x");
-    let outs: Vec<_> = (0..2)
-        .map(|_| host::zeros(g, "out", vec![m0 as u64, 64], ActDtype::F16).expect("out"))
-        .collect();
-    let stack = [(&w, &outs[0]), (&w, &outs[1])];
-    let mut enc = Encoder::new(&g.device, "test");
-    let done = record_linears_fused(
-        g,
-        &env.cache,
-        &mut enc,
-        Fusion::Stack(&stack),
-        KernelChoice::Float,
-        &xt,
-        &mut env.scratch,
-        &RecordOptions::default(),
-        &Fold::default(),
-    )
-    .expect("record");
+    let hosts = [
+        HostLayer::random(&mut rng, Format::Bf16, 64, 64, false),
+        HostLayer::random(&mut rng, Format::Bf16, 64, 64, false),
+    ];
+    let case = StackCase::upload(&env, &hosts, None, m0);
+    let done = case.record(&mut env, Fusion::Stack(&case.stack()), &forced);
     assert!(!done, "bf16 weights stacked");
 }

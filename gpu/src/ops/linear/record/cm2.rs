@@ -77,29 +77,14 @@ pub(super) struct Cm2Params {
     /// Bit 0: add the bias. Integer layers: bit 1, `acc · (s_x · s_w)`
     /// (else `(acc · s_x) · s_w`); bit 2, a weight scale per output row.
     pub flags: u32,
-    /// Split kernels: K columns a split sums ([`split_span`]).
+    /// Split kernels: K columns a split sums ([`split_span`]). Stacked
+    /// kernels (`STACK`): the second weight's rows, where the first's are
+    /// `n` (its output its own: `n_base` 0, `out_stride` `n`).
     pub k_span: u32,
-    pub _pad: u32,
-}
-const _: () = assert!(size_of::<Cm2Params>() == 32);
-
-/// `Params` of `shaders/spirv/cm2_params.glsl` with `STACK`: the first
-/// weight's as [`Cm2Params`] (its output its own, `n_base` 0), the rows of
-/// the second and third weights (0: none) where those have `k_span`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(super) struct Cm2StackParams {
-    pub m: u32,
-    pub n: u32,
-    pub k: u32,
-    pub n_base: u32,
-    pub out_stride: u32,
-    /// Bit 0: add each weight's bias.
-    pub flags: u32,
-    pub n1: u32,
+    /// Stacked kernels: the third weight's rows (0: none); else 0.
     pub n2: u32,
 }
-const _: () = assert!(size_of::<Cm2StackParams>() == size_of::<Cm2Params>());
+const _: () = assert!(size_of::<Cm2Params>() == 32);
 
 /// The program of `g`: its linears' bindings and [`Cm2Params`] immediates.
 const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
@@ -127,7 +112,7 @@ const fn stack_program(g: &'static Cm2Gemm) -> SpirvProgram {
         spirv: g.spirv,
         entry: "main",
         bindings: &STACK_BINDINGS,
-        immediate_size: size_of::<Cm2StackParams>() as u32,
+        immediate_size: size_of::<Cm2Params>() as u32,
     }
 }
 

@@ -47,6 +47,16 @@ pub(super) struct Fused<'a> {
     pub glu: bool,
 }
 
+impl<'a> Fused<'a> {
+    /// `first`'s weights, then these.
+    fn weights<'s>(
+        &'s self,
+        first: &'s LinearWeights,
+    ) -> impl Iterator<Item = &'s LinearWeights> + Clone {
+        std::iter::once(first).chain(self.more.iter().map(|(w, _)| *w))
+    }
+}
+
 /// Storage buffers the fused integer kernel binds (the float one binds 11).
 const FUSED_STORAGE_BUFFERS: u32 = 14;
 
@@ -74,7 +84,7 @@ pub(super) fn unfusable(
     let limit = opts.max_binding.map_or(gpu.caps.max_storage_binding, |b| {
         b.min(gpu.caps.max_storage_binding)
     });
-    let weights = || std::iter::once(first).chain(fused.more.iter().map(|(w, _)| *w));
+    let weights = || fused.weights(first);
     let same = |w: &LinearWeights| {
         w.format == first.format
             && w.k == k
@@ -158,8 +168,8 @@ fn stack_unusable(
         };
         let m = x.numel() / first.k.max(1);
         let g = kernel.gemm;
-        let cols: u64 = std::iter::once(first)
-            .chain(fused.more.iter().map(|(w, _)| *w))
+        let cols: u64 = fused
+            .weights(first)
             .map(|w| w.n.div_ceil(u64::from(g.tile_n)))
             .sum();
         let tiles = cols * m.div_ceil(u64::from(g.tile_m));

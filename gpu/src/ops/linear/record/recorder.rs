@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::num::NonZeroU64;
 
-use super::cm2::{self, Cm2Kernel, Cm2Params, Cm2StackParams};
+use super::cm2::{self, Cm2Kernel, Cm2Params};
 use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
@@ -338,7 +338,7 @@ impl Recorder<'_> {
             out_stride: self.weights.n as u32,
             flags,
             k_span: k_span as u32,
-            _pad: 0,
+            n2: 0,
         }
     }
 
@@ -406,10 +406,25 @@ impl Recorder<'_> {
         let params = self.cm2_params(c, flags, span);
         let (x, y) = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
         let groups = (x, y * splits as u32);
+        self.run_spirv(encoder, kernel, bindings, params, groups, cost)
+    }
+
+    /// Records one launch of the SPIR-V GEMM `kernel` (its name the
+    /// profile's label) and counts it.
+    fn run_spirv(
+        &self,
+        encoder: &mut Encoder,
+        kernel: Cm2Kernel,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        params: impl bytemuck::Pod,
+        groups: (u32, u32),
+        cost: Cost,
+    ) -> Result<(), LinearError> {
+        let name = kernel.gemm.name;
         self.run(
             encoder,
             kernel.program,
-            g.name,
+            name,
             bindings,
             params,
             groups,
@@ -432,28 +447,19 @@ impl Recorder<'_> {
         cost: Cost,
     ) -> Result<(), LinearError> {
         let g = kernel.gemm;
-        let params = Cm2StackParams {
+        let params = Cm2Params {
             m: self.m as u32,
             n: rows[0] as u32,
             k: self.weights.k as u32,
             n_base: 0,
             out_stride: rows[0] as u32,
             flags,
-            n1: rows[1] as u32,
+            k_span: rows[1] as u32,
             n2: rows[2] as u32,
         };
         let tiles: u64 = rows.iter().map(|r| r.div_ceil(u64::from(g.tile_n))).sum();
         let groups = (tiles as u32, self.m.div_ceil(u64::from(g.tile_m)) as u32);
-        self.run(
-            encoder,
-            kernel.program,
-            g.name,
-            bindings,
-            params,
-            groups,
-            cost,
-            launch_spirv,
-        )
+        self.run_spirv(encoder, kernel, bindings, params, groups, cost)
     }
 
     /// The workgroups over chunk `c` of the one-row GEMV (M up to
