@@ -1,7 +1,8 @@
 // What the cooperative-matrix-2 flash kernels (flash_cm2.glsl, workgroup
 // scope; flash_cm2_sg.glsl, subgroup scope) share: the extensions, the
-// two-walk kernel's push constants and the per-element functions of the
-// online softmax. The bindings are each kernel's.
+// two-walk kernel's push constants, the per-element functions of the
+// online softmax and the start of main (FLASH_START). The bindings are
+// each kernel's.
 #include "cm2_extensions.glsl"
 
 layout(push_constant) uniform Params {
@@ -49,7 +50,6 @@ float exp_from(const in uint row, const in uint col, const in float s, const in 
                const in float scale2) {
     return exp2((s - m) * scale2);
 }
-
 
 // The start of a flash kernel's main: the workgroup's head h, batch
 // element b and first query row r0 (causal: the blocks that see the most

@@ -389,6 +389,17 @@ fn small_grid(caps: &Cm2Caps, g: &Cm2Gemm, shape: (u64, u64)) -> bool {
     2 * tiles(g, shape) <= u64::from(caps.sm_count)
 }
 
+/// The grid of the stacked GEMM `g` over layers of `rows` weight rows
+/// each at `m` rows: (its tiles along N, every layer's after the one
+/// before, and along M).
+pub(super) fn stack_grid(g: &Cm2Gemm, rows: impl IntoIterator<Item = u64>, m: u64) -> (u64, u64) {
+    let cols = rows
+        .into_iter()
+        .map(|n| n.div_ceil(u64::from(g.tile_n)))
+        .sum();
+    (cols, m.div_ceil(u64::from(g.tile_m)))
+}
+
 /// The tiles of `g` over `(m, n)`.
 fn tiles(g: &Cm2Gemm, (m, n): (u64, u64)) -> u64 {
     m.div_ceil(u64::from(g.tile_m)) * n.div_ceil(u64::from(g.tile_n))

@@ -332,9 +332,7 @@ impl Recorder<'_> {
             |encoder, piece| self.float_cm2_chunk(encoder, kernel, piece, ops),
         )
     }
-}
 
-impl Recorder<'_> {
     /// Records this layer and `fused`'s (f16 weights of one part each, no
     /// SwiGLU: `fused::unfusable` passed them) as one launch of the stacked
     /// SPIR-V GEMM, each into its own output. A third weight's bindings

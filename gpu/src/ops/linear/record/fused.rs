@@ -18,7 +18,7 @@
 
 use dynvram_quant::{Format, KernelChoice};
 
-use super::cm2::cm2_stack_gemm;
+use super::cm2::{cm2_stack_gemm, stack_grid};
 use super::coop::GemmKernel;
 use super::gemv_shape::{GemvShape, rows_aligned, rows_gemv_max_m};
 use super::options::RecordOptions;
@@ -146,7 +146,7 @@ fn stack_unusable(
         );
     if fused.glu {
         Some("SwiGLU past the multi-row GEMV is its own launch")
-    } else if opts.cm2_stack == Some(false) || (opts.cm2_stack.is_none() && !gpu.cm2_stack()) {
+    } else if !opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack()) {
         Some("stacked SPIR-V GEMMs are off")
     } else if first.format != Format::F16
         || x.dtype != ActDtype::F16
@@ -167,13 +167,8 @@ fn stack_unusable(
             return Some("the device runs no stacked SPIR-V GEMM");
         };
         let m = x.numel() / first.k.max(1);
-        let g = kernel.gemm;
-        let cols: u64 = fused
-            .weights(first)
-            .map(|w| w.n.div_ceil(u64::from(g.tile_n)))
-            .sum();
-        let tiles = cols * m.div_ceil(u64::from(g.tile_m));
-        (opts.cm2_stack.is_none() && tiles <= u64::from(caps.sm_count))
+        let (cols, rows) = stack_grid(kernel.gemm, fused.weights(first).map(|w| w.n), m);
+        (opts.cm2_stack.is_none() && cols * rows <= u64::from(caps.sm_count))
             .then_some("the stacked grid is at most one wave: the layers split K one by one")
     }
 }

@@ -457,9 +457,15 @@ impl Recorder<'_> {
             k_span: rows[1] as u32,
             n2: rows[2] as u32,
         };
-        let tiles: u64 = rows.iter().map(|r| r.div_ceil(u64::from(g.tile_n))).sum();
-        let groups = (tiles as u32, self.m.div_ceil(u64::from(g.tile_m)) as u32);
-        self.run_spirv(encoder, kernel, bindings, params, groups, cost)
+        let (x, y) = cm2::stack_grid(g, rows, self.m);
+        self.run_spirv(
+            encoder,
+            kernel,
+            bindings,
+            params,
+            (x as u32, y as u32),
+            cost,
+        )
     }
 
     /// The workgroups over chunk `c` of the one-row GEMV (M up to
