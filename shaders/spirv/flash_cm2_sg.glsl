@@ -1,11 +1,12 @@
 // Flash attention on subgroup-scope cooperative matrices (NVIDIA's
 // cooperative matrices 2 for the row reductions and per-element functions):
 // flash_cm2.glsl's contract, bindings and push constants, the work split
-// as FlashAttention-2 splits it. Each subgroup (32 invocations) owns 16
-// query rows: its Q fragments, output accumulators and row statistics stay
-// in registers, 16 x 16 each, so the rescale α and 1 / l are already the
-// output fragments' shape (no reduction to O's shape, which the
-// workgroup-scope kernel needs). The workgroup (NW subgroups, BR = 16 · NW
+// as FlashAttention-2 splits it. Each subgroup (32 invocations) owns 16 ·
+// RW query rows: its Q fragments, output accumulators and row statistics
+// stay in registers, 16 x 16 each, so the rescale α and 1 / l are already
+// the output fragments' shape (no reduction to O's shape, which the
+// workgroup-scope kernel needs), and each K and V fragment it loads serves
+// its RW row fragments. The workgroup (NW subgroups, BR = 16 · RW · NW
 // rows) copies each block of BC keys of K and V into shared memory itself,
 // 16-byte words into rows padded by 16 bytes (no bank conflicts), the next
 // block's global reads in flight while the subgroups run the current one:
@@ -14,8 +15,9 @@
 //   m' = max(m, rowmax S); P_j = exp2((S_j - m') · scale2);
 //   l = l · α + Σ_j rowsum P_j, α = exp2((m - m') · scale2);
 //   O_d = O_d · α + Σ_j f16(P_j) V_jd.
-// Built by scripts/spirv.sh with NW (subgroups), BC (keys a block, a
-// multiple of 16), HD (a multiple of 16) and WG = 32 · NW, BR = 16 · NW.
+// Built by scripts/spirv.sh with NW (subgroups), RW (row fragments a
+// subgroup, 1 if unset), BC (keys a block, a multiple of 16), HD (a
+// multiple of 16) and WG = 32 · NW, BR = 16 · RW · NW.
 // Dispatch: (n_heads, batch * ceil(sq / BR), 1). Needs 32-invocation
 // subgroups.
 
@@ -33,6 +35,9 @@ layout(set = 0, binding = 3, std430) writeonly buffer Out { float16_t o[]; };
 #define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 
+#ifndef RW
+#define RW 1u
+#endif
 const uint DS = HD / 16u;
 const uint JS = BC / 16u;
 // Words of a shared row: HD / 8 and one of padding.
@@ -45,25 +50,31 @@ shared uvec4 v_sh[BC * PITCH];
 void main() {
     FLASH_START
     // This subgroup's first query row.
-    uint rw0 = r0 + gl_SubgroupID * 16u;
+    uint rw0 = r0 + gl_SubgroupID * 16u * RW;
     uint q_at = b * p.sq * q_stride;
     // Word of key row 0, head kvh, of element b.
     uint kv_word = (b * p.skv * kv_stride + kvh * HD) / 8u;
     uint row_words = kv_stride / 8u;
 
-    FRAG_A qf[DS];
-    [[unroll]] for (uint d = 0u; d < DS; d++) {
-        // Through a local: glslang 15.1 crashes loading into an array element.
-        FRAG_A qd;
-        coopMatLoadTensorNV(qd, q, q_at, sliceTensorLayoutNV(t_q, rw0, 16u, h * HD + d * 16u, 16u));
-        qf[d] = qd;
+    // Row fragment r of this subgroup's: index r · DS + d of qf and acc,
+    // r · JS + j of s, r of the statistics.
+    FRAG_A qf[RW * DS];
+    FRAG_ACC acc[RW * DS];
+    FRAG_ACC m[RW];
+    FRAG_ACC l[RW];
+    [[unroll]] for (uint r = 0u; r < RW; r++) {
+        [[unroll]] for (uint d = 0u; d < DS; d++) {
+            // Through a local: glslang 15.1 crashes loading into an array
+            // element.
+            FRAG_A qd;
+            coopMatLoadTensorNV(qd, q, q_at,
+                                sliceTensorLayoutNV(t_q, rw0 + r * 16u, 16u, h * HD + d * 16u, 16u));
+            qf[r * DS + d] = qd;
+            acc[r * DS + d] = FRAG_ACC(0.0);
+        }
+        m[r] = FRAG_ACC(NEG_BIG);
+        l[r] = FRAG_ACC(0.0);
     }
-    FRAG_ACC acc[DS];
-    [[unroll]] for (uint d = 0u; d < DS; d++) {
-        acc[d] = FRAG_ACC(0.0);
-    }
-    FRAG_ACC m = FRAG_ACC(NEG_BIG);
-    FRAG_ACC l = FRAG_ACC(0.0);
 
     // The block at key0's words this invocation copies (0 past kv_len).
     // Every load reads inside the keys (the row clamped), so none can
@@ -100,55 +111,74 @@ void main() {
             FETCH(key0 + BC)
         }
 
-        FRAG_ACC s[JS];
+        // Each K and V fragment loaded once for the subgroup's RW row
+        // fragments.
+        FRAG_ACC s[RW * JS];
         [[unroll]] for (uint j = 0u; j < JS; j++) {
-            s[j] = FRAG_ACC(0.0);
+            [[unroll]] for (uint r = 0u; r < RW; r++) {
+                s[r * JS + j] = FRAG_ACC(0.0);
+            }
             [[unroll]] for (uint d = 0u; d < DS; d++) {
                 // Kᵀ: B[d][j] = K[j][d], column-major in the shared rows.
                 FRAG_B kt;
                 coopMatLoad(kt, k_sh, j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
-                s[j] = coopMatMulAdd(qf[d], kt, s[j]);
+                [[unroll]] for (uint r = 0u; r < RW; r++) {
+                    s[r * JS + j] = coopMatMulAdd(qf[r * DS + d], kt, s[r * JS + j]);
+                }
             }
         }
-        if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > p.pos0 + rw0 + 1u)) {
+        FRAG_A pa[RW * JS];
+        [[unroll]] for (uint r = 0u; r < RW; r++) {
+            uint edge0 = p.pos0 + rw0 + r * 16u;
+            if (key0 + BC > p.kv_len || (p.causal != 0u && key0 + BC > edge0 + 1u)) {
+                [[unroll]] for (uint j = 0u; j < JS; j++) {
+                    coopMatPerElementNV(s[r * JS + j], s[r * JS + j], masked, key0 + j * 16u,
+                                        p.kv_len, p.causal, edge0);
+                }
+            }
+            FRAG_ACC m_new = m[r];
             [[unroll]] for (uint j = 0u; j < JS; j++) {
-                coopMatPerElementNV(s[j], s[j], masked, key0 + j * 16u, p.kv_len, p.causal, p.pos0 + rw0);
+                FRAG_ACC row_max;
+                coopMatReduceNV(row_max, s[r * JS + j], gl_CooperativeMatrixReduceRowNV, max_of);
+                coopMatPerElementNV(m_new, m_new, larger, row_max);
             }
+            FRAG_ACC alpha;
+            coopMatPerElementNV(alpha, m[r], exp_from, m_new, p.scale2);
+            FRAG_ACC l_r = l[r] * alpha;
+            [[unroll]] for (uint d = 0u; d < DS; d++) {
+                acc[r * DS + d] = acc[r * DS + d] * alpha;
+            }
+            [[unroll]] for (uint j = 0u; j < JS; j++) {
+                FRAG_ACC pr;
+                coopMatPerElementNV(pr, s[r * JS + j], exp_from, m_new, p.scale2);
+                FRAG_ACC row_sum;
+                coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
+                l_r = l_r + row_sum;
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> p16 =
+                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(pr);
+                pa[r * JS + j] = FRAG_A(p16);
+            }
+            l[r] = l_r;
+            m[r] = m_new;
         }
-        FRAG_ACC m_new = m;
         [[unroll]] for (uint j = 0u; j < JS; j++) {
-            FRAG_ACC row_max;
-            coopMatReduceNV(row_max, s[j], gl_CooperativeMatrixReduceRowNV, max_of);
-            coopMatPerElementNV(m_new, m_new, larger, row_max);
-        }
-        FRAG_ACC alpha;
-        coopMatPerElementNV(alpha, m, exp_from, m_new, p.scale2);
-        l = l * alpha;
-        [[unroll]] for (uint d = 0u; d < DS; d++) {
-            acc[d] = acc[d] * alpha;
-        }
-        [[unroll]] for (uint j = 0u; j < JS; j++) {
-            FRAG_ACC pr;
-            coopMatPerElementNV(pr, s[j], exp_from, m_new, p.scale2);
-            FRAG_ACC row_sum;
-            coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
-            l = l + row_sum;
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> p16 =
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(pr);
-            FRAG_A pa = FRAG_A(p16);
             [[unroll]] for (uint d = 0u; d < DS; d++) {
                 FRAG_B vm;
                 coopMatLoad(vm, v_sh, j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutRowMajor);
-                acc[d] = coopMatMulAdd(pa, vm, acc[d]);
+                [[unroll]] for (uint r = 0u; r < RW; r++) {
+                    acc[r * DS + d] = coopMatMulAdd(pa[r * JS + j], vm, acc[r * DS + d]);
+                }
             }
         }
-        m = m_new;
     }
 
-    [[unroll]] for (uint d = 0u; d < DS; d++) {
-        FRAG_ACC r = acc[d] / l;
-        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> r16 =
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(r);
-        coopMatStoreTensorNV(r16, o, q_at, sliceTensorLayoutNV(t_q, rw0, 16u, h * HD + d * 16u, 16u));
+    [[unroll]] for (uint r = 0u; r < RW; r++) {
+        [[unroll]] for (uint d = 0u; d < DS; d++) {
+            FRAG_ACC o_rd = acc[r * DS + d] / l[r];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o16 =
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(o_rd);
+            coopMatStoreTensorNV(o16, o, q_at,
+                                 sliceTensorLayoutNV(t_q, rw0 + r * 16u, 16u, h * HD + d * 16u, 16u));
+        }
     }
 }

@@ -225,7 +225,11 @@ macro_rules! cm2_flash {
     // Subgroup scope, one row fragment a subgroup: K and V, rows of HD f16
     // values and 16 bytes, in shared memory.
     (sg $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
-        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows, 0, 0, 1, 2 * $keys * ($hd * 2 + 16))
+        cm2_flash!(sg $name, $rows, $keys, $hd, 1)
+    };
+    // $rw row fragments a subgroup.
+    (sg $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 2 * $keys * ($hd * 2 + 16))
     };
     (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
      $probe:literal, $subgroup:literal, $shared:expr) => {
@@ -252,7 +256,7 @@ macro_rules! cm2_flash {
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`, not yet
 /// measured).
-pub static CM2_FLASH: [Cm2Flash; 13] = [
+pub static CM2_FLASH: [Cm2Flash; 16] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -266,6 +270,9 @@ pub static CM2_FLASH: [Cm2Flash; 13] = [
     cm2_flash!(sg "flash_cm2_sg_128x64_d128", 128, 64, 128),
     cm2_flash!(sg "flash_cm2_sg_64x64_d128", 64, 64, 128),
     cm2_flash!(sg "flash_cm2_sg_128x32_d128", 128, 32, 128),
+    cm2_flash!(sg "flash_cm2_sg_128x32r2_d128", 128, 32, 128, 2),
+    cm2_flash!(sg "flash_cm2_sg_256x32r2_d128", 256, 32, 128, 2),
+    cm2_flash!(sg "flash_cm2_sg_128x64r2_d128", 128, 64, 128, 2),
 ];
 
 #[cfg(test)]
@@ -338,7 +345,6 @@ mod tests {
                     .lines()
                     .find_map(|l| l.strip_prefix("#define RW "))
                     .map_or(1, |v| v.trim().trim_end_matches('u').parse().expect("RW"));
-                // (The modules built here have one row fragment a subgroup.)
                 assert_eq!(rw, f.subgroup, "{}", f.name);
                 assert_eq!(define(&comp, "NW") * 16 * rw, f.rows, "{}", f.name);
                 assert_eq!(define(&comp, "NW") * 32, f.invocations, "{}", f.name);

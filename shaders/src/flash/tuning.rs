@@ -238,8 +238,7 @@ pub struct Cm2Block {
     pub probe: u32,
     /// 0: workgroup-scope matrices. n > 0: subgroup-scope ones, n row
     /// fragments of 16 query rows a subgroup, K and V staged by the kernel
-    /// (`flash_cm2_sg.glsl`, built with one; two a subgroup are on branch
-    /// `flash-sg-rw`, not yet run on a GPU).
+    /// (`flash_cm2_sg.glsl`'s `RW`).
     pub subgroup: u32,
 }
 
