@@ -13,7 +13,9 @@
 #    GGUF files of the same shapes, F16 and Q4_0, pp$PROMPT_LEN / tg$NEW_TOKENS.
 # 4. The table (bench/decode_table.py) and every profile, in $OUT/decode.
 #
-# Settings: DYNVRAM (.dev/dynvram), LAYERS (32), PROMPT_LEN (512),
+# Settings: DYNVRAM (.dev/dynvram), LIKE (llama-7b: synth's --like, e.g.
+# llama3-8b for GQA; the peer's GGUF files are llama-7b's whatever it is),
+# LAYERS (32), PROMPT_LEN (512),
 # NEW_TOKENS (64), INT4 (1), INT4_SPREAD (0: 1 also runs int4 with both
 # spread quantizations, DYNVRAM_SPREAD_QUANT=gemv as int4-f16-spread and
 # =codes as int4-f16-codes), SYNC (0: 1 also runs bf16-f16 and int4 with
@@ -24,7 +26,8 @@
 # decoded in integer arithmetic (DYNVRAM_F16_UNPACK=off) as bf16-f16-int,
 # then bf16-f16 again as bf16-f16-again), STACK_AB (0: 1 also runs
 # bf16-f16 with q/k/v and gate/up stacked, DYNVRAM_CM2_STACK=on, as
-# bf16-f16-stack, then bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
+# bf16-f16-stack, stacked past the one-wave rule, =always, as
+# bf16-f16-stack-always, then bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
 # second time, last, as int4-f16-again), WARM_GPU (20: seconds of GEMMs
 # before the timed runs; a fresh H100 ran its first ~20 s of work 4x slow,
 # session 30 — and after it still the first timed prefill of each model,
@@ -33,7 +36,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
-like=llama-7b
+like=${LIKE:-llama-7b}
 layers=${LAYERS:-32}
 dir=/tmp/dynvram-$like-L$layers
 q=$dir-int4
@@ -92,6 +95,8 @@ if [[ " $parts " == *" dyn "* ]]; then
     if [ "${STACK_AB:-0}" = 1 ]; then
         # q/k/v and gate/up stacked (opt-in), then one by one again.
         DYNVRAM_CM2_STACK=on run bf16-f16-stack "$dir" --compute-dtype f16
+        # Stacked wherever the kernel can, one-wave rule or not.
+        DYNVRAM_CM2_STACK=always run bf16-f16-stack-always "$dir" --compute-dtype f16
         run bf16-f16-again "$dir" --compute-dtype f16
     fi
 fi

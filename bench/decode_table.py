@@ -42,7 +42,8 @@ rows = [
     f"| dynvram weights | compute | dynvram pp{P} tok/s | dynvram tg{N} tok/s | llama.cpp | pp{P} tok/s | tg{N} tok/s | pp ratio | tg ratio | weights | HBM-bound tg tok/s | tg of bound |",
     "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
 ]
-# Optional variants (SYNC=1, INT4_SPREAD=1) after the defaults.
+# Optional variants (SYNC=1, SPLIT_AB=1, RESIDENT_AB=1, STACK_AB=1,
+# INT4_SPREAD=1, AGAIN=1) after the defaults.
 variants = [
     ("bf16-f16", "f16"),
     ("bf16-f32", "f16"),
@@ -51,6 +52,8 @@ variants = [
     ("bf16-f16-nosplit", "f16"),
     ("bf16-f16-everypass", "f16"),
     ("bf16-f16-int", "f16"),
+    ("bf16-f16-stack", "f16"),
+    ("bf16-f16-stack-always", "f16"),
     ("bf16-f16-again", "f16"),
     ("int4-f16-sync", "q4_0"),
     ("int4-f16-spread", "q4_0"),
@@ -87,7 +90,15 @@ for name, tag in variants:
         + " |"
     )
 print("\n".join(rows))
-for name in ["bf16-f16", "bf16-f32", "int4-f16", "bf16-f16-nosplit", "bf16-f16-everypass"]:
+for name in [
+    "bf16-f16",
+    "bf16-f32",
+    "int4-f16",
+    "bf16-f16-nosplit",
+    "bf16-f16-everypass",
+    "bf16-f16-stack",
+    "bf16-f16-stack-always",
+]:
     r = load(os.path.join(out, f"dyn-{name}.json"))
     if not r or not r.get("profile"):
         continue

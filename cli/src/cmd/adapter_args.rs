@@ -105,9 +105,10 @@ impl std::str::FromStr for Seconds {
 /// int4 kernels) and `DYNVRAM_CM2_SPLIT`
 /// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,
 /// the default; `off`, narrower tiles instead; a number, that many splits
-/// wherever a kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`on`:
-/// q/k/v and gate/up share one SPIR-V GEMM launch at prefill where their
-/// tiles are more than one wave; opt-in until its reference test has
+/// wherever a kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`on` or
+/// `auto`: q/k/v and gate/up share one SPIR-V GEMM launch at prefill where
+/// their tiles are more than one wave; `always`: wherever the kernel can;
+/// `off`: one launch each, the default until its reference test has
 /// passed on a GPU) and `DYNVRAM_F16_UNPACK` (`off`:
 /// kernels decode f16 weights in integer arithmetic even where the
 /// adapter converts them in hardware, for comparisons) and
@@ -141,7 +142,7 @@ pub fn gpu_options() -> GpuOptions {
         cm2_bf16: var("DYNVRAM_CM2_BF16", d.cm2_bf16),
         cm2_int4: var("DYNVRAM_CM2_INT4", d.cm2_int4),
         cm2_split: var("DYNVRAM_CM2_SPLIT", d.cm2_split),
-        cm2_stack: std::env::var("DYNVRAM_CM2_STACK").as_deref() == Ok("on"),
+        cm2_stack: var("DYNVRAM_CM2_STACK", d.cm2_stack),
         f16_unpack: std::env::var("DYNVRAM_F16_UNPACK").as_deref() != Ok("off"),
         wait_limit: optional::<Seconds>("DYNVRAM_GPU_WAIT").map_or(d.wait_limit, |s| s.0),
         pipeline_cache: None,

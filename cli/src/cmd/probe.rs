@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use dynvram_quant::{Format, KernelPath, LinearDtype, LinearDtypeOverride, kernel_path};
 use dynvram_runtime::ActDtype;
 use dynvram_runtime::device::{
-    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, SpirvGemm, enumerate_adapters,
+    AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, Cm2Stack, SpirvGemm, enumerate_adapters,
 };
 use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
@@ -295,14 +295,21 @@ fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) ->
     let kernel = cm2_stack_gemm(a.cm2.as_ref());
     if !opts.spirv_gemm.allows(false) {
         "one launch each (SPIR-V GEMMs off)".into()
-    } else if !opts.cm2_stack {
+    } else if opts.cm2_stack == Cm2Stack::Off {
         "one launch each (DYNVRAM_CM2_STACK=on stacks them: opt-in until its reference test passes on a GPU)".into()
     } else if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 || a.cm2.is_none() {
         "one launch each (no VK_NV_cooperative_matrix2)".into()
     } else if let Some(k) = kernel {
         format!(
-            "one launch, {} ({}x{} tiles), where their tiles are more than one wave of the multiprocessors (DYNVRAM_CM2_STACK=on)",
-            k.gemm.name, k.gemm.tile_m, k.gemm.tile_n
+            "one launch, {} ({}x{} tiles), {}",
+            k.gemm.name,
+            k.gemm.tile_m,
+            k.gemm.tile_n,
+            if opts.cm2_stack == Cm2Stack::Always {
+                "wherever it can (DYNVRAM_CM2_STACK=always)"
+            } else {
+                "where their tiles are more than one wave of the multiprocessors"
+            }
         )
     } else {
         "one launch each (no stacked SPIR-V GEMM fits this device)".into()

@@ -717,6 +717,36 @@ impl std::str::FromStr for Cm2Split {
     }
 }
 
+/// Whether two or three f16 linears of one input (q/k/v, gate/up) past the
+/// GEMVs share one SPIR-V GEMM launch (the embedder's choice; the CLI reads
+/// `DYNVRAM_CM2_STACK`). Stacked, Llama-7B's q/k/v are 192 tiles of
+/// 128 x 256 at 512 rows and gate/up 344, where each layer alone was 64
+/// (split K) or 172 on 132 multiprocessors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cm2Stack {
+    /// One launch each (the default until the stacked kernel's reference
+    /// test has passed on a GPU).
+    #[default]
+    Off,
+    /// Stacked where the stacked tiles are more than one wave of the
+    /// device's multiprocessors; below that each layer splits K alone.
+    Auto,
+    /// Stacked wherever the kernel can (tests, comparisons).
+    Always,
+}
+
+impl std::str::FromStr for Cm2Stack {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Self::Off),
+            "" | "auto" | "on" => Ok(Self::Auto),
+            "always" => Ok(Self::Always),
+            s => Err(format!("stacked GEMMs `{s}`: want auto, off or always")),
+        }
+    }
+}
+
 /// Devices for the choosers' unit tests.
 #[cfg(test)]
 pub(crate) mod test_caps {

@@ -38,7 +38,7 @@ mod wait;
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
 pub use cm2::{
-    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, SPLIT_MIN_K,
+    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, Cm2Stack, SPLIT_MIN_K,
     SpirvGemm, adapter_cm2, converted_piece_limit,
 };
 pub use device_open::CopyQueueMode;
@@ -110,7 +110,7 @@ pub struct Gpu {
     /// [`GpuOptions::cm2_split`].
     cm2_split: Cm2Split,
     /// [`GpuOptions::cm2_stack`].
-    cm2_stack: bool,
+    cm2_stack: Cm2Stack,
     /// [`GpuOptions::f16_unpack`] where the adapter grants it.
     f16_unpack: bool,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
@@ -333,7 +333,7 @@ impl Gpu {
 
     /// Whether linears of one input share a SPIR-V GEMM launch
     /// ([`GpuOptions::cm2_stack`]).
-    pub fn cm2_stack(&self) -> bool {
+    pub fn cm2_stack(&self) -> Cm2Stack {
         self.cm2_stack
     }
 
@@ -840,12 +840,12 @@ pub struct GpuOptions {
     /// narrower tiles ([`Cm2Split::Off`]).
     pub cm2_split: Cm2Split,
     /// Whether two or three f16 linears of one input (q/k/v, gate/up) past
-    /// the GEMVs share one SPIR-V GEMM launch where the device runs it and
-    /// their tiles together are more than one wave (`true`: 0.83× of
-    /// llama.cpp's Llama-7B prefill on the H100 against 0.78×), or launch
-    /// one by one (`false`, the default until the stacked kernel's
-    /// reference test has passed on a GPU).
-    pub cm2_stack: bool,
+    /// the GEMVs share one SPIR-V GEMM launch where the device runs it
+    /// ([`Cm2Stack::Auto`]: where their tiles together are more than one
+    /// wave; 0.83× of llama.cpp's Llama-7B prefill on the H100 against
+    /// 0.78×), or launch one by one ([`Cm2Stack::Off`], the default until
+    /// the stacked kernel's reference test has passed on a GPU).
+    pub cm2_stack: Cm2Stack,
     /// Whether kernels reading f16 words decode them with the hardware's
     /// conversion (`unpack2x16float`) where the adapter grants
     /// `SHADER_F16_IN_F32` (the default), or always in integer arithmetic
@@ -878,7 +878,7 @@ impl Default for GpuOptions {
             cm2_bf16: Cm2Bf16::default(),
             cm2_int4: Cm2Int4::default(),
             cm2_split: Cm2Split::default(),
-            cm2_stack: false,
+            cm2_stack: Cm2Stack::default(),
             f16_unpack: true,
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,

@@ -15,7 +15,7 @@ use crate::f16_linear::{assert_f16_close, random_x};
 use crate::linear_common::{Env, HostLayer, env_with};
 
 use dynvram_gpu::ActDtype;
-use dynvram_gpu::device::{AdapterChoice, SpirvGemm, SpreadQuant, adapter_cm2};
+use dynvram_gpu::device::{AdapterChoice, Cm2Stack, SpirvGemm, SpreadQuant, adapter_cm2};
 use dynvram_gpu::ops::linear::{
     GemmKernel, INTEGER_CHUNK_ROWS, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm,
     row_bytes,
@@ -664,7 +664,7 @@ fn stacked_spirv_gemm_matches_the_reference() {
     let test = "stacked_spirv_gemm_matches_the_reference";
     // The stack asked for (opt-in by default).
     let mut choice = spirv_choice();
-    choice.options.cm2_stack = true;
+    choice.options.cm2_stack = Cm2Stack::Always;
     let Some(mut env) = env_with(test, &choice, needs_f16) else {
         return;
     };
@@ -675,7 +675,7 @@ fn stacked_spirv_gemm_matches_the_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(67);
     let m0 = ROWS_GEMV_MAX_M as usize + 1;
     let forced = RecordOptions {
-        cm2_stack: Some(true),
+        cm2_stack: Some(Cm2Stack::Always),
         ..Default::default()
     };
     // (M, the layers' N, K, bias)

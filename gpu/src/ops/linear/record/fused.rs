@@ -22,7 +22,7 @@ use super::cm2::{cm2_stack_gemm, stack_grid};
 use super::coop::GemmKernel;
 use super::gemv_shape::{GemvShape, rows_aligned, rows_gemv_max_m};
 use super::options::RecordOptions;
-use crate::device::{Cm2Split, Gpu};
+use crate::device::{Cm2Split, Cm2Stack, Gpu};
 use crate::ops::linear::LinearWeights;
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -136,6 +136,7 @@ fn stack_unusable(
     x: &GpuTensor,
     opts: &RecordOptions,
 ) -> Option<&'static str> {
+    let stack = opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack());
     let asked = opts.raw_accumulator
         || opts.spirv_check
         || opts.cm2_kernel.is_some()
@@ -146,7 +147,7 @@ fn stack_unusable(
         );
     if fused.glu {
         Some("SwiGLU past the multi-row GEMV is its own launch")
-    } else if !opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack()) {
+    } else if stack == Cm2Stack::Off {
         Some("stacked SPIR-V GEMMs are off")
     } else if first.format != Format::F16
         || x.dtype != ActDtype::F16
@@ -168,7 +169,7 @@ fn stack_unusable(
         };
         let m = x.numel() / first.k.max(1);
         let (cols, rows) = stack_grid(kernel.gemm, fused.weights(first).map(|w| w.n), m);
-        (opts.cm2_stack.is_none() && cols * rows <= u64::from(caps.sm_count))
+        (stack == Cm2Stack::Auto && cols * rows <= u64::from(caps.sm_count))
             .then_some("the stacked grid is at most one wave: the layers split K one by one")
     }
 }

@@ -2,7 +2,7 @@
 
 use super::coop::{CoopGemmKernel, CoopShape, GemmKernel};
 use super::gemv_shape::GemvShape;
-use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, Cm2Stack, SpirvGemm, SpreadQuant};
 
 /// Knobs for tests and tools; [`record_linear`] uses the defaults.
 ///
@@ -67,12 +67,10 @@ pub struct RecordOptions {
     /// `GpuOptions::cm2_split` (tests and tools comparing them).
     pub cm2_split: Option<Cm2Split>,
     /// Whether linears of one input share a SPIR-V GEMM launch past the
-    /// GEMVs ([`record_linears_fused`](super::record_linears_fused)):
-    /// `Some(true)` wherever the stacked kernel runs (tests of every
-    /// shape), `Some(false)` never, `None` as the device's
-    /// `GpuOptions::cm2_stack` says, where the stacked grid is more than a
-    /// wave.
-    pub cm2_stack: Option<bool>,
+    /// GEMVs ([`record_linears_fused`](super::record_linears_fused)),
+    /// instead of the device's `GpuOptions::cm2_stack` (tests of every
+    /// shape take [`Cm2Stack::Always`]).
+    pub cm2_stack: Option<Cm2Stack>,
     /// Bytes of one converted piece (bf16 → f16, int4 → int8) instead of
     /// [`converted_piece_limit`](crate::device::converted_piece_limit) of the input's
     /// rows or the scratch's `piece_room` (tests of several pieces; at
