@@ -136,29 +136,33 @@ void main() {
                                         p.kv_len, p.causal, edge0);
                 }
             }
-            FRAG_ACC m_new = m[r];
-            [[unroll]] for (uint j = 0u; j < JS; j++) {
-                FRAG_ACC row_max;
-                coopMatReduceNV(row_max, s[r * JS + j], gl_CooperativeMatrixReduceRowNV, max_of);
-                coopMatPerElementNV(m_new, m_new, larger, row_max);
+            // One row reduction a statistic: the block's fragments
+            // combined element by element first.
+            FRAG_ACC s_max = s[r * JS];
+            [[unroll]] for (uint j = 1u; j < JS; j++) {
+                coopMatPerElementNV(s_max, s_max, larger, s[r * JS + j]);
             }
+            FRAG_ACC row_max;
+            coopMatReduceNV(row_max, s_max, gl_CooperativeMatrixReduceRowNV, max_of);
+            FRAG_ACC m_new;
+            coopMatPerElementNV(m_new, m[r], larger, row_max);
             FRAG_ACC alpha;
             coopMatPerElementNV(alpha, m[r], exp_from, m_new, p.scale2);
-            FRAG_ACC l_r = l[r] * alpha;
             [[unroll]] for (uint d = 0u; d < DS; d++) {
                 acc[r * DS + d] = acc[r * DS + d] * alpha;
             }
+            FRAG_ACC p_sum = FRAG_ACC(0.0);
             [[unroll]] for (uint j = 0u; j < JS; j++) {
                 FRAG_ACC pr;
                 coopMatPerElementNV(pr, s[r * JS + j], exp_from, m_new, p.scale2);
-                FRAG_ACC row_sum;
-                coopMatReduceNV(row_sum, pr, gl_CooperativeMatrixReduceRowNV, sum_of);
-                l_r = l_r + row_sum;
+                p_sum = p_sum + pr;
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> p16 =
                     coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(pr);
                 pa[r * JS + j] = FRAG_A(p16);
             }
-            l[r] = l_r;
+            FRAG_ACC row_sum;
+            coopMatReduceNV(row_sum, p_sum, gl_CooperativeMatrixReduceRowNV, sum_of);
+            l[r] = l[r] * alpha + row_sum;
             m[r] = m_new;
         }
         [[unroll]] for (uint j = 0u; j < JS; j++) {
