@@ -56,6 +56,10 @@ pub struct Cm2Gemm {
     /// half the multiprocessors (prefill's 512 rows): chosen only there,
     /// where the device says how many it has.
     pub small_grids: bool,
+    /// Subgroup-scope matrices staged by the kernel itself
+    /// (`spirv/gemm_sg.glsl`: 16 x 16 x 16 f16 products, 32-invocation
+    /// subgroups) rather than workgroup-scope ones staged by the driver.
+    pub subgroup: bool,
 }
 
 /// A [`Cm2Gemm`] of 128-row tiles and 256 invocations (or of `tile_m` rows
@@ -69,9 +73,17 @@ macro_rules! cm2_gemm {
         cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, $shared, false)
     };
     (small $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal) => {
-        cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, 0, true)
+        cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, 0, true, false)
+    };
+    (sg $name:literal, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal) => {
+        // Two buffers of padded rows (16 bytes a row more) of both tiles.
+        cm2_gemm!(@ $name, F16, $tile_m, $tile_n, $tile_k, $wg,
+            2 * ($tile_m + $tile_n) * ($tile_k * 2 + 16), false, true)
     };
     (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal) => {
+        cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, $shared, $small, false)
+    };
+    (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal, $sg:literal) => {
         Cm2Gemm {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -82,6 +94,7 @@ macro_rules! cm2_gemm {
             invocations: $wg,
             shared_bytes: $shared,
             small_grids: $small,
+            subgroup: $sg,
         }
     };
 }
@@ -95,9 +108,14 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 14] = [
+pub static CM2_GEMMS: [Cm2Gemm; 17] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
+    // Not measured yet, by name only: subgroup-scope matrices staged by the
+    // kernel (`gemm_sg.glsl`), named for tile, K step and subgroup piece.
+    cm2_gemm!(sg "gemm_sg_f16_128x128k32w64x64", 128, 128, 32, 128),
+    cm2_gemm!(sg "gemm_sg_f16_128x256k16w64x64", 128, 256, 16, 256),
+    cm2_gemm!(sg "gemm_sg_f16_128x128k32w64x32", 128, 128, 32, 256),
     cm2_gemm!(small "gemm_cm2_f16_n128_fast", F16, 128, 128, 32, 256),
     // Not measured yet, by name only: the same with 4 steps unrolled (4
     // beat 8 on the 128 x 256 tiles, 227 against 200 TFLOP/s).
@@ -162,6 +180,7 @@ pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
     invocations: 256,
     shared_bytes: 0,
     small_grids: false,
+    subgroup: false,
 };
 
 /// Flash attention on workgroup-scope cooperative matrices
@@ -373,13 +392,24 @@ mod tests {
                 Cm2Weights::Int8 => ("WEIGHT_INT4", false),
                 Cm2Weights::Int4 => ("WEIGHT_INT4", true),
             };
-            assert_eq!(define(&comp, flag) == 1, set, "{}", g.name);
+            let sg = comp.contains("gemm_sg.glsl");
+            assert_eq!(sg, g.subgroup, "{}", g.name);
+            if sg {
+                // f16 weights; WG invocations of WM x WN subgroup pieces.
+                assert_eq!(g.weights, Cm2Weights::F16, "{}", g.name);
+                let pieces = (g.tile_m / define(&comp, "WM")) * (g.tile_n / define(&comp, "WN"));
+                assert_eq!(pieces * 32, g.invocations, "{}", g.name);
+            } else {
+                assert_eq!(define(&comp, flag) == 1, set, "{}", g.name);
+            }
             assert_eq!(define(&comp, "BM"), g.tile_m, "{}", g.name);
             assert_eq!(define(&comp, "BN"), g.tile_n, "{}", g.name);
             assert_eq!(define(&comp, "BK"), g.tile_k, "{}", g.name);
             assert_eq!(define(&comp, "WG"), g.invocations, "{}", g.name);
             // Rows of 16 bytes more than the step's weights.
             let shared = match g.weights {
+                // Both tiles, two buffers.
+                _ if sg => 2 * (g.tile_m + g.tile_n) * (g.tile_k * 2 + 16),
                 Cm2Weights::Bf16 => g.tile_n * (g.tile_k * 2 + 16),
                 Cm2Weights::Int4 => g.tile_n * (g.tile_k + 16),
                 Cm2Weights::F16 | Cm2Weights::Int8 => 0,

@@ -134,6 +134,23 @@ impl Cm2Caps {
             .saturating_sub(self.reserved_shared_memory)
     }
 
+    /// Why a kernel on subgroup-scope matrices of `invocations` declaring
+    /// `shared_bytes` cannot run here, beyond [`Self::misfit`] of its
+    /// workgroup, or `None`: it is written for 32-invocation subgroups and
+    /// may take all of the device's shared memory (the driver reserves
+    /// some for workgroup-scope matrices only; the 16 x 16 x 16 f16
+    /// products at subgroup scope are the KHR cooperative-matrix
+    /// configuration every NVIDIA driver lists).
+    pub fn subgroup_misfit(&self, invocations: u32, shared_bytes: u32) -> Option<Cm2Misfit> {
+        if self.subgroup_size != SUBGROUP_KERNELS {
+            Some(Cm2Misfit::Subgroup(invocations, self.subgroup_size))
+        } else if shared_bytes > self.max_shared_memory {
+            Some(Cm2Misfit::Shared(shared_bytes, self.max_shared_memory, 0))
+        } else {
+            None
+        }
+    }
+
     /// Why a kernel of footprint `k` cannot run here, or `None`: the
     /// device's limits and the driver's listed matrix shapes.
     pub fn misfit(&self, k: &Cm2Footprint<'_>) -> Option<Cm2Misfit> {
@@ -184,6 +201,9 @@ impl Cm2Caps {
         (!listed || !converted).then_some(Cm2Misfit::Unlisted)
     }
 }
+
+/// Invocations of a subgroup the subgroup-scope kernels are written for.
+const SUBGROUP_KERNELS: u32 = 32;
 
 /// `cm2` (what a device enabled of the extension, `None` where it did not)
 /// where it has every feature `missing` finds wanting for a kind of kernel

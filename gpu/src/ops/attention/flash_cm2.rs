@@ -50,26 +50,16 @@ fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
     enabled_with(cm2, Cm2Caps::flash_missing_features)
 }
 
-/// Invocations of a subgroup the subgroup-scope kernels are written for.
-const SUBGROUP: u32 = 32;
-
 /// Why `f` cannot run on a device with `caps` (every feature there), or
 /// `None`: its matrix shapes (S = Q Kᵀ and O += P V, P and the output
-/// converted to f16) and workgroup. Allocates nothing. Subgroup-scope
-/// kernels: 32-invocation subgroups and their shared memory, all of the
-/// device's (their 16 x 16 x 16 f16 products at subgroup scope are the KHR
-/// cooperative-matrix configuration every NVIDIA driver lists).
+/// converted to f16) and workgroup, and for subgroup-scope kernels
+/// [`Cm2Caps::subgroup_misfit`]. Allocates nothing.
 fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<Cm2Misfit> {
     let products = [[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]];
-    if f.subgroup > 0 {
-        if caps.subgroup_size != SUBGROUP {
-            return Some(Cm2Misfit::Subgroup(f.invocations, caps.subgroup_size));
-        }
-        // The driver reserves shared memory for workgroup-scope matrices
-        // only.
-        if f.shared_bytes > caps.max_shared_memory {
-            return Some(Cm2Misfit::Shared(f.shared_bytes, caps.max_shared_memory, 0));
-        }
+    if f.subgroup > 0
+        && let Some(why) = caps.subgroup_misfit(f.invocations, f.shared_bytes)
+    {
+        return Some(why);
     }
     caps.misfit(&Cm2Footprint {
         invocations: f.invocations,

@@ -304,8 +304,21 @@ fn pick(caps: &Cm2Caps, weights: Cm2Weights, only: Option<&str>) -> Result<Cm2Ke
     Err(why.join("; "))
 }
 
-/// Whether `g` fits the device's limits and a listed matrix shape.
+/// Whether `g` fits the device's limits and a listed matrix shape (its
+/// subgroups', [`Cm2Caps::subgroup_misfit`], for subgroup-scope kernels).
 fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), Cm2Misfit> {
+    if g.subgroup {
+        let why = caps.subgroup_misfit(g.invocations, g.shared_bytes).or_else(|| {
+            caps.misfit(&Cm2Footprint {
+                invocations: g.invocations,
+                products: &[],
+                shared_bytes: 0,
+                types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
+                converted: &[COMPONENT_F16],
+            })
+        });
+        return why.map_or(Ok(()), Err);
+    }
     let types = if g.weights.integer() {
         [COMPONENT_S8, COMPONENT_S8, COMPONENT_S32, COMPONENT_S32]
     } else {
@@ -486,6 +499,7 @@ pub(super) fn split_variant(caps: &Cm2Caps, g: &Cm2Gemm) -> Option<Cm2Kernel> {
 mod tests {
     use super::*;
     use crate::device::cm2::test_caps::{f16_sums, f32_sums};
+    use crate::device::Cm2Stack;
     use crate::device::cm2::{FlexibleDims, SCOPE_WORKGROUP};
 
     /// An H100-like device (`test_caps::nvidia`): 16-granular f16 workgroup
@@ -562,6 +576,36 @@ mod tests {
         }
         assert!("65".parse::<Cm2Split>().is_err());
         assert!("many".parse::<Cm2Split>().is_err());
+    }
+
+    #[test]
+    fn subgroup_scope_gemms_need_32_lane_subgroups_and_their_shared_memory() {
+        let g = cm2_named("gemm_sg_f16_128x128k32w64x64").expect("listed");
+        assert!(g.subgroup && g.shared_bytes == 40 << 10);
+        let mut caps = nvidia();
+        assert_eq!(fits(&caps, g), Ok(()));
+        // The driver's reservation is for workgroup-scope matrices.
+        caps.reserved_shared_memory = 32 << 10;
+        assert_eq!(fits(&caps, g), Ok(()));
+        caps.max_shared_memory = 32 << 10;
+        assert_eq!(fits(&caps, g), Err(Cm2Misfit::Shared(40 << 10, 32 << 10, 0)));
+        let mut wide = nvidia();
+        wide.subgroup_size = 64;
+        assert_eq!(fits(&wide, g), Err(Cm2Misfit::Subgroup(128, 64)));
+        // Never the first choice: by name only.
+        assert_ne!(
+            pick(&nvidia(), Cm2Weights::F16, None).map(|k| k.gemm.subgroup),
+            Ok(true)
+        );
+        for (s, want) in [
+            ("off", Cm2Stack::Off),
+            ("on", Cm2Stack::Auto),
+            ("auto", Cm2Stack::Auto),
+            ("always", Cm2Stack::Always),
+        ] {
+            assert_eq!(s.parse::<Cm2Stack>(), Ok(want), "{s}");
+        }
+        assert!("yes".parse::<Cm2Stack>().is_err());
     }
 
     #[test]
