@@ -283,11 +283,18 @@ fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
     enabled_with(cm2, Cm2Caps::missing_features)
 }
 
+/// Whether a choice of the kernel named `only` (any, where `None`) may
+/// take `g`: the subgroup-scope kernels by name only (not yet measured on
+/// a GPU).
+fn considered(g: &Cm2Gemm, only: Option<&str>) -> bool {
+    only.map_or(!g.subgroup, |n| n == g.name)
+}
+
 /// The first kernel of `weights` (named `only`, where given) that fits.
 fn pick(caps: &Cm2Caps, weights: Cm2Weights, only: Option<&str>) -> Result<Cm2Kernel, String> {
     let mut why = Vec::new();
     for (g, program) in CM2_GEMMS.iter().zip(&PROGRAMS) {
-        if g.weights != weights || only.is_some_and(|n| n != g.name) {
+        if g.weights != weights || !considered(g, only) {
             continue;
         }
         match fits(caps, g) {
@@ -379,7 +386,7 @@ pub(super) fn fitting(
         .filter(|(g, _)| g.weights == weights && fits(caps, g).is_ok());
     let (gemm, program) = kernels
         .clone()
-        .find(|(g, _)| only.is_none_or(|n| n == g.name))?;
+        .find(|(g, _)| considered(g, only))?;
     if only.is_none()
         && !gemm.small_grids
         && shape.is_some_and(|shape| {
