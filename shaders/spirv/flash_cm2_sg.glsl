@@ -44,8 +44,13 @@ const uint JS = BC / 16u;
 const uint PITCH = HD / 8u + 1u;
 // Words each invocation copies of K and of V a block.
 const uint LOADS = (BC * HD / 8u + WG - 1u) / WG;
-shared uvec4 k_sh[BC * PITCH];
-shared uvec4 v_sh[BC * PITCH];
+// DB 1: two buffers of each, so that one barrier a block suffices (the
+// next block written to the other while the subgroups read this one).
+#ifndef DB
+#define DB 0
+#endif
+shared uvec4 k_sh[(1u + DB) * BC * PITCH];
+shared uvec4 v_sh[(1u + DB) * BC * PITCH];
 
 void main() {
     FLASH_START
@@ -92,24 +97,39 @@ void main() {
         rk[i] = in_kv ? kw : uvec4(0u);                                                       \
         rv[i] = in_kv ? vw : uvec4(0u);                                                       \
     }
+    // Writes the fetched block to buffer `buf`.
+#define PUT(buf)                                                                              \
+    [[unroll]] for (uint i = 0u; i < LOADS; i++) {                                            \
+        uint w = i * WG + gl_LocalInvocationIndex;                                            \
+        if (w < BC * HD / 8u) {                                                               \
+            uint at = (buf) * BC * PITCH + (w / (HD / 8u)) * PITCH + w % (HD / 8u);           \
+            k_sh[at] = rk[i];                                                                 \
+            v_sh[at] = rv[i];                                                                 \
+        }                                                                                     \
+    }
     if (keys > 0u) {
         FETCH(0u)
     }
+#if DB
+    PUT(0u)
+    barrier();
+#endif
 
     for (uint key0 = 0u; key0 < keys; key0 += BC) {
-        barrier();
-        [[unroll]] for (uint i = 0u; i < LOADS; i++) {
-            uint w = i * WG + gl_LocalInvocationIndex;
-            if (w < BC * HD / 8u) {
-                uint at = (w / (HD / 8u)) * PITCH + w % (HD / 8u);
-                k_sh[at] = rk[i];
-                v_sh[at] = rv[i];
-            }
+#if DB
+        uint sh0 = ((key0 / BC) & 1u) * BC * PITCH;
+        if (key0 + BC < keys) {
+            FETCH(key0 + BC)
         }
+#else
+        const uint sh0 = 0u;
+        barrier();
+        PUT(0u)
         barrier();
         if (key0 + BC < keys) {
             FETCH(key0 + BC)
         }
+#endif
 
         // Each K and V fragment loaded once for the subgroup's RW row
         // fragments.
@@ -121,7 +141,7 @@ void main() {
             [[unroll]] for (uint d = 0u; d < DS; d++) {
                 // Kᵀ: B[d][j] = K[j][d], column-major in the shared rows.
                 FRAG_B kt;
-                coopMatLoad(kt, k_sh, j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
+                coopMatLoad(kt, k_sh, sh0 + j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
                 [[unroll]] for (uint r = 0u; r < RW; r++) {
                     s[r * JS + j] = coopMatMulAdd(qf[r * DS + d], kt, s[r * JS + j]);
                 }
@@ -168,12 +188,18 @@ void main() {
         [[unroll]] for (uint j = 0u; j < JS; j++) {
             [[unroll]] for (uint d = 0u; d < DS; d++) {
                 FRAG_B vm;
-                coopMatLoad(vm, v_sh, j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(vm, v_sh, sh0 + j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutRowMajor);
                 [[unroll]] for (uint r = 0u; r < RW; r++) {
                     acc[r * DS + d] = coopMatMulAdd(pa[r * JS + j], vm, acc[r * DS + d]);
                 }
             }
         }
+#if DB
+        if (key0 + BC < keys) {
+            PUT(((key0 / BC) & 1u) ^ 1u)
+        }
+        barrier();
+#endif
     }
 
     [[unroll]] for (uint r = 0u; r < RW; r++) {

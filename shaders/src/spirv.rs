@@ -108,7 +108,7 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 17] = [
+pub static CM2_GEMMS: [Cm2Gemm; 19] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     // Not measured yet, by name only: subgroup-scope matrices staged by the
@@ -116,6 +116,8 @@ pub static CM2_GEMMS: [Cm2Gemm; 17] = [
     cm2_gemm!(sg "gemm_sg_f16_128x128k32w64x64", 128, 128, 32, 128),
     cm2_gemm!(sg "gemm_sg_f16_128x256k16w64x64", 128, 256, 16, 256),
     cm2_gemm!(sg "gemm_sg_f16_128x128k32w64x32", 128, 128, 32, 256),
+    cm2_gemm!(sg "gemm_sg_f16_256x128k16w64x64", 256, 128, 16, 256),
+    cm2_gemm!(sg "gemm_sg_f16_128x128k16w64x64", 128, 128, 16, 128),
     cm2_gemm!(small "gemm_cm2_f16_n128_fast", F16, 128, 128, 32, 256),
     // Not measured yet, by name only: the same with 4 steps unrolled (4
     // beat 8 on the 128 x 256 tiles, 227 against 200 TFLOP/s).
@@ -215,6 +217,9 @@ pub struct Cm2Flash {
     pub subgroup: u32,
     /// Shared memory the kernel declares itself.
     pub shared_bytes: u32,
+    /// Subgroup-scope kernels: K and V in two buffers, one barrier a block
+    /// (`DB 1`).
+    pub double_buffer: bool,
 }
 
 impl Cm2Flash {
@@ -226,6 +231,7 @@ impl Cm2Flash {
             fast: self.fast,
             probe: self.probe,
             subgroup: self.subgroup,
+            double_buffer: self.double_buffer,
         }
     }
 }
@@ -248,10 +254,18 @@ macro_rules! cm2_flash {
     };
     // $rw row fragments a subgroup.
     (sg $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
-        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 2 * $keys * ($hd * 2 + 16))
+        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 2 * $keys * ($hd * 2 + 16), false)
+    };
+    // Two buffers of each.
+    (sg_db $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 4 * $keys * ($hd * 2 + 16), true)
     };
     (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
      $probe:literal, $subgroup:literal, $shared:expr) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, $wg, $fast, $probe, $subgroup, $shared, false)
+    };
+    (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
+     $probe:literal, $subgroup:literal, $shared:expr, $db:literal) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -263,6 +277,7 @@ macro_rules! cm2_flash {
             probe: $probe,
             subgroup: $subgroup,
             shared_bytes: $shared,
+            double_buffer: $db,
         }
     };
 }
@@ -275,7 +290,7 @@ macro_rules! cm2_flash {
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`, not yet
 /// measured).
-pub static CM2_FLASH: [Cm2Flash; 16] = [
+pub static CM2_FLASH: [Cm2Flash; 18] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -292,6 +307,8 @@ pub static CM2_FLASH: [Cm2Flash; 16] = [
     cm2_flash!(sg "flash_cm2_sg_128x32r2_d128", 128, 32, 128, 2),
     cm2_flash!(sg "flash_cm2_sg_256x32r2_d128", 256, 32, 128, 2),
     cm2_flash!(sg "flash_cm2_sg_128x64r2_d128", 128, 64, 128, 2),
+    cm2_flash!(sg_db "flash_cm2_sg_128x32r2db_d128", 128, 32, 128, 2),
+    cm2_flash!(sg_db "flash_cm2_sg_128x32db_d128", 128, 32, 128, 1),
 ];
 
 #[cfg(test)]
@@ -365,6 +382,15 @@ mod tests {
                     .find_map(|l| l.strip_prefix("#define RW "))
                     .map_or(1, |v| v.trim().trim_end_matches('u').parse().expect("RW"));
                 assert_eq!(rw, f.subgroup, "{}", f.name);
+                let db = comp.lines().any(|l| l == "#define DB 1");
+                assert_eq!(db, f.double_buffer, "{}", f.name);
+                let buffers = if db { 2 } else { 1 };
+                assert_eq!(
+                    f.shared_bytes,
+                    buffers * 2 * f.keys * (f.head_dim * 2 + 16),
+                    "{}",
+                    f.name
+                );
                 assert_eq!(define(&comp, "NW") * 16 * rw, f.rows, "{}", f.name);
                 assert_eq!(define(&comp, "NW") * 32, f.invocations, "{}", f.name);
                 assert!(comp.contains("flash_cm2_sg.glsl"), "{}", f.name);

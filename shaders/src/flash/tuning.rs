@@ -207,8 +207,9 @@ impl FromStr for FlashTuning {
 ///
 /// Text form: `two-walk`, a [`FlashTuning`]'s, or `cm2-ROWSxKEYS` with `f`
 /// or `fN` after it for the fast inner loop (`N` blocks an iteration) and
-/// `-sg` after that for the subgroup-scope kernels ([`Cm2Block::subgroup`])
-/// and `-probeN` after that for a probe ([`Cm2Block::probe`]).
+/// `-sg` or `-sgN` after that for the subgroup-scope kernels
+/// ([`Cm2Block::subgroup`]), `-db` after that for their two buffers
+/// ([`Cm2Block::double_buffer`]), and `-probeN` after that for a probe ([`Cm2Block::probe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -240,6 +241,9 @@ pub struct Cm2Block {
     /// fragments of 16 query rows a subgroup, K and V staged by the kernel
     /// (`flash_cm2_sg.glsl`'s `RW`).
     pub subgroup: u32,
+    /// Subgroup-scope kernels: K and V in two shared buffers, one barrier a
+    /// block (`flash_cm2_sg.glsl`'s `DB`), rather than one.
+    pub double_buffer: bool,
 }
 
 impl fmt::Display for FlashKernel {
@@ -253,6 +257,7 @@ impl fmt::Display for FlashKernel {
                 fast,
                 probe,
                 subgroup,
+                double_buffer,
             }) => {
                 write!(f, "cm2-{rows}x{keys}")?;
                 match fast {
@@ -264,6 +269,9 @@ impl fmt::Display for FlashKernel {
                     0 => {}
                     1 => f.write_str("-sg")?,
                     n => write!(f, "-sg{n}")?,
+                }
+                if *double_buffer {
+                    f.write_str("-db")?;
                 }
                 match probe {
                     0 => Ok(()),
@@ -283,12 +291,17 @@ impl FromStr for FlashKernel {
             "two-walk" => Ok(Self::TwoWalk),
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
-                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg]");
+                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db]]");
                     let (shape, probe) = match shape.split_once("-probe") {
                         None => (shape, 0),
                         Some((shape, n)) => {
                             (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
+                    };
+                    let (shape, double_buffer) = match shape.strip_suffix("-db") {
+                        Some(shape) if shape.contains("-sg") => (shape, true),
+                        Some(_) => return Err(bad()),
+                        None => (shape, false),
                     };
                     let (shape, subgroup) = match shape.split_once("-sg") {
                         None => (shape, 0),
@@ -311,6 +324,7 @@ impl FromStr for FlashKernel {
                         fast,
                         probe,
                         subgroup,
+                        double_buffer,
                     }))
                 }
                 None => t.parse().map(Self::OneWalk),
@@ -335,6 +349,7 @@ mod tests {
             "cm2-64x32f-probe1",
             "cm2-128x64-sg",
             "cm2-128x32-sg2",
+            "cm2-128x32-sg2-db",
         ] {
             let k: FlashKernel = text.parse().expect(text);
             assert_eq!(k.to_string(), text);
@@ -346,7 +361,8 @@ mod tests {
                 keys: 64,
                 fast: 0,
                 probe: 0,
-                subgroup: 0
+                subgroup: 0,
+                double_buffer: false,
             }))
         );
         assert_eq!(
@@ -356,7 +372,8 @@ mod tests {
                 keys: 32,
                 fast: 2,
                 probe: 0,
-                subgroup: 0
+                subgroup: 0,
+                double_buffer: false,
             }))
         );
         assert_eq!(
@@ -366,7 +383,8 @@ mod tests {
                 keys: 32,
                 fast: 1,
                 probe: 2,
-                subgroup: 0
+                subgroup: 0,
+                double_buffer: false,
             }))
         );
         for bad in [
@@ -378,6 +396,7 @@ mod tests {
             "cm2-64x32f-probe0",
             "cm2-64x32f-probe",
             "cm2-128x64-sgx",
+            "cm2-128x64-db",
         ] {
             let why = bad.parse::<FlashKernel>().expect_err(bad);
             assert!(why.contains("cm2-ROWSxKEYS"), "{bad}: {why}");

@@ -174,6 +174,7 @@ mod tests {
             fast: 0,
             probe: 0,
             subgroup: 0,
+            double_buffer: false,
         }
     }
 

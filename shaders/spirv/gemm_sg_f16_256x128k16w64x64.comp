@@ -1,0 +1,10 @@
+#version 460
+// f16 weights on subgroup-scope matrices: 256 x 128 tiles, 16 K columns a step, subgroups of 64 x 64 each, 256 invocations.
+#extension GL_GOOGLE_include_directive : require
+#define BM 256
+#define BN 128
+#define BK 16
+#define WM 64
+#define WN 64
+#define WG 256
+#include "gemm_sg.glsl"
