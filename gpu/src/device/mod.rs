@@ -38,8 +38,8 @@ mod wait;
 pub use adapter::{AdapterChoice, AdapterSummary, enumerate_adapters};
 pub use caps::{AdapterReport, caps_of, caps_of_report};
 pub use cm2::{
-    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, Cm2Stack, SPLIT_MIN_K,
-    SpirvGemm, adapter_cm2, converted_piece_limit,
+    CONVERTED_LONG_ROWS, CONVERTED_PIECE_BYTES, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, Cm2Stack,
+    SPLIT_MIN_K, SpirvGemm, adapter_cm2, converted_piece_limit,
 };
 pub use device_open::CopyQueueMode;
 pub use error::{GpuError, UploadError};

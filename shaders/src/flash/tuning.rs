@@ -291,7 +291,8 @@ impl FromStr for FlashKernel {
             "two-walk" => Ok(Self::TwoWalk),
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
-                    let bad = || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db]]");
+                    let bad =
+                        || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db]]");
                     let (shape, probe) = match shape.split_once("-probe") {
                         None => (shape, 0),
                         Some((shape, n)) => {

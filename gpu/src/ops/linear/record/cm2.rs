@@ -315,15 +315,17 @@ fn pick(caps: &Cm2Caps, weights: Cm2Weights, only: Option<&str>) -> Result<Cm2Ke
 /// subgroups', [`Cm2Caps::subgroup_misfit`], for subgroup-scope kernels).
 fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), Cm2Misfit> {
     if g.subgroup {
-        let why = caps.subgroup_misfit(g.invocations, g.shared_bytes).or_else(|| {
-            caps.misfit(&Cm2Footprint {
-                invocations: g.invocations,
-                products: &[],
-                shared_bytes: 0,
-                types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
-                converted: &[COMPONENT_F16],
-            })
-        });
+        let why = caps
+            .subgroup_misfit(g.invocations, g.shared_bytes)
+            .or_else(|| {
+                caps.misfit(&Cm2Footprint {
+                    invocations: g.invocations,
+                    products: &[],
+                    shared_bytes: 0,
+                    types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
+                    converted: &[COMPONENT_F16],
+                })
+            });
         return why.map_or(Ok(()), Err);
     }
     let types = if g.weights.integer() {
@@ -384,9 +386,7 @@ pub(super) fn fitting(
         .iter()
         .zip(&PROGRAMS)
         .filter(|(g, _)| g.weights == weights && fits(caps, g).is_ok());
-    let (gemm, program) = kernels
-        .clone()
-        .find(|(g, _)| considered(g, only))?;
+    let (gemm, program) = kernels.clone().find(|(g, _)| considered(g, only))?;
     if only.is_none()
         && !gemm.small_grids
         && shape.is_some_and(|shape| {
@@ -505,8 +505,8 @@ pub(super) fn split_variant(caps: &Cm2Caps, g: &Cm2Gemm) -> Option<Cm2Kernel> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::cm2::test_caps::{f16_sums, f32_sums};
     use crate::device::Cm2Stack;
+    use crate::device::cm2::test_caps::{f16_sums, f32_sums};
     use crate::device::cm2::{FlexibleDims, SCOPE_WORKGROUP};
 
     /// An H100-like device (`test_caps::nvidia`): 16-granular f16 workgroup
@@ -595,7 +595,10 @@ mod tests {
         caps.reserved_shared_memory = 32 << 10;
         assert_eq!(fits(&caps, g), Ok(()));
         caps.max_shared_memory = 32 << 10;
-        assert_eq!(fits(&caps, g), Err(Cm2Misfit::Shared(40 << 10, 32 << 10, 0)));
+        assert_eq!(
+            fits(&caps, g),
+            Err(Cm2Misfit::Shared(40 << 10, 32 << 10, 0))
+        );
         let mut wide = nvidia();
         wide.subgroup_size = 64;
         assert_eq!(fits(&wide, g), Err(Cm2Misfit::Subgroup(128, 64)));
