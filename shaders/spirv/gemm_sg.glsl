@@ -51,17 +51,19 @@ shared uvec4 b_sh[2u * BN * PITCH];
 // twice (`words`, `halves`), 0 past the rows and K.
 #define FETCH_WORD(words, halves, row, rows, kw)                                         \
     {                                                                                    \
-        uint r_ = min(row, rows - 1u);                                                   \
+        uint row_ = (row);                                                               \
+        uint kw_ = (kw);                                                                 \
+        uint r_ = min(row_, (rows) - 1u);                                                \
         if (p.k % 8u == 0u) {                                                            \
             uint kws_ = p.k / 8u;                                                        \
-            uvec4 v_ = words[r_ * kws_ + min(kw, kws_ - 1u)];                            \
-            word = (row < rows && kw < kws_) ? v_ : uvec4(0u);                           \
+            uvec4 v_ = words[r_ * kws_ + min(kw_, kws_ - 1u)];                           \
+            word = (row_ < (rows) && kw_ < kws_) ? v_ : uvec4(0u);                       \
         } else {                                                                         \
             float16_t h_[8];                                                             \
             [[unroll]] for (uint e_ = 0u; e_ < 8u; e_++) {                               \
-                uint c_ = kw * 8u + e_;                                                  \
+                uint c_ = kw_ * 8u + e_;                                                 \
                 float16_t v_ = halves[r_ * p.k + min(c_, p.k - 1u)];                      \
-                h_[e_] = (row < rows && c_ < p.k) ? v_ : float16_t(0.0);                 \
+                h_[e_] = (row_ < (rows) && c_ < p.k) ? v_ : float16_t(0.0);              \
             }                                                                            \
             word = uvec4(packFloat2x16(f16vec2(h_[0], h_[1])),                           \
                          packFloat2x16(f16vec2(h_[2], h_[3])),                           \
