@@ -109,7 +109,9 @@ impl std::str::FromStr for Seconds {
 /// `auto`: q/k/v and gate/up share one SPIR-V GEMM launch at prefill where
 /// their tiles are more than one wave; `always`: wherever the kernel can;
 /// `off`: one launch each, the default until its reference test has
-/// passed on a GPU) and `DYNVRAM_F16_UNPACK` (`off`:
+/// passed on a GPU) and `DYNVRAM_CM2_GEMM` (a SPIR-V GEMM by name, as
+/// `probe` lists them, that layers of its weights take on grids of more
+/// than half the GPU: whole-model comparisons) and `DYNVRAM_F16_UNPACK` (`off`:
 /// kernels decode f16 weights in integer arithmetic even where the
 /// adapter converts them in hardware, for comparisons) and
 /// `DYNVRAM_GPU_WAIT` (seconds a wait for the GPU may take, 300): the one
@@ -143,6 +145,15 @@ pub fn gpu_options() -> GpuOptions {
         cm2_int4: var("DYNVRAM_CM2_INT4", d.cm2_int4),
         cm2_split: var("DYNVRAM_CM2_SPLIT", d.cm2_split),
         cm2_stack: var("DYNVRAM_CM2_STACK", d.cm2_stack),
+        cm2_large: std::env::var("DYNVRAM_CM2_GEMM").ok().and_then(|name| {
+            let g = dynvram_runtime::ops::linear::cm2_named(&name);
+            if g.is_none() {
+                tracing::warn!(
+                    "DYNVRAM_CM2_GEMM: no SPIR-V GEMM named `{name}`; using the default"
+                );
+            }
+            g.map(|g| g.name)
+        }),
         f16_unpack: std::env::var("DYNVRAM_F16_UNPACK").as_deref() != Ok("off"),
         wait_limit: optional::<Seconds>("DYNVRAM_GPU_WAIT").map_or(d.wait_limit, |s| s.0),
         pipeline_cache: None,

@@ -111,6 +111,8 @@ pub struct Gpu {
     cm2_split: Cm2Split,
     /// [`GpuOptions::cm2_stack`].
     cm2_stack: Cm2Stack,
+    /// [`GpuOptions::cm2_large`].
+    cm2_large: Option<&'static str>,
     /// [`GpuOptions::f16_unpack`] where the adapter grants it.
     f16_unpack: bool,
     /// `VK_NV_cooperative_matrix2` as enabled on this device, else `None`.
@@ -271,6 +273,7 @@ impl Gpu {
             cm2_int4: options.cm2_int4,
             cm2_split: options.cm2_split,
             cm2_stack: options.cm2_stack,
+            cm2_large: options.cm2_large,
             f16_unpack,
             cm2,
             pipelines_created: AtomicU64::new(0),
@@ -335,6 +338,12 @@ impl Gpu {
     /// ([`GpuOptions::cm2_stack`]).
     pub fn cm2_stack(&self) -> Cm2Stack {
         self.cm2_stack
+    }
+
+    /// The SPIR-V GEMM layers of its weights take on large grids
+    /// ([`GpuOptions::cm2_large`]).
+    pub fn cm2_large(&self) -> Option<&'static str> {
+        self.cm2_large
     }
 
     /// Whether kernels decode f16 words with `unpack2x16float`
@@ -846,6 +855,13 @@ pub struct GpuOptions {
     /// 0.78×), or launch one by one ([`Cm2Stack::Off`], the default until
     /// the stacked kernel's reference test has passed on a GPU).
     pub cm2_stack: Cm2Stack,
+    /// A SPIR-V GEMM (by name, `dynvram_shaders::spirv::CM2_GEMMS`) that
+    /// layers of its weights take wherever the first choice's tiles fill
+    /// more than half the multiprocessors, instead of the first listed
+    /// (`None`, the default): whole-model comparisons of kernels chosen
+    /// only by name, such as the subgroup-scope ones. Small grids keep
+    /// their choice (split K, the narrower tiles).
+    pub cm2_large: Option<&'static str>,
     /// Whether kernels reading f16 words decode them with the hardware's
     /// conversion (`unpack2x16float`) where the adapter grants
     /// `SHADER_F16_IN_F32` (the default), or always in integer arithmetic
@@ -879,6 +895,7 @@ impl Default for GpuOptions {
             cm2_int4: Cm2Int4::default(),
             cm2_split: Cm2Split::default(),
             cm2_stack: Cm2Stack::default(),
+            cm2_large: None,
             f16_unpack: true,
             wait_limit: DEFAULT_WAIT_LIMIT,
             pipeline_cache: None,

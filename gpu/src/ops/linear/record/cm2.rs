@@ -371,11 +371,12 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
 /// without formatting why not (none where a feature is missing) — unless a
 /// kernel was named, the first kernel for small grids instead where the
 /// first choice's tiles fill at most half the multiprocessors and `split`
-/// does not split its K there ([`splits`]).
+/// does not split its K there ([`splits`]), or the kernel named `large`
+/// (where it is of these weights and fits) where they fill more.
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
-    only: Option<&str>,
+    (only, large): (Option<&str>, Option<&str>),
     shape: Option<(u64, u64)>,
     (split, k): (Cm2Split, u64),
 ) -> Option<Cm2Kernel> {
@@ -392,7 +393,14 @@ pub(super) fn fitting(
         && shape.is_some_and(|shape| {
             small_grid(caps, gemm, shape) && split_of(caps, split, gemm, shape, k).is_none()
         })
-        && let Some((gemm, program)) = kernels.find(|(g, _)| g.small_grids)
+        && let Some((gemm, program)) = kernels.clone().find(|(g, _)| g.small_grids)
+    {
+        return Some(Cm2Kernel { gemm, program });
+    }
+    if only.is_none()
+        && !shape.is_some_and(|shape| small_grid(caps, gemm, shape))
+        && let Some(name) = large
+        && let Some((gemm, program)) = kernels.find(|(g, _)| g.name == name)
     {
         return Some(Cm2Kernel { gemm, program });
     }
@@ -567,9 +575,38 @@ mod tests {
         // Where K splits, the first kernel stays (its split runs); where it
         // does not, the narrower tiles.
         let pick = |split, k| {
-            fitting(&caps, Cm2Weights::F16, None, Some(prefill), (split, k)).map(|k| k.gemm.name)
+            fitting(
+                &caps,
+                Cm2Weights::F16,
+                (None, None),
+                Some(prefill),
+                (split, k),
+            )
+            .map(|k| k.gemm.name)
         };
         assert_eq!(pick(Cm2Split::Auto, 4096), Some("gemm_cm2_f16_k32_fast"));
+        // A kernel asked for on large grids: taken there, not on small
+        // ones, nor for other weights.
+        let sg = Some("gemm_sg_f16_128x128k32w64x64");
+        let large = |weights, shape| {
+            fitting(
+                &caps,
+                weights,
+                (None, sg),
+                Some(shape),
+                (Cm2Split::Auto, 3072),
+            )
+            .map(|k| k.gemm.name)
+        };
+        assert_eq!(large(Cm2Weights::F16, (4608, 12288)), sg);
+        assert_eq!(
+            large(Cm2Weights::F16, prefill),
+            Some("gemm_cm2_f16_k32_fast")
+        );
+        assert_eq!(
+            large(Cm2Weights::Bf16, (4608, 12288)),
+            Some("gemm_cm2_bf16_k32")
+        );
         assert_eq!(pick(Cm2Split::Auto, 1024), Some("gemm_cm2_f16_n128_fast"));
         assert_eq!(pick(Cm2Split::Off, 4096), Some("gemm_cm2_f16_n128_fast"));
         assert_eq!(split_partial_bytes(2, prefill), 2 * 512 * 4096 * 4);
@@ -652,7 +689,7 @@ mod tests {
                         .and_then(|c| pick(c, weights, only))
                         .ok()
                         .map(|k| k.gemm.name);
-                    let fast = fitting(&caps, weights, only, None, (Cm2Split::Auto, 4096))
+                    let fast = fitting(&caps, weights, (only, None), None, (Cm2Split::Auto, 4096))
                         .map(|k| k.gemm.name);
                     assert_eq!(fast, explained, "{weights:?} {only:?}");
                 }
@@ -743,13 +780,25 @@ mod tests {
             ),
         ];
         for (caps, weights, only, shape, want) in cases {
-            let got = fitting(caps, weights, only, Some(shape), (Cm2Split::Off, 4096))
-                .map(|k| k.gemm.name);
+            let got = fitting(
+                caps,
+                weights,
+                (only, None),
+                Some(shape),
+                (Cm2Split::Off, 4096),
+            )
+            .map(|k| k.gemm.name);
             assert_eq!(got, Some(want), "{weights:?} {only:?} {shape:?}");
         }
         // No shape (int4 widened first): the first kernel.
-        let got = fitting(&caps, Cm2Weights::F16, None, None, (Cm2Split::Auto, 4096))
-            .map(|k| k.gemm.name);
+        let got = fitting(
+            &caps,
+            Cm2Weights::F16,
+            (None, None),
+            None,
+            (Cm2Split::Auto, 4096),
+        )
+        .map(|k| k.gemm.name);
         assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
     }
 
