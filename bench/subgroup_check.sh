@@ -42,15 +42,15 @@ faulted=0
 if want kernels; then
     step "subgroup GEMMs once: $sg_gemms"
     n0=$(xid)
-    DYNVRAM_GPU_WAIT=15 timeout 60 "$d" bench linear --backend vulkan --shapes 300x600x1216 --formats f16 --f16 \
+    DYNVRAM_GPU_WAIT=15 timeout 60 "$d" bench linear --backend vulkan --shapes 300x600x1216 --formats f16,w4a4 --f16 \
         --gemm auto --reps 2 --copy-size 0 --cm2-kernels "$sg_gemms" 2>&1 | tail -8 | cut -c1-160
     [ "$(xid)" = "$n0" ] || { faulted=1; echo "GPU fault (Xid) after the GEMMs: stopping"; }
     if [ "$faulted" = 0 ]; then
         step "GEMMs at FLUX.1's shapes and prefill's 512 rows"
         DYNVRAM_GPU_WAIT=30 timeout 120 "$d" bench linear --backend vulkan \
             --shapes 4608x3072x3072,4608x12288x3072,4608x3072x12288,4608x21504x3072,4608x3072x15360,512x4096x4096,512x11008x4096 \
-            --formats f16 --f16 --gemm auto --reps 10 --copy-size 0 --cm2-kernels "$sg_gemms" > "$out/sg_gemm.txt" 2>&1
-        grep -E "^f16|skipped" "$out/sg_gemm.txt" | cut -c1-160
+            --formats f16,w4a4 --f16 --gemm auto --reps 10 --copy-size 0 --cm2-kernels "$sg_gemms" > "$out/sg_gemm.txt" 2>&1
+        grep -E "^(f16|w4a4)|skipped" "$out/sg_gemm.txt" | cut -c1-160
         step "flash kernels once: $sg_flash"
         n0=$(xid)
         for k in ${sg_flash//,/ }; do

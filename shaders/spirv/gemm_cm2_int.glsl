@@ -31,25 +31,7 @@ layout(set = 0, binding = 5, std430) writeonly buffer Out { float16_t y[]; };
 
 #include "cm2_store.glsl"
 
-// The epilogue of one output of a tile whose first row and column are
-// `m0` and `first` (indices clamped into the chunk: outputs past it are
-// not stored).
-float epilogue(const in uint row, const in uint col, const in float v, const in uint m0, const in uint first) {
-    uint m = min(m0 + row, p.m - 1u);
-    uint c = min(first + col, p.n_base + p.n - 1u);
-    float sw = w_scale[(p.flags & 4u) != 0u ? c : 0u];
-    precise float r;
-    if ((p.flags & 2u) != 0u) {
-        r = v * (x_scale[m] * sw);
-    } else {
-        r = (v * x_scale[m]) * sw;
-    }
-    if ((p.flags & 1u) != 0u) {
-        r = r + bias[c];
-    }
-    return r;
-}
-
+#include "cm2_int_epilogue.glsl"
 #if WEIGHT_INT4
 // Row pitch of the shared int8 weight tile in words: 16 bytes of skew.
 const uint B_PITCH = BK / 4u + 4u;

@@ -80,6 +80,11 @@ macro_rules! cm2_gemm {
         cm2_gemm!(@ $name, F16, $tile_m, $tile_n, $tile_k, $wg,
             2 * ($tile_m + $tile_n) * ($tile_k * 2 + 16), false, true)
     };
+    // int8 codes and weights (`INT8 1`).
+    (sg8 $name:literal, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal) => {
+        cm2_gemm!(@ $name, Int8, $tile_m, $tile_n, $tile_k, $wg,
+            2 * ($tile_m + $tile_n) * ($tile_k + 16), false, true)
+    };
     (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal) => {
         cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, $shared, $small, false)
     };
@@ -108,7 +113,7 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 19] = [
+pub static CM2_GEMMS: [Cm2Gemm; 21] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     // Not measured yet, by name only: subgroup-scope matrices staged by the
@@ -137,6 +142,10 @@ pub static CM2_GEMMS: [Cm2Gemm; 19] = [
     cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
+    // Not measured yet, by name only: subgroup-scope int8 (`gemm_sg.glsl`
+    // with INT8).
+    cm2_gemm!(sg8 "gemm_sg_w8_128x128k64w64x64", 128, 128, 64, 128),
+    cm2_gemm!(sg8 "gemm_sg_w8_128x256k32w64x64", 128, 256, 32, 256),
     // For small grids: 233-243 TOPS at 512 x 4096 x 4096 and x 11008
     // against 177-200 on 128 x 256 tiles (H100, 2026-12-06).
     cm2_gemm!(small "gemm_cm2_w8_n128_fast", Int8, 128, 128, 64, 256),
@@ -421,8 +430,15 @@ mod tests {
             let sg = comp.contains("gemm_sg.glsl");
             assert_eq!(sg, g.subgroup, "{}", g.name);
             if sg {
-                // f16 weights; WG invocations of WM x WN subgroup pieces.
-                assert_eq!(g.weights, Cm2Weights::F16, "{}", g.name);
+                // f16 weights, or int8 with INT8; WG invocations of WM x WN
+                // subgroup pieces.
+                let int8 = comp.lines().any(|l| l == "#define INT8 1");
+                let want = if int8 {
+                    Cm2Weights::Int8
+                } else {
+                    Cm2Weights::F16
+                };
+                assert_eq!(g.weights, want, "{}", g.name);
                 let pieces = (g.tile_m / define(&comp, "WM")) * (g.tile_n / define(&comp, "WN"));
                 assert_eq!(pieces * 32, g.invocations, "{}", g.name);
             } else {
@@ -435,6 +451,7 @@ mod tests {
             // Rows of 16 bytes more than the step's weights.
             let shared = match g.weights {
                 // Both tiles, two buffers.
+                Cm2Weights::Int8 if sg => 2 * (g.tile_m + g.tile_n) * (g.tile_k + 16),
                 _ if sg => 2 * (g.tile_m + g.tile_n) * (g.tile_k * 2 + 16),
                 Cm2Weights::Bf16 => g.tile_n * (g.tile_k * 2 + 16),
                 Cm2Weights::Int4 => g.tile_n * (g.tile_k + 16),

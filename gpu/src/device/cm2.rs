@@ -138,9 +138,9 @@ impl Cm2Caps {
     /// `shared_bytes` cannot run here, beyond [`Self::misfit`] of its
     /// workgroup, or `None`: it is written for 32-invocation subgroups and
     /// may take all of the device's shared memory (the driver reserves
-    /// some for workgroup-scope matrices only; the 16 x 16 x 16 f16
-    /// products at subgroup scope are the KHR cooperative-matrix
-    /// configuration every NVIDIA driver lists).
+    /// some for workgroup-scope matrices only; the 16 x 16 x 16 f16 and
+    /// 16 x 16 x 32 s8 products at subgroup scope are KHR
+    /// cooperative-matrix configurations NVIDIA's drivers list).
     pub fn subgroup_misfit(&self, invocations: u32, shared_bytes: u32) -> Option<Cm2Misfit> {
         if self.subgroup_size != SUBGROUP_KERNELS {
             Some(Cm2Misfit::Subgroup(invocations, self.subgroup_size))
