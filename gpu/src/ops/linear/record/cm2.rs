@@ -372,11 +372,12 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
 /// kernel was named, the first kernel for small grids instead where the
 /// first choice's tiles fill at most half the multiprocessors and `split`
 /// does not split its K there ([`splits`]), or the kernel named `large`
-/// (where it is of these weights and fits) where they fill more.
+/// (where it is of these weights and fits) where they fill more of its
+/// grid (M, N).
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
-    (only, large): (Option<&str>, Option<&str>),
+    (only, large): (Option<&str>, Option<LargeGrid<'_>>),
     shape: Option<(u64, u64)>,
     (split, k): (Cm2Split, u64),
 ) -> Option<Cm2Kernel> {
@@ -398,14 +399,18 @@ pub(super) fn fitting(
         return Some(Cm2Kernel { gemm, program });
     }
     if only.is_none()
-        && !shape.is_some_and(|shape| small_grid(caps, gemm, shape))
-        && let Some(name) = large
+        && let Some((name, grid)) = large
+        && !small_grid(caps, gemm, grid)
         && let Some((gemm, program)) = kernels.find(|(g, _)| g.name == name)
     {
         return Some(Cm2Kernel { gemm, program });
     }
     Some(Cm2Kernel { gemm, program })
 }
+
+/// A kernel asked for on large grids (`GpuOptions::cm2_large`) and the
+/// layer's grid (M, N).
+pub(super) type LargeGrid<'a> = (&'a str, (u64, u64));
 
 /// Whether `g`'s tiles over `shape` (M, N) fill at most half the device's
 /// multiprocessors (never where it does not say how many): then tiles of
@@ -587,24 +592,24 @@ mod tests {
         assert_eq!(pick(Cm2Split::Auto, 4096), Some("gemm_cm2_f16_k32_fast"));
         // A kernel asked for on large grids: taken there, not on small
         // ones, nor for other weights.
-        let sg = Some("gemm_sg_f16_128x128k32w64x64");
-        let large = |weights, shape| {
-            fitting(
-                &caps,
-                weights,
-                (None, sg),
-                Some(shape),
-                (Cm2Split::Auto, 3072),
-            )
-            .map(|k| k.gemm.name)
+        let sg = "gemm_sg_f16_128x128k32w64x64";
+        let large = |weights, shape, small: bool| {
+            let named = (None, Some((sg, shape)));
+            let small = small.then_some(shape);
+            fitting(&caps, weights, named, small, (Cm2Split::Auto, 3072)).map(|k| k.gemm.name)
         };
-        assert_eq!(large(Cm2Weights::F16, (4608, 12288)), sg);
+        assert_eq!(large(Cm2Weights::F16, (4608, 12288), true), Some(sg));
         assert_eq!(
-            large(Cm2Weights::F16, prefill),
+            large(Cm2Weights::F16, prefill, true),
+            Some("gemm_cm2_f16_k32_fast")
+        );
+        // Where small grids take no other kernel, still not on them.
+        assert_eq!(
+            large(Cm2Weights::F16, prefill, false),
             Some("gemm_cm2_f16_k32_fast")
         );
         assert_eq!(
-            large(Cm2Weights::Bf16, (4608, 12288)),
+            large(Cm2Weights::Bf16, (4608, 12288), true),
             Some("gemm_cm2_bf16_k32")
         );
         assert_eq!(pick(Cm2Split::Auto, 1024), Some("gemm_cm2_f16_n128_fast"));
