@@ -14,8 +14,9 @@
 //
 // Rows past M and N and columns past K read 0 (rows clamped, so no load
 // leaves the bindings); stores past M and the chunk's last column are
-// dropped. Where K is a multiple of 8 the rows are 16-byte words; else
-// each word is gathered from 8 f16 reads of the same bindings.
+// dropped. Where K is a multiple of a word's elements (8 f16, 16 int8)
+// the rows are 16-byte words; else each word is gathered from narrower
+// reads of the same bindings (8 f16 values, 4 words of int8 codes).
 //
 // INT8 1: gemm_cm2_int.glsl's contract and bindings instead — int8
 // activation codes times int8 weights (int4 ones widened to int8 first,

@@ -135,19 +135,25 @@ impl Cm2Caps {
     }
 
     /// Why a kernel on subgroup-scope matrices of `invocations` declaring
-    /// `shared_bytes` cannot run here, beyond [`Self::misfit`] of its
-    /// workgroup, or `None`: it is written for 32-invocation subgroups and
-    /// may take all of the device's shared memory (the driver reserves
-    /// some for workgroup-scope matrices only; the 16 x 16 x 16 f16 and
-    /// 16 x 16 x 32 s8 products at subgroup scope are KHR
-    /// cooperative-matrix configurations NVIDIA's drivers list).
+    /// `shared_bytes` cannot run here, or `None`: it is written for
+    /// 32-invocation subgroups, may take all of the device's shared memory
+    /// (the driver reserves some for workgroup-scope matrices only) and
+    /// its workgroup must fit ([`Self::misfit`] without products: the
+    /// 16 x 16 x 16 f16 and 16 x 16 x 32 s8 products at subgroup scope are
+    /// KHR cooperative-matrix configurations NVIDIA's drivers list).
     pub fn subgroup_misfit(&self, invocations: u32, shared_bytes: u32) -> Option<Cm2Misfit> {
         if self.subgroup_size != SUBGROUP_KERNELS {
             Some(Cm2Misfit::Subgroup(invocations, self.subgroup_size))
         } else if shared_bytes > self.max_shared_memory {
             Some(Cm2Misfit::Shared(shared_bytes, self.max_shared_memory, 0))
         } else {
-            None
+            self.misfit(&Cm2Footprint {
+                invocations,
+                products: &[],
+                shared_bytes: 0,
+                types: [0; 4],
+                converted: &[],
+            })
         }
     }
 

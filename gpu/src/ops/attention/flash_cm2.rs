@@ -55,15 +55,12 @@ fn usable(cm2: Option<&Cm2Caps>) -> Result<&Cm2Caps, String> {
 /// converted to f16) and workgroup, and for subgroup-scope kernels
 /// [`Cm2Caps::subgroup_misfit`]. Allocates nothing.
 fn misfit(caps: &Cm2Caps, f: &Cm2Flash) -> Option<Cm2Misfit> {
-    let products = [[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]];
-    if f.subgroup > 0
-        && let Some(why) = caps.subgroup_misfit(f.invocations, f.shared_bytes)
-    {
-        return Some(why);
+    if f.subgroup > 0 {
+        return caps.subgroup_misfit(f.invocations, f.shared_bytes);
     }
     caps.misfit(&Cm2Footprint {
         invocations: f.invocations,
-        products: if f.subgroup > 0 { &[] } else { &products },
+        products: &[[f.rows, f.keys, f.head_dim], [f.rows, f.head_dim, f.keys]],
         shared_bytes: 0,
         types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
         converted: &[COMPONENT_F16],

@@ -315,18 +315,9 @@ fn pick(caps: &Cm2Caps, weights: Cm2Weights, only: Option<&str>) -> Result<Cm2Ke
 /// subgroups', [`Cm2Caps::subgroup_misfit`], for subgroup-scope kernels).
 fn fits(caps: &Cm2Caps, g: &Cm2Gemm) -> Result<(), Cm2Misfit> {
     if g.subgroup {
-        let why = caps
+        return caps
             .subgroup_misfit(g.invocations, g.shared_bytes)
-            .or_else(|| {
-                caps.misfit(&Cm2Footprint {
-                    invocations: g.invocations,
-                    products: &[],
-                    shared_bytes: 0,
-                    types: [COMPONENT_F16, COMPONENT_F16, COMPONENT_F32, COMPONENT_F32],
-                    converted: &[COMPONENT_F16],
-                })
-            });
-        return why.map_or(Ok(()), Err);
+            .map_or(Ok(()), Err);
     }
     let types = if g.weights.integer() {
         [COMPONENT_S8, COMPONENT_S8, COMPONENT_S32, COMPONENT_S32]

@@ -359,9 +359,9 @@ impl Recorder<'_> {
             return None;
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
-        let shape = cm2::small_grids_for(weights, converted).then_some((self.m, self.weights.n));
-        let split = (self.cm2_split, self.weights.k);
         let grid = (self.m, self.weights.n);
+        let shape = cm2::small_grids_for(weights, converted).then_some(grid);
+        let split = (self.cm2_split, self.weights.k);
         let named = (self.cm2_kernel, self.gpu.cm2_large().map(|g| (g, grid)));
         cm2::fitting(self.gpu.cm2()?, weights, named, shape, split)
     }
