@@ -57,8 +57,9 @@ pub struct Cm2Gemm {
     /// where the device says how many it has.
     pub small_grids: bool,
     /// Subgroup-scope matrices staged by the kernel itself
-    /// (`spirv/gemm_sg.glsl`: 16 x 16 x 16 f16 products, 32-invocation
-    /// subgroups) rather than workgroup-scope ones staged by the driver.
+    /// (`spirv/gemm_sg.glsl`: 16 x 16 x 16 f16 or 16 x 16 x 32 int8
+    /// products, 32-invocation subgroups) rather than workgroup-scope ones
+    /// staged by the driver.
     pub subgroup: bool,
 }
 
