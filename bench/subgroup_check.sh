@@ -21,8 +21,9 @@
 #   PARTS="kernels tests" bash bench/subgroup_check.sh   # on the GPU machine (~4 min)
 #   PARTS="dit gqa" GEMM=... FLASH=... bash bench/subgroup_check.sh     (~8 min)
 # Settings: DYNVRAM (.dev/dynvram), TESTS (.dev/gpu_tests), OUT
-# (bench-out), PARTS ("kernels tests"), GEMM (gemm_sg_f16_128x128k32w64x64),
-# FLASH (cm2-128x64-sg2).
+# (bench-out), PARTS ("kernels tests"), GEMM and FLASH (by default the
+# fastest at FLUX.1's shapes in $OUT's sg_gemm.txt and sg_flash.json from an
+# earlier `kernels`, else gemm_sg_f16_128x128k32w64x64 and cm2-128x64-sg2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 d=${DYNVRAM:-.dev/dynvram}
@@ -79,14 +80,25 @@ if want tests && [ "$faulted" = 0 ]; then
     grep -E "panicked|^test |test result|skipped|left|right" "$out/tests.txt" | cut -c1-300
 fi
 if want dit; then
+    # The fastest subgroup GEMM over FLUX.1's five shapes (total time) and
+    # the fastest subgroup flash kernel, where `kernels` timed them.
+    GEMM=${GEMM:-$(awk '$1 == "f16" && $2 == 4608 && $NF ~ /^gemm_sg_/ { t[$NF] += $5; n[$NF]++ }
+        END { for (k in t) if (n[k] == 5 && (best == "" || t[k] < t[best])) best = k; print best }' \
+        "$out/sg_gemm.txt" 2> /dev/null)}
+    FLASH=${FLASH:-$(python3 -c "
+import json, sys
+rs = [r for r in json.load(open(sys.argv[1]))['figures'] if '-sg' in r['tuning'] and r['max_diff'] < 1e-2]
+print(min(rs, key=lambda r: r['us'])['tuning'] if rs else '')" "$out/sg_flash.json" 2> /dev/null)}
+    GEMM=${GEMM:-gemm_sg_f16_128x128k32w64x64} FLASH=${FLASH:-cm2-128x64-sg2}
+    step "GEMM $GEMM, flash $FLASH"
     model=/tmp/flux-dev.safetensors inputs=/tmp/flux-in-1024.safetensors
     [ -e $model ] || { step "synth flux-dev"; timeout 240 "$d" synth --like flux-dev $model > "$out/synth.txt" 2>&1 || tail -3 "$out/synth.txt"; }
     [ -e $inputs ] || timeout 60 python3 bench/flux_inputs.py $inputs --size 1024 > "$out/inputs.txt" 2>&1
     for run in default gemm flash both; do
         step "dit --profile: $run"
         env=()
-        [[ $run == gemm || $run == both ]] && env+=("DYNVRAM_CM2_GEMM=${GEMM:-gemm_sg_f16_128x128k32w64x64}")
-        [[ $run == flash || $run == both ]] && env+=("DYNVRAM_FLASH=${FLASH:-cm2-128x64-sg2}")
+        [[ $run == gemm || $run == both ]] && env+=("DYNVRAM_CM2_GEMM=$GEMM")
+        [[ $run == flash || $run == both ]] && env+=("DYNVRAM_FLASH=$FLASH")
         env "${env[@]}" timeout 150 "$d" --json dit $model --inputs $inputs --out /tmp/flux-out.safetensors \
             --backend vulkan --warmup 1 --passes 2 --profile > "$out/dit-$run.json" 2> "$out/dit-$run.err" ||
             { tail -3 "$out/dit-$run.err"; continue; }
