@@ -25,8 +25,8 @@
 # resident ones once (DYNVRAM_CM2_BF16=f16) as bf16-f16-everypass, with f16
 # decoded in integer arithmetic (DYNVRAM_F16_UNPACK=off) as bf16-f16-int,
 # then bf16-f16 again as bf16-f16-again), STACK_AB (0: 1 also runs
-# bf16-f16 with q/k/v and gate/up stacked, DYNVRAM_CM2_STACK=on, as
-# bf16-f16-stack, stacked past the one-wave rule, =always, as
+# bf16-f16 with q/k/v and gate/up one launch each, DYNVRAM_CM2_STACK=off,
+# as bf16-f16-nostack, stacked wherever the kernel can, =always, as
 # bf16-f16-stack-always, then bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
 # second time, last, as int4-f16-again), WARM_GPU (20: seconds of GEMMs
 # before the timed runs; a fresh H100 ran its first ~20 s of work 4x slow,
@@ -93,9 +93,9 @@ if [[ " $parts " == *" dyn "* ]]; then
         run bf16-f16-again "$dir" --compute-dtype f16
     fi
     if [ "${STACK_AB:-0}" = 1 ]; then
-        # q/k/v and gate/up stacked (opt-in), then one by one again.
-        DYNVRAM_CM2_STACK=on run bf16-f16-stack "$dir" --compute-dtype f16
-        # Stacked wherever the kernel can, one-wave rule or not.
+        # q/k/v and gate/up one launch each, then stacked wherever the
+        # kernel can (where it pays: the default), then the default again.
+        DYNVRAM_CM2_STACK=off run bf16-f16-nostack "$dir" --compute-dtype f16
         DYNVRAM_CM2_STACK=always run bf16-f16-stack-always "$dir" --compute-dtype f16
         run bf16-f16-again "$dir" --compute-dtype f16
     fi

@@ -52,7 +52,7 @@ variants = [
     ("bf16-f16-nosplit", "f16"),
     ("bf16-f16-everypass", "f16"),
     ("bf16-f16-int", "f16"),
-    ("bf16-f16-stack", "f16"),
+    ("bf16-f16-nostack", "f16"),
     ("bf16-f16-stack-always", "f16"),
     ("bf16-f16-again", "f16"),
     ("int4-f16-sync", "q4_0"),
@@ -96,7 +96,7 @@ for name in [
     "int4-f16",
     "bf16-f16-nosplit",
     "bf16-f16-everypass",
-    "bf16-f16-stack",
+    "bf16-f16-nostack",
     "bf16-f16-stack-always",
 ]:
     r = load(os.path.join(out, f"dyn-{name}.json"))

@@ -298,8 +298,8 @@ macro_rules! cm2_flash {
 /// unclamped inner loop 143-144 TFLOP/s, then 128 x 32 132-135, 64 x 32
 /// 117, 128 x 64 95, 64 x 64 67 (the WGSL kernel 69-72); the other
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
-/// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`, not yet
-/// measured).
+/// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`; the
+/// first of them on large grids, [`CM2_FLASH_LARGE`]).
 pub static CM2_FLASH: [Cm2Flash; 18] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
@@ -320,6 +320,19 @@ pub static CM2_FLASH: [Cm2Flash; 18] = [
     cm2_flash!(sg_db "flash_cm2_sg_128x32r2db_d128", 128, 32, 128, 2),
     cm2_flash!(sg_db "flash_cm2_sg_128x32db_d128", 128, 32, 128, 1),
 ];
+
+/// The flash kernels preferred over the first of [`CM2_FLASH`] where their
+/// workgroups fill at least [`CM2_FLASH_LARGE_WAVES`] waves of the
+/// device's multiprocessors (in [`CM2_FLASH`]'s order). Measured on the H100 (session
+/// 33, two interleaved rounds): `cm2-128x64-sg` at FLUX.1's attention (24
+/// heads x 4608, 864 workgroups) 185.8-186.2 TFLOP/s against `cm2-64x32f`'s
+/// 141.3-142.6, causal 32 heads x 4096 (1024) 182.0-182.6 against
+/// 152.1-153.2; at 32 heads x 512 causal (128 workgroups) 35.0 us against
+/// 33.0.
+pub static CM2_FLASH_LARGE: [&str; 1] = ["flash_cm2_sg_128x64_d128"];
+
+/// Waves of workgroups from which [`CM2_FLASH_LARGE`] is preferred.
+pub const CM2_FLASH_LARGE_WAVES: u64 = 2;
 
 #[cfg(test)]
 mod tests {

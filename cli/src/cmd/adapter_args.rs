@@ -105,11 +105,10 @@ impl std::str::FromStr for Seconds {
 /// int4 kernels) and `DYNVRAM_CM2_SPLIT`
 /// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,
 /// the default; `off`, narrower tiles instead; a number, that many splits
-/// wherever a kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`on` or
-/// `auto`: q/k/v and gate/up share one SPIR-V GEMM launch at prefill where
-/// their tiles are more than one wave; `always`: wherever the kernel can;
-/// `off`: one launch each, the default until its reference test has
-/// passed on a GPU) and `DYNVRAM_CM2_GEMM` (a SPIR-V GEMM by name, as
+/// wherever a kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`auto` or
+/// `on`, the default: q/k/v and gate/up share one SPIR-V GEMM launch at
+/// prefill where it pays; `always`: wherever the kernel can; `off`: one
+/// launch each) and `DYNVRAM_CM2_GEMM` (a SPIR-V GEMM by name, as
 /// `probe` lists them, that layers of its weights take on grids of more
 /// than half the GPU: whole-model comparisons) and `DYNVRAM_F16_UNPACK` (`off`:
 /// kernels decode f16 weights in integer arithmetic even where the

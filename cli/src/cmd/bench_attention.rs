@@ -12,8 +12,9 @@
 use std::process::ExitCode;
 
 use dynvram_runtime::ops::attention::{
-    DecodeTuning, FlashKernel, Heads, Mask, decode_fuses_rope, decode_unusable, flash_geometry,
-    flash_kernel_for, flash_kernel_unusable, record_attention_tuned, record_flash_attention_tuned,
+    DecodeTuning, FlashGrid, FlashKernel, Heads, Mask, decode_fuses_rope, decode_unusable,
+    flash_geometry, flash_kernel_for, flash_kernel_unusable, record_attention_tuned,
+    record_flash_attention_tuned,
 };
 use dynvram_runtime::ops::cache::PipelineCache;
 use dynvram_runtime::ops::linear::LinearScratch;
@@ -469,8 +470,13 @@ fn run_prefill(a: &AttentionArgs, queries: u64, json: bool) -> anyhow::Result<Ex
     let causal = !a.no_causal;
     let gpu = Gpu::open(&a.adapter.choice())?;
     let caps = &gpu.caps;
-    // The device's choice: the adapter's default, or DYNVRAM_FLASH.
-    let default = flash_kernel_for(&gpu, ActDtype::F16, a.head_dim).map_err(|why| {
+    // The device's choice over these query rows: the adapter's default, or
+    // DYNVRAM_FLASH.
+    let grid = FlashGrid {
+        heads: a.heads * a.batch,
+        rows: queries,
+    };
+    let default = flash_kernel_for(&gpu, ActDtype::F16, a.head_dim, grid).map_err(|why| {
         anyhow::anyhow!(
             "{} runs no flash attention at head_dim {}: {why}",
             caps.name,

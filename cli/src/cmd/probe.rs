@@ -8,11 +8,12 @@ use dynvram_runtime::ActDtype;
 use dynvram_runtime::device::{
     AdapterSummary, Cm2Bf16, Cm2Caps, Cm2Int4, Cm2Split, Cm2Stack, SpirvGemm, enumerate_adapters,
 };
-use dynvram_runtime::ops::attention::{default_flash_kernel, preferred_cm2_flash};
+use dynvram_runtime::ops::attention::{FlashGrid, default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
     Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, cm2_small_grid, cm2_split_gemm,
     cm2_stack_gemm, coop_unusable, double_unusable,
 };
+use dynvram_shaders::spirv::CM2_FLASH_LARGE_WAVES;
 use serde::Serialize;
 
 use crate::output::{print_json, size};
@@ -296,7 +297,7 @@ fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) ->
     if !opts.spirv_gemm.allows(false) {
         "one launch each (SPIR-V GEMMs off)".into()
     } else if opts.cm2_stack == Cm2Stack::Off {
-        "one launch each (DYNVRAM_CM2_STACK=on stacks them: opt-in until its reference test passes on a GPU)".into()
+        "one launch each (DYNVRAM_CM2_STACK=off)".into()
     } else if !opts.coop_matrix || a.caps.coop_matrix_edge == 0 || a.cm2.is_none() {
         "one launch each (no VK_NV_cooperative_matrix2)".into()
     } else if let Some(k) = kernel {
@@ -308,7 +309,7 @@ fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) ->
             if opts.cm2_stack == Cm2Stack::Always {
                 "wherever it can (DYNVRAM_CM2_STACK=always)"
             } else {
-                "where their tiles are more than one wave of the multiprocessors"
+                "where a layer alone fills at most half the multiprocessors, or the stack fills their waves better (DYNVRAM_CM2_STACK=off: one launch each)"
             }
         )
     } else {
@@ -330,8 +331,23 @@ fn flash_line(a: &AdapterSummary) -> String {
     let Some(cm2) = &a.cm2 else {
         return format!("{wgsl}: VK_NV_cooperative_matrix2 missing");
     };
-    match preferred_cm2_flash(Some(cm2), ActDtype::F16, 128) {
-        Some(k) => format!("spirv-cm2 {k}: VK_NV_cooperative_matrix2 present with every feature"),
+    match preferred_cm2_flash(Some(cm2), ActDtype::F16, 128, None) {
+        Some(k) => {
+            // What a grid of many waves takes.
+            let many = FlashGrid {
+                heads: u64::from(u32::MAX),
+                rows: 4608,
+            };
+            let large = preferred_cm2_flash(Some(cm2), ActDtype::F16, 128, Some(many))
+                .filter(|l| *l != k)
+                .map_or(String::new(), |l| {
+                    format!(
+                        "; {l} where its workgroups fill {CM2_FLASH_LARGE_WAVES} waves of the {} multiprocessors",
+                        cm2.sm_count
+                    )
+                });
+            format!("spirv-cm2 {k}{large}: VK_NV_cooperative_matrix2 present with every feature")
+        }
         None => {
             let missing = cm2.flash_missing_features();
             if missing.is_empty() {

@@ -850,10 +850,10 @@ pub struct GpuOptions {
     pub cm2_split: Cm2Split,
     /// Whether two or three f16 linears of one input (q/k/v, gate/up) past
     /// the GEMVs share one SPIR-V GEMM launch where the device runs it
-    /// ([`Cm2Stack::Auto`]: where their tiles together are more than one
-    /// wave; 0.83× of llama.cpp's Llama-7B prefill on the H100 against
-    /// 0.78×), or launch one by one ([`Cm2Stack::Off`], the default until
-    /// the stacked kernel's reference test has passed on a GPU).
+    /// ([`Cm2Stack::Auto`], the default: where a layer alone is a small
+    /// grid or the stack fills the waves better; 0.83× of llama.cpp's
+    /// Llama-7B prefill on the H100 against 0.78×), or launch one by one
+    /// ([`Cm2Stack::Off`]).
     pub cm2_stack: Cm2Stack,
     /// A SPIR-V GEMM (by name, `dynvram_shaders::spirv::CM2_GEMMS`) that
     /// layers of its weights take wherever the first choice's tiles fill

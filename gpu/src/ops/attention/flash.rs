@@ -28,7 +28,7 @@ use dynvram_shaders::flash::{FlashGeometry, FlashKernel, FlashTuning, flash_atte
 use dynvram_shaders::transformer::{FLASH_ATTENTION8, FLASH_ATTENTION16};
 
 use super::scalar::Operands;
-use super::shape::{Heads, Span};
+use super::shape::{FlashGrid, Heads, Span};
 use crate::device::{Gpu, GpuError};
 use crate::ops::cache::{Generated, PipelineCache};
 use crate::ops::encoder::Encoder;
@@ -195,12 +195,13 @@ fn remembered_default(caps: &AdapterCaps, act: ActDtype, hd: u64) -> Option<Flas
     kernel
 }
 
-/// The kernel flash attention runs here: the device's `GpuOptions::flash`
-/// where it fits, else the first SPIR-V kernel the device runs (NVIDIA's
-/// cooperative matrices 2: 1.9× the WGSL kernel at FLUX.1's attention on
-/// the H100, BENCHMARKS.md session 24), else [`default_kernel`]; or why
+/// The kernel flash attention runs here over `grid`: the device's
+/// `GpuOptions::flash` where it fits, else the SPIR-V kernel the device
+/// prefers there (NVIDIA's cooperative matrices 2: 1.9× the WGSL kernel at
+/// FLUX.1's attention on the H100, BENCHMARKS.md session 24;
+/// [`super::flash_cm2::preferred`]), else [`default_kernel`]; or why
 /// blocks of query rows run on the scalar kernels.
-pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> {
+pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64, grid: FlashGrid) -> Result<FlashKernel, String> {
     supported(&gpu.caps, act, hd)?;
     if let Some(k) = gpu.flash_kernel() {
         match kernel_unusable(gpu, &k, hd) {
@@ -210,7 +211,7 @@ pub fn choose(gpu: &Gpu, act: ActDtype, hd: u64) -> Result<FlashKernel, String> 
             }
         }
     }
-    if let Some(k) = super::flash_cm2::preferred(gpu.cm2(), act, hd) {
+    if let Some(k) = super::flash_cm2::preferred(gpu.cm2(), act, hd, Some(grid)) {
         return Ok(k);
     }
     remembered_default(&gpu.caps, act, hd).ok_or_else(|| {

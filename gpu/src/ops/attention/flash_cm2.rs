@@ -7,7 +7,9 @@
 //! `VK_NV_cooperative_matrix2` with every feature they use (the SPIR-V
 //! kernels' switch, `GpuOptions::spirv_gemm`), the driver lists their
 //! matrix shapes. The first that runs is the default there
-//! (`flash::choose`); `DYNVRAM_FLASH` names another. Their first launches
+//! (`flash::choose`), and the subgroup-scope `cm2-128x64-sg` where its
+//! workgroups fill two waves of the multiprocessors ([`preferred`]);
+//! `DYNVRAM_FLASH` names another. Their first launches
 //! on NVIDIA faulted (BENCHMARKS.md, sessions 22 and 23: the modules bound
 //! wgpu's binding numbers, not Vulkan's, which `device::spirv_pipeline` now
 //! checks); their reference test passed on the H100 in session 24. The
@@ -15,13 +17,13 @@
 //! have not run on a GPU yet.
 
 use dynvram_shaders::flash::{Cm2Block, FlashKernel};
-use dynvram_shaders::spirv::{CM2_FLASH, Cm2Flash};
+use dynvram_shaders::spirv::{CM2_FLASH, CM2_FLASH_LARGE, CM2_FLASH_LARGE_WAVES, Cm2Flash};
 
 use super::coop_blocks::{
     BlockLaunch, BlockProgram, FLASH_PARAMS_BYTES, FlashParamsOf, launch_blocks,
 };
 use super::scalar::Operands;
-use super::shape::{Heads, Span};
+use super::shape::{FlashGrid, Heads, Span};
 use crate::device::cm2::{COMPONENT_F16, COMPONENT_F32, Cm2Footprint, Cm2Misfit, enabled_with};
 use crate::device::{Cm2Caps, Gpu, GpuError};
 use crate::ops::cache::{PipelineCache, SpirvProgram, spirv_programs};
@@ -99,18 +101,34 @@ pub fn unusable(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64, block: Cm2Block) 
     variant(cm2, act, hd, block).err()
 }
 
-/// The first SPIR-V flash kernel ([`CM2_FLASH`]'s order) that runs on this
-/// device with `act` activations at head dimension `hd`, if any.
-pub fn preferred(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64) -> Option<FlashKernel> {
+/// The SPIR-V flash kernel that runs on this device with `act` activations
+/// at head dimension `hd` over `grid`, if any: the first of
+/// [`CM2_FLASH_LARGE`] that fits where its workgroups fill at least
+/// [`CM2_FLASH_LARGE_WAVES`] waves of the device's multiprocessors, else
+/// the first of [`CM2_FLASH`] (`grid` `None`: that one).
+pub fn preferred(
+    cm2: Option<&Cm2Caps>,
+    act: ActDtype,
+    hd: u64,
+    grid: Option<FlashGrid>,
+) -> Option<FlashKernel> {
     // Every launch asks: nothing allocated (no error text, no list of
     // missing features) where there is no kernel.
     let caps = cm2.filter(|c| c.flash_complete())?;
     if act != ActDtype::F16 {
         return None;
     }
-    CM2_FLASH
-        .iter()
-        .find(|f| f.probe == 0 && u64::from(f.head_dim) == hd && misfit(caps, f).is_none())
+    let fits =
+        |f: &&Cm2Flash| f.probe == 0 && u64::from(f.head_dim) == hd && misfit(caps, f).is_none();
+    let waves = CM2_FLASH_LARGE_WAVES * u64::from(caps.sm_count);
+    let large = grid.filter(|_| caps.sm_count > 0).and_then(|g| {
+        CM2_FLASH
+            .iter()
+            .filter(|f| CM2_FLASH_LARGE.contains(&f.name))
+            .find(|f| fits(f) && g.workgroups(f.rows) >= waves)
+    });
+    large
+        .or_else(|| CM2_FLASH.iter().find(fits))
         .map(|f| FlashKernel::Cm2(f.block()))
 }
 
@@ -183,7 +201,7 @@ mod tests {
             ..blk(64, 32)
         };
         assert_eq!(
-            preferred(Some(&caps), ActDtype::F16, 128),
+            preferred(Some(&caps), ActDtype::F16, 128, None),
             Some(FlashKernel::Cm2(fast))
         );
         for f in &CM2_FLASH {
@@ -191,13 +209,46 @@ mod tests {
         }
         // No module for other head dims, other activations, or without
         // the extension.
-        assert_eq!(preferred(Some(&caps), ActDtype::F16, 64), None);
-        assert_eq!(preferred(Some(&caps), ActDtype::F32, 128), None);
-        assert_eq!(preferred(None, ActDtype::F16, 128), None);
+        assert_eq!(preferred(Some(&caps), ActDtype::F16, 64, None), None);
+        assert_eq!(preferred(Some(&caps), ActDtype::F32, 128, None), None);
+        assert_eq!(preferred(None, ActDtype::F16, 128, None), None);
         let why = unusable(Some(&caps), ActDtype::F16, 64, blk(128, 64)).expect("no module");
         assert!(why.contains("head_dim 64"), "{why}");
         let why = unusable(None, ActDtype::F16, 128, blk(128, 64)).expect("no extension");
         assert!(why.contains("not enabled"), "{why}");
+    }
+
+    #[test]
+    fn grids_of_two_waves_take_the_subgroup_kernel() {
+        let caps = h100();
+        let large = Cm2Block {
+            subgroup: 1,
+            ..blk(128, 64)
+        };
+        let first = preferred(Some(&caps), ActDtype::F16, 128, None);
+        let at = |heads, rows| {
+            preferred(
+                Some(&caps),
+                ActDtype::F16,
+                128,
+                Some(FlashGrid { heads, rows }),
+            )
+        };
+        // FLUX.1's attention: 24 heads x 36 blocks of 128 rows.
+        assert_eq!(at(24, 4608), Some(FlashKernel::Cm2(large)));
+        // 264 workgroups, two waves of 132; one fewer is not.
+        assert_eq!(at(33, 1024), Some(FlashKernel::Cm2(large)));
+        assert_eq!(at(263, 128), first);
+        // Prefill's 512 rows over 32 heads: 128 workgroups.
+        assert_eq!(at(32, 512), first);
+        // A device that does not count its multiprocessors: the first.
+        let mut uncounted = caps.clone();
+        uncounted.sm_count = 0;
+        let grid = Some(FlashGrid {
+            heads: 24,
+            rows: 4608,
+        });
+        assert_eq!(preferred(Some(&uncounted), ActDtype::F16, 128, grid), first);
     }
 
     #[test]
@@ -213,7 +264,7 @@ mod tests {
         caps.reductions = false;
         let why = unusable(Some(&caps), ActDtype::F16, 128, blk(128, 64)).expect("no reductions");
         assert!(why.contains("cooperativeMatrixReductions"), "{why}");
-        assert_eq!(preferred(Some(&caps), ActDtype::F16, 128), None);
+        assert_eq!(preferred(Some(&caps), ActDtype::F16, 128, None), None);
         // Without f16 accumulators the probabilities cannot be converted.
         let mut caps = h100();
         caps.flexible.retain(|d| d.types[2] == COMPONENT_F32);
@@ -223,7 +274,7 @@ mod tests {
         let mut caps = h100();
         caps.flexible.retain(|d| d.workgroup_invocations == 256);
         assert_eq!(
-            preferred(Some(&caps), ActDtype::F16, 128),
+            preferred(Some(&caps), ActDtype::F16, 128, None),
             Some(FlashKernel::Cm2(blk(128, 32)))
         );
     }

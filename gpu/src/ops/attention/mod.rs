@@ -51,7 +51,7 @@ pub use scalar::split_k;
 use shape::Span;
 // The kernels' cost, for the files below (`super::cost`).
 use shape::cost;
-pub use shape::{Heads, MAX_HEAD_DIM};
+pub use shape::{FlashGrid, Heads, MAX_HEAD_DIM};
 
 /// Query rows from which flash attention runs where it can: below, a block
 /// of its rows would be mostly padding.
@@ -198,7 +198,7 @@ pub fn record_attention_tuned(
         }
         // The cheap test first: `choose` says why not in words.
         if gpu.caps.f16_coop_matrices()
-            && let Ok(k) = flash::choose(gpu, q.dtype, heads.head_dim)
+            && let Ok(k) = flash::choose(gpu, q.dtype, heads.head_dim, FlashGrid::of(heads, span))
         {
             return flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k);
         }
@@ -280,7 +280,7 @@ pub fn record_flash_attention_tuned(
     if let Some(k) = kernel {
         return flash::record_kernel(gpu, cache, enc, &ops, heads, span, k);
     }
-    match flash::choose(gpu, q.dtype, heads.head_dim) {
+    match flash::choose(gpu, q.dtype, heads.head_dim, FlashGrid::of(heads, span)) {
         Ok(k) => flash::record_kernel(gpu, cache, enc, &ops, heads, span, &k),
         Err(why) => {
             tracing::trace!(%why, "flash attention on scalar kernels");

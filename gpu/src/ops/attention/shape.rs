@@ -64,6 +64,30 @@ pub(super) struct Span {
     pub causal: bool,
 }
 
+/// The query rows of one flash launch, which decide how many workgroups a
+/// kernel of some rows each fills: `heads` query heads times batch elements
+/// of `rows` query rows each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlashGrid {
+    pub heads: u64,
+    pub rows: u64,
+}
+
+impl FlashGrid {
+    /// The grid of `span` with `heads`.
+    pub(super) fn of(heads: Heads, span: Span) -> Self {
+        Self {
+            heads: heads.n_heads * span.batch,
+            rows: span.sq,
+        }
+    }
+
+    /// Workgroups of a kernel of `rows` query rows each over this grid.
+    pub fn workgroups(self, rows: u32) -> u64 {
+        self.heads * self.rows.div_ceil(u64::from(rows))
+    }
+}
+
 impl Span {
     /// Keys the last query row sees (every key without the mask).
     pub fn keys(self) -> u64 {

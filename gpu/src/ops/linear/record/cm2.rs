@@ -424,6 +424,34 @@ pub(super) fn stack_grid(g: &Cm2Gemm, rows: impl IntoIterator<Item = u64>, m: u6
     (cols, m.div_ceil(u64::from(g.tile_m)))
 }
 
+/// Whether layers of `ns` weight rows each at `m` rows gain from one
+/// launch of the stacked GEMM `g` ([`Cm2Stack::Auto`](crate::device::Cm2Stack)):
+/// where a layer alone is a small grid ([`small_grid`]: it would split K
+/// or take narrower tiles one by one), or where the stacked grid fills its
+/// last wave of the device's multiprocessors by more than 5 points better
+/// than the first layer's alone; always where the device does not count
+/// them. On the H100 (132), 512 rows (BENCHMARKS.md, sessions 31 and 33):
+/// Llama-7B's q/k/v (64 tiles each) and gate/up (172 tiles, 65 % of their
+/// last wave, stacked 344, 87 %: 157 → 191 TFLOP/s) and Llama-3-8B's
+/// q/k/v (64 + 16 + 16 tiles: 7.6 → 5.0 ms) gain; Llama-3-8B's gate/up
+/// (224 tiles, 85 % either way) lost (197 → 180 TFLOP/s).
+pub(super) fn stack_pays(
+    caps: &Cm2Caps,
+    g: &Cm2Gemm,
+    mut ns: impl Iterator<Item = u64> + Clone,
+    m: u64,
+) -> bool {
+    let sms = u64::from(caps.sm_count);
+    if sms == 0 || ns.clone().any(|n| small_grid(caps, g, (m, n))) {
+        return true;
+    }
+    // Percent of the places of whole waves the tiles take.
+    let fill = |tiles: u64| 100 * tiles / (tiles.div_ceil(sms) * sms).max(1);
+    let (cols, rows) = stack_grid(g, ns.clone(), m);
+    let first = ns.next().map_or(0, |n| tiles(g, (m, n)));
+    fill(cols * rows) > fill(first) + 5
+}
+
 /// The tiles of `g` over `(m, n)`.
 fn tiles(g: &Cm2Gemm, (m, n): (u64, u64)) -> u64 {
     m.div_ceil(u64::from(g.tile_m)) * n.div_ceil(u64::from(g.tile_n))
@@ -983,5 +1011,40 @@ mod tests {
         narrow.max_dimension = 64;
         let why = name(cm2_gemm(Some(&narrow), Format::F16, ActDtype::F16, None)).expect_err("dim");
         assert!(why.contains("flexible-dimension"), "{why}");
+    }
+
+    #[test]
+    fn layers_stack_where_a_layer_alone_is_small_or_the_waves_fill_better() {
+        let caps = nvidia();
+        let g = cm2_stack_gemm(Some(&caps))
+            .expect("the stacked kernel fits")
+            .gemm;
+        // (weight rows of each layer, stacked) at 512 rows on 132
+        // multiprocessors, tiles of 128 x 256.
+        let cases: [(&[u64], bool); 6] = [
+            // Llama-7B q/k/v: 64 tiles each, split K alone.
+            (&[4096, 4096, 4096], true),
+            // Llama-3-8B q/k/v: 64 + 16 + 16.
+            (&[4096, 1024, 1024], true),
+            // Llama-7B gate/up: 172 tiles (65 % of two waves), 344 (87 %).
+            (&[11008, 11008], true),
+            // Llama-3-8B gate/up: 224 (85 %), 448 (85 %).
+            (&[14336, 14336], false),
+            // Qwen2.5-7B gate/up: 296 (75 %), 592 (90 %).
+            (&[18944, 18944], true),
+            // Full waves either way.
+            (&[33792, 33792], false),
+        ];
+        for (ns, stacked) in cases {
+            assert_eq!(
+                stack_pays(&caps, g, ns.iter().copied(), 512),
+                stacked,
+                "{ns:?}"
+            );
+        }
+        // A device that does not count its multiprocessors: always.
+        let mut uncounted = caps.clone();
+        uncounted.sm_count = 0;
+        assert!(stack_pays(&uncounted, g, [14336, 14336].into_iter(), 512));
     }
 }

@@ -18,7 +18,7 @@
 
 use dynvram_quant::{Format, KernelChoice};
 
-use super::cm2::{cm2_stack_gemm, stack_grid};
+use super::cm2::{cm2_stack_gemm, stack_pays};
 use super::coop::GemmKernel;
 use super::gemv_shape::{GemvShape, rows_aligned, rows_gemv_max_m};
 use super::options::RecordOptions;
@@ -125,9 +125,7 @@ pub(super) fn unfusable(
 /// [`unfusable`] checks of every fused launch: it takes f16 weights on f16
 /// activations, each layer into its own output (SwiGLU stays its own
 /// launch), where the device runs it, no kernel, path or split count is
-/// asked for, and its tiles are more than one wave of the device's
-/// multiprocessors (GQA's q/k/v at 512 rows, 96 tiles on 132, is faster as
-/// three launches split along K).
+/// asked for, and, by default, where the stack pays ([`stack_pays`]).
 fn stack_unusable(
     gpu: &Gpu,
     first: &LinearWeights,
@@ -168,9 +166,9 @@ fn stack_unusable(
             return Some("the device runs no stacked SPIR-V GEMM");
         };
         let m = x.numel() / first.k.max(1);
-        let (cols, rows) = stack_grid(kernel.gemm, fused.weights(first).map(|w| w.n), m);
-        (stack == Cm2Stack::Auto && cols * rows <= u64::from(caps.sm_count))
-            .then_some("the stacked grid is at most one wave: the layers split K one by one")
+        let ns = fused.weights(first).map(|w| w.n);
+        (stack == Cm2Stack::Auto && !stack_pays(caps, kernel.gemm, ns, m))
+            .then_some("the stacked grid fills its waves no better than the layers one by one")
     }
 }
 
