@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 32's kernels on the lent NVIDIA GPU (issue 30), none run on a GPU
-# yet, in named parts, each under its own timeout (a device command may run
-# 600 s: split PARTS over calls):
+# The subgroup-scope kernels on the lent NVIDIA GPU (issue 30; first run in
+# session 33, BENCHMARKS.md), in named parts, each under its own timeout (a
+# device command may run 600 s: split PARTS over calls):
 #   kernels  each subgroup-scope GEMM (gemm_sg.glsl) and flash kernel
 #            (flash_cm2_sg.glsl: -sg2, -db) once on a small shape, stopping
 #            at a GPU fault (Xid); then `bench linear` at FLUX.1's shapes and
@@ -15,13 +15,14 @@
 #            defaults, then DYNVRAM_CM2_GEMM=$GEMM and DYNVRAM_FLASH=$FLASH
 #            (synth and inputs first, kept in /tmp).        -> dit-*.json
 #   gqa      bench/decode.sh on Llama-3-8B shapes (GQA) with STACK_AB=1:
-#            the stacked GEMM's one-wave rule (`on`) against `always`.
+#            stacked where it pays (the default) against `off` and `always`.
 #                                                      -> decode/table.md
 #   bash bench/prepare.sh          # here
 #   PARTS="kernels tests" bash bench/subgroup_check.sh   # on the GPU machine (~4 min)
 #   PARTS="dit gqa" GEMM=... FLASH=... bash bench/subgroup_check.sh     (~8 min)
 # Settings: DYNVRAM (.dev/dynvram), TESTS (.dev/gpu_tests), OUT
-# (bench-out), PARTS ("kernels tests"), GEMM and FLASH (by default the
+# (bench-out), PARTS ("kernels tests"), DIT_RUNS (of "default gemm flash
+# both", all by default), GEMM and FLASH (by default the
 # fastest at FLUX.1's shapes in $OUT's sg_gemm.txt and sg_flash.json from an
 # earlier `kernels`, else gemm_sg_f16_128x128k32w64x64 and cm2-128x64-sg2).
 set -uo pipefail
@@ -94,7 +95,7 @@ print(min(rs, key=lambda r: r['us'])['tuning'] if rs else '')" "$out/sg_flash.js
     model=/tmp/flux-dev.safetensors inputs=/tmp/flux-in-1024.safetensors
     [ -e $model ] || { step "synth flux-dev"; timeout 240 "$d" synth --like flux-dev $model > "$out/synth.txt" 2>&1 || tail -3 "$out/synth.txt"; }
     [ -e $inputs ] || timeout 60 python3 bench/flux_inputs.py $inputs --size 1024 > "$out/inputs.txt" 2>&1
-    for run in default gemm flash both; do
+    for run in ${DIT_RUNS:-default gemm flash both}; do
         step "dit --profile: $run"
         env=()
         [[ $run == gemm || $run == both ]] && env+=("DYNVRAM_CM2_GEMM=$GEMM")
