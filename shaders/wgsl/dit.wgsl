@@ -148,18 +148,24 @@ fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 
 // Invocations per (row, head) of qk_place: each takes pairs lid, lid + 64, ...
 const QK_WG: u32 = 64u;
-var<workgroup> red_qk: array<f32, QK_WG>;
+// (row, head) items a workgroup, each its own QK_WG invocations (`dit.rs`'s
+// QK_ITEMS): a workgroup of one item spent its time starting and in
+// barriers, not moving bytes.
+const QK_ITEMS: u32 = 4u;
+var<workgroup> red_qk: array<f32, 256>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32) {
+            @builtin(local_invocation_index) lid_wg: u32) {
     let hd = qk.head_dim;
     let heads = qk.cols / hd;
-    // One workgroup per (src row, head); uniform across the workgroup.
-    let idx = wid.y * nwg.x + wid.x;
-    if idx >= qk.rows * heads {
-        return;
-    }
+    // Item `idx` (src row, head) of QK_WG invocations, `lid` the one's
+    // place in it; past the last item an invocation only meets the
+    // barriers.
+    let lid = lid_wg % QK_WG;
+    let seg = lid_wg - lid;
+    let idx = (wid.y * nwg.x + wid.x) * QK_ITEMS + lid_wg / QK_WG;
+    let live = idx < qk.rows * heads;
     let h = idx % heads;
     let row = idx / heads;
     let bt = row / qk.src_per_batch;
@@ -167,22 +173,23 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let src = row * qk.src_width + qk.src_col0 + h * hd;
     let dst_row = bt * qk.dst_per_batch + qk.dst_row0 + s;
     let dst = dst_row * qk.cols + h * hd;
-    let npairs = hd / 2u;
+    // No pairs past the last item.
+    let npairs = select(0u, hd / 2u, live);
     var ss = 0.0;
     for (var i = lid; i < npairs; i = i + QK_WG) {
         let x0 = f32(x[src + 2u * i]);
         let x1 = f32(x[src + 2u * i + 1u]);
         ss = ss + x0 * x0 + x1 * x1;
     }
-    red_qk[lid] = ss;
+    red_qk[seg + lid] = ss;
     workgroupBarrier();
     for (var st = QK_WG / 2u; st > 0u; st = st >> 1u) {
         if lid < st {
-            red_qk[lid] = red_qk[lid] + red_qk[lid + st];
+            red_qk[seg + lid] = red_qk[seg + lid] + red_qk[seg + lid + st];
         }
         workgroupBarrier();
     }
-    let r = 1.0 / sqrt(red_qk[0] / f32(hd) + qk.eps);
+    let r = 1.0 / sqrt(red_qk[seg] / f32(hd) + qk.eps);
     for (var i = lid; i < npairs; i = i + QK_WG) {
         let x0 = f32(x[src + 2u * i]) * r * w[2u * i];
         let x1 = f32(x[src + 2u * i + 1u]) * r * w[2u * i + 1u];
@@ -208,19 +215,26 @@ fn gelu_tanh(v: f32) -> f32 {
 @compute @workgroup_size(256)
 fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
+    // Four columns an invocation where a row holds whole fours (the
+    // host's grid counts them so: `dit::gather_run`), else one: the index
+    // arithmetic (three divisions) cost more than the bytes it moves.
+    let run = select(1u, 4u, gat.cols % 4u == 0u);
+    let cols = gat.cols / run;
     let i = element(wid, nwg, lid);
-    let per = gat.rows * gat.cols;
+    let per = gat.rows * cols;
     if i >= gat.batch * per {
         return;
     }
     let bt = i / per;
-    let s = (i % per) / gat.cols;
-    let c = i % gat.cols;
+    let s = (i % per) / cols;
+    let c = (i % cols) * run;
     let src_i = (bt * gat.src_per_batch + gat.src_row0 + s) * gat.src_width + gat.src_col0 + c;
     let dst_i = (bt * gat.dst_per_batch + gat.dst_row0 + s) * gat.dst_width + gat.dst_col0 + c;
-    var v = f32(x[src_i]);
-    if gat.op == 1u {
-        v = gelu_tanh(v);
+    for (var e = 0u; e < run; e++) {
+        var v = f32(x[src_i + e]);
+        if gat.op == 1u {
+            v = gelu_tanh(v);
+        }
+        out[dst_i + e] = act(v);
     }
-    out[dst_i] = act(v);
 }

@@ -378,8 +378,8 @@ pub fn record_qk_place(
         OP,
         &params,
         bindings,
-        // One workgroup per (row, head).
-        kernel::grid(gpu, OP, items, 1)?,
+        // QK_ITEMS (row, head) items a workgroup.
+        kernel::grid(gpu, OP, items.div_ceil(QK_ITEMS), 1)?,
         src.dtype,
         kernel::Cost::new(2 * moved + rows * cols * 4, moved, 10 * rows * cols),
     )
@@ -416,6 +416,15 @@ impl GatherOp {
             Self::GeluTanh => 1,
         }
     }
+}
+
+/// (row, head) items a workgroup of `qk_place` (`QK_ITEMS` in `dit.wgsl`).
+const QK_ITEMS: u64 = 4;
+
+/// Columns each invocation of `gather` copies of a block `cols` wide: four
+/// where a row holds whole fours (as the kernel decides), else one.
+fn gather_run(cols: u64) -> u64 {
+    if cols.is_multiple_of(4) { 4 } else { 1 }
 }
 
 /// Records, for each of `batch` elements, `dst[row0 + s, col0 + c] =
@@ -488,7 +497,7 @@ pub fn record_gather(
         OP,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n, WG)?,
+        kernel::grid(gpu, OP, n / gather_run(cols), WG)?,
         src.t.dtype,
         kernel::Cost::new(bytes, bytes, n),
     )

@@ -224,6 +224,8 @@ fn gather_matches_reference() {
         (2, [60, 128, 12, 0], [48, 128, 0, 0], 48, 128),
         (3, [5, 700, 1, 384], [9, 650, 3, 129], 4, 316),
         (2, [7, 37, 0, 5], [7, 40, 0, 3], 7, 32),
+        // A width of no whole fours (one column an invocation).
+        (2, [6, 50, 1, 3], [8, 47, 2, 0], 5, 43),
     ];
     for (i, &(batch, s, d, rows, cols)) in cases.iter().enumerate() {
         for op in [GatherOp::Copy, GatherOp::GeluTanh] {
