@@ -653,8 +653,8 @@ impl StackCase {
 /// layers of differing N (GQA's q/k/v), edge tiles in M, N and K, bias on
 /// every layer or none; one launch where the device runs the kernel, none
 /// (the caller's one-by-one fallback) where it does not, and none for
-/// bf16 weights, SwiGLU or a kernel named; by default only where the
-/// stacked grid is more than one wave of the device's multiprocessors.
+/// bf16 weights, SwiGLU or a kernel named; by default only where it pays
+/// (`cm2::stack_pays`).
 /// Runs on every adapter: the refusals are checked where the kernel is
 /// missing too.
 #[test]
@@ -662,7 +662,7 @@ fn stacked_spirv_gemm_matches_the_reference() {
     use dynvram_gpu::ops::host;
     use dynvram_gpu::ops::linear::{Fusion, cm2_stack_gemm};
     let test = "stacked_spirv_gemm_matches_the_reference";
-    // The stack asked for (opt-in by default).
+    // The stack asked for wherever it can (by default only where it pays).
     let mut choice = spirv_choice();
     choice.options.cm2_stack = Cm2Stack::Always;
     let Some(mut env) = env_with(test, &choice, needs_f16) else {
