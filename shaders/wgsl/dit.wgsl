@@ -136,14 +136,22 @@ fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
 @compute @workgroup_size(256)
 fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let i = element(wid, nwg, lid);
-    if i >= gated.rows * gated.cols {
+    // Four columns an invocation where a row holds whole fours, as gather
+    // (`dit::four_or_one`): the divisions cost more than the bytes.
+    let run = select(1u, 4u, gated.cols % 4u == 0u);
+    let cols = gated.cols / run;
+    let q = element(wid, nwg, lid);
+    if q >= gated.rows * cols {
         return;
     }
-    let row = i / gated.cols;
-    let c = i % gated.cols;
-    let gate = f32(modv[(row / gated.per_batch) * gated.mod_cols + gated.gate0 + c]);
-    out[i] = act(f32(out[i]) + gate * f32(x[i]));
+    let row = q / cols;
+    let c = (q % cols) * run;
+    let i = row * gated.cols + c;
+    let m = (row / gated.per_batch) * gated.mod_cols + gated.gate0 + c;
+    for (var e = 0u; e < run; e++) {
+        let gate = f32(modv[m + e]);
+        out[i + e] = act(f32(out[i + e]) + gate * f32(x[i + e]));
+    }
 }
 
 // Invocations per (row, head) of qk_place: each takes pairs lid, lid + 64, ...
@@ -216,7 +224,7 @@ fn gelu_tanh(v: f32) -> f32 {
 fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     // Four columns an invocation where a row holds whole fours (the
-    // host's grid counts them so: `dit::gather_run`), else one: the index
+    // host's grid counts them so: `dit::four_or_one`), else one: the index
     // arithmetic (three divisions) cost more than the bytes it moves.
     let run = select(1u, 4u, gat.cols % 4u == 0u);
     let cols = gat.cols / run;

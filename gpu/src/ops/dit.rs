@@ -259,7 +259,7 @@ pub fn record_gated_add(
         OP,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n, WG)?,
+        kernel::grid(gpu, OP, n / four_or_one(cols), WG)?,
         x.dtype,
         kernel::Cost::new(3 * x.bytes(), x.bytes(), 2 * n),
     )
@@ -421,9 +421,10 @@ impl GatherOp {
 /// (row, head) items a workgroup of `qk_place` (`QK_ITEMS` in `dit.wgsl`).
 const QK_ITEMS: u64 = 4;
 
-/// Columns each invocation of `gather` copies of a block `cols` wide: four
-/// where a row holds whole fours (as the kernel decides), else one.
-fn gather_run(cols: u64) -> u64 {
+/// Columns each invocation of `gather` and `gated_add` takes of rows
+/// `cols` wide: four where a row holds whole fours (as the kernels decide),
+/// else one.
+fn four_or_one(cols: u64) -> u64 {
     if cols.is_multiple_of(4) { 4 } else { 1 }
 }
 
@@ -497,7 +498,7 @@ pub fn record_gather(
         OP,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n / gather_run(cols), WG)?,
+        kernel::grid(gpu, OP, n / four_or_one(cols), WG)?,
         src.t.dtype,
         kernel::Cost::new(bytes, bytes, n),
     )
