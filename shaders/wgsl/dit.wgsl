@@ -133,12 +133,18 @@ fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     }
 }
 
+// Columns an invocation of gated_add and gather takes of rows `cols` wide:
+// four where a row holds whole fours, else one (the host's grid counts them
+// so: `dit::four_or_one`). One a invocation, the index arithmetic (its
+// divisions) cost more than the bytes it moved.
+fn four_or_one(cols: u32) -> u32 {
+    return select(1u, 4u, cols % 4u == 0u);
+}
+
 @compute @workgroup_size(256)
 fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    // Four columns an invocation where a row holds whole fours, as gather
-    // (`dit::four_or_one`): the divisions cost more than the bytes.
-    let run = select(1u, 4u, gated.cols % 4u == 0u);
+    let run = four_or_one(gated.cols);
     let cols = gated.cols / run;
     let q = element(wid, nwg, lid);
     if q >= gated.rows * cols {
@@ -160,9 +166,9 @@ const QK_WG: u32 = 64u;
 // QK_ITEMS): a workgroup of one item spent its time starting and in
 // barriers, not moving bytes.
 const QK_ITEMS: u32 = 4u;
-var<workgroup> red_qk: array<f32, 256>;
+var<workgroup> red_qk: array<f32, QK_WG * QK_ITEMS>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(QK_WG * QK_ITEMS)
 fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid_wg: u32) {
     let hd = qk.head_dim;
@@ -223,10 +229,7 @@ fn gelu_tanh(v: f32) -> f32 {
 @compute @workgroup_size(256)
 fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    // Four columns an invocation where a row holds whole fours (the
-    // host's grid counts them so: `dit::four_or_one`), else one: the index
-    // arithmetic (three divisions) cost more than the bytes it moves.
-    let run = select(1u, 4u, gat.cols % 4u == 0u);
+    let run = four_or_one(gat.cols);
     let cols = gat.cols / run;
     let i = element(wid, nwg, lid);
     let per = gat.rows * cols;

@@ -427,10 +427,10 @@ pub(super) fn stack_grid(g: &Cm2Gemm, rows: impl IntoIterator<Item = u64>, m: u6
 /// Whether layers of `ns` weight rows each at `m` rows gain from one
 /// launch of the stacked GEMM `g` ([`Cm2Stack::Auto`](crate::device::Cm2Stack)):
 /// where a layer alone is a small grid ([`small_grid`]: it would split K
-/// or take narrower tiles one by one), or where the stacked grid fills its
-/// last wave of the device's multiprocessors by more than 5 points better
-/// than the first layer's alone; always where the device does not count
-/// them. On the H100 (132), 512 rows (BENCHMARKS.md, sessions 31 and 33):
+/// or take narrower tiles one by one), or where the stacked tiles take more
+/// than 5 points more of the places of their whole waves of the device's
+/// multiprocessors than the first layer's alone; always where the device
+/// does not count them. On the H100 (132), 512 rows (BENCHMARKS.md, sessions 31 and 33):
 /// Llama-7B's q/k/v (64 tiles each) and gate/up (172 tiles, 65 % of their
 /// last wave, stacked 344, 87 %: 157 → 191 TFLOP/s) and Llama-3-8B's
 /// q/k/v (64 + 16 + 16 tiles: 7.6 → 5.0 ms) gain; Llama-3-8B's gate/up
