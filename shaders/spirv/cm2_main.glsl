@@ -91,7 +91,7 @@
 void TILE_FN(uint n0) {
 #else
 void main() {
-    uint n0 = gl_WorkGroupID.x * BN;
+    uint n0 = tile_of().x * BN;
 #endif
 #if SPLIT
     uint m0 = (gl_WorkGroupID.y % ((p.m + BM - 1u) / BM)) * BM;
@@ -99,7 +99,7 @@ void main() {
     // An empty split (past K) stores zeros.
     uint k_hi = max(k_lo, min(p.k, k_lo + p.k_span));
 #else
-    uint m0 = gl_WorkGroupID.y * BM;
+    uint m0 = tile_of().y * BM;
     // The whole of K, as the compiler sees it without a split.
 #define k_lo 0u
 #define k_hi p.k

@@ -15,13 +15,18 @@
 //   m' = max(m, rowmax S); P_j = exp2((S_j - m') · scale2);
 //   l = l · α + Σ_j rowsum P_j, α = exp2((m - m') · scale2);
 //   O_d = O_d · α + Σ_j f16(P_j) V_jd.
+// LAZY 1 (FlashAttention-4's trick, exact): the rescale by α skipped in a
+// block where no row maximum of the subgroup's rose (α = 1 in every
+// element), and l kept element by element, reduced once at the end (one
+// row reduction a block instead of two).
 // Built by scripts/spirv.sh with NW (subgroups), RW (row fragments a
 // subgroup, 1 if unset), BC (keys a block, a multiple of 16), HD (a
-// multiple of 16) and WG = 32 · NW, BR = 16 · RW · NW.
+// multiple of 16), LAZY (0 if unset) and WG = 32 · NW, BR = 16 · RW · NW.
 // Dispatch: (n_heads, batch * ceil(sq / BR), 1). Needs 32-invocation
 // subgroups.
 
 #extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_vote : enable
 #include "flash_cm2_common.glsl"
 
 // K and V as 16-byte words: a row of HD f16 values is HD / 8 words and
@@ -37,6 +42,9 @@ layout(set = 0, binding = 3, std430) writeonly buffer Out { float16_t o[]; };
 
 #ifndef RW
 #define RW 1u
+#endif
+#ifndef LAZY
+#define LAZY 0
 #endif
 const uint DS = HD / 16u;
 const uint JS = BC / 16u;
@@ -164,13 +172,26 @@ void main() {
             }
             FRAG_ACC row_max;
             coopMatReduceNV(row_max, s_max, gl_CooperativeMatrixReduceRowNV, max_of);
+            FRAG_ACC m_old = m[r];
             FRAG_ACC m_new;
-            coopMatPerElementNV(m_new, m[r], larger, row_max);
+            coopMatPerElementNV(m_new, m_old, larger, row_max);
+#if LAZY
+            bool rose = false;
+            for (int i = 0; i < m_new.length(); i++) {
+                rose = rose || m_new[i] > m_old[i];
+            }
+            // Subgroup-uniform, as the matrix operations in it need.
+            if (subgroupAny(rose)) {
+#endif
             FRAG_ACC alpha;
-            coopMatPerElementNV(alpha, m[r], exp_from, m_new, p.scale2);
+            coopMatPerElementNV(alpha, m_old, exp_from, m_new, p.scale2);
             [[unroll]] for (uint d = 0u; d < DS; d++) {
                 acc[r * DS + d] = acc[r * DS + d] * alpha;
             }
+#if LAZY
+            l[r] = l[r] * alpha;
+            }
+#endif
             FRAG_ACC p_sum = FRAG_ACC(0.0);
             [[unroll]] for (uint j = 0u; j < JS; j++) {
                 FRAG_ACC pr;
@@ -180,9 +201,13 @@ void main() {
                     coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(pr);
                 pa[r * JS + j] = FRAG_A(p16);
             }
+#if LAZY
+            l[r] = l[r] + p_sum;
+#else
             FRAG_ACC row_sum;
             coopMatReduceNV(row_sum, p_sum, gl_CooperativeMatrixReduceRowNV, sum_of);
             l[r] = l[r] * alpha + row_sum;
+#endif
             m[r] = m_new;
         }
         [[unroll]] for (uint j = 0u; j < JS; j++) {
@@ -203,8 +228,14 @@ void main() {
     }
 
     [[unroll]] for (uint r = 0u; r < RW; r++) {
+#if LAZY
+        FRAG_ACC l_row;
+        coopMatReduceNV(l_row, l[r], gl_CooperativeMatrixReduceRowNV, sum_of);
+#else
+        FRAG_ACC l_row = l[r];
+#endif
         [[unroll]] for (uint d = 0u; d < DS; d++) {
-            FRAG_ACC o_rd = acc[r * DS + d] / l[r];
+            FRAG_ACC o_rd = acc[r * DS + d] / l_row;
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o16 =
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(o_rd);
             coopMatStoreTensorNV(o16, o, q_at,

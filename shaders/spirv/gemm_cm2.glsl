@@ -147,7 +147,7 @@ void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> a
 void main() {
     uint t0 = (p.n + BN - 1u) / BN;
     uint t1 = (p.n1 + BN - 1u) / BN;
-    uint x = gl_WorkGroupID.x;
+    uint x = tile_of().x;
     if (x < t0) {
         tile_0(x * BN);
     } else if (x < t0 + t1) {

@@ -12,7 +12,11 @@ pub const ROTATE: &str = wgsl!("linear_fht.wgsl", "linear_rotate.wgsl");
 /// Rotation (with an optional RMS norm before it) of small-M rows over many
 /// workgroups, each chunk's absmax beside: the input of [`INT_GEMV_ROWS_ROT`].
 /// Dispatch `(chunks, rows)`.
-pub const ROTATE_MAX: &str = wgsl!("linear_fht.wgsl", "linear_rotate_max.wgsl");
+pub const ROTATE_MAX: &str = wgsl!(
+    "linear_fht.wgsl",
+    "linear_rotate_chunk.wgsl",
+    "linear_rotate_max.wgsl"
+);
 
 /// The activation codes and per-row scales of the rows [`ROTATE_MAX`]
 /// rotated (binding 0 rows, 3 chunk maxima; 1 codes, 2 scales as
@@ -23,6 +27,18 @@ pub const ROTATED_CODES: &str = wgsl!(
     "linear_codes.wgsl",
     "linear_act_codes.wgsl",
     "linear_rotated_codes.wgsl"
+);
+
+/// [`ROTATE_MAX`] and [`ROTATED_CODES`] in one dispatch of [`ROTATE_MAX`]'s
+/// shape: the last workgroup of a row to finish codes it (binding 0 x, 3
+/// norm weight, 4 rows, 5 chunk maxima, 6 the rows' counts, 0 before;
+/// 1 codes, 2 scales as [`ACT_QUANT`] writes them).
+pub const ROTATE_CODES: &str = wgsl!(
+    "linear_fht.wgsl",
+    "linear_rotate_chunk.wgsl",
+    "linear_codes.wgsl",
+    "linear_act_codes.wgsl",
+    "linear_rotate_codes.wgsl"
 );
 
 /// Rotation and activation quantization in one dispatch (one workgroup per
@@ -643,6 +659,8 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     ("linear_rotate.wgsl", ROTATE),
     ("linear_rotate_max.wgsl", ROTATE_MAX),
+    ("linear_rotate_chunk.wgsl", ROTATE_MAX),
+    ("linear_rotate_codes.wgsl", ROTATE_CODES),
     ("linear_rotated_codes.wgsl", ROTATED_CODES),
     ("linear_codes.wgsl", wgsl!("linear_codes.wgsl")),
     ("linear_gemv_in_codes.wgsl", INT_GEMV_ROWS),

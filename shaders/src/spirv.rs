@@ -114,7 +114,7 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 21] = [
+pub static CM2_GEMMS: [Cm2Gemm; 24] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     // Not measured yet, by name only: subgroup-scope matrices staged by the
@@ -128,6 +128,10 @@ pub static CM2_GEMMS: [Cm2Gemm; 21] = [
     // Not measured yet, by name only: the same with 4 steps unrolled (4
     // beat 8 on the 128 x 256 tiles, 227 against 200 TFLOP/s).
     cm2_gemm!("gemm_cm2_f16_n128u4_fast", F16, 128, 128, 32, 256, 0),
+    // Not measured yet, by name only: the first kernel with its tiles
+    // taken in groups of 8 or 16 row tiles (`GROUP_M`, L2 reuse of B).
+    cm2_gemm!("gemm_cm2_f16_k32_fast_g8", F16, 256, 32, 0),
+    cm2_gemm!("gemm_cm2_f16_k32_fast_g16", F16, 256, 32, 0),
     // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
     // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
     // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
@@ -140,6 +144,8 @@ pub static CM2_GEMMS: [Cm2Gemm; 21] = [
     // shapes and K3 against 130-158 for the plain loop, 64 K columns a step
     // ahead of 32 (187-259).
     cm2_gemm!("gemm_cm2_w8_k64_fast", Int8, 256, 64, 0),
+    // By name only, as gemm_cm2_f16_k32_fast_g8.
+    cm2_gemm!("gemm_cm2_w8_k64_fast_g8", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
@@ -230,6 +236,8 @@ pub struct Cm2Flash {
     /// Subgroup-scope kernels: K and V in two buffers, one barrier a block
     /// (`DB 1`).
     pub double_buffer: bool,
+    /// Subgroup-scope kernels: the lazy rescale (`LAZY 1`).
+    pub lazy: bool,
 }
 
 impl Cm2Flash {
@@ -242,6 +250,7 @@ impl Cm2Flash {
             probe: self.probe,
             subgroup: self.subgroup,
             double_buffer: self.double_buffer,
+            lazy: self.lazy,
         }
     }
 }
@@ -266,16 +275,24 @@ macro_rules! cm2_flash {
     (sg $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
         cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 2 * $keys * ($hd * 2 + 16), false)
     };
+    // The lazy rescale.
+    (sg_lz $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows, 0, 0, 1, 2 * $keys * ($hd * 2 + 16), false, true)
+    };
     // Two buffers of each.
     (sg_db $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
         cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 4 * $keys * ($hd * 2 + 16), true)
     };
     (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
      $probe:literal, $subgroup:literal, $shared:expr) => {
-        cm2_flash!(@ $name, $rows, $keys, $hd, $wg, $fast, $probe, $subgroup, $shared, false)
+        cm2_flash!(@ $name, $rows, $keys, $hd, $wg, $fast, $probe, $subgroup, $shared, false, false)
     };
     (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
      $probe:literal, $subgroup:literal, $shared:expr, $db:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, $wg, $fast, $probe, $subgroup, $shared, $db, false)
+    };
+    (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
+     $probe:literal, $subgroup:literal, $shared:expr, $db:literal, $lazy:literal) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -288,6 +305,7 @@ macro_rules! cm2_flash {
             subgroup: $subgroup,
             shared_bytes: $shared,
             double_buffer: $db,
+            lazy: $lazy,
         }
     };
 }
@@ -300,7 +318,7 @@ macro_rules! cm2_flash {
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`; the
 /// first of them on large grids, [`CM2_FLASH_LARGE`]).
-pub static CM2_FLASH: [Cm2Flash; 18] = [
+pub static CM2_FLASH: [Cm2Flash; 20] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -319,6 +337,8 @@ pub static CM2_FLASH: [Cm2Flash; 18] = [
     cm2_flash!(sg "flash_cm2_sg_128x64r2_d128", 128, 64, 128, 2),
     cm2_flash!(sg_db "flash_cm2_sg_128x32r2db_d128", 128, 32, 128, 2),
     cm2_flash!(sg_db "flash_cm2_sg_128x32db_d128", 128, 32, 128, 1),
+    cm2_flash!(sg_lz "flash_cm2_sg_128x64lz_d128", 128, 64, 128),
+    cm2_flash!(sg_lz "flash_cm2_sg_128x32lz_d128", 128, 32, 128),
 ];
 
 /// The flash kernels preferred over the first of [`CM2_FLASH`] where their
@@ -407,6 +427,8 @@ mod tests {
                 assert_eq!(rw, f.subgroup, "{}", f.name);
                 let db = comp.lines().any(|l| l == "#define DB 1");
                 assert_eq!(db, f.double_buffer, "{}", f.name);
+                let lazy = comp.lines().any(|l| l == "#define LAZY 1");
+                assert_eq!(lazy, f.lazy, "{}", f.name);
                 let buffers = if db { 2 } else { 1 };
                 assert_eq!(
                     f.shared_bytes,

@@ -738,6 +738,12 @@ pub enum SpreadQuant {
     /// P1).
     #[default]
     CodeKernel,
+    /// The spread rotation and the coding in one launch
+    /// (`linear_rotate_codes.wgsl`): the last workgroup of a row to finish
+    /// its chunk codes the row, so the rotation's workgroups never wait for
+    /// each other. Two launches a quantized linear with the GEMV, against
+    /// [`Self::CodeKernel`]'s three.
+    OneLaunch,
 }
 
 impl SpreadQuant {
@@ -749,7 +755,7 @@ impl SpreadQuant {
 }
 
 /// `0` or `off`, `1` or `gemv` ([`SpreadQuant::InGemv`]), `codes`
-/// ([`SpreadQuant::CodeKernel`]).
+/// ([`SpreadQuant::CodeKernel`]), `one` ([`SpreadQuant::OneLaunch`]).
 impl std::str::FromStr for SpreadQuant {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -757,8 +763,9 @@ impl std::str::FromStr for SpreadQuant {
             "" | "0" | "off" => Ok(Self::Off),
             "1" | "gemv" => Ok(Self::InGemv),
             "codes" => Ok(Self::CodeKernel),
+            "one" => Ok(Self::OneLaunch),
             other => Err(format!(
-                "spread quantization `{other}`: want 0|off, 1|gemv or codes"
+                "spread quantization `{other}`: want 0|off, 1|gemv, codes or one"
             )),
         }
     }
@@ -808,7 +815,8 @@ pub struct GpuOptions {
     /// one-workgroup-per-row quantization launch ([`SpreadQuant::Off`]), or
     /// from rows rotated over many workgroups (`linear_rotate_max.wgsl`),
     /// coded inside every GEMV workgroup ([`SpreadQuant::InGemv`]) or once
-    /// by a small many-workgroup kernel ([`SpreadQuant::CodeKernel`]).
+    /// by a small many-workgroup kernel ([`SpreadQuant::CodeKernel`]) or
+    /// by the rotation's last workgroup a row ([`SpreadQuant::OneLaunch`]).
     /// Spread, integer layers also fold the RMS norm before them (into the
     /// rotation launch) and the residual add after them (into the GEMV's
     /// epilogue). `CodeKernel` by default, the fastest on the H200 (run
@@ -917,12 +925,14 @@ mod tests {
             ("gemv", SpreadQuant::InGemv),
             ("codes", SpreadQuant::CodeKernel),
             (" codes\n", SpreadQuant::CodeKernel),
+            ("one", SpreadQuant::OneLaunch),
         ] {
             assert_eq!(s.parse::<SpreadQuant>(), Ok(want), "{s:?}");
         }
         assert!("2".parse::<SpreadQuant>().is_err());
         assert!(!SpreadQuant::Off.spread());
         assert!(SpreadQuant::InGemv.spread() && SpreadQuant::CodeKernel.spread());
+        assert!(SpreadQuant::OneLaunch.spread());
         assert_eq!(SpreadQuant::default(), SpreadQuant::CodeKernel);
     }
 }

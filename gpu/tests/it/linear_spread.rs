@@ -1,7 +1,9 @@
 //! The spread quantization of integer layers at decode sizes
 //! (`linear_rotate_max.wgsl`, then the GEMV coding the rotated rows itself,
 //! `SpreadQuant::InGemv`, or `linear_rotated_codes.wgsl` coding them once,
-//! `SpreadQuant::CodeKernel`; every check runs both) with the folds it
+//! `SpreadQuant::CodeKernel`, or both in one launch whose last workgroup a
+//! row codes it, `SpreadQuant::OneLaunch`; every check runs all three)
+//! with the folds it
 //! takes: the residual add in the GEMV's epilogue bit for
 //! bit against the linear then the add (f32); the RMS norm in the rotation
 //! launch against the norm kernel then the linears quantized apart (the
@@ -62,7 +64,11 @@ fn cases() -> Vec<(Format, ActArith, usize)> {
 
 /// The spread modes, with the dispatches a linear takes in each (the
 /// rotation, the coding kernel if any, the GEMV).
-const MODES: [(SpreadQuant, u32); 2] = [(SpreadQuant::InGemv, 2), (SpreadQuant::CodeKernel, 3)];
+const MODES: [(SpreadQuant, u32); 3] = [
+    (SpreadQuant::InGemv, 2),
+    (SpreadQuant::CodeKernel, 3),
+    (SpreadQuant::OneLaunch, 2),
+];
 
 fn mode(spread: SpreadQuant) -> RecordOptions {
     RecordOptions {
@@ -370,8 +376,8 @@ fn awkward() -> Vec<(Format, ActArith, usize)> {
 }
 
 #[test]
-fn code_kernel_codes_match_quantization_launches() {
-    let Some(mut env) = env("code_kernel_codes_match_quantization_launches", any_adapter) else {
+fn spread_codes_match_quantization_launches() {
+    let Some(mut env) = env("spread_codes_match_quantization_launches", any_adapter) else {
         return;
     };
     let mut rng = rng(43);
@@ -424,6 +430,11 @@ fn code_kernel_codes_match_quantization_launches() {
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&rows), bits(&x_in), "{what}: rotated rows");
                 }
+                let one_launch = mode(SpreadQuant::OneLaunch);
+                let (o_out, o_codes, o_scales, _) = one(&one_launch, None, Some(2));
+                assert_eq!(o_codes, q.codes, "{what}: one-launch codes");
+                assert_eq!(o_scales, q.scales, "{what}: one-launch scales");
+                assert_eq!(o_out, a_out, "{what}: one-launch outputs");
                 if m as u64 > NORM_FOLD_MAX_M {
                     continue;
                 }
@@ -442,6 +453,10 @@ fn code_kernel_codes_match_quantization_launches() {
                 let qn = quantize_act_for(format, act, &rows, k).expect("integer format");
                 assert_eq!(n_codes, qn.codes, "{what}: normed code kernel codes");
                 assert_eq!(n_scales, qn.scales, "{what}: normed code kernel scales");
+                let (o_out, o_codes, o_scales, _) = one(&one_launch, Some(&fold), Some(2));
+                assert_eq!(o_codes, qn.codes, "{what}: normed one-launch codes");
+                assert_eq!(o_scales, qn.scales, "{what}: normed one-launch scales");
+                assert_eq!(o_out, n_out, "{what}: normed outputs, one launch");
                 let (g_out, ..) = one(&mode(SpreadQuant::InGemv), Some(&fold), Some(2));
                 assert_eq!(
                     n_out, g_out,

@@ -148,7 +148,12 @@ fn int4_decode_spread_matches_quantization_launches() {
     let launches = steps(SpreadQuant::Off);
     let in_gemv = steps(SpreadQuant::InGemv);
     let code_kernel = steps(SpreadQuant::CodeKernel);
-    for (mode, spread) in [("in GEMV", &in_gemv), ("code kernel", &code_kernel)] {
+    let one_launch = steps(SpreadQuant::OneLaunch);
+    for (mode, spread) in [
+        ("in GEMV", &in_gemv),
+        ("code kernel", &code_kernel),
+        ("one launch", &one_launch),
+    ] {
         assert_eq!(spread.1.len(), launches.1.len(), "{mode}: steps");
         for (i, (a, b)) in spread.1.iter().zip(&launches.1).enumerate() {
             let cos = cosine(a, b);
@@ -156,9 +161,11 @@ fn int4_decode_spread_matches_quantization_launches() {
         }
         assert_eq!(spread.0[0], launches.0[0], "{mode}: first token");
     }
-    assert_eq!(code_kernel.0, in_gemv.0, "the spread modes' tokens");
-    for (i, (a, b)) in code_kernel.1.iter().zip(&in_gemv.1).enumerate() {
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(a), bits(b), "step {i}: the spread modes' logits");
+    for other in [&code_kernel, &one_launch] {
+        assert_eq!(other.0, in_gemv.0, "the spread modes' tokens");
+        for (i, (a, b)) in other.1.iter().zip(&in_gemv.1).enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(a), bits(b), "step {i}: the spread modes' logits");
+        }
     }
 }

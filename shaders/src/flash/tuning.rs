@@ -209,7 +209,8 @@ impl FromStr for FlashTuning {
 /// or `fN` after it for the fast inner loop (`N` blocks an iteration) and
 /// `-sg` or `-sgN` after that for the subgroup-scope kernels
 /// ([`Cm2Block::subgroup`]), `-db` after that for their two buffers
-/// ([`Cm2Block::double_buffer`]), and `-probeN` after that for a probe ([`Cm2Block::probe`]).
+/// ([`Cm2Block::double_buffer`]), `-lz` after that for their lazy rescale
+/// ([`Cm2Block::lazy`]), and `-probeN` after that for a probe ([`Cm2Block::probe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -244,6 +245,10 @@ pub struct Cm2Block {
     /// Subgroup-scope kernels: K and V in two shared buffers, one barrier a
     /// block (`flash_cm2_sg.glsl`'s `DB`), rather than one.
     pub double_buffer: bool,
+    /// Subgroup-scope kernels: the output's rescale skipped where no row
+    /// maximum rose, the row sums reduced once at the end
+    /// (`flash_cm2_sg.glsl`'s `LAZY`).
+    pub lazy: bool,
 }
 
 impl fmt::Display for FlashKernel {
@@ -258,6 +263,7 @@ impl fmt::Display for FlashKernel {
                 probe,
                 subgroup,
                 double_buffer,
+                lazy,
             }) => {
                 write!(f, "cm2-{rows}x{keys}")?;
                 match fast {
@@ -272,6 +278,9 @@ impl fmt::Display for FlashKernel {
                 }
                 if *double_buffer {
                     f.write_str("-db")?;
+                }
+                if *lazy {
+                    f.write_str("-lz")?;
                 }
                 match probe {
                     0 => Ok(()),
@@ -291,13 +300,19 @@ impl FromStr for FlashKernel {
             "two-walk" => Ok(Self::TwoWalk),
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
-                    let bad =
-                        || format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db]]");
+                    let bad = || {
+                        format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db][-lz]]")
+                    };
                     let (shape, probe) = match shape.split_once("-probe") {
                         None => (shape, 0),
                         Some((shape, n)) => {
                             (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
+                    };
+                    let (shape, lazy) = match shape.strip_suffix("-lz") {
+                        Some(shape) if shape.contains("-sg") => (shape, true),
+                        Some(_) => return Err(bad()),
+                        None => (shape, false),
                     };
                     let (shape, double_buffer) = match shape.strip_suffix("-db") {
                         Some(shape) if shape.contains("-sg") => (shape, true),
@@ -326,6 +341,7 @@ impl FromStr for FlashKernel {
                         probe,
                         subgroup,
                         double_buffer,
+                        lazy,
                     }))
                 }
                 None => t.parse().map(Self::OneWalk),
@@ -364,6 +380,7 @@ mod tests {
                 probe: 0,
                 subgroup: 0,
                 double_buffer: false,
+                lazy: false,
             }))
         );
         assert_eq!(
@@ -375,6 +392,7 @@ mod tests {
                 probe: 0,
                 subgroup: 0,
                 double_buffer: false,
+                lazy: false,
             }))
         );
         assert_eq!(
@@ -386,6 +404,7 @@ mod tests {
                 probe: 2,
                 subgroup: 0,
                 double_buffer: false,
+                lazy: false,
             }))
         );
         for bad in [

@@ -190,6 +190,7 @@ mod tests {
             probe: 0,
             subgroup: 0,
             double_buffer: false,
+            lazy: false,
         }
     }
 

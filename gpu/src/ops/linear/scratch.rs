@@ -29,6 +29,7 @@ pub struct LinearScratch {
     codes: Option<Slot>,
     scales: Option<Slot>,
     chunk_max: Option<Slot>,
+    arrived: Option<Slot>,
     dummy: Option<Slot>,
     partials: Option<Slot>,
     converted_weights: Option<Slot>,
@@ -269,6 +270,23 @@ impl LinearScratch {
             self.budget.as_ref(),
             gpu,
             "linear.act_scales",
+            bytes,
+        )
+    }
+
+    /// The rows' counts of `linear_rotate_codes.wgsl` (one u32 a row, 0
+    /// between launches: a new buffer is zeroed, and each launch sets its
+    /// rows' counts back to 0), at least `bytes` long.
+    pub(super) fn arrived(
+        &mut self,
+        gpu: &Gpu,
+        bytes: u64,
+    ) -> Result<Arc<wgpu::Buffer>, LinearError> {
+        ensure(
+            &mut self.arrived,
+            self.budget.as_ref(),
+            gpu,
+            "linear.arrived",
             bytes,
         )
     }

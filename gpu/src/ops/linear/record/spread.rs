@@ -122,8 +122,9 @@ impl Recorder<'_> {
             x: (x.buffer.as_ref().clone(), x.offset),
             codes: int.codes,
             group: int.group,
-            // Codes in the dot4 GEMVs' layout (`CodeKernel`), or none.
-            perm8: self.spread == SpreadQuant::CodeKernel && int.w4,
+            // Codes in the dot4 GEMVs' layout (`CodeKernel`, `OneLaunch`),
+            // or none.
+            perm8: self.spread != SpreadQuant::InGemv && int.w4,
             m,
             k,
             norm: norm.map(|n| n.key()),
@@ -133,18 +134,67 @@ impl Recorder<'_> {
         let rows = scratch.x_rot(gpu, m * k * 4)?;
         let chunk_max = scratch.chunk_max(gpu, m * chunks * 4)?;
         let dummy = scratch.dummy(gpu)?;
+        let rotation_constants = [
+            ("G", f64::from(g)),
+            ("WGS", f64::from(s.wgs)),
+            ("CHUNK", f64::from(s.chunk)),
+            ("NORM", f64::from(u8::from(norm.is_some()))),
+        ];
+        // Every workgroup of a normed row reads the whole row.
+        let rotation_reads = m * k * x.dtype.size() * if norm.is_some() { chunks + 1 } else { 1 };
+        let kw = k / 4;
+        if self.spread == SpreadQuant::OneLaunch {
+            let codes = scratch.codes(gpu, m * kw * 4)?;
+            let scales = scratch.scales(gpu, m * 4)?;
+            let arrived = scratch.arrived(gpu, m * 4)?;
+            if !reuse {
+                let mut constants = Constants::from_slice(&int.quant_constants(int.w4));
+                constants.extend(rotation_constants);
+                let norm_w = norm.map_or(buf(&dummy, 0, 16), |n| n.weight.binding());
+                self.dispatch_at(
+                    encoder,
+                    "linear_rotate_codes",
+                    shaders::ROTATE_CODES,
+                    &constants,
+                    &[
+                        (0, x.binding()),
+                        (1, buf(&codes, 0, m * kw * 4)),
+                        (2, buf(&scales, 0, m * 4)),
+                        (3, norm_w),
+                        (4, buf(&rows, 0, m * k * 4)),
+                        (5, buf(&chunk_max, 0, m * chunks * 4)),
+                        (6, buf(&arrived, 0, m * 4)),
+                    ],
+                    QuantParams {
+                        rows: m as u32,
+                        k: k as u32,
+                        kw: kw as u32,
+                        eps_bits: norm.map_or(0, |n| n.eps.to_bits()),
+                        _pad: [0; 4],
+                    },
+                    (chunks as u32, m as u32),
+                    Cost::new(
+                        // The last workgroup reads the row back.
+                        rotation_reads + m * k * 4,
+                        m * (k + chunks) * 4 + m * kw * 4 + m * 4,
+                        m * k * 2 * u64::from(g.max(2).ilog2()) + 4 * m * k,
+                    ),
+                )?;
+            }
+            scratch.set_codes_key(Some(key));
+            let input = || GemvInput::Codes {
+                codes: buf(&codes, 0, m * k),
+                scales: buf(&scales, 0, m * 4),
+            };
+            return self.spread_gemvs(encoder, int, fast, epi, out, &dummy, input);
+        }
         if !reuse {
             let norm_w = norm.map_or(buf(&dummy, 0, 16), |n| n.weight.binding());
             self.dispatch(
                 encoder,
                 "linear_rotate_max",
                 shaders::ROTATE_MAX,
-                &[
-                    ("G", f64::from(g)),
-                    ("WGS", f64::from(s.wgs)),
-                    ("CHUNK", f64::from(s.chunk)),
-                    ("NORM", f64::from(u8::from(norm.is_some()))),
-                ],
+                &rotation_constants,
                 [
                     x.binding(),
                     buf(&rows, 0, m * k * 4),
@@ -160,15 +210,13 @@ impl Recorder<'_> {
                 },
                 (chunks as u32, m as u32),
                 Cost::new(
-                    // Every workgroup of a normed row reads the whole row.
-                    m * k * x.dtype.size() * if norm.is_some() { chunks + 1 } else { 1 },
+                    rotation_reads,
                     m * (k + chunks) * 4,
                     m * k * 2 * u64::from(g.max(2).ilog2()),
                 ),
             )?;
         }
         let codes = if self.spread == SpreadQuant::CodeKernel {
-            let kw = k / 4;
             let codes = scratch.codes(gpu, m * kw * 4)?;
             let scales = scratch.scales(gpu, m * 4)?;
             if !reuse {
@@ -212,6 +260,33 @@ impl Recorder<'_> {
             None
         };
         scratch.set_codes_key(Some(key));
+        let input = || match &codes {
+            Some((codes, scales)) => GemvInput::Codes {
+                codes: buf(codes, 0, m * k),
+                scales: buf(scales, 0, m * 4),
+            },
+            None => GemvInput::Rotated {
+                rows: buf(&rows, 0, m * k * 4),
+                chunk_max: buf(&chunk_max, 0, m * chunks * 4),
+                chunk: s.chunk,
+            },
+        };
+        self.spread_gemvs(encoder, int, fast, epi, out, &dummy, input)
+    }
+
+    /// The GEMVs of an integer layer over the spread quantization's
+    /// `input`, chunk by chunk.
+    #[allow(clippy::too_many_arguments)]
+    fn spread_gemvs<'b>(
+        &self,
+        encoder: &mut Encoder,
+        int: &IntPath,
+        fast: bool,
+        epi: IntEpilogue,
+        out: &GpuTensor,
+        dummy: &wgpu::Buffer,
+        input: impl Fn() -> GemvInput<'b>,
+    ) -> Result<(), LinearError> {
         let scale = self
             .weights
             .scale
@@ -221,26 +296,12 @@ impl Recorder<'_> {
             .gemv
             .ok_or_else(|| self.unsupported("the spread quantization needs the GEMV".into()))?;
         for c in self.chunks()? {
-            let bias = self
-                .weights
-                .bias
-                .as_ref()
-                .map_or(buf(&dummy, 0, 16), region);
+            let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
             let ops = GemvOperands {
                 scale: region(scale),
                 bias,
                 out: out.binding(),
-                input: match &codes {
-                    Some((codes, scales)) => GemvInput::Codes {
-                        codes: buf(codes, 0, m * k),
-                        scales: buf(scales, 0, m * 4),
-                    },
-                    None => GemvInput::Rotated {
-                        rows: buf(&rows, 0, m * k * 4),
-                        chunk_max: buf(&chunk_max, 0, m * chunks * 4),
-                        chunk: s.chunk,
-                    },
-                },
+                input: input(),
             };
             self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
         }
