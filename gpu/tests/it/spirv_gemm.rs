@@ -81,6 +81,8 @@ fn spirv_gemm_matches_the_reference() {
         // + 192).
         (384, 768, 1216, false),
         (300, 600, 1216, true),
+        // Nine row tiles: a whole group of 8 (`GROUP_M`) and a partial one.
+        (1100, 520, 64, false),
     ];
     let mut ran = [false; 2];
     for g in CM2_GEMMS.iter().filter(|g| !g.weights.integer()) {
@@ -196,6 +198,8 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
             false,
         ),
         (int8(None), ActArith::Int8, 256, 512, 1216, false),
+        // Nine row tiles: a whole group of 8 (`GROUP_M`) and a partial one.
+        (int8(None), ActArith::Int8, 1100, 520, 128, false),
         // Two row chunks of the integer path (`INTEGER_CHUNK_ROWS`): int4
         // weights widened once for both, or a piece at a time for each.
         (
