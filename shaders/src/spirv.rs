@@ -61,6 +61,10 @@ pub struct Cm2Gemm {
     /// products, 32-invocation subgroups) rather than workgroup-scope ones
     /// staged by the driver.
     pub subgroup: bool,
+    /// 0, or the row tiles of a group in which the workgroups take their
+    /// tiles (`GROUP_M` in `cm2_header.glsl`): chosen over the same kernel
+    /// ungrouped on grids of many column tiles (`linear` decides).
+    pub group_m: u32,
 }
 
 /// A [`Cm2Gemm`] of 128-row tiles and 256 invocations (or of `tile_m` rows
@@ -89,6 +93,13 @@ macro_rules! cm2_gemm {
     (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal) => {
         cm2_gemm!(@ $name, $weights, $tile_m, $tile_n, $tile_k, $wg, $shared, $small, false)
     };
+    // Tiles taken in groups of $group row tiles.
+    (grouped $name:literal, $weights:ident, $tile_n:literal, $tile_k:literal, $group:literal) => {
+        Cm2Gemm {
+            group_m: $group,
+            ..cm2_gemm!($name, $weights, $tile_n, $tile_k, 0)
+        }
+    };
     (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal, $sg:literal) => {
         Cm2Gemm {
             name: $name,
@@ -101,6 +112,7 @@ macro_rules! cm2_gemm {
             shared_bytes: $shared,
             small_grids: $small,
             subgroup: $sg,
+            group_m: 0,
         }
     };
 }
@@ -128,10 +140,16 @@ pub static CM2_GEMMS: [Cm2Gemm; 24] = [
     // Not measured yet, by name only: the same with 4 steps unrolled (4
     // beat 8 on the 128 x 256 tiles, 227 against 200 TFLOP/s).
     cm2_gemm!("gemm_cm2_f16_n128u4_fast", F16, 128, 128, 32, 256, 0),
-    // Not measured yet, by name only: the first kernel with its tiles
-    // taken in groups of 8 or 16 row tiles (`GROUP_M`, L2 reuse of B).
-    cm2_gemm!("gemm_cm2_f16_k32_fast_g8", F16, 256, 32, 0),
-    cm2_gemm!("gemm_cm2_f16_k32_fast_g16", F16, 256, 32, 0),
+    // The first kernel with its tiles taken in groups of 8 row tiles
+    // (`GROUP_M`: the workgroups resident at once share panels of the
+    // weights in L2), on grids of many column tiles: on the H100 (session
+    // 34) 249-254 TFLOP/s against 221-223 at 4608 x 21504 x 3072 (84
+    // column tiles), 244-245 against 235-237 at 4096 x 12288 x 3072 (48),
+    // 242-244 against 239-241 at 4096 x 9216 x 3072 (36); 204-206 against
+    // 206-208 at 4608 x 3072 x 3072 (12). 16 row tiles by name only (no
+    // better).
+    cm2_gemm!(grouped "gemm_cm2_f16_k32_fast_g8", F16, 256, 32, 8),
+    cm2_gemm!(grouped "gemm_cm2_f16_k32_fast_g16", F16, 256, 32, 16),
     // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
     // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
     // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
@@ -144,8 +162,11 @@ pub static CM2_GEMMS: [Cm2Gemm; 24] = [
     // shapes and K3 against 130-158 for the plain loop, 64 K columns a step
     // ahead of 32 (187-259).
     cm2_gemm!("gemm_cm2_w8_k64_fast", Int8, 256, 64, 0),
-    // By name only, as gemm_cm2_f16_k32_fast_g8.
-    cm2_gemm!("gemm_cm2_w8_k64_fast_g8", Int8, 256, 64, 0),
+    // As gemm_cm2_f16_k32_fast_g8 (int4 widened, the same session): 307-309
+    // TOPS against 276-279 at 4608 x 21504 x 3072, 303-305 against 292-294
+    // at 4096 x 12288 x 3072, 246 against 216-235 at 4096 x 9216 x 3072;
+    // 129-164 against 162-163 at 4608 x 3072 x 3072.
+    cm2_gemm!(grouped "gemm_cm2_w8_k64_fast_g8", Int8, 256, 64, 8),
     cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
@@ -199,6 +220,7 @@ pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
     shared_bytes: 0,
     small_grids: false,
     subgroup: false,
+    group_m: 0,
 };
 
 /// Flash attention on workgroup-scope cooperative matrices
@@ -348,8 +370,10 @@ pub static CM2_FLASH: [Cm2Flash; 20] = [
 /// heads x 4608, 864 workgroups) 185.8-186.2 TFLOP/s against `cm2-64x32f`'s
 /// 141.3-142.6, causal 32 heads x 4096 (1024) 182.0-182.6 against
 /// 152.1-153.2; at 32 heads x 512 causal (128 workgroups) 35.0 us against
-/// 33.0.
-pub static CM2_FLASH_LARGE: [&str; 1] = ["flash_cm2_sg_128x64_d128"];
+/// 33.0. Its lazy rescale (`-lz`, session 34, same call) 189.2 against
+/// 183.8 at FLUX.1's attention and 181.6-182.4 against 179.9-181.0 causal;
+/// 81.0-81.3 ms of a FLUX.1 step against 81.8-81.9.
+pub static CM2_FLASH_LARGE: [&str; 1] = ["flash_cm2_sg_128x64lz_d128"];
 
 /// Waves of workgroups from which [`CM2_FLASH_LARGE`] is preferred.
 pub const CM2_FLASH_LARGE_WAVES: u64 = 2;
@@ -480,6 +504,11 @@ mod tests {
             } else {
                 assert_eq!(define(&comp, flag) == 1, set, "{}", g.name);
             }
+            let group_m = comp
+                .lines()
+                .find_map(|l| l.strip_prefix("#define GROUP_M "))
+                .map_or(0, |v| v.trim().parse().expect("GROUP_M"));
+            assert_eq!(group_m, g.group_m, "{}", g.name);
             assert_eq!(define(&comp, "BM"), g.tile_m, "{}", g.name);
             assert_eq!(define(&comp, "BN"), g.tile_n, "{}", g.name);
             assert_eq!(define(&comp, "BK"), g.tile_k, "{}", g.name);

@@ -10,8 +10,8 @@ use dynvram_runtime::device::{
 };
 use dynvram_runtime::ops::attention::{FlashGrid, default_flash_kernel, preferred_cm2_flash};
 use dynvram_runtime::ops::linear::{
-    Cm2Kernel, CoopGemmKernel, CoopShape, cm2_gemm, cm2_int_gemm, cm2_small_grid, cm2_split_gemm,
-    cm2_stack_gemm, coop_unusable, double_unusable,
+    Cm2Kernel, CoopGemmKernel, CoopShape, GROUPED_MIN_COLUMN_TILES, cm2_gemm, cm2_grouped,
+    cm2_int_gemm, cm2_small_grid, cm2_split_gemm, cm2_stack_gemm, coop_unusable, double_unusable,
 };
 use dynvram_shaders::spirv::CM2_FLASH_LARGE_WAVES;
 use serde::Serialize;
@@ -278,8 +278,14 @@ fn spirv_gemm_line(
                 ),
                 (None, None) => String::new(),
             };
+            let grouped = cm2_grouped(cm2, k.gemm).map_or(String::new(), |g| {
+                format!(
+                    "; {} (tiles in groups of {} row tiles) on grids of {} column tiles or more",
+                    g.name, g.group_m, GROUPED_MIN_COLUMN_TILES
+                )
+            });
             format!(
-                "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}{small_grids}",
+                "spirv-cm2 {} ({}x{} tiles): VK_NV_cooperative_matrix2 present with every feature{}{grouped}{small_grids}",
                 k.gemm.name,
                 k.gemm.tile_m,
                 k.gemm.tile_n,

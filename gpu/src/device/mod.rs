@@ -742,7 +742,9 @@ pub enum SpreadQuant {
     /// (`linear_rotate_codes.wgsl`): the last workgroup of a row to finish
     /// its chunk codes the row, so the rotation's workgroups never wait for
     /// each other. Two launches a quantized linear with the GEMV, against
-    /// [`Self::CodeKernel`]'s three.
+    /// [`Self::CodeKernel`]'s three, and yet slower on the H100 (session
+    /// 34, int4 Llama-7B: 269.6-270.2 tok/s against 278.2-282.8): the
+    /// row's coding by one workgroup sits between the rotation and the GEMV.
     OneLaunch,
 }
 

@@ -198,8 +198,16 @@ fn integer_spirv_gemm_equals_comfyui_epilogue() {
             false,
         ),
         (int8(None), ActArith::Int8, 256, 512, 1216, false),
-        // Nine row tiles: a whole group of 8 (`GROUP_M`) and a partial one.
-        (int8(None), ActArith::Int8, 1100, 520, 128, false),
+        // Nine row tiles: a whole group of 8 (`GROUP_M`) and a partial one
+        // (past `INTEGER_CHUNK_ROWS`: against the staged int4 kernel).
+        (
+            w4a4(64, LinearDtype::Int4),
+            ActArith::Int4,
+            1100,
+            520,
+            128,
+            false,
+        ),
         // Two row chunks of the integer path (`INTEGER_CHUNK_ROWS`): int4
         // weights widened once for both, or a piece at a time for each.
         (

@@ -7,7 +7,7 @@
 //! `VK_NV_cooperative_matrix2` with every feature they use (the SPIR-V
 //! kernels' switch, `GpuOptions::spirv_gemm`), the driver lists their
 //! matrix shapes. The first that runs is the default there
-//! (`flash::choose`), and the subgroup-scope `cm2-128x64-sg` where its
+//! (`flash::choose`), and the subgroup-scope `cm2-128x64-sg-lz` where its
 //! workgroups fill two waves of the multiprocessors ([`preferred`]);
 //! `DYNVRAM_FLASH` names another. Their first launches
 //! on NVIDIA faulted (BENCHMARKS.md, sessions 22 and 23: the modules bound
@@ -224,6 +224,7 @@ mod tests {
         let caps = h100();
         let large = Cm2Block {
             subgroup: 1,
+            lazy: true,
             ..blk(128, 64)
         };
         let first = preferred(Some(&caps), ActDtype::F16, 128, None);

@@ -41,12 +41,12 @@ mod weights;
 pub use crate::error::LinearError;
 pub use record::{
     AddNorm, Cm2Gemm, Cm2Kernel, Cm2Weights, CoopGemmKernel, CoopShape, Fold, Fusion, GEMV_MAX_M,
-    GemmKernel, GemvShape, INTEGER_CHUNK_ROWS, NORM_FOLD_MAX_M, NormFold, ROWS_GEMV_MAX_M,
-    RecordOptions, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_small_grid, cm2_split_gemm,
-    cm2_stack_gemm, cm2_weights_of, converted_layer_bytes, converted_piece_bytes,
-    coop_gemm_unusable, coop_unusable, double_unusable, float_coop_unusable, fold_unusable,
-    integer_scratch_bytes, record_add_norm_quant, record_linear, record_linear_folded,
-    record_linear_with, record_linears_fused, rows_gemv_max_m,
+    GROUPED_MIN_COLUMN_TILES, GemmKernel, GemvShape, INTEGER_CHUNK_ROWS, NORM_FOLD_MAX_M, NormFold,
+    ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_gemms, cm2_grouped, cm2_int_gemm, cm2_named,
+    cm2_small_grid, cm2_split_gemm, cm2_stack_gemm, cm2_weights_of, converted_layer_bytes,
+    converted_piece_bytes, coop_gemm_unusable, coop_unusable, double_unusable, float_coop_unusable,
+    fold_unusable, integer_scratch_bytes, record_add_norm_quant, record_linear,
+    record_linear_folded, record_linear_with, record_linears_fused, rows_gemv_max_m,
 };
 pub use resident_f16::{record_bf16_to_f16_in_place, resident_bf16_as_f16};
 pub use scratch::LinearScratch;

@@ -28,8 +28,8 @@ mod recorder;
 mod spec;
 mod spread;
 pub use cm2::{
-    Cm2Gemm, Cm2Kernel, Cm2Weights, cm2_gemm, cm2_gemms, cm2_int_gemm, cm2_named, cm2_small_grid,
-    cm2_split_gemm, cm2_stack_gemm, cm2_weights_of,
+    Cm2Gemm, Cm2Kernel, Cm2Weights, GROUPED_MIN_COLUMN_TILES, cm2_gemm, cm2_gemms, cm2_grouped,
+    cm2_int_gemm, cm2_named, cm2_small_grid, cm2_split_gemm, cm2_stack_gemm, cm2_weights_of,
 };
 pub use convert::{converted_layer_bytes, converted_piece_bytes};
 pub use coop::{

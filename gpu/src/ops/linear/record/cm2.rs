@@ -261,6 +261,31 @@ pub fn cm2_small_grid(
         .find(|g| g.small_grids && g.weights == weights && fits(cm2, g).is_ok())
 }
 
+/// Column tiles from which a grid takes the grouped twin of its kernel
+/// ([`Cm2Gemm::group_m`]): where the weight panels a wave of workgroups
+/// reads in the ungrouped order (whole rows of tiles) outgrow L2. On the
+/// H100 (session 34) grouped won at 36, 48 and 84 column tiles of 128 x
+/// 256 (up to 14 %) and lost at 12 (1-2 %, int8 up to 21 %).
+pub const GROUPED_MIN_COLUMN_TILES: u64 = 32;
+
+/// The twin of `g` whose workgroups take their tiles in groups of row
+/// tiles, on this device, if one fits: the kernel of grids of at least
+/// [`GROUPED_MIN_COLUMN_TILES`] column tiles (`probe` names it).
+pub fn cm2_grouped(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<&'static Cm2Gemm> {
+    grouped_twin(cm2, g).map(|(g, _)| g)
+}
+
+fn grouped_twin(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<(&'static Cm2Gemm, &'static SpirvProgram)> {
+    CM2_GEMMS.iter().zip(&PROGRAMS).find(|(t, _)| {
+        t.group_m > 0
+            && g.group_m == 0
+            && t.weights == g.weights
+            && (t.tile_m, t.tile_n, t.tile_k, t.invocations)
+                == (g.tile_m, g.tile_n, g.tile_k, g.invocations)
+            && fits(cm2, t).is_ok()
+    })
+}
+
 /// The split-K variant of `g` on this device (where small grids split K,
 /// `Cm2Split`), if it has one that fits (`probe` names it).
 pub fn cm2_split_gemm(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<&'static Cm2Gemm> {
@@ -357,21 +382,24 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
     }
 }
 
-/// The launch path's choice for a GEMM of `shape` (M, N; `None`: the
-/// first kernel whatever the grid) over `k` columns: what [`pick`] picks,
+/// The launch path's choice for a GEMM of `grid` (M, N; `None`: the
+/// first kernel whatever the grid; `small_grids`: whether the kernels for
+/// small grids may take it) over `k` columns: what [`pick`] picks,
 /// without formatting why not (none where a feature is missing) — unless a
 /// kernel was named, the first kernel for small grids instead where the
 /// first choice's tiles fill at most half the multiprocessors and `split`
 /// does not split its K there ([`splits`]), or the kernel named `large`
 /// (where it is of these weights and fits) where they fill more of its
-/// grid (M, N).
+/// grid (M, N), or else the first choice's grouped twin ([`cm2_grouped`])
+/// where its grid has at least [`GROUPED_MIN_COLUMN_TILES`] column tiles.
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
     (only, large): (Option<&str>, Option<LargeGrid<'_>>),
-    shape: Option<(u64, u64)>,
+    (grid, small_grids): (Option<(u64, u64)>, bool),
     (split, k): (Cm2Split, u64),
 ) -> Option<Cm2Kernel> {
+    let shape = grid.filter(|_| small_grids);
     if !caps.complete() {
         return None;
     }
@@ -393,6 +421,12 @@ pub(super) fn fitting(
         && let Some((name, grid)) = large
         && !small_grid(caps, gemm, grid)
         && let Some((gemm, program)) = kernels.find(|(g, _)| g.name == name)
+    {
+        return Some(Cm2Kernel { gemm, program });
+    }
+    if only.is_none()
+        && grid.is_some_and(|(_, n)| n.div_ceil(u64::from(gemm.tile_n)) >= GROUPED_MIN_COLUMN_TILES)
+        && let Some((gemm, program)) = grouped_twin(caps, gemm)
     {
         return Some(Cm2Kernel { gemm, program });
     }
@@ -603,7 +637,7 @@ mod tests {
                 &caps,
                 Cm2Weights::F16,
                 (None, None),
-                Some(prefill),
+                (Some(prefill), true),
                 (split, k),
             )
             .map(|k| k.gemm.name)
@@ -615,7 +649,8 @@ mod tests {
         let large = |weights, shape, small: bool| {
             let named = (None, Some((sg, shape)));
             let small = small.then_some(shape);
-            fitting(&caps, weights, named, small, (Cm2Split::Auto, 3072)).map(|k| k.gemm.name)
+            fitting(&caps, weights, named, (small, true), (Cm2Split::Auto, 3072))
+                .map(|k| k.gemm.name)
         };
         assert_eq!(large(Cm2Weights::F16, (4608, 12288), true), Some(sg));
         assert_eq!(
@@ -713,8 +748,14 @@ mod tests {
                         .and_then(|c| pick(c, weights, only))
                         .ok()
                         .map(|k| k.gemm.name);
-                    let fast = fitting(&caps, weights, (only, None), None, (Cm2Split::Auto, 4096))
-                        .map(|k| k.gemm.name);
+                    let fast = fitting(
+                        &caps,
+                        weights,
+                        (only, None),
+                        (None, true),
+                        (Cm2Split::Auto, 4096),
+                    )
+                    .map(|k| k.gemm.name);
                     assert_eq!(fast, explained, "{weights:?} {only:?}");
                 }
             }
@@ -764,12 +805,35 @@ mod tests {
                 (512, 4096),
                 "gemm_cm2_w4_k64",
             ),
-            // 4 x 43 and 8 x 12 tiles: more than half.
+            // 4 x 43 and 8 x 12 tiles: more than half; 43 column tiles,
+            // in groups of row tiles.
             (
                 &caps,
                 Cm2Weights::F16,
                 None,
                 (512, 11008),
+                "gemm_cm2_f16_k32_fast_g8",
+            ),
+            (
+                &caps,
+                Cm2Weights::F16,
+                None,
+                (4608, 21504),
+                "gemm_cm2_f16_k32_fast_g8",
+            ),
+            (
+                &caps,
+                Cm2Weights::Int8,
+                None,
+                (4096, 12288),
+                "gemm_cm2_w8_k64_fast_g8",
+            ),
+            // 31 column tiles: not grouped.
+            (
+                &caps,
+                Cm2Weights::F16,
+                None,
+                (4608, 7936),
                 "gemm_cm2_f16_k32_fast",
             ),
             (
@@ -808,18 +872,48 @@ mod tests {
                 caps,
                 weights,
                 (only, None),
-                Some(shape),
+                (Some(shape), true),
                 (Cm2Split::Off, 4096),
             )
             .map(|k| k.gemm.name);
             assert_eq!(got, Some(want), "{weights:?} {only:?} {shape:?}");
         }
-        // No shape (int4 widened first): the first kernel.
+        // A kernel named for large grids is taken there as named.
+        let got = fitting(
+            &caps,
+            Cm2Weights::F16,
+            (None, Some(("gemm_cm2_f16_k32_fast", (4608, 21504)))),
+            (Some((4608, 21504)), true),
+            (Cm2Split::Off, 3072),
+        )
+        .map(|k| k.gemm.name);
+        assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
+        // Kernels for small grids not allowed (int4 widened first): the
+        // first kernel, grouped on many column tiles.
+        let got = fitting(
+            &caps,
+            Cm2Weights::Int8,
+            (None, None),
+            (Some((512, 4096)), false),
+            (Cm2Split::Auto, 4096),
+        )
+        .map(|k| k.gemm.name);
+        assert_eq!(got, Some("gemm_cm2_w8_k64_fast"));
+        let got = fitting(
+            &caps,
+            Cm2Weights::Int8,
+            (None, None),
+            (Some((4608, 21504)), false),
+            (Cm2Split::Auto, 4096),
+        )
+        .map(|k| k.gemm.name);
+        assert_eq!(got, Some("gemm_cm2_w8_k64_fast_g8"));
+        // No grid: the first kernel.
         let got = fitting(
             &caps,
             Cm2Weights::F16,
             (None, None),
-            None,
+            (None, true),
             (Cm2Split::Auto, 4096),
         )
         .map(|k| k.gemm.name);

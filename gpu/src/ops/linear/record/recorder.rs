@@ -360,10 +360,10 @@ impl Recorder<'_> {
         }
         let weights = weights.filter(|w| self.spirv_gemm.allows(w.integer()))?;
         let grid = (self.m, self.weights.n);
-        let shape = cm2::small_grids_for(weights, converted).then_some(grid);
+        let small = cm2::small_grids_for(weights, converted);
         let split = (self.cm2_split, self.weights.k);
         let named = (self.cm2_kernel, self.gpu.cm2_large().map(|g| (g, grid)));
-        cm2::fitting(self.gpu.cm2()?, weights, named, shape, split)
+        cm2::fitting(self.gpu.cm2()?, weights, named, (Some(grid), small), split)
     }
 
     /// The split-K variant of `kernel` and its (columns a split, splits)

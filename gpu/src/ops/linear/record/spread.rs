@@ -30,8 +30,14 @@
 //! an invocation, the row's scale from a handful of maxima), the GEMVs
 //! unchanged. One launch more than `InGemv` per quantized input (three
 //! instead of two with the GEMV, against the fused kernel's two), every
-//! launch short. Not measured on the H200 yet (`bench/decode.sh` with
-//! `INT4_SPREAD=1` runs both modes).
+//! launch short: the default (the H200, run P1: 289.7 tok/s against 272.7
+//! for the fused launches and 178.6 for `InGemv`).
+//!
+//! `OneLaunch` puts the coding in the rotation's launch: the last
+//! workgroup of a row to finish its chunk codes the whole row
+//! (`linear_rotate_codes.wgsl`). Two launches, as `InGemv`, but slower than
+//! `CodeKernel` on the H100 (session 34: 270 against 278-283 tok/s): one
+//! workgroup coding a row is longer than a launch of many.
 
 use super::gemv::{GemvInput, GemvOperands};
 use super::gemv_shape::GEMV_MAX_M;
