@@ -39,7 +39,19 @@ impl BlockCtx<'_> {
     /// both f32 or both f16).
     pub fn linear(&mut self, layer: &str, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
         let quantized = std::mem::take(&mut self.quantized);
-        self.linear_with(layer, x, out, quantized)
+        self.linear_with(layer, x, out, quantized, false)
+            .map(|_| ())
+    }
+
+    /// [`Self::linear`] then `out = gelu_tanh(out)`: in the GEMM's epilogue
+    /// where the layer runs on the float SPIR-V GEMMs (no LoRA patch), else
+    /// a launch after it.
+    pub fn linear_gelu(&mut self, layer: &str, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
+        let quantized = std::mem::take(&mut self.quantized);
+        if !self.linear_with(layer, x, out, quantized, true)? {
+            self.gelu_tanh(out)?;
+        }
+        Ok(())
     }
 
     /// [`Self::linear`] for several layers of one input (q/k/v): one launch
@@ -56,7 +68,7 @@ impl BlockCtx<'_> {
         // A LoRA patch records linears of its own between them.
         let reuse = !layers.iter().any(|(l, _)| model.patches.contains_key(*l));
         for (i, (layer, out)) in layers.iter().enumerate() {
-            self.linear_with(layer, x, out, reuse && (i > 0 || quantized))?;
+            self.linear_with(layer, x, out, reuse && (i > 0 || quantized), false)?;
         }
         Ok(())
     }
@@ -209,13 +221,16 @@ impl BlockCtx<'_> {
         })
     }
 
+    /// The linear, with GELU on its output where `gelu` asks and the kernel
+    /// takes it in its epilogue: whether it did.
     fn linear_with(
         &mut self,
         layer: &str,
         x: &GpuTensor,
         out: &GpuTensor,
         reuse_codes: bool,
-    ) -> Result<()> {
+        gelu: bool,
+    ) -> Result<bool> {
         let model = self.model();
         let l = self.model().linear(layer)?;
         let (weights, kernel, info) = (self.linear_weights(l)?, l.path.kernel, &l.info);
@@ -238,12 +253,14 @@ impl BlockCtx<'_> {
             &mut scratch,
             &RecordOptions {
                 reuse_codes,
+                // A patch's product is added to the output first.
+                gelu_tanh: gelu && patch.is_none(),
                 ..RecordOptions::default()
             },
         )
         .map_err(linear_err)?;
         let Some(patch) = patch else {
-            return Ok(());
+            return Ok(scratch.last_gelu());
         };
         // y += scale · (x Aᵀ) Bᵀ: two small f32-weight linears, a scale, an
         // add, with intermediates in the activations' dtype.
@@ -293,7 +310,7 @@ impl BlockCtx<'_> {
         elementwise::record_add_inplace(gpu, cache, self.encoder(), &out_2d, &u)?;
         self.keep_alive(t);
         self.keep_alive(u);
-        Ok(())
+        Ok(false)
     }
 
     /// `x = gelu_tanh(x)` in place.

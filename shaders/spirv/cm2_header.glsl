@@ -27,3 +27,10 @@ uvec2 tile_of() {
     return gl_WorkGroupID.xy;
 #endif
 }
+
+#include "gelu.glsl"
+
+// gelu_tanh as a per-element function of an epilogue.
+float gelu_tanh_of(const in uint row, const in uint col, const in float v) {
+    return gelu_tanh(v);
+}

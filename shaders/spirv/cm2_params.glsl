@@ -16,6 +16,7 @@ layout(push_constant) uniform Params {
     uint out_stride;
     // Bit 0: add the bias. Integer layers: bit 1, acc · (s_x · s_w) (else
     // (acc · s_x) · s_w); bit 2, a weight scale per output row (else one).
+    // Float layers: bit 3, GELU (tanh) after the bias.
     uint flags;
 #if STACK
     // STACK kernels: rows of the second and third weights (0: none).

@@ -1,5 +1,5 @@
 // The float linears' epilogue (gemm_cm2.glsl, unsplit): the bias where
-// flagged, then the store, for the output cm2_store.glsl's macros name.
+// flagged (bit 0), GELU (tanh) where flagged (bit 3), then the store, for the output cm2_store.glsl's macros name.
 // STACK kernels include it (with cm2_store.glsl) once per weight with
 // BIAS_FN, BIAS_BUF and FINISH naming that weight's.
 #include "cm2_store.glsl"
@@ -16,10 +16,13 @@ float BIAS_FN(const in uint row, const in uint col, const in float v, const in u
     return v + BIAS_BUF[c];
 }
 
-// Adds the bias (where asked) and stores the tile.
+// Adds the bias and takes GELU (where asked) and stores the tile.
 void FINISH(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
     if ((p.flags & 1u) != 0u) {
         coopMatPerElementNV(acc, acc, BIAS_FN, Y_N_BASE + n0);
+    }
+    if ((p.flags & 8u) != 0u) {
+        coopMatPerElementNV(acc, acc, gelu_tanh_of);
     }
     STORE_FN(acc, m0, n0);
 }

@@ -13,6 +13,7 @@
 layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;
 
 #include "cm2_params.glsl"
+#include "gelu.glsl"
 
 layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
 layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
@@ -31,6 +32,9 @@ void main() {
     }
     if ((p.flags & 1u) != 0u) {
         sum += bias[p.n_base + n];
+    }
+    if ((p.flags & 8u) != 0u) {
+        sum = gelu_tanh(sum);
     }
     y[m * p.out_stride + p.n_base + n] = float16_t(sum);
 }

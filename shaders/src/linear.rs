@@ -214,7 +214,7 @@ pub const BF16_TO_F16_IN_PLACE: &str = wgsl!("bf16_to_f16_in_place.wgsl");
 
 /// The split-K SPIR-V GEMM's partial sums added, the bias added and the
 /// sum rounded to the output (`linear_split_sum.wgsl`).
-pub const SPLIT_SUM: &str = wgsl!("linear_split_sum.wgsl");
+pub const SPLIT_SUM: &str = wgsl!("gelu.wgsl", "linear_split_sum.wgsl");
 
 /// Which cooperative-matrix GEMM kernel runs the layers that take one
 /// (`GpuOptions::coop_gemm`, `DYNVRAM_COOP_GEMM`).

@@ -2,7 +2,7 @@
 //! the greedy token choice.
 
 /// Residual add, GELU (tanh), SiLU, SwiGLU, scale; out-of-place and in-place entries.
-pub const ELEMENTWISE: &str = wgsl!("elementwise.wgsl");
+pub const ELEMENTWISE: &str = wgsl!("gelu.wgsl", "elementwise.wgsl");
 /// RMSNorm and LayerNorm, one workgroup per row.
 pub const NORM: &str = wgsl!("workgroup_sum.wgsl", "norm.wgsl");
 /// Hugging Face `rotate_half` RoPE from a host cos/sin table, in place.
@@ -142,11 +142,12 @@ pub const ARGMAX: &str = wgsl!("argmax.wgsl");
 /// Diffusion-transformer (Flux) kernels: modulated LayerNorm, gated
 /// residual add, per-head QK RMSNorm with interleaved RoPE into a joint
 /// sequence, and a batched row/column gather (optionally through GELU).
-pub const DIT: &str = wgsl!("workgroup_sum.wgsl", "dit.wgsl");
+pub const DIT: &str = wgsl!("workgroup_sum.wgsl", "gelu.wgsl", "dit.wgsl");
 
 /// Every transformer shader file, as (file name, source).
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise.wgsl", ELEMENTWISE),
+    ("gelu.wgsl", ELEMENTWISE),
     ("norm.wgsl", NORM),
     ("workgroup_sum.wgsl", NORM),
     ("rope.wgsl", ROPE),

@@ -18,8 +18,9 @@
 //
 // Each entry reads its own immediates struct (an entry point uses one).
 //
-// needs: workgroup_sum
+// needs: gelu_tanh, workgroup_sum
 // provides: WG
+//
 
 // ada_norm's.
 struct AdaNormParams {
@@ -211,19 +212,6 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         out[dst + 2u * i] = act(cs.x * x0 - cs.y * x1);
         out[dst + 2u * i + 1u] = act(cs.y * x0 + cs.x * x1);
     }
-}
-
-// tanh from one exp of a non-positive argument (never overflows).
-fn tanh_stable(v: f32) -> f32 {
-    let t = exp(-2.0 * abs(v));
-    let r = (1.0 - t) / (1.0 + t);
-    return select(r, -r, v < 0.0);
-}
-
-fn gelu_tanh(v: f32) -> f32 {
-    // sqrt(2 / pi)
-    let k = 0.7978845608028654;
-    return 0.5 * v * (1.0 + tanh_stable(k * (v + 0.044715 * v * v * v)));
 }
 
 @compute @workgroup_size(256)

@@ -7,6 +7,8 @@
 //            3 = quick GELU x * sigmoid(1.702 x) (CLIP).
 // Binary OP: 0 = a + b, 1 = silu(a) * b (SwiGLU), 2 = a * b,
 //            3 = gelu_tanh(a) * b (GEGLU, T5 v1.1).
+//
+// needs: gelu_tanh
 
 struct Params {
     n: u32,
@@ -28,22 +30,8 @@ fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
 
-// tanh from one exp of a non-positive argument: never overflows, unlike
-// the (e^2x - 1) / (e^2x + 1) form some drivers use for tanh().
-fn tanh_stable(x: f32) -> f32 {
-    let t = exp(-2.0 * abs(x));
-    let r = (1.0 - t) / (1.0 + t);
-    return select(r, -r, x < 0.0);
-}
-
 fn silu(x: f32) -> f32 {
     return x / (1.0 + exp(-x));
-}
-
-fn gelu_tanh(h: f32) -> f32 {
-    // sqrt(2 / pi)
-    let k = 0.7978845608028654;
-    return 0.5 * h * (1.0 + tanh_stable(k * (h + 0.044715 * h * h * h)));
 }
 
 fn unary(x: f32) -> f32 {

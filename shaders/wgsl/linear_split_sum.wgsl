@@ -1,11 +1,15 @@
 // The split-K SPIR-V GEMM's last step (gemm_cm2.glsl built with SPLIT):
 // `splits` tiles of f32 partial sums, [m, n] each one after another in
-// `part`, added in split order, the bias added in f32 (flags bit 0), and
+// `part`, added in split order, the bias added in f32 (flags bit 0), GELU
+// (tanh) on that (flags bit 3, as the unsplit kernel's epilogue), and
 // rounded once to the output's `act` at (row, n_base + col) of the layer's
 // [m, out_stride] output — the one rounding the unsplit kernel makes. A
 // grid-stride loop over 256-invocation workgroups; where n is a multiple
 // of 4 (QUADS) each step reads four columns with 16-byte loads (scalar
 // loads ran at 1.3 TB/s on the H100).
+
+//
+// needs: gelu_tanh
 
 override QUADS: bool = false;
 
@@ -31,6 +35,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let total = p.m * p.n;
     let stride = groups.x * 256u;
     let has_bias = (p.flags & 1u) != 0u;
+    let gelu = (p.flags & 8u) != 0u;
     if QUADS {
         let quads = total / 4u;
         for (var q = gid.x; q < quads; q += stride) {
@@ -44,6 +49,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             if has_bias {
                 let b = p.n_base + col;
                 s += vec4<f32>(bias[b], bias[b + 1u], bias[b + 2u], bias[b + 3u]);
+            }
+            if gelu {
+                s = vec4<f32>(gelu_tanh(s.x), gelu_tanh(s.y), gelu_tanh(s.z), gelu_tanh(s.w));
             }
             let o = row * p.out_stride + p.n_base + col;
             y[o] = act(s.x);
@@ -63,6 +71,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let col = i % p.n;
         if has_bias {
             s += bias[p.n_base + col];
+        }
+        if gelu {
+            s = gelu_tanh(s);
         }
         y[row * p.out_stride + p.n_base + col] = act(s);
     }

@@ -16,6 +16,7 @@ use crate::linear_common::{Env, HostLayer, env_with};
 
 use dynvram_gpu::ActDtype;
 use dynvram_gpu::device::{AdapterChoice, Cm2Stack, SpirvGemm, SpreadQuant, adapter_cm2};
+use dynvram_gpu::ops::linear::conformance;
 use dynvram_gpu::ops::linear::{
     GemmKernel, INTEGER_CHUNK_ROWS, ROWS_GEMV_MAX_M, RecordOptions, cm2_gemm, cm2_int_gemm,
     row_bytes,
@@ -35,6 +36,14 @@ use rand_chacha::ChaCha8Rng;
 /// (`SpirvGemm::Auto`: the device enables `VK_NV_cooperative_matrix2`
 /// where the adapter lists it; the default keeps it off until the lent GPU
 /// has passed these tests).
+/// `y` through GELU (tanh) where `gelu` asks (the epilogue's reference).
+fn with_gelu(y: Vec<f32>, gelu: bool) -> Vec<f32> {
+    if !gelu {
+        return y;
+    }
+    y.into_iter().map(conformance::gelu_tanh).collect()
+}
+
 fn spirv_env(test: &str, needs: impl Fn(&AdapterCaps) -> Result<(), String>) -> Option<Env> {
     env_with(test, &spirv_choice(), needs)
 }
@@ -97,8 +106,11 @@ fn spirv_gemm_matches_the_reference() {
             let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
             let x = random_x(&mut rng, m, k);
             let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
-            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            // GELU in the epilogue on every other case.
+            let gelu = i % 2 == 1;
+            let e = with_gelu(gemm_f32(&x, &wf, k, h.bias_f32().as_deref()), gelu);
             let opts = RecordOptions {
+                gelu_tanh: gelu,
                 cm2_kernel: Some(g.name),
                 // About 100 rows a binding: several chunks, the first rows
                 // of each at an output column past 0.
@@ -107,11 +119,12 @@ fn spirv_gemm_matches_the_reference() {
             };
             let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
             let what = format!(
-                "{} M={m} N={n} K={k} bias={} split={split}",
+                "{} M={m} N={n} K={k} bias={} split={split} gelu={gelu}",
                 g.name,
                 i % 2 == 0
             );
             assert_eq!(env.scratch.last_spirv_gemm(), Some(g.name), "{what}");
+            assert_eq!(env.scratch.last_gelu(), gelu, "{what}");
             if split {
                 assert!(env.scratch.last_dispatches() > 1, "{what}: one chunk");
             }
@@ -401,19 +414,22 @@ fn spirv_launch_path_matches_the_reference() {
         let h = HostLayer::random(&mut rng, Format::F16, n, k, i != 1);
         let x = random_x(&mut rng, m, k);
         let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
-        let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+        let gelu = i != 0;
+        let e = with_gelu(gemm_f32(&x, &wf, k, h.bias_f32().as_deref()), gelu);
         let opts = RecordOptions {
             // 32 rows a binding (at 256-byte alignment, any K).
             max_binding: split.then_some(32 * 2 * k as u64),
+            gelu_tanh: gelu,
             ..check
         };
         let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
-        let what = format!("linear_check M={m} N={n} K={k} split={split}");
+        let what = format!("linear_check M={m} N={n} K={k} split={split} gelu={gelu}");
         assert_eq!(
             env.scratch.last_spirv_gemm(),
             Some("linear_check"),
             "{what}"
         );
+        assert_eq!(env.scratch.last_gelu(), gelu, "{what}");
         if split {
             assert!(env.scratch.last_dispatches() > 1, "{what}: one chunk");
         }
@@ -560,8 +576,12 @@ fn split_spirv_gemm_matches_the_reference() {
             let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
             let x = random_x(&mut rng, m, k);
             let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
-            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+            // GELU in the split sums (and the unsplit epilogue) on every
+            // other case.
+            let gelu = i % 2 == 1;
+            let e = with_gelu(gemm_f32(&x, &wf, k, h.bias_f32().as_deref()), gelu);
             let opts = RecordOptions {
+                gelu_tanh: gelu,
                 cm2_split: Some(split),
                 max_binding: chunks.then_some(100 * 2 * k as u64),
                 ..Default::default()
@@ -572,7 +592,8 @@ fn split_spirv_gemm_matches_the_reference() {
                 ..opts
             };
             let plain = env.run_f16_with(&h, KernelChoice::Float, &x, &unsplit);
-            let what = format!("{format:?} M={m} N={n} K={k} {split:?} chunks={chunks}");
+            let what =
+                format!("{format:?} M={m} N={n} K={k} {split:?} chunks={chunks} gelu={gelu}");
             let launches = env.scratch.last_dispatches();
             let _ = env.run_f16_with(&h, KernelChoice::Float, &x, &opts);
             let split_launches = env.scratch.last_dispatches();

@@ -469,8 +469,7 @@ impl Step<'_> {
                 let ss = mlp_mod.shift_scale();
                 dit::record_ada_norm(g, cc, e, x, md, per, ss, &n, EPS)
             })?;
-            ctx.linear(&nm.mlp_in, &n, &hidden)?;
-            ctx.gelu_tanh(&hidden)?;
+            ctx.linear_gelu(&nm.mlp_in, &n, &hidden)?;
             ctx.linear(&nm.mlp_out, &hidden, &o)?;
             op(ctx, |g, cc, e| {
                 dit::record_gated_add(g, cc, e, x, &o, md, per, mlp_mod.gate)

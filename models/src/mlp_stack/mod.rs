@@ -574,8 +574,7 @@ pub fn forward_gpu(
     let stats = model.run_pass(rt, trace, |ctx| {
         let i = ctx.index();
         let [fc1, fc2] = layer_names(i);
-        ctx.linear(&fc1, &xs, &h)?;
-        ctx.gelu_tanh(&h)?;
+        ctx.linear_gelu(&fc1, &xs, &h)?;
         ctx.linear(&fc2, &h, &y)?;
         ctx.add_assign(&xs, &y)?;
         ctx.encoder().commands().copy_buffer_to_buffer(

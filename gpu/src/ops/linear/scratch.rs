@@ -50,6 +50,8 @@ pub struct LinearScratch {
     coop: Option<(CoopShape, CoopGemmKernel)>,
     /// The SPIR-V GEMM the last recorded linear ran, if it ran one.
     spirv: Option<&'static str>,
+    /// Whether the last recorded linear applied GELU to its output.
+    gelu: bool,
 }
 
 /// Scratch buffers up to this size grow geometrically (see `ensure`).
@@ -369,6 +371,16 @@ impl LinearScratch {
     pub(super) fn set_spirv(&mut self, name: &'static str) {
         self.coop = None;
         self.spirv = Some(name);
+    }
+
+    /// Whether the last recorded linear applied GELU (tanh) to its output,
+    /// as `RecordOptions::gelu_tanh` asks where the float SPIR-V GEMMs run.
+    pub fn last_gelu(&self) -> bool {
+        self.gelu
+    }
+
+    pub(super) fn set_gelu(&mut self, gelu: bool) {
+        self.gelu = gelu;
     }
 
     /// The attention's split-K partials (f32), at least `bytes` long.

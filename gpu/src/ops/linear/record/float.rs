@@ -43,6 +43,7 @@ impl Recorder<'_> {
         }
         if let Some((kernel, via_f16)) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
+            scratch.set_gelu(self.gelu);
             let part = self.split_partials(kernel, scratch)?;
             let ops = Cm2Operands {
                 x,
@@ -262,7 +263,8 @@ impl Recorder<'_> {
             .as_ref()
             .map_or(buf(dummy, 0, 16), region);
         let bias = || self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
-        let flags = u32::from(self.weights.bias.is_some());
+        // Bit 0 the bias, bit 3 GELU (the epilogue's, or the split sums').
+        let flags = u32::from(self.weights.bias.is_some()) | if self.gelu { 8 } else { 0 };
         let cost = self.chunk_cost(c, x.bytes());
         let split = self.cm2_split_of(kernel, c.rows).and_then(|(k, span)| {
             let bytes = cm2::split_partial_bytes(span.1, (self.m, c.rows));

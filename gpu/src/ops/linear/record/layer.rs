@@ -109,6 +109,7 @@ pub(super) fn record(
             .unwrap_or_else(|| crate::device::converted_piece_limit(m).max(scratch.piece_room())),
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
+        gelu: opts.gelu_tanh,
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
         spread: if opts.quantize_apart {
@@ -129,6 +130,7 @@ pub(super) fn record(
     // Weights converted for the layer before are not this one's (the row
     // chunks of an integer layer share this one's: `Recorder::each_converted`).
     scratch.forget_converted();
+    scratch.set_gelu(false);
     match choice {
         KernelChoice::Integer { act, fast } => {
             if fast && !gpu.caps.subgroups {

@@ -86,4 +86,9 @@ pub struct RecordOptions {
     /// elsewhere (tests of that path where the cooperative-matrix-2 GEMMs
     /// cannot run).
     pub spirv_check: bool,
+    /// GELU (tanh) on the output, where the layer runs on the float SPIR-V
+    /// GEMMs (in their epilogue, or in the split sums'):
+    /// [`LinearScratch::last_gelu`](crate::ops::linear::LinearScratch::last_gelu)
+    /// then says it was applied; elsewhere the caller applies it.
+    pub gelu_tanh: bool,
 }

@@ -77,6 +77,8 @@ pub(super) struct Recorder<'a> {
     pub(super) cm2_kernel: Option<&'static str>,
     /// [`RecordOptions::spirv_check`].
     pub(super) spirv_check: bool,
+    /// [`RecordOptions::gelu_tanh`].
+    pub(super) gelu: bool,
     /// [`RecordOptions::reuse_codes`].
     pub(super) reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
