@@ -228,6 +228,9 @@ void main() {
             if ((p.flags & 1u) != 0u) {
                 coopMatPerElementNV(v, v, add_bias, col);
             }
+            if ((p.flags & 8u) != 0u) {
+                coopMatPerElementNV(v, v, gelu_tanh_of);
+            }
 #endif
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o =
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(v);

@@ -126,7 +126,7 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 25] = [
+pub static CM2_GEMMS: [Cm2Gemm; 24] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     // Not measured yet, by name only: subgroup-scope matrices staged by the
@@ -150,10 +150,6 @@ pub static CM2_GEMMS: [Cm2Gemm; 25] = [
     // better).
     cm2_gemm!(grouped "gemm_cm2_f16_k32_fast_g8", F16, 256, 32, 8),
     cm2_gemm!(grouped "gemm_cm2_f16_k32_fast_g16", F16, 256, 32, 16),
-    // Not measured yet, by name only: 144-row tiles, so that 4608 rows are
-    // 32 row tiles (12 x 32 tiles fill 2.9 waves of 132 where 128-row ones
-    // fill 3.3, the last a quarter full).
-    cm2_gemm!("gemm_cm2_f16_m144_fast", F16, 144, 256, 32, 256, 0),
     // Shared weights: rows of the step's f16 and 16 bytes. 32 K columns a
     // step first: on the H200 (2026-12-06) 132-137 TFLOP/s at FLUX.1's
     // shapes against 88 for the 128-wide tile and 43 for 64 columns (36 KiB
