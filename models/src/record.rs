@@ -26,6 +26,26 @@ pub(crate) fn view(t: &GpuTensor, rows: usize, cols: usize) -> GpuTensor {
     }
 }
 
+/// Rows `[row0, row0 + rows)` of the `[_, cols]` tensor `t` as a `[rows,
+/// cols]` tensor of the same buffer, where the offset they start at is one
+/// a binding may take (`align` bytes); else `None` (copy them instead).
+pub(crate) fn row_view(
+    t: &GpuTensor,
+    row0: usize,
+    rows: usize,
+    cols: usize,
+    align: u64,
+) -> Option<GpuTensor> {
+    let offset = t.offset + (row0 * cols) as u64 * t.dtype.size();
+    ((row0 + rows) as u64 * cols as u64 <= t.numel() && offset.is_multiple_of(align.max(1))).then(
+        || GpuTensor {
+            offset,
+            shape: vec![rows as u64, cols as u64],
+            ..t.clone()
+        },
+    )
+}
+
 /// Bytes of an activation of `numel` values of `size` bytes, in whole
 /// 4-byte words as its binding covers them.
 pub(crate) fn word_bytes(numel: usize, size: u64) -> u64 {

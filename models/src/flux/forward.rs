@@ -16,7 +16,7 @@ use super::checkpoint::{
 use super::config::{FluxConfig, TIME_DIM};
 use super::scratch::{Acts, capture_rows};
 use super::{FluxError, FluxInputs, Shape};
-use crate::record::{activation, op, view};
+use crate::record::{activation, op, row_view, view};
 
 /// LayerNorm and QK RMSNorm epsilon (BFL).
 const EPS: f32 = 1e-6;
@@ -453,13 +453,30 @@ impl Step<'_> {
                 view(&a.n, rows, h),
             );
             let hidden = view(&a.mlp, rows, m);
-            self.gather(
-                ctx,
-                (&a.attn, self.s.joint_len(), s.row0, 0),
-                (&part, s.len, 0, 0),
-                [s.len, h],
-                GatherOp::Copy,
-            )?;
+            // One batch element: the stream's rows of the attention are
+            // contiguous, read where they are.
+            let align = ctx
+                .runtime()
+                .gpu()
+                .device
+                .limits()
+                .min_storage_buffer_offset_alignment;
+            let rows_of_attn = (b == 1)
+                .then(|| row_view(&a.attn, s.row0, s.len, h, u64::from(align)))
+                .flatten();
+            let part = match rows_of_attn {
+                Some(rows) => rows,
+                None => {
+                    self.gather(
+                        ctx,
+                        (&a.attn, self.s.joint_len(), s.row0, 0),
+                        (&part, s.len, 0, 0),
+                        [s.len, h],
+                        GatherOp::Copy,
+                    )?;
+                    part
+                }
+            };
             ctx.linear(&nm.proj, &part, &o)?;
             let per = s.len as u64;
             op(ctx, |g, cc, e| {
