@@ -391,7 +391,8 @@ pub(super) fn int_weights(w4: bool, act: ActDtype, raw: bool) -> Option<Cm2Weigh
 /// does not split its K there ([`splits`]), or the kernel named `large`
 /// (where it is of these weights and fits) where they fill more of its
 /// grid (M, N), or else the first choice's grouped twin ([`cm2_grouped`])
-/// where its grid has at least [`GROUPED_MIN_COLUMN_TILES`] column tiles.
+/// where its grid has at least [`GROUPED_MIN_COLUMN_TILES`] column tiles
+/// and is not small.
 pub(super) fn fitting(
     caps: &Cm2Caps,
     weights: Cm2Weights,
@@ -424,8 +425,13 @@ pub(super) fn fitting(
     {
         return Some(Cm2Kernel { gemm, program });
     }
+    // Not on small grids: one wave, nothing to reuse across waves, and
+    // their split-K variants are the plain kernel's.
     if only.is_none()
-        && grid.is_some_and(|(_, n)| n.div_ceil(u64::from(gemm.tile_n)) >= GROUPED_MIN_COLUMN_TILES)
+        && grid.is_some_and(|g| {
+            g.1.div_ceil(u64::from(gemm.tile_n)) >= GROUPED_MIN_COLUMN_TILES
+                && !small_grid(caps, gemm, g)
+        })
         && let Some((gemm, program)) = grouped_twin(caps, gemm)
     {
         return Some(Cm2Kernel { gemm, program });
@@ -828,6 +834,15 @@ mod tests {
                 (4096, 12288),
                 "gemm_cm2_w8_k64_fast_g8",
             ),
+            // 43 column tiles in one row tile: a small grid, its kernel,
+            // not grouped.
+            (
+                &caps,
+                Cm2Weights::F16,
+                None,
+                (128, 11008),
+                "gemm_cm2_f16_n128_fast",
+            ),
             // 31 column tiles: not grouped.
             (
                 &caps,
@@ -889,7 +904,17 @@ mod tests {
         .map(|k| k.gemm.name);
         assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
         // Kernels for small grids not allowed (int4 widened first): the
-        // first kernel, grouped on many column tiles.
+        // first kernel, grouped on many column tiles but for small grids
+        // (there split K takes the plain kernel's variant).
+        let got = fitting(
+            &caps,
+            Cm2Weights::F16,
+            (None, None),
+            (Some((128, 11008)), true),
+            (Cm2Split::Auto, 4096),
+        )
+        .map(|k| k.gemm.name);
+        assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
         let got = fitting(
             &caps,
             Cm2Weights::Int8,
