@@ -201,8 +201,12 @@ pub static CM2_SPLIT_GEMMS: [Cm2Gemm; 1] =
 /// third weights (with their bias and output) at bindings 5-7 and 8-10,
 /// their rows in the push constants where the others have `k_span`, and
 /// the first weight's tiles first along x.
-pub static CM2_STACK_GEMMS: [Cm2Gemm; 1] =
-    [cm2_gemm!("gemm_cm2_f16_k32_fast_stack", F16, 256, 32, 0)];
+pub static CM2_STACK_GEMMS: [Cm2Gemm; 2] = [
+    cm2_gemm!("gemm_cm2_f16_k32_fast_stack", F16, 256, 32, 0),
+    // The same, its tiles in groups of 8 row tiles: `Cm2Stack::Grouped`
+    // only (not measured yet).
+    cm2_gemm!(grouped "gemm_cm2_f16_k32_fast_stack_g8", F16, 256, 32, 8),
+];
 
 /// A plain float linear with the interface of [`CM2_GEMMS`] (the same
 /// bindings, push constants and output contract; f16 weights, 16 x 16

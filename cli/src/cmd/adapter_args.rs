@@ -107,8 +107,8 @@ impl std::str::FromStr for Seconds {
 /// the default; `off`, narrower tiles instead; a number, that many splits
 /// wherever a kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`auto` or
 /// `on`, the default: q/k/v and gate/up share one SPIR-V GEMM launch at
-/// prefill where it pays; `always`: wherever the kernel can; `off`: one
-/// launch each) and `DYNVRAM_CM2_GEMM` (a SPIR-V GEMM by name, as
+/// prefill where it pays; `always`: wherever the kernel can; `grouped`:
+/// as `auto`, tiles in groups of row tiles; `off`: one launch each) and `DYNVRAM_CM2_GEMM` (a SPIR-V GEMM by name, as
 /// `probe` lists them, that layers of its weights take on grids of more
 /// than half the GPU: whole-model comparisons) and `DYNVRAM_F16_UNPACK` (`off`:
 /// kernels decode f16 weights in integer arithmetic even where the

@@ -299,7 +299,7 @@ fn spirv_gemm_line(
 /// Whether f16 linears of one input share one SPIR-V GEMM launch past the
 /// GEMVs on adapter `a` under `opts`, and why not.
 fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) -> String {
-    let kernel = cm2_stack_gemm(a.cm2.as_ref());
+    let kernel = cm2_stack_gemm(a.cm2.as_ref(), opts.cm2_stack == Cm2Stack::Grouped);
     if !opts.spirv_gemm.allows(false) {
         "one launch each (SPIR-V GEMMs off)".into()
     } else if opts.cm2_stack == Cm2Stack::Off {
@@ -314,6 +314,8 @@ fn stack_line(a: &AdapterSummary, opts: &dynvram_runtime::device::GpuOptions) ->
             k.gemm.tile_n,
             if opts.cm2_stack == Cm2Stack::Always {
                 "wherever it can (DYNVRAM_CM2_STACK=always)"
+            } else if opts.cm2_stack == Cm2Stack::Grouped {
+                "where a layer alone fills at most half the multiprocessors, or the stack fills their waves better, its tiles in groups of row tiles (DYNVRAM_CM2_STACK=grouped)"
             } else {
                 "where a layer alone fills at most half the multiprocessors, or the stack fills their waves better (DYNVRAM_CM2_STACK=off: one launch each)"
             }

@@ -760,6 +760,10 @@ pub enum Cm2Stack {
     Auto,
     /// Stacked wherever the kernel can (tests, comparisons).
     Always,
+    /// As [`Self::Auto`], on the stacked kernel whose tiles go in groups of
+    /// 8 row tiles (`gemm_cm2_f16_k32_fast_stack_g8`; tuning: not measured
+    /// yet).
+    Grouped,
 }
 
 impl std::str::FromStr for Cm2Stack {
@@ -769,7 +773,10 @@ impl std::str::FromStr for Cm2Stack {
             "off" => Ok(Self::Off),
             "" | "auto" | "on" => Ok(Self::Auto),
             "always" => Ok(Self::Always),
-            s => Err(format!("stacked GEMMs `{s}`: want auto, off or always")),
+            "grouped" => Ok(Self::Grouped),
+            s => Err(format!(
+                "stacked GEMMs `{s}`: want auto, off, always or grouped"
+            )),
         }
     }
 }

@@ -701,7 +701,8 @@ fn stacked_spirv_gemm_matches_the_reference() {
     let Some(mut env) = env_with(test, &choice, needs_f16) else {
         return;
     };
-    let stacks = cm2_stack_gemm(env.gpu.cm2()).map(|k| k.gemm.name);
+    let stacks = cm2_stack_gemm(env.gpu.cm2(), false).map(|k| k.gemm.name);
+    let grouped_stacks = cm2_stack_gemm(env.gpu.cm2(), true).map(|k| k.gemm.name);
     if stacks.is_none() && spirv_required() {
         panic!("{test}: the device runs no stacked SPIR-V GEMM");
     }
@@ -712,13 +713,21 @@ fn stacked_spirv_gemm_matches_the_reference() {
         ..Default::default()
     };
     // (M, the layers' N, K, bias)
-    let cases: [(usize, &[usize], usize, bool); 5] = [
+    let cases: [(usize, &[usize], usize, bool); 6] = [
         (m0, &[17, 40], 36, true),
         (130, &[300, 256, 513], 100, false),
         (384, &[768, 256, 512], 1216, true),
         (257, &[4, 600, 260], 1028, false),
         (512, &[1024, 256, 256], 2048, true),
+        // Nine row tiles: a whole group of 8 (`Cm2Stack::Grouped`) and a
+        // partial one.
+        (1100, &[300, 40], 64, true),
     ];
+    let grouped = RecordOptions {
+        cm2_stack: Some(Cm2Stack::Grouped),
+        ..Default::default()
+    };
+    let mut grouped_ran = 0;
     for &(m, ns, k, bias) in &cases {
         let what = format!("M={m} N={ns:?} K={k} bias={bias}");
         let hosts: Vec<HostLayer> = ns
@@ -752,12 +761,27 @@ fn stacked_spirv_gemm_matches_the_reference() {
         }
         assert_eq!(env.scratch.last_spirv_gemm(), stacks, "{what}");
         assert_eq!(env.scratch.last_dispatches(), 1, "{what}: one launch");
-        for (i, (h, o)) in hosts.iter().zip(&case.outs).enumerate() {
-            let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
-            let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
-            let y = host::read(&env.gpu, o).expect("read");
-            assert_f16_close(&format!("{what}: layer {i}"), &y, &e, 1e-5);
+        let check = |env: &Env, outs: &[dynvram_gpu::GpuTensor], tag: &str| {
+            for (i, (h, o)) in hosts.iter().zip(outs).enumerate() {
+                let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+                let e = gemm_f32(&x, &wf, k, h.bias_f32().as_deref());
+                let y = host::read(&env.gpu, o).expect("read");
+                assert_f16_close(&format!("{what}{tag}: layer {i}"), &y, &e, 1e-5);
+            }
+        };
+        check(&env, &case.outs, "");
+        // The grouped twin where the stack pays (every case here on 132
+        // multiprocessors: each layer alone is a small grid), into fresh
+        // outputs.
+        let again = StackCase::upload(&env, &hosts, Some(&x), m);
+        if again.record(&mut env, Fusion::Stack(&again.stack()), &grouped) {
+            assert_eq!(env.scratch.last_spirv_gemm(), grouped_stacks, "{what}");
+            check(&env, &again.outs, " grouped");
+            grouped_ran += 1;
         }
+    }
+    if grouped_stacks.is_some() && spirv_required() {
+        assert!(grouped_ran > 0, "{test}: the grouped stack never ran");
     }
     // Under `Cm2Stack::Auto` (the default; this device's is `Always`) only
     // where it pays (`cm2::stack_pays`, whose unit test has the cases): on

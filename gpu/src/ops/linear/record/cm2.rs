@@ -293,13 +293,14 @@ pub fn cm2_split_gemm(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<&'static Cm2Gemm> {
 }
 
 /// The GEMM that takes up to three f16 layers of one input in one launch
-/// on a device with `cm2` ([`CM2_STACK_GEMMS`]), if one fits.
-pub fn cm2_stack_gemm(cm2: Option<&Cm2Caps>) -> Option<Cm2Kernel> {
+/// on a device with `cm2` ([`CM2_STACK_GEMMS`]), its tiles in groups of
+/// row tiles where `grouped` asks (`Cm2Stack::Grouped`), if one fits.
+pub fn cm2_stack_gemm(cm2: Option<&Cm2Caps>, grouped: bool) -> Option<Cm2Kernel> {
     let caps = usable(cm2).ok()?;
     CM2_STACK_GEMMS
         .iter()
         .zip(&STACK_PROGRAMS)
-        .find(|(g, _)| fits(caps, g).is_ok())
+        .find(|(g, _)| (g.group_m > 0) == grouped && fits(caps, g).is_ok())
         .map(|(gemm, program)| Cm2Kernel { gemm, program })
 }
 
@@ -714,6 +715,7 @@ mod tests {
             ("on", Cm2Stack::Auto),
             ("auto", Cm2Stack::Auto),
             ("always", Cm2Stack::Always),
+            ("grouped", Cm2Stack::Grouped),
         ] {
             assert_eq!(s.parse::<Cm2Stack>(), Ok(want), "{s}");
         }
@@ -1135,9 +1137,12 @@ mod tests {
     #[test]
     fn layers_stack_where_a_layer_alone_is_small_or_the_waves_fill_better() {
         let caps = nvidia();
-        let g = cm2_stack_gemm(Some(&caps))
+        let g = cm2_stack_gemm(Some(&caps), false)
             .expect("the stacked kernel fits")
             .gemm;
+        let grouped = cm2_stack_gemm(Some(&caps), true).expect("the grouped twin fits");
+        assert_eq!(grouped.gemm.name, "gemm_cm2_f16_k32_fast_stack_g8");
+        assert_eq!((grouped.gemm.group_m, g.group_m), (8, 0));
         // (weight rows of each layer, stacked) at 512 rows on 132
         // multiprocessors, tiles of 128 x 256.
         let cases: [(&[u64], bool); 6] = [

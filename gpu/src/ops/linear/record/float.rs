@@ -348,7 +348,7 @@ impl Recorder<'_> {
         out: &GpuTensor,
         scratch: &mut LinearScratch,
     ) -> Result<(), LinearError> {
-        let kernel = cm2::cm2_stack_gemm(self.gpu.cm2())
+        let kernel = cm2::cm2_stack_gemm(self.gpu.cm2(), self.stack_grouped)
             .ok_or_else(|| self.unsupported("no stacked SPIR-V GEMM on this device".into()))?;
         let layers: Vec<(&LinearWeights, &GpuTensor)> = std::iter::once((self.weights, out))
             .chain(fused.more.iter().copied())

@@ -162,12 +162,13 @@ fn stack_unusable(
     } else if gpu.device.limits().max_storage_buffers_per_shader_stage < STACK_STORAGE_BUFFERS {
         Some("the adapter has too few storage bindings per stage")
     } else {
-        let (Some(kernel), Some(caps)) = (cm2_stack_gemm(gpu.cm2()), gpu.cm2()) else {
+        let grouped = stack == Cm2Stack::Grouped;
+        let (Some(kernel), Some(caps)) = (cm2_stack_gemm(gpu.cm2(), grouped), gpu.cm2()) else {
             return Some("the device runs no stacked SPIR-V GEMM");
         };
         let m = x.numel() / first.k.max(1);
         let ns = fused.weights(first).map(|w| w.n);
-        (stack == Cm2Stack::Auto && !stack_pays(caps, kernel.gemm, ns, m))
+        (stack != Cm2Stack::Always && !stack_pays(caps, kernel.gemm, ns, m))
             .then_some("the stacked grid fills its waves no better than the layers one by one")
     }
 }

@@ -79,6 +79,9 @@ pub(super) struct Recorder<'a> {
     pub(super) spirv_check: bool,
     /// [`RecordOptions::gelu_tanh`].
     pub(super) gelu: bool,
+    /// Stacked layers take the stacked kernel's grouped twin
+    /// (`Cm2Stack::Grouped`).
+    pub(super) stack_grouped: bool,
     /// [`RecordOptions::reuse_codes`].
     pub(super) reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
