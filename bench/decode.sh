@@ -27,7 +27,8 @@
 # then bf16-f16 again as bf16-f16-again), STACK_AB (0: 1 also runs
 # bf16-f16 with q/k/v and gate/up one launch each, DYNVRAM_CM2_STACK=off,
 # as bf16-f16-nostack, stacked wherever the kernel can, =always, as
-# bf16-f16-stack-always, then bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
+# bf16-f16-stack-always, as auto with its tiles in groups of row tiles,
+# =grouped, as bf16-f16-stack-grouped, then bf16-f16-again), AGAIN (0: 1 runs int4-f16 a
 # second time, last, as int4-f16-again), WARM_GPU (20: seconds of GEMMs
 # before the timed runs; a fresh H100 ran its first ~20 s of work 4x slow,
 # session 30 — and after it still the first timed prefill of each model,
@@ -97,6 +98,7 @@ if [[ " $parts " == *" dyn "* ]]; then
         # kernel can (where it pays: the default), then the default again.
         DYNVRAM_CM2_STACK=off run bf16-f16-nostack "$dir" --compute-dtype f16
         DYNVRAM_CM2_STACK=always run bf16-f16-stack-always "$dir" --compute-dtype f16
+        DYNVRAM_CM2_STACK=grouped run bf16-f16-stack-grouped "$dir" --compute-dtype f16
         run bf16-f16-again "$dir" --compute-dtype f16
     fi
 fi

@@ -54,6 +54,7 @@ variants = [
     ("bf16-f16-int", "f16"),
     ("bf16-f16-nostack", "f16"),
     ("bf16-f16-stack-always", "f16"),
+    ("bf16-f16-stack-grouped", "f16"),
     ("bf16-f16-again", "f16"),
     ("int4-f16-sync", "q4_0"),
     ("int4-f16-spread", "q4_0"),
