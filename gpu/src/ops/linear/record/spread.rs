@@ -148,7 +148,12 @@ impl Recorder<'_> {
         ];
         // Every workgroup of a normed row reads the whole row.
         let rotation_reads = m * k * x.dtype.size() * if norm.is_some() { chunks + 1 } else { 1 };
-        let kw = k / 4;
+        let rotation_flops = m * k * 2 * u64::from(g.max(2).ilog2());
+        let (kw, eps_bits, grid) = (
+            k / 4,
+            norm.map_or(0, |n| n.eps.to_bits()),
+            (chunks as u32, m as u32),
+        );
         if self.spread == SpreadQuant::OneLaunch {
             let codes = scratch.codes(gpu, m * kw * 4)?;
             let scales = scratch.scales(gpu, m * 4)?;
@@ -175,15 +180,15 @@ impl Recorder<'_> {
                         rows: m as u32,
                         k: k as u32,
                         kw: kw as u32,
-                        eps_bits: norm.map_or(0, |n| n.eps.to_bits()),
+                        eps_bits,
                         _pad: [0; 4],
                     },
-                    (chunks as u32, m as u32),
+                    grid,
+                    // The last workgroup reads the row back and codes it.
                     Cost::new(
-                        // The last workgroup reads the row back.
                         rotation_reads + m * k * 4,
                         m * (k + chunks) * 4 + m * kw * 4 + m * 4,
-                        m * k * 2 * u64::from(g.max(2).ilog2()) + 4 * m * k,
+                        rotation_flops + 4 * m * k,
                     ),
                 )?;
             }
@@ -211,15 +216,11 @@ impl Recorder<'_> {
                     rows: m as u32,
                     k: k as u32,
                     chunks: chunks as u32,
-                    eps_bits: norm.map_or(0, |n| n.eps.to_bits()),
+                    eps_bits,
                     _pad: [0; 4],
                 },
-                (chunks as u32, m as u32),
-                Cost::new(
-                    rotation_reads,
-                    m * (k + chunks) * 4,
-                    m * k * 2 * u64::from(g.max(2).ilog2()),
-                ),
+                grid,
+                Cost::new(rotation_reads, m * (k + chunks) * 4, rotation_flops),
             )?;
         }
         let codes = if self.spread == SpreadQuant::CodeKernel {
