@@ -154,146 +154,112 @@ impl Recorder<'_> {
             norm.map_or(0, |n| n.eps.to_bits()),
             (chunks as u32, m as u32),
         );
-        if self.spread == SpreadQuant::OneLaunch {
-            let codes = scratch.codes(gpu, m * kw * 4)?;
-            let scales = scratch.scales(gpu, m * 4)?;
-            let arrived = scratch.arrived(gpu, m * 4)?;
-            if !reuse {
-                let mut constants = Constants::from_slice(&int.quant_constants(int.w4));
-                constants.extend(rotation_constants);
-                let norm_w = norm.map_or(buf(&dummy, 0, 16), |n| n.weight.binding());
-                self.dispatch_at(
-                    encoder,
-                    "linear_rotate_codes",
-                    shaders::ROTATE_CODES,
-                    &constants,
-                    &[
-                        (0, x.binding()),
-                        (1, buf(&codes, 0, m * kw * 4)),
-                        (2, buf(&scales, 0, m * 4)),
-                        (3, norm_w),
-                        (4, buf(&rows, 0, m * k * 4)),
-                        (5, buf(&chunk_max, 0, m * chunks * 4)),
-                        (6, buf(&arrived, 0, m * 4)),
-                    ],
-                    QuantParams {
-                        rows: m as u32,
-                        k: k as u32,
-                        kw: kw as u32,
-                        eps_bits,
-                        _pad: [0; 4],
-                    },
-                    grid,
-                    // The last workgroup reads the row back and codes it.
-                    Cost::new(
-                        rotation_reads + m * k * 4,
-                        m * (k + chunks) * 4 + m * kw * 4 + m * 4,
-                        rotation_flops + 4 * m * k,
-                    ),
-                )?;
-            }
-            scratch.set_codes_key(Some(key));
-            let input = || GemvInput::Codes {
-                codes: buf(&codes, 0, m * k),
-                scales: buf(&scales, 0, m * 4),
-            };
-            return self.spread_gemvs(encoder, int, fast, epi, out, &dummy, input);
-        }
+        // Codes and scales, as a quantization launch writes them, for every
+        // mode but `InGemv` (whose GEMV codes the rotated rows itself).
+        let codes = if self.spread == SpreadQuant::InGemv {
+            None
+        } else {
+            Some((scratch.codes(gpu, m * kw * 4)?, scratch.scales(gpu, m * 4)?))
+        };
         if !reuse {
             let norm_w = norm.map_or(buf(&dummy, 0, 16), |n| n.weight.binding());
-            self.dispatch(
-                encoder,
-                "linear_rotate_max",
-                shaders::ROTATE_MAX,
-                &rotation_constants,
-                [
-                    x.binding(),
-                    buf(&rows, 0, m * k * 4),
-                    buf(&chunk_max, 0, m * chunks * 4),
-                    norm_w,
-                ],
-                RotateMaxParams {
-                    rows: m as u32,
-                    k: k as u32,
-                    chunks: chunks as u32,
-                    eps_bits,
-                    _pad: [0; 4],
-                },
-                grid,
-                Cost::new(rotation_reads, m * (k + chunks) * 4, rotation_flops),
-            )?;
-        }
-        let codes = if self.spread == SpreadQuant::CodeKernel {
-            let codes = scratch.codes(gpu, m * kw * 4)?;
-            let scales = scratch.scales(gpu, m * 4)?;
-            if !reuse {
-                // The rotated rows are f32 whatever the activations are.
-                let mut rec = *self;
-                rec.act = ActDtype::F32;
-                let constants = int.quant_constants(int.w4);
-                let mut all = Constants::from_slice(&constants);
-                all.extend([
-                    ("WGS", f64::from(CODES_WGS)),
-                    ("QCHUNK", f64::from(s.chunk)),
-                ]);
-                rec.dispatch(
-                    encoder,
-                    "linear_rotated_codes",
-                    shaders::ROTATED_CODES,
-                    &all,
-                    [
-                        buf(&rows, 0, m * k * 4),
-                        buf(&codes, 0, m * kw * 4),
-                        buf(&scales, 0, m * 4),
-                        buf(&chunk_max, 0, m * chunks * 4),
-                    ],
-                    QuantParams {
-                        rows: m as u32,
-                        k: k as u32,
-                        kw: kw as u32,
-                        eps_bits: 0,
-                        _pad: [0; 4],
-                    },
-                    (kw.div_ceil(u64::from(CODES_WGS)) as u32, m as u32),
-                    Cost::new(
-                        m * k * 4 + m * chunks * 4 * kw.div_ceil(u64::from(CODES_WGS)),
-                        m * kw * 4 + m * 4,
-                        4 * m * k,
-                    ),
-                )?;
+            match &codes {
+                Some((codes, scales)) if self.spread == SpreadQuant::OneLaunch => {
+                    let arrived = scratch.arrived(gpu, m * 4)?;
+                    let mut constants = Constants::from_slice(&int.quant_constants(int.w4));
+                    constants.extend(rotation_constants);
+                    self.dispatch_at(
+                        encoder,
+                        "linear_rotate_codes",
+                        shaders::ROTATE_CODES,
+                        &constants,
+                        &[
+                            (0, x.binding()),
+                            (1, buf(codes, 0, m * kw * 4)),
+                            (2, buf(scales, 0, m * 4)),
+                            (3, norm_w),
+                            (4, buf(&rows, 0, m * k * 4)),
+                            (5, buf(&chunk_max, 0, m * chunks * 4)),
+                            (6, buf(&arrived, 0, m * 4)),
+                        ],
+                        QuantParams {
+                            rows: m as u32,
+                            k: k as u32,
+                            kw: kw as u32,
+                            eps_bits,
+                            _pad: [0; 4],
+                        },
+                        grid,
+                        // The last workgroup reads the row back and codes it.
+                        Cost::new(
+                            rotation_reads + m * k * 4,
+                            m * (k + chunks) * 4 + m * kw * 4 + m * 4,
+                            rotation_flops + 4 * m * k,
+                        ),
+                    )?;
+                }
+                codes => {
+                    self.dispatch(
+                        encoder,
+                        "linear_rotate_max",
+                        shaders::ROTATE_MAX,
+                        &rotation_constants,
+                        [
+                            x.binding(),
+                            buf(&rows, 0, m * k * 4),
+                            buf(&chunk_max, 0, m * chunks * 4),
+                            norm_w,
+                        ],
+                        RotateMaxParams {
+                            rows: m as u32,
+                            k: k as u32,
+                            chunks: chunks as u32,
+                            eps_bits,
+                            _pad: [0; 4],
+                        },
+                        grid,
+                        Cost::new(rotation_reads, m * (k + chunks) * 4, rotation_flops),
+                    )?;
+                    if let Some((codes, scales)) = codes {
+                        // The rotated rows are f32 whatever the activations are.
+                        let mut rec = *self;
+                        rec.act = ActDtype::F32;
+                        let constants = int.quant_constants(int.w4);
+                        let mut all = Constants::from_slice(&constants);
+                        all.extend([
+                            ("WGS", f64::from(CODES_WGS)),
+                            ("QCHUNK", f64::from(s.chunk)),
+                        ]);
+                        rec.dispatch(
+                            encoder,
+                            "linear_rotated_codes",
+                            shaders::ROTATED_CODES,
+                            &all,
+                            [
+                                buf(&rows, 0, m * k * 4),
+                                buf(codes, 0, m * kw * 4),
+                                buf(scales, 0, m * 4),
+                                buf(&chunk_max, 0, m * chunks * 4),
+                            ],
+                            QuantParams {
+                                rows: m as u32,
+                                k: k as u32,
+                                kw: kw as u32,
+                                eps_bits: 0,
+                                _pad: [0; 4],
+                            },
+                            (kw.div_ceil(u64::from(CODES_WGS)) as u32, m as u32),
+                            Cost::new(
+                                m * k * 4 + m * chunks * 4 * kw.div_ceil(u64::from(CODES_WGS)),
+                                m * kw * 4 + m * 4,
+                                4 * m * k,
+                            ),
+                        )?;
+                    }
+                }
             }
-            Some((codes, scales))
-        } else {
-            None
-        };
+        }
         scratch.set_codes_key(Some(key));
-        let input = || match &codes {
-            Some((codes, scales)) => GemvInput::Codes {
-                codes: buf(codes, 0, m * k),
-                scales: buf(scales, 0, m * 4),
-            },
-            None => GemvInput::Rotated {
-                rows: buf(&rows, 0, m * k * 4),
-                chunk_max: buf(&chunk_max, 0, m * chunks * 4),
-                chunk: s.chunk,
-            },
-        };
-        self.spread_gemvs(encoder, int, fast, epi, out, &dummy, input)
-    }
-
-    /// The GEMVs of an integer layer over the spread quantization's
-    /// `input`, chunk by chunk.
-    #[allow(clippy::too_many_arguments)]
-    fn spread_gemvs<'b>(
-        &self,
-        encoder: &mut Encoder,
-        int: &IntPath,
-        fast: bool,
-        epi: IntEpilogue,
-        out: &GpuTensor,
-        dummy: &wgpu::Buffer,
-        input: impl Fn() -> GemvInput<'b>,
-    ) -> Result<(), LinearError> {
         let scale = self
             .weights
             .scale
@@ -303,12 +269,26 @@ impl Recorder<'_> {
             .gemv
             .ok_or_else(|| self.unsupported("the spread quantization needs the GEMV".into()))?;
         for c in self.chunks()? {
-            let bias = self.weights.bias.as_ref().map_or(buf(dummy, 0, 16), region);
+            let bias = self
+                .weights
+                .bias
+                .as_ref()
+                .map_or(buf(&dummy, 0, 16), region);
             let ops = GemvOperands {
                 scale: region(scale),
                 bias,
                 out: out.binding(),
-                input: input(),
+                input: match &codes {
+                    Some((codes, scales)) => GemvInput::Codes {
+                        codes: buf(codes, 0, m * k),
+                        scales: buf(scales, 0, m * 4),
+                    },
+                    None => GemvInput::Rotated {
+                        rows: buf(&rows, 0, m * k * 4),
+                        chunk_max: buf(&chunk_max, 0, m * chunks * 4),
+                        chunk: s.chunk,
+                    },
+                },
             };
             self.int_gemv_rows(encoder, &c, shape, int, fast, epi, ops)?;
         }
