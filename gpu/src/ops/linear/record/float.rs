@@ -15,7 +15,7 @@ use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
-use crate::device::Cm2Split;
+use crate::device::{Cm2Split, Cm2Stack};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
@@ -348,7 +348,7 @@ impl Recorder<'_> {
         out: &GpuTensor,
         scratch: &mut LinearScratch,
     ) -> Result<(), LinearError> {
-        let kernel = cm2::cm2_stack_gemm(self.gpu.cm2(), self.stack_grouped)
+        let kernel = cm2::cm2_stack_gemm(self.gpu.cm2(), self.cm2_stack == Cm2Stack::Grouped)
             .ok_or_else(|| self.unsupported("no stacked SPIR-V GEMM on this device".into()))?;
         let layers: Vec<(&LinearWeights, &GpuTensor)> = std::iter::once((self.weights, out))
             .chain(fused.more.iter().copied())

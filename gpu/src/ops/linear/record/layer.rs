@@ -110,8 +110,7 @@ pub(super) fn record(
         cm2_kernel: opts.cm2_kernel,
         spirv_check: opts.spirv_check,
         gelu: opts.gelu_tanh,
-        stack_grouped: opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack())
-            == crate::device::Cm2Stack::Grouped,
+        cm2_stack: opts.cm2_stack.unwrap_or_else(|| gpu.cm2_stack()),
         reuse_codes: opts.reuse_codes,
         quant_wgs: opts.quant_wgs,
         spread: if opts.quantize_apart {

@@ -11,7 +11,7 @@ use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
 use super::gemv_shape::{GEMV_MAX_M, GemvShape};
-use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, Gpu, GpuError, SpirvGemm, SpreadQuant};
+use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, Cm2Stack, Gpu, GpuError, SpirvGemm, SpreadQuant};
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch, launch_spirv};
@@ -79,9 +79,8 @@ pub(super) struct Recorder<'a> {
     pub(super) spirv_check: bool,
     /// [`RecordOptions::gelu_tanh`].
     pub(super) gelu: bool,
-    /// Stacked layers take the stacked kernel's grouped twin
-    /// (`Cm2Stack::Grouped`).
-    pub(super) stack_grouped: bool,
+    /// How linears of one input share a SPIR-V GEMM launch.
+    pub(super) cm2_stack: Cm2Stack,
     /// [`RecordOptions::reuse_codes`].
     pub(super) reuse_codes: bool,
     /// [`RecordOptions::quant_wgs`].
