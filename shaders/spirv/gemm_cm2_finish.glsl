@@ -1,5 +1,6 @@
 // The float linears' epilogue (gemm_cm2.glsl, unsplit): the bias where
-// flagged (bit 0), GELU (tanh) where flagged (bit 3), then the store, for the output cm2_store.glsl's macros name.
+// flagged (bit 0), GELU (tanh) where flagged (bit 3), then the store, for
+// the output cm2_store.glsl's macros name.
 // STACK kernels include it (with cm2_store.glsl) once per weight with
 // BIAS_FN, BIAS_BUF and FINISH naming that weight's.
 #include "cm2_store.glsl"
