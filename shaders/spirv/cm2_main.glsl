@@ -6,15 +6,15 @@
 // the shared tile `put_w` fills each step (the next step's global reads,
 // `fetch_w`, in flight meanwhile). Loads past M, N and K read 0.
 //
-// SPLIT 1: split K. Workgroup row y is row tile y % m_tiles of split
-// y / m_tiles (`split_of`), which sums K columns [split · k_span, + k_span)
-// and hands `finish` its partial sums.
+// SPLIT 1: split K. Workgroup row y is row tile `split_row_tile` of split
+// `split_of`, which sums K columns [split · k_span, + k_span) — all of K
+// where `whole_tile` — and hands `finish` its sums.
 //
 // needs: A_T, ACC_T, ACT, STAGED, finish, w
 // STACK: included once per weight with TILE_FN (the function of one output
 // tile, called with its first column), W_BUF, N_ROWS and FINISH naming that
 // weight's buffer, rows and epilogue; the includer's main picks the weight.
-// needs with SPLIT: split_of
+// needs with SPLIT: split_of, split_row_tile, whole_tile
 // needs with STAGED: B_PITCH (of `b_sh`'s elements), LOADS, W_RAW, b_sh,
 // fetch_w, put_w
 
@@ -94,10 +94,11 @@ void main() {
     uint n0 = tile_of().x * BN;
 #endif
 #if SPLIT
-    uint m0 = (gl_WorkGroupID.y % ((p.m + BM - 1u) / BM)) * BM;
-    uint k_lo = split_of() * (p.k_span & ~255u);
+    uint m0 = split_row_tile() * BM;
+    uint span = whole_tile() ? p.k : (p.k_span & ~255u);
+    uint k_lo = split_of() * span;
     // An empty split (past K) stores zeros.
-    uint k_hi = max(k_lo, min(p.k, k_lo + p.k_span));
+    uint k_hi = max(k_lo, min(p.k, k_lo + span));
 #else
     uint m0 = tile_of().y * BM;
     // The whole of K, as the compiler sees it without a split.

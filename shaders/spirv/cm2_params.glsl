@@ -23,8 +23,9 @@ layout(push_constant) uniform Params {
     uint n1;
     uint n2;
 #else
-    // SPLIT kernels: K columns of one split (a multiple of BK · FAST_UNROLL).
+    // SPLIT kernels: K columns of one split (a multiple of BK · FAST_UNROLL),
+    // and the row tiles before the split ones that take all of K.
     uint k_span;
-    uint pad1;
+    uint whole;
 #endif
 } p;

@@ -18,11 +18,16 @@
 //   WEIGHT_BF16 (0 or 1), BM, BN, BK, WG (invocations)
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
 //
-// SPLIT 1 (split K, for grids too small to fill the GPU): the dispatch is
-// (ceil(n / BN), ceil(m / BM) · splits, 1), and each split writes its f32
-// partial sums, no bias, to its own [m, n] tile of `part` (binding 4) at
-// element split · m · n; linear_split_sum.wgsl adds them up, adds the bias
-// and rounds once to f16.
+// SPLIT 1 (split K: grids too small to fill the GPU, or the tiles of a
+// grid's last, partly filled wave): the first `whole` row tiles take all of
+// K with the epilogue above, into `y`; the rest, rows [whole · BM, m), are
+// split. The dispatch is (ceil(n / BN), whole + tail · splits, 1), tail =
+// ceil(m / BM) - whole, and each split writes its f32 partial sums of the
+// tail's rows, no bias, to its own [m - whole · BM, n] tile of `part`
+// (binding 5) at element split · (m - whole · BM) · n;
+// linear_split_sum.wgsl adds them up, adds the bias and rounds once to f16.
+// The whole tiles come first in the grid, so the split ones fill the wave
+// the whole ones leave partly empty.
 //
 // STACK 3 (q/k/v, gate/up at prefill: launches of one input whose grids
 // each fill too little of the GPU): up to three f16 weights of one K in one
@@ -44,11 +49,27 @@ layout(set = 0, binding = 0, std430) readonly buffer Weights { float16_t w[]; };
 layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
 layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
 #if SPLIT
-layout(set = 0, binding = 4, std430) writeonly buffer Part { float part[]; };
+layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
+layout(set = 0, binding = 5, std430) writeonly buffer Part { float part[]; };
 
-// The split of this workgroup's K columns.
+// The row tiles of the tail, the split ones.
+uint tail_tiles() {
+    return (p.m + BM - 1u) / BM - p.whole;
+}
+
+// Whether this workgroup's tile takes the whole of K.
+bool whole_tile() {
+    return gl_WorkGroupID.y < p.whole;
+}
+
+// The split of this workgroup's K columns (0 for a whole tile).
 uint split_of() {
-    return gl_WorkGroupID.y / ((p.m + BM - 1u) / BM);
+    return whole_tile() ? 0u : (gl_WorkGroupID.y - p.whole) / tail_tiles();
+}
+
+// This workgroup's row tile.
+uint split_row_tile() {
+    return whole_tile() ? gl_WorkGroupID.y : p.whole + (gl_WorkGroupID.y - p.whole) % tail_tiles();
 }
 #elif STACK
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
@@ -88,13 +109,26 @@ void put_w(uint i, uvec2 v) {
 #endif
 
 #if SPLIT
-// Stores the split's partial sums (bounded at M and the chunk's columns).
+#define BIAS_FN add_bias
+#define BIAS_BUF bias
+#define FINISH finish_whole
+#include "gemm_cm2_finish.glsl"
+#undef FINISH
+
+// A whole tile's epilogue, or the split's partial sums of a tail tile
+// (bounded at M and the chunk's columns).
 void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
+    if (whole_tile()) {
+        finish_whole(acc, m0, n0);
+        return;
+    }
+    uint row0 = p.whole * BM;
+    uint rows = p.m - row0;
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> t =
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    t = setTensorLayoutDimensionNV(t, p.m, p.n);
+    t = setTensorLayoutDimensionNV(t, rows, p.n);
     t = setTensorLayoutStrideNV(t, p.n, 1u);
-    coopMatStoreTensorNV(acc, part, split_of() * p.m * p.n, sliceTensorLayoutNV(t, m0, BM, n0, BN));
+    coopMatStoreTensorNV(acc, part, split_of() * rows * p.n, sliceTensorLayoutNV(t, m0 - row0, BM, n0, BN));
 }
 #endif
 

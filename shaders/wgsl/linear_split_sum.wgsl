@@ -2,8 +2,10 @@
 // `splits` tiles of f32 partial sums, [m, n] each one after another in
 // `part`, added in split order, the bias added in f32 (flags bit 0), GELU
 // (tanh) on that (flags bit 3, as the unsplit kernel's epilogue), and
-// rounded once to the output's `act` at (row, n_base + col) of the layer's
-// [m, out_stride] output — the one rounding the unsplit kernel makes. A
+// rounded once to the output's `act` at (row0 + row, n_base + col) of the
+// layer's [*, out_stride] output — the one rounding the unsplit kernel
+// makes. `m` rows: those of the tiles that split (the last ones where the
+// GEMM took the first tiles whole). A
 // grid-stride loop over 256-invocation workgroups; where n is a multiple
 // of 4 (QUADS) each step reads four columns with 16-byte loads (scalar
 // loads ran at 1.3 TB/s on the H100).
@@ -21,8 +23,9 @@ struct Params {
     out_stride: u32,
     splits: u32,
     flags: u32,
+    // The output row of the partial sums' first.
+    row0: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> part: array<vec4<f32>>;
@@ -53,7 +56,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             if gelu {
                 s = vec4<f32>(gelu_tanh(s.x), gelu_tanh(s.y), gelu_tanh(s.z), gelu_tanh(s.w));
             }
-            let o = row * p.out_stride + p.n_base + col;
+            let o = (p.row0 + row) * p.out_stride + p.n_base + col;
             y[o] = act(s.x);
             y[o + 1u] = act(s.y);
             y[o + 2u] = act(s.z);
@@ -75,6 +78,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if gelu {
             s = gelu_tanh(s);
         }
-        y[row * p.out_stride + p.n_base + col] = act(s);
+        y[(p.row0 + row) * p.out_stride + p.n_base + col] = act(s);
     }
 }

@@ -700,20 +700,27 @@ impl std::str::FromStr for Cm2Bf16 {
     }
 }
 
-/// Whether a GEMM whose tiles fill at most half the GPU splits K across
+/// Whether a GEMM whose tiles fill at most half the GPU, or the tiles of
+/// a grid's last wave where they fill at most half of it, split K across
 /// workgroups (the embedder's choice; the CLI reads `DYNVRAM_CM2_SPLIT`).
 /// Prefill's 512 rows on a 4096-wide layer are 64 tiles of 128 x 256 on
 /// 132 multiprocessors: [`Self::Auto`], the default, splits K in as many
 /// parts as fill the GPU (at most 8, where K is at least
 /// [`SPLIT_MIN_K`] and the kernel has a split variant), as llama.cpp does;
-/// [`Self::Off`] takes the narrower tiles for small grids instead. Each
-/// split writes f32 partial sums (at most one wave of tiles' worth of
-/// scratch) that one more launch adds up.
+/// [`Self::Off`] takes the narrower tiles for small grids instead. FLUX.1's
+/// `linear2` (4608 x 3072) is 432 tiles, three whole waves and 36 tiles:
+/// under [`Self::Auto`] the last 3 row tiles split K in 3 (108 workgroups
+/// beside nothing, a third as long). Each split writes f32 partial sums
+/// (at most one wave of tiles' worth of scratch) that one more launch adds
+/// up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Split {
-    /// Split where the tiles fill at most half the multiprocessors.
+    /// Split where the tiles fill at most half the multiprocessors, and the
+    /// tiles of a last wave that fill at most half of it.
     #[default]
     Auto,
+    /// Split small grids only (the last waves whole).
+    Small,
     /// Never split.
     Off,
     /// This many splits wherever the kernel has a split variant (tools).
@@ -732,11 +739,12 @@ impl std::str::FromStr for Cm2Split {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "" | "auto" | "on" => Ok(Self::Auto),
+            "small" => Ok(Self::Small),
             "off" | "0" | "1" => Ok(Self::Off),
             n => match n.parse::<u32>() {
                 Ok(n) if n <= 64 => Ok(Self::Splits(n)),
                 _ => Err(format!(
-                    "split K `{n}`: want auto, off or a number of splits up to 64"
+                    "split K `{n}`: want auto, small, off or a number of splits up to 64"
                 )),
             },
         }

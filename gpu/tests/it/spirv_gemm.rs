@@ -612,6 +612,63 @@ fn split_spirv_gemm_matches_the_reference() {
     }
 }
 
+/// The automatic split of a grid's last wave (`Cm2Split::Auto`): on a
+/// device of S multiprocessors, S / 2 + 1 row tiles of two column tiles are
+/// S + 2 tiles, a last wave of 2: the first S / 2 row tiles take all of K
+/// with the epilogue, the last (a partial one: M ends 3 rows into it) splits
+/// K in 8. Two launches (the GEMM, the sum of the tail's partial sums), the
+/// first whole tile's rows and the tail's against the reference (the whole
+/// of M would take the CPU reference ~20 s), with and without GELU and
+/// bias.
+#[test]
+fn last_wave_split_matches_the_reference() {
+    use dynvram_gpu::device::Cm2Split;
+    let test = "last_wave_split_matches_the_reference";
+    let Some((mut env, caps)) = cm2_env(test) else {
+        return;
+    };
+    if let Err(why) = cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None) {
+        spirv_skipped(&format!("{test}: skipped: {why}"));
+        return;
+    }
+    let sms = caps.sm_count as usize;
+    if sms < 8 {
+        spirv_skipped(&format!(
+            "{test}: skipped: the device counts {sms} multiprocessors"
+        ));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(64);
+    let (rows, n, k) = (sms / 2 + 1, 512, 2048);
+    let m = rows * 128 - 125;
+    let x = random_x(&mut rng, m, k);
+    for (gelu, bias) in [(false, true), (true, false)] {
+        let h = HostLayer::random(&mut rng, Format::F16, n, k, bias);
+        let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
+        let opts = RecordOptions {
+            gelu_tanh: gelu,
+            cm2_split: Some(Cm2Split::Auto),
+            ..Default::default()
+        };
+        let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
+        let what = format!("M={m} N={n} K={k} gelu={gelu} bias={bias}");
+        assert_eq!(
+            env.scratch.last_dispatches(),
+            2,
+            "{what}: the GEMM and the sum"
+        );
+        let tail0 = (rows - 1) * 128;
+        for (r0, r1) in [(0, 64), (tail0 - 8, m)] {
+            let e = with_gelu(
+                gemm_f32(&x[r0 * k..r1 * k], &wf, k, h.bias_f32().as_deref()),
+                gelu,
+            );
+            let got = &y[r0 * n..r1 * n];
+            assert_f16_close(&format!("{what} rows {r0}..{r1}"), got, &e, 1e-5);
+        }
+    }
+}
+
 /// Layers of one input uploaded for `record_linears_fused`: weights, the
 /// f16 input `[M, K]` and an f16 output for each.
 struct StackCase {

@@ -30,6 +30,18 @@ use crate::tensor::ActDtype;
 /// weight scale, bias, activations (read-only), output.
 const BINDINGS: [(u32, bool); 5] = [(0, true), (1, true), (2, true), (3, true), (4, false)];
 
+/// The bindings of the split float linears (`SPLIT` in
+/// `shaders/spirv/gemm_cm2.glsl`): [`BINDINGS`], then the f32 partial sums
+/// (written).
+const SPLIT_BINDINGS: [(u32, bool); 6] = [
+    (0, true),
+    (1, true),
+    (2, true),
+    (3, true),
+    (4, false),
+    (5, false),
+];
+
 /// The bindings of the integer linears (`linear_int_common.wgsl`): weights,
 /// weight scale, bias, activation codes, their scales (read-only), output.
 const INT_BINDINGS: [(u32, bool); 6] = [
@@ -81,7 +93,9 @@ pub(super) struct Cm2Params {
     /// kernels (`STACK`): the second weight's rows, where the first's are
     /// `n` (its output its own: `n_base` 0, `out_stride` `n`).
     pub k_span: u32,
-    /// Stacked kernels: the third weight's rows (0: none); else 0.
+    /// Stacked kernels: the third weight's rows (0: none). Split kernels:
+    /// the row tiles before the split ones that take all of K
+    /// ([`SplitPlan::whole`]).
     pub n2: u32,
 }
 const _: () = assert!(size_of::<Cm2Params>() == 32);
@@ -118,7 +132,17 @@ const fn stack_program(g: &'static Cm2Gemm) -> SpirvProgram {
 
 /// The programs of [`CM2_SPLIT_GEMMS`], in the same order.
 static SPLIT_PROGRAMS: [SpirvProgram; CM2_SPLIT_GEMMS.len()] =
-    spirv_programs!(CM2_SPLIT_GEMMS, program);
+    spirv_programs!(CM2_SPLIT_GEMMS, split_program);
+
+/// The program of a split GEMM `g`.
+const fn split_program(g: &'static Cm2Gemm) -> SpirvProgram {
+    SpirvProgram {
+        spirv: g.spirv,
+        entry: "main",
+        bindings: &SPLIT_BINDINGS,
+        immediate_size: size_of::<Cm2Params>() as u32,
+    }
+}
 
 /// [`LINEAR_CHECK`]'s program.
 static CHECK_PROGRAM: SpirvProgram = program(&LINEAR_CHECK);
@@ -498,33 +522,87 @@ fn tiles(g: &Cm2Gemm, (m, n): (u64, u64)) -> u64 {
     m.div_ceil(u64::from(g.tile_m)) * n.div_ceil(u64::from(g.tile_n))
 }
 
+/// How a GEMM's K splits ([`splits`]): the row tiles that take all of K,
+/// first in the grid, then the rest split in `splits` parts of `span`
+/// columns each (the last may be shorter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SplitPlan {
+    /// K columns a split sums.
+    pub span: u64,
+    /// Splits of each tile past the whole ones (1: none).
+    pub splits: u64,
+    /// Row tiles taken whole, before the split ones.
+    pub whole: u64,
+}
+
+impl SplitPlan {
+    /// All of `k` in one piece: no split.
+    pub fn unsplit(k: u64) -> Self {
+        Self {
+            span: k,
+            splits: 1,
+            whole: 0,
+        }
+    }
+
+    /// The rows of `m` that split (`m` where every tile does), of tiles
+    /// `tile_m` high.
+    pub fn split_rows(&self, m: u64, tile_m: u32) -> u64 {
+        m.saturating_sub(self.whole * u64::from(tile_m))
+    }
+}
+
 /// How K of a GEMM of `g`'s tiles over `(m, n)` x `k` splits under
-/// `split` on a device of `sm_count` multiprocessors (0: unknown), as
-/// [`split_span`]'s (columns a split, splits); 1 split for none.
-/// [`Cm2Split::Auto`]: as many as fill the device where the tiles fill at
-/// most half of it and K is at least [`SPLIT_MIN_K`], at most
-/// [`SPLIT_MAX`] — at most one wave of workgroups, so the partial sums are
-/// at most `sm_count` tiles of f32.
+/// `split` on a device of `sm_count` multiprocessors (0: unknown); 1 split
+/// for none. [`Cm2Split::Auto`] and [`Cm2Split::Small`]: as many as fill
+/// the device where the tiles fill at most half of it and K is at least
+/// [`SPLIT_MIN_K`], at most [`SPLIT_MAX`] — at most one wave of
+/// workgroups, so the partial sums are at most `sm_count` tiles of f32.
+/// [`Cm2Split::Auto`] too: where the grid's last wave is at most half
+/// full, the row tiles holding it ([`last_wave_split`]).
 pub(super) fn splits(
     split: Cm2Split,
     sm_count: u32,
     g: &Cm2Gemm,
     shape: (u64, u64),
     k: u64,
-) -> (u64, u64) {
-    let want = match split {
-        Cm2Split::Off => 1,
-        Cm2Split::Splits(n) => u64::from(n),
-        Cm2Split::Auto => {
-            let (sms, tiles) = (u64::from(sm_count), tiles(g, shape));
-            if sms == 0 || k < SPLIT_MIN_K || 2 * tiles > sms {
-                1
-            } else {
-                (sms / tiles).min(SPLIT_MAX)
-            }
-        }
+) -> SplitPlan {
+    let (sms, tiles) = (u64::from(sm_count), tiles(g, shape));
+    let (want, whole) = match split {
+        Cm2Split::Off => (1, 0),
+        Cm2Split::Splits(n) => (u64::from(n), 0),
+        _ if sms == 0 || k < SPLIT_MIN_K => (1, 0),
+        _ if 2 * tiles <= sms => ((sms / tiles).min(SPLIT_MAX), 0),
+        Cm2Split::Small => (1, 0),
+        Cm2Split::Auto => last_wave_split(sms, g, shape),
     };
-    split_span(k, want)
+    let (span, splits) = split_span(k, want);
+    SplitPlan {
+        span,
+        splits,
+        whole: if splits > 1 { whole } else { 0 },
+    }
+}
+
+/// Where the last wave of `g`'s tiles over `(m, n)` on `sms`
+/// multiprocessors is at most half full: (the splits of the row tiles that
+/// hold it, as many as fill the places the whole tiles leave in their last
+/// wave, at most [`SPLIT_MAX`]; the row tiles before them); else `(1, 0)`.
+/// One workgroup of 128 x 256 a multiprocessor: FLUX.1's `linear2` (4608 x
+/// 3072, 36 x 12 tiles, 432 on 132) runs 33 row tiles whole (three waves)
+/// and the last 3 (36 tiles) in 3 splits.
+fn last_wave_split(sms: u64, g: &Cm2Gemm, (m, n): (u64, u64)) -> (u64, u64) {
+    let last = tiles(g, (m, n)) % sms;
+    if last == 0 || 2 * last > sms {
+        return (1, 0);
+    }
+    let cols = n.div_ceil(u64::from(g.tile_n));
+    let rows = m.div_ceil(u64::from(g.tile_m));
+    let tail = last.div_ceil(cols).min(rows);
+    let whole = rows - tail;
+    // The places the whole tiles leave free in their last wave.
+    let room = sms - (whole * cols) % sms;
+    ((room / (tail * cols)).min(SPLIT_MAX), whole)
 }
 
 /// The K columns each split sums and the splits that makes, for `k` in
@@ -548,21 +626,21 @@ pub(super) fn split_partial_bytes(splits: u64, (m, n): (u64, u64)) -> u64 {
     (splits * m * n * 4).next_multiple_of(16)
 }
 
-/// The split-K variant of `g` and its (columns a split, splits) for a GEMM
-/// over `shape` (M, N) x `k` where `split` splits it there ([`splits`])
-/// and `g` has a variant that fits the device.
+/// The split-K variant of `g` and its [`SplitPlan`] for a GEMM over
+/// `shape` (M, N) x `k` where `split` splits it there ([`splits`]) and `g`
+/// has a variant that fits the device.
 pub(super) fn split_of(
     caps: &Cm2Caps,
     split: Cm2Split,
     g: &Cm2Gemm,
     shape: (u64, u64),
     k: u64,
-) -> Option<(Cm2Kernel, (u64, u64))> {
-    let span = splits(split, caps.sm_count, g, shape, k);
-    if span.1 < 2 {
+) -> Option<(Cm2Kernel, SplitPlan)> {
+    let plan = splits(split, caps.sm_count, g, shape, k);
+    if plan.splits < 2 {
         return None;
     }
-    Some((split_variant(caps, g)?, span))
+    Some((split_variant(caps, g)?, plan))
 }
 
 /// The split-K variant of `g` (`NAME_split`, [`CM2_SPLIT_GEMMS`]) where
@@ -616,18 +694,40 @@ mod tests {
         let caps = nvidia();
         let first = cm2_named("gemm_cm2_f16_k32_fast").expect("listed");
         let prefill = (512, 4096);
-        // 64 tiles of 128 x 256 on 132: two splits.
-        assert_eq!(splits(Cm2Split::Auto, 132, first, prefill, 4096), (2048, 2));
-        // 16 tiles: eight (the cap); K too short: none; a full grid: none.
-        assert_eq!(splits(Cm2Split::Auto, 132, first, (512, 1024), 4096).1, 8);
-        assert_eq!(splits(Cm2Split::Auto, 132, first, prefill, 1024).1, 1);
-        assert_eq!(splits(Cm2Split::Auto, 132, first, (4608, 12288), 3072).1, 1);
-        assert_eq!(splits(Cm2Split::Auto, 0, first, prefill, 4096).1, 1);
-        assert_eq!(splits(Cm2Split::Off, 132, first, prefill, 4096).1, 1);
-        assert_eq!(
-            splits(Cm2Split::Splits(3), 132, first, (4608, 12288), 4100).1,
-            3
-        );
+        let plan = |split, shape, k| {
+            let p = splits(split, 132, first, shape, k);
+            (p.span, p.splits, p.whole)
+        };
+        // 64 tiles of 128 x 256 on 132: two splits, every tile.
+        assert_eq!(plan(Cm2Split::Auto, prefill, 4096), (2048, 2, 0));
+        assert_eq!(plan(Cm2Split::Small, prefill, 4096), (2048, 2, 0));
+        // 16 tiles: eight (the cap); K too short: none; a grid whose last
+        // wave is 91 % full (3024 tiles): none.
+        assert_eq!(plan(Cm2Split::Auto, (512, 1024), 4096).1, 8);
+        assert_eq!(plan(Cm2Split::Auto, prefill, 1024).1, 1);
+        assert_eq!(plan(Cm2Split::Auto, (4608, 21504), 3072).1, 1);
+        assert_eq!(splits(Cm2Split::Auto, 0, first, prefill, 4096).splits, 1);
+        assert_eq!(plan(Cm2Split::Off, prefill, 4096).1, 1);
+        assert_eq!(plan(Cm2Split::Splits(3), (4608, 12288), 4100), (1536, 3, 0));
+        // FLUX.1's linear2: 432 tiles, the last wave 36 (27 %): 33 row
+        // tiles whole, the last 3 in 3 splits (108 workgroups).
+        let linear2 = (4608, 3072);
+        assert_eq!(plan(Cm2Split::Auto, linear2, 15360), (5120, 3, 33));
+        assert_eq!(plan(Cm2Split::Small, linear2, 15360).1, 1);
+        assert_eq!(plan(Cm2Split::Auto, linear2, 1024).1, 1);
+        // 1152 tiles (4096 x 9216), the last wave 96 (73 %): whole.
+        assert_eq!(plan(Cm2Split::Auto, (4096, 9216), 3072).1, 1);
+        // 144 tiles (512 x 9216): the last 12 tiles' row tile holds 36, more
+        // than the 24 places the whole ones leave: whole.
+        assert_eq!(plan(Cm2Split::Auto, (512, 9216), 3072).1, 1);
+        // 13 row tiles of 12 (156): 11 whole waves' rows, the last 2 row
+        // tiles (24 tiles) in 5 splits (120 of the 132 places); 14 of 10
+        // (140): the last row tile (10 tiles) beside 130 whole ones has 2
+        // places: whole.
+        let p = splits(Cm2Split::Auto, 132, first, (13 * 128, 12 * 256), 8192);
+        assert_eq!((p.span, p.splits, p.whole), (1792, 5, 11));
+        assert_eq!(p.split_rows(13 * 128 - 5, 128), 2 * 128 - 5);
+        assert_eq!(plan(Cm2Split::Auto, (14 * 128, 10 * 256), 8192).1, 1);
         let split = split_variant(&caps, first).expect("a split variant");
         assert_eq!(split.gemm.name, "gemm_cm2_f16_k32_fast_split");
         assert_eq!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dynvram_quant::Format;
 use dynvram_shaders::linear as shaders;
 
-use super::cm2::{self, Cm2Kernel};
+use super::cm2::{self, Cm2Kernel, SplitPlan};
 use super::convert::Widen;
 use super::coop::float_coop_unusable;
 use super::fused::Fused;
@@ -184,7 +184,7 @@ impl Recorder<'_> {
 
     /// The scratch for the partial sums of this layer's split GEMMs
     /// ([`Self::cm2_split_of`]) where any chunk splits: the most a chunk
-    /// writes, and under [`Cm2Split::Auto`] one wave of `kernel`'s tiles
+    /// writes, and unless a count is asked for one wave of `kernel`'s tiles
     /// (what a narrower converted piece, split more ways, writes at most).
     /// None where nothing splits, or where the pass's room beyond its plan
     /// does not hold it beside the layer converted whole (no plan counts
@@ -196,14 +196,15 @@ impl Recorder<'_> {
     ) -> Result<Option<Arc<wgpu::Buffer>>, LinearError> {
         let mut bytes = 0;
         for c in self.chunks()? {
-            if let Some((_, (_, splits))) = self.cm2_split_of(kernel, c.rows) {
-                bytes = bytes.max(cm2::split_partial_bytes(splits, (self.m, c.rows)));
+            if let Some((k, plan)) = self.cm2_split_of(kernel, c.rows) {
+                let rows = plan.split_rows(self.m, k.gemm.tile_m);
+                bytes = bytes.max(cm2::split_partial_bytes(plan.splits, (rows, c.rows)));
             }
         }
         if bytes == 0 {
             return Ok(None);
         }
-        if let (Cm2Split::Auto, Some(caps)) = (self.cm2_split, self.gpu.cm2()) {
+        if let (Cm2Split::Auto | Cm2Split::Small, Some(caps)) = (self.cm2_split, self.gpu.cm2()) {
             let g = kernel.gemm;
             let wave = cm2::split_partial_bytes(
                 u64::from(caps.sm_count),
@@ -243,7 +244,8 @@ impl Recorder<'_> {
     /// Records the SPIR-V GEMM `kernel` over the f16 or bf16 weights of
     /// chunk `c` (a chunk of the layer's, or a converted piece): split
     /// where [`Self::cm2_split_of`] splits it and the partial sums fit
-    /// `ops.part`, then [`shaders::SPLIT_SUM`] over the partial sums.
+    /// `ops.part`, then [`shaders::SPLIT_SUM`] over the partial sums (of the
+    /// rows past the tiles taken whole).
     fn float_cm2_chunk(
         &self,
         encoder: &mut Encoder,
@@ -266,39 +268,40 @@ impl Recorder<'_> {
         // Bit 0 the bias, bit 3 GELU (the epilogue's, or the split sums').
         let flags = u32::from(self.weights.bias.is_some()) | if self.gelu { 8 } else { 0 };
         let cost = self.chunk_cost(c, x.bytes());
-        let split = self.cm2_split_of(kernel, c.rows).and_then(|(k, span)| {
-            let bytes = cm2::split_partial_bytes(span.1, (self.m, c.rows));
+        let split = self.cm2_split_of(kernel, c.rows).and_then(|(k, plan)| {
+            let rows = plan.split_rows(self.m, k.gemm.tile_m);
+            let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
             part.filter(|p| p.size() >= bytes)
-                .map(|p| (k, span, p, bytes))
+                .map(|p| (k, plan, rows, buf(p, 0, bytes)))
         });
-        // Split: no bias in the GEMM, its partial sums in `part`.
-        let (bias_at, out_at) = match split {
-            Some((_, _, part, bytes)) => (buf(dummy, 0, 16), buf(part, 0, bytes)),
-            None => (bias(), out.binding()),
-        };
-        let bindings: Bindings<'_> = (0..)
+        let mut bindings: Bindings<'_> = (0..)
             .zip([
                 buf(c.buffer, c.offset, c.size),
                 scale,
-                bias_at,
+                bias(),
                 x.binding(),
-                out_at,
+                out.binding(),
             ])
             .collect();
-        let Some((split, span, part, bytes)) = split else {
-            let whole = (self.weights.k, 1);
+        let Some((split, plan, rows, partials)) = split else {
+            let whole = SplitPlan::unsplit(self.weights.k);
             return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost, whole);
         };
-        self.launch_cm2(encoder, split, c, &bindings, 0, cost, span)?;
-        let total = self.m * c.rows;
+        // The whole tiles' epilogue as the unsplit kernel's; the split ones'
+        // partial sums in `part`, summed with the bias and GELU after.
+        bindings.push((5, partials.clone()));
+        self.launch_cm2(encoder, split, c, &bindings, flags, cost, plan)?;
+        let total = rows * c.rows;
+        let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
         let params = SplitSumParams {
-            m: self.m as u32,
+            m: rows as u32,
             n: c.rows as u32,
             n_base: c.first_row as u32,
             out_stride: self.weights.n as u32,
-            splits: span.1 as u32,
+            splits: plan.splits as u32,
             flags,
-            _pad: [0; 2],
+            row0: (self.m - rows) as u32,
+            _pad: 0,
         };
         // Four columns an invocation where they share a row.
         let quads = c.rows.is_multiple_of(4);
@@ -308,7 +311,7 @@ impl Recorder<'_> {
             "linear_split_sum",
             shaders::SPLIT_SUM,
             &[("QUADS", f64::from(u8::from(quads)))],
-            [buf(part, 0, bytes), bias(), out.binding()],
+            [partials, bias(), out.binding()],
             params,
             (steps.div_ceil(256).min(SPLIT_SUM_GROUPS) as u32, 1),
             Cost::new(bytes, total * self.act.size(), 0),
@@ -421,7 +424,9 @@ struct SplitSumParams {
     out_stride: u32,
     splits: u32,
     flags: u32,
-    _pad: [u32; 2],
+    /// The output row of the partial sums' first.
+    row0: u32,
+    _pad: u32,
 }
 
 /// Workgroups of one partial-sum launch at most (it loops over the rest).

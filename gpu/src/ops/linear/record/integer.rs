@@ -5,7 +5,7 @@
 
 use dynvram_shaders::linear as shaders;
 
-use super::cm2::{self, Cm2Kernel};
+use super::cm2::{self, Cm2Kernel, SplitPlan};
 use super::convert::Widen;
 use super::coop::coop_gemm_unusable;
 use super::gemv;
@@ -317,7 +317,7 @@ impl Recorder<'_> {
                 ])
                 .collect();
             let cost = self.chunk_cost(c, m * kw * 4 + m * 4);
-            let whole = (self.weights.k, 1);
+            let whole = SplitPlan::unsplit(self.weights.k);
             self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost, whole)
         };
         if let Some(kernel) = cm2.filter(|_| widen) {

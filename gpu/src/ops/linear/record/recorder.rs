@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::num::NonZeroU64;
 
-use super::cm2::{self, Cm2Kernel, Cm2Params};
+use super::cm2::{self, Cm2Kernel, Cm2Params, SplitPlan};
 use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
 use super::fold::Fold;
 use super::fused::Fused;
@@ -332,8 +332,8 @@ impl Recorder<'_> {
     }
 
     /// The immediates of a SPIR-V GEMM launch over chunk `c` with `flags`
-    /// ([`Cm2Params::flags`]) and `k_span` K columns a split.
-    pub(super) fn cm2_params(&self, c: &Chunk<'_>, flags: u32, k_span: u64) -> Cm2Params {
+    /// ([`Cm2Params::flags`]) and K split as `plan` says.
+    pub(super) fn cm2_params(&self, c: &Chunk<'_>, flags: u32, plan: SplitPlan) -> Cm2Params {
         Cm2Params {
             m: self.m as u32,
             n: c.rows as u32,
@@ -341,8 +341,8 @@ impl Recorder<'_> {
             n_base: c.first_row as u32,
             out_stride: self.weights.n as u32,
             flags,
-            k_span: k_span as u32,
-            n2: 0,
+            k_span: plan.span as u32,
+            n2: plan.whole as u32,
         }
     }
 
@@ -370,17 +370,17 @@ impl Recorder<'_> {
         cm2::fitting(self.gpu.cm2()?, weights, named, (Some(grid), small), split)
     }
 
-    /// The split-K variant of `kernel` and its (columns a split, splits)
-    /// for a launch over `rows` weight rows, where [`Self::cm2_split`]
+    /// The split-K variant of `kernel` and its [`SplitPlan`] for a launch
+    /// over `rows` weight rows, where [`Self::cm2_split`]
     /// splits there and the kernel has one (a kernel named by
     /// `RecordOptions::cm2_kernel` splits only where a count is asked for).
     pub(super) fn cm2_split_of(
         &self,
         kernel: Cm2Kernel,
         rows: u64,
-    ) -> Option<(Cm2Kernel, (u64, u64))> {
+    ) -> Option<(Cm2Kernel, SplitPlan)> {
         // A kernel named runs as named unless a split is asked for too.
-        if self.cm2_kernel.is_some() && self.cm2_split == Cm2Split::Auto {
+        if self.cm2_kernel.is_some() && matches!(self.cm2_split, Cm2Split::Auto | Cm2Split::Small) {
             return None;
         }
         let shape = (self.m, rows);
@@ -394,9 +394,10 @@ impl Recorder<'_> {
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
-    /// linears' `bindings` (the chunk's weights first) and `flags`, K in
-    /// `(span, splits)`: `(K, 1)` whole, else a split kernel's
-    /// ([`Self::cm2_split_of`]) `splits` row tiles of workgroups a tile row.
+    /// linears' `bindings` (the chunk's weights first) and `flags`, K split
+    /// as `plan` says: unsplit, or a split kernel's
+    /// ([`Self::cm2_split_of`]) `plan.whole` row tiles of workgroups, then
+    /// `plan.splits` for each further row tile.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_cm2(
         &self,
@@ -406,12 +407,13 @@ impl Recorder<'_> {
         bindings: &[(u32, wgpu::BindingResource<'_>)],
         flags: u32,
         cost: Cost,
-        (span, splits): (u64, u64),
+        plan: SplitPlan,
     ) -> Result<(), LinearError> {
         let g = kernel.gemm;
-        let params = self.cm2_params(c, flags, span);
+        let params = self.cm2_params(c, flags, plan);
         let (x, y) = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
-        let groups = (x, y * splits as u32);
+        let whole = plan.whole as u32;
+        let groups = (x, whole + (y - whole) * plan.splits as u32);
         self.run_spirv(encoder, kernel, bindings, params, groups, cost)
     }
 
