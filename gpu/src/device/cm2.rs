@@ -138,22 +138,20 @@ impl Cm2Caps {
     /// `shared_bytes` cannot run here, or `None`: it is written for
     /// 32-invocation subgroups, may take all of the device's shared memory
     /// (the driver reserves some for workgroup-scope matrices only) and
-    /// its workgroup must fit ([`Self::misfit`] without products: the
-    /// 16 x 16 x 16 f16 and 16 x 16 x 32 s8 products at subgroup scope are
-    /// KHR cooperative-matrix configurations NVIDIA's drivers list).
+    /// its workgroup must fit the device's limit in whole subgroups, any
+    /// number of them (the power of two [`Self::misfit`] asks is the
+    /// workgroup-scope matrices'; the 16 x 16 x 16 f16 and 16 x 16 x 32 s8
+    /// products at subgroup scope are KHR cooperative-matrix configurations
+    /// NVIDIA's drivers list).
     pub fn subgroup_misfit(&self, invocations: u32, shared_bytes: u32) -> Option<Cm2Misfit> {
-        if self.subgroup_size != SUBGROUP_KERNELS {
+        if self.subgroup_size != SUBGROUP_KERNELS || !invocations.is_multiple_of(SUBGROUP_KERNELS) {
             Some(Cm2Misfit::Subgroup(invocations, self.subgroup_size))
         } else if shared_bytes > self.max_shared_memory {
             Some(Cm2Misfit::Shared(shared_bytes, self.max_shared_memory, 0))
+        } else if invocations > self.max_workgroup_size {
+            Some(Cm2Misfit::Invocations(invocations, self.max_workgroup_size))
         } else {
-            self.misfit(&Cm2Footprint {
-                invocations,
-                products: &[],
-                shared_bytes: 0,
-                types: [0; 4],
-                converted: &[],
-            })
+            None
         }
     }
 
