@@ -102,10 +102,12 @@ pub fn unusable(cm2: Option<&Cm2Caps>, act: ActDtype, hd: u64, block: Cm2Block) 
 }
 
 /// The SPIR-V flash kernel that runs on this device with `act` activations
-/// at head dimension `hd` over `grid`, if any: the first of
-/// [`CM2_FLASH_LARGE`] that fits where its workgroups fill at least
-/// [`CM2_FLASH_LARGE_WAVES`] waves of the device's multiprocessors, else
-/// the first of [`CM2_FLASH`] (`grid` `None`: that one).
+/// at head dimension `hd` over `grid`, if any: of [`CM2_FLASH_LARGE`]'s
+/// kernels that fit where their workgroups fill at least
+/// [`CM2_FLASH_LARGE_WAVES`] waves of the device's multiprocessors, the one
+/// whose whole waves (one workgroup a multiprocessor) hold the fewest query
+/// rows — the last wave's idle places counted — the first listed of equals;
+/// else the first of [`CM2_FLASH`] (`grid` `None`: that one).
 pub fn preferred(
     cm2: Option<&Cm2Caps>,
     act: ActDtype,
@@ -120,12 +122,14 @@ pub fn preferred(
     }
     let fits =
         |f: &&Cm2Flash| f.probe == 0 && u64::from(f.head_dim) == hd && misfit(caps, f).is_none();
-    let waves = CM2_FLASH_LARGE_WAVES * u64::from(caps.sm_count);
-    let large = grid.filter(|_| caps.sm_count > 0).and_then(|g| {
+    let sms = u64::from(caps.sm_count);
+    let waves = CM2_FLASH_LARGE_WAVES * sms;
+    let large = grid.filter(|_| sms > 0).and_then(|g| {
         CM2_FLASH
             .iter()
             .filter(|f| CM2_FLASH_LARGE.contains(&f.name))
-            .find(|f| fits(f) && g.workgroups(f.rows) >= waves)
+            .filter(|f| fits(f) && g.workgroups(f.rows) >= waves)
+            .min_by_key(|f| g.workgroups(f.rows).div_ceil(sms) * u64::from(f.rows))
     });
     large
         .or_else(|| CM2_FLASH.iter().find(fits))
