@@ -51,26 +51,7 @@ layout(set = 0, binding = 3, std430) readonly buffer Act { float16_t x[]; };
 #if SPLIT
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
 layout(set = 0, binding = 5, std430) writeonly buffer Part { float part[]; };
-
-// The row tiles of the tail, the split ones.
-uint tail_tiles() {
-    return (p.m + BM - 1u) / BM - p.whole;
-}
-
-// Whether this workgroup's tile takes the whole of K.
-bool whole_tile() {
-    return gl_WorkGroupID.y < p.whole;
-}
-
-// The split of this workgroup's K columns (0 for a whole tile).
-uint split_of() {
-    return whole_tile() ? 0u : (gl_WorkGroupID.y - p.whole) / tail_tiles();
-}
-
-// This workgroup's row tile.
-uint split_row_tile() {
-    return whole_tile() ? gl_WorkGroupID.y : p.whole + (gl_WorkGroupID.y - p.whole) % tail_tiles();
-}
+#include "cm2_split.glsl"
 #elif STACK
 layout(set = 0, binding = 4, std430) writeonly buffer Out { float16_t y[]; };
 layout(set = 0, binding = 5, std430) readonly buffer Weights1 { float16_t w1[]; };
@@ -122,13 +103,7 @@ void finish(coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> a
         finish_whole(acc, m0, n0);
         return;
     }
-    uint row0 = p.whole * BM;
-    uint rows = p.m - row0;
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> t =
-        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    t = setTensorLayoutDimensionNV(t, rows, p.n);
-    t = setTensorLayoutStrideNV(t, p.n, 1u);
-    coopMatStoreTensorNV(acc, part, split_of() * rows * p.n, sliceTensorLayoutNV(t, m0 - row0, BM, n0, BN));
+    STORE_PART(acc, m0, n0);
 }
 #endif
 

@@ -13,6 +13,10 @@
 // gemm_cm2.glsl. Built by scripts/spirv.sh with: WEIGHT_INT4 (0 or 1), BM,
 // BN, BK, WG.
 // Dispatch: (ceil(n / BN), ceil(m / BM), 1).
+//
+// SPLIT 1 (split K): as gemm_cm2.glsl's, the tail's exact s32 partial sums
+// in `part` (binding 6), which linear_int_split_sum.wgsl adds up before
+// this epilogue, so a split output is the unsplit one bit for bit.
 
 #include "cm2_header.glsl"
 
@@ -28,6 +32,10 @@ layout(set = 0, binding = 2, std430) readonly buffer Bias { float bias[]; };
 layout(set = 0, binding = 3, std430) readonly buffer Codes { uint xq[]; };
 layout(set = 0, binding = 4, std430) readonly buffer CodeScale { float x_scale[]; };
 layout(set = 0, binding = 5, std430) writeonly buffer Out { float16_t y[]; };
+#if SPLIT
+layout(set = 0, binding = 6, std430) writeonly buffer Part { int part[]; };
+#include "cm2_split.glsl"
+#endif
 
 #include "cm2_store.glsl"
 
@@ -65,6 +73,12 @@ void put_w(uint i, uint v) {
 // f32(acc) as the WGSL epilogue converts it, then the scales and bias, and
 // the store.
 void finish(coopmat<int32_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc, uint m0, uint n0) {
+#if SPLIT
+    if (!whole_tile()) {
+        STORE_PART(acc, m0, n0);
+        return;
+    }
+#endif
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> v =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
     coopMatPerElementNV(v, v, epilogue, m0, p.n_base + n0);

@@ -216,6 +216,10 @@ pub const BF16_TO_F16_IN_PLACE: &str = wgsl!("bf16_to_f16_in_place.wgsl");
 /// sum rounded to the output (`linear_split_sum.wgsl`).
 pub const SPLIT_SUM: &str = wgsl!("gelu.wgsl", "linear_split_sum.wgsl");
 
+/// The split-K integer SPIR-V GEMM's exact partial sums added and the
+/// integer epilogue applied (`linear_int_split_sum.wgsl`).
+pub const INT_SPLIT_SUM: &str = wgsl!("linear_int_common.wgsl", "linear_int_split_sum.wgsl");
+
 /// Which cooperative-matrix GEMM kernel runs the layers that take one
 /// (`GpuOptions::coop_gemm`, `DYNVRAM_COOP_GEMM`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -642,6 +646,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("f16_words_unpack.wgsl", wgsl!("f16_words_unpack.wgsl")),
     ("int4_to_int8.wgsl", INT4_TO_INT8),
     ("linear_split_sum.wgsl", SPLIT_SUM),
+    ("linear_int_split_sum.wgsl", INT_SPLIT_SUM),
     ("bf16_to_f16_in_place.wgsl", BF16_TO_F16_IN_PLACE),
     ("weight_convert.wgsl", wgsl!("weight_convert.wgsl")),
     (

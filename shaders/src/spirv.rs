@@ -186,12 +186,17 @@ pub static CM2_GEMMS: [Cm2Gemm; 24] = [
 /// (`SPLIT 1`), each the same tile and loop as the kernel of its weights and
 /// tile there: for grids whose tiles fill at most half the GPU (prefill's
 /// 512 rows on 4096-wide layers, 64 tiles of 128 x 256 on 132
-/// multiprocessors), as llama.cpp splits K in that case. The push constant
-/// `k_span` gives the K columns a split sums; each split writes f32 partial
-/// sums to its own tile of binding 4 (no bias), and
-/// `linear::SPLIT_SUM` adds them up and rounds once.
-pub static CM2_SPLIT_GEMMS: [Cm2Gemm; 1] =
-    [cm2_gemm!("gemm_cm2_f16_k32_fast_split", F16, 256, 32, 0)];
+/// multiprocessors), as llama.cpp splits K in that case, and for the row
+/// tiles of a last wave at most half full, after the whole ones (push
+/// constant `whole`). The push constant `k_span` gives the K columns a
+/// split sums; each split writes its partial sums (f32, or the integer
+/// kernels' exact i32) to its own block of the binding after the output,
+/// and `linear::SPLIT_SUM` (`linear::INT_SPLIT_SUM`) adds them up and
+/// applies the epilogue.
+pub static CM2_SPLIT_GEMMS: [Cm2Gemm; 2] = [
+    cm2_gemm!("gemm_cm2_f16_k32_fast_split", F16, 256, 32, 0),
+    cm2_gemm!("gemm_cm2_w8_k64_fast_split", Int8, 256, 64, 0),
+];
 
 /// The kernels of [`CM2_GEMMS`] over up to three weights of one input in
 /// one launch (`STACK 3`): q/k/v and gate/up at prefill, whose grids each

@@ -669,6 +669,89 @@ fn last_wave_split_matches_the_reference() {
     }
 }
 
+/// The split-K integer SPIR-V GEMM (`gemm_cm2_w8_k64_fast_split`, the
+/// exact i32 partial sums added by `linear_int_split_sum.wgsl` before the
+/// integer epilogue) equals the unsplit kernel bit for bit: int4 weights
+/// (widened to int8) and int8 ones, forced splits of 2 and 3 over K with a
+/// short last split and edge tiles, bias or none, and the automatic split
+/// of a last wave (as `last_wave_split_matches_the_reference`'s grid) — one
+/// launch more than unsplit, the sum.
+#[test]
+fn integer_split_spirv_gemm_equals_the_unsplit() {
+    use dynvram_gpu::device::Cm2Split;
+    let test = "integer_split_spirv_gemm_equals_the_unsplit";
+    let Some(mut env) = spirv_env(test, needs_f16) else {
+        return;
+    };
+    let Some(caps) = env.gpu.cm2().cloned() else {
+        let why = cm2_int_gemm(None, false, ActDtype::F16, false, None).err();
+        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+        return;
+    };
+    if let Err(why) = cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None) {
+        spirv_skipped(&format!("{test}: skipped: {why}"));
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(65);
+    let w4a4 = Format::ConvrotW4a4 {
+        group: 64,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let int8 = Format::Int8Tensorwise {
+        convrot_group: None,
+    };
+    let sms = caps.sm_count as usize;
+    // (format, activation codes, M, N, K, split)
+    let mut cases = vec![
+        (w4a4, ActArith::Int4, 130, 300, 1216, Cm2Split::Splits(2)),
+        (int8, ActArith::Int8, 257, 513, 1536, Cm2Split::Splits(3)),
+    ];
+    if sms >= 8 {
+        cases.push((
+            w4a4,
+            ActArith::Int4,
+            (sms / 2 + 1) * 128 - 125,
+            512,
+            2048,
+            Cm2Split::Auto,
+        ));
+    } else {
+        eprintln!("{test}: the last wave's split skipped: the device counts {sms} multiprocessors");
+    }
+    for (i, (format, act, m, n, k, split)) in cases.into_iter().enumerate() {
+        let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
+        let x = random_x(&mut rng, m, k);
+        let choice = KernelChoice::Integer { act, fast: false };
+        let what = format!("{format:?} {act:?} M={m} N={n} K={k} {split:?}");
+        let whole = RecordOptions {
+            cm2_split: Some(Cm2Split::Off),
+            ..Default::default()
+        };
+        let want = env.run_f16_with(&h, choice, &x, &whole).out;
+        let launches = env.scratch.last_dispatches();
+        let opts = RecordOptions {
+            cm2_split: Some(split),
+            ..Default::default()
+        };
+        let got = env.run_f16_with(&h, choice, &x, &opts).out;
+        assert_eq!(
+            env.scratch.last_dispatches(),
+            launches + 1,
+            "{what}: the split GEMM and its sum"
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let differ = bits(&got)
+            .iter()
+            .zip(bits(&want))
+            .filter(|(a, b)| **a != *b)
+            .count();
+        assert_eq!(
+            differ, 0,
+            "{what}: outputs differing from the unsplit kernel's"
+        );
+    }
+}
+
 /// Layers of one input uploaded for `record_linears_fused`: weights, the
 /// f16 input `[M, K]` and an f16 output for each.
 struct StackCase {

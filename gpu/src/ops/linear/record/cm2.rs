@@ -42,6 +42,19 @@ const SPLIT_BINDINGS: [(u32, bool); 6] = [
     (5, false),
 ];
 
+/// The bindings of the split integer linears (`SPLIT` in
+/// `shaders/spirv/gemm_cm2_int.glsl`): [`INT_BINDINGS`], then the exact
+/// partial sums (written).
+const INT_SPLIT_BINDINGS: [(u32, bool); 7] = [
+    (0, true),
+    (1, true),
+    (2, true),
+    (3, true),
+    (4, true),
+    (5, false),
+    (6, false),
+];
+
 /// The bindings of the integer linears (`linear_int_common.wgsl`): weights,
 /// weight scale, bias, activation codes, their scales (read-only), output.
 const INT_BINDINGS: [(u32, bool); 6] = [
@@ -139,7 +152,10 @@ const fn split_program(g: &'static Cm2Gemm) -> SpirvProgram {
     SpirvProgram {
         spirv: g.spirv,
         entry: "main",
-        bindings: &SPLIT_BINDINGS,
+        bindings: match g.weights {
+            Cm2Weights::Int8 | Cm2Weights::Int4 => &INT_SPLIT_BINDINGS,
+            Cm2Weights::F16 | Cm2Weights::Bf16 => &SPLIT_BINDINGS,
+        },
         immediate_size: size_of::<Cm2Params>() as u32,
     }
 }
@@ -559,7 +575,8 @@ impl SplitPlan {
 /// [`SPLIT_MIN_K`], at most [`SPLIT_MAX`] — at most one wave of
 /// workgroups, so the partial sums are at most `sm_count` tiles of f32.
 /// [`Cm2Split::Auto`] too: where the grid's last wave is at most half
-/// full, the row tiles holding it ([`last_wave_split`]).
+/// full, the row tiles holding it ([`last_wave_split`]). Integer kernels
+/// split only that way (their small grids split are unmeasured).
 pub(super) fn splits(
     split: Cm2Split,
     sm_count: u32,
@@ -572,6 +589,8 @@ pub(super) fn splits(
         Cm2Split::Off => (1, 0),
         Cm2Split::Splits(n) => (u64::from(n), 0),
         _ if sms == 0 || k < SPLIT_MIN_K => (1, 0),
+        // The integer kernels' small grids unmeasured split: whole.
+        _ if 2 * tiles <= sms && g.weights.integer() => (1, 0),
         _ if 2 * tiles <= sms => ((sms / tiles).min(SPLIT_MAX), 0),
         Cm2Split::Small => (1, 0),
         Cm2Split::Auto => last_wave_split(sms, g, shape),

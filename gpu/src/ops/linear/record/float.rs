@@ -2,8 +2,6 @@
 //! GEMV, the tiled GEMM, the cooperative GEMM or the SPIR-V
 //! cooperative-matrix-2 GEMM, weights decoded in-shader.
 
-use std::sync::Arc;
-
 use dynvram_quant::Format;
 use dynvram_shaders::linear as shaders;
 
@@ -15,7 +13,7 @@ use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{Chunk, GEMM_TILE, Recorder, buf, coop_ran, region};
 use super::spec::FloatWeights;
-use crate::device::{Cm2Split, Cm2Stack};
+use crate::device::Cm2Stack;
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch, LinearWeights};
@@ -44,7 +42,7 @@ impl Recorder<'_> {
         if let Some((kernel, via_f16)) = self.float_cm2_chosen()? {
             scratch.set_spirv(kernel.gemm.name);
             scratch.set_gelu(self.gelu);
-            let part = self.split_partials(kernel, scratch)?;
+            let part = self.split_partials(kernel, 2, scratch)?;
             let ops = Cm2Operands {
                 x,
                 out,
@@ -180,50 +178,6 @@ impl Recorder<'_> {
         Ok(self
             .cm2_chosen(cm2::float_weights(format, act), false)
             .map(|k| (k, false)))
-    }
-
-    /// The scratch for the partial sums of this layer's split GEMMs
-    /// ([`Self::cm2_split_of`]) where any chunk splits: the most a chunk
-    /// writes, and unless a count is asked for one wave of `kernel`'s tiles
-    /// (what a narrower converted piece, split more ways, writes at most).
-    /// None where nothing splits, or where the pass's room beyond its plan
-    /// does not hold it beside the layer converted whole (no plan counts
-    /// it: under a tight budget the launches run unsplit).
-    fn split_partials(
-        &self,
-        kernel: Cm2Kernel,
-        scratch: &mut LinearScratch,
-    ) -> Result<Option<Arc<wgpu::Buffer>>, LinearError> {
-        let mut bytes = 0;
-        for c in self.chunks()? {
-            if let Some((k, plan)) = self.cm2_split_of(kernel, c.rows) {
-                let rows = plan.split_rows(self.m, k.gemm.tile_m);
-                bytes = bytes.max(cm2::split_partial_bytes(plan.splits, (rows, c.rows)));
-            }
-        }
-        if bytes == 0 {
-            return Ok(None);
-        }
-        if let (Cm2Split::Auto | Cm2Split::Small, Some(caps)) = (self.cm2_split, self.gpu.cm2()) {
-            let g = kernel.gemm;
-            let wave = cm2::split_partial_bytes(
-                u64::from(caps.sm_count),
-                (u64::from(g.tile_m), u64::from(g.tile_n)),
-            );
-            bytes = bytes.max(wave);
-        }
-        let layer = self.weights.n * self.weights.k * 2;
-        if !scratch.room_for(bytes.saturating_add(layer)) {
-            return Ok(None);
-        }
-        match scratch.split_partials(self.gpu, bytes) {
-            Ok(b) => Ok(Some(b)),
-            Err(e @ LinearError::Scratch { .. }) => {
-                tracing::debug!(%e, "split K: no room for the partial sums, unsplit");
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
     }
 
     /// Records the float layer's SPIR-V GEMM `kernel`, one launch per

@@ -11,8 +11,8 @@ use super::coop::coop_gemm_unusable;
 use super::gemv;
 use super::gemv_shape::GEMV_MAX_M;
 use super::recorder::{
-    Chunk, GEMM_TILE, MAX_GROUP, MAX_GROUPS_PER_DIM, QuantParams, Recorder, RotateParams, buf,
-    coop_ran, region, rows_grid,
+    Chunk, GEMM_TILE, GemmParams, MAX_GROUP, MAX_GROUPS_PER_DIM, QuantParams, Recorder,
+    RotateParams, buf, coop_ran, region, rows_grid,
 };
 use super::spec::{ActCodes, CodesKey, IntEpilogue, IntPath};
 use crate::device::Cm2Int4;
@@ -300,25 +300,80 @@ impl Recorder<'_> {
         let cm2_flags = u32::from(has_bias)
             | u32::from(epi == IntEpilogue::TensorScale) << 1
             | u32::from(int.per_row_scale) << 2;
-        let cm2_launch = |encoder: &mut Encoder, kernel: Cm2Kernel, c: &Chunk<'_>| {
-            let bias = self
-                .weights
+        // Where K splits (int8 kernels: a byte a weight as they read them),
+        // the exact partial sums' scratch.
+        let part = match cm2 {
+            Some(kernel) => self.split_partials(kernel, 1, scratch)?,
+            None => None,
+        };
+        let bias = || {
+            self.weights
                 .bias
                 .as_ref()
-                .map_or(buf(&dummy, 0, 16), region);
-            let bindings: Bindings<'_> = (0..)
+                .map_or(buf(&dummy, 0, 16), region)
+        };
+        let cm2_launch = |encoder: &mut Encoder, kernel: Cm2Kernel, c: &Chunk<'_>| {
+            let mut bindings: Bindings<'_> = (0..)
                 .zip([
                     buf(c.buffer, c.offset, c.size),
                     region(scale),
-                    bias,
+                    bias(),
                     buf(&codes, 0, m * kw * 4),
                     buf(&scales, 0, m * 4),
                     out.binding(),
                 ])
                 .collect();
             let cost = self.chunk_cost(c, m * kw * 4 + m * 4);
-            let whole = SplitPlan::unsplit(self.weights.k);
-            self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost, whole)
+            let split = part.as_deref().and_then(|p| {
+                let (split, plan) = self.cm2_split_of(kernel, c.rows)?;
+                let rows = plan.split_rows(m, split.gemm.tile_m);
+                let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
+                (p.size() >= bytes).then(|| (split, plan, rows, buf(p, 0, bytes)))
+            });
+            let Some((split, plan, rows, partials)) = split else {
+                let whole = SplitPlan::unsplit(self.weights.k);
+                return self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost, whole);
+            };
+            // The whole tiles' epilogue as the unsplit kernel's; the split
+            // ones' exact sums in `part`, added before the same epilogue.
+            bindings.push((6, partials.clone()));
+            self.launch_cm2(encoder, split, c, &bindings, cm2_flags, cost, plan)?;
+            let total = rows * c.rows;
+            let params = GemmParams {
+                m: rows as u32,
+                n: c.rows as u32,
+                k: plan.splits as u32,
+                n_base: c.first_row as u32,
+                out_stride: self.weights.n as u32,
+                n1: (m - rows) as u32,
+                n2: 0,
+                last_bits: 0,
+            };
+            // The GEMM's accumulator: int4 widened to int8 holds the
+            // weights' values (no ·16 to undo).
+            let sum_constants = [
+                ("W4", 0.0),
+                ("EPI", f64::from(epi as u32)),
+                ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
+                ("HAS_BIAS", f64::from(u8::from(has_bias))),
+            ];
+            self.dispatch(
+                encoder,
+                "linear_int_split_sum",
+                shaders::INT_SPLIT_SUM,
+                &sum_constants,
+                [
+                    buf(&dummy, 0, 16),
+                    region(scale),
+                    bias(),
+                    partials,
+                    buf(&scales, 0, m * 4),
+                    out.binding(),
+                ],
+                params,
+                (total.div_ceil(256).min(INT_SPLIT_SUM_GROUPS) as u32, 1),
+                Cost::new(plan.splits * total * 4, total * self.act.size(), 0),
+            )
         };
         if let Some(kernel) = cm2.filter(|_| widen) {
             let tile_n = u64::from(kernel.gemm.tile_n);
@@ -419,6 +474,10 @@ impl Recorder<'_> {
         )
     }
 }
+
+/// Workgroups of one exact partial-sum launch at most (it loops over the
+/// rest).
+const INT_SPLIT_SUM_GROUPS: u64 = 4096;
 
 #[cfg(test)]
 mod tests {

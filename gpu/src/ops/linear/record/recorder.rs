@@ -5,6 +5,7 @@
 
 use std::cell::Cell;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use super::cm2::{self, Cm2Kernel, Cm2Params, SplitPlan};
 use super::coop::{self, CoopGemmKernel, CoopShape, GemmKernel, double_unusable};
@@ -15,7 +16,7 @@ use crate::device::{Cm2Bf16, Cm2Int4, Cm2Split, Cm2Stack, Gpu, GpuError, SpirvGe
 use crate::ops::cache::{PipelineCache, Program};
 use crate::ops::encoder::Encoder;
 use crate::ops::launch::{Bindings, Constants, Cost, Launch, launch, launch_spirv};
-use crate::ops::linear::{LinearError, LinearWeights, Region};
+use crate::ops::linear::{LinearError, LinearScratch, LinearWeights, Region};
 use crate::tensor::ActDtype;
 use dynvram_quant::Format;
 
@@ -391,6 +392,52 @@ impl Recorder<'_> {
             shape,
             self.weights.k,
         )
+    }
+
+    /// The scratch for the partial sums of this layer's split GEMMs
+    /// ([`Self::cm2_split_of`]) where any chunk splits: the most a chunk
+    /// writes, and unless a count is asked for one wave of `kernel`'s tiles
+    /// (what a narrower converted piece, split more ways, writes at most).
+    /// None where nothing splits, or where the pass's room beyond its plan
+    /// does not hold it beside the layer converted whole (no plan counts
+    /// it: under a tight budget the launches run unsplit), `weight_bytes`
+    /// a weight of the layer as the kernel reads it.
+    pub(super) fn split_partials(
+        &self,
+        kernel: Cm2Kernel,
+        weight_bytes: u64,
+        scratch: &mut LinearScratch,
+    ) -> Result<Option<Arc<wgpu::Buffer>>, LinearError> {
+        let mut bytes = 0;
+        for c in self.chunks()? {
+            if let Some((k, plan)) = self.cm2_split_of(kernel, c.rows) {
+                let rows = plan.split_rows(self.m, k.gemm.tile_m);
+                bytes = bytes.max(cm2::split_partial_bytes(plan.splits, (rows, c.rows)));
+            }
+        }
+        if bytes == 0 {
+            return Ok(None);
+        }
+        if let (Cm2Split::Auto | Cm2Split::Small, Some(caps)) = (self.cm2_split, self.gpu.cm2()) {
+            let g = kernel.gemm;
+            let wave = cm2::split_partial_bytes(
+                u64::from(caps.sm_count),
+                (u64::from(g.tile_m), u64::from(g.tile_n)),
+            );
+            bytes = bytes.max(wave);
+        }
+        let layer = self.weights.n * self.weights.k * weight_bytes;
+        if !scratch.room_for(bytes.saturating_add(layer)) {
+            return Ok(None);
+        }
+        match scratch.split_partials(self.gpu, bytes) {
+            Ok(b) => Ok(Some(b)),
+            Err(e @ LinearError::Scratch { .. }) => {
+                tracing::debug!(%e, "split K: no room for the partial sums, unsplit");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Records a SPIR-V GEMM `kernel` over weight chunk `c` with its
