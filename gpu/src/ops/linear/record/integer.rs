@@ -357,19 +357,21 @@ impl Recorder<'_> {
                 ("SW_PER_ROW", f64::from(u8::from(int.per_row_scale))),
                 ("HAS_BIAS", f64::from(u8::from(has_bias))),
             ];
-            self.dispatch(
+            // The integer linears' bindings but the weights (unread): the
+            // partial sums in the codes' place.
+            let sum_bindings = [
+                (1, region(scale)),
+                (2, bias()),
+                (3, partials),
+                (4, buf(&scales, 0, m * 4)),
+                (5, out.binding()),
+            ];
+            self.dispatch_at(
                 encoder,
                 "linear_int_split_sum",
                 shaders::INT_SPLIT_SUM,
                 &sum_constants,
-                [
-                    buf(&dummy, 0, 16),
-                    region(scale),
-                    bias(),
-                    partials,
-                    buf(&scales, 0, m * 4),
-                    out.binding(),
-                ],
+                &sum_bindings,
                 params,
                 (total.div_ceil(256).min(INT_SPLIT_SUM_GROUPS) as u32, 1),
                 Cost::new(plan.splits * total * 4, total * self.act.size(), 0),
