@@ -113,17 +113,25 @@ pub(super) struct Cm2Params {
 }
 const _: () = assert!(size_of::<Cm2Params>() == 32);
 
-/// The program of `g`: its linears' bindings and [`Cm2Params`] immediates.
-const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
+/// The program of `g` with `bindings` and [`Cm2Params`] immediates.
+const fn bound(g: &'static Cm2Gemm, bindings: &'static [(u32, bool)]) -> SpirvProgram {
     SpirvProgram {
         spirv: g.spirv,
         entry: "main",
-        bindings: match g.weights {
+        bindings,
+        immediate_size: size_of::<Cm2Params>() as u32,
+    }
+}
+
+/// The program of `g`: its linears' bindings.
+const fn program(g: &'static Cm2Gemm) -> SpirvProgram {
+    bound(
+        g,
+        match g.weights {
             Cm2Weights::Int8 | Cm2Weights::Int4 => &INT_BINDINGS,
             Cm2Weights::F16 | Cm2Weights::Bf16 => &BINDINGS,
         },
-        immediate_size: size_of::<Cm2Params>() as u32,
-    }
+    )
 }
 
 /// The programs of [`CM2_GEMMS`], in the same order.
@@ -135,12 +143,7 @@ static STACK_PROGRAMS: [SpirvProgram; CM2_STACK_GEMMS.len()] =
 
 /// The program of a stacked GEMM `g`.
 const fn stack_program(g: &'static Cm2Gemm) -> SpirvProgram {
-    SpirvProgram {
-        spirv: g.spirv,
-        entry: "main",
-        bindings: &STACK_BINDINGS,
-        immediate_size: size_of::<Cm2Params>() as u32,
-    }
+    bound(g, &STACK_BINDINGS)
 }
 
 /// The programs of [`CM2_SPLIT_GEMMS`], in the same order.
@@ -149,15 +152,13 @@ static SPLIT_PROGRAMS: [SpirvProgram; CM2_SPLIT_GEMMS.len()] =
 
 /// The program of a split GEMM `g`.
 const fn split_program(g: &'static Cm2Gemm) -> SpirvProgram {
-    SpirvProgram {
-        spirv: g.spirv,
-        entry: "main",
-        bindings: match g.weights {
+    bound(
+        g,
+        match g.weights {
             Cm2Weights::Int8 | Cm2Weights::Int4 => &INT_SPLIT_BINDINGS,
             Cm2Weights::F16 | Cm2Weights::Bf16 => &SPLIT_BINDINGS,
         },
-        immediate_size: size_of::<Cm2Params>() as u32,
-    }
+    )
 }
 
 /// [`LINEAR_CHECK`]'s program.

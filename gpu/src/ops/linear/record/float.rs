@@ -5,7 +5,7 @@
 use dynvram_quant::Format;
 use dynvram_shaders::linear as shaders;
 
-use super::cm2::{self, Cm2Kernel, SplitPlan};
+use super::cm2::{self, Cm2Kernel};
 use super::convert::Widen;
 use super::coop::float_coop_unusable;
 use super::fused::Fused;
@@ -222,13 +222,7 @@ impl Recorder<'_> {
         // Bit 0 the bias, bit 3 GELU (the epilogue's, or the split sums').
         let flags = u32::from(self.weights.bias.is_some()) | if self.gelu { 8 } else { 0 };
         let cost = self.chunk_cost(c, x.bytes());
-        let split = self.cm2_split_of(kernel, c.rows).and_then(|(k, plan)| {
-            let rows = plan.split_rows(self.m, k.gemm.tile_m);
-            let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
-            part.filter(|p| p.size() >= bytes)
-                .map(|p| (k, plan, rows, buf(p, 0, bytes)))
-        });
-        let mut bindings: Bindings<'_> = (0..)
+        let bindings: Bindings<'_> = (0..)
             .zip([
                 buf(c.buffer, c.offset, c.size),
                 scale,
@@ -237,14 +231,14 @@ impl Recorder<'_> {
                 out.binding(),
             ])
             .collect();
-        let Some((split, plan, rows, partials)) = split else {
-            let whole = SplitPlan::unsplit(self.weights.k);
-            return self.launch_cm2(encoder, kernel, c, &bindings, flags, cost, whole);
+        // The split tiles' partial sums (binding 5), summed with the bias and
+        // GELU after.
+        let launch = (kernel, flags, cost);
+        let Some((plan, rows, partials)) =
+            self.launch_cm2_split(encoder, launch, c, bindings, (5, part))?
+        else {
+            return Ok(());
         };
-        // The whole tiles' epilogue as the unsplit kernel's; the split ones'
-        // partial sums in `part`, summed with the bias and GELU after.
-        bindings.push((5, partials.clone()));
-        self.launch_cm2(encoder, split, c, &bindings, flags, cost, plan)?;
         let total = rows * c.rows;
         let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
         let params = SplitSumParams {

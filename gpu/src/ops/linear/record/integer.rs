@@ -5,7 +5,7 @@
 
 use dynvram_shaders::linear as shaders;
 
-use super::cm2::{self, Cm2Kernel, SplitPlan};
+use super::cm2::{self, Cm2Kernel};
 use super::convert::Widen;
 use super::coop::coop_gemm_unusable;
 use super::gemv;
@@ -313,7 +313,7 @@ impl Recorder<'_> {
                 .map_or(buf(&dummy, 0, 16), region)
         };
         let cm2_launch = |encoder: &mut Encoder, kernel: Cm2Kernel, c: &Chunk<'_>| {
-            let mut bindings: Bindings<'_> = (0..)
+            let bindings: Bindings<'_> = (0..)
                 .zip([
                     buf(c.buffer, c.offset, c.size),
                     region(scale),
@@ -324,20 +324,14 @@ impl Recorder<'_> {
                 ])
                 .collect();
             let cost = self.chunk_cost(c, m * kw * 4 + m * 4);
-            let split = part.as_deref().and_then(|p| {
-                let (split, plan) = self.cm2_split_of(kernel, c.rows)?;
-                let rows = plan.split_rows(m, split.gemm.tile_m);
-                let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
-                (p.size() >= bytes).then(|| (split, plan, rows, buf(p, 0, bytes)))
-            });
-            let Some((split, plan, rows, partials)) = split else {
-                let whole = SplitPlan::unsplit(self.weights.k);
-                return self.launch_cm2(encoder, kernel, c, &bindings, cm2_flags, cost, whole);
+            // The split tiles' exact sums (binding 6), added before the same
+            // epilogue.
+            let launch = (kernel, cm2_flags, cost);
+            let Some((plan, rows, partials)) =
+                self.launch_cm2_split(encoder, launch, c, bindings, (6, part.as_deref()))?
+            else {
+                return Ok(());
             };
-            // The whole tiles' epilogue as the unsplit kernel's; the split
-            // ones' exact sums in `part`, added before the same epilogue.
-            bindings.push((6, partials.clone()));
-            self.launch_cm2(encoder, split, c, &bindings, cm2_flags, cost, plan)?;
             let total = rows * c.rows;
             let params = GemmParams {
                 m: rows as u32,

@@ -464,6 +464,36 @@ impl Recorder<'_> {
         self.run_spirv(encoder, kernel, bindings, params, groups, cost)
     }
 
+    /// Records the SPIR-V GEMM `kernel` over chunk `c` with `bindings`,
+    /// `flags` and `cost` — its split variant where [`Self::cm2_split_of`]
+    /// splits it and the partial sums fit `part` (bound at `part_at`): the
+    /// whole tiles with the unsplit epilogue, the split ones' partial sums
+    /// in `part`. Then the split's plan, the rows that split and their
+    /// partial sums' binding, for the launch that adds them; `None` unsplit.
+    pub(super) fn launch_cm2_split<'p>(
+        &self,
+        encoder: &mut Encoder,
+        (kernel, flags, cost): (Cm2Kernel, u32, Cost),
+        c: &Chunk<'_>,
+        mut bindings: Bindings<'p>,
+        (part_at, part): (u32, Option<&'p wgpu::Buffer>),
+    ) -> Result<Option<(SplitPlan, u64, wgpu::BindingResource<'p>)>, LinearError> {
+        let split = part.and_then(|p| {
+            let (split, plan) = self.cm2_split_of(kernel, c.rows)?;
+            let rows = plan.split_rows(self.m, split.gemm.tile_m);
+            let bytes = cm2::split_partial_bytes(plan.splits, (rows, c.rows));
+            (p.size() >= bytes).then(|| (split, plan, rows, buf(p, 0, bytes)))
+        });
+        let Some((split, plan, rows, partials)) = split else {
+            let whole = SplitPlan::unsplit(self.weights.k);
+            self.launch_cm2(encoder, kernel, c, &bindings, flags, cost, whole)?;
+            return Ok(None);
+        };
+        bindings.push((part_at, partials.clone()));
+        self.launch_cm2(encoder, split, c, &bindings, flags, cost, plan)?;
+        Ok(Some((plan, rows, partials)))
+    }
+
     /// Records one launch of the SPIR-V GEMM `kernel` (its name the
     /// profile's label) and counts it.
     fn run_spirv(
