@@ -707,18 +707,18 @@ impl std::str::FromStr for Cm2Bf16 {
 /// [`SPLIT_MIN_K`] and the kernel has a split variant), as llama.cpp does;
 /// [`Self::Off`] takes the narrower tiles for small grids instead. FLUX.1's
 /// `linear2` (4608 x 3072) is 432 tiles, three whole waves and 36 tiles:
-/// under [`Self::Auto`] the last 3 row tiles split K in 3 (108 workgroups
-/// beside nothing, a third as long). Each split writes f32 partial sums
-/// (at most one wave of tiles' worth of scratch) that one more launch adds
-/// up.
+/// under [`Self::Waves`] the last 3 row tiles split K in 3 (108 workgroups
+/// beside nothing, a third as long; by name until measured on a GPU). Each
+/// split writes partial sums (at most one wave of tiles' worth of scratch)
+/// that one more launch adds up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cm2Split {
-    /// Split where the tiles fill at most half the multiprocessors, and the
-    /// tiles of a last wave that fill at most half of it.
+    /// Split where the tiles fill at most half the multiprocessors.
     #[default]
     Auto,
-    /// Split small grids only (the last waves whole).
-    Small,
+    /// As [`Self::Auto`], and the tiles of a last wave that fill at most
+    /// half of it (the integer kernels: those only).
+    Waves,
     /// Never split.
     Off,
     /// This many splits wherever the kernel has a split variant (tools).
@@ -737,12 +737,12 @@ impl std::str::FromStr for Cm2Split {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "" | "auto" | "on" => Ok(Self::Auto),
-            "small" => Ok(Self::Small),
+            "waves" => Ok(Self::Waves),
             "off" | "0" | "1" => Ok(Self::Off),
             n => match n.parse::<u32>() {
                 Ok(n) if n <= 64 => Ok(Self::Splits(n)),
                 _ => Err(format!(
-                    "split K `{n}`: want auto, small, off or a number of splits up to 64"
+                    "split K `{n}`: want auto, waves, off or a number of splits up to 64"
                 )),
             },
         }

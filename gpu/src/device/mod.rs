@@ -854,10 +854,10 @@ pub struct GpuOptions {
     /// kernels ([`Cm2Int4::Staged`]) or widened to int8 a piece at a time
     /// for the int8 kernels ([`Cm2Int4::ViaInt8`], the default).
     pub cm2_int4: Cm2Int4,
-    /// Whether SPIR-V GEMMs whose tiles fill at most half the GPU, and the
-    /// tiles of a last wave at most half full, split K across workgroups
-    /// ([`Cm2Split::Auto`], the default; small grids only:
-    /// [`Cm2Split::Small`]) or take narrower tiles ([`Cm2Split::Off`]).
+    /// Whether SPIR-V GEMMs whose tiles fill at most half the GPU split K
+    /// across workgroups ([`Cm2Split::Auto`], the default; the tiles of a
+    /// last wave at most half full too: [`Cm2Split::Waves`]) or take
+    /// narrower tiles ([`Cm2Split::Off`]).
     pub cm2_split: Cm2Split,
     /// Whether two or three f16 linears of one input (q/k/v, gate/up) past
     /// the GEMVs share one SPIR-V GEMM launch where the device runs it

@@ -612,7 +612,7 @@ fn split_spirv_gemm_matches_the_reference() {
     }
 }
 
-/// The automatic split of a grid's last wave (`Cm2Split::Auto`): on a
+/// The split of a grid's last wave (`Cm2Split::Waves`): on a
 /// device of S multiprocessors, S / 2 + 1 row tiles of two column tiles are
 /// S + 2 tiles, a last wave of 2: the first S / 2 row tiles take all of K
 /// with the epilogue, the last (a partial one: M ends 3 rows into it) splits
@@ -647,7 +647,7 @@ fn last_wave_split_matches_the_reference() {
         let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
         let opts = RecordOptions {
             gelu_tanh: gelu,
-            cm2_split: Some(Cm2Split::Auto),
+            cm2_split: Some(Cm2Split::Waves),
             ..Default::default()
         };
         let y = env.run_f16_with(&h, KernelChoice::Float, &x, &opts).out;
@@ -673,7 +673,7 @@ fn last_wave_split_matches_the_reference() {
 /// exact i32 partial sums added by `linear_int_split_sum.wgsl` before the
 /// integer epilogue) equals the unsplit kernel bit for bit: int4 weights
 /// (widened to int8) and int8 ones, forced splits of 2 and 3 over K with a
-/// short last split and edge tiles, bias or none, and the automatic split
+/// short last split and edge tiles, bias or none, and the split
 /// of a last wave (as `last_wave_split_matches_the_reference`'s grid) — one
 /// launch more than unsplit, the sum.
 #[test]
@@ -713,7 +713,7 @@ fn integer_split_spirv_gemm_equals_the_unsplit() {
             (sms / 2 + 1) * 128 - 125,
             512,
             2048,
-            Cm2Split::Auto,
+            Cm2Split::Waves,
         ));
     } else {
         eprintln!("{test}: the last wave's split skipped: the device counts {sms} multiprocessors");

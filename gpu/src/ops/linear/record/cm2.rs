@@ -571,11 +571,11 @@ impl SplitPlan {
 
 /// How K of a GEMM of `g`'s tiles over `(m, n)` x `k` splits under
 /// `split` on a device of `sm_count` multiprocessors (0: unknown); 1 split
-/// for none. [`Cm2Split::Auto`] and [`Cm2Split::Small`]: as many as fill
+/// for none. [`Cm2Split::Auto`] and [`Cm2Split::Waves`]: as many as fill
 /// the device where the tiles fill at most half of it and K is at least
 /// [`SPLIT_MIN_K`], at most [`SPLIT_MAX`] — at most one wave of
 /// workgroups, so the partial sums are at most `sm_count` tiles of f32.
-/// [`Cm2Split::Auto`] too: where the grid's last wave is at most half
+/// [`Cm2Split::Waves`] too: where the grid's last wave is at most half
 /// full, the row tiles holding it ([`last_wave_split`]). Integer kernels
 /// split only that way (their small grids split are unmeasured).
 pub(super) fn splits(
@@ -593,8 +593,8 @@ pub(super) fn splits(
         // The integer kernels' small grids unmeasured split: whole.
         _ if 2 * tiles <= sms && g.weights.integer() => (1, 0),
         _ if 2 * tiles <= sms => ((sms / tiles).min(SPLIT_MAX), 0),
-        Cm2Split::Small => (1, 0),
-        Cm2Split::Auto => last_wave_split(sms, g, shape),
+        Cm2Split::Auto => (1, 0),
+        Cm2Split::Waves => last_wave_split(sms, g, shape),
     };
     let (span, splits) = split_span(k, want);
     SplitPlan {
@@ -720,34 +720,35 @@ mod tests {
         };
         // 64 tiles of 128 x 256 on 132: two splits, every tile.
         assert_eq!(plan(Cm2Split::Auto, prefill, 4096), (2048, 2, 0));
-        assert_eq!(plan(Cm2Split::Small, prefill, 4096), (2048, 2, 0));
+        assert_eq!(plan(Cm2Split::Waves, prefill, 4096), (2048, 2, 0));
         // 16 tiles: eight (the cap); K too short: none; a grid whose last
         // wave is 91 % full (3024 tiles): none.
         assert_eq!(plan(Cm2Split::Auto, (512, 1024), 4096).1, 8);
         assert_eq!(plan(Cm2Split::Auto, prefill, 1024).1, 1);
-        assert_eq!(plan(Cm2Split::Auto, (4608, 21504), 3072).1, 1);
+        assert_eq!(plan(Cm2Split::Waves, (4608, 21504), 3072).1, 1);
         assert_eq!(splits(Cm2Split::Auto, 0, first, prefill, 4096).splits, 1);
         assert_eq!(plan(Cm2Split::Off, prefill, 4096).1, 1);
         assert_eq!(plan(Cm2Split::Splits(3), (4608, 12288), 4100), (1536, 3, 0));
         // FLUX.1's linear2: 432 tiles, the last wave 36 (27 %): 33 row
-        // tiles whole, the last 3 in 3 splits (108 workgroups).
+        // tiles whole, the last 3 in 3 splits (108 workgroups), where last
+        // waves split.
         let linear2 = (4608, 3072);
-        assert_eq!(plan(Cm2Split::Auto, linear2, 15360), (5120, 3, 33));
-        assert_eq!(plan(Cm2Split::Small, linear2, 15360).1, 1);
-        assert_eq!(plan(Cm2Split::Auto, linear2, 1024).1, 1);
+        assert_eq!(plan(Cm2Split::Waves, linear2, 15360), (5120, 3, 33));
+        assert_eq!(plan(Cm2Split::Auto, linear2, 15360).1, 1);
+        assert_eq!(plan(Cm2Split::Waves, linear2, 1024).1, 1);
         // 1152 tiles (4096 x 9216), the last wave 96 (73 %): whole.
-        assert_eq!(plan(Cm2Split::Auto, (4096, 9216), 3072).1, 1);
+        assert_eq!(plan(Cm2Split::Waves, (4096, 9216), 3072).1, 1);
         // 144 tiles (512 x 9216): the last 12 tiles' row tile holds 36, more
         // than the 24 places the whole ones leave: whole.
-        assert_eq!(plan(Cm2Split::Auto, (512, 9216), 3072).1, 1);
+        assert_eq!(plan(Cm2Split::Waves, (512, 9216), 3072).1, 1);
         // 13 row tiles of 12 (156): 11 whole waves' rows, the last 2 row
         // tiles (24 tiles) in 5 splits (120 of the 132 places); 14 of 10
         // (140): the last row tile (10 tiles) beside 130 whole ones has 2
         // places: whole.
-        let p = splits(Cm2Split::Auto, 132, first, (13 * 128, 12 * 256), 8192);
+        let p = splits(Cm2Split::Waves, 132, first, (13 * 128, 12 * 256), 8192);
         assert_eq!((p.span, p.splits, p.whole), (1792, 5, 11));
         assert_eq!(p.split_rows(13 * 128 - 5, 128), 2 * 128 - 5);
-        assert_eq!(plan(Cm2Split::Auto, (14 * 128, 10 * 256), 8192).1, 1);
+        assert_eq!(plan(Cm2Split::Waves, (14 * 128, 10 * 256), 8192).1, 1);
         let split = split_variant(&caps, first).expect("a split variant");
         assert_eq!(split.gemm.name, "gemm_cm2_f16_k32_fast_split");
         assert_eq!(
@@ -798,6 +799,7 @@ mod tests {
         assert_eq!(split_partial_bytes(2, prefill), 2 * 512 * 4096 * 4);
         for (s, want) in [
             ("auto", Cm2Split::Auto),
+            ("waves", Cm2Split::Waves),
             ("off", Cm2Split::Off),
             ("1", Cm2Split::Off),
             ("3", Cm2Split::Splits(3)),
