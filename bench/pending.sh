@@ -57,6 +57,13 @@
 #         FLUX.1's shapes with the single-stage and double-buffered
 #         cooperative GEMMs, flash attention at 24 x 4608 x 128); best alone
 #         in its call (~9 min).                           -> ceilings/table.md
+# waves   session 35's kernels (by name until measured): their tests
+#         (spirv_gemm:: split, last-wave and integer split; flash_cm2::),
+#         flash at FLUX.1's attention with 128-, 144- and 96-row blocks,
+#         `bench linear` at the N = 3072 shapes (f16, w4a4) with the
+#         default split and DYNVRAM_CM2_SPLIT=waves, and a FLUX.1-dev step
+#         at 1024² (`dit --profile`) with each.
+#                 -> waves-tests.txt, waves-flash.txt, waves-linear-*.txt, dit-waves-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -151,6 +158,29 @@ PY
     part 90 "$d" --json dit "$flux" --inputs "$in" --out /tmp/flux-out-2g.safetensors --backend vulkan \
         --warmup 1 --passes 1 --vram-budget 2 > "$O/dit-bf16-budget-2.json" 2> "$O/dit-bf16-budget-2.err" || tail -2 "$O/dit-bf16-budget-2.err"
 }
+p_waves() {
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 part 150 .dev/gpu_tests spirv_gemm::last_wave spirv_gemm::integer_split \
+        spirv_gemm::split_spirv flash_cm2:: --test-threads=4 > "$O/waves-tests.txt" 2>&1
+    echo "tests: $(grep -E '^test result' "$O/waves-tests.txt")"
+    grep -E "FAILED|panicked" "$O/waves-tests.txt" | head -20
+    part 120 "$d" bench attention --backend vulkan --queries 4608 --keys 4608 --heads 24 --head-dim 128 --no-causal \
+        --reps 5 --flash cm2-128x64-sg-lz,cm2-144x64-sg-lz,cm2-96x64-sg-lz,cm2-128x64-sg-lz > "$O/waves-flash.txt" 2>&1
+    grep -E "cm2" "$O/waves-flash.txt" | cut -c1-200
+    for sp in auto waves; do
+        DYNVRAM_CM2_SPLIT=$sp part 100 "$d" bench linear --backend vulkan --shapes 4608x3072x15360,4608x3072x3072,4096x3072x12288 \
+            --formats f16,w4a4 --f16 --gemm auto --reps 10 --copy-size 0 > "$O/waves-linear-$sp.txt" 2>&1
+        echo "$sp:"; grep -E "^(f16|w4a4)" "$O/waves-linear-$sp.txt" | cut -c1-170
+    done
+    local flux=/tmp/flux-dev.safetensors in=/tmp/flux-in-1024.safetensors
+    [ -e "$flux" ] || part 90 "$d" synth --like flux-dev "$flux" > "$O/flux-synth.txt" 2>&1
+    [ -e "$in" ] || python3 bench/flux_inputs.py "$in" --size 1024 > /dev/null 2>&1
+    for sp in auto waves auto; do
+        DYNVRAM_CM2_SPLIT=$sp part 90 "$d" --json dit "$flux" --inputs "$in" --out /tmp/flux-out.safetensors --backend vulkan \
+            --warmup 1 --passes 3 --profile > "$O/dit-waves-$sp.json" 2> "$O/dit-waves-$sp.err" || tail -2 "$O/dit-waves-$sp.err"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'best step', r['best_seconds_per_pass'])" \
+            "$O/dit-waves-$sp.json" "$sp"
+    done
+}
 p_decode() {
     PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=${SYNC:-0} INT4_SPREAD=${INT4_SPREAD:-0} part 330 bash bench/decode.sh
 }
@@ -222,8 +252,8 @@ p_ceilings() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
