@@ -26,62 +26,40 @@ use crate::device::{Cm2Caps, Cm2Split};
 use crate::ops::cache::{SpirvProgram, spirv_programs};
 use crate::tensor::ActDtype;
 
+/// Bindings 0 to N - 1 as (binding, read-only): read-only but those whose
+/// bit `written` sets.
+const fn numbered<const N: usize>(written: u32) -> [(u32, bool); N] {
+    let mut b = [(0, true); N];
+    let mut i = 0;
+    while i < N {
+        b[i] = (i as u32, written & (1 << i) == 0);
+        i += 1;
+    }
+    b
+}
+
 /// The bindings of the float linears (`linear_float_common.wgsl`): weights,
 /// weight scale, bias, activations (read-only), output.
-const BINDINGS: [(u32, bool); 5] = [(0, true), (1, true), (2, true), (3, true), (4, false)];
+const BINDINGS: [(u32, bool); 5] = numbered(1 << 4);
 
 /// The bindings of the split float linears (`SPLIT` in
 /// `shaders/spirv/gemm_cm2.glsl`): [`BINDINGS`], then the f32 partial sums
 /// (written).
-const SPLIT_BINDINGS: [(u32, bool); 6] = [
-    (0, true),
-    (1, true),
-    (2, true),
-    (3, true),
-    (4, false),
-    (5, false),
-];
+const SPLIT_BINDINGS: [(u32, bool); 6] = numbered(1 << 4 | 1 << 5);
+
+/// The bindings of the integer linears (`linear_int_common.wgsl`): weights,
+/// weight scale, bias, activation codes, their scales (read-only), output.
+const INT_BINDINGS: [(u32, bool); 6] = numbered(1 << 5);
 
 /// The bindings of the split integer linears (`SPLIT` in
 /// `shaders/spirv/gemm_cm2_int.glsl`): [`INT_BINDINGS`], then the exact
 /// partial sums (written).
-const INT_SPLIT_BINDINGS: [(u32, bool); 7] = [
-    (0, true),
-    (1, true),
-    (2, true),
-    (3, true),
-    (4, true),
-    (5, false),
-    (6, false),
-];
-
-/// The bindings of the integer linears (`linear_int_common.wgsl`): weights,
-/// weight scale, bias, activation codes, their scales (read-only), output.
-const INT_BINDINGS: [(u32, bool); 6] = [
-    (0, true),
-    (1, true),
-    (2, true),
-    (3, true),
-    (4, true),
-    (5, false),
-];
+const INT_SPLIT_BINDINGS: [(u32, bool); 7] = numbered(1 << 5 | 1 << 6);
 
 /// The bindings of the stacked float linears (`STACK` in
 /// `shaders/spirv/gemm_cm2.glsl`): [`BINDINGS`], then each further
 /// weight's weights, bias (read-only) and output.
-const STACK_BINDINGS: [(u32, bool); 11] = [
-    (0, true),
-    (1, true),
-    (2, true),
-    (3, true),
-    (4, false),
-    (5, true),
-    (6, true),
-    (7, false),
-    (8, true),
-    (9, true),
-    (10, false),
-];
+const STACK_BINDINGS: [(u32, bool); 11] = numbered(1 << 4 | 1 << 7 | 1 << 10);
 
 /// `Params` of `shaders/spirv/cm2_params.glsl`: the push constants of the
 /// cooperative-matrix-2 GEMMs and the check kernel, field for field. The
