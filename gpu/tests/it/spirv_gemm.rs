@@ -680,12 +680,7 @@ fn last_wave_split_matches_the_reference() {
 fn integer_split_spirv_gemm_equals_the_unsplit() {
     use dynvram_gpu::device::Cm2Split;
     let test = "integer_split_spirv_gemm_equals_the_unsplit";
-    let Some(mut env) = spirv_env(test, needs_f16) else {
-        return;
-    };
-    let Some(caps) = env.gpu.cm2().cloned() else {
-        let why = cm2_int_gemm(None, false, ActDtype::F16, false, None).err();
-        spirv_skipped(&format!("{test}: skipped: {}", why.unwrap_or_default()));
+    let Some((mut env, caps)) = cm2_env(test) else {
         return;
     };
     if let Err(why) = cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None) {
