@@ -732,6 +732,14 @@ pub const SPLIT_MIN_K: u64 = 2048;
 /// Splits at most ([`Cm2Split::Auto`]).
 pub const SPLIT_MAX: u64 = 8;
 
+impl Cm2Split {
+    /// Whether a number of splits was asked for ([`Self::Splits`]), rather
+    /// than a rule or none.
+    pub fn counted(self) -> bool {
+        matches!(self, Self::Splits(_))
+    }
+}
+
 impl std::str::FromStr for Cm2Split {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

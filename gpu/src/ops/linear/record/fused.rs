@@ -22,7 +22,7 @@ use super::cm2::{cm2_stack_gemm, stack_pays};
 use super::coop::GemmKernel;
 use super::gemv_shape::{GemvShape, rows_aligned, rows_gemv_max_m};
 use super::options::RecordOptions;
-use crate::device::{Cm2Split, Cm2Stack, Gpu};
+use crate::device::{Cm2Stack, Gpu};
 use crate::ops::linear::LinearWeights;
 use crate::tensor::{ActDtype, GpuTensor};
 
@@ -139,10 +139,7 @@ fn stack_unusable(
         || opts.spirv_check
         || opts.cm2_kernel.is_some()
         || opts.gemm == GemmKernel::Tiled
-        || matches!(
-            opts.cm2_split.unwrap_or_else(|| gpu.cm2_split()),
-            Cm2Split::Splits(_)
-        );
+        || opts.cm2_split.unwrap_or_else(|| gpu.cm2_split()).counted();
     if fused.glu {
         Some("SwiGLU past the multi-row GEMV is its own launch")
     } else if stack == Cm2Stack::Off {

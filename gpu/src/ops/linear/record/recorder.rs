@@ -381,7 +381,7 @@ impl Recorder<'_> {
         rows: u64,
     ) -> Option<(Cm2Kernel, SplitPlan)> {
         // A kernel named runs as named unless a split is asked for too.
-        if self.cm2_kernel.is_some() && matches!(self.cm2_split, Cm2Split::Auto | Cm2Split::Waves) {
+        if self.cm2_kernel.is_some() && !self.cm2_split.counted() {
             return None;
         }
         let shape = (self.m, rows);
@@ -418,7 +418,9 @@ impl Recorder<'_> {
         if bytes == 0 {
             return Ok(None);
         }
-        if let (Cm2Split::Auto | Cm2Split::Waves, Some(caps)) = (self.cm2_split, self.gpu.cm2()) {
+        if !self.cm2_split.counted()
+            && let Some(caps) = self.gpu.cm2()
+        {
             let g = kernel.gemm;
             let wave = cm2::split_partial_bytes(
                 u64::from(caps.sm_count),
