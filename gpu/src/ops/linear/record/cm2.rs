@@ -1005,46 +1005,38 @@ mod tests {
         )
         .map(|k| k.gemm.name);
         assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
+        // The automatic choice for `weights` over `grid` (`small`: whether
+        // the kernels for small grids may take it).
+        let auto = |weights, grid, small| {
+            fitting(
+                &caps,
+                weights,
+                (None, None),
+                (grid, small),
+                (Cm2Split::Auto, 4096),
+            )
+            .map(|k| k.gemm.name)
+        };
         // Kernels for small grids not allowed (int4 widened first): the
         // first kernel, grouped on many column tiles but for small grids
         // (there split K takes the plain kernel's variant).
-        let got = fitting(
-            &caps,
-            Cm2Weights::F16,
-            (None, None),
-            (Some((128, 11008)), true),
-            (Cm2Split::Auto, 4096),
-        )
-        .map(|k| k.gemm.name);
-        assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
-        let got = fitting(
-            &caps,
-            Cm2Weights::Int8,
-            (None, None),
-            (Some((512, 4096)), false),
-            (Cm2Split::Auto, 4096),
-        )
-        .map(|k| k.gemm.name);
-        assert_eq!(got, Some("gemm_cm2_w8_k64_fast"));
-        let got = fitting(
-            &caps,
-            Cm2Weights::Int8,
-            (None, None),
-            (Some((4608, 21504)), false),
-            (Cm2Split::Auto, 4096),
-        )
-        .map(|k| k.gemm.name);
-        assert_eq!(got, Some("gemm_cm2_w8_k64_fast_g8"));
+        assert_eq!(
+            auto(Cm2Weights::F16, Some((128, 11008)), true),
+            Some("gemm_cm2_f16_k32_fast")
+        );
+        assert_eq!(
+            auto(Cm2Weights::Int8, Some((512, 4096)), false),
+            Some("gemm_cm2_w8_k64_fast")
+        );
+        assert_eq!(
+            auto(Cm2Weights::Int8, Some((4608, 21504)), false),
+            Some("gemm_cm2_w8_k64_fast_g8")
+        );
         // No grid: the first kernel.
-        let got = fitting(
-            &caps,
-            Cm2Weights::F16,
-            (None, None),
-            (None, true),
-            (Cm2Split::Auto, 4096),
-        )
-        .map(|k| k.gemm.name);
-        assert_eq!(got, Some("gemm_cm2_f16_k32_fast"));
+        assert_eq!(
+            auto(Cm2Weights::F16, None, true),
+            Some("gemm_cm2_f16_k32_fast")
+        );
     }
 
     #[test]
