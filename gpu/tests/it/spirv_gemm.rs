@@ -69,6 +69,25 @@ fn cm2_env(test: &str) -> Option<(Env, dynvram_gpu::device::Cm2Caps)> {
     Some((env, caps))
 }
 
+/// [`cm2_env`] where the device also runs a kernel `usable` says it has
+/// (its `Err` the reason the test is skipped).
+fn cm2_env_running(
+    test: &str,
+    usable: impl FnOnce(&dynvram_gpu::device::Cm2Caps) -> Result<(), String>,
+) -> Option<(Env, dynvram_gpu::device::Cm2Caps)> {
+    let (env, caps) = cm2_env(test)?;
+    if let Err(why) = usable(&caps) {
+        spirv_skipped(&format!("{test}: skipped: {why}"));
+        return None;
+    }
+    Some((env, caps))
+}
+
+/// Whether the device runs an f16 SPIR-V GEMM.
+fn f16_gemm(caps: &dynvram_gpu::device::Cm2Caps) -> Result<(), String> {
+    cm2_gemm(Some(caps), Format::F16, ActDtype::F16, None).map(|_| ())
+}
+
 #[test]
 fn spirv_gemm_matches_the_reference() {
     let test = "spirv_gemm_matches_the_reference";
@@ -553,13 +572,9 @@ fn spirv_gemm_is_taken_only_where_the_device_has_it() {
 fn split_spirv_gemm_matches_the_reference() {
     use dynvram_gpu::device::Cm2Split;
     let test = "split_spirv_gemm_matches_the_reference";
-    let Some((mut env, caps)) = cm2_env(test) else {
+    let Some((mut env, caps)) = cm2_env_running(test, f16_gemm) else {
         return;
     };
-    if let Err(why) = cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None) {
-        spirv_skipped(&format!("{test}: skipped: {why}"));
-        return;
-    }
     let mut rng = ChaCha8Rng::seed_from_u64(63);
     let m0 = ROWS_GEMV_MAX_M as usize + 1;
     // (M, N, K, splits, weights over bindings)
@@ -624,13 +639,9 @@ fn split_spirv_gemm_matches_the_reference() {
 fn last_wave_split_matches_the_reference() {
     use dynvram_gpu::device::Cm2Split;
     let test = "last_wave_split_matches_the_reference";
-    let Some((mut env, caps)) = cm2_env(test) else {
+    let Some((mut env, caps)) = cm2_env_running(test, f16_gemm) else {
         return;
     };
-    if let Err(why) = cm2_gemm(Some(&caps), Format::F16, ActDtype::F16, None) {
-        spirv_skipped(&format!("{test}: skipped: {why}"));
-        return;
-    }
     let sms = caps.sm_count as usize;
     if sms < 8 {
         spirv_skipped(&format!(
@@ -680,13 +691,11 @@ fn last_wave_split_matches_the_reference() {
 fn integer_split_spirv_gemm_equals_the_unsplit() {
     use dynvram_gpu::device::Cm2Split;
     let test = "integer_split_spirv_gemm_equals_the_unsplit";
-    let Some((mut env, caps)) = cm2_env(test) else {
+    let int8_gemm =
+        |caps: &_| cm2_int_gemm(Some(caps), false, ActDtype::F16, false, None).map(|_| ());
+    let Some((mut env, caps)) = cm2_env_running(test, int8_gemm) else {
         return;
     };
-    if let Err(why) = cm2_int_gemm(Some(&caps), false, ActDtype::F16, false, None) {
-        spirv_skipped(&format!("{test}: skipped: {why}"));
-        return;
-    }
     let mut rng = ChaCha8Rng::seed_from_u64(65);
     let w4a4 = Format::ConvrotW4a4 {
         group: 64,
