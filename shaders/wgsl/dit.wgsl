@@ -161,12 +161,16 @@ fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     }
 }
 
-// Invocations per (row, head) of qk_place: each takes pairs lid, lid + 64, ...
-const QK_WG: u32 = 64u;
+// Invocations per (row, head) of qk_place: each takes pairs lid, lid +
+// QK_WG, ... (at most QK_PAIRS of them, held in registers between the sum
+// of squares and the writes: head_dim up to 2 · QK_WG · QK_PAIRS, `dit.rs`
+// checks).
+const QK_WG: u32 = 32u;
+const QK_PAIRS: u32 = 4u;
 // (row, head) items a workgroup, each its own QK_WG invocations (`dit.rs`'s
 // QK_ITEMS): a workgroup of one item spent its time starting and in
 // barriers, not moving bytes.
-const QK_ITEMS: u32 = 4u;
+const QK_ITEMS: u32 = 8u;
 var<workgroup> red_qk: array<f32, QK_WG * QK_ITEMS>;
 
 @compute @workgroup_size(QK_WG * QK_ITEMS)
@@ -176,7 +180,7 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let heads = qk.cols / hd;
     // Item `idx` (src row, head) of QK_WG invocations, `lid` the one's
     // place in it; past the last item an invocation only meets the
-    // barriers.
+    // barrier.
     let lid = lid_wg % QK_WG;
     let seg = lid_wg - lid;
     let idx = (wid.y * nwg.x + wid.x) * QK_ITEMS + lid_wg / QK_WG;
@@ -190,27 +194,34 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let dst = dst_row * qk.cols + h * hd;
     // No pairs past the last item.
     let npairs = select(0u, hd / 2u, live);
+    var xs: array<vec2<f32>, QK_PAIRS>;
     var ss = 0.0;
-    for (var i = lid; i < npairs; i = i + QK_WG) {
-        let x0 = f32(x[src + 2u * i]);
-        let x1 = f32(x[src + 2u * i + 1u]);
-        ss = ss + x0 * x0 + x1 * x1;
+    for (var j = 0u; j < QK_PAIRS; j++) {
+        let i = lid + j * QK_WG;
+        if i < npairs {
+            let v = vec2<f32>(f32(x[src + 2u * i]), f32(x[src + 2u * i + 1u]));
+            xs[j] = v;
+            ss = ss + v.x * v.x + v.y * v.y;
+        }
     }
     red_qk[seg + lid] = ss;
     workgroupBarrier();
-    for (var st = QK_WG / 2u; st > 0u; st = st >> 1u) {
-        if lid < st {
-            red_qk[seg + lid] = red_qk[seg + lid] + red_qk[seg + lid + st];
-        }
-        workgroupBarrier();
+    // Each invocation adds its item's partial sums itself, in one order:
+    // one barrier where a tree took log2(QK_WG).
+    var t = 0.0;
+    for (var l = 0u; l < QK_WG; l++) {
+        t = t + red_qk[seg + l];
     }
-    let r = 1.0 / sqrt(red_qk[seg] / f32(hd) + qk.eps);
-    for (var i = lid; i < npairs; i = i + QK_WG) {
-        let x0 = f32(x[src + 2u * i]) * r * w[2u * i];
-        let x1 = f32(x[src + 2u * i + 1u]) * r * w[2u * i + 1u];
-        let cs = pe[dst_row * npairs + i];
-        out[dst + 2u * i] = act(cs.x * x0 - cs.y * x1);
-        out[dst + 2u * i + 1u] = act(cs.y * x0 + cs.x * x1);
+    let r = 1.0 / sqrt(t / f32(hd) + qk.eps);
+    for (var j = 0u; j < QK_PAIRS; j++) {
+        let i = lid + j * QK_WG;
+        if i < npairs {
+            let x0 = xs[j].x * r * w[2u * i];
+            let x1 = xs[j].y * r * w[2u * i + 1u];
+            let cs = pe[dst_row * npairs + i];
+            out[dst + 2u * i] = act(cs.x * x0 - cs.y * x1);
+            out[dst + 2u * i + 1u] = act(cs.y * x0 + cs.x * x1);
+        }
     }
 }
 

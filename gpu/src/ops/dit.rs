@@ -303,11 +303,15 @@ pub fn record_qk_place(
     let dst = to.dst;
     expect_dtype(OP, "dst", dst, src.dtype)?;
     let (dst_rows, cols) = rows_cols(OP, "dst", dst)?;
-    if head_dim == 0 || !head_dim.is_multiple_of(2) || !cols.is_multiple_of(head_dim) {
+    if head_dim == 0
+        || !head_dim.is_multiple_of(2)
+        || !cols.is_multiple_of(head_dim)
+        || head_dim > QK_MAX_HEAD_DIM
+    {
         return Err(bad(
             OP,
             format!(
-                "head_dim {head_dim} must be even and divide dst's {cols} columns ({:?})",
+                "head_dim {head_dim} must be even, at most {QK_MAX_HEAD_DIM} and divide dst's {cols} columns ({:?})",
                 dst.shape
             ),
         ));
@@ -419,7 +423,11 @@ impl GatherOp {
 }
 
 /// (row, head) items a workgroup of `qk_place` (`QK_ITEMS` in `dit.wgsl`).
-const QK_ITEMS: u64 = 4;
+const QK_ITEMS: u64 = 8;
+
+/// Largest head dimension `qk_place` takes: its invocations hold
+/// `QK_PAIRS` pairs each, `QK_WG` of them an item (`dit.wgsl`).
+pub const QK_MAX_HEAD_DIM: u64 = 2 * 32 * 4;
 
 /// Columns each invocation of `gather` and `gated_add` takes of rows
 /// `cols` wide: four where a row holds whole fours (as the kernels decide),

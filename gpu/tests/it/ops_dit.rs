@@ -8,8 +8,8 @@
 use crate::ops_common::{ctx, nan_tensor, read, run, upload};
 use dynvram_gpu::GpuError;
 use dynvram_gpu::ops::dit::{
-    Block, GatherOp, Joint, record_ada_norm, record_gated_add, record_gather, record_qk_place,
-    rope_table, timestep_embedding,
+    Block, GatherOp, Joint, QK_MAX_HEAD_DIM, record_ada_norm, record_gated_add, record_gather,
+    record_qk_place, rope_table, timestep_embedding,
 };
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::tolerance::assert_close;
@@ -133,6 +133,9 @@ const QK: &[(u64, u64, u64, u64, u64, u64, u64)] = &[
     (1, 12, 4, 32, 0, 60, 0),
     (2, 48, 4, 32, 1, 60, 12),
     (3, 5, 3, 128, 2, 7, 1),
+    // The largest head the kernel takes (QK_MAX_HEAD_DIM): 4 pairs an
+    // invocation.
+    (1, 3, 2, 256, 1, 4, 1),
 ];
 
 #[test]
@@ -342,6 +345,30 @@ fn bad_operands_are_refused() {
     expect_bad(
         "qk head_dim",
         record_qk_place(g, &c.cache, &mut enc, &x, 3, 0, &w, &pe, 3, 1e-6, joint),
+    );
+    // A head past the kernel's registers.
+    let wide = nan_tensor(g, &[3, 2 * QK_MAX_HEAD_DIM + 4]);
+    let wide_dst = nan_tensor(g, &[6, QK_MAX_HEAD_DIM + 2]);
+    let wide_joint = Joint {
+        dst: &wide_dst,
+        per_batch: 3,
+        row0: 0,
+    };
+    expect_bad(
+        "qk head_dim too large",
+        record_qk_place(
+            g,
+            &c.cache,
+            &mut enc,
+            &wide,
+            3,
+            0,
+            &w,
+            &pe,
+            QK_MAX_HEAD_DIM + 2,
+            1e-6,
+            wide_joint,
+        ),
     );
     // Columns past the source.
     let b = |t, col0| Block {
