@@ -40,7 +40,8 @@ struct Params {
     // (linear_gemv_three.wgsl); unused elsewhere.
     n1: u32,
     n2: u32,
-    // 1.0 as f32 bits (the multi-row GEMV's residual add).
+    // 1.0 as f32 bits: a runtime 1 (the epilogue's bias add, the multi-row
+    // GEMV's residual add).
     one_bits: u32,
 }
 
@@ -88,7 +89,12 @@ fn int_value_sx(sx: f32, acc: i32, sw: f32, b: f32) -> f32 {
         r = f32(acc) * (sx * sw);
     }
     if HAS_BIAS {
-        r = r + b;
+        // The product by a runtime 1 (`one_bits`) keeps a compiler from
+        // fusing the last product into the add: rounded, then added, as
+        // ComfyUI and the SPIR-V kernels' `precise` epilogue do (NVIDIA
+        // fused it: the split-K sum differed from the unsplit GEMM in 2 of
+        // 39,000 outputs, session 36).
+        r = r * bitcast<f32>(p.one_bits) + b;
     }
     return r;
 }

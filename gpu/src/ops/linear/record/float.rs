@@ -116,7 +116,7 @@ impl Recorder<'_> {
                 continue;
             }
             let groups = self.chunk_groups(&c, tile);
-            let params = self.gemm_params(&c);
+            let params = self.gemm_params(&c, false);
             let cost = self.chunk_cost(&c, x.bytes());
             if double.is_some() {
                 // The weights and activations as 16-byte words (bindings 5

@@ -341,7 +341,7 @@ impl Recorder<'_> {
                 out_stride: self.weights.n as u32,
                 n1: (m - rows) as u32,
                 n2: 0,
-                last_bits: 0,
+                last_bits: 1f32.to_bits(),
             };
             // The GEMM's accumulator: int4 widened to int8 holds the
             // weights' values (no ·16 to undo).
@@ -420,7 +420,7 @@ impl Recorder<'_> {
                 continue;
             }
             let groups = self.chunk_groups(&c, tile);
-            let params = self.gemm_params(&c);
+            let params = self.gemm_params(&c, true);
             let cost = self.chunk_cost(&c, m * kw * 4 + m * 4);
             // The integer linears' bindings, from 0.
             let numbered = [

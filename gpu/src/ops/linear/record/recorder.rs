@@ -116,7 +116,7 @@ pub(super) struct GemmParams {
     pub n1: u32,
     pub n2: u32,
     /// The folded norm's eps (float kernels) or 1.0 (integer kernels: the
-    /// residual add's runtime 1), as f32 bits.
+    /// runtime 1 of the bias and residual adds), as f32 bits.
     pub last_bits: u32,
 }
 const _: () = assert!(size_of::<GemmParams>() == 32);
@@ -318,8 +318,9 @@ impl Recorder<'_> {
         )
     }
 
-    /// The immediates of a one-row GEMV or GEMM launch over chunk `c`.
-    pub(super) fn gemm_params(&self, c: &Chunk<'_>) -> GemmParams {
+    /// The immediates of a one-row GEMV or GEMM launch over chunk `c`
+    /// (`integer`: the integer kernels' runtime 1.0 in `last_bits`).
+    pub(super) fn gemm_params(&self, c: &Chunk<'_>, integer: bool) -> GemmParams {
         GemmParams {
             m: self.m as u32,
             n: c.rows as u32,
@@ -328,7 +329,7 @@ impl Recorder<'_> {
             out_stride: self.weights.n as u32,
             n1: 0,
             n2: 0,
-            last_bits: 0,
+            last_bits: if integer { 1f32.to_bits() } else { 0 },
         }
     }
 
