@@ -57,12 +57,12 @@
 #         FLUX.1's shapes with the single-stage and double-buffered
 #         cooperative GEMMs, flash attention at 24 x 4608 x 128); best alone
 #         in its call (~9 min).                           -> ceilings/table.md
-# waves   session 35's kernels (by name until measured): their tests
-#         (spirv_gemm:: split, last-wave and integer split; flash_cm2::),
-#         flash at FLUX.1's attention with 128-, 144- and 96-row blocks,
-#         `bench linear` at the N = 3072 shapes (f16, w4a4) with the
-#         default split and DYNVRAM_CM2_SPLIT=waves, and a FLUX.1-dev step
-#         at 1024² (`dit --profile`) with each.
+# waves   the last-wave split (session 35; the default since session 36):
+#         its tests (spirv_gemm:: split, last-wave and integer split;
+#         flash_cm2::), flash at FLUX.1's attention (128 x 64 and 128 x 32
+#         blocks), `bench linear` at the N = 3072 shapes (f16, w4a4) with
+#         DYNVRAM_CM2_SPLIT=auto and =waves, and a FLUX.1-dev step at 1024²
+#         (`dit --profile`) with each.
 #                 -> waves-tests.txt, waves-flash.txt, waves-linear-*.txt, dit-waves-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
@@ -164,7 +164,7 @@ p_waves() {
     echo "tests: $(grep -E '^test result' "$O/waves-tests.txt")"
     grep -E "FAILED|panicked" "$O/waves-tests.txt" | head -20
     part 120 "$d" bench attention --backend vulkan --queries 4608 --keys 4608 --heads 24 --head-dim 128 --no-causal \
-        --reps 5 --flash cm2-128x64-sg-lz,cm2-144x64-sg-lz,cm2-96x64-sg-lz,cm2-128x64-sg-lz > "$O/waves-flash.txt" 2>&1
+        --reps 5 --flash cm2-128x64-sg-lz,cm2-128x32-sg-lz,cm2-128x64-sg-lz > "$O/waves-flash.txt" 2>&1
     grep -E "cm2" "$O/waves-flash.txt" | cut -c1-200
     for sp in auto waves; do
         DYNVRAM_CM2_SPLIT=$sp part 100 "$d" bench linear --backend vulkan --shapes 4608x3072x15360,4608x3072x3072,4096x3072x12288 \

@@ -349,7 +349,7 @@ macro_rules! cm2_flash {
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`; the
 /// first of them on large grids, [`CM2_FLASH_LARGE`]).
-pub static CM2_FLASH: [Cm2Flash; 22] = [
+pub static CM2_FLASH: [Cm2Flash; 20] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -370,8 +370,6 @@ pub static CM2_FLASH: [Cm2Flash; 22] = [
     cm2_flash!(sg_db "flash_cm2_sg_128x32db_d128", 128, 32, 128, 1),
     cm2_flash!(sg_lz "flash_cm2_sg_128x64lz_d128", 128, 64, 128),
     cm2_flash!(sg_lz "flash_cm2_sg_128x32lz_d128", 128, 32, 128),
-    cm2_flash!(sg_lz "flash_cm2_sg_144x64lz_d128", 144, 64, 128),
-    cm2_flash!(sg_lz "flash_cm2_sg_96x64lz_d128", 96, 64, 128),
 ];
 
 /// The flash kernels preferred over the first of [`CM2_FLASH`] where their

@@ -103,10 +103,10 @@ impl std::str::FromStr for Seconds {
 /// `DYNVRAM_CM2_INT4` (how int4 layers take them: `int8`, the default,
 /// widened to int8 a piece at a time for the int8 kernels; `staged`, the
 /// int4 kernels) and `DYNVRAM_CM2_SPLIT`
-/// (whether GEMMs whose tiles fill at most half the GPU split K: `auto`,
-/// the default; `waves`, also the tiles of a last wave at most half full;
-/// `off`, narrower tiles instead; a number, that many splits wherever a
-/// kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`auto` or
+/// (whether GEMMs whose tiles fill at most half the GPU split K: `waves`,
+/// the default, also the tiles of a last wave at most half full; `auto`,
+/// small grids only; `off`, narrower tiles instead; a number, that many
+/// splits wherever a kernel can, for tuning) and `DYNVRAM_CM2_STACK` (`auto` or
 /// `on`, the default: q/k/v and gate/up share one SPIR-V GEMM launch at
 /// prefill where it pays; `always`: wherever the kernel can; `grouped`:
 /// as `auto`, tiles in groups of row tiles; `off`: one launch each) and `DYNVRAM_CM2_GEMM` (a SPIR-V GEMM by name, as

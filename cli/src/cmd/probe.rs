@@ -264,7 +264,7 @@ fn spirv_gemm_line(
             let sms = cm2.sm_count;
             let small_grids = match (split, small) {
                 (Some(s), small) => format!(
-                    "; where those tiles fill at most half the {sms} multiprocessors, K split over workgroups ({}, K of {} or more; else, and with DYNVRAM_CM2_SPLIT=off, {}); with DYNVRAM_CM2_SPLIT=waves also where their last wave is at most half full, its row tiles split K in the places the whole tiles leave",
+                    "; where those tiles fill at most half the {sms} multiprocessors, K split over workgroups ({}, K of {} or more; else, and with DYNVRAM_CM2_SPLIT=off, {}); also where their last wave is at most half full (not with DYNVRAM_CM2_SPLIT=auto), its row tiles split K in the places the whole tiles leave",
                     s.name,
                     dynvram_runtime::device::SPLIT_MIN_K,
                     small.map_or("unsplit".into(), |s| format!(

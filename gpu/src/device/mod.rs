@@ -855,9 +855,9 @@ pub struct GpuOptions {
     /// for the int8 kernels ([`Cm2Int4::ViaInt8`], the default).
     pub cm2_int4: Cm2Int4,
     /// Whether SPIR-V GEMMs whose tiles fill at most half the GPU split K
-    /// across workgroups ([`Cm2Split::Auto`], the default; the tiles of a
-    /// last wave at most half full too: [`Cm2Split::Waves`]) or take
-    /// narrower tiles ([`Cm2Split::Off`]).
+    /// across workgroups, and the tiles of a last wave at most half full
+    /// too ([`Cm2Split::Waves`], the default; small grids only:
+    /// [`Cm2Split::Auto`]), or take narrower tiles ([`Cm2Split::Off`]).
     pub cm2_split: Cm2Split,
     /// Whether two or three f16 linears of one input (q/k/v, gate/up) past
     /// the GEMVs share one SPIR-V GEMM launch where the device runs it
