@@ -685,8 +685,9 @@ fn last_wave_split_matches_the_reference() {
 /// integer epilogue) equals the unsplit kernel bit for bit: int4 weights
 /// (widened to int8) and int8 ones, forced splits of 2 and 3 over K with a
 /// short last split and edge tiles, bias or none, and the split
-/// of a last wave (as `last_wave_split_matches_the_reference`'s grid) — one
-/// launch more than unsplit, the sum.
+/// of a last wave (as `last_wave_split_matches_the_reference`'s grid, its
+/// rows at once in a tracked scratch with room) — one launch more than
+/// unsplit, the sum.
 #[test]
 fn integer_split_spirv_gemm_equals_the_unsplit() {
     use dynvram_gpu::device::Cm2Split;
@@ -723,6 +724,11 @@ fn integer_split_spirv_gemm_equals_the_unsplit() {
         eprintln!("{test}: the last wave's split skipped: the device counts {sms} multiprocessors");
     }
     for (i, (format, act, m, n, k, split)) in cases.into_iter().enumerate() {
+        if split == Cm2Split::Waves {
+            // Past `INTEGER_CHUNK_ROWS` rows the layer's grid is whole only
+            // where a pass's room holds their scratch.
+            env.track_scratch(1 << 30);
+        }
         let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
         let x = random_x(&mut rng, m, k);
         let choice = KernelChoice::Integer { act, fast: false };

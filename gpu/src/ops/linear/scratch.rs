@@ -196,6 +196,13 @@ impl LinearScratch {
         self.budget.is_none() || self.piece_room >= bytes
     }
 
+    /// Whether `bytes` more scratch fit the room a runtime's pass has beyond
+    /// its plan: [`Self::room_for`], but never outside a budget, where no
+    /// plan bounds the scratch to what it counts.
+    pub(super) fn planned_room_for(&self, bytes: u64) -> bool {
+        self.budget.is_some() && self.piece_room >= bytes
+    }
+
     /// The split-K GEMMs' partial sums (f32), at least `bytes` long: the
     /// attention's partials' buffer (each use writes it before reading it,
     /// one launch after another).

@@ -43,6 +43,21 @@ pub fn env_with(
 }
 
 impl Env {
+    /// Scratch as a runtime's pass has it: tracked in a budget (64 GiB,
+    /// nothing held back) with `room` bytes beyond the pass's plan
+    /// (`LinearScratch::set_piece_room`), instead of the untracked default.
+    pub fn track_scratch(&mut self, room: u64) {
+        use dynvram_memory::{Budget, BudgetConfig, CapacitySource, GIB};
+        let cfg = BudgetConfig {
+            vram_budget: None,
+            reserve: 0,
+            headroom: 0,
+        };
+        let budget = Budget::new(64 * GIB, CapacitySource::Explicit, cfg).expect("budget");
+        self.scratch = LinearScratch::tracked(std::sync::Arc::new(std::sync::Mutex::new(budget)));
+        self.scratch.set_piece_room(room);
+    }
+
     /// The `fast` variants of the integer kernels the adapter runs (the
     /// subgroup ones where it has subgroups).
     pub fn fast_variants(&self) -> Vec<bool> {

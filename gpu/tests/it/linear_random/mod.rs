@@ -244,12 +244,25 @@ impl IntReference {
 /// in row chunks (FLUX.1's 4,608 tokens at a 1 GiB budget): the exact
 /// accumulators and the outputs equal the reference's over every row,
 /// with a partial last chunk, rotated and not, while the scratch holds one
-/// chunk's rotated input.
+/// chunk's rotated input — and all at once where the pass's room beyond
+/// its plan holds the whole input's scratch (a tracked scratch with room),
+/// the same accumulators and outputs.
 #[test]
 fn long_inputs_go_through_in_row_chunks() {
     let Some(mut env) = env("long_inputs_go_through_in_row_chunks", any_adapter) else {
         return;
     };
+    for room in [None, Some(0), Some(1 << 30)] {
+        if let Some(room) = room {
+            env.track_scratch(room);
+        }
+        long_inputs_with(&mut env, room.is_some_and(|r| r > 0));
+    }
+}
+
+/// [`long_inputs_go_through_in_row_chunks`] with the env's scratch:
+/// `whole`, all rows at once (else in chunks).
+fn long_inputs_with(env: &mut Env, whole: bool) {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let m = 2 * INTEGER_CHUNK_ROWS as usize + 77;
     let cases = [
@@ -291,9 +304,11 @@ fn long_inputs_go_through_in_row_chunks() {
         assert_close_rel(&what, &y, &r.out, 1e-6);
         if r.group.is_some() {
             let rotated = env.scratch.rotated().expect("rotated input").size();
-            assert!(
-                rotated < (m * k * 4) as u64,
-                "{what}: the scratch holds {rotated} B of rotated input, all {m} rows"
+            let all = (m * k * 4) as u64;
+            assert_eq!(
+                rotated >= all,
+                whole,
+                "{what}: the scratch holds {rotated} B of rotated input, all {m} rows {all} B"
             );
         }
     }

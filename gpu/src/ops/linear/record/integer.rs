@@ -21,19 +21,30 @@ use crate::ops::launch::{Bindings, Constants, Cost};
 use crate::ops::linear::{LinearError, LinearScratch};
 use crate::tensor::{ActDtype, GpuTensor};
 
-/// Rows the integer kernels rotate and quantize at once: a longer input
-/// goes through the layer in chunks of this many rows, so the scratch
-/// (the rotated f32 input and the codes) stays bounded — 75 MiB at FLUX.1's
-/// widest int4 layer (K = 15,360) where its 4,608 rows would need 338 MiB.
+/// Rows the integer kernels rotate and quantize at once where a plan
+/// counts their scratch: a longer input goes through the layer in chunks
+/// of this many rows, so the scratch (the rotated f32 input and the codes)
+/// stays bounded — 75 MiB at FLUX.1's widest int4 layer (K = 15,360) where
+/// its 4,608 rows would need 338 MiB. Where the pass's room beyond its plan
+/// holds the whole input's, it goes through at once
+/// ([`Recorder::integer_rows_at_once`]).
 pub const INTEGER_CHUNK_ROWS: u64 = 1024;
+
+/// Room [`Recorder::integer_rows_at_once`] leaves for the split GEMMs'
+/// partial sums: a wave of 132 tiles of 128 × 256 in i32 is 17 MiB.
+const SPLIT_SUMS_ALLOWANCE: u64 = 64 << 20;
 
 /// Bytes of [`LinearScratch`] the integer kernels hold for an input of
 /// `rows` × `k`: the rotated f32 input, the codes (a byte an element, in
 /// words) and the per-row scales of one chunk of rows.
 pub fn integer_scratch_bytes(rows: u64, k: u64) -> u64 {
-    let r = rows.min(INTEGER_CHUNK_ROWS);
+    rows_scratch_bytes(rows.min(INTEGER_CHUNK_ROWS), k)
+}
+
+/// [`integer_scratch_bytes`] of `rows` taken at once.
+fn rows_scratch_bytes(rows: u64, k: u64) -> u64 {
     let round = |b: u64| b.max(16).div_ceil(256) * 256;
-    round(r * k * 4) + round(r * k.div_ceil(4) * 4) + round(r * 4)
+    round(rows * k * 4) + round(rows * k.div_ceil(4) * 4) + round(rows * 4)
 }
 
 /// Values one workgroup of `linear_rotate.wgsl` transforms (`CH`) for rows
@@ -68,7 +79,7 @@ impl Recorder<'_> {
         raw: bool,
     ) -> Result<(), LinearError> {
         let (m, k, n) = (self.m, self.weights.k, self.weights.n);
-        let step = INTEGER_CHUNK_ROWS;
+        let step = self.integer_rows_at_once(scratch);
         let aligned = (step * k * x.dtype.size()).is_multiple_of(self.align)
             && (step * n * out.dtype.size()).is_multiple_of(self.align);
         if m <= step || self.fold.norm.is_some() || self.fused.is_some() || !aligned {
@@ -90,6 +101,26 @@ impl Recorder<'_> {
             first += rows;
         }
         Ok(())
+    }
+
+    /// Rows [`Self::integer_chunked`] takes at once: all of them where the
+    /// pass's room beyond its plan holds their scratch beside the layer
+    /// widened to int8 and a wave of split sums, and a binding holds their
+    /// rotated rows; else [`INTEGER_CHUNK_ROWS`]. Whole, the GEMM's grid is
+    /// the layer's: a 1024-row chunk of FLUX.1's `linear2` is 96 tiles on
+    /// the H100's 132 multiprocessors, its 4,608 rows 432 (3.3 waves, the
+    /// last split), and every chunk reads the weights again.
+    fn integer_rows_at_once(&self, scratch: &LinearScratch) -> u64 {
+        let (m, k, n) = (self.m, self.weights.k, self.weights.n);
+        let extra = rows_scratch_bytes(m, k).saturating_sub(integer_scratch_bytes(m, k))
+            + n * k
+            + SPLIT_SUMS_ALLOWANCE;
+        let binding = self.gpu.device.limits().max_storage_buffer_binding_size;
+        if m * k * 4 <= binding && scratch.planned_room_for(extra) {
+            m
+        } else {
+            INTEGER_CHUNK_ROWS
+        }
     }
 
     /// Records the layer with integer kernels of `int` (`fast`: the
