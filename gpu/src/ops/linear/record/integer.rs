@@ -104,19 +104,22 @@ impl Recorder<'_> {
     }
 
     /// Rows [`Self::integer_chunked`] takes at once: all of them where the
-    /// pass's room beyond its plan holds their scratch beside the layer
-    /// widened to int8 and a wave of split sums, and a binding holds their
-    /// rotated rows; else [`INTEGER_CHUNK_ROWS`]. Whole, the GEMM's grid is
-    /// the layer's: a 1024-row chunk of FLUX.1's `linear2` is 96 tiles on
-    /// the H100's 132 multiprocessors, its 4,608 rows 432 (3.3 waves, the
-    /// last split), and every chunk reads the weights again.
+    /// pass's room beyond its plan holds twice their scratch beside the
+    /// layer widened to int8 and a wave of split sums, and a binding holds
+    /// their rotated rows; else [`INTEGER_CHUNK_ROWS`]. Whole, the GEMM's
+    /// grid is the layer's: a 1024-row chunk of FLUX.1's `linear2` is 96
+    /// tiles on the H100's 132 multiprocessors, its 4,608 rows 432 (4
+    /// wave-times against the chunks' 5), and every chunk reads the
+    /// weights again.
     fn integer_rows_at_once(&self, scratch: &LinearScratch) -> u64 {
         let (m, k, n) = (self.m, self.weights.k, self.weights.n);
         let extra = rows_scratch_bytes(m, k).saturating_sub(integer_scratch_bytes(m, k))
             + n * k
             + SPLIT_SUMS_ALLOWANCE;
         let binding = self.gpu.device.limits().max_storage_buffer_binding_size;
-        if m * k * 4 <= binding && scratch.planned_room_for(extra) {
+        // Twice: the widened pieces and the split sums take the same room
+        // unplanned, each sized by it.
+        if m * k * 4 <= binding && scratch.planned_room_for(extra.saturating_mul(2)) {
             m
         } else {
             INTEGER_CHUNK_ROWS
