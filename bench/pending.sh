@@ -64,6 +64,11 @@
 #         DYNVRAM_CM2_SPLIT=auto and =waves, and a FLUX.1-dev step at 1024²
 #         (`dit --profile`) with each.
 #                 -> waves-tests.txt, waves-flash.txt, waves-linear-*.txt, dit-waves-*.json
+# int4rows integer layers' rows at once (session 36, unmeasured): the tests
+#         (spirv_gemm::integer_split, linear_random::long_inputs), then
+#         FLUX.1-dev int4 and bf16 steps at 1024² (`dit --profile`; call 4
+#         of session 36 had int4 0.3525 s on 1024-row chunks, bf16 0.3447).
+#                                  -> int4rows-tests.txt, dit-int4rows-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -181,6 +186,24 @@ p_waves() {
             "$O/dit-waves-$sp.json" "$sp"
     done
 }
+p_int4rows() {
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 part 90 .dev/gpu_tests spirv_gemm::integer_split linear_random::long_inputs \
+        --test-threads=4 > "$O/int4rows-tests.txt" 2>&1
+    echo "tests: $(grep -E '^test result' "$O/int4rows-tests.txt")"
+    grep -E "FAILED|panicked" "$O/int4rows-tests.txt" | head -20
+    local flux=/tmp/flux-dev.safetensors in=/tmp/flux-in-1024.safetensors q=/tmp/flux-dev-int4.safetensors
+    [ -e "$flux" ] || part 90 "$d" synth --like flux-dev "$flux" > "$O/flux-synth.txt" 2>&1
+    [ -e "$in" ] || python3 bench/flux_inputs.py "$in" --size 1024 > /dev/null 2>&1
+    [ -e "$q" ] || part 90 "$d" quantize "$flux" "$q" --format convrot_w4a4 > "$O/flux-quantize.txt" 2>&1
+    for m in int4 bf16 int4-again; do
+        local f=$flux
+        [ "${m%-again}" = int4 ] && f=$q
+        part 60 "$d" --json dit "$f" --inputs "$in" --out /tmp/flux-out.safetensors --backend vulkan \
+            --warmup 1 --passes 3 --profile > "$O/dit-int4rows-$m.json" 2> "$O/dit-int4rows-$m.err" || tail -2 "$O/dit-int4rows-$m.err"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'best step', r['best_seconds_per_pass'])" \
+            "$O/dit-int4rows-$m.json" "$m"
+    done
+}
 p_decode() {
     PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=${SYNC:-0} INT4_SPREAD=${INT4_SPREAD:-0} part 330 bash bench/decode.sh
 }
@@ -252,8 +275,8 @@ p_ceilings() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves | int4rows) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves int4rows)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
