@@ -26,8 +26,9 @@ use crate::tensor::{ActDtype, GpuTensor};
 /// of this many rows, so the scratch (the rotated f32 input and the codes)
 /// stays bounded — 75 MiB at FLUX.1's widest int4 layer (K = 15,360) where
 /// its 4,608 rows would need 338 MiB. Where the pass's room beyond its plan
-/// holds the whole input's, it goes through at once
-/// ([`Recorder::integer_rows_at_once`]).
+/// holds the whole input's (twice, beside the layer widened to int8), it
+/// goes through at once: one grid of the layer's rows, not chunks of fewer
+/// waves that each read the weights again.
 pub const INTEGER_CHUNK_ROWS: u64 = 1024;
 
 /// Room [`Recorder::integer_rows_at_once`] leaves for the split GEMMs'
