@@ -193,7 +193,7 @@ impl LinearScratch {
     /// no plan counts (the split GEMMs' partial sums) is taken only there,
     /// so it never takes what the plan reserved for later in the pass.
     pub(super) fn room_for(&self, bytes: u64) -> bool {
-        self.budget.is_none() || self.piece_room >= bytes
+        self.budget.is_none() || self.planned_room_for(bytes)
     }
 
     /// Whether `bytes` more scratch fit the room a runtime's pass has beyond

@@ -114,6 +114,10 @@ impl Recorder<'_> {
     /// weights again.
     fn integer_rows_at_once(&self, scratch: &LinearScratch) -> u64 {
         let (m, k, n) = (self.m, self.weights.k, self.weights.n);
+        // Decode and short prompts: one chunk either way, nothing to ask.
+        if m <= INTEGER_CHUNK_ROWS {
+            return INTEGER_CHUNK_ROWS;
+        }
         let extra = rows_scratch_bytes(m, k).saturating_sub(integer_scratch_bytes(m, k))
             + n * k
             + SPLIT_SUMS_ALLOWANCE;
