@@ -686,8 +686,8 @@ fn last_wave_split_matches_the_reference() {
 /// (widened to int8) and int8 ones, forced splits of 2 and 3 over K with a
 /// short last split and edge tiles, bias or none — one launch more than
 /// unsplit, the sum — and `Waves` at `last_wave_split_matches_the_reference`'s
-/// grid (its rows at once in a tracked scratch with room), which leaves
-/// integer kernels unsplit until their last-wave split has run here.
+/// grid (its rows at once in a tracked scratch with room): the last wave's
+/// row tiles split.
 #[test]
 fn integer_split_spirv_gemm_equals_the_unsplit() {
     use dynvram_gpu::device::Cm2Split;
@@ -744,12 +744,9 @@ fn integer_split_spirv_gemm_equals_the_unsplit() {
             ..Default::default()
         };
         let got = env.run_f16_with(&h, choice, &x, &opts).out;
-        // The integer kernels' last-wave split is off until this case has
-        // run on a GPU (`cm2::splits`): unsplit, the same launches.
-        let more = u32::from(split != Cm2Split::Waves);
         assert_eq!(
             env.scratch.last_dispatches(),
-            launches + more,
+            launches + 1,
             "{what}: the split GEMM and its sum"
         );
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -111,7 +111,8 @@ impl Recorder<'_> {
     /// grid is the layer's: a 1024-row chunk of FLUX.1's `linear2` is 96
     /// tiles on the H100's 132 multiprocessors, its 4,608 rows 432 (4
     /// wave-times against the chunks' 5), and every chunk reads the
-    /// weights again.
+    /// weights again. An int4 FLUX.1 step at 1024² went from 0.3525 to
+    /// 0.3065 s on the H100 (session 37).
     fn integer_rows_at_once(&self, scratch: &LinearScratch) -> u64 {
         let (m, k, n) = (self.m, self.weights.k, self.weights.n);
         // Decode and short prompts: one chunk either way, nothing to ask.
