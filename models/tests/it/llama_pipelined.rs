@@ -223,12 +223,20 @@ fn tiny_llama(test: &str, dtype: ActDtype, quarter: bool) {
 }
 
 #[test]
-fn pipelined_greedy_equals_sync_on_tiny_llama() {
-    let test = "pipelined_greedy_equals_sync_on_tiny_llama";
+fn pipelined_greedy_equals_sync_on_tiny_llama_f32() {
+    let test = "pipelined_greedy_equals_sync_on_tiny_llama_f32";
     if !have_gpu(test) {
         return;
     }
     tiny_llama(test, ActDtype::F32, false);
+}
+
+#[test]
+fn pipelined_greedy_equals_sync_on_tiny_llama_f16() {
+    let test = "pipelined_greedy_equals_sync_on_tiny_llama_f16";
+    if !have_gpu(test) {
+        return;
+    }
     tiny_llama(test, ActDtype::F16, false);
 }
 

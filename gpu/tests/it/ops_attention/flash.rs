@@ -17,7 +17,7 @@ use dynvram_gpu::{ActDtype, GpuTensor};
 use dynvram_test_support::random::nonzero;
 use dynvram_test_support::skip::coop_skipped;
 use dynvram_test_support::tolerance::assert_close;
-use dynvram_test_support::variants::rotation;
+use dynvram_test_support::variants::thorough;
 
 /// Batched attention with and without a mask against the reference, in f32
 /// and (where the adapter has SHADER_F16) f16, and the cache form with
@@ -136,77 +136,129 @@ fn flash_attention_rejects_bad_operands() {
     assert!(attend(2, Mask::Causal).contains("causal"));
 }
 
-/// The flash kernels case `case` of the flash tests runs, of those that fit
-/// the adapter at `head_dim` ([`flash_fits`]; why not in `skipped`): the
-/// two-walk kernel and the one-walk default this adapter gets at
-/// `head_dim` always; [`DEFAULTS_PER_CASE`] of the other one-walk defaults
-/// ([`default_flash_tunings`] as they are: what other adapters get),
-/// rotating with `case`; with `extras: Some(n)`, [`EXTRAS_PER_CASE`] of the
-/// other stagings, grids, prefetch, layouts and the materialized queries
-/// (the shapes `bench/flash_sweep.sh` times on 16x16 matrices), rotating
-/// with `n`, their rows and keys scaled to the adapter's matrix edge
-/// (edge / 16) so that each subgroup holds as many matrices as on the GPU.
-/// Every kernel with `DYNVRAM_THOROUGH=1`. (Each is a pipeline per head
-/// shape that lavapipe compiles for seconds to a minute: all of them on
-/// every case took most of CI's cooperative-matrix stage.)
+/// Which flash kernels a run of the flash cases ([`flash_cases`]) takes.
+/// The three are three tests so that the test harness compiles their
+/// pipelines side by side: each is a pipeline per head shape that lavapipe
+/// compiles for seconds to a minute, and all of them in one test took most
+/// of CI's cooperative-matrix stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    /// The two-walk kernel and the one-walk default this adapter gets at
+    /// the case's head dim, on every case.
+    Own,
+    /// [`DEFAULTS_PER_CASE`] of the other one-walk defaults
+    /// ([`default_flash_tunings`] as they are: what other adapters get),
+    /// rotating over the cases.
+    Defaults,
+    /// [`EXTRAS_PER_CASE`] of the other stagings, grids, prefetch, layouts
+    /// and the materialized queries (the shapes `bench/flash_sweep.sh`
+    /// times on 16x16 matrices), rotating over the cases of head dim
+    /// [`EXTRAS_HEAD_DIM`] (one compile each), their rows and keys scaled
+    /// to the adapter's matrix edge (edge / 16) so that each subgroup holds
+    /// as many matrices as on the GPU.
+    Extras,
+}
+
+/// The kernels of `pick` that fit the adapter at `head_dim`
+/// ([`flash_fits`]; why not in `skipped`), and how many of them a case
+/// runs ([`case_kernels`]).
 fn flash_kernels(
     c: &Ctx,
+    pick: Pick,
     head_dim: u64,
-    case: usize,
-    extras: Option<usize>,
     skipped: &mut std::collections::BTreeSet<String>,
-) -> Vec<FlashKernel> {
+) -> (Vec<FlashKernel>, usize) {
     let caps = &c.gpu.caps;
     let edge = caps.coop_matrix_edge;
     let mut fits = |k: &FlashKernel| flash_fits(c, k, head_dim, skipped);
     let own = default_flash_tuning(caps, head_dim).map(FlashKernel::OneWalk);
-    let mut all: Vec<FlashKernel> = std::iter::once(FlashKernel::TwoWalk)
-        .chain(own)
-        .filter(&mut fits)
-        .collect();
     let defaults: Vec<FlashKernel> = default_flash_tunings()
         .into_iter()
         .map(FlashKernel::OneWalk)
         .filter(|k| Some(*k) != own)
         .collect();
-    let fitting: Vec<FlashKernel> = defaults.iter().copied().filter(&mut fits).collect();
-    all.extend(rotation(&fitting, case, DEFAULTS_PER_CASE));
-    let Some(extras_case) = extras else {
-        return all;
+    let (all, take) = match pick {
+        Pick::Own => {
+            let all: Vec<FlashKernel> = std::iter::once(FlashKernel::TwoWalk)
+                .chain(own)
+                .filter(&mut fits)
+                .collect();
+            let n = all.len();
+            (all, n)
+        }
+        Pick::Defaults => (
+            defaults.iter().copied().filter(&mut fits).collect(),
+            DEFAULTS_PER_CASE,
+        ),
+        Pick::Extras => {
+            let mut others: Vec<FlashKernel> = Vec::new();
+            for t in [
+                "64x64w4c2m",
+                "64x32w4k2c2p",
+                "64x32w4c2pr",
+                "128x32w8c2",
+                "128x32w8c2pm",
+                "128x32w8k2c4pr",
+                "64x64w4g",
+                "128x32w8c2gm",
+                "16x16w1g",
+                "64x64w4c2t",
+                "128x32w8k2c4prt",
+            ] {
+                let mut t: FlashTuning = t.parse().expect("tuning");
+                t.rows = (t.rows * edge / 16).max(edge);
+                t.keys = (t.keys * edge / 16).max(edge);
+                let k = FlashKernel::OneWalk(t);
+                if Some(k) != own && !defaults.contains(&k) && !others.contains(&k) && fits(&k) {
+                    others.push(k);
+                }
+            }
+            (others, EXTRAS_PER_CASE)
+        }
     };
-    let mut others = Vec::new();
-    for t in [
-        "64x64w4c2m",
-        "64x32w4k2c2p",
-        "64x32w4c2pr",
-        "128x32w8c2",
-        "128x32w8c2pm",
-        "128x32w8k2c4pr",
-        "64x64w4g",
-        "128x32w8c2gm",
-        "16x16w1g",
-        "64x64w4c2t",
-        "128x32w8k2c4prt",
-    ] {
-        let mut t: FlashTuning = t.parse().expect("tuning");
-        t.rows = (t.rows * edge / 16).max(edge);
-        t.keys = (t.keys * edge / 16).max(edge);
-        let k = FlashKernel::OneWalk(t);
-        if !all.contains(&k) && !defaults.contains(&k) && !others.contains(&k) && fits(&k) {
-            others.push(k);
+    (all, take)
+}
+
+/// The kernels of `all` the `case`-th case runs: every one that has not
+/// `ran` yet (a kernel that fits few head dims still runs once), then
+/// others from `case · take` on (a rotation) up to `take`; all of them with
+/// `DYNVRAM_THOROUGH=1`.
+fn case_kernels(
+    all: &[FlashKernel],
+    take: usize,
+    case: usize,
+    ran: &std::collections::BTreeMap<String, usize>,
+) -> Vec<FlashKernel> {
+    if thorough() {
+        return all.to_vec();
+    }
+    let mut out: Vec<FlashKernel> = (all.iter())
+        .filter(|k| !ran.contains_key(&k.to_string()))
+        .copied()
+        .collect();
+    for i in 0..all.len() {
+        let k = all[(case * take + i) % all.len()];
+        if out.len() >= take {
+            break;
+        }
+        if !out.contains(&k) {
+            out.push(k);
         }
     }
-    all.extend(rotation(&others, extras_case, EXTRAS_PER_CASE));
-    all
+    out
 }
 
 /// The other one-walk defaults that fit which a flash case runs, rotating
 /// (on lavapipe 3 to 5 fit a head dim: each runs on several cases).
-const DEFAULTS_PER_CASE: usize = 2;
+const DEFAULTS_PER_CASE: usize = 1;
 
-/// The non-default flash kernels a smaller flash case runs, rotating over
-/// the six cases that take them.
-const EXTRAS_PER_CASE: usize = 4;
+/// The non-default flash kernels a case of [`EXTRAS_HEAD_DIM`] runs at
+/// least, rotating over the four such cases (the first runs all that fit).
+const EXTRAS_PER_CASE: usize = 3;
+
+/// The head dim of the cases that run the non-default kernels (the
+/// quickest to compile on lavapipe).
+const EXTRAS_HEAD_DIM: u64 = 64;
 
 /// Whether the flash tests run `k` at `head_dim` here; where not, records
 /// why in `skipped`: the adapter cannot run it, or its matrices would take
@@ -236,26 +288,45 @@ fn flash_fits(
     true
 }
 
-/// Batched flash attention with the flash kernels the adapter can run
-/// ([`flash_kernels`]: the two-walk kernel and the adapter's default on
-/// every case, the other defaults and tunings rotating) against the f64
-/// reference, f16: rows and keys off every block size, one row, more
-/// queries than keys, GQA groups of 1 to 4,
-/// head_dim 32 to 256 (64, 80, 128 included), batch 2, causal with pos0 >
-/// 0, many key blocks, and keys whose scores grow along the sequence (the
-/// running maximum moves by more than the lazy threshold: the outputs'
-/// rescale). Then the cache form (`record_attention_tuned`: a chunk after a
-/// cached prefix, NaN past kv_len). `DYNVRAM_REQUIRE_COOP=1` fails where no
-/// tuning runs.
+/// Batched flash attention with the adapter's own flash kernels (the
+/// two-walk kernel and its one-walk default) against the f64 reference,
+/// f16 ([`flash_cases`]). `DYNVRAM_REQUIRE_COOP=1` fails where no tuning
+/// runs.
 #[test]
 fn flash_tunings_match_cpu() {
-    let Some(c) = ctx("flash_tunings_match_cpu") else {
+    flash_cases("flash_tunings_match_cpu", Pick::Own);
+}
+
+/// [`flash_tunings_match_cpu`]'s cases with the one-walk defaults other
+/// adapters get, rotating.
+#[test]
+fn flash_other_defaults_match_cpu() {
+    flash_cases("flash_other_defaults_match_cpu", Pick::Defaults);
+}
+
+/// [`flash_tunings_match_cpu`]'s cases of head dim 64 with the non-default
+/// stagings, grids and layouts, rotating.
+#[test]
+fn flash_other_tunings_match_cpu() {
+    flash_cases("flash_other_tunings_match_cpu", Pick::Extras);
+}
+
+/// The flash cases with the kernels `pick` takes ([`flash_kernels`]), each
+/// against the f64 reference: rows and keys off every block size, one row,
+/// more queries than keys, GQA groups of 1 to 4, head_dim 32 to 256 (64,
+/// 80, 128 included), batch 2, causal with pos0 > 0, many key blocks, and
+/// keys whose scores grow along the sequence (the running maximum moves by
+/// more than the lazy threshold: the outputs' rescale). Then the cache
+/// form (`record_attention_tuned`: a chunk after a cached prefix, NaN past
+/// kv_len). Checks that every kernel of the pick that fits ran.
+fn flash_cases(test: &str, pick: Pick) {
+    let Some(c) = ctx(test) else {
         return;
     };
     let g = &c.gpu;
     let caps = &g.caps;
     eprintln!(
-        "flash_tunings_match_cpu: {} matrices {}x{}, subgroups {}..{}, {} bytes of workgroup memory, default at head_dim 128: {:?}",
+        "{test}: {} matrices {}x{}, subgroups {}..{}, {} bytes of workgroup memory, default at head_dim 128: {:?}",
         caps.name,
         caps.coop_matrix_edge,
         caps.coop_matrix_edge,
@@ -265,7 +336,7 @@ fn flash_tunings_match_cpu() {
         default_flash_tuning(caps, 128).map(|t| t.to_string())
     );
     if let Some(why) = flash_unusable(caps, ActDtype::F16, 64) {
-        let msg = format!("flash_tunings_match_cpu: skipped: {why}");
+        let msg = format!("{test}: skipped: {why}");
         assert!(std::env::var("DYNVRAM_REQUIRE_COOP").is_err(), "{msg}");
         eprintln!("{msg}");
         return;
@@ -275,31 +346,39 @@ fn flash_tunings_match_cpu() {
         n_kv_heads,
         head_dim,
     };
-    // (heads, batch, sq, skv, mask, key ramp, extra kernels): the larger
-    // cases run the defaults only (lavapipe takes minutes for all).
+    // (heads, batch, sq, skv, mask, key ramp).
     let cases = [
-        (heads(4, 4, 64), 1, 48, 48, Mask::None, false, true),
-        (heads(4, 2, 64), 2, 37, 37, Mask::None, false, true),
-        (heads(2, 1, 128), 1, 70, 70, Mask::Causal, false, true),
-        (heads(3, 3, 64), 2, 21, 53, Mask::Causal, false, true),
-        (heads(2, 2, 80), 1, 33, 100, Mask::None, false, true),
-        (heads(8, 2, 128), 1, 100, 100, Mask::Causal, false, false),
-        (heads(2, 1, 64), 2, 17, 300, Mask::Causal, true, true),
-        (heads(2, 2, 128), 1, 150, 77, Mask::None, true, false),
-        (heads(2, 2, 32), 1, 1, 9, Mask::None, false, false),
-        (heads(1, 1, 256), 1, 20, 40, Mask::None, false, false),
+        (heads(4, 4, 64), 1, 48, 48, Mask::None, false),
+        (heads(4, 2, 64), 2, 37, 37, Mask::None, false),
+        (heads(2, 1, 128), 1, 70, 70, Mask::Causal, false),
+        (heads(3, 3, 64), 2, 21, 53, Mask::Causal, false),
+        (heads(2, 2, 80), 1, 33, 100, Mask::None, false),
+        (heads(8, 2, 128), 1, 100, 100, Mask::Causal, false),
+        (heads(2, 1, 64), 2, 17, 300, Mask::Causal, true),
+        (heads(2, 2, 128), 1, 150, 77, Mask::None, true),
+        (heads(2, 2, 32), 1, 1, 9, Mask::None, false),
+        (heads(1, 1, 256), 1, 20, 40, Mask::None, false),
     ];
     let mut ran = std::collections::BTreeMap::new();
+    let mut fitting = std::collections::BTreeSet::new();
     let mut skipped = std::collections::BTreeSet::new();
     let mut failed = Vec::new();
-    let mut extras_case = 0;
-    for (i, &(h, batch, sq, skv, mask, ramp, every)) in cases.iter().enumerate() {
+    // The cases that take kernels of this pick, counted for the rotation.
+    let mut taken = 0;
+    for (i, &(h, batch, sq, skv, mask, ramp)) in cases.iter().enumerate() {
+        if pick == Pick::Extras && h.head_dim != EXTRAS_HEAD_DIM {
+            continue;
+        }
+        let (all, take) = flash_kernels(&c, pick, h.head_dim, &mut skipped);
+        let kernels = case_kernels(&all, take, taken, &ran);
+        taken += 1;
+        fitting.extend(all.iter().map(ToString::to_string));
+        if kernels.is_empty() {
+            continue;
+        }
         let b = Batch::plain(batch, sq, skv, mask);
         let (q, k, v, want) = flash_case(&c, h, b, 300 + 3 * i as u64, ramp);
-        // The extras rotate over the cases that take them.
-        let extras = every.then_some(extras_case);
-        extras_case += usize::from(every);
-        for t in flash_kernels(&c, h.head_dim, i, extras, &mut skipped) {
+        for t in kernels {
             *ran.entry(t.to_string()).or_insert(0) += 1;
             let got = flash_run(&c, (&q, &k, &v), h, b, &t);
             check_close(
@@ -312,42 +391,46 @@ fn flash_tunings_match_cpu() {
     }
     // The cache form: a chunk of sq rows at pos0 over kv_len keys of a
     // cache of max_seq rows, NaN past kv_len.
-    for (i, (h, max_seq, kv_len, sq, pos0)) in [
-        (heads(4, 2, 64), 64usize, 50usize, 40usize, 10usize),
-        (heads(4, 1, 128), 220, 200, 40, 160),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let case = CacheCase::new(&c, h, (max_seq, kv_len, sq, pos0));
-        for t in flash_kernels(&c, h.head_dim, cases.len() + i, None, &mut skipped) {
-            let got = case.run(&c, &t);
-            let tag = format!("{t} cache {h:?} kv_len {kv_len} sq {sq} pos0 {pos0}");
-            check_close(&mut failed, &tag, &got, &case.want);
+    if pick != Pick::Extras {
+        for (h, max_seq, kv_len, sq, pos0) in [
+            (heads(4, 2, 64), 64usize, 50usize, 40usize, 10usize),
+            (heads(4, 1, 128), 220, 200, 40, 160),
+        ] {
+            let (all, take) = flash_kernels(&c, pick, h.head_dim, &mut skipped);
+            let kernels = case_kernels(&all, take, taken, &ran);
+            taken += 1;
+            fitting.extend(all.iter().map(ToString::to_string));
+            if kernels.is_empty() {
+                continue;
+            }
+            let case = CacheCase::new(&c, h, (max_seq, kv_len, sq, pos0));
+            for t in kernels {
+                *ran.entry(t.to_string()).or_insert(0) += 1;
+                let got = case.run(&c, &t);
+                let tag = format!("{t} cache {h:?} kv_len {kv_len} sq {sq} pos0 {pos0}");
+                check_close(&mut failed, &tag, &got, &case.want);
+            }
         }
     }
     for (t, n) in &ran {
-        eprintln!("flash_tunings_match_cpu: {t}: {n} cases");
+        eprintln!("{test}: {t}: {n} cases");
     }
     for why in &skipped {
-        eprintln!("flash_tunings_match_cpu: skipped: {why}");
+        eprintln!("{test}: skipped: {why}");
     }
-    for hd in [32, 64, 80, 128, 256] {
-        if let Some(k) = default_flash_kernel(caps, ActDtype::F16, hd) {
-            assert!(
-                ran.contains_key(&k.to_string()),
-                "the default {k} never ran"
-            );
-        }
-        if let Some(t) = default_flash_tuning(caps, hd) {
-            let k = FlashKernel::OneWalk(t);
-            assert!(
-                ran.contains_key(&k.to_string()),
-                "the one-walk default {k} never ran"
-            );
+    let never: Vec<&String> = fitting.iter().filter(|t| !ran.contains_key(*t)).collect();
+    assert!(never.is_empty(), "{test}: never ran: {never:?}");
+    if pick == Pick::Own {
+        for hd in [32, 64, 80, 128, 256] {
+            if let Some(k) = default_flash_kernel(caps, ActDtype::F16, hd) {
+                assert!(
+                    ran.contains_key(&k.to_string()),
+                    "the default {k} never ran"
+                );
+            }
         }
     }
-    assert!(ran.len() >= 4, "only {} tunings ran", ran.len());
+    assert!(!ran.is_empty(), "{test}: no kernel ran");
     assert!(
         failed.is_empty(),
         "{} cases failed:\n{}",
