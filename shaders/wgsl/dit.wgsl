@@ -100,6 +100,14 @@ var<immediate> gat: GatherParams;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;
 @group(0) @binding(4) var<storage, read> w: array<f32>;
 @group(0) @binding(5) var<storage, read> pe: array<vec2<f32>>;
+// The vector views of qk_place (pairs) and gather_vec (fours): one load or
+// store where the scalar forms took two or four of 2 bytes each (~0.6 of
+// the copy rate on the H100).
+@group(0) @binding(6) var<storage, read> x2: array<vec2<act>>;
+@group(0) @binding(7) var<storage, read_write> out2: array<vec2<act>>;
+@group(0) @binding(8) var<storage, read> w2: array<vec2<f32>>;
+@group(0) @binding(9) var<storage, read> x4: array<vec4<act>>;
+@group(0) @binding(10) var<storage, read_write> out4: array<vec4<act>>;
 
 fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
@@ -189,9 +197,10 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let row = idx / heads;
     let bt = row / qk.src_per_batch;
     let s = row % qk.src_per_batch;
-    let src = row * qk.src_width + qk.src_col0 + h * hd;
+    // In pairs: widths, first columns and head_dim are even (`dit.rs`).
+    let src = (row * qk.src_width + qk.src_col0 + h * hd) / 2u;
     let dst_row = bt * qk.dst_per_batch + qk.dst_row0 + s;
-    let dst = dst_row * qk.cols + h * hd;
+    let dst = (dst_row * qk.cols + h * hd) / 2u;
     // No pairs past the last item.
     let npairs = select(0u, hd / 2u, live);
     var xs: array<vec2<f32>, QK_PAIRS>;
@@ -199,7 +208,7 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var j = 0u; j < QK_PAIRS; j++) {
         let i = lid + j * QK_WG;
         if i < npairs {
-            let v = vec2<f32>(f32(x[src + 2u * i]), f32(x[src + 2u * i + 1u]));
+            let v = vec2<f32>(x2[src + i]);
             xs[j] = v;
             ss = ss + v.x * v.x + v.y * v.y;
         }
@@ -216,35 +225,66 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var j = 0u; j < QK_PAIRS; j++) {
         let i = lid + j * QK_WG;
         if i < npairs {
-            let x0 = xs[j].x * r * w[2u * i];
-            let x1 = xs[j].y * r * w[2u * i + 1u];
+            let wi = w2[i];
+            let x0 = xs[j].x * r * wi.x;
+            let x1 = xs[j].y * r * wi.y;
             let cs = pe[dst_row * npairs + i];
-            out[dst + 2u * i] = act(cs.x * x0 - cs.y * x1);
-            out[dst + 2u * i + 1u] = act(cs.y * x0 + cs.x * x1);
+            out2[dst + i] = vec2<act>(vec2<f32>(cs.x * x0 - cs.y * x1, cs.y * x0 + cs.x * x1));
         }
     }
+}
+
+// The (src, dst) element index of gather's item `i`, of `units` items a
+// block row of `run` columns each.
+fn gather_at(i: u32, units: u32, run: u32) -> vec2<u32> {
+    let per = gat.rows * units;
+    let bt = i / per;
+    let s = (i % per) / units;
+    let c = (i % units) * run;
+    let src_i = (bt * gat.src_per_batch + gat.src_row0 + s) * gat.src_width + gat.src_col0 + c;
+    let dst_i = (bt * gat.dst_per_batch + gat.dst_row0 + s) * gat.dst_width + gat.dst_col0 + c;
+    return vec2<u32>(src_i, dst_i);
+}
+
+fn gather_op(v: f32) -> f32 {
+    if gat.op == 1u {
+        return gelu_tanh(v);
+    }
+    return v;
 }
 
 @compute @workgroup_size(256)
 fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let run = four_or_one(gat.cols);
-    let cols = gat.cols / run;
+    let units = gat.cols / run;
     let i = element(wid, nwg, lid);
-    let per = gat.rows * cols;
-    if i >= gat.batch * per {
+    if i >= gat.batch * gat.rows * units {
         return;
     }
-    let bt = i / per;
-    let s = (i % per) / cols;
-    let c = (i % cols) * run;
-    let src_i = (bt * gat.src_per_batch + gat.src_row0 + s) * gat.src_width + gat.src_col0 + c;
-    let dst_i = (bt * gat.dst_per_batch + gat.dst_row0 + s) * gat.dst_width + gat.dst_col0 + c;
+    let at = gather_at(i, units, run);
     for (var e = 0u; e < run; e++) {
-        var v = f32(x[src_i + e]);
-        if gat.op == 1u {
-            v = gelu_tanh(v);
-        }
-        out[dst_i + e] = act(v);
+        out[at.y + e] = act(gather_op(f32(x[at.x + e])));
+    }
+}
+
+// gather where both sides' widths and first columns and the block's
+// columns are multiples of four (`dit::record_gather`): eight columns an
+// invocation (four where the block's are not a multiple of eight) as
+// vectors of four.
+@compute @workgroup_size(256)
+fn gather_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let run = select(4u, 8u, gat.cols % 8u == 0u);
+    let units = gat.cols / run;
+    let i = element(wid, nwg, lid);
+    if i >= gat.batch * gat.rows * units {
+        return;
+    }
+    let at = gather_at(i, units, run) / 4u;
+    for (var e = 0u; e < run / 4u; e++) {
+        let v = vec4<f32>(x4[at.x + e]);
+        let r = vec4<f32>(gather_op(v.x), gather_op(v.y), gather_op(v.z), gather_op(v.w));
+        out4[at.y + e] = vec4<act>(r);
     }
 }

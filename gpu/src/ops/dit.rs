@@ -316,6 +316,16 @@ pub fn record_qk_place(
             ),
         ));
     }
+    // The kernel moves pairs: every row and head starts on one.
+    if !(src_cols.is_multiple_of(2) && src_col0.is_multiple_of(2)) {
+        return Err(bad(
+            OP,
+            format!(
+                "src's width {src_cols} and first column {src_col0} must be even ({:?})",
+                src.shape
+            ),
+        ));
+    }
     if src_col0 + cols > src_cols {
         return Err(bad(
             OP,
@@ -369,9 +379,9 @@ pub fn record_qk_place(
         _pad: [0; 3],
     };
     let bindings: kernel::Bindings<'_> = smallvec::smallvec![
-        (1, src.binding()),
-        (3, dst.binding()),
-        (4, weight.binding()),
+        (6, src.binding()),
+        (7, dst.binding()),
+        (8, weight.binding()),
         (5, pe.binding()),
     ];
     let moved = rows * cols * src.dtype.size();
@@ -496,17 +506,29 @@ pub fn record_gather(
         dst_col0: to_u32(OP, "dst column", dst.col0)?,
         op: op.code(),
     };
+    // Fours as vectors where both sides hold them whole.
+    let fours = [cols, widths[0], widths[1], src.col0, dst.col0]
+        .iter()
+        .all(|v| v.is_multiple_of(4));
+    let (entry, [at_src, at_dst], run) = match fours {
+        true => (
+            "gather_vec",
+            [9, 10],
+            if cols.is_multiple_of(8) { 8 } else { 4 },
+        ),
+        false => ("gather", [1, 3], four_or_one(cols)),
+    };
     let bindings: kernel::Bindings<'_> =
-        smallvec::smallvec![(1, src.t.binding()), (3, dst.t.binding())];
+        smallvec::smallvec![(at_src, src.t.binding()), (at_dst, dst.t.binding())];
     let bytes = n * src.t.dtype.size();
     dispatch(
         gpu,
         cache,
         enc,
-        OP,
+        entry,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n / four_or_one(cols), WG)?,
+        kernel::grid(gpu, OP, n / run, WG)?,
         src.t.dtype,
         kernel::Cost::new(bytes, bytes, n),
     )

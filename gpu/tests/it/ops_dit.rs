@@ -146,8 +146,9 @@ fn qk_place_matches_reference() {
     let g = &c.gpu;
     for (i, &(batch, per, heads, hd, col_unit, dper, row0)) in QK.iter().enumerate() {
         let width = heads * hd;
-        // src is a fused output: [q | k | v | extra].
-        let src_cols = 3 * width + 5;
+        // src is a fused output: [q | k | v | extra] (an even width: the
+        // kernel moves pairs).
+        let src_cols = 3 * width + 6;
         let col0 = col_unit * width;
         let rows = batch * per;
         let drows = batch * dper;
@@ -229,6 +230,9 @@ fn gather_matches_reference() {
         (2, [7, 37, 0, 5], [7, 40, 0, 3], 7, 32),
         // A width of no whole fours (one column an invocation).
         (2, [6, 50, 1, 3], [8, 47, 2, 0], 5, 43),
+        // Fours on both sides (vectors), twelve columns: four a vector
+        // invocation, not eight.
+        (2, [10, 20, 1, 4], [9, 24, 2, 8], 6, 12),
     ];
     for (i, &(batch, s, d, rows, cols)) in cases.iter().enumerate() {
         for op in [GatherOp::Copy, GatherOp::GeluTanh] {
@@ -345,6 +349,12 @@ fn bad_operands_are_refused() {
     expect_bad(
         "qk head_dim",
         record_qk_place(g, &c.cache, &mut enc, &x, 3, 0, &w, &pe, 3, 1e-6, joint),
+    );
+    // An odd width of src (pairs would straddle rows).
+    let odd = nan_tensor(g, &[3, 9]);
+    expect_bad(
+        "qk odd src width",
+        record_qk_place(g, &c.cache, &mut enc, &odd, 3, 0, &w, &pe, 4, 1e-6, joint),
     );
     // A head past the kernel's registers.
     let wide = nan_tensor(g, &[3, 2 * QK_MAX_HEAD_DIM + 4]);
