@@ -113,6 +113,13 @@ fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
 
+// Columns of a row ada_norm holds in registers, ADA_REGS an invocation
+// (FLUX.1's 3,072 whole): the row is read once, not once for the mean, once
+// for the variance and once for the output. Columns past them are read
+// again from `x`; every invocation sums its columns in the same order
+// either way.
+const ADA_REGS: u32 = 16u;
+
 @compute @workgroup_size(256)
 fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
@@ -123,23 +130,49 @@ fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let cols = ada.cols;
     let base = row * cols;
     let mbase = (row / ada.per_batch) * ada.mod_cols;
+    let held = WG * ADA_REGS;
+    var v: array<f32, ADA_REGS>;
     var s = 0.0;
-    for (var i = lid; i < cols; i = i + WG) {
+    for (var j = 0u; j < ADA_REGS; j++) {
+        let i = lid + j * WG;
+        if i < cols {
+            v[j] = f32(x[base + i]);
+            s = s + v[j];
+        }
+    }
+    for (var i = lid + held; i < cols; i = i + WG) {
         s = s + f32(x[base + i]);
     }
     let mean = workgroup_sum(lid, s) / f32(cols);
     var sq = 0.0;
-    for (var i = lid; i < cols; i = i + WG) {
+    for (var j = 0u; j < ADA_REGS; j++) {
+        if lid + j * WG < cols {
+            let d = v[j] - mean;
+            sq = sq + d * d;
+        }
+    }
+    for (var i = lid + held; i < cols; i = i + WG) {
         let d = f32(x[base + i]) - mean;
         sq = sq + d * d;
     }
     let r = 1.0 / sqrt(workgroup_sum(lid, sq) / f32(cols) + ada.eps);
-    for (var i = lid; i < cols; i = i + WG) {
-        let n = (f32(x[base + i]) - mean) * r;
-        let shift = f32(modv[mbase + ada.shift0 + i]);
-        let scale = f32(modv[mbase + ada.scale0 + i]);
-        out[base + i] = act((1.0 + scale) * n + shift);
+    for (var j = 0u; j < ADA_REGS; j++) {
+        let i = lid + j * WG;
+        if i < cols {
+            ada_store(base, mbase, i, (v[j] - mean) * r);
+        }
     }
+    for (var i = lid + held; i < cols; i = i + WG) {
+        ada_store(base, mbase, i, (f32(x[base + i]) - mean) * r);
+    }
+}
+
+// ada_norm's output column `i` of the row at `base` from its normalized
+// value.
+fn ada_store(base: u32, mbase: u32, i: u32, n: f32) {
+    let shift = f32(modv[mbase + ada.shift0 + i]);
+    let scale = f32(modv[mbase + ada.scale0 + i]);
+    out[base + i] = act((1.0 + scale) * n + shift);
 }
 
 // Columns an invocation of gated_add and gather takes of rows `cols` wide:
