@@ -365,14 +365,19 @@ fn flash_cases(test: &str, pick: Pick) {
     let mut failed = Vec::new();
     // The cases that take kernels of this pick, counted for the rotation.
     let mut taken = 0;
+    // The kernels of the next case at `head_dim`, each that fits noted.
+    let mut next = |head_dim, ran: &std::collections::BTreeMap<String, usize>| {
+        let (all, take) = flash_kernels(&c, pick, head_dim, &mut skipped);
+        let kernels = case_kernels(&all, take, taken, ran);
+        taken += 1;
+        fitting.extend(all.iter().map(ToString::to_string));
+        kernels
+    };
     for (i, &(h, batch, sq, skv, mask, ramp)) in cases.iter().enumerate() {
         if pick == Pick::Extras && h.head_dim != EXTRAS_HEAD_DIM {
             continue;
         }
-        let (all, take) = flash_kernels(&c, pick, h.head_dim, &mut skipped);
-        let kernels = case_kernels(&all, take, taken, &ran);
-        taken += 1;
-        fitting.extend(all.iter().map(ToString::to_string));
+        let kernels = next(h.head_dim, &ran);
         if kernels.is_empty() {
             continue;
         }
@@ -396,10 +401,7 @@ fn flash_cases(test: &str, pick: Pick) {
             (heads(4, 2, 64), 64usize, 50usize, 40usize, 10usize),
             (heads(4, 1, 128), 220, 200, 40, 160),
         ] {
-            let (all, take) = flash_kernels(&c, pick, h.head_dim, &mut skipped);
-            let kernels = case_kernels(&all, take, taken, &ran);
-            taken += 1;
-            fitting.extend(all.iter().map(ToString::to_string));
+            let kernels = next(h.head_dim, &ran);
             if kernels.is_empty() {
                 continue;
             }
