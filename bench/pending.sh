@@ -64,11 +64,13 @@
 #         DYNVRAM_CM2_SPLIT=auto and =waves, and a FLUX.1-dev step at 1024²
 #         (`dit --profile`) with each.
 #                 -> waves-tests.txt, waves-flash.txt, waves-linear-*.txt, dit-waves-*.json
-# int4rows integer layers' rows at once (session 36, unmeasured): the tests
-#         (spirv_gemm::integer_split, linear_random::long_inputs), then
-#         FLUX.1-dev int4 and bf16 steps at 1024² (`dit --profile`; call 4
-#         of session 36 had int4 0.3525 s on 1024-row chunks, bf16 0.3447).
-#                                  -> int4rows-tests.txt, dit-int4rows-*.json
+# ditops  the DiT's small kernels as vectors (session 37, unmeasured):
+#         `gather` in fours, `qk_place` in pairs, `ada_norm` one read of
+#         each row; their tests (ops_dit::), then FLUX.1-dev bf16 and int4
+#         steps at 1024² (`dit --profile`; session 37 call 2 had gather
+#         7.83 ms, qk_place 6.30, ada_norm ~4.0 and the bf16 step
+#         0.3436-0.3453 s, int4 0.3017-0.3021 s).
+#                                  -> ditops-tests.txt, dit-ditops-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -186,22 +188,27 @@ p_waves() {
             "$O/dit-waves-$sp.json" "$sp"
     done
 }
-p_int4rows() {
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 part 90 .dev/gpu_tests spirv_gemm::integer_split linear_random::long_inputs \
-        --test-threads=4 > "$O/int4rows-tests.txt" 2>&1
-    echo "tests: $(grep -E '^test result' "$O/int4rows-tests.txt")"
-    grep -E "FAILED|panicked" "$O/int4rows-tests.txt" | head -20
+p_ditops() {
+    DYNVRAM_REQUIRE_GPU=1 part 60 .dev/gpu_tests ops_dit:: --test-threads=4 > "$O/ditops-tests.txt" 2>&1
+    echo "tests: $(grep -E '^test result' "$O/ditops-tests.txt")"
+    grep -E "FAILED|panicked" "$O/ditops-tests.txt" | head -20
     local flux=/tmp/flux-dev.safetensors in=/tmp/flux-in-1024.safetensors q=/tmp/flux-dev-int4.safetensors
     [ -e "$flux" ] || part 90 "$d" synth --like flux-dev "$flux" > "$O/flux-synth.txt" 2>&1
     [ -e "$in" ] || python3 bench/flux_inputs.py "$in" --size 1024 > /dev/null 2>&1
     [ -e "$q" ] || part 90 "$d" quantize "$flux" "$q" --format convrot_w4a4 > "$O/flux-quantize.txt" 2>&1
-    for m in int4 bf16 int4-again; do
+    for m in bf16 int4 bf16-again; do
         local f=$flux
-        [ "${m%-again}" = int4 ] && f=$q
+        [ "$m" = int4 ] && f=$q
         part 60 "$d" --json dit "$f" --inputs "$in" --out /tmp/flux-out.safetensors --backend vulkan \
-            --warmup 1 --passes 3 --profile > "$O/dit-int4rows-$m.json" 2> "$O/dit-int4rows-$m.err" || tail -2 "$O/dit-int4rows-$m.err"
-        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'best step', r['best_seconds_per_pass'])" \
-            "$O/dit-int4rows-$m.json" "$m"
+            --warmup 1 --passes 3 --profile > "$O/dit-ditops-$m.json" 2> "$O/dit-ditops-$m.err" || tail -2 "$O/dit-ditops-$m.err"
+        python3 - "$O/dit-ditops-$m.json" "$m" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(sys.argv[2], 'best step', r['best_seconds_per_pass'])
+for x in r['profile']['rows']:
+    if x['label'].split()[0] in ('gather', 'gather_vec', 'qk_place', 'ada_norm', 'gated_add'):
+        print(f"  {x['label']:12s} {x['launches']:4d} {x['gpu_us'] / 1e3:7.2f} ms")
+PY
     done
 }
 p_decode() {
@@ -275,8 +282,8 @@ p_ceilings() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves | int4rows) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves int4rows)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves | ditops) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves ditops)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
