@@ -98,7 +98,6 @@ var<immediate> gat: GatherParams;
 @group(0) @binding(1) var<storage, read> x: array<act>;
 @group(0) @binding(2) var<storage, read> modv: array<act>;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;
-@group(0) @binding(4) var<storage, read> w: array<f32>;
 @group(0) @binding(5) var<storage, read> pe: array<vec2<f32>>;
 // The vector views of qk_place (pairs) and gather_vec (fours): one load or
 // store where the scalar forms took two or four of 2 bytes each (~0.6 of

@@ -717,8 +717,7 @@ pub enum Cm2Split {
     /// Split where the tiles fill at most half the multiprocessors.
     Auto,
     /// As [`Self::Auto`], and the tiles of a last wave that fill at most
-    /// half of it (float kernels; the integer kernels' awaits its test on
-    /// a GPU at a whole grid).
+    /// half of it (float and integer kernels).
     #[default]
     Waves,
     /// Never split.
