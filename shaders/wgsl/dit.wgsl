@@ -6,7 +6,8 @@
 // ada_norm:   out = (1 + modv[b, scale0 + c]) * LayerNorm(x)[r, c] + modv[b, shift0 + c]
 //             (LayerNorm without affine weights, biased variance, eps;
 //             one workgroup per row)
-// gated_add:  xs[r, c] += modv[b, gate0 + c] * y[r, c]   (one invocation per element)
+// gated_add:  xs[r, c] += modv[b, gate0 + c] * y[r, c]   (one invocation per
+//             element; gated_add_vec eight or four)
 // qk_place:   q or k of one head, RMS-normed over head_dim (times `w`), then
 //             rotated by interleaved RoPE pairs (x[2i], x[2i+1]) with the
 //             (cos, sin) table `pe` [dst rows, head_dim / 2], read from
@@ -99,7 +100,7 @@ var<immediate> gat: GatherParams;
 @group(0) @binding(2) var<storage, read> modv: array<act>;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;
 @group(0) @binding(5) var<storage, read> pe: array<vec2<f32>>;
-// The vector views of qk_place (pairs) and gather_vec (fours): one load or
+// The vector views of qk_place (pairs), gather_vec and gated_add_vec (fours): one load or
 // store where the scalar forms took two or four of 2 bytes each (~0.6 of
 // the copy rate on the H100).
 @group(0) @binding(6) var<storage, read> x2: array<vec2<act>>;
@@ -107,6 +108,7 @@ var<immediate> gat: GatherParams;
 @group(0) @binding(8) var<storage, read> w2: array<vec2<f32>>;
 @group(0) @binding(9) var<storage, read> x4: array<vec4<act>>;
 @group(0) @binding(10) var<storage, read_write> out4: array<vec4<act>>;
+@group(0) @binding(11) var<storage, read> modv4: array<vec4<act>>;
 
 fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
@@ -174,7 +176,7 @@ fn ada_store(base: u32, mbase: u32, i: u32, n: f32) {
     out[base + i] = act((1.0 + scale) * n + shift);
 }
 
-// Columns an invocation of gated_add and gather takes of rows `cols` wide:
+// Columns an invocation of gather takes of rows `cols` wide:
 // four where a row holds whole fours, else one (the host's grid counts them
 // so: `dit::four_or_one`). One a invocation, the index arithmetic (its
 // divisions) cost more than the bytes it moved.
@@ -185,19 +187,34 @@ fn four_or_one(cols: u32) -> u32 {
 @compute @workgroup_size(256)
 fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let run = four_or_one(gated.cols);
-    let cols = gated.cols / run;
-    let q = element(wid, nwg, lid);
-    if q >= gated.rows * cols {
+    let i = element(wid, nwg, lid);
+    if i >= gated.rows * gated.cols {
         return;
     }
-    let row = q / cols;
-    let c = (q % cols) * run;
-    let i = row * gated.cols + c;
-    let m = (row / gated.per_batch) * gated.mod_cols + gated.gate0 + c;
-    for (var e = 0u; e < run; e++) {
-        let gate = f32(modv[m + e]);
-        out[i + e] = act(f32(out[i + e]) + gate * f32(x[i + e]));
+    let row = i / gated.cols;
+    let m = (row / gated.per_batch) * gated.mod_cols + gated.gate0 + i % gated.cols;
+    out[i] = act(f32(out[i]) + f32(modv[m]) * f32(x[i]));
+}
+
+// gated_add where a row holds whole fours (`dit::record_gated_add`): eight
+// columns an invocation (four where a row's are not a multiple of eight)
+// as vectors of four, the gate's too.
+@compute @workgroup_size(256)
+fn gated_add_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let run = select(4u, 8u, gated.cols % 8u == 0u);
+    let units = gated.cols / run;
+    let q = element(wid, nwg, lid);
+    if q >= gated.rows * units {
+        return;
+    }
+    let row = q / units;
+    let c = (q % units) * run;
+    let i = (row * gated.cols + c) / 4u;
+    let m = ((row / gated.per_batch) * gated.mod_cols + gated.gate0 + c) / 4u;
+    for (var e = 0u; e < run / 4u; e++) {
+        let g = vec4<f32>(modv4[m + e]);
+        out4[i + e] = vec4<act>(vec4<f32>(out4[i + e]) + g * vec4<f32>(x4[i + e]));
     }
 }
 

@@ -250,16 +250,28 @@ pub fn record_gated_add(
         gate0: to_u32(OP, "gate offset", gate * cols)?,
         _pad: [0; 3],
     };
-    let bindings: kernel::Bindings<'_> =
-        smallvec::smallvec![(1, y.binding()), (2, m.binding()), (3, x.binding())];
+    // Fours as vectors where rows (and so the gate's chunks) hold them whole.
+    let (entry, at, run) = match cols.is_multiple_of(4) {
+        true => (
+            "gated_add_vec",
+            [9, 11, 10],
+            if cols.is_multiple_of(8) { 8 } else { 4 },
+        ),
+        false => (OP, [1, 2, 3], 1),
+    };
+    let bindings: kernel::Bindings<'_> = smallvec::smallvec![
+        (at[0], y.binding()),
+        (at[1], m.binding()),
+        (at[2], x.binding())
+    ];
     dispatch(
         gpu,
         cache,
         enc,
-        OP,
+        entry,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n / four_or_one(cols), WG)?,
+        kernel::grid(gpu, OP, n / run, WG)?,
         x.dtype,
         kernel::Cost::new(3 * x.bytes(), x.bytes(), 2 * n),
     )
@@ -439,7 +451,7 @@ const QK_ITEMS: u64 = 8;
 /// `QK_PAIRS` pairs each, `QK_WG` of them an item (`dit.wgsl`).
 pub const QK_MAX_HEAD_DIM: u64 = 2 * 32 * 4;
 
-/// Columns each invocation of `gather` and `gated_add` takes of rows
+/// Columns each invocation of `gather` takes of rows
 /// `cols` wide: four where a row holds whole fours (as the kernels decide),
 /// else one.
 fn four_or_one(cols: u64) -> u64 {
