@@ -19,9 +19,11 @@
 // block where no row maximum of the subgroup's rose (α = 1 in every
 // element), and l kept element by element, reduced once at the end (one
 // row reduction a block instead of two).
+// QSH 1: Q in shared memory (below), for RW = 2 within the registers.
 // Built by scripts/spirv.sh with NW (subgroups), RW (row fragments a
 // subgroup, 1 if unset), BC (keys a block, a multiple of 16), HD (a
-// multiple of 16), LAZY (0 if unset) and WG = 32 · NW, BR = 16 · RW · NW.
+// multiple of 16), LAZY and QSH (0 if unset) and WG = 32 · NW,
+// BR = 16 · RW · NW.
 // Dispatch: (n_heads, batch * ceil(sq / BR), 1). Needs 32-invocation
 // subgroups.
 
@@ -59,6 +61,16 @@ const uint LOADS = (BC * HD / 8u + WG - 1u) / WG;
 #endif
 shared uvec4 k_sh[(1u + DB) * BC * PITCH];
 shared uvec4 v_sh[(1u + DB) * BC * PITCH];
+// QSH 1: the workgroup's Q rows in shared memory (rows padded as K's),
+// each fragment loaded for the block's products, not held: the registers
+// that RW = 2 needs for its accumulators (Q held as well spilled them).
+#ifndef QSH
+#define QSH 0
+#endif
+#if QSH
+layout(set = 0, binding = 0, std430) readonly buffer Q4 { uvec4 q4[]; };
+shared uvec4 q_sh[BR * PITCH];
+#endif
 
 void main() {
     FLASH_START
@@ -71,18 +83,34 @@ void main() {
 
     // Row fragment r of this subgroup's: index r · DS + d of qf and acc,
     // r · JS + j of s, r of the statistics.
+#if QSH
+    // Rows past sq are zeros (their scores are never stored).
+    for (uint w = gl_LocalInvocationIndex; w < BR * HD / 8u; w += WG) {
+        uint row = w / (HD / 8u);
+        uint c = w % (HD / 8u);
+        uint qr = min(r0 + row, p.sq - 1u);
+        uvec4 qw = q4[(q_at + qr * q_stride + h * HD) / 8u + c];
+        q_sh[row * PITCH + c] = r0 + row < p.sq ? qw : uvec4(0u);
+    }
+    // This subgroup's first row in q_sh (the loop's first barrier makes
+    // the copy visible).
+    uint q_sh0 = (rw0 - r0) * PITCH;
+#else
     FRAG_A qf[RW * DS];
+#endif
     FRAG_ACC acc[RW * DS];
     FRAG_ACC m[RW];
     FRAG_ACC l[RW];
     [[unroll]] for (uint r = 0u; r < RW; r++) {
         [[unroll]] for (uint d = 0u; d < DS; d++) {
+#if !QSH
             // Through a local: glslang 15.1 crashes loading into an array
             // element.
             FRAG_A qd;
             coopMatLoadTensorNV(qd, q, q_at,
                                 sliceTensorLayoutNV(t_q, rw0 + r * 16u, 16u, h * HD + d * 16u, 16u));
             qf[r * DS + d] = qd;
+#endif
             acc[r * DS + d] = FRAG_ACC(0.0);
         }
         m[r] = FRAG_ACC(NEG_BIG);
@@ -142,6 +170,29 @@ void main() {
         // Each K and V fragment loaded once for the subgroup's RW row
         // fragments.
         FRAG_ACC s[RW * JS];
+#if QSH
+        // Each Q fragment loaded once a block for the JS key fragments, each
+        // K fragment once for the RW row fragments (d outermost: every
+        // score still sums its d in order).
+        [[unroll]] for (uint i = 0u; i < RW * JS; i++) {
+            s[i] = FRAG_ACC(0.0);
+        }
+        [[unroll]] for (uint d = 0u; d < DS; d++) {
+            FRAG_A qd[RW];
+            [[unroll]] for (uint r = 0u; r < RW; r++) {
+                FRAG_A t;
+                coopMatLoad(t, q_sh, q_sh0 + r * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutRowMajor);
+                qd[r] = t;
+            }
+            [[unroll]] for (uint j = 0u; j < JS; j++) {
+                FRAG_B kt;
+                coopMatLoad(kt, k_sh, sh0 + j * 16u * PITCH + d * 2u, PITCH, gl_CooperativeMatrixLayoutColumnMajor);
+                [[unroll]] for (uint r = 0u; r < RW; r++) {
+                    s[r * JS + j] = coopMatMulAdd(qd[r], kt, s[r * JS + j]);
+                }
+            }
+        }
+#else
         [[unroll]] for (uint j = 0u; j < JS; j++) {
             [[unroll]] for (uint r = 0u; r < RW; r++) {
                 s[r * JS + j] = FRAG_ACC(0.0);
@@ -155,6 +206,7 @@ void main() {
                 }
             }
         }
+#endif
         FRAG_A pa[RW * JS];
         [[unroll]] for (uint r = 0u; r < RW; r++) {
             uint edge0 = p.pos0 + rw0 + r * 16u;

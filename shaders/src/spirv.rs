@@ -269,6 +269,8 @@ pub struct Cm2Flash {
     pub double_buffer: bool,
     /// Subgroup-scope kernels: the lazy rescale (`LAZY 1`).
     pub lazy: bool,
+    /// Subgroup-scope kernels: Q in shared memory (`QSH 1`).
+    pub q_shared: bool,
 }
 
 impl Cm2Flash {
@@ -282,6 +284,7 @@ impl Cm2Flash {
             subgroup: self.subgroup,
             double_buffer: self.double_buffer,
             lazy: self.lazy,
+            q_shared: self.q_shared,
         }
     }
 }
@@ -310,6 +313,12 @@ macro_rules! cm2_flash {
     (sg_lz $name:literal, $rows:literal, $keys:literal, $hd:literal) => {
         cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows, 0, 0, 1, 2 * $keys * ($hd * 2 + 16), false, true)
     };
+    // The lazy rescale, $rw row fragments a subgroup and the workgroup's Q
+    // rows (as K's) in shared memory.
+    (sg_lz_qs $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw,
+                   2 * $keys * ($hd * 2 + 16) + $rows * ($hd * 2 + 16), false, true, true)
+    };
     // Two buffers of each.
     (sg_db $name:literal, $rows:literal, $keys:literal, $hd:literal, $rw:literal) => {
         cm2_flash!(@ $name, $rows, $keys, $hd, 2 * $rows / $rw, 0, 0, $rw, 4 * $keys * ($hd * 2 + 16), true)
@@ -324,6 +333,10 @@ macro_rules! cm2_flash {
     };
     (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
      $probe:literal, $subgroup:literal, $shared:expr, $db:literal, $lazy:literal) => {
+        cm2_flash!(@ $name, $rows, $keys, $hd, $wg, $fast, $probe, $subgroup, $shared, $db, $lazy, false)
+    };
+    (@ $name:literal, $rows:literal, $keys:literal, $hd:literal, $wg:expr, $fast:literal,
+     $probe:literal, $subgroup:literal, $shared:expr, $db:literal, $lazy:literal, $qs:literal) => {
         Cm2Flash {
             name: $name,
             spirv: include_bytes!(concat!("../spirv/", $name, ".spv")),
@@ -337,6 +350,7 @@ macro_rules! cm2_flash {
             shared_bytes: $shared,
             double_buffer: $db,
             lazy: $lazy,
+            q_shared: $qs,
         }
     };
 }
@@ -349,7 +363,7 @@ macro_rules! cm2_flash {
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`; the
 /// first of them on large grids, [`CM2_FLASH_LARGE`]).
-pub static CM2_FLASH: [Cm2Flash; 20] = [
+pub static CM2_FLASH: [Cm2Flash; 22] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
     cm2_flash!("flash_cm2_64x32_d128", 64, 32, 128, 128),
@@ -370,6 +384,8 @@ pub static CM2_FLASH: [Cm2Flash; 20] = [
     cm2_flash!(sg_db "flash_cm2_sg_128x32db_d128", 128, 32, 128, 1),
     cm2_flash!(sg_lz "flash_cm2_sg_128x64lz_d128", 128, 64, 128),
     cm2_flash!(sg_lz "flash_cm2_sg_128x32lz_d128", 128, 32, 128),
+    cm2_flash!(sg_lz_qs "flash_cm2_sg_128x16r2lzqs_d128", 128, 16, 128, 2),
+    cm2_flash!(sg_lz_qs "flash_cm2_sg_64x32r2lzqs_d128", 64, 32, 128, 2),
 ];
 
 /// The flash kernels preferred over the first of [`CM2_FLASH`] where their
@@ -462,10 +478,13 @@ mod tests {
                 assert_eq!(db, f.double_buffer, "{}", f.name);
                 let lazy = comp.lines().any(|l| l == "#define LAZY 1");
                 assert_eq!(lazy, f.lazy, "{}", f.name);
+                let qs = comp.lines().any(|l| l == "#define QSH 1");
+                assert_eq!(qs, f.q_shared, "{}", f.name);
                 let buffers = if db { 2 } else { 1 };
+                let q_rows = if qs { f.rows } else { 0 };
                 assert_eq!(
                     f.shared_bytes,
-                    buffers * 2 * f.keys * (f.head_dim * 2 + 16),
+                    (buffers * 2 * f.keys + q_rows) * (f.head_dim * 2 + 16),
                     "{}",
                     f.name
                 );

@@ -210,7 +210,9 @@ impl FromStr for FlashTuning {
 /// `-sg` or `-sgN` after that for the subgroup-scope kernels
 /// ([`Cm2Block::subgroup`]), `-db` after that for their two buffers
 /// ([`Cm2Block::double_buffer`]), `-lz` after that for their lazy rescale
-/// ([`Cm2Block::lazy`]), and `-probeN` after that for a probe ([`Cm2Block::probe`]).
+/// ([`Cm2Block::lazy`]), `-qs` after that for Q in shared memory
+/// ([`Cm2Block::q_shared`]), and `-probeN` after that for a probe
+/// ([`Cm2Block::probe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlashKernel {
     /// Two walks over the keys: the softmax statistics, then the outputs
@@ -249,6 +251,10 @@ pub struct Cm2Block {
     /// maximum rose, the row sums reduced once at the end
     /// (`flash_cm2_sg.glsl`'s `LAZY`).
     pub lazy: bool,
+    /// Subgroup-scope kernels: the workgroup's Q rows in shared memory,
+    /// loaded for each block's products rather than held in registers
+    /// (`flash_cm2_sg.glsl`'s `QSH`).
+    pub q_shared: bool,
 }
 
 impl fmt::Display for FlashKernel {
@@ -264,6 +270,7 @@ impl fmt::Display for FlashKernel {
                 subgroup,
                 double_buffer,
                 lazy,
+                q_shared,
             }) => {
                 write!(f, "cm2-{rows}x{keys}")?;
                 match fast {
@@ -281,6 +288,9 @@ impl fmt::Display for FlashKernel {
                 }
                 if *lazy {
                     f.write_str("-lz")?;
+                }
+                if *q_shared {
+                    f.write_str("-qs")?;
                 }
                 match probe {
                     0 => Ok(()),
@@ -301,13 +311,20 @@ impl FromStr for FlashKernel {
             t => match t.strip_prefix("cm2-") {
                 Some(shape) => {
                     let bad = || {
-                        format!("flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db][-lz]]")
+                        format!(
+                            "flash kernel `{t}`: want cm2-ROWSxKEYS[f[N]][-sg[N][-db][-lz][-qs]]"
+                        )
                     };
                     let (shape, probe) = match shape.split_once("-probe") {
                         None => (shape, 0),
                         Some((shape, n)) => {
                             (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
+                    };
+                    let (shape, q_shared) = match shape.strip_suffix("-qs") {
+                        Some(shape) if shape.contains("-sg") => (shape, true),
+                        Some(_) => return Err(bad()),
+                        None => (shape, false),
                     };
                     let (shape, lazy) = match shape.strip_suffix("-lz") {
                         Some(shape) if shape.contains("-sg") => (shape, true),
@@ -342,6 +359,7 @@ impl FromStr for FlashKernel {
                         subgroup,
                         double_buffer,
                         lazy,
+                        q_shared,
                     }))
                 }
                 None => t.parse().map(Self::OneWalk),
@@ -367,6 +385,7 @@ mod tests {
             "cm2-128x64-sg",
             "cm2-128x32-sg2",
             "cm2-128x32-sg2-db",
+            "cm2-128x16-sg2-lz-qs",
         ] {
             let k: FlashKernel = text.parse().expect(text);
             assert_eq!(k.to_string(), text);
@@ -381,6 +400,7 @@ mod tests {
                 subgroup: 0,
                 double_buffer: false,
                 lazy: false,
+                q_shared: false,
             }))
         );
         assert_eq!(
@@ -393,6 +413,7 @@ mod tests {
                 subgroup: 0,
                 double_buffer: false,
                 lazy: false,
+                q_shared: false,
             }))
         );
         assert_eq!(
@@ -405,6 +426,7 @@ mod tests {
                 subgroup: 0,
                 double_buffer: false,
                 lazy: false,
+                q_shared: false,
             }))
         );
         for bad in [
@@ -417,6 +439,7 @@ mod tests {
             "cm2-64x32f-probe",
             "cm2-128x64-sgx",
             "cm2-128x64-db",
+            "cm2-128x64-qs",
         ] {
             let why = bad.parse::<FlashKernel>().expect_err(bad);
             assert!(why.contains("cm2-ROWSxKEYS"), "{bad}: {why}");

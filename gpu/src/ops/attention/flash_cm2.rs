@@ -195,6 +195,7 @@ mod tests {
             subgroup: 0,
             double_buffer: false,
             lazy: false,
+            q_shared: false,
         }
     }
 
