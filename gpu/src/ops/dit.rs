@@ -390,22 +390,32 @@ pub fn record_qk_place(
         dst_row0: to_u32(OP, "dst row", to.row0)?,
         _pad: [0; 3],
     };
+    // Quads as vectors where every head starts on one and fits a group's
+    // QV_QUADS of them an invocation.
+    let quads = head_dim.is_multiple_of(4)
+        && head_dim <= QV_MAX_HEAD_DIM
+        && src_cols.is_multiple_of(4)
+        && src_col0.is_multiple_of(4);
+    let (entry, at, per_group) = match quads {
+        true => ("qk_place_vec", [9, 10, 12, 13], QV_ITEMS),
+        false => (OP, [6, 7, 8, 5], 1),
+    };
     let bindings: kernel::Bindings<'_> = smallvec::smallvec![
-        (6, src.binding()),
-        (7, dst.binding()),
-        (8, weight.binding()),
-        (5, pe.binding()),
+        (at[0], src.binding()),
+        (at[1], dst.binding()),
+        (at[2], weight.binding()),
+        (at[3], pe.binding()),
     ];
     let moved = rows * cols * src.dtype.size();
     dispatch(
         gpu,
         cache,
         enc,
-        OP,
+        entry,
         &params,
         bindings,
-        // QK_ITEMS (row, head) items a workgroup.
-        kernel::grid(gpu, OP, items.div_ceil(QK_ITEMS), 1)?,
+        // QK_ITEMS groups a workgroup, each of `per_group` (row, head) items.
+        kernel::grid(gpu, OP, items.div_ceil(QK_ITEMS * per_group), 1)?,
         src.dtype,
         kernel::Cost::new(2 * moved + rows * cols * 4, moved, 10 * rows * cols),
     )
@@ -446,6 +456,13 @@ impl GatherOp {
 
 /// (row, head) items a workgroup of `qk_place` (`QK_ITEMS` in `dit.wgsl`).
 const QK_ITEMS: u64 = 8;
+
+/// (row, head) items each group of `qk_place_vec` takes (`QV_ITEMS`).
+const QV_ITEMS: u64 = 4;
+
+/// Largest head dimension `qk_place_vec` takes (`4 · QK_WG · QV_QUADS`);
+/// larger ones take `qk_place`.
+const QV_MAX_HEAD_DIM: u64 = 4 * 32 * 2;
 
 /// Largest head dimension `qk_place` takes: its invocations hold
 /// `QK_PAIRS` pairs each, `QK_WG` of them an item (`dit.wgsl`).

@@ -146,11 +146,13 @@ fn qk_place_matches_reference() {
         return;
     };
     let g = &c.gpu;
-    for (i, &(batch, per, heads, hd, col_unit, dper, row0)) in QK.iter().enumerate() {
+    // src is a fused output: [q | k | v | extra], of an even width (the
+    // scalar kernel moves pairs) or a multiple of four (the vector one
+    // quads, where head_dim is one too).
+    let cases = QK.iter().flat_map(|&c| [(c, 6), (c, 8)]);
+    for (i, ((batch, per, heads, hd, col_unit, dper, row0), extra)) in cases.enumerate() {
         let width = heads * hd;
-        // src is a fused output: [q | k | v | extra] (an even width: the
-        // kernel moves pairs).
-        let src_cols = 3 * width + 6;
+        let src_cols = 3 * width + extra;
         let col0 = col_unit * width;
         let rows = batch * per;
         let drows = batch * dper;
@@ -194,7 +196,7 @@ fn qk_place_matches_reference() {
                 }
             }
         }
-        let tag = format!("qk_place b{batch} [{per}] {heads}x{hd} -> [{dper}] @{row0}");
+        let tag = format!("qk_place b{batch} [{per}] {heads}x{hd} (+{extra}) -> [{dper}] @{row0}");
         for (e, (gv, wv)) in got.iter().zip(&want).enumerate() {
             if wv.is_nan() {
                 assert!(
