@@ -1,9 +1,7 @@
 // GELU (tanh approximation, `F.gelu(approximate="tanh")`) in f32, as
-// shaders/wgsl/gelu.wgsl computes it: tanh from one exp of a non-positive
-// argument (never overflows). For the SPIR-V GEMMs' epilogue (flags bit 3).
+// shaders/wgsl/gelu.wgsl computes it: h · sigmoid(2u) = h / (1 + e^(-2u)).
+// For the SPIR-V GEMMs' epilogue (flags bit 3).
 float gelu_tanh(const in float v) {
-    float u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-    float t = exp(-2.0 * abs(u));
-    float r = (1.0 - t) / (1.0 + t);
-    return 0.5 * v * (1.0 + (u < 0.0 ? -r : r));
+    float u2 = v * (1.5957691216057308 + 0.07135481627260025 * v * v);
+    return v / (1.0 + exp(-u2));
 }

@@ -4,16 +4,11 @@
 //
 // provides: gelu_tanh
 
-// tanh from one exp of a non-positive argument: never overflows, unlike
-// the (e^2x - 1) / (e^2x + 1) form some drivers use for tanh().
-fn tanh_stable(x: f32) -> f32 {
-    let t = exp(-2.0 * abs(x));
-    let r = (1.0 - t) / (1.0 + t);
-    return select(r, -r, x < 0.0);
-}
-
+// 0.5·h·(1 + tanh(u)) is h·sigmoid(2u) = h / (1 + e^(-2u)): one exp and
+// one division, no select. Past the exp's range the quotient is still
+// right: e^(-2u) = inf gives -0 (h very negative), 0 gives h.
 fn gelu_tanh(h: f32) -> f32 {
-    // sqrt(2 / pi)
-    let k = 0.7978845608028654;
-    return 0.5 * h * (1.0 + tanh_stable(k * (h + 0.044715 * h * h * h)));
+    // 2·sqrt(2 / pi), and that times 0.044715
+    let u2 = h * (1.5957691216057308 + 0.07135481627260025 * h * h);
+    return h / (1.0 + exp(-u2));
 }

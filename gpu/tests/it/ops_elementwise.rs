@@ -125,6 +125,28 @@ fn elementwise_ops_match_cpu() {
     }
 }
 
+/// GELU's tails: past e^x's f32 range (|x| > ~10 for the tanh argument)
+/// the kernel's exp overflows or underflows, and the result must still be
+/// x or zero, never NaN.
+#[test]
+fn gelu_tails_stay_finite() {
+    let Some(c) = ctx("gelu_tails_stay_finite") else {
+        return;
+    };
+    let g = &c.gpu;
+    let a: Vec<f32> = [1e30, 1e4, 100.0, 20.0, 10.5, 10.0, 9.0, 5.0, 0.25, 0.0]
+        .iter()
+        .flat_map(|&v| [v, -v])
+        .collect();
+    let want: Vec<f32> = a.iter().map(|&x| unary_ref(Unary::GeluTanh, x)).collect();
+    let x = upload(g, &[a.len() as u64], &a);
+    let out = nan_tensor(g, &[a.len() as u64]);
+    run(&c, |enc| {
+        record_unary(g, &c.cache, enc, Unary::GeluTanh, &x, &out)
+    });
+    assert_close("gelu tails", &read(g, &out), &want, 1e-6, 1e-6);
+}
+
 #[test]
 fn elementwise_rejects_bad_operands() {
     let Some(c) = ctx("elementwise_rejects_bad_operands") else {
