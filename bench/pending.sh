@@ -64,13 +64,15 @@
 #         DYNVRAM_CM2_SPLIT=auto and =waves, and a FLUX.1-dev step at 1024²
 #         (`dit --profile`) with each.
 #                 -> waves-tests.txt, waves-flash.txt, waves-linear-*.txt, dit-waves-*.json
-# ditops  the DiT's small kernels as vectors (session 37, unmeasured):
-#         `gather` in fours, `qk_place` in pairs, `ada_norm` one read of
-#         each row; their tests (ops_dit::), then FLUX.1-dev bf16 and int4
-#         steps at 1024² (`dit --profile`; session 37 call 2 had gather
-#         7.83 ms, qk_place 6.30, ada_norm ~4.0 and the bf16 step
-#         0.3436-0.3453 s, int4 0.3017-0.3021 s).
-#                                  -> ditops-tests.txt, dit-ditops-*.json
+# ditops  session 38's work whose GPU results did not come back: the
+#         tests (ops_dit:: with qk_place in quads, ops_elementwise::, the
+#         SPIR-V GEMMs' GELU epilogue in spirv_gemm::, the -qs flash
+#         kernels in flash_cm2::), FLUX.1-dev bf16 and int4 steps at 1024²
+#         (`dit --profile`; session 38 call 1 had the bf16 step 0.3405 s
+#         with the GELU quotient, qk_place 6.07 ms, gated_add 3.28), and
+#         the -qs flash kernels at FLUX.1's attention (`bench attention`;
+#         the default cm2-128x64-sg-lz 184-186 TFLOP/s).
+#                    -> ditops-tests.txt, dit-ditops-*.json, ditops-flash.txt
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -189,7 +191,9 @@ p_waves() {
     done
 }
 p_ditops() {
-    DYNVRAM_REQUIRE_GPU=1 part 60 .dev/gpu_tests ops_dit:: --test-threads=4 > "$O/ditops-tests.txt" 2>&1
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 part 120 .dev/gpu_tests ops_dit:: ops_elementwise:: \
+        spirv_gemm::spirv_gemm_matches spirv_gemm::split_spirv ops_attention::flash_cm2:: \
+        --test-threads=8 > "$O/ditops-tests.txt" 2>&1
     echo "tests: $(grep -E '^test result' "$O/ditops-tests.txt")"
     grep -E "FAILED|panicked" "$O/ditops-tests.txt" | head -20
     local flux=/tmp/flux-dev.safetensors in=/tmp/flux-in-1024.safetensors q=/tmp/flux-dev-int4.safetensors
@@ -206,10 +210,13 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(sys.argv[2], 'best step', r['best_seconds_per_pass'])
 for x in r['profile']['rows']:
-    if x['label'].split()[0] in ('gather', 'gather_vec', 'qk_place', 'ada_norm', 'gated_add'):
-        print(f"  {x['label']:12s} {x['launches']:4d} {x['gpu_us'] / 1e3:7.2f} ms")
+    if x['label'].split()[0] in ('gather', 'gather_vec', 'qk_place', 'qk_place_vec', 'ada_norm', 'gated_add', 'gated_add_vec') or '12288x3072 m=4096' in x['label']:
+        print(f"  {x['label']:40s} {x['launches']:4d} {x['gpu_us'] / 1e3:7.2f} ms")
 PY
     done
+    part 60 "$d" bench attention --backend vulkan --queries 4608 --keys 4608 --heads 24 --head-dim 128 --no-causal \
+        --reps 5 --flash cm2-128x16-sg2-lz-qs,cm2-64x32-sg2-lz-qs,cm2-128x64-sg-lz > "$O/ditops-flash.txt" 2>&1
+    tail -6 "$O/ditops-flash.txt"
 }
 p_decode() {
     PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=${SYNC:-0} INT4_SPREAD=${INT4_SPREAD:-0} part 330 bash bench/decode.sh
