@@ -362,7 +362,8 @@ macro_rules! cm2_flash {
 /// 117, 128 x 64 95, 64 x 64 67 (the WGSL kernel 69-72); the other
 /// unclamped ones (115-123) are chosen only by name (`cm2-128x32f`, ...),
 /// as are the probes, then the subgroup-scope kernels (`cm2-…-sg`; the
-/// first of them on large grids, [`CM2_FLASH_LARGE`]).
+/// first of them on large grids, [`CM2_FLASH_LARGE`]). The last two, with
+/// Q in shared memory (`-qs`, session 38), have not run on a GPU yet.
 pub static CM2_FLASH: [Cm2Flash; 22] = [
     cm2_flash!("flash_cm2_64x32f_d128", 64, 32, 128, 128, 1),
     cm2_flash!("flash_cm2_128x32_d128", 128, 32, 128, 256),
