@@ -101,9 +101,9 @@ var<immediate> gat: GatherParams;
 @group(0) @binding(2) var<storage, read> modv: array<act>;
 @group(0) @binding(3) var<storage, read_write> out: array<act>;
 @group(0) @binding(5) var<storage, read> pe: array<vec2<f32>>;
-// The vector views of qk_place (pairs), gather_vec and gated_add_vec (fours): one load or
-// store where the scalar forms took two or four of 2 bytes each (~0.6 of
-// the copy rate on the H100).
+// The vector views of qk_place (pairs), gather_vec, gated_add_vec and
+// qk_place_vec (fours): one load or store where the scalar forms took two
+// or four of 2 bytes each (~0.6 of the copy rate on the H100).
 @group(0) @binding(6) var<storage, read> x2: array<vec2<act>>;
 @group(0) @binding(7) var<storage, read_write> out2: array<vec2<act>>;
 @group(0) @binding(8) var<storage, read> w2: array<vec2<f32>>;
@@ -234,6 +234,16 @@ const QK_PAIRS: u32 = 4u;
 const QK_ITEMS: u32 = 8u;
 var<workgroup> red_qk: array<f32, QK_WG * QK_ITEMS>;
 
+// The joint row of `dst` that qk_place's src row `row` goes to.
+fn qk_dst_row(row: u32) -> u32 {
+    return (row / qk.src_per_batch) * qk.dst_per_batch + qk.dst_row0 + row % qk.src_per_batch;
+}
+
+// The pair (x0, x1) rotated by (cos, sin) `cs`.
+fn rope_pair(cs: vec2<f32>, x0: f32, x1: f32) -> vec2<f32> {
+    return vec2<f32>(cs.x * x0 - cs.y * x1, cs.y * x0 + cs.x * x1);
+}
+
 @compute @workgroup_size(QK_WG * QK_ITEMS)
 fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid_wg: u32) {
@@ -248,11 +258,9 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let live = idx < qk.rows * heads;
     let h = idx % heads;
     let row = idx / heads;
-    let bt = row / qk.src_per_batch;
-    let s = row % qk.src_per_batch;
     // In pairs: widths, first columns and head_dim are even (`dit.rs`).
     let src = (row * qk.src_width + qk.src_col0 + h * hd) / 2u;
-    let dst_row = bt * qk.dst_per_batch + qk.dst_row0 + s;
+    let dst_row = qk_dst_row(row);
     let dst = (dst_row * qk.cols + h * hd) / 2u;
     // No pairs past the last item.
     let npairs = select(0u, hd / 2u, live);
@@ -282,7 +290,7 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
             let x0 = xs[j].x * r * wi.x;
             let x1 = xs[j].y * r * wi.y;
             let cs = pe[dst_row * npairs + i];
-            out2[dst + i] = vec2<act>(vec2<f32>(cs.x * x0 - cs.y * x1, cs.y * x0 + cs.x * x1));
+            out2[dst + i] = vec2<act>(rope_pair(cs, x0, x1));
         }
     }
 }
@@ -309,7 +317,6 @@ fn qk_place_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let idx0 = ((wid.y * nwg.x + wid.x) * QK_ITEMS + group) * QV_ITEMS;
     let items = qk.rows * heads;
     var xs: array<vec4<f32>, QV_ITEMS * QV_QUADS>;
-    var ss: array<f32, QV_ITEMS>;
     for (var k = 0u; k < QV_ITEMS; k++) {
         let idx = idx0 + k;
         // No quads past the last item.
@@ -349,17 +356,14 @@ fn qk_place_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             break;
         }
         let r = rms_qv[group * QV_ITEMS + k];
-        let row = idx / heads;
-        let h = idx % heads;
-        let dst_row = (row / qk.src_per_batch) * qk.dst_per_batch + qk.dst_row0 + row % qk.src_per_batch;
-        let dst = (dst_row * qk.cols + h * hd) / 4u;
+        let dst_row = qk_dst_row(idx / heads);
+        let dst = (dst_row * qk.cols + (idx % heads) * hd) / 4u;
         for (var j = 0u; j < QV_QUADS; j++) {
             let i = lid + j * QK_WG;
             if i < nquads {
                 let x = xs[k * QV_QUADS + j] * r * w4[i];
                 let cs = pe4[dst_row * nquads + i];
-                out4[dst + i] = vec4<act>(vec4<f32>(cs.x * x.x - cs.y * x.y, cs.y * x.x + cs.x * x.y,
-                                                    cs.z * x.z - cs.w * x.w, cs.w * x.z + cs.z * x.w));
+                out4[dst + i] = vec4<act>(vec4<f32>(rope_pair(cs.xy, x.x, x.y), rope_pair(cs.zw, x.z, x.w)));
             }
         }
     }

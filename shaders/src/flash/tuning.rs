@@ -321,21 +321,18 @@ impl FromStr for FlashKernel {
                             (shape, n.parse().ok().filter(|&n| n > 0).ok_or_else(bad)?)
                         }
                     };
-                    let (shape, q_shared) = match shape.strip_suffix("-qs") {
-                        Some(shape) if shape.contains("-sg") => (shape, true),
-                        Some(_) => return Err(bad()),
-                        None => (shape, false),
-                    };
-                    let (shape, lazy) = match shape.strip_suffix("-lz") {
-                        Some(shape) if shape.contains("-sg") => (shape, true),
-                        Some(_) => return Err(bad()),
-                        None => (shape, false),
-                    };
-                    let (shape, double_buffer) = match shape.strip_suffix("-db") {
-                        Some(shape) if shape.contains("-sg") => (shape, true),
-                        Some(_) => return Err(bad()),
-                        None => (shape, false),
-                    };
+                    // A subgroup-scope kernel's flag: `suffix` at the end,
+                    // allowed only after `-sg` (`None` where it comes
+                    // without).
+                    fn flag<'s>(shape: &'s str, suffix: &str) -> Option<(&'s str, bool)> {
+                        match shape.strip_suffix(suffix) {
+                            Some(shape) => shape.contains("-sg").then_some((shape, true)),
+                            None => Some((shape, false)),
+                        }
+                    }
+                    let (shape, q_shared) = flag(shape, "-qs").ok_or_else(bad)?;
+                    let (shape, lazy) = flag(shape, "-lz").ok_or_else(bad)?;
+                    let (shape, double_buffer) = flag(shape, "-db").ok_or_else(bad)?;
                     let (shape, subgroup) = match shape.split_once("-sg") {
                         None => (shape, 0),
                         Some((shape, "")) => (shape, 1),
