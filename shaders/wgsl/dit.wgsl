@@ -5,9 +5,9 @@
 //
 // ada_norm:   out = (1 + modv[b, scale0 + c]) * LayerNorm(x)[r, c] + modv[b, shift0 + c]
 //             (LayerNorm without affine weights, biased variance, eps;
-//             one workgroup per row)
+//             one workgroup per row; ada_norm_vec as vectors of four)
 // gated_add:  xs[r, c] += modv[b, gate0 + c] * y[r, c]   (one invocation per
-//             element; gated_add_vec eight or four)
+//             element; gated_add_vec VECS vectors of four)
 // qk_place:   q or k of one head, RMS-normed over head_dim (times `w`), then
 //             rotated by interleaved RoPE pairs (x[2i], x[2i+1]) with the
 //             (cos, sin) table `pe` [dst rows, head_dim / 2], read from
@@ -92,6 +92,14 @@ struct GatherParams {
 }
 
 const WG: u32 = 256u;
+
+// Vectors of four each invocation of the vector copies (gather_vec,
+// gated_add_vec) moves: WG apart in the workgroup's run of them, so each
+// load is one coalesced row of the workgroup, and every load issued before
+// the first store. With one vector in flight at a time an invocation had
+// ~8 bytes in flight, and the copies ran at ~1.8 TB/s on the H100, bound
+// by latency, not bytes (`dit.rs`' VECS).
+const VECS: u32 = 4u;
 
 var<immediate> ada: AdaNormParams;
 var<immediate> gated: GatedAddParams;
@@ -180,6 +188,81 @@ fn ada_store(base: u32, mbase: u32, i: u32, n: f32) {
     out[base + i] = act((1.0 + scale) * n + shift);
 }
 
+// ada_norm where a row holds whole fours and at most 4 · WG · ADA_VECS
+// columns (`dit::record_ada_norm`): the row as vectors of four, ADA_VECS
+// an invocation, its shift and scale loaded with it (one round trip to
+// memory, not one for the row and one for the modulation), and each sum
+// in three barriers (`row_sum`) where workgroup_sum's tree took ten.
+const ADA_VECS: u32 = 4u;
+var<workgroup> red_ada: array<f32, WG>;
+var<workgroup> red_ada16: array<f32, 16>;
+
+// The sum of every invocation's `v`, the same in each invocation and in
+// one fixed order: sixteen sums of sixteen, then their sum.
+fn row_sum(lid: u32, v: f32) -> f32 {
+    red_ada[lid] = v;
+    workgroupBarrier();
+    if lid < WG / 16u {
+        var t = 0.0;
+        for (var l = 0u; l < 16u; l++) {
+            t = t + red_ada[lid * 16u + l];
+        }
+        red_ada16[lid] = t;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var l = 0u; l < WG / 16u; l++) {
+        total = total + red_ada16[l];
+    }
+    return total;
+}
+
+@compute @workgroup_size(256)
+fn ada_norm_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if row >= ada.rows {
+        return;
+    }
+    let units = ada.cols / 4u;
+    let base = row * units;
+    let mbase = (row / ada.per_batch) * (ada.mod_cols / 4u);
+    let shift0 = mbase + ada.shift0 / 4u;
+    let scale0 = mbase + ada.scale0 / 4u;
+    var v: array<vec4<f32>, ADA_VECS>;
+    var sh: array<vec4<act>, ADA_VECS>;
+    var sc: array<vec4<act>, ADA_VECS>;
+    for (var j = 0u; j < ADA_VECS; j++) {
+        let i = lid + j * WG;
+        if i < units {
+            v[j] = vec4<f32>(x4[base + i]);
+            sh[j] = modv4[shift0 + i];
+            sc[j] = modv4[scale0 + i];
+        }
+    }
+    var s = 0.0;
+    for (var j = 0u; j < ADA_VECS; j++) {
+        if lid + j * WG < units {
+            s = s + dot(v[j], vec4<f32>(1.0));
+        }
+    }
+    let mean = row_sum(lid, s) / f32(ada.cols);
+    var sq = 0.0;
+    for (var j = 0u; j < ADA_VECS; j++) {
+        if lid + j * WG < units {
+            let d = v[j] - mean;
+            sq = sq + dot(d, d);
+        }
+    }
+    let r = 1.0 / sqrt(row_sum(lid, sq) / f32(ada.cols) + ada.eps);
+    for (var j = 0u; j < ADA_VECS; j++) {
+        let i = lid + j * WG;
+        if i < units {
+            out4[base + i] = vec4<act>((1.0 + vec4<f32>(sc[j])) * ((v[j] - mean) * r) + vec4<f32>(sh[j]));
+        }
+    }
+}
+
 // Columns an invocation of gather takes of rows `cols` wide:
 // four where a row holds whole fours, else one (the host's grid counts them
 // so: `dit::four_or_one`). One a invocation, the index arithmetic (its
@@ -200,25 +283,32 @@ fn gated_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     out[i] = act(f32(out[i]) + f32(modv[m]) * f32(x[i]));
 }
 
-// gated_add where a row holds whole fours (`dit::record_gated_add`): eight
-// columns an invocation (four where a row's are not a multiple of eight)
-// as vectors of four, the gate's too.
+// gated_add where a row holds whole fours (`dit::record_gated_add`): VECS
+// vectors of four an invocation.
 @compute @workgroup_size(256)
 fn gated_add_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-    let run = select(4u, 8u, gated.cols % 8u == 0u);
-    let units = gated.cols / run;
-    let q = element(wid, nwg, lid);
-    if q >= gated.rows * units {
-        return;
+    let units = gated.cols / 4u;
+    let total = gated.rows * units;
+    let first = (wid.y * nwg.x + wid.x) * WG * VECS + lid;
+    var res: array<vec4<act>, VECS>;
+    var ys: array<vec4<act>, VECS>;
+    var gs: array<vec4<act>, VECS>;
+    for (var e = 0u; e < VECS; e++) {
+        let q = first + e * WG;
+        if q < total {
+            let row = q / units;
+            let m = (row / gated.per_batch) * (gated.mod_cols / 4u) + (gated.gate0 / 4u) + q % units;
+            res[e] = out4[q];
+            ys[e] = x4[q];
+            gs[e] = modv4[m];
+        }
     }
-    let row = q / units;
-    let c = (q % units) * run;
-    let i = (row * gated.cols + c) / 4u;
-    let m = ((row / gated.per_batch) * gated.mod_cols + gated.gate0 + c) / 4u;
-    for (var e = 0u; e < run / 4u; e++) {
-        let g = vec4<f32>(modv4[m + e]);
-        out4[i + e] = vec4<act>(vec4<f32>(out4[i + e]) + g * vec4<f32>(x4[i + e]));
+    for (var e = 0u; e < VECS; e++) {
+        let q = first + e * WG;
+        if q < total {
+            out4[q] = vec4<act>(vec4<f32>(res[e]) + vec4<f32>(gs[e]) * vec4<f32>(ys[e]));
+        }
     }
 }
 
@@ -404,22 +494,28 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 }
 
 // gather where both sides' widths and first columns and the block's
-// columns are multiples of four (`dit::record_gather`): eight columns an
-// invocation (four where the block's are not a multiple of eight) as
-// vectors of four.
+// columns are multiples of four (`dit::record_gather`): VECS vectors of
+// four an invocation, as gated_add_vec.
+
 @compute @workgroup_size(256)
 fn gather_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let run = select(4u, 8u, gat.cols % 8u == 0u);
-    let units = gat.cols / run;
-    let i = element(wid, nwg, lid);
-    if i >= gat.batch * gat.rows * units {
-        return;
+    let units = gat.cols / 4u;
+    let total = gat.batch * gat.rows * units;
+    let first = (wid.y * nwg.x + wid.x) * WG * VECS + lid;
+    var v: array<vec4<act>, VECS>;
+    var at: array<vec2<u32>, VECS>;
+    for (var e = 0u; e < VECS; e++) {
+        let q = first + e * WG;
+        if q < total {
+            at[e] = gather_at(q, units, 4u) / 4u;
+            v[e] = x4[at[e].x];
+        }
     }
-    let at = gather_at(i, units, run) / 4u;
-    for (var e = 0u; e < run / 4u; e++) {
-        let v = vec4<f32>(x4[at.x + e]);
-        let r = vec4<f32>(gather_op(v.x), gather_op(v.y), gather_op(v.z), gather_op(v.w));
-        out4[at.y + e] = vec4<act>(r);
+    for (var e = 0u; e < VECS; e++) {
+        if first + e * WG < total {
+            let r = vec4<f32>(v[e]);
+            out4[at[e].y] = vec4<act>(vec4<f32>(gather_op(r.x), gather_op(r.y), gather_op(r.z), gather_op(r.w)));
+        }
     }
 }

@@ -202,13 +202,21 @@ pub fn record_ada_norm(
         eps,
         _pad0: 0,
     };
-    let bindings: kernel::Bindings<'_> =
-        smallvec::smallvec![(1, x.binding()), (2, m.binding()), (3, out.binding())];
+    // Vectors of four where a row holds them whole and fits the registers.
+    let (entry, at) = match cols.is_multiple_of(4) && cols <= ADA_MAX_VEC_COLS {
+        true => ("ada_norm_vec", [9, 11, 10]),
+        false => (OP, [1, 2, 3]),
+    };
+    let bindings: kernel::Bindings<'_> = smallvec::smallvec![
+        (at[0], x.binding()),
+        (at[1], m.binding()),
+        (at[2], out.binding())
+    ];
     dispatch(
         gpu,
         cache,
         enc,
-        OP,
+        entry,
         &params,
         bindings,
         kernel::grid(gpu, OP, rows, 1)?,
@@ -252,11 +260,7 @@ pub fn record_gated_add(
     };
     // Fours as vectors where rows (and so the gate's chunks) hold them whole.
     let (entry, at, run) = match cols.is_multiple_of(4) {
-        true => (
-            "gated_add_vec",
-            [9, 11, 10],
-            if cols.is_multiple_of(8) { 8 } else { 4 },
-        ),
+        true => ("gated_add_vec", [9, 11, 10], 4 * VECS),
         false => (OP, [1, 2, 3], 1),
     };
     let bindings: kernel::Bindings<'_> = smallvec::smallvec![
@@ -271,7 +275,7 @@ pub fn record_gated_add(
         entry,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n / run, WG)?,
+        kernel::grid(gpu, OP, n.div_ceil(run), WG)?,
         x.dtype,
         kernel::Cost::new(3 * x.bytes(), x.bytes(), 2 * n),
     )
@@ -454,6 +458,14 @@ impl GatherOp {
     }
 }
 
+/// Vectors of four each invocation of `gather_vec` and `gated_add_vec`
+/// moves (`VECS` in `dit.wgsl`).
+const VECS: u64 = 4;
+
+/// Widest row `ada_norm_vec` takes: `ADA_VECS` vectors of four for each of
+/// its `WG` invocations (`dit.wgsl`); wider rows take `ada_norm`.
+const ADA_MAX_VEC_COLS: u64 = 4 * 4 * WG;
+
 /// (row, head) items a workgroup of `qk_place` (`QK_ITEMS` in `dit.wgsl`).
 const QK_ITEMS: u64 = 8;
 
@@ -540,11 +552,7 @@ pub fn record_gather(
         .iter()
         .all(|v| v.is_multiple_of(4));
     let (entry, [at_src, at_dst], run) = match fours {
-        true => (
-            "gather_vec",
-            [9, 10],
-            if cols.is_multiple_of(8) { 8 } else { 4 },
-        ),
+        true => ("gather_vec", [9, 10], 4 * VECS),
         false => ("gather", [1, 3], four_or_one(cols)),
     };
     let bindings: kernel::Bindings<'_> =
@@ -557,7 +565,7 @@ pub fn record_gather(
         entry,
         &params,
         bindings,
-        kernel::grid(gpu, OP, n / run, WG)?,
+        kernel::grid(gpu, OP, n.div_ceil(run), WG)?,
         src.t.dtype,
         kernel::Cost::new(bytes, bytes, n),
     )

@@ -21,6 +21,10 @@ const SHAPES: &[(u64, u64, u64, u64)] = &[
     (3, 5, 300, 3),
     (1, 7, 1000, 2),
     (2, 2, 257, 6),
+    // Vectors: up to three (2,060 columns) and four (4,096, the widest
+    // ada_norm_vec takes) an invocation.
+    (2, 3, 2060, 3),
+    (1, 2, 4096, 2),
     // Past the columns ada_norm holds in registers (256 x 16).
     (1, 2, 4500, 2),
 ];
@@ -234,9 +238,10 @@ fn gather_matches_reference() {
         (2, [7, 37, 0, 5], [7, 40, 0, 3], 7, 32),
         // A width of no whole fours (one column an invocation).
         (2, [6, 50, 1, 3], [8, 47, 2, 0], 5, 43),
-        // Fours on both sides (vectors), twelve columns: four a vector
-        // invocation, not eight.
+        // Fours on both sides (vectors), twelve columns.
         (2, [10, 20, 1, 4], [9, 24, 2, 8], 6, 12),
+        // Vectors over two workgroups, the second partly filled.
+        (2, [40, 200, 3, 8], [50, 120, 5, 4], 33, 100),
     ];
     for (i, &(batch, s, d, rows, cols)) in cases.iter().enumerate() {
         for op in [GatherOp::Copy, GatherOp::GeluTanh] {
