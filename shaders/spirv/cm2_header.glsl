@@ -13,16 +13,33 @@
 #ifndef GROUP_M
 #define GROUP_M 0
 #endif
+// PERSIST 1: a grid of one workgroup a multiprocessor (the host's), each
+// taking tiles pid, pid + workgroups, ... in tile_at's order until the
+// grid's tiles are done (cm2_main.glsl), so that no workgroup starts or
+// ends between tiles.
+#ifndef PERSIST
+#define PERSIST 0
+#endif
+
+// Tile `pid` of a grid of `tx` column tiles and `ty` row tiles, counted x
+// first, as GROUP_M orders them.
+uvec2 tile_at(uint pid, uint tx, uint ty) {
+#if GROUP_M
+    uint per_group = uint(GROUP_M) * tx;
+    uint first = (pid / per_group) * uint(GROUP_M);
+    uint rows = min(ty - first, uint(GROUP_M));
+    uint at = pid % per_group;
+    return uvec2(at / rows, first + at % rows);
+#else
+    return uvec2(pid % tx, pid / tx);
+#endif
+}
 
 // This workgroup's (column tile, row tile).
 uvec2 tile_of() {
 #if GROUP_M
-    uint pid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    uint per_group = uint(GROUP_M) * gl_NumWorkGroups.x;
-    uint first = (pid / per_group) * uint(GROUP_M);
-    uint rows = min(gl_NumWorkGroups.y - first, uint(GROUP_M));
-    uint at = pid % per_group;
-    return uvec2(at / rows, first + at % rows);
+    return tile_at(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, gl_NumWorkGroups.x,
+                   gl_NumWorkGroups.y);
 #else
     return gl_WorkGroupID.xy;
 #endif

@@ -89,6 +89,8 @@
 
 #if STACK
 void TILE_FN(uint n0) {
+#elif PERSIST
+void one_tile(uint n0, uint m0) {
 #else
 void main() {
     uint n0 = tile_of().x * BN;
@@ -100,7 +102,9 @@ void main() {
     // An empty split (past K) stores zeros.
     uint k_hi = max(k_lo, min(p.k, k_lo + span));
 #else
+#if !PERSIST
     uint m0 = tile_of().y * BM;
+#endif
     // The whole of K, as the compiler sees it without a split.
 #define k_lo 0u
 #define k_hi p.k
@@ -164,3 +168,15 @@ void main() {
     }
     FINISH(acc, m0, n0);
 }
+
+#if PERSIST
+void main() {
+    uint tx = (N_ROWS + BN - 1u) / BN;
+    uint ty = (p.m + BM - 1u) / BM;
+    uint workgroups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    for (uint t = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; t < tx * ty; t += workgroups) {
+        uvec2 at = tile_at(t, tx, ty);
+        one_tile(at.x * BN, at.y * BM);
+    }
+}
+#endif

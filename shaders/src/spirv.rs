@@ -65,6 +65,10 @@ pub struct Cm2Gemm {
     /// tiles (`GROUP_M` in `cm2_header.glsl`): chosen over the same kernel
     /// ungrouped on grids of many column tiles (`linear` decides).
     pub group_m: u32,
+    /// One workgroup a multiprocessor, each taking tile after tile of the
+    /// grid (`PERSIST` in `cm2_header.glsl`): the host launches at most
+    /// as many workgroups as the device has multiprocessors.
+    pub persistent: bool,
 }
 
 /// A [`Cm2Gemm`] of 128-row tiles and 256 invocations (or of `tile_m` rows
@@ -100,6 +104,13 @@ macro_rules! cm2_gemm {
             ..cm2_gemm!($name, $weights, $tile_n, $tile_k, 0)
         }
     };
+    // As grouped, by persistent workgroups.
+    (persistent $name:literal, $weights:ident, $tile_n:literal, $tile_k:literal, $group:literal) => {
+        Cm2Gemm {
+            persistent: true,
+            ..cm2_gemm!(grouped $name, $weights, $tile_n, $tile_k, $group)
+        }
+    };
     (@ $name:literal, $weights:ident, $tile_m:literal, $tile_n:literal, $tile_k:literal, $wg:literal, $shared:expr, $small:literal, $sg:literal) => {
         Cm2Gemm {
             name: $name,
@@ -113,6 +124,7 @@ macro_rules! cm2_gemm {
             small_grids: $small,
             subgroup: $sg,
             group_m: 0,
+            persistent: false,
         }
     };
 }
@@ -126,7 +138,7 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 24] = [
+pub static CM2_GEMMS: [Cm2Gemm; 26] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
     // Not measured yet, by name only: subgroup-scope matrices staged by the
@@ -180,6 +192,11 @@ pub static CM2_GEMMS: [Cm2Gemm; 24] = [
     // Rows of the step's int8 and 16 bytes.
     cm2_gemm!("gemm_cm2_w4_k64", Int4, 256, 64, 256 * (64 + 16)),
     cm2_gemm!("gemm_cm2_w4_k32", Int4, 256, 32, 256 * (32 + 16)),
+    // Not measured yet, by name only: the grouped kernels by persistent
+    // workgroups (whether a tile's start and end, exposed at one
+    // workgroup a multiprocessor, cost the K = 3,072 GEMMs their ~10 %).
+    cm2_gemm!(persistent "gemm_cm2_f16_k32_fast_g8_persist", F16, 256, 32, 8),
+    cm2_gemm!(persistent "gemm_cm2_w8_k64_fast_g8_persist", Int8, 256, 64, 8),
 ];
 
 /// The kernels of [`CM2_GEMMS`] with K split across workgroups
@@ -230,6 +247,7 @@ pub static LINEAR_CHECK: Cm2Gemm = Cm2Gemm {
     small_grids: false,
     subgroup: false,
     group_m: 0,
+    persistent: false,
 };
 
 /// Flash attention on workgroup-scope cooperative matrices

@@ -112,6 +112,9 @@ fn spirv_gemm_matches_the_reference() {
         // Nine row tiles: a whole group of 8 (`GROUP_M`) and a partial one.
         (1100, 520, 64, false),
     ];
+    // Persistent kernels: more tiles (18 x 9) than an H100 or H200 has
+    // multiprocessors, so that workgroups take several, edge ones among them.
+    let persistent_case = [(2200, 2100, 64, false)];
     let mut ran = [false; 2];
     for g in CM2_GEMMS.iter().filter(|g| !g.weights.integer()) {
         let bf16 = g.weights == Cm2Weights::Bf16;
@@ -121,7 +124,12 @@ fn spirv_gemm_matches_the_reference() {
             continue;
         }
         ran[usize::from(bf16)] = true;
-        for (i, &(m, n, k, split)) in cases.iter().enumerate() {
+        let more = if g.persistent {
+            &persistent_case[..]
+        } else {
+            &[]
+        };
+        for (i, &(m, n, k, split)) in cases.iter().chain(more).enumerate() {
             let h = HostLayer::random(&mut rng, format, n, k, i % 2 == 0);
             let x = random_x(&mut rng, m, k);
             let wf = dequantize_float_weight(&h.meta, h.bytes()).expect("dequantize");
@@ -760,6 +768,60 @@ fn integer_split_spirv_gemm_equals_the_unsplit() {
             "{what}: outputs differing from the unsplit kernel's"
         );
     }
+}
+
+/// The integer GEMMs by persistent workgroups (`Cm2Gemm::persistent`)
+/// equal their grouped kernels bit for bit on a grid of more tiles (18 x
+/// 9) than an H100 or H200 has multiprocessors. (The float ones run in
+/// `spirv_gemm_matches_the_reference`.)
+#[test]
+fn persistent_integer_spirv_gemm_equals_the_grouped() {
+    let test = "persistent_integer_spirv_gemm_equals_the_grouped";
+    let int8_gemm =
+        |caps: &_| cm2_int_gemm(Some(caps), false, ActDtype::F16, false, None).map(|_| ());
+    let Some((mut env, caps)) = cm2_env_running(test, int8_gemm) else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(67);
+    let (m, n, k) = (2200, 2100, 256);
+    let format = Format::ConvrotW4a4 {
+        group: 64,
+        linear_dtype: LinearDtype::Int4,
+    };
+    let h = HostLayer::random(&mut rng, format, n, k, true);
+    let x = random_x(&mut rng, m, k);
+    let choice = KernelChoice::Integer {
+        act: ActArith::Int4,
+        fast: false,
+    };
+    let mut ran = false;
+    for g in CM2_GEMMS
+        .iter()
+        .filter(|g| g.persistent && g.weights.integer())
+    {
+        let grouped = g.name.strip_suffix("_persist").expect("a _persist name");
+        let twin = CM2_GEMMS
+            .iter()
+            .find(|t| t.name == grouped)
+            .expect("its grouped kernel");
+        let mut out = Vec::new();
+        for name in [twin.name, g.name] {
+            let opts = RecordOptions {
+                cm2_kernel: Some(name),
+                ..Default::default()
+            };
+            out.push(env.run_f16_with(&h, choice, &x, &opts).out);
+            assert_eq!(env.scratch.last_spirv_gemm(), Some(name), "{test}");
+        }
+        let differ = out[0]
+            .iter()
+            .zip(&out[1])
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differ, 0, "{test}: {} against {grouped}", g.name);
+        ran = true;
+    }
+    assert!(ran, "{test}: no persistent integer kernel (caps {caps:?})");
 }
 
 /// Layers of one input uploaded for `record_linears_fused`: weights, the

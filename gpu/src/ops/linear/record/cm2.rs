@@ -298,6 +298,7 @@ fn grouped_twin(cm2: &Cm2Caps, g: &Cm2Gemm) -> Option<(&'static Cm2Gemm, &'stati
     CM2_GEMMS.iter().zip(&PROGRAMS).find(|(t, _)| {
         t.group_m > 0
             && g.group_m == 0
+            && !t.persistent
             && t.weights == g.weights
             && (t.tile_m, t.tile_n, t.tile_k, t.invocations)
                 == (g.tile_m, g.tile_n, g.tile_k, g.invocations)

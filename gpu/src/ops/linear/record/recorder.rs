@@ -463,7 +463,13 @@ impl Recorder<'_> {
         let params = self.cm2_params(c, flags, plan);
         let (x, y) = self.chunk_groups(c, (u64::from(g.tile_m), u64::from(g.tile_n)));
         let whole = plan.whole as u32;
-        let groups = (x, whole + (y - whole) * plan.splits as u32);
+        let mut groups = (x, whole + (y - whole) * plan.splits as u32);
+        // Persistent workgroups: one a multiprocessor (the kernel counts
+        // the tiles itself), or one a tile where the device does not say.
+        let sms = self.gpu.cm2().map_or(0, |caps| caps.sm_count);
+        if g.persistent && sms > 0 {
+            groups = ((x * y).min(sms).max(1), 1);
+        }
         self.run_spirv(encoder, kernel, bindings, params, groups, cost)
     }
 
