@@ -138,11 +138,13 @@ macro_rules! cm2_gemm {
 /// multiprocessors), integer ones 64 K columns a step before 32
 /// (int4 187-196 against 173-179 on the H200 and H100), bf16 below;
 /// smaller shared tiles serve drivers that reserve more shared memory.
-pub static CM2_GEMMS: [Cm2Gemm; 26] = [
+pub static CM2_GEMMS: [Cm2Gemm; 27] = [
     cm2_gemm!("gemm_cm2_f16_k32_fast", F16, 256, 32, 0),
     cm2_gemm!("gemm_cm2_f16_k32", F16, 256, 32, 0),
-    // Not measured yet, by name only: subgroup-scope matrices staged by the
-    // kernel (`gemm_sg.glsl`), named for tile, K step and subgroup piece.
+    // By name only: subgroup-scope matrices staged by the kernel
+    // (`gemm_sg.glsl`), named for tile, K step and subgroup piece; 35-85
+    // TFLOP/s at FLUX.1's shapes on the H100 (session 33), a third of the
+    // first kernel's.
     cm2_gemm!(sg "gemm_sg_f16_128x128k32w64x64", 128, 128, 32, 128),
     cm2_gemm!(sg "gemm_sg_f16_128x256k16w64x64", 128, 256, 16, 256),
     cm2_gemm!(sg "gemm_sg_f16_128x128k32w64x32", 128, 128, 32, 256),
@@ -182,8 +184,8 @@ pub static CM2_GEMMS: [Cm2Gemm; 26] = [
     cm2_gemm!("gemm_cm2_w8_k32_fast", Int8, 256, 32, 0),
     cm2_gemm!("gemm_cm2_w8_k64", Int8, 256, 64, 0),
     cm2_gemm!("gemm_cm2_w8_k32", Int8, 256, 32, 0),
-    // Not measured yet, by name only: subgroup-scope int8 (`gemm_sg.glsl`
-    // with INT8).
+    // By name only: subgroup-scope int8 (`gemm_sg.glsl` with INT8), 49-148
+    // TOPS at FLUX.1's shapes on the H100 (session 33).
     cm2_gemm!(sg8 "gemm_sg_w8_128x128k64w64x64", 128, 128, 64, 128),
     cm2_gemm!(sg8 "gemm_sg_w8_128x256k32w64x64", 128, 256, 32, 256),
     // For small grids: 233-243 TOPS at 512 x 4096 x 4096 and x 11008
@@ -196,6 +198,9 @@ pub static CM2_GEMMS: [Cm2Gemm; 26] = [
     // workgroups (whether a tile's start and end, exposed at one
     // workgroup a multiprocessor, cost the K = 3,072 GEMMs their ~10 %).
     cm2_gemm!(persistent "gemm_cm2_f16_k32_fast_g8_persist", F16, 256, 32, 8),
+    // Not measured yet, by name only: the grouped f16 kernel 64 K columns
+    // a step (half the steps a tile).
+    cm2_gemm!(grouped "gemm_cm2_f16_k64_fast_g8", F16, 256, 64, 8),
     cm2_gemm!(persistent "gemm_cm2_w8_k64_fast_g8_persist", Int8, 256, 64, 8),
 ];
 
