@@ -64,15 +64,27 @@
 #         DYNVRAM_CM2_SPLIT=auto and =waves, and a FLUX.1-dev step at 1024²
 #         (`dit --profile`) with each.
 #                 -> waves-tests.txt, waves-flash.txt, waves-linear-*.txt, dit-waves-*.json
-# ditops  session 38's work whose GPU results did not come back: the
-#         tests (ops_dit:: with qk_place in quads, ops_elementwise::, the
-#         SPIR-V GEMMs' GELU epilogue in spirv_gemm::, the -qs flash
-#         kernels in flash_cm2::), FLUX.1-dev bf16 and int4 steps at 1024²
-#         (`dit --profile`; session 38 call 1 had the bf16 step 0.3405 s
-#         with the GELU quotient, qk_place 6.07 ms, gated_add 3.28), and
-#         the -qs flash kernels at FLUX.1's attention (`bench attention`;
-#         the default cm2-128x64-sg-lz 184-186 TFLOP/s).
+# ditops  sessions 38 and 39's work whose GPU results have not come back:
+#         the tests (ops_dit:: with qk_place in quads and the copies with
+#         four vectors in flight, ada_norm_vec; ops_elementwise::; the
+#         SPIR-V GEMMs in spirv_gemm:: with the GELU quotient and the
+#         persistent and 64-column kernels; the -qs flash kernels in
+#         flash_cm2::), FLUX.1-dev bf16 and int4 steps at 1024² (`dit
+#         --profile`; session 38 call 1 had the bf16 step 0.3405 s,
+#         gather_vec 7.24 ms, qk_place 6.07, ada_norm 4.09, gated_add_vec
+#         3.28), and the -qs flash kernels at FLUX.1's attention (`bench
+#         attention`; the default cm2-128x64-sg-lz 184-186 TFLOP/s).
 #                    -> ditops-tests.txt, dit-ditops-*.json, ditops-flash.txt
+# tiles   whether a GEMM tile's start and end cost the K = 3,072 GEMMs
+#         their ~10 % (249 against 275 TFLOP/s at K = 12,288; a linear fit
+#         puts ~15 us on each 128 x 256 tile): `bench linear` (f16) at
+#         4608 x 21504 x K for K = 1536 ... 12288 and FLUX.1's other shapes
+#         with the default, the persistent kernel and the 64-column one
+#         (by name), int4 with the persistent int8 kernel; then FLUX.1-dev
+#         bf16 and int4 steps with the persistent kernels on large grids
+#         (DYNVRAM_CM2_GEMM), beside the defaults (run ditops first in the
+#         same machine, or this part makes the models).
+#                          -> tiles-f16.txt, tiles-int4.txt, dit-tiles-*.json
 # DEADLINE (570 s) caps each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -190,33 +202,60 @@ p_waves() {
             "$O/dit-waves-$sp.json" "$sp"
     done
 }
-p_ditops() {
-    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 part 120 .dev/gpu_tests ops_dit:: ops_elementwise:: \
-        spirv_gemm::spirv_gemm_matches spirv_gemm::split_spirv ops_attention::flash_cm2:: \
-        --test-threads=8 > "$O/ditops-tests.txt" 2>&1
-    echo "tests: $(grep -E '^test result' "$O/ditops-tests.txt")"
-    grep -E "FAILED|panicked" "$O/ditops-tests.txt" | head -20
-    local flux=/tmp/flux-dev.safetensors in=/tmp/flux-in-1024.safetensors q=/tmp/flux-dev-int4.safetensors
+# flux_models: sets flux, q and in (FLUX.1-dev synthetic in bf16 and its
+# int4, and 1024² inputs), making what is missing.
+flux_models() {
+    flux=/tmp/flux-dev.safetensors in=/tmp/flux-in-1024.safetensors q=/tmp/flux-dev-int4.safetensors
     [ -e "$flux" ] || part 90 "$d" synth --like flux-dev "$flux" > "$O/flux-synth.txt" 2>&1
     [ -e "$in" ] || python3 bench/flux_inputs.py "$in" --size 1024 > /dev/null 2>&1
     [ -e "$q" ] || part 90 "$d" quantize "$flux" "$q" --format convrot_w4a4 > "$O/flux-quantize.txt" 2>&1
-    for m in bf16 int4 bf16-again; do
-        local f=$flux
-        [ "$m" = int4 ] && f=$q
-        part 60 "$d" --json dit "$f" --inputs "$in" --out /tmp/flux-out.safetensors --backend vulkan \
-            --warmup 1 --passes 3 --profile > "$O/dit-ditops-$m.json" 2> "$O/dit-ditops-$m.err" || tail -2 "$O/dit-ditops-$m.err"
-        python3 - "$O/dit-ditops-$m.json" "$m" <<'PY'
+}
+# dit_step NAME MODEL: one FLUX.1-dev step at 1024² with --profile into
+# $O/dit-NAME.json; prints the step and the rows of the DiT's small
+# kernels and the widest GEMMs.
+dit_step() {
+    part 60 "$d" --json dit "$2" --inputs "$in" --out /tmp/flux-out.safetensors --backend vulkan \
+        --warmup 1 --passes 3 --profile > "$O/dit-$1.json" 2> "$O/dit-$1.err" || tail -2 "$O/dit-$1.err"
+    python3 - "$O/dit-$1.json" "$1" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(print(sys.argv[2], 'no report:', e))
 print(sys.argv[2], 'best step', r['best_seconds_per_pass'])
+small = ('gather', 'gather_vec', 'qk_place', 'qk_place_vec', 'ada_norm', 'ada_norm_vec', 'gated_add', 'gated_add_vec')
 for x in r['profile']['rows']:
-    if x['label'].split()[0] in ('gather', 'gather_vec', 'qk_place', 'qk_place_vec', 'ada_norm', 'gated_add', 'gated_add_vec') or '12288x3072 m=4096' in x['label']:
-        print(f"  {x['label']:40s} {x['launches']:4d} {x['gpu_us'] / 1e3:7.2f} ms")
+    if x['label'].split()[0] in small or 'x3072 m=4608' in x['label'] or '12288x3072 m=4096' in x['label']:
+        print(f"  {x['label'][:60]:60s} {x['launches']:4d} {x['gpu_us'] / 1e3:7.2f} ms")
 PY
-    done
+}
+p_ditops() {
+    DYNVRAM_REQUIRE_GPU=1 DYNVRAM_REQUIRE_SPIRV=1 part 150 .dev/gpu_tests ops_dit:: ops_elementwise:: \
+        spirv_gemm::spirv_gemm_matches spirv_gemm::split_spirv spirv_gemm::persistent ops_attention::flash_cm2:: \
+        --test-threads=8 > "$O/ditops-tests.txt" 2>&1
+    echo "tests: $(grep -E '^test result' "$O/ditops-tests.txt")"
+    grep -E "FAILED|panicked" "$O/ditops-tests.txt" | head -20
+    flux_models
+    dit_step ditops-bf16 "$flux"
+    dit_step ditops-int4 "$q"
+    dit_step ditops-bf16-again "$flux"
     part 60 "$d" bench attention --backend vulkan --queries 4608 --keys 4608 --heads 24 --head-dim 128 --no-causal \
         --reps 5 --flash cm2-128x16-sg2-lz-qs,cm2-64x32-sg2-lz-qs,cm2-128x64-sg-lz > "$O/ditops-flash.txt" 2>&1
     tail -6 "$O/ditops-flash.txt"
+}
+p_tiles() {
+    local shapes=4608x21504x1536,4608x21504x3072,4608x21504x6144,4608x21504x12288,4608x3072x3072,4608x3072x12288,4608x9216x3072,4608x12288x3072
+    part 150 "$d" bench linear --backend vulkan --formats f16 --f16 --gemm auto --reps 10 --copy-size 0 --shapes "$shapes" \
+        --cm2-kernels gemm_cm2_f16_k32_fast_g8_persist,gemm_cm2_f16_k64_fast_g8 > "$O/tiles-f16.txt" 2>&1
+    tail -30 "$O/tiles-f16.txt" | cut -c1-160
+    part 60 "$d" bench linear --backend vulkan --formats w4a4 --f16 --gemm auto --reps 10 --copy-size 0 \
+        --shapes 4608x21504x3072,4608x12288x3072,4608x3072x15360 --cm2-kernels gemm_cm2_w8_k64_fast_g8_persist > "$O/tiles-int4.txt" 2>&1
+    tail -8 "$O/tiles-int4.txt" | cut -c1-160
+    flux_models
+    dit_step tiles-bf16 "$flux"
+    DYNVRAM_CM2_GEMM=gemm_cm2_f16_k32_fast_g8_persist dit_step tiles-bf16-persist "$flux"
+    dit_step tiles-int4 "$q"
+    DYNVRAM_CM2_GEMM=gemm_cm2_w8_k64_fast_g8_persist dit_step tiles-int4-persist "$q"
 }
 p_decode() {
     PARTS="dyn peer" OUT=$O LAYERS=32 SYNC=${SYNC:-0} INT4_SPREAD=${INT4_SPREAD:-0} part 330 bash bench/decode.sh
@@ -289,8 +328,8 @@ p_ceilings() {
 }
 for p in ${PARTS:-tests decode prefill submits flash flux rss}; do
     case $p in
-        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves | ditops) "p_$p" ;;
-        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves ditops)" >&2 ;;
+        tests | decode | flash | flux | prefill | submits | rss | kernels | gqa | gqapeer | ceilings | waves | ditops | tiles) "p_$p" ;;
+        *) echo "unknown part '$p' (tests decode prefill submits flash flux rss kernels gqa gqapeer ceilings waves ditops tiles)" >&2 ;;
     esac
 done
 echo "[$(($(date +%s) - t0)) s] done"
