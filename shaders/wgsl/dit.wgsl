@@ -122,8 +122,19 @@ var<immediate> gat: GatherParams;
 @group(0) @binding(12) var<storage, read> w4: array<vec4<f32>>;
 @group(0) @binding(13) var<storage, read> pe4: array<vec4<f32>>;
 
+// This workgroup's index in the host's 2-D grid (`kernel::grid`).
+fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
 fn element(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.y * nwg.x + wid.x) * WG + lid;
+    return group_index(wid, nwg) * WG + lid;
+}
+
+// The first vector of the vector copies' invocation `lid` (VECS of them,
+// WG apart).
+fn first_vec(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return group_index(wid, nwg) * WG * VECS + lid;
 }
 
 // Columns of a row ada_norm holds in registers, ADA_REGS an invocation
@@ -136,7 +147,7 @@ const ADA_REGS: u32 = 16u;
 @compute @workgroup_size(256)
 fn ada_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * nwg.x + wid.x;
+    let row = group_index(wid, nwg);
     if row >= ada.rows {
         return;
     }
@@ -220,7 +231,7 @@ fn row_sum(lid: u32, v: f32) -> f32 {
 @compute @workgroup_size(256)
 fn ada_norm_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * nwg.x + wid.x;
+    let row = group_index(wid, nwg);
     if row >= ada.rows {
         return;
     }
@@ -290,7 +301,7 @@ fn gated_add_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
                  @builtin(local_invocation_index) lid: u32) {
     let units = gated.cols / 4u;
     let total = gated.rows * units;
-    let first = (wid.y * nwg.x + wid.x) * WG * VECS + lid;
+    let first = first_vec(wid, nwg, lid);
     var res: array<vec4<act>, VECS>;
     var ys: array<vec4<act>, VECS>;
     var gs: array<vec4<act>, VECS>;
@@ -344,7 +355,7 @@ fn qk_place(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     // barrier.
     let lid = lid_wg % QK_WG;
     let seg = lid_wg - lid;
-    let idx = (wid.y * nwg.x + wid.x) * QK_ITEMS + lid_wg / QK_WG;
+    let idx = group_index(wid, nwg) * QK_ITEMS + lid_wg / QK_WG;
     let live = idx < qk.rows * heads;
     let h = idx % heads;
     let row = idx / heads;
@@ -404,7 +415,7 @@ fn qk_place_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let nquads = hd / 4u;
     let lid = lid_wg % QK_WG;
     let group = lid_wg / QK_WG;
-    let idx0 = ((wid.y * nwg.x + wid.x) * QK_ITEMS + group) * QV_ITEMS;
+    let idx0 = (group_index(wid, nwg) * QK_ITEMS + group) * QV_ITEMS;
     let items = qk.rows * heads;
     var xs: array<vec4<f32>, QV_ITEMS * QV_QUADS>;
     for (var k = 0u; k < QV_ITEMS; k++) {
@@ -496,13 +507,12 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // gather where both sides' widths and first columns and the block's
 // columns are multiples of four (`dit::record_gather`): VECS vectors of
 // four an invocation, as gated_add_vec.
-
 @compute @workgroup_size(256)
 fn gather_vec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let units = gat.cols / 4u;
     let total = gat.batch * gat.rows * units;
-    let first = (wid.y * nwg.x + wid.x) * WG * VECS + lid;
+    let first = first_vec(wid, nwg, lid);
     var v: array<vec4<act>, VECS>;
     var at: array<vec2<u32>, VECS>;
     for (var e = 0u; e < VECS; e++) {

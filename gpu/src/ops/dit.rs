@@ -462,9 +462,13 @@ impl GatherOp {
 /// moves (`VECS` in `dit.wgsl`).
 const VECS: u64 = 4;
 
+/// Vectors of four each invocation of `ada_norm_vec` holds (`ADA_VECS` in
+/// `dit.wgsl`).
+const ADA_VECS: u64 = 4;
+
 /// Widest row `ada_norm_vec` takes: `ADA_VECS` vectors of four for each of
-/// its `WG` invocations (`dit.wgsl`); wider rows take `ada_norm`.
-const ADA_MAX_VEC_COLS: u64 = 4 * 4 * WG;
+/// its `WG` invocations; wider rows take `ada_norm`.
+const ADA_MAX_VEC_COLS: u64 = 4 * ADA_VECS * WG;
 
 /// (row, head) items a workgroup of `qk_place` (`QK_ITEMS` in `dit.wgsl`).
 const QK_ITEMS: u64 = 8;
